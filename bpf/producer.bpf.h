@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: (LGPL-2.1-or-later OR BSD-2-Clause) */
+/* The emit helper for BPF producers, perfrelay's own and third parties': it declares the
+ * pinned maps perfrelayd reads and stamps the record header.
+ *
+ * How a third-party producer uses it:
+ *
+ *   #include "vmlinux.h"              // first: this header relies on its types
+ *   #include <bpf/bpf_helpers.h>
+ *   #include <perfrelay/event.h>
+ *   #include <perfrelay/producer.bpf.h>
+ *
+ *   #define MY_PRODUCER 300            // >= PERFRELAY_PRODUCER_THIRD_PARTY_MIN, < PERFRELAY_MAX_PRODUCERS
+ *   #define MY_TYPE     0x8001         // >= PERFRELAY_TYPE_THIRD_PARTY_MIN
+ *   struct my_rec { struct perfrelay_hdr hdr; __u64 value; };
+ *
+ *   SEC("tp/...") int my_prog(void *ctx)
+ *   {
+ *           struct my_rec r = { .value = 42 };   // or a per-CPU scratch map if it is large
+ *           perfrelay_emit(ctx, &r, sizeof(r), MY_TYPE, MY_PRODUCER);
+ *           return 0;
+ *   }
+ *
+ * The loader must open the object with
+ *   LIBBPF_OPTS(bpf_object_open_opts, o, .pin_root_path = "/sys/fs/bpf/perfrelay");
+ * (perfrelayd's PinPath) so that libbpf reuses the daemon's pinned "events" and "counters"
+ * instead of creating private copies nobody reads, and must call
+ *   bpf_map__set_max_entries(events_map, libbpf_num_possible_cpus());
+ * before load: a pinned map is only reused when its definition matches, and the daemon
+ * creates "events" with one slot per possible CPU.
+ *
+ * Accounting contract (see DESIGN.md): every call counts one attempt for (producer, CPU) and
+ * every failed output one failure, so attempts = received + failures holds per producer. The
+ * header's seq is the attempt number, so a gap in what the daemon receives proves loss. */
+#ifndef PERFRELAY_PRODUCER_BPF_H
+#define PERFRELAY_PRODUCER_BPF_H
+
+#include <bpf/bpf_helpers.h>
+#include "event.h"
+
+/* vmlinux.h carries BPF_F_PRESERVE_ELEMS as an enum constant, which the preprocessor cannot
+ * see, and older vmlinux.h files lack it; a private macro works with both and cannot clash
+ * with a later definition of the enum. The value is kernel ABI (include/uapi/linux/bpf.h). */
+#define PERFRELAY_BPF_F_PRESERVE_ELEMS (1U << 11)
+
+/* Negative errno values without <errno.h>, which BPF programs cannot include with vmlinux.h. */
+#define PERFRELAY_ENOENT 2
+#define PERFRELAY_EINVAL 22
+
+/* The daemon's rings, one slot per CPU. PRESERVE_ELEMS keeps the slots filled when the fd
+ * that created the map is closed, so a restarting daemon does not silently unhook everyone.
+ * max_entries stays 0 here: the loader sets it to the number of possible CPUs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+	__uint(map_flags, PERFRELAY_BPF_F_PRESERVE_ELEMS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} events SEC(".maps");
+
+/* Per (producer, CPU) attempts and failures: per-CPU so the hot path never shares a cache
+ * line across CPUs, pinned so the counts survive daemon restarts. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PERFRELAY_MAX_PRODUCERS);
+	__type(key, __u32);
+	__type(value, struct perfrelay_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} counters SEC(".maps");
+
+/* Stamps the header of rec (size bytes, header included) and writes it to the current CPU's
+ * ring. Returns 0 or a negative errno: -ENOENT for a producer id outside "counters", -EINVAL
+ * for a size that cannot hold a header or exceeds a perf record, otherwise the result of
+ * bpf_perf_event_output() (-ENOENT when no ring is mapped, -ENOSPC when the ring is full). */
+static __always_inline int perfrelay_emit(void *ctx, void *rec, __u32 size, __u16 type,
+					  __u32 producer)
+{
+	struct perfrelay_hdr *hdr = rec;
+	struct perfrelay_counters *c;
+	__u64 seq;
+	long r;
+
+	c = bpf_map_lookup_elem(&counters, &producer);
+	if (!c)
+		return -PERFRELAY_ENOENT;
+
+	/* Atomic although the slot is per-CPU: a tracepoint program can be preempted on a
+	 * PREEMPT kernel and another emitter can run on the same CPU in between; a plain
+	 * read-modify-write would then hand out the same seq twice or lose a count. */
+	seq = __sync_fetch_and_add(&c->attempts, 1);
+
+	/* A bad size is the producer's bug, but it still counts as an attempt that failed so
+	 * the attempts = received + failures invariant holds and the seq gap is explained. */
+	if (size < sizeof(struct perfrelay_hdr) || size > PERFRELAY_RECORD_MAX) {
+		__sync_fetch_and_add(&c->failures, 1);
+		return -PERFRELAY_EINVAL;
+	}
+
+	hdr->magic = PERFRELAY_MAGIC;
+	hdr->version = PERFRELAY_VERSION;
+	hdr->flags = 0;
+	hdr->type = type;
+	hdr->size = (__u16)size;
+	hdr->producer = producer;
+	hdr->cpu = bpf_get_smp_processor_id();
+	hdr->seq = seq;
+	hdr->ts_ns = bpf_ktime_get_boot_ns();
+
+	r = bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, rec, size);
+	if (r < 0)
+		__sync_fetch_and_add(&c->failures, 1);
+	return (int)r;
+}
+
+#endif

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The daemon's configuration: defaults, INI parsing of perfrelay.conf and its drop-ins.
+ * Pure logic apart from config_load() reading files; never logs: errors come back as text
+ * that names file:line and the key at fault. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cpuset.h"
+
+#define CONFIG_DEFAULT_FILE "/etc/perfrelay/perfrelay.conf"
+#define CONFIG_DEFAULT_DROPIN_DIR "/etc/perfrelay/perfrelay.conf.d"
+#define CONFIG_MAX_CPU_GROUPS 256u
+#define CONFIG_MAX_ALLOW_GROUPS 64u
+#define CONFIG_MAX_FILE_BYTES (1u << 20) /* a config file larger than this is an error */
+
+/* Built-in probes, as bits of Config.probes. */
+enum {
+	PROBE_EXEC = 0,
+	PROBE_EXIT,
+	PROBE_FORK,
+	PROBE_OPEN,
+	PROBE_CONNECT,
+	_PROBE_MAX,
+};
+#define PROBES_ALL ((1u << _PROBE_MAX) - 1)
+const char *probe_to_string(unsigned probe);   /* "exec", ... or NULL */
+int probe_from_string(const char *s);          /* PROBE_* or -EINVAL */
+
+typedef struct Config {
+	/* [Daemon] */
+	char *pin_path;                 /* PinPath=, default /sys/fs/bpf/perfrelay; absolute */
+	bool replace_incompatible_pins; /* ReplaceIncompatiblePins=, default no */
+
+	/* [Ring] */
+	unsigned pages_per_cpu;         /* PagesPerCpu=, power of two 1..65536, default 64 */
+	uint32_t watermark;             /* Watermark= bytes (K/M suffix), default 0 = auto (1/4 ring) */
+	uint32_t wakeup_events;         /* WakeupEvents=, default 0; used when set and Watermark= is 0 */
+	unsigned flush_interval_ms;     /* FlushIntervalMs=, 1..1000, default 50 */
+
+	/* [Readers] */
+	CpuSet *cpu_groups;             /* CpuGroups= "0-3 4-7" (space-separated CPU lists) */
+	size_t n_cpu_groups;            /* 0 = not set */
+	unsigned cpus_per_reader;       /* CpusPerReader=, 0 = not set; exclusive with CpuGroups= */
+
+	/* [Probes] */
+	uint32_t probes;                /* Probes= list of names or "all", default all */
+
+	/* [Socket] */
+	char *socket_path;              /* SocketPath=, default /run/perfrelay/events.sock */
+	uint64_t client_queue_bytes;    /* ClientQueueBytes=, default 4M, 64K..1G */
+	unsigned max_clients;           /* MaxClients=, default 256, 1..65536 */
+	unsigned max_clients_per_uid;   /* MaxClientsPerUid=, default 32, 1..65536 */
+	uint32_t max_request_bytes;     /* MaxRequestBytes=, default 65536, 256..1M */
+	unsigned request_timeout_ms;    /* RequestTimeoutMs=, default 5000, 10..600000 */
+	unsigned max_json_depth;        /* MaxJsonDepth=, default 8, 2..64 */
+	gid_t *allow_groups;            /* AllowGroups= group names or numeric gids (resolved at load) */
+	size_t n_allow_groups;
+
+	/* [Bus] */
+	unsigned bus_events_per_second; /* BusEventsPerSecond=, default 100, 1..100000 */
+} Config;
+
+int config_new(Config **ret);    /* all defaults */
+Config *config_free(Config *c);  /* accepts NULL; returns NULL */
+
+/* Parses INI text (sections and keys above, case-sensitive, '#' or ';' comments, blank lines,
+ * "Key=Value" with whitespace around the value trimmed; a key may appear again and the last
+ * value wins, except that an empty value resets it to its default). Unknown sections, unknown
+ * keys and bad values are errors: *ret_error is set to "FILE:LINE: message" (malloc'd). */
+int config_parse_text(Config *c, const char *text, size_t size, const char *filename, char **ret_error);
+
+/* Loads main_path (a missing file is fine: defaults) and then every "*.conf" in dropin_dir in
+ * alphabetical order (a missing directory is fine). Validates the combination at the end
+ * (e.g. CpuGroups= and CpusPerReader= together is an error). */
+int config_load(Config *c, const char *main_path, const char *dropin_dir, char **ret_error);
+
+/* Checks cross-key constraints; called by config_load() and usable after config_parse_text(). */
+int config_validate(const Config *c, char **ret_error);

@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Validation of perf ring records and perfrelay records: untrusted bytes in, a checked view out. */
+
+#include <linux/perf_event.h>
+#include <string.h>
+
+#include "decode.h"
+#include "macro.h"
+
+/* The raw data of a sample sits at offset 12 of an 8-aligned perf record, so every multi-byte
+ * field is read with memcpy into a local: casting to a struct pointer would be undefined
+ * behaviour and traps on strict-alignment architectures. */
+#define READ_FIELD(base, type, member)                                                  \
+	({                                                                              \
+		__typeof__(((type *)0)->member) _v;                                     \
+		memcpy(&_v, (const uint8_t *)(base) + offsetof(type, member), sizeof(_v)); \
+		_v;                                                                     \
+	})
+
+/* Address of a char array inside an unaligned record: char has no alignment requirement. */
+#define FIELD_PTR(base, type, member) ((const char *)(base) + offsetof(type, member))
+#define FIELD_SIZE(type, member) sizeof(((type *)0)->member)
+
+/* perf_event_header is followed by a u32 size for PERF_SAMPLE_RAW (the only sample_type the
+ * daemon opens its rings with), and by {u64 id; u64 lost;} for PERF_RECORD_LOST. */
+#define PERF_SAMPLE_RAW_OFFSET (sizeof(struct perf_event_header) + sizeof(uint32_t))
+#define PERF_LOST_MIN_SIZE (sizeof(struct perf_event_header) + 2 * sizeof(uint64_t))
+
+void decode_perf_record(const void *rec, size_t size, PerfRecordView *ret) {
+	const uint8_t *p = rec;
+	struct perf_event_header h;
+	uint32_t raw_size;
+
+	*ret = (PerfRecordView) { .kind = PERF_REC_MALFORMED };
+
+	if (size < sizeof(h))
+		return;
+	memcpy(&h, p, sizeof(h));
+	/* The ring walker hands us exactly one record; a header that disagrees with the length
+	 * we were given means the walker and the kernel disagree, so trust neither. */
+	if (h.size != size)
+		return;
+
+	switch (h.type) {
+	case PERF_RECORD_SAMPLE:
+		if (size < PERF_SAMPLE_RAW_OFFSET)
+			return;
+		memcpy(&raw_size, p + sizeof(h), sizeof(raw_size));
+		if (raw_size > size - PERF_SAMPLE_RAW_OFFSET)
+			return;
+		ret->kind = PERF_REC_SAMPLE;
+		ret->raw = p + PERF_SAMPLE_RAW_OFFSET;
+		ret->raw_size = raw_size;
+		return;
+
+	case PERF_RECORD_LOST:
+		if (size < PERF_LOST_MIN_SIZE)
+			return;
+		/* Skip the u64 id: the daemon opens one event per ring, so it names nothing new. */
+		memcpy(&ret->lost, p + sizeof(h) + sizeof(uint64_t), sizeof(ret->lost));
+		ret->kind = PERF_REC_LOST;
+		return;
+
+	default:
+		ret->kind = PERF_REC_OTHER;
+		return;
+	}
+}
+
+static const char *const decode_error_table[_DECODE_ERROR_MAX] = {
+	[DECODE_OK] = "ok",
+	[DECODE_TRUNCATED] = "truncated",
+	[DECODE_BAD_MAGIC] = "bad-magic",
+	[DECODE_BAD_VERSION] = "bad-version",
+	[DECODE_BAD_SIZE] = "bad-size",
+	[DECODE_BAD_STRING] = "bad-string",
+	[DECODE_BAD_PRODUCER] = "bad-producer",
+};
+
+const char *decode_error_to_string(DecodeError e) {
+	if ((unsigned) e >= ELEMENTSOF(decode_error_table))
+		return NULL;
+	return decode_error_table[e];
+}
+
+static const char *const event_type_table[] = {
+	[PERFRELAY_TYPE_EXEC] = "exec",
+	[PERFRELAY_TYPE_EXIT] = "exit",
+	[PERFRELAY_TYPE_FORK] = "fork",
+	[PERFRELAY_TYPE_OPEN] = "open",
+	[PERFRELAY_TYPE_CONNECT] = "connect",
+	[PERFRELAY_TYPE_BENCH] = "bench",
+};
+
+const char *event_type_to_string(uint16_t type) {
+	if (type >= ELEMENTSOF(event_type_table))
+		return NULL;
+	return event_type_table[type];
+}
+
+static bool has_nul(const char *s, size_t n) {
+	return memchr(s, 0, n) != NULL;
+}
+
+/* The strings of every built-in type must end inside their arrays: the encoder and filters
+ * use them as C strings and must never run past the record. */
+#define CHECK_STRING(rec, type, member)                                                 \
+	do {                                                                            \
+		if (!has_nul(FIELD_PTR(rec, type, member), FIELD_SIZE(type, member)))  \
+			return DECODE_BAD_STRING;                                       \
+	} while (0)
+
+static DecodeError decode_exec(const uint8_t *rec, DecodedEvent *ev) {
+	uint16_t argv_len;
+
+	CHECK_STRING(rec, struct perfrelay_exec, comm);
+	CHECK_STRING(rec, struct perfrelay_exec, filename);
+	CHECK_STRING(rec, struct perfrelay_exec, argv);
+
+	/* argv_len bounds the bytes the encoder splits into arguments; the last one in use must
+	 * be a NUL so that the final argument ends where argv_len says. */
+	argv_len = READ_FIELD(rec, struct perfrelay_exec, argv_len);
+	if (argv_len > PERFRELAY_ARGV_LEN)
+		return DECODE_BAD_STRING;
+	if (argv_len > 0 && FIELD_PTR(rec, struct perfrelay_exec, argv)[argv_len - 1] != '\0')
+		return DECODE_BAD_STRING;
+
+	ev->has_pid = ev->has_uid = true;
+	ev->pid = READ_FIELD(rec, struct perfrelay_exec, pid);
+	ev->uid = READ_FIELD(rec, struct perfrelay_exec, uid);
+	ev->comm = FIELD_PTR(rec, struct perfrelay_exec, comm);
+	ev->cgroup_id = READ_FIELD(rec, struct perfrelay_exec, cgroup_id);
+	return DECODE_OK;
+}
+
+static DecodeError decode_exit(const uint8_t *rec, DecodedEvent *ev) {
+	CHECK_STRING(rec, struct perfrelay_exit, comm);
+
+	ev->has_pid = ev->has_uid = true;
+	ev->pid = READ_FIELD(rec, struct perfrelay_exit, pid);
+	ev->uid = READ_FIELD(rec, struct perfrelay_exit, uid);
+	ev->comm = FIELD_PTR(rec, struct perfrelay_exit, comm);
+	return DECODE_OK;
+}
+
+static DecodeError decode_fork(const uint8_t *rec, DecodedEvent *ev) {
+	CHECK_STRING(rec, struct perfrelay_fork, comm);
+
+	/* Filters by pid match the process that forked: the child has not run anything yet. */
+	ev->has_pid = ev->has_uid = true;
+	ev->pid = READ_FIELD(rec, struct perfrelay_fork, parent_pid);
+	ev->uid = READ_FIELD(rec, struct perfrelay_fork, uid);
+	ev->comm = FIELD_PTR(rec, struct perfrelay_fork, comm);
+	return DECODE_OK;
+}
+
+static DecodeError decode_open(const uint8_t *rec, DecodedEvent *ev) {
+	CHECK_STRING(rec, struct perfrelay_open, comm);
+	CHECK_STRING(rec, struct perfrelay_open, path);
+
+	ev->has_pid = ev->has_uid = true;
+	ev->pid = READ_FIELD(rec, struct perfrelay_open, pid);
+	ev->uid = READ_FIELD(rec, struct perfrelay_open, uid);
+	ev->comm = FIELD_PTR(rec, struct perfrelay_open, comm);
+	return DECODE_OK;
+}
+
+static DecodeError decode_connect(const uint8_t *rec, DecodedEvent *ev) {
+	CHECK_STRING(rec, struct perfrelay_connect, comm);
+
+	ev->has_pid = ev->has_uid = true;
+	ev->pid = READ_FIELD(rec, struct perfrelay_connect, pid);
+	ev->uid = READ_FIELD(rec, struct perfrelay_connect, uid);
+	ev->comm = FIELD_PTR(rec, struct perfrelay_connect, comm);
+	return DECODE_OK;
+}
+
+DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret) {
+	const uint8_t *rec = raw;
+	DecodedEvent ev = {};
+	DecodeError e;
+
+	if (raw_size < sizeof(ev.hdr))
+		return DECODE_TRUNCATED;
+	memcpy(&ev.hdr, rec, sizeof(ev.hdr));
+
+	if (ev.hdr.magic != PERFRELAY_MAGIC)
+		return DECODE_BAD_MAGIC;
+	if (ev.hdr.version != PERFRELAY_VERSION)
+		return DECODE_BAD_VERSION;
+	/* hdr.flags is reserved and deliberately not checked, so a later version can set
+	 * informational flags without old daemons dropping every record. */
+	if (ev.hdr.producer >= PERFRELAY_MAX_PRODUCERS)
+		return DECODE_BAD_PRODUCER;
+	if (ev.hdr.size < sizeof(ev.hdr))
+		return DECODE_BAD_SIZE;
+	if (ev.hdr.size > raw_size)
+		return DECODE_TRUNCATED;
+	/* The kernel pads raw samples so that the u32 size plus the data is a multiple of 8;
+	 * anything beyond that is not padding but a producer writing a size it did not mean. */
+	if (raw_size - ev.hdr.size >= 8)
+		return DECODE_BAD_SIZE;
+
+	ev.record = rec;
+	ev.payload = rec + sizeof(ev.hdr);
+	ev.payload_size = ev.hdr.size - sizeof(ev.hdr);
+
+	switch (ev.hdr.type) {
+	case PERFRELAY_TYPE_EXEC:
+		if (ev.hdr.size != sizeof(struct perfrelay_exec))
+			return DECODE_BAD_SIZE;
+		e = decode_exec(rec, &ev);
+		break;
+	case PERFRELAY_TYPE_EXIT:
+		if (ev.hdr.size != sizeof(struct perfrelay_exit))
+			return DECODE_BAD_SIZE;
+		e = decode_exit(rec, &ev);
+		break;
+	case PERFRELAY_TYPE_FORK:
+		if (ev.hdr.size != sizeof(struct perfrelay_fork))
+			return DECODE_BAD_SIZE;
+		e = decode_fork(rec, &ev);
+		break;
+	case PERFRELAY_TYPE_OPEN:
+		if (ev.hdr.size != sizeof(struct perfrelay_open))
+			return DECODE_BAD_SIZE;
+		e = decode_open(rec, &ev);
+		break;
+	case PERFRELAY_TYPE_CONNECT:
+		if (ev.hdr.size != sizeof(struct perfrelay_connect))
+			return DECODE_BAD_SIZE;
+		e = decode_connect(rec, &ev);
+		break;
+	case PERFRELAY_TYPE_BENCH:
+		/* The benchmark varies the record size to measure its cost; the bytes past
+		 * struct perfrelay_bench are opaque filler. */
+		if (ev.hdr.size < sizeof(struct perfrelay_bench))
+			return DECODE_BAD_SIZE;
+		e = DECODE_OK;
+		break;
+	default:
+		/* A third-party (or future) type: the header is all we can vouch for, the
+		 * payload is passed on as opaque bytes. */
+		*ret = ev;
+		return DECODE_OK;
+	}
+	if (e != DECODE_OK)
+		return e;
+
+	ev.known = true;
+	*ret = ev;
+	return DECODE_OK;
+}

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Decoding of perf records and perfrelay records: bytes in, a validated view out. Pure: no
+ * I/O, no allocation, never trusts the bytes (they may come from any BPF program that can
+ * open the pinned array). */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "event.h"
+
+/* What a perf record in the ring is, after decode_perf_record(). */
+typedef enum PerfRecordKind {
+	PERF_REC_SAMPLE,  /* PERF_RECORD_SAMPLE with PERF_SAMPLE_RAW: raw/raw_size are set */
+	PERF_REC_LOST,    /* PERF_RECORD_LOST: lost is set */
+	PERF_REC_OTHER,   /* any other record type: skipped (counted by the caller) */
+	PERF_REC_MALFORMED,
+} PerfRecordKind;
+
+typedef struct PerfRecordView {
+	PerfRecordKind kind;
+	const uint8_t *raw;  /* PERF_REC_SAMPLE: the raw data (the producer's bytes + kernel padding) */
+	uint32_t raw_size;
+	uint64_t lost;       /* PERF_REC_LOST */
+} PerfRecordView;
+
+/* rec points at a whole perf record of `size` bytes (size == perf_event_header.size, already
+ * checked by the ring walker to be >= 8 and to fit). Fills *ret; never fails. */
+void decode_perf_record(const void *rec, size_t size, PerfRecordView *ret);
+
+/* Why a raw sample was rejected; the daemon counts each reason per producer. */
+typedef enum DecodeError {
+	DECODE_OK = 0,
+	DECODE_TRUNCATED,      /* shorter than the header, or than hdr.size */
+	DECODE_BAD_MAGIC,
+	DECODE_BAD_VERSION,
+	DECODE_BAD_SIZE,       /* hdr.size wrong for a known type, < header, or far below raw size */
+	DECODE_BAD_STRING,     /* a string field without its NUL, or argv_len out of bounds */
+	DECODE_BAD_PRODUCER,   /* producer id >= PERFRELAY_MAX_PRODUCERS */
+	_DECODE_ERROR_MAX,
+} DecodeError;
+const char *decode_error_to_string(DecodeError e);
+
+/* A validated perfrelay record. Pointers point into the caller's buffer, which must outlive
+ * the view. Fields a type does not have are 0 / NULL and has_* false. */
+typedef struct DecodedEvent {
+	struct perfrelay_hdr hdr;   /* aligned copy of the header */
+	const uint8_t *record;      /* the whole record (hdr.size bytes), possibly unaligned */
+	const uint8_t *payload;     /* record + sizeof(hdr) */
+	uint32_t payload_size;      /* hdr.size - sizeof(hdr) */
+	bool known;                 /* a built-in type whose payload was validated */
+	bool has_pid, has_uid;
+	uint32_t pid;               /* for filters */
+	uint32_t uid;
+	const char *comm;           /* NUL-terminated within the record, or NULL */
+	uint64_t cgroup_id;         /* 0 when the type has none */
+} DecodedEvent;
+
+/* Validates raw sample bytes as a perfrelay record. Known types must have exactly their
+ * struct's size and terminated strings; unknown types only a valid header. raw_size may
+ * exceed hdr.size by the kernel's alignment padding (< 8 bytes), not more. */
+DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret);
+
+/* Type name for JSON ("exec", ...), or NULL for types without a name. */
+const char *event_type_to_string(uint16_t type);

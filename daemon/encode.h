@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Encoding of decoded events for clients: JSON lines (one object + '\n') and binary frames.
+ * Pure and allocation-free: the caller provides the buffer. Output is checked against
+ * json-c by the unit tests and the fuzzer. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "decode.h"
+
+/* Upper bound of one encoded JSON line for any record (the worst case is an unknown type with
+ * a 64 KiB payload in base64, or strings made only of bytes that need \u escapes). */
+#define ENCODE_JSON_MAX (96u * 1024u)
+
+/* Writes one JSON line for ev into buf. `unit` is the systemd unit of the event's cgroup or
+ * NULL (then the key is omitted). Returns the number of bytes written, or -ENOBUFS if size is
+ * too small (nothing useful is left in buf then). Strings are escaped per RFC 8259; bytes that
+ * are not valid UTF-8 are replaced by U+FFFD. */
+ssize_t encode_json(const DecodedEvent *ev, const char *unit, char *buf, size_t size);
+
+/* {"type":"lost","count":N}\n */
+ssize_t encode_lost_json(uint64_t count, char *buf, size_t size);
+
+/* Escapes s (up to len bytes or its NUL) as a JSON string with quotes; returns bytes or -ENOBUFS. */
+ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size);

@@ -1,0 +1,413 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Fan-out of decoded events from reader threads to clients through per-reader SPSC queues. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "encode.h"
+#include "hub.h"
+#include "macro.h"
+#include "stats.h"
+
+#define HUB_QUEUE_MIN (64u * 1024u)
+
+/* One client's queue for one reader: a byte ring of whole encoded events. */
+typedef struct HubQueue {
+	/* Written by the main thread (release) as it consumes; read by the reader (acquire). */
+	_Alignas(64) uint64_t tail;
+	/* Written by the reader (release) once per batch; read by the main thread (acquire). */
+	_Alignas(64) uint64_t head;
+	/* Reader-private. */
+	uint64_t head_local;      /* bytes written, published as head at the end of the batch */
+	uint64_t tail_cache;      /* last tail seen: reloaded only when the queue looks full */
+	uint64_t pending_lost;    /* drops not yet reported to the client by a "lost" line */
+	/* Written by the reader (STAT_*), read by the main thread. */
+	uint64_t offered, queued, dropped;
+	uint8_t *buf;
+	uint64_t mask;
+} HubQueue;
+
+struct HubClient {
+	Hub *hub;
+	int fd;                   /* not owned */
+	HubClientOptions o;
+	HubQueue *q;              /* one per reader */
+	struct iovec *iov;        /* main thread: flush scratch, 2 per reader */
+	uint64_t *avail;          /* main thread: flush scratch, 1 per reader */
+	unsigned *order;          /* main thread: flush scratch, 1 per reader */
+	int partial;              /* main thread: queue whose data was partly written, or -1 */
+	uint64_t bytes_sent;      /* main thread */
+	atomic_bool overflowed;   /* set by a reader, read by the main thread */
+	bool blocked;             /* main thread: the fd would block; waiting for EPOLLOUT */
+	bool attached;
+};
+
+typedef struct HubSlot {
+	_Alignas(64) pthread_mutex_t lock; /* held by the reader for a batch, by the main thread to edit */
+	HubClient **clients;      /* guarded by lock */
+	size_t n_clients;
+	char *json;               /* reader-private scratch: the current event, encoded once */
+	bool wrote;               /* reader-private: this batch queued output */
+} HubSlot;
+
+struct Hub {
+	unsigned n_readers;
+	HubSlot *slots;
+	int notify_fd;
+	atomic_int sleeping;      /* main thread sets it before sleeping; readers clear it and signal */
+	HubClient **clients;      /* main thread's list of attached clients */
+	size_t n_clients;
+};
+
+int hub_new(unsigned n_readers, Hub **ret) {
+	_cleanup_free_ Hub *h = NULL;
+
+	if (n_readers == 0)
+		return -EINVAL;
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	h->n_readers = n_readers;
+	h->notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (h->notify_fd < 0)
+		return negative_errno();
+	h->slots = aligned_alloc(64, ALIGN_TO(sizeof(HubSlot) * n_readers, 64u));
+	if (!h->slots) {
+		safe_close(h->notify_fd);
+		return -ENOMEM;
+	}
+	memset(h->slots, 0, sizeof(HubSlot) * n_readers);
+	for (unsigned i = 0; i < n_readers; i++) {
+		pthread_mutex_init(&h->slots[i].lock, NULL);
+		h->slots[i].json = malloc(ENCODE_JSON_MAX);
+		if (!h->slots[i].json) {
+			hub_free(TAKE_PTR(h));
+			return -ENOMEM;
+		}
+	}
+	*ret = TAKE_PTR(h);
+	return 0;
+}
+
+Hub *hub_free(Hub *h) {
+	if (!h)
+		return NULL;
+	for (unsigned i = 0; h->slots && i < h->n_readers; i++) {
+		pthread_mutex_destroy(&h->slots[i].lock);
+		free(h->slots[i].clients);
+		free(h->slots[i].json);
+	}
+	free(h->slots);
+	free(h->clients);
+	safe_close(h->notify_fd);
+	free(h);
+	return NULL;
+}
+
+int hub_notify_fd(const Hub *h) { return h->notify_fd; }
+
+int hub_client_new(Hub *h, int fd, const HubClientOptions *o, HubClient **ret) {
+	HubClient *c;
+	uint64_t per_queue = HUB_QUEUE_MIN;
+
+	/* The largest power of two that keeps the client within its budget, but at least room
+	 * for one event of the largest size. */
+	while (per_queue * 2 * h->n_readers <= o->queue_bytes)
+		per_queue *= 2;
+	if (per_queue < 2 * ENCODE_JSON_MAX)
+		per_queue = 256 * 1024;
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->hub = h;
+	c->fd = fd;
+	c->o = *o;
+	c->partial = -1;
+	c->q = aligned_alloc(64, ALIGN_TO(sizeof(HubQueue) * h->n_readers, 64u));
+	if (!c->q) {
+		free(c);
+		return -ENOMEM;
+	}
+	memset(c->q, 0, sizeof(HubQueue) * h->n_readers);
+	c->iov = calloc(2 * h->n_readers, sizeof(struct iovec));
+	c->avail = calloc(h->n_readers, sizeof(uint64_t));
+	c->order = calloc(h->n_readers, sizeof(unsigned));
+	if (!c->iov || !c->avail || !c->order) {
+		hub_client_free(c);
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < h->n_readers; i++) {
+		c->q[i].buf = malloc(per_queue);
+		if (!c->q[i].buf) {
+			hub_client_free(c);
+			return -ENOMEM;
+		}
+		c->q[i].mask = per_queue - 1;
+	}
+	*ret = c;
+	return 0;
+}
+
+HubClient *hub_client_free(HubClient *c) {
+	if (!c)
+		return NULL;
+	for (unsigned i = 0; c->q && i < c->hub->n_readers; i++)
+		free(c->q[i].buf);
+	free(c->q);
+	free(c->iov);
+	free(c->avail);
+	free(c->order);
+	free(c);
+	return NULL;
+}
+
+static int clients_append(HubClient ***array, size_t *n, HubClient *c) {
+	HubClient **a = realloc(*array, sizeof(HubClient *) * (*n + 1));
+
+	if (!a)
+		return -ENOMEM;
+	a[(*n)++] = c;
+	*array = a;
+	return 0;
+}
+
+static void clients_remove(HubClient **array, size_t *n, HubClient *c) {
+	for (size_t i = 0; i < *n; i++)
+		if (array[i] == c) {
+			memmove(array + i, array + i + 1, sizeof(HubClient *) * (*n - i - 1));
+			(*n)--;
+			return;
+		}
+}
+
+int hub_client_attach(Hub *h, HubClient *c) {
+	/* On allocation failure the client ends up attached nowhere (never half-attached) and
+	 * the caller learns it from the return value. */
+	if (clients_append(&h->clients, &h->n_clients, c) < 0)
+		return -ENOMEM;
+	for (unsigned i = 0; i < h->n_readers; i++) {
+		HubSlot *s = &h->slots[i];
+		int r;
+
+		pthread_mutex_lock(&s->lock);
+		r = clients_append(&s->clients, &s->n_clients, c);
+		pthread_mutex_unlock(&s->lock);
+		if (r < 0) {
+			hub_client_detach(h, c);
+			return r;
+		}
+	}
+	c->attached = true;
+	return 0;
+}
+
+void hub_client_detach(Hub *h, HubClient *c) {
+	for (unsigned i = 0; i < h->n_readers; i++) {
+		HubSlot *s = &h->slots[i];
+
+		pthread_mutex_lock(&s->lock);
+		clients_remove(s->clients, &s->n_clients, c);
+		pthread_mutex_unlock(&s->lock);
+	}
+	clients_remove(h->clients, &h->n_clients, c);
+	c->attached = false;
+}
+
+int hub_client_fd(const HubClient *c) { return c->fd; }
+
+bool hub_client_blocked(const HubClient *c) { return c->blocked; }
+
+bool hub_client_overflowed(const HubClient *c) { return atomic_load_explicit(&c->overflowed, memory_order_relaxed); }
+
+void hub_client_get_stats(const HubClient *c, HubClientStats *ret) {
+	HubClientStats s = { .bytes_sent = c->bytes_sent };
+
+	for (unsigned i = 0; i < c->hub->n_readers; i++) {
+		const HubQueue *q = &c->q[i];
+
+		s.offered += STAT_LOAD(q->offered);
+		s.queued += STAT_LOAD(q->queued);
+		s.dropped += STAT_LOAD(q->dropped);
+		s.queued_bytes += __atomic_load_n(&q->head, __ATOMIC_ACQUIRE) - q->tail;
+	}
+	*ret = s;
+}
+
+/* Reader side ------------------------------------------------------------------------------ */
+
+static inline bool queue_reserve(HubQueue *q, uint64_t need) {
+	uint64_t size = q->mask + 1;
+
+	if (size - (q->head_local - q->tail_cache) >= need)
+		return true;
+	q->tail_cache = __atomic_load_n(&q->tail, __ATOMIC_ACQUIRE);
+	return size - (q->head_local - q->tail_cache) >= need;
+}
+
+static inline void queue_write(HubQueue *q, const void *src, size_t n) {
+	uint64_t off = q->head_local & q->mask, first = q->mask + 1 - off;
+
+	if (n <= first)
+		memcpy(q->buf + off, src, n);
+	else {
+		memcpy(q->buf + off, src, first);
+		memcpy(q->buf, (const uint8_t *)src + first, n - first);
+	}
+	q->head_local += n;
+}
+
+void hub_reader_begin(Hub *h, unsigned reader) {
+	HubSlot *s = &h->slots[reader];
+
+	pthread_mutex_lock(&s->lock);
+	s->wrote = false;
+}
+
+void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev) {
+	HubSlot *s = &h->slots[reader];
+	ssize_t len = -1;
+
+	for (size_t i = 0; i < s->n_clients; i++) {
+		HubClient *c = s->clients[i];
+		HubQueue *q = &c->q[reader];
+		char lost[64];
+		ssize_t lost_len = 0;
+
+		if (c->o.match && !c->o.match(c->o.filter, ev))
+			continue;
+		STAT_ADD(q->offered, 1);
+
+		if (len < 0) {
+			/* Encoded once, however many clients take it. */
+			len = encode_json(ev, NULL, s->json, ENCODE_JSON_MAX);
+			if (len < 0)
+				return; /* cannot happen: ENCODE_JSON_MAX bounds every record */
+		}
+		if (q->pending_lost > 0)
+			lost_len = encode_lost_json(q->pending_lost, lost, sizeof(lost));
+
+		if (!queue_reserve(q, (uint64_t)len + (uint64_t)lost_len)) {
+			STAT_ADD(q->dropped, 1);
+			q->pending_lost++;
+			if (c->o.overflow == HUB_OVERFLOW_DISCONNECT &&
+			    !atomic_exchange_explicit(&c->overflowed, true, memory_order_relaxed))
+				s->wrote = true; /* wake the main thread to close it */
+			continue;
+		}
+		if (lost_len > 0) {
+			queue_write(q, lost, lost_len);
+			q->pending_lost = 0;
+		}
+		queue_write(q, s->json, len);
+		STAT_ADD(q->queued, 1);
+		s->wrote = true;
+	}
+}
+
+void hub_reader_end(Hub *h, unsigned reader) {
+	HubSlot *s = &h->slots[reader];
+	bool wrote = s->wrote;
+
+	if (wrote)
+		for (size_t i = 0; i < s->n_clients; i++) {
+			HubQueue *q = &s->clients[i]->q[reader];
+
+			if (q->head_local != q->head)
+				__atomic_store_n(&q->head, q->head_local, __ATOMIC_RELEASE);
+		}
+	pthread_mutex_unlock(&s->lock);
+
+	/* One eventfd write per batch at most, and only if the main thread is asleep. The
+	 * exchange is a full barrier, pairing with hub_prepare_sleep(). */
+	if (wrote && atomic_exchange(&h->sleeping, 0)) {
+		uint64_t one = 1;
+		(void)!write(h->notify_fd, &one, sizeof(one));
+	}
+}
+
+/* Main thread side ------------------------------------------------------------------------ */
+
+bool hub_prepare_sleep(Hub *h) {
+	uint64_t drain;
+
+	(void)!read(h->notify_fd, &drain, sizeof(drain));
+	atomic_store(&h->sleeping, 1);
+	/* Dekker with hub_reader_end(): either a reader sees sleeping=1 and signals, or we see
+	 * its head here. */
+	for (size_t i = 0; i < h->n_clients; i++) {
+		HubClient *c = h->clients[i];
+
+		if (atomic_load_explicit(&c->overflowed, memory_order_relaxed))
+			return true;
+		if (c->blocked)
+			continue; /* its EPOLLOUT wakes us */
+		for (unsigned k = 0; k < h->n_readers; k++)
+			if (__atomic_load_n(&c->q[k].head, __ATOMIC_SEQ_CST) != c->q[k].tail)
+				return true;
+	}
+	return false;
+}
+
+void hub_foreach_client(Hub *h, void (*fn)(HubClient *c, void *userdata), void *userdata) {
+	/* fn may detach the client it is given: walk from the end. */
+	for (size_t i = h->n_clients; i > 0; i--)
+		fn(h->clients[i - 1], userdata);
+}
+
+int hub_client_flush(HubClient *c) {
+	unsigned n = c->hub->n_readers, n_iov = 0;
+	struct iovec *iov = c->iov;
+	uint64_t *avail = c->avail, total = 0;
+	unsigned *order = c->order;
+	ssize_t k;
+
+	/* A partly written queue goes first so no line is ever interleaved with another. */
+	for (unsigned i = 0, j = 0; i < n; i++) {
+		unsigned qi = (c->partial >= 0) ? (c->partial + i) % n : i;
+		HubQueue *q = &c->q[qi];
+		uint64_t head = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
+		uint64_t off = q->tail & q->mask, len = head - q->tail, first = MIN(len, q->mask + 1 - off);
+
+		order[j++] = qi;
+		avail[qi] = len;
+		if (len == 0)
+			continue;
+		iov[n_iov++] = (struct iovec) { q->buf + off, first };
+		if (len > first)
+			iov[n_iov++] = (struct iovec) { q->buf, len - first };
+		total += len;
+	}
+	if (total == 0) {
+		c->blocked = false;
+		return 1;
+	}
+
+	c->blocked = false;
+	k = writev(c->fd, iov, n_iov);
+	if (k < 0) {
+		if (errno != EAGAIN && errno != EINTR)
+			return negative_errno();
+		c->blocked = errno == EAGAIN;
+		return 0;
+	}
+
+	c->bytes_sent += k;
+	c->partial = -1;
+	bool all = (uint64_t)k == total;
+	for (unsigned j = 0; j < n && k > 0; j++) {
+		HubQueue *q = &c->q[order[j]];
+		uint64_t take = MIN((uint64_t)k, avail[order[j]]);
+
+		if (take < avail[order[j]])
+			c->partial = order[j];
+		__atomic_store_n(&q->tail, q->tail + take, __ATOMIC_RELEASE);
+		k -= take;
+	}
+	/* A short write means the fd's buffer is full: wait for EPOLLOUT. */
+	c->blocked = !all;
+	return all ? 1 : 0;
+}

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The built-in probes: the libbpf skeleton (open -> check pins -> load), the pinned maps it
+ * shares with third-party producers, and one pinned BPF link per program so probes stay
+ * attached while the daemon restarts. Main thread only. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "event.h"
+
+typedef struct Probes Probes;
+
+/* Opens and loads the probes object with its maps pinned under pin_path (reusing compatible
+ * pins). Attaches nothing yet. */
+int probes_new(const char *pin_path, bool replace_incompatible, Probes **ret);
+/* Closes everything without unpinning: pinned links keep the probes attached. */
+Probes *probes_free(Probes *p);
+
+int probes_events_fd(const Probes *p);
+int probes_counters_fd(const Probes *p);
+unsigned probes_possible_cpus(const Probes *p);
+
+/* Makes the set of attached probes equal to `mask` (bits PROBE_*): reuses pinned links whose
+ * program is identical to the loaded one, attaches and pins the others, and unpins and detaches
+ * probes outside the mask. */
+int probes_apply(Probes *p, uint32_t mask);
+int probes_set_enabled(Probes *p, unsigned probe, bool enabled);
+bool probes_is_enabled(const Probes *p, unsigned probe);
+/* 1 if the probe's links were found pinned at start and reused. */
+bool probes_was_reused(const Probes *p, unsigned probe);
+
+/* Sums a producer's per-CPU counters; per_cpu (possible CPUs entries) may be NULL. */
+int probes_read_counters(const Probes *p, uint32_t producer, struct perfrelay_counters *ret_sum,
+                         struct perfrelay_counters *per_cpu);

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* A reader thread: owns the rings of one CPU group, pinned to those CPUs, waits on them with
+ * epoll, drains them in batches, decodes every record and hands events to the hub. */
+#pragma once
+
+#include <stdint.h>
+
+#include "cpuset.h"
+#include "hub.h"
+#include "ring.h"
+#include "stats.h"
+
+typedef struct Reader Reader;
+
+/* Takes ownership of the rings (on success and on failure). `id` is the reader's index in the hub. */
+int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hub *hub,
+               unsigned flush_interval_ms, Reader **ret);
+Reader *reader_free(Reader *r); /* stops the thread first if it runs */
+
+int reader_start(Reader *r);
+/* Asks the thread to drain its rings a last time and exit, then joins it. */
+void reader_stop(Reader *r);
+
+unsigned reader_id(const Reader *r);
+const CpuSet *reader_cpus(const Reader *r);
+size_t reader_n_rings(const Reader *r);
+const Ring *reader_ring(const Reader *r, size_t i);
+/* Read with STAT_LOAD from any thread. */
+const CpuStats *reader_cpu_stats(const Reader *r, size_t i);
+const ReaderStats *reader_stats(const Reader *r);
+
+/* Test-only fault injection (compiled in with -Dfault_injection=true): the thread stops making
+ * progress while frozen. */
+void reader_set_frozen(Reader *r, int frozen);

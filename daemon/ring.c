@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* One CPU's perf ring: perf_event_open + mmap, and the consumer side of the ring contract. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <linux/perf_event.h>
+
+#include "macro.h"
+#include "perfring.h"
+#include "ring.h"
+
+struct Ring {
+	int fd;
+	unsigned cpu;
+	struct perf_event_mmap_page *meta; /* the first mapped page: data_head/data_tail */
+	size_t map_size;
+	uint8_t *data;
+	uint64_t mask;                     /* data size - 1 */
+	uint8_t *scratch;                  /* PERFRING_RECORD_MAX bytes for records that wrap */
+};
+
+int ring_open(unsigned cpu, const RingOptions *o, Ring **ret) {
+	struct perf_event_attr attr = {
+		.type = PERF_TYPE_SOFTWARE,
+		.size = sizeof(attr),
+		.config = PERF_COUNT_SW_BPF_OUTPUT,
+		.sample_type = PERF_SAMPLE_RAW,
+		.sample_period = 1,
+	};
+	long page = sysconf(_SC_PAGESIZE);
+	_cleanup_free_ Ring *r = NULL;
+	void *map;
+
+	if (o->pages == 0 || (o->pages & (o->pages - 1)))
+		return -EINVAL;
+	if (o->watermark > 0) {
+		attr.watermark = 1;
+		attr.wakeup_watermark = o->watermark;
+	} else
+		attr.wakeup_events = o->wakeup_events ?: 1;
+
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->fd = -EBADF;
+	r->cpu = cpu;
+
+	r->fd = syscall(SYS_perf_event_open, &attr, -1, (int)cpu, -1, PERF_FLAG_FD_CLOEXEC);
+	if (r->fd < 0)
+		return negative_errno();
+	if (fcntl(r->fd, F_SETFL, O_NONBLOCK) < 0) {
+		int k = negative_errno();
+		safe_close(r->fd);
+		return k;
+	}
+
+	r->map_size = (size_t)page * (1 + o->pages);
+	/* PROT_WRITE makes this a non-overwrite ring: the kernel never passes our data_tail. */
+	map = mmap(NULL, r->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+	if (map == MAP_FAILED) {
+		int k = negative_errno();
+		safe_close(r->fd);
+		return k;
+	}
+	r->meta = map;
+	r->data = (uint8_t *)map + page;
+	r->mask = (uint64_t)page * o->pages - 1;
+
+	r->scratch = aligned_alloc(8, ALIGN_TO(PERFRING_RECORD_MAX, 8u));
+	if (!r->scratch) {
+		munmap(map, r->map_size);
+		safe_close(r->fd);
+		return -ENOMEM;
+	}
+
+	if (ioctl(r->fd, PERF_EVENT_IOC_ENABLE, 0) < 0) {
+		int k = negative_errno();
+		free(r->scratch);
+		munmap(map, r->map_size);
+		safe_close(r->fd);
+		return k;
+	}
+
+	*ret = TAKE_PTR(r);
+	return 0;
+}
+
+Ring *ring_free(Ring *r) {
+	if (!r)
+		return NULL;
+	if (r->meta)
+		munmap(r->meta, r->map_size);
+	safe_close(r->fd);
+	free(r->scratch);
+	free(r);
+	return NULL;
+}
+
+int ring_fd(const Ring *r) { return r->fd; }
+unsigned ring_cpu(const Ring *r) { return r->cpu; }
+uint64_t ring_data_size(const Ring *r) { return r->mask + 1; }
+
+int ring_pending(const Ring *r) {
+	/* A relaxed load is enough for a hint; ring_drain() does the ordered load. */
+	return __atomic_load_n(&r->meta->data_head, __ATOMIC_RELAXED) !=
+	       __atomic_load_n(&r->meta->data_tail, __ATOMIC_RELAXED);
+}
+
+int64_t ring_drain(Ring *r, uint64_t budget, RingRecordFn fn, void *userdata) {
+	/* Only this thread writes data_tail, so a plain load of our own last store is exact. */
+	uint64_t tail = __atomic_load_n(&r->meta->data_tail, __ATOMIC_RELAXED), start = tail;
+	/* (C) in the kernel's ring buffer document: data_head load, then smp_rmb() before any
+	 * record is read. The acquire load provides exactly that ordering. */
+	uint64_t head = __atomic_load_n(&r->meta->data_head, __ATOMIC_ACQUIRE);
+	int corrupt = 0;
+
+	for (;;) {
+		const uint8_t *rec;
+		uint32_t size;
+		PerfringStatus s = perfring_next(r->data, r->mask, tail, head, r->scratch, &rec, &size);
+
+		if (s == PERFRING_EMPTY)
+			break;
+		if (s == PERFRING_CORRUPT) {
+			/* Only the kernel writes this ring; if its framing is broken we cannot resync
+			 * inside the batch, so skip what is published and let the caller count it. */
+			tail = head;
+			corrupt = 1;
+			break;
+		}
+		fn(userdata, rec, size);
+		tail += size;
+		if (tail == head && (budget == 0 || tail - start < budget)) {
+			/* More may have arrived while we worked: take it in the same batch, still
+			 * with one tail store at the end. */
+			head = __atomic_load_n(&r->meta->data_head, __ATOMIC_ACQUIRE);
+		}
+		if (budget && tail - start >= budget)
+			break;
+	}
+
+	if (tail != start) {
+		/* (D): every read of the records above must be complete before the kernel may
+		 * overwrite them, i.e. a full barrier (smp_mb) separates them from the tail store. */
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		__atomic_store_n(&r->meta->data_tail, tail, __ATOMIC_RELAXED);
+	}
+	return corrupt ? -EBADMSG : (int64_t)(tail - start);
+}

@@ -1,0 +1,114 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# shellcheck shell=bash
+# Helpers shared by scripts/run and scripts/test: install what is missing, build, mount bpffs/tracefs.
+# Source this file; it does not change shell options of its caller (callers use set -euo pipefail).
+
+# The repository root, resolved from this file's own location so the scripts work from any cwd.
+PERFRELAY_ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)"
+export PERFRELAY_ROOT
+
+# Build and test dependencies on Debian 12. libc6-dev is listed explicitly because gcc only
+# recommends it, and images that disable recommends would otherwise lack the C headers.
+PERFRELAY_PACKAGES=(
+	libbpf-dev bpftool clang llvm libsystemd-dev libjson-c-dev libelf-dev zlib1g-dev
+	meson ninja-build pkg-config dbus python3 gcc libc6-dev
+)
+
+log() {
+	printf '%s: %s\n' "${0##*/}" "$*" >&2
+}
+
+die() {
+	log "error: $*"
+	exit 1
+}
+
+is_root() {
+	[[ "$(id -u)" -eq 0 ]]
+}
+
+package_installed() {
+	local status
+	status="$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" || return 1
+	[[ "$status" == "install ok installed" ]]
+}
+
+# Install, with apt-get, only the packages that are not installed yet; 'apt-get update' runs once,
+# and only when something is missing.
+ensure_packages() {
+	local missing=() p
+
+	command -v dpkg-query >/dev/null 2>&1 || die "dpkg-query not found: these scripts expect Debian 12"
+
+	for p in "${PERFRELAY_PACKAGES[@]}"; do
+		package_installed "$p" || missing+=("$p")
+	done
+
+	if [[ ${#missing[@]} -eq 0 ]]; then
+		return 0
+	fi
+
+	if ! is_root; then
+		die "missing packages: ${missing[*]} (run as root, or: sudo apt-get install ${missing[*]})"
+	fi
+
+	log "installing missing packages: ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	apt-get install -y -q "${missing[@]}"
+}
+
+# mount_fs TYPE DIR: mount a pseudo filesystem of TYPE at DIR unless DIR already is a mount point.
+mount_fs() {
+	local type="$1" dir="$2"
+
+	if mountpoint -q -- "$dir" 2>/dev/null; then
+		return 0
+	fi
+	if ! is_root; then
+		log "$type is not mounted at $dir and mounting it needs root"
+		return 1
+	fi
+	if [[ ! -d "$dir" ]]; then
+		log "$dir does not exist: the kernel lacks $type support or /sys is not mounted"
+		return 1
+	fi
+	log "mounting $type at $dir"
+	if ! mount -t "$type" "$type" "$dir"; then
+		log "failed to mount $type at $dir (in a container: needs a privileged container or a bind mount from the host)"
+		return 1
+	fi
+}
+
+# Mount bpffs (pins) and tracefs (tracepoints) if they are not mounted yet.
+# Returns non-zero if either is still missing; the caller decides whether that is fatal.
+ensure_mounts() {
+	local r=0
+
+	mount_fs bpf /sys/fs/bpf || r=1
+	mount_fs tracefs /sys/kernel/tracing || r=1
+	return "$r"
+}
+
+# ensure_build BUILDDIR: configure BUILDDIR (relative to the repository root unless absolute)
+# if it is not configured yet, then compile it.
+ensure_build() {
+	local builddir="${1:?ensure_build: missing build directory}"
+
+	[[ "$builddir" == /* ]] || builddir="$PERFRELAY_ROOT/$builddir"
+
+	# No build.ninja: never configured, or the configuration failed (e.g. a dependency was
+	# missing then; plain 'meson setup' retries that). Once configured, 'meson compile'
+	# reconfigures by itself when a meson.build changes.
+	if [[ ! -f "$builddir/build.ninja" ]]; then
+		log "configuring $builddir"
+		if [[ -f "$builddir/meson-private/coredata.dat" ]]; then
+			meson setup --reconfigure --buildtype=debugoptimized "$builddir" "$PERFRELAY_ROOT"
+		else
+			meson setup --buildtype=debugoptimized "$builddir" "$PERFRELAY_ROOT"
+		fi
+	fi
+
+	log "building $builddir"
+	meson compile -C "$builddir"
+}

@@ -1,0 +1,213 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Shared harness for perfrelay's integration tests: a daemon per test with its own pin root,
+config and stdout channel, readiness via sd_notify, and cleanup that leaves no pins behind."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+SKIP = 77
+BPFFS = "/sys/fs/bpf"
+
+
+def skip(reason):
+    print(f"SKIP: {reason}")
+    sys.exit(SKIP)
+
+
+def require_root_and_bpf():
+    if os.geteuid() != 0:
+        skip("needs root (BPF, perf_event_open, bpffs)")
+    for fs, where in (("bpf", BPFFS), ("tracefs", "/sys/kernel/tracing")):
+        if not os.path.ismount(where):
+            r = subprocess.run(["mount", "-t", fs, fs, where], capture_output=True)
+            if r.returncode != 0:
+                skip(f"{fs} is not mounted at {where} and cannot be mounted: {r.stderr.decode().strip()}")
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        skip("kernel without BTF")
+
+
+def possible_cpus():
+    with open("/sys/devices/system/cpu/possible") as f:
+        return max(int(p.split("-")[-1]) for p in f.read().strip().split(",")) + 1
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def check_eq(got, want, what):
+    if got != want:
+        raise Failure(f"{what}: got {got!r}, want {want!r}")
+
+
+class Daemon:
+    """perfrelayd --stdout under test. Events are collected by a thread so the pipe never fills."""
+
+    def __init__(self, binary, tag, config="", pin_path=None, stdout=True, extra_args=()):
+        self.binary = binary
+        self.dir = tempfile.mkdtemp(prefix=f"perfrelay-{tag}-")
+        self.pin_path = pin_path or f"{BPFFS}/perfrelay-test-{tag}-{os.getpid()}"
+        self.config_path = os.path.join(self.dir, "perfrelay.conf")
+        with open(self.config_path, "w") as f:
+            f.write(f"[Daemon]\nPinPath={self.pin_path}\n{config}\n")
+        self.stdout = stdout
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.events = []
+        self.cond = threading.Condition()
+        self.stderr_lines = []
+
+    def write_config(self, config):
+        with open(self.config_path, "w") as f:
+            f.write(f"[Daemon]\nPinPath={self.pin_path}\n{config}\n")
+
+    def start(self, timeout=30):
+        notify_path = os.path.join(self.dir, "notify.sock")
+        if os.path.exists(notify_path):
+            os.unlink(notify_path)
+        notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        notify.bind(notify_path)
+        notify.settimeout(timeout)
+        env = dict(os.environ, NOTIFY_SOCKET=notify_path)
+        args = [self.binary, "--config", self.config_path] + (["--stdout"] if self.stdout else []) + self.extra_args
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.threads = [threading.Thread(target=self._read_stdout, args=(self.proc,), daemon=True),
+                        threading.Thread(target=self._read_stderr, args=(self.proc,), daemon=True)]
+        for t in self.threads:
+            t.start()
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                msg = notify.recv(4096).decode()
+                if "READY=1" in msg.split("\n"):
+                    break
+                if time.monotonic() > deadline:
+                    raise Failure("daemon did not send READY=1")
+        except socket.timeout:
+            self.proc.kill()
+            self.proc.wait()
+            self.threads[1].join(5)
+            raise Failure("daemon did not send READY=1 within %ss; stderr:\n%s" % (timeout, self.stderr()))
+        finally:
+            notify.close()
+        return self
+
+    def _read_stdout(self, proc):
+        for line in proc.stdout:
+            ev = json.loads(line)
+            with self.cond:
+                self.events.append(ev)
+                self.cond.notify_all()
+
+    def _read_stderr(self, proc):
+        for line in proc.stderr:
+            self.stderr_lines.append(line.decode(errors="replace").rstrip("\n"))
+            sys.stderr.write("  daemon: " + self.stderr_lines[-1] + "\n")
+
+    def stderr(self):
+        return "\n".join(self.stderr_lines)
+
+    def wait_event(self, pred, what, timeout=10):
+        """Waits for an event matching pred; the daemon's flush interval bounds the latency."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for ev in self.events:
+                    if pred(ev):
+                        return ev
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Failure(f"no event for {what} within {timeout}s ({len(self.events)} events seen)")
+                self.cond.wait(left)
+
+    def wait_events(self, pred, count, what, timeout=20):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                got = [ev for ev in self.events if pred(ev)]
+                if len(got) >= count:
+                    return got
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Failure(f"{what}: {len(got)} of {count} events within {timeout}s")
+                self.cond.wait(left)
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc is None:
+            return None
+        self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+            raise Failure(f"daemon did not exit within {timeout}s of signal {sig}")
+        for t in self.threads:
+            t.join(10)  # EOF on both pipes: every line the daemon wrote has been collected
+        self.proc = None
+        return rc
+
+    def cleanup(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+        subprocess.run([self.binary, "--config", self.config_path, "--cleanup"], capture_output=True)
+        leftover = os.path.exists(self.pin_path)
+        subprocess.run(["rm", "-rf", self.dir])
+        if leftover:
+            subprocess.run(["rm", "-rf", self.pin_path])
+            raise Failure(f"--cleanup left {self.pin_path} behind")
+
+
+def bpftool_json(*args):
+    r = subprocess.run(["bpftool", "-j"] + list(args), capture_output=True, text=True)
+    if r.returncode != 0:
+        raise Failure(f"bpftool {' '.join(args)} failed: {r.stderr.strip()}")
+    return json.loads(r.stdout)
+
+
+def producer_counters(pin_path, producer):
+    """Sums a producer's per-CPU (attempts, failures) from the pinned counters array."""
+    key = [str(b) for b in producer.to_bytes(4, "little")]
+    out = bpftool_json("map", "lookup", "pinned", f"{pin_path}/counters", "key", *key)
+    attempts = failures = 0
+    for v in out["values"]:
+        val = v["value"]
+        if isinstance(val, dict):
+            attempts += val["attempts"]
+            failures += val["failures"]
+        else:  # raw bytes without BTF
+            raw = bytes(int(b, 16) for b in val)
+            attempts += int.from_bytes(raw[0:8], "little")
+            failures += int.from_bytes(raw[8:16], "little")
+    return attempts, failures
+
+
+def run_tests(tests):
+    """Runs each test function; prints a line per test and a closing count; exit code 1 on failure."""
+    passed = failed = 0
+    for t in tests:
+        try:
+            t()
+            print(f"ok {t.__name__}")
+            passed += 1
+        except Exception:
+            print(f"FAIL {t.__name__}")
+            traceback.print_exc()
+            failed += 1
+        sys.stdout.flush()
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
