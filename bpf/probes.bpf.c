@@ -118,11 +118,14 @@ int handle_exec(struct trace_event_raw_sched_process_exec *ctx)
 		len = 0;
 		e->argv_truncated = 1;
 	}
-	/* The last byte stays NUL (from the memset) so a cut-off final argument is still a
-	 * terminated string. */
+	/* A cut-off final argument ends at argv[len], which stays NUL from the memset (len <
+	 * PERFRELAY_ARGV_LEN): count that byte so argv[argv_len - 1] is always a terminator, as
+	 * the decoder requires. */
+	if (len > 0 && e->argv[(len - 1) & (PERFRELAY_ARGV_LEN - 1)] != '\0')
+		len++;
 	e->argv_len = len;
 
-	for (i = 0; i < PERFRELAY_ARGV_LEN - 1; i++) {
+	for (i = 0; i < PERFRELAY_ARGV_LEN; i++) {
 		if (i >= len)
 			break;
 		if (e->argv[i] == '\0')

@@ -155,7 +155,31 @@ static inline void put_u64(char *p, unsigned n, uint64_t v) {
 	put_small(p, n - 16, (uint32_t) top);
 }
 
-static inline int out_key_u64(Out *o, const char *key, size_t klen, uint64_t v) {
+/* The n == u32_digits(v) digits of v. */
+static inline void put_u32(char *p, unsigned n, uint32_t v) {
+	uint32_t hi;
+
+	if (n <= 8) {
+		put_small(p, n, v);
+		return;
+	}
+	hi = v / 100000000u;
+	put_8(p + n - 8, v - hi * 100000000u);
+	put_small(p, n - 8, hi);
+}
+
+static inline unsigned u32_digits(uint32_t v) {
+	uint32_t w = v | 1;
+	unsigned t = ((32u - (unsigned) __builtin_clz(w)) * 1233u) >> 12;
+
+	return t + (w >= pow10_table[t]);
+}
+
+/* Number writers are always inlined: the key is then a constant-size copy of a literal and the
+ * common 32-bit fields never touch 64-bit arithmetic. */
+#define _always_inline_ inline __attribute__((always_inline))
+
+static _always_inline_ int out_key_u64(Out *o, const char *key, size_t klen, uint64_t v) {
 	unsigned n = u64_digits(v);
 
 	if (_unlikely_(out_room(o) < klen + n))
@@ -166,23 +190,35 @@ static inline int out_key_u64(Out *o, const char *key, size_t klen, uint64_t v) 
 	return 0;
 }
 
-static inline int out_key_s64(Out *o, const char *key, size_t klen, int64_t v) {
-	/* 0 - (uint64_t) v is well defined for INT64_MIN, -v is not. */
-	uint64_t m = v < 0 ? 0 - (uint64_t) v : (uint64_t) v;
+static _always_inline_ int out_key_u32(Out *o, const char *key, size_t klen, uint32_t v) {
+	unsigned n = u32_digits(v);
+
+	if (_unlikely_(out_room(o) < klen + n))
+		return -ENOBUFS;
+	memcpy(o->p, key, klen);
+	put_u32(o->p + klen, n, v);
+	o->p += klen + n;
+	return 0;
+}
+
+static _always_inline_ int out_key_s32(Out *o, const char *key, size_t klen, int32_t v) {
+	/* 0u - (uint32_t) v is well defined for INT32_MIN, -v is not. */
+	uint32_t m = v < 0 ? 0u - (uint32_t) v : (uint32_t) v;
 	size_t neg = v < 0;
-	unsigned n = u64_digits(m);
+	unsigned n = u32_digits(m);
 
 	if (_unlikely_(out_room(o) < klen + neg + n))
 		return -ENOBUFS;
 	memcpy(o->p, key, klen);
 	o->p[klen] = '-'; /* overwritten by the first digit when not negative */
-	put_u64(o->p + klen + neg, n, m);
+	put_u32(o->p + klen + neg, n, m);
 	o->p += klen + neg + n;
 	return 0;
 }
 
 #define PUT_U64(o, name, v) TRY(out_key_u64(o, KEY(name), KEYLEN(name), (v)))
-#define PUT_S64(o, name, v) TRY(out_key_s64(o, KEY(name), KEYLEN(name), (v)))
+#define PUT_U32(o, name, v) TRY(out_key_u32(o, KEY(name), KEYLEN(name), (v)))
+#define PUT_S32(o, name, v) TRY(out_key_s32(o, KEY(name), KEYLEN(name), (v)))
 
 /* ---- strings ---- */
 
@@ -215,6 +251,18 @@ static inline bool swar_plain(uint64_t w) {
 		     ((d - ones) & ~d) | w;
 
 	return (t & high) == 0;
+}
+
+typedef uint8_t u8x16 __attribute__((vector_size(16)));
+typedef int8_t s8x16 __attribute__((vector_size(16)));
+
+/* The same test as swar_plain() for 16 bytes, with the compiler's portable vector types. */
+static inline bool vec_plain(u8x16 v) {
+	s8x16 bad = (v < 0x20) | (v >= 0x7f) | (v == '"') | (v == '\\');
+	uint64_t h[2];
+
+	memcpy(h, &bad, sizeof(h));
+	return (h[0] | h[1]) == 0;
 }
 
 /* Length of the well-formed UTF-8 sequence at s (n bytes available), or 0. Follows the table
@@ -267,7 +315,18 @@ static inline __attribute__((always_inline)) int escape_impl(Out *o, const uint8
 		uint8_t c;
 		char e;
 
-		/* Paths and names are mostly plain ASCII: move them 8 bytes at a time. */
+		/* Paths and names are mostly plain ASCII: move them 16 bytes at a time (SSE2 or
+		 * NEON through the compiler's generic vectors), then 8. */
+		while (i + 16 <= len && (!checked || (size_t) (end - p) >= 16)) {
+			u8x16 v;
+
+			memcpy(&v, s + i, 16);
+			if (!vec_plain(v))
+				break;
+			memcpy(p, &v, 16);
+			p += 16;
+			i += 16;
+		}
 		while (i + 8 <= len && (!checked || (size_t) (end - p) >= 8)) {
 			uint64_t w;
 
@@ -280,6 +339,36 @@ static inline __attribute__((always_inline)) int escape_impl(Out *o, const uint8
 		}
 		if (i >= len)
 			break;
+
+		/* A plain tail of 2..7 bytes: two overlapping loads from inside [i, len) cover it,
+		 * so short names ("git", "bash") skip the byte loop. Unchecked mode only: there
+		 * at least 1 + 6 * (len - i) bytes are free, so the 4- and 2-byte stores fit. The
+		 * bytes above the loaded ones are filled with 'A' to count as plain. */
+		if (!checked && len - i >= 4 && len - i < 8) {
+			size_t k = len - i;
+			uint32_t a, b;
+
+			memcpy(&a, s + i, 4);
+			memcpy(&b, s + i + k - 4, 4);
+			if (swar_plain(a | 0x4141414100000000ull) && swar_plain(b | 0x4141414100000000ull)) {
+				memcpy(p, &a, 4);
+				memcpy(p + k - 4, &b, 4);
+				p += k;
+				break;
+			}
+		} else if (!checked && len - i >= 2 && len - i < 4) {
+			size_t k = len - i;
+			uint16_t a, b;
+
+			memcpy(&a, s + i, 2);
+			memcpy(&b, s + i + k - 2, 2);
+			if (swar_plain(a | 0x4141414141410000ull) && swar_plain(b | 0x4141414141410000ull)) {
+				memcpy(p, &a, 2);
+				memcpy(p + k - 2, &b, 2);
+				p += k;
+				break;
+			}
+		}
 
 		c = s[i];
 		e = escape_table[c];
@@ -442,9 +531,9 @@ static int encode_common(Out *o, const DecodedEvent *ev) {
 	TRY(out_put(o, name, strlen(name)));
 	PUT_LIT(o, "\"");
 	PUT_U64(o, "ts", ev->hdr.ts_ns);
-	PUT_U64(o, "cpu", ev->hdr.cpu);
+	PUT_U32(o, "cpu", ev->hdr.cpu);
 	PUT_U64(o, "seq", ev->hdr.seq);
-	PUT_U64(o, "producer", ev->hdr.producer);
+	PUT_U32(o, "producer", ev->hdr.producer);
 	return 0;
 }
 
@@ -453,16 +542,16 @@ static int encode_exec(Out *o, const uint8_t *rec) {
 	size_t argv_len = MIN((size_t) READ_FIELD(rec, struct perfrelay_exec, argv_len),
 			      (size_t) PERFRELAY_ARGV_LEN);
 
-	PUT_U64(o, "pid", READ_FIELD(rec, struct perfrelay_exec, pid));
-	PUT_U64(o, "ppid", READ_FIELD(rec, struct perfrelay_exec, ppid));
-	PUT_U64(o, "uid", READ_FIELD(rec, struct perfrelay_exec, uid));
-	PUT_U64(o, "gid", READ_FIELD(rec, struct perfrelay_exec, gid));
+	PUT_U32(o, "pid", READ_FIELD(rec, struct perfrelay_exec, pid));
+	PUT_U32(o, "ppid", READ_FIELD(rec, struct perfrelay_exec, ppid));
+	PUT_U32(o, "uid", READ_FIELD(rec, struct perfrelay_exec, uid));
+	PUT_U32(o, "gid", READ_FIELD(rec, struct perfrelay_exec, gid));
 	PUT_STR(o, "comm", FIELD_PTR(rec, struct perfrelay_exec, comm),
 		FIELD_STRLEN(rec, struct perfrelay_exec, comm));
 	PUT_STR(o, "filename", FIELD_PTR(rec, struct perfrelay_exec, filename),
 		FIELD_STRLEN(rec, struct perfrelay_exec, filename));
 	TRY(out_argv(o, FIELD_PTR(rec, struct perfrelay_exec, argv), argv_len));
-	PUT_U64(o, "argc", READ_FIELD(rec, struct perfrelay_exec, argc));
+	PUT_U32(o, "argc", READ_FIELD(rec, struct perfrelay_exec, argc));
 	if (READ_FIELD(rec, struct perfrelay_exec, argv_truncated))
 		PUT_LIT(o, KEY("argv_truncated") "true");
 	else
@@ -472,11 +561,11 @@ static int encode_exec(Out *o, const uint8_t *rec) {
 }
 
 static int encode_exit(Out *o, const uint8_t *rec) {
-	PUT_U64(o, "pid", READ_FIELD(rec, struct perfrelay_exit, pid));
-	PUT_U64(o, "ppid", READ_FIELD(rec, struct perfrelay_exit, ppid));
-	PUT_U64(o, "uid", READ_FIELD(rec, struct perfrelay_exit, uid));
-	PUT_S64(o, "exit_code", READ_FIELD(rec, struct perfrelay_exit, exit_code));
-	PUT_U64(o, "signal", READ_FIELD(rec, struct perfrelay_exit, signal));
+	PUT_U32(o, "pid", READ_FIELD(rec, struct perfrelay_exit, pid));
+	PUT_U32(o, "ppid", READ_FIELD(rec, struct perfrelay_exit, ppid));
+	PUT_U32(o, "uid", READ_FIELD(rec, struct perfrelay_exit, uid));
+	PUT_S32(o, "exit_code", READ_FIELD(rec, struct perfrelay_exit, exit_code));
+	PUT_U32(o, "signal", READ_FIELD(rec, struct perfrelay_exit, signal));
 	PUT_U64(o, "runtime_ns", READ_FIELD(rec, struct perfrelay_exit, runtime_ns));
 	PUT_STR(o, "comm", FIELD_PTR(rec, struct perfrelay_exit, comm),
 		FIELD_STRLEN(rec, struct perfrelay_exit, comm));
@@ -484,24 +573,24 @@ static int encode_exit(Out *o, const uint8_t *rec) {
 }
 
 static int encode_fork(Out *o, const uint8_t *rec) {
-	PUT_U64(o, "parent_pid", READ_FIELD(rec, struct perfrelay_fork, parent_pid));
-	PUT_U64(o, "child_pid", READ_FIELD(rec, struct perfrelay_fork, child_pid));
-	PUT_U64(o, "child_tgid", READ_FIELD(rec, struct perfrelay_fork, child_tgid));
-	PUT_U64(o, "uid", READ_FIELD(rec, struct perfrelay_fork, uid));
+	PUT_U32(o, "parent_pid", READ_FIELD(rec, struct perfrelay_fork, parent_pid));
+	PUT_U32(o, "child_pid", READ_FIELD(rec, struct perfrelay_fork, child_pid));
+	PUT_U32(o, "child_tgid", READ_FIELD(rec, struct perfrelay_fork, child_tgid));
+	PUT_U32(o, "uid", READ_FIELD(rec, struct perfrelay_fork, uid));
 	PUT_STR(o, "comm", FIELD_PTR(rec, struct perfrelay_fork, comm),
 		FIELD_STRLEN(rec, struct perfrelay_fork, comm));
 	return 0;
 }
 
 static int encode_open(Out *o, const uint8_t *rec) {
-	PUT_U64(o, "pid", READ_FIELD(rec, struct perfrelay_open, pid));
-	PUT_U64(o, "uid", READ_FIELD(rec, struct perfrelay_open, uid));
+	PUT_U32(o, "pid", READ_FIELD(rec, struct perfrelay_open, pid));
+	PUT_U32(o, "uid", READ_FIELD(rec, struct perfrelay_open, uid));
 	PUT_STR(o, "comm", FIELD_PTR(rec, struct perfrelay_open, comm),
 		FIELD_STRLEN(rec, struct perfrelay_open, comm));
 	PUT_STR(o, "path", FIELD_PTR(rec, struct perfrelay_open, path),
 		FIELD_STRLEN(rec, struct perfrelay_open, path));
-	PUT_S64(o, "flags", READ_FIELD(rec, struct perfrelay_open, flags));
-	PUT_S64(o, "result", READ_FIELD(rec, struct perfrelay_open, result));
+	PUT_S32(o, "flags", READ_FIELD(rec, struct perfrelay_open, flags));
+	PUT_S32(o, "result", READ_FIELD(rec, struct perfrelay_open, result));
 	return 0;
 }
 
@@ -554,29 +643,29 @@ static int encode_connect(Out *o, const uint8_t *rec) {
 		break;
 	}
 
-	PUT_U64(o, "pid", READ_FIELD(rec, struct perfrelay_connect, pid));
-	PUT_U64(o, "uid", READ_FIELD(rec, struct perfrelay_connect, uid));
+	PUT_U32(o, "pid", READ_FIELD(rec, struct perfrelay_connect, pid));
+	PUT_U32(o, "uid", READ_FIELD(rec, struct perfrelay_connect, uid));
 	PUT_STR(o, "comm", FIELD_PTR(rec, struct perfrelay_connect, comm),
 		FIELD_STRLEN(rec, struct perfrelay_connect, comm));
-	PUT_U64(o, "family", family);
+	PUT_U32(o, "family", family);
 	if (family_name)
 		TRY(out_key_plain_string(o, KEY("family_name"), KEYLEN("family_name"), family_name,
 					 strlen(family_name)));
 	if (text_len > 0)
 		TRY(out_key_plain_string(o, KEY("address"), KEYLEN("address"), text, text_len));
-	PUT_U64(o, "port", READ_FIELD(rec, struct perfrelay_connect, port));
-	PUT_S64(o, "result", READ_FIELD(rec, struct perfrelay_connect, result));
+	PUT_U32(o, "port", READ_FIELD(rec, struct perfrelay_connect, port));
+	PUT_S32(o, "result", READ_FIELD(rec, struct perfrelay_connect, result));
 	return 0;
 }
 
 static int encode_bench(Out *o, const DecodedEvent *ev) {
 	PUT_U64(o, "call", READ_FIELD(ev->record, struct perfrelay_bench, call));
-	PUT_U64(o, "size", ev->hdr.size);
+	PUT_U32(o, "size", ev->hdr.size);
 	return 0;
 }
 
 static int encode_unknown(Out *o, const DecodedEvent *ev) {
-	PUT_U64(o, "type_id", ev->hdr.type);
+	PUT_U32(o, "type_id", ev->hdr.type);
 	return out_key_base64(o, KEY("payload"), KEYLEN("payload"), ev->payload, ev->payload_size);
 }
 

@@ -71,6 +71,8 @@ int hub_new(unsigned n_readers, Hub **ret) {
 	if (!h)
 		return -ENOMEM;
 	h->n_readers = n_readers;
+	/* The main thread starts out waiting for the first notification. */
+	atomic_init(&h->sleeping, 1);
 	h->notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (h->notify_fd < 0)
 		return negative_errno();

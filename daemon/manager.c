@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
+#include <time.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -14,6 +16,17 @@
 #include "manager.h"
 #include "pins.h"
 #include "topology.h"
+
+typedef uint64_t usec_t;
+#define USEC_PER_SEC 1000000ULL
+#define USEC_PER_MSEC 1000ULL
+
+static usec_t now(clockid_t clock) {
+	struct timespec ts;
+
+	clock_gettime(clock, &ts);
+	return (usec_t)ts.tv_sec * USEC_PER_SEC + (usec_t)ts.tv_nsec / 1000;
+}
 
 struct Manager {
 	ManagerOptions o;
@@ -354,6 +367,27 @@ int manager_start(Manager *m) {
 	return 0;
 }
 
+/* At exit, standard output gets everything it was offered (and no cut line), unless it does
+ * not take it within a bounded time. */
+static void manager_finish_stdout(Manager *m) {
+	usec_t deadline = now(CLOCK_MONOTONIC) + 5 * USEC_PER_SEC;
+	int r;
+
+	if (!m->stdout_client)
+		return;
+	while ((r = hub_client_flush(m->stdout_client)) == 0) {
+		struct pollfd p = { .fd = STDOUT_FILENO, .events = POLLOUT };
+		usec_t t = now(CLOCK_MONOTONIC);
+
+		if (t >= deadline || poll(&p, 1, (int)((deadline - t) / USEC_PER_MSEC) + 1) <= 0) {
+			log_warning("Standard output did not take the last events within 5s, giving up");
+			return;
+		}
+	}
+	if (r < 0)
+		log_warning_errno(r, "Failed to write the last events to standard output: %m");
+}
+
 /* The figures a user needs to see that nothing was lost uncounted, logged at exit. */
 static void manager_log_stats(Manager *m) {
 	for (size_t i = 0; i < m->n_readers; i++) {
@@ -404,6 +438,7 @@ int manager_run(Manager *m) {
 	 * out. A blocked stdout is not waited for. */
 	manager_stop_readers(m);
 	manager_flush(m);
+	manager_finish_stdout(m);
 	manager_unmap_rings(m);
 	manager_log_stats(m);
 	return 0;

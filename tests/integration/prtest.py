@@ -68,6 +68,7 @@ class Daemon:
         self.events = []
         self.cond = threading.Condition()
         self.stderr_lines = []
+        self.bad_lines = []  # stdout lines that were not valid JSON: always a bug
 
     def write_config(self, config):
         with open(self.config_path, "w") as f:
@@ -106,7 +107,11 @@ class Daemon:
 
     def _read_stdout(self, proc):
         for line in proc.stdout:
-            ev = json.loads(line)
+            try:
+                ev = json.loads(line)
+            except ValueError as e:
+                self.bad_lines.append(f"{e}: {line[:300]!r}")
+                continue
             with self.cond:
                 self.events.append(ev)
                 self.cond.notify_all()

@@ -73,12 +73,13 @@ def test_long_argv_truncated():
 def test_open():
     fd, path = tempfile.mkstemp(prefix="perfrelay-open-marker-")
     os.close(fd)
-    fd = os.open(path, os.O_RDONLY)
+    # mkstemp opened it O_RDWR; our marker open is the read-only one.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     os.close(fd)
-    ev = d.wait_event(lambda e: e["type"] == "open" and e.get("path") == path and e["pid"] == os.getpid(),
-                      "open of the marker path")
+    ev = d.wait_event(lambda e: e["type"] == "open" and e.get("path") == path and e["pid"] == os.getpid()
+                      and e["flags"] & 3 == os.O_RDONLY, "read-only open of the marker path")
     check_eq(ev["result"], fd, "open result is the fd")
-    check_eq(ev["flags"] & 3, os.O_RDONLY, "open flags")
+    check_eq(ev["flags"] & (os.O_NONBLOCK | os.O_CREAT), os.O_NONBLOCK, "open flags")
     check_eq(ev["uid"], os.getuid(), "open uid")
     os.unlink(path)
     missing = path + "-missing"
@@ -138,6 +139,7 @@ def test_per_cpu_sequence():
 
 def test_clean_stop_keeps_pins():
     rc = d.stop()
+    check_eq(d.bad_lines, [], "lines on stdout that are not valid JSON")
     check_eq(rc, 0, "exit status after SIGTERM")
     info = bpftool_json("map", "show", "pinned", f"{d.pin_path}/events")
     check_eq(info["flags"], 0x800, "array still pinned after stop")
