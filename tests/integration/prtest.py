@@ -75,6 +75,9 @@ class Daemon:
             f.write(f"[Daemon]\nPinPath={self.pin_path}\n{config}\n")
 
     def start(self, timeout=30):
+        with self.cond:
+            self.events = []
+        self.stderr_lines = []
         notify_path = os.path.join(self.dir, "notify.sock")
         if os.path.exists(notify_path):
             os.unlink(notify_path)

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Restart keeps the kernel side: SIGKILL the daemon, the probes stay attached through their
+pinned links, the map is reused, the producers count what was emitted with no ring mapped, and
+events flow again after the restart. Also: incompatible pins and --cleanup."""
+import os
+import signal
+import subprocess
+import sys
+
+from prtest import (BPFFS, Daemon, bpftool_json, check, check_eq, producer_counters, require_root_and_bpf,
+                    run_tests)
+import event_abi
+
+BINARY = sys.argv[1]
+require_root_and_bpf()
+d = Daemon(BINARY, "restart")
+
+LINKS = ("handle_exec", "handle_exit", "handle_fork", "handle_open_enter", "handle_open_exit",
+         "handle_connect_enter", "handle_connect_exit")
+
+
+def run_marker(n):
+    pids = []
+    for _ in range(n):
+        p = subprocess.Popen(["/bin/true", "perfrelay-restart-marker"])
+        p.wait()
+        pids.append(p.pid)
+    return pids
+
+
+def link_ids():
+    ids = {}
+    for name in LINKS:
+        info = bpftool_json("link", "show", "pinned", f"{d.pin_path}/links/{name}")
+        ids[name] = info["id"]
+    return ids
+
+
+def test_sigkill_restart():
+    d.start()
+    first = run_marker(1)[0]
+    d.wait_event(lambda e: e["type"] == "exec" and e["pid"] == first, "exec before the kill")
+    map_id = bpftool_json("map", "show", "pinned", f"{d.pin_path}/events")["id"]
+    links_before = link_ids()
+
+    d.stop(signal.SIGKILL)
+
+    # Probes stay attached through their pinned links while no daemon runs.
+    check_eq(link_ids(), links_before, "pinned links survive SIGKILL")
+    before = producer_counters(d.pin_path, event_abi.PRODUCER_EXEC)
+    down = run_marker(20)
+    after = producer_counters(d.pin_path, event_abi.PRODUCER_EXEC)
+    check(after[0] - before[0] >= 20, f"exec attempts counted while down: {before} -> {after}")
+    check(after[1] - before[1] >= 20,
+          f"failures count the events emitted with no ring mapped: {before} -> {after}")
+    check_eq(after[1] - before[1], after[0] - before[0], "every attempt while down failed")
+
+    d.start()
+    at_ready = producer_counters(d.pin_path, event_abi.PRODUCER_EXEC)
+    check_eq(bpftool_json("map", "show", "pinned", f"{d.pin_path}/events")["id"], map_id, "map reused (same id)")
+    check_eq(link_ids(), links_before, "links reused, not re-attached")
+    check(not any(e["type"] == "exec" and e["pid"] in down for e in d.events),
+          "no event emitted while down is delivered after the restart")
+    again = run_marker(1)[0]
+    d.wait_event(lambda e: e["type"] == "exec" and e["pid"] == again, "exec after the restart")
+    final = producer_counters(d.pin_path, event_abi.PRODUCER_EXEC)
+    check_eq(final[1], at_ready[1], "no new failures once the rings are mapped again")
+    check_eq(d.stop(), 0, "clean exit")
+    check(any("pinned links reused" in l for l in d.stderr_lines), "daemon says it reused the links")
+
+
+def test_probes_switched_off_in_config():
+    d.write_config("[Probes]\nProbes=exec exit\n")
+    d.start()
+    check(os.path.exists(f"{d.pin_path}/links/handle_exec"), "exec link pinned")
+    check(not os.path.exists(f"{d.pin_path}/links/handle_open_enter"), "open link unpinned when Probes= drops it")
+    path = f"/tmp/perfrelay-restart-open-{os.getpid()}"
+    open(path, "w").close()
+    os.unlink(path)
+    pid = run_marker(1)[0]
+    d.wait_event(lambda e: e["type"] == "exec" and e["pid"] == pid, "exec with open switched off")
+    check(not any(e["type"] == "open" for e in d.events), "no open events with the open probe off")
+    check(d.events, "other events still flow")
+    check_eq(d.stop(), 0, "clean exit")
+    d.write_config("")
+
+
+def test_incompatible_pin():
+    # A stray pin named like ours but of another shape: a clear error naming it, no start.
+    other = Daemon(BINARY, "incompat")
+    os.makedirs(other.pin_path, exist_ok=True)
+    subprocess.run(["bpftool", "map", "create", f"{other.pin_path}/events", "type", "array", "key", "4",
+                    "value", "8", "entries", "4", "name", "bogus"], check=True)
+    try:
+        r = subprocess.run([BINARY, "--config", other.config_path], capture_output=True, text=True, timeout=30)
+        check(r.returncode != 0, "daemon refuses an incompatible pin")
+        check(f"{other.pin_path}/events" in r.stderr, f"error names the pin: {r.stderr!r}")
+        check("type is 2, expected 4" in r.stderr, f"error says what differs (type): {r.stderr!r}")
+        check("value_size is 8, expected 4" in r.stderr, f"error says what differs (value size): {r.stderr!r}")
+        # With ReplaceIncompatiblePins=yes it replaces the stray map and starts.
+        other.write_config("ReplaceIncompatiblePins=yes\n")
+        other.start()
+        info = bpftool_json("map", "show", "pinned", f"{other.pin_path}/events")
+        check_eq(info["type"], "perf_event_array", "replaced pin is a perf event array")
+        check_eq(other.stop(), 0, "clean exit")
+    finally:
+        other.cleanup()
+
+
+def test_cleanup_removes_every_pin():
+    d.start()
+    check_eq(d.stop(), 0, "clean exit")
+    r = subprocess.run([BINARY, "--config", d.config_path, "--cleanup"], capture_output=True, text=True)
+    check_eq(r.returncode, 0, f"--cleanup succeeds: {r.stderr}")
+    check(not os.path.exists(d.pin_path), f"{d.pin_path} removed")
+    check(not os.path.exists(f"{d.pin_path}/links"), "links directory removed")
+
+
+def test_missing_bpffs_is_a_clear_error():
+    t = Daemon(BINARY, "nobpffs", pin_path=f"/tmp/perfrelay-not-bpffs-{os.getpid()}/pins")
+    try:
+        r = subprocess.run([BINARY, "--config", t.config_path], capture_output=True, text=True, timeout=30)
+        check(r.returncode != 0, "daemon refuses a pin path outside bpffs")
+        check("is not a bpffs mount" in r.stderr or "is bpffs mounted" in r.stderr,
+              f"error explains bpffs: {r.stderr!r}")
+        check(t.pin_path in r.stderr, "error names the pin path")
+    finally:
+        subprocess.run(["rm", "-rf", os.path.dirname(t.pin_path), t.dir])
+
+
+try:
+    run_tests([test_sigkill_restart, test_probes_switched_off_in_config, test_incompatible_pin,
+               test_cleanup_removes_every_pin, test_missing_bpffs_is_a_clear_error])
+finally:
+    d.cleanup()
