@@ -241,28 +241,30 @@ static const char escape_table[256] = {
 
 static const char hex_digits[16] = "0123456789abcdef";
 
-/* True if none of the 8 bytes in w needs attention: all in 0x20..0x7e and none is '"' or '\\'.
- * The "has byte less than n" tricks can flag false positions next to a real hit but never
- * report a hit when there is none, which is all a yes/no answer needs. */
-static inline bool swar_plain(uint64_t w) {
-	const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
-	uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\'), d = w ^ (ones * 0x7f);
-	uint64_t t = ((w - ones * 0x20) & ~w) | ((q - ones) & ~q) | ((b - ones) & ~b) |
-		     ((d - ones) & ~d) | w;
-
-	return (t & high) == 0;
-}
-
+/* The compiler's generic vectors: SSE2 on x86-64, NEON on arm64, scalar code elsewhere. */
 typedef uint8_t u8x16 __attribute__((vector_size(16)));
 typedef int8_t s8x16 __attribute__((vector_size(16)));
+#define CHUNK 16u
 
-/* The same test as swar_plain() for 16 bytes, with the compiler's portable vector types. */
-static inline bool vec_plain(u8x16 v) {
-	s8x16 bad = (v < 0x20) | (v >= 0x7f) | (v == '"') | (v == '\\');
+/* Index (0..16) of the first byte of v that cannot be copied as is: a control byte (which
+ * includes a terminating NUL), DEL, '"', '\\', or any byte >= 0x80. */
+static inline unsigned chunk_first_special(u8x16 v) {
+	s8x16 special = (v < 0x20) | (v >= 0x7f) | (v == '"') | (v == '\\');
 	uint64_t h[2];
 
-	memcpy(h, &bad, sizeof(h));
-	return (h[0] | h[1]) == 0;
+	memcpy(h, &special, sizeof(h));
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	if (h[0])
+		return (unsigned) __builtin_ctzll(h[0]) / 8;
+	if (h[1])
+		return 8 + (unsigned) __builtin_ctzll(h[1]) / 8;
+#else
+	if (h[0])
+		return (unsigned) __builtin_clzll(h[0]) / 8;
+	if (h[1])
+		return 8 + (unsigned) __builtin_clzll(h[1]) / 8;
+#endif
+	return CHUNK;
 }
 
 /* Length of the well-formed UTF-8 sequence at s (n bytes available), or 0. Follows the table
@@ -294,12 +296,19 @@ static inline size_t utf8_sequence_len(const uint8_t *s, size_t n) {
 	return 0; /* continuation byte without a lead, C0/C1 (always overlong), F5..FF */
 }
 
-/* Writes s as a quoted JSON string. With checked == false the caller has made sure that
- * JSON_STRING_MAX(len) bytes are free; with checked == true every write is checked, so the
- * result is exact even in a buffer that is just big enough. Always inlined into the two
- * wrappers below so that each one is compiled with the checks folded away or kept. */
-static inline __attribute__((always_inline)) int escape_impl(Out *o, const uint8_t *s, size_t len,
-							      const bool checked) {
+/* Writes the string at s as a quoted JSON string: up to its first NUL or `limit` bytes,
+ * whichever comes first. `readable` >= limit is how far s may be read: record fields are
+ * fixed arrays, so the 16-byte loads may look past the NUL (and the result ignores what they
+ * see there) but never past the array. Returns the number of input bytes used (the NUL not
+ * included) or -ENOBUFS.
+ *
+ * With checked == false the caller has made sure that JSON_STRING_MAX(limit) bytes are free;
+ * with checked == true every write is checked, so the result is exact even in a buffer that
+ * is just big enough. Always inlined into the two wrappers below so that each is compiled
+ * with the checks folded away or kept. The 16-byte store is speculative in both modes: it
+ * lands inside the buffer (end - p >= 16) and only the plain bytes in it are kept. */
+static inline __attribute__((always_inline)) ssize_t escape_impl(Out *o, const uint8_t *s, size_t limit,
+								  size_t readable, const bool checked) {
 	char *p = o->p, *const end = o->end;
 	size_t i = 0;
 
@@ -311,64 +320,25 @@ static inline __attribute__((always_inline)) int escape_impl(Out *o, const uint8
 
 	NEED(1);
 	*p++ = '"';
-	while (i < len) {
+	for (;;) {
 		uint8_t c;
 		char e;
 
-		/* Paths and names are mostly plain ASCII: move them 16 bytes at a time (SSE2 or
-		 * NEON through the compiler's generic vectors), then 8. */
-		while (i + 16 <= len && (!checked || (size_t) (end - p) >= 16)) {
+		/* Names and paths are mostly plain ASCII: copy 16 bytes, keep the plain prefix. */
+		if (i + CHUNK <= readable && (size_t) (end - p) >= CHUNK) {
 			u8x16 v;
+			size_t k;
 
-			memcpy(&v, s + i, 16);
-			if (!vec_plain(v))
-				break;
-			memcpy(p, &v, 16);
-			p += 16;
-			i += 16;
+			memcpy(&v, s + i, CHUNK);
+			memcpy(p, &v, CHUNK);
+			k = MIN((size_t) chunk_first_special(v), limit - i);
+			p += k;
+			i += k;
+			if (k == CHUNK)
+				continue;
 		}
-		while (i + 8 <= len && (!checked || (size_t) (end - p) >= 8)) {
-			uint64_t w;
-
-			memcpy(&w, s + i, 8);
-			if (!swar_plain(w))
-				break;
-			memcpy(p, &w, 8);
-			p += 8;
-			i += 8;
-		}
-		if (i >= len)
+		if (i >= limit)
 			break;
-
-		/* A plain tail of 2..7 bytes: two overlapping loads from inside [i, len) cover it,
-		 * so short names ("git", "bash") skip the byte loop. Unchecked mode only: there
-		 * at least 1 + 6 * (len - i) bytes are free, so the 4- and 2-byte stores fit. The
-		 * bytes above the loaded ones are filled with 'A' to count as plain. */
-		if (!checked && len - i >= 4 && len - i < 8) {
-			size_t k = len - i;
-			uint32_t a, b;
-
-			memcpy(&a, s + i, 4);
-			memcpy(&b, s + i + k - 4, 4);
-			if (swar_plain(a | 0x4141414100000000ull) && swar_plain(b | 0x4141414100000000ull)) {
-				memcpy(p, &a, 4);
-				memcpy(p + k - 4, &b, 4);
-				p += k;
-				break;
-			}
-		} else if (!checked && len - i >= 2 && len - i < 4) {
-			size_t k = len - i;
-			uint16_t a, b;
-
-			memcpy(&a, s + i, 2);
-			memcpy(&b, s + i + k - 2, 2);
-			if (swar_plain(a | 0x4141414141410000ull) && swar_plain(b | 0x4141414141410000ull)) {
-				memcpy(p, &a, 2);
-				memcpy(p + k - 2, &b, 2);
-				p += k;
-				break;
-			}
-		}
 
 		c = s[i];
 		e = escape_table[c];
@@ -377,7 +347,7 @@ static inline __attribute__((always_inline)) int escape_impl(Out *o, const uint8
 			*p++ = (char) c;
 			i++;
 		} else if (e == 1) {
-			size_t n = utf8_sequence_len(s + i, len - i);
+			size_t n = utf8_sequence_len(s + i, limit - i);
 
 			if (n > 0) {
 				NEED(n);
@@ -392,6 +362,8 @@ static inline __attribute__((always_inline)) int escape_impl(Out *o, const uint8
 				p += 6;
 				i++;
 			}
+		} else if (c == 0) {
+			break;
 		} else if (e == 'u') {
 			NEED(6);
 			memcpy(p, "\\u00", 4);
@@ -412,33 +384,39 @@ static inline __attribute__((always_inline)) int escape_impl(Out *o, const uint8
 #undef NEED
 
 	o->p = p;
-	return 0;
+	return (ssize_t) i;
 }
 
-static int escape_fast(Out *o, const char *s, size_t len) {
-	return escape_impl(o, (const uint8_t *) s, len, false);
+static ssize_t escape_fast(Out *o, const char *s, size_t limit, size_t readable) {
+	return escape_impl(o, (const uint8_t *) s, limit, readable, false);
 }
 
-static int escape_checked(Out *o, const char *s, size_t len) {
-	return escape_impl(o, (const uint8_t *) s, len, true);
+static ssize_t escape_checked(Out *o, const char *s, size_t limit, size_t readable) {
+	return escape_impl(o, (const uint8_t *) s, limit, readable, true);
 }
 
-static inline int out_string(Out *o, const char *s, size_t len) {
-	if (_likely_(len <= ESCAPE_FAST_LEN_MAX && out_room(o) >= JSON_STRING_MAX(len)))
-		return escape_fast(o, s, len);
-	return escape_checked(o, s, len);
+/* Escapes up to limit bytes of s (or to its NUL), of which `readable` may be read. Returns the
+ * input bytes used or -ENOBUFS. */
+static inline ssize_t out_string(Out *o, const char *s, size_t limit, size_t readable) {
+	if (_likely_(limit <= ESCAPE_FAST_LEN_MAX && out_room(o) >= JSON_STRING_MAX(limit)))
+		return escape_fast(o, s, limit, readable);
+	return escape_checked(o, s, limit, readable);
 }
 
-static inline int out_key_string(Out *o, const char *key, size_t klen, const char *s, size_t len) {
-	if (_likely_(len <= ESCAPE_FAST_LEN_MAX && out_room(o) >= klen + JSON_STRING_MAX(len))) {
+/* A key and a record's string field: a NUL-terminated string in a char array of `size`. */
+static inline int out_key_field(Out *o, const char *key, size_t klen, const char *s, size_t size) {
+	if (_likely_(out_room(o) >= klen + JSON_STRING_MAX(size))) {
 		memcpy(o->p, key, klen);
 		o->p += klen;
-		return escape_fast(o, s, len);
+		(void) escape_fast(o, s, size, size); /* cannot fail: the room was checked */
+		return 0;
 	}
 	TRY(out_put(o, key, klen));
-	return escape_checked(o, s, len);
+	return escape_checked(o, s, size, size) < 0 ? -ENOBUFS : 0;
 }
-#define PUT_STR(o, name, s, len) TRY(out_key_string(o, KEY(name), KEYLEN(name), (s), (len)))
+#define PUT_FIELD(o, name, rec, type, member)                                          \
+	TRY(out_key_field(o, KEY(name), KEYLEN(name), FIELD_PTR(rec, type, member),    \
+			  FIELD_SIZE(type, member)))
 
 /* Strings that are known to need no escaping (inet_ntop output). */
 static inline int out_key_plain_string(Out *o, const char *key, size_t klen, const char *s, size_t len) {
@@ -457,16 +435,18 @@ static inline int out_key_plain_string(Out *o, const char *key, size_t klen, con
  * within 2 + 6 * len (plus slack for a last argument without its NUL). */
 #define ARGV_JSON_MAX(len) (2u + ESCAPE_MAX_PER_BYTE * (size_t)(len) + 3u)
 
-static int out_argv(Out *o, const char *argv, size_t len) {
+/* len: the bytes in use (argv_len); readable: the size of the array holding them. */
+static int out_argv(Out *o, const char *argv, size_t len, size_t readable) {
 	PUT_LIT(o, KEY("argv") "[");
 	for (size_t pos = 0; pos < len;) {
-		const char *a = argv + pos, *nul = memchr(a, 0, len - pos);
-		size_t k = nul ? (size_t) (nul - a) : len - pos;
+		ssize_t k;
 
 		if (pos > 0)
 			PUT_LIT(o, ",");
-		TRY(out_string(o, a, k));
-		pos += k + 1;
+		k = out_string(o, argv + pos, len - pos, readable - pos);
+		if (k < 0)
+			return (int) k;
+		pos += (size_t) k + 1; /* and the NUL */
 	}
 	PUT_LIT(o, "]");
 	return 0;
@@ -546,11 +526,10 @@ static int encode_exec(Out *o, const uint8_t *rec) {
 	PUT_U32(o, "ppid", READ_FIELD(rec, struct perfrelay_exec, ppid));
 	PUT_U32(o, "uid", READ_FIELD(rec, struct perfrelay_exec, uid));
 	PUT_U32(o, "gid", READ_FIELD(rec, struct perfrelay_exec, gid));
-	PUT_STR(o, "comm", FIELD_PTR(rec, struct perfrelay_exec, comm),
-		FIELD_STRLEN(rec, struct perfrelay_exec, comm));
-	PUT_STR(o, "filename", FIELD_PTR(rec, struct perfrelay_exec, filename),
-		FIELD_STRLEN(rec, struct perfrelay_exec, filename));
-	TRY(out_argv(o, FIELD_PTR(rec, struct perfrelay_exec, argv), argv_len));
+	PUT_FIELD(o, "comm", rec, struct perfrelay_exec, comm);
+	PUT_FIELD(o, "filename", rec, struct perfrelay_exec, filename);
+	TRY(out_argv(o, FIELD_PTR(rec, struct perfrelay_exec, argv), argv_len,
+		       FIELD_SIZE(struct perfrelay_exec, argv)));
 	PUT_U32(o, "argc", READ_FIELD(rec, struct perfrelay_exec, argc));
 	if (READ_FIELD(rec, struct perfrelay_exec, argv_truncated))
 		PUT_LIT(o, KEY("argv_truncated") "true");
@@ -567,8 +546,7 @@ static int encode_exit(Out *o, const uint8_t *rec) {
 	PUT_S32(o, "exit_code", READ_FIELD(rec, struct perfrelay_exit, exit_code));
 	PUT_U32(o, "signal", READ_FIELD(rec, struct perfrelay_exit, signal));
 	PUT_U64(o, "runtime_ns", READ_FIELD(rec, struct perfrelay_exit, runtime_ns));
-	PUT_STR(o, "comm", FIELD_PTR(rec, struct perfrelay_exit, comm),
-		FIELD_STRLEN(rec, struct perfrelay_exit, comm));
+	PUT_FIELD(o, "comm", rec, struct perfrelay_exit, comm);
 	return 0;
 }
 
@@ -577,18 +555,15 @@ static int encode_fork(Out *o, const uint8_t *rec) {
 	PUT_U32(o, "child_pid", READ_FIELD(rec, struct perfrelay_fork, child_pid));
 	PUT_U32(o, "child_tgid", READ_FIELD(rec, struct perfrelay_fork, child_tgid));
 	PUT_U32(o, "uid", READ_FIELD(rec, struct perfrelay_fork, uid));
-	PUT_STR(o, "comm", FIELD_PTR(rec, struct perfrelay_fork, comm),
-		FIELD_STRLEN(rec, struct perfrelay_fork, comm));
+	PUT_FIELD(o, "comm", rec, struct perfrelay_fork, comm);
 	return 0;
 }
 
 static int encode_open(Out *o, const uint8_t *rec) {
 	PUT_U32(o, "pid", READ_FIELD(rec, struct perfrelay_open, pid));
 	PUT_U32(o, "uid", READ_FIELD(rec, struct perfrelay_open, uid));
-	PUT_STR(o, "comm", FIELD_PTR(rec, struct perfrelay_open, comm),
-		FIELD_STRLEN(rec, struct perfrelay_open, comm));
-	PUT_STR(o, "path", FIELD_PTR(rec, struct perfrelay_open, path),
-		FIELD_STRLEN(rec, struct perfrelay_open, path));
+	PUT_FIELD(o, "comm", rec, struct perfrelay_open, comm);
+	PUT_FIELD(o, "path", rec, struct perfrelay_open, path);
 	PUT_S32(o, "flags", READ_FIELD(rec, struct perfrelay_open, flags));
 	PUT_S32(o, "result", READ_FIELD(rec, struct perfrelay_open, result));
 	return 0;
@@ -645,8 +620,7 @@ static int encode_connect(Out *o, const uint8_t *rec) {
 
 	PUT_U32(o, "pid", READ_FIELD(rec, struct perfrelay_connect, pid));
 	PUT_U32(o, "uid", READ_FIELD(rec, struct perfrelay_connect, uid));
-	PUT_STR(o, "comm", FIELD_PTR(rec, struct perfrelay_connect, comm),
-		FIELD_STRLEN(rec, struct perfrelay_connect, comm));
+	PUT_FIELD(o, "comm", rec, struct perfrelay_connect, comm);
 	PUT_U32(o, "family", family);
 	if (family_name)
 		TRY(out_key_plain_string(o, KEY("family_name"), KEYLEN("family_name"), family_name,
