@@ -106,7 +106,7 @@ static bool has_nul(const char *s, size_t n) {
  * use them as C strings and must never run past the record. */
 #define CHECK_STRING(rec, type, member)                                                 \
 	do {                                                                            \
-		if (!has_nul(FIELD_PTR(rec, type, member), FIELD_SIZE(type, member)))  \
+		if (!has_nul(FIELD_PTR(rec, type, member), FIELD_SIZE(type, member)))   \
 			return DECODE_BAD_STRING;                                       \
 	} while (0)
 

@@ -22,9 +22,6 @@
 	})
 #define FIELD_PTR(base, type, member) ((const char *)(base) + offsetof(type, member))
 #define FIELD_SIZE(type, member) sizeof(((type *)0)->member)
-/* Strings were checked to be terminated by decode_event(); strnlen keeps us inside the array
- * even for a DecodedEvent built some other way. */
-#define FIELD_STRLEN(base, type, member) strnlen(FIELD_PTR(base, type, member), FIELD_SIZE(type, member))
 
 /* Unit names longer than systemd's UNIT_NAME_MAX - 1 cannot exist; refusing them keeps
  * ENCODE_JSON_MAX a real bound whatever the caller passes. */
@@ -41,11 +38,11 @@
 /* Above this the size arithmetic could wrap; such strings take the checked path. */
 #define ESCAPE_FAST_LEN_MAX (SIZE_MAX / 8)
 
-#define TRY(expr)                                       \
-	do {                                            \
-		int _r = (expr);                        \
-		if (_unlikely_(_r < 0))                 \
-			return _r;                      \
+#define TRY(expr)                                                                       \
+	do {                                                                            \
+		int _r = (expr);                                                        \
+		if (_unlikely_(_r < 0))                                                 \
+			return _r;                                                      \
 	} while (0)
 
 typedef struct Out {
@@ -223,7 +220,8 @@ static _always_inline_ int out_key_s32(Out *o, const char *key, size_t klen, int
 /* ---- strings ---- */
 
 /* 0: copied as is; 1: start of a multi-byte sequence (or an invalid byte); 'u': \u00XX;
- * anything else: the letter after the backslash. */
+ * anything else: the letter after the backslash. NUL is 'u' here but ends the string before
+ * the table's answer is used. */
 static const char escape_table[256] = {
 	[0x00 ... 0x07] = 'u',
 	[0x08] = 'b',
@@ -312,10 +310,10 @@ static inline __attribute__((always_inline)) ssize_t escape_impl(Out *o, const u
 	char *p = o->p, *const end = o->end;
 	size_t i = 0;
 
-#define NEED(n)                                                                 \
-	do {                                                                    \
-		if (checked && _unlikely_((size_t) (end - p) < (n)))            \
-			return -ENOBUFS;                                        \
+#define NEED(n)                                                                         \
+	do {                                                                            \
+		if (checked && _unlikely_((size_t) (end - p) < (n)))                    \
+			return -ENOBUFS;                                                \
 	} while (0)
 
 	NEED(1);
@@ -414,8 +412,8 @@ static inline int out_key_field(Out *o, const char *key, size_t klen, const char
 	TRY(out_put(o, key, klen));
 	return escape_checked(o, s, size, size) < 0 ? -ENOBUFS : 0;
 }
-#define PUT_FIELD(o, name, rec, type, member)                                          \
-	TRY(out_key_field(o, KEY(name), KEYLEN(name), FIELD_PTR(rec, type, member),    \
+#define PUT_FIELD(o, name, rec, type, member)                                           \
+	TRY(out_key_field(o, KEY(name), KEYLEN(name), FIELD_PTR(rec, type, member),     \
 			  FIELD_SIZE(type, member)))
 
 /* Strings that are known to need no escaping (inet_ntop output). */
@@ -677,8 +675,11 @@ static int encode_body(Out *o, const DecodedEvent *ev, const char *unit) {
 	if (unit) {
 		size_t len = strnlen(unit, ENCODE_UNIT_MAX + 1);
 
-		if (len <= ENCODE_UNIT_MAX)
-			PUT_STR(o, "unit", unit, len);
+		if (len <= ENCODE_UNIT_MAX) {
+			PUT_LIT(o, KEY("unit"));
+			if (out_string(o, unit, len, len) < 0)
+				return -ENOBUFS;
+		}
 	}
 	PUT_LIT(o, "}\n");
 	return 0;
@@ -703,55 +704,58 @@ ssize_t encode_lost_json(uint64_t count, char *buf, size_t size) {
 
 ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size) {
 	Out o = { .p = buf, .end = buf + MIN(size, (size_t) SSIZE_MAX) };
+	size_t n = strnlen(s, len);
 
-	TRY(out_string(&o, s, strnlen(s, len)));
+	if (out_string(&o, s, n, n) < 0)
+		return -ENOBUFS;
 	return o.p - buf;
 }
 
 /* ---- the bound every caller sizes its buffers by ---- */
 
-#define U64_MAX_DIGITS 20u /* 18446744073709551615 */
-#define S64_MAX_DIGITS 20u /* -9223372036854775808 */
+/* Every number is counted at the longest any 64-bit value can take ("18446744073709551615",
+ * "-9223372036854775808"): loose for the 32-bit fields, but obviously an upper bound. */
+#define NUM_MAX 20u
 #define ARRAY_JSON_MAX(type, member) JSON_STRING_MAX(FIELD_SIZE(type, member) - 1)
 
 /* Type names are short identifiers ("connect", "unknown"); 32 leaves room for new ones. */
 #define TYPE_NAME_MAX 32u
 #define COMMON_JSON_MAX                                                                 \
-	(LITLEN("{\"type\":\"") + TYPE_NAME_MAX + 1 + KEYLEN("ts") + U64_MAX_DIGITS + \
-	 KEYLEN("cpu") + U64_MAX_DIGITS + KEYLEN("seq") + U64_MAX_DIGITS +               \
-	 KEYLEN("producer") + U64_MAX_DIGITS)
+	(LITLEN("{\"type\":\"") + TYPE_NAME_MAX + 1 + KEYLEN("ts") + NUM_MAX +          \
+	 KEYLEN("cpu") + NUM_MAX + KEYLEN("seq") + NUM_MAX +                            \
+	 KEYLEN("producer") + NUM_MAX)
 #define TAIL_JSON_MAX (KEYLEN("unit") + JSON_STRING_MAX(ENCODE_UNIT_MAX) + LITLEN("}\n"))
 
 #define EXEC_JSON_MAX                                                                   \
-	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("ppid") + KEYLEN("uid") + KEYLEN("gid") +  \
-	 4 * U64_MAX_DIGITS + KEYLEN("comm") + ARRAY_JSON_MAX(struct perfrelay_exec, comm) + \
-	 KEYLEN("filename") + ARRAY_JSON_MAX(struct perfrelay_exec, filename) +            \
-	 KEYLEN("argv") + ARGV_JSON_MAX(PERFRELAY_ARGV_LEN) + KEYLEN("argc") +             \
-	 U64_MAX_DIGITS + KEYLEN("argv_truncated") + LITLEN("false") + KEYLEN("cgroup_id") + \
-	 U64_MAX_DIGITS + TAIL_JSON_MAX)
+	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("ppid") + KEYLEN("uid") + KEYLEN("gid") + \
+	 4 * NUM_MAX + KEYLEN("comm") + ARRAY_JSON_MAX(struct perfrelay_exec, comm) +   \
+	 KEYLEN("filename") + ARRAY_JSON_MAX(struct perfrelay_exec, filename) +         \
+	 KEYLEN("argv") + ARGV_JSON_MAX(PERFRELAY_ARGV_LEN) + KEYLEN("argc") +          \
+	 NUM_MAX + KEYLEN("argv_truncated") + LITLEN("false") + KEYLEN("cgroup_id") +   \
+	 NUM_MAX + TAIL_JSON_MAX)
 #define EXIT_JSON_MAX                                                                   \
-	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("ppid") + KEYLEN("uid") +                 \
-	 KEYLEN("exit_code") + KEYLEN("signal") + KEYLEN("runtime_ns") + 6 * U64_MAX_DIGITS + \
+	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("ppid") + KEYLEN("uid") +             \
+	 KEYLEN("exit_code") + KEYLEN("signal") + KEYLEN("runtime_ns") + 6 * NUM_MAX +  \
 	 KEYLEN("comm") + ARRAY_JSON_MAX(struct perfrelay_exit, comm) + TAIL_JSON_MAX)
 #define FORK_JSON_MAX                                                                   \
-	(COMMON_JSON_MAX + KEYLEN("parent_pid") + KEYLEN("child_pid") +                     \
-	 KEYLEN("child_tgid") + KEYLEN("uid") + 4 * U64_MAX_DIGITS + KEYLEN("comm") +       \
+	(COMMON_JSON_MAX + KEYLEN("parent_pid") + KEYLEN("child_pid") +                 \
+	 KEYLEN("child_tgid") + KEYLEN("uid") + 4 * NUM_MAX + KEYLEN("comm") +          \
 	 ARRAY_JSON_MAX(struct perfrelay_fork, comm) + TAIL_JSON_MAX)
 #define OPEN_JSON_MAX                                                                   \
-	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("uid") + KEYLEN("flags") +                \
-	 KEYLEN("result") + 4 * S64_MAX_DIGITS + KEYLEN("comm") +                           \
-	 ARRAY_JSON_MAX(struct perfrelay_open, comm) + KEYLEN("path") +                     \
+	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("uid") + KEYLEN("flags") +            \
+	 KEYLEN("result") + 4 * NUM_MAX + KEYLEN("comm") +                              \
+	 ARRAY_JSON_MAX(struct perfrelay_open, comm) + KEYLEN("path") +                 \
 	 ARRAY_JSON_MAX(struct perfrelay_open, path) + TAIL_JSON_MAX)
 #define CONNECT_JSON_MAX                                                                \
-	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("uid") + KEYLEN("family") +               \
-	 KEYLEN("port") + KEYLEN("result") + 5 * S64_MAX_DIGITS + KEYLEN("comm") +          \
-	 ARRAY_JSON_MAX(struct perfrelay_connect, comm) + KEYLEN("family_name") +           \
+	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("uid") + KEYLEN("family") +           \
+	 KEYLEN("port") + KEYLEN("result") + 5 * NUM_MAX + KEYLEN("comm") +             \
+	 ARRAY_JSON_MAX(struct perfrelay_connect, comm) + KEYLEN("family_name") +       \
 	 LITLEN("\"inet6\"") + KEYLEN("address") + 2 + INET6_ADDRSTRLEN + TAIL_JSON_MAX)
 #define BENCH_JSON_MAX                                                                  \
-	(COMMON_JSON_MAX + KEYLEN("call") + KEYLEN("size") + 2 * U64_MAX_DIGITS + TAIL_JSON_MAX)
+	(COMMON_JSON_MAX + KEYLEN("call") + KEYLEN("size") + 2 * NUM_MAX + TAIL_JSON_MAX)
 /* hdr.size is a u16, so the payload is at most PERFRELAY_RECORD_MAX minus the header. */
 #define UNKNOWN_JSON_MAX                                                                \
-	(COMMON_JSON_MAX + KEYLEN("type_id") + U64_MAX_DIGITS + KEYLEN("payload") + 2 +    \
+	(COMMON_JSON_MAX + KEYLEN("type_id") + NUM_MAX + KEYLEN("payload") + 2 +        \
 	 BASE64_LEN(PERFRELAY_RECORD_MAX - sizeof(struct perfrelay_hdr)) + TAIL_JSON_MAX)
 
 _Static_assert(EXEC_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for exec");

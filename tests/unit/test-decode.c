@@ -449,7 +449,7 @@ static void check_unterminated(const void *rec, size_t size, size_t off, size_t 
 	free(copy);
 }
 
-#define CHECK_UNTERMINATED(rec, type, member) \
+#define CHECK_UNTERMINATED(rec, type, member)                                           \
 	check_unterminated(&(rec), sizeof(rec), offsetof(type, member), sizeof(((type *)0)->member))
 
 static void test_unterminated_strings(void) {

@@ -331,8 +331,8 @@ static void expect_sanitized_at(json_object *v, const char *what, const char *ra
 	expect_bytes_at(v, what, want, wn, file, line);
 	free(want);
 }
-#define expect_sanitized(obj, key, raw)                                                          \
-	expect_sanitized_at(get_at(obj, key, json_type_string, __FILE__, __LINE__), key, raw,    \
+#define expect_sanitized(obj, key, raw)                                                 \
+	expect_sanitized_at(get_at(obj, key, json_type_string, __FILE__, __LINE__), key, raw, \
 			    strnlen(raw, sizeof(raw)), __FILE__, __LINE__)
 
 static void expect_common_at(json_object *obj, const struct perfrelay_hdr *h, const char *type, const char *file,
@@ -486,6 +486,29 @@ static void test_exec(void) {
 	argv = get_at(obj, "argv", json_type_array, __FILE__, __LINE__);
 	ASSERT(argv && json_object_array_length(argv) == 1);
 	json_object_put(obj);
+
+	/* Long plain arguments up to the very end of argv[]: the 16-byte loads must stop at the
+	 * array and the arguments at their NULs. */
+	for (size_t split = 1; split < 40; split++) {
+		size_t cut = PERFRELAY_ARGV_LEN - 1 - split;
+
+		r = make_exec();
+		memset(r.argv, 'x', sizeof(r.argv));
+		r.argv[cut] = 0;
+		r.argv[PERFRELAY_ARGV_LEN - 1] = 0;
+		r.argv_len = PERFRELAY_ARGV_LEN;
+		ev = decode_ok(&r, sizeof(r));
+		obj = encode_parse(&ev, NULL);
+		argv = get_at(obj, "argv", json_type_array, __FILE__, __LINE__);
+		ASSERT(argv && json_object_array_length(argv) == 2);
+		if (argv && json_object_array_length(argv) == 2) {
+			expect_sanitized_at(json_object_array_get_idx(argv, 0), "argv[0]", r.argv, cut, __FILE__,
+					    __LINE__);
+			expect_sanitized_at(json_object_array_get_idx(argv, 1), "argv[1]", r.argv + cut + 1,
+					    split - 1, __FILE__, __LINE__);
+		}
+		json_object_put(obj);
+	}
 
 	/* A full argv of empty arguments. */
 	r = make_exec();
@@ -782,6 +805,38 @@ static void test_unaligned(void) {
 	free(want);
 }
 
+/* encode_json() takes any DecodedEvent; one whose record changed after decoding (argv_len no
+ * longer ending at a NUL, or beyond the array) still may not read past argv[]. */
+static void test_undecoded_bounds(void) {
+	struct perfrelay_exec r = make_exec(); /* argv "ls\0-l\0/tmp\0" */
+	DecodedEvent ev = decode_ok(&r, sizeof(r));
+	json_object *obj, *argv;
+
+	r.argv_len = 9; /* "ls\0-l\0/tm" */
+	obj = encode_parse(&ev, NULL);
+	argv = get_at(obj, "argv", json_type_array, __FILE__, __LINE__);
+	ASSERT(argv && json_object_array_length(argv) == 3);
+	if (argv && json_object_array_length(argv) == 3)
+		expect_bytes_at(json_object_array_get_idx(argv, 2), "argv[2]", "/tm", 3, __FILE__, __LINE__);
+	json_object_put(obj);
+
+	memset(r.argv, 'z', sizeof(r.argv));
+	r.argv_len = UINT16_MAX; /* clamped to the array */
+	obj = encode_parse(&ev, NULL);
+	argv = get_at(obj, "argv", json_type_array, __FILE__, __LINE__);
+	ASSERT(argv && json_object_array_length(argv) == 1);
+	if (argv && json_object_array_length(argv) == 1)
+		ASSERT(json_object_get_string_len(json_object_array_get_idx(argv, 0)) == PERFRELAY_ARGV_LEN);
+	json_object_put(obj);
+
+	/* Unterminated fields stop at the end of their arrays. */
+	memset(r.comm, 'c', sizeof(r.comm));
+	obj = encode_parse(&ev, NULL);
+	expect_bytes_at(get_at(obj, "comm", json_type_string, __FILE__, __LINE__), "comm", r.comm, sizeof(r.comm),
+			__FILE__, __LINE__);
+	json_object_put(obj);
+}
+
 /* ---- tests: strings ---- */
 
 /* Exact escape forms: json-c would accept \u000a for \n, the spec of our output does not. */
@@ -873,6 +928,24 @@ static void test_strings_roundtrip(void) {
 	for (size_t i = 0; i < ELEMENTS(samples); i++)
 		check_open_strings(samples[i], strnlen(samples[i], PERFRELAY_COMM_LEN - 1), samples[i],
 				   strlen(samples[i]));
+
+	/* One special byte (or sequence) at every position of a plain string, so that it falls
+	 * at every place of a 16-byte chunk and of the tail after the last chunk. */
+	{
+		static const char *const specials[] = { "\"", "\\", "\x01", "\x7f", "\xc3\xa9", "\xe4\xb8\xad",
+							"\xf0\x9f\x98\x80", "\xff", "\xe4\xb8" };
+
+		for (size_t sp = 0; sp < ELEMENTS(specials); sp++)
+			for (size_t pos = 0; pos + strlen(specials[sp]) < PERFRELAY_PATH_LEN; pos++) {
+				size_t n = strlen(specials[sp]);
+
+				memset(s, 'a', sizeof(s));
+				memcpy(s + pos, specials[sp], n);
+				check_open_strings(s, pos + n < PERFRELAY_COMM_LEN ? pos + n : PERFRELAY_COMM_LEN - 1, s,
+						   pos + n);
+				check_open_strings(s, PERFRELAY_COMM_LEN - 1, s, PERFRELAY_PATH_LEN - 1);
+			}
+	}
 
 	/* Whole strings of one byte value, for every non-NUL byte. */
 	for (int c = 1; c < 256; c++) {
@@ -1108,21 +1181,21 @@ static void test_worst_case(void) {
 	memset(unit, 0x01, 255);
 	unit[255] = 0;
 
-#define WORST_HDR(h)                                    \
-	do {                                            \
-		(h).ts_ns = UINT64_MAX;                 \
-		(h).seq = UINT64_MAX;                   \
-		(h).cpu = UINT32_MAX;                   \
-		(h).producer = PERFRELAY_MAX_PRODUCERS - 1; \
+#define WORST_HDR(h)                                                                    \
+	do {                                                                            \
+		(h).ts_ns = UINT64_MAX;                                                 \
+		(h).seq = UINT64_MAX;                                                   \
+		(h).cpu = UINT32_MAX;                                                   \
+		(h).producer = PERFRELAY_MAX_PRODUCERS - 1;                             \
 	} while (0)
-#define CHECK_WORST(ev, what)                                                            \
-	do {                                                                             \
-		n = encode_json(&(ev), unit, linebuf, sizeof(linebuf));                  \
-		ASSERT(n > 0 && (size_t) n <= ENCODE_JSON_MAX);                          \
-		json_object_put(parse_line(linebuf, n));                                 \
-		if (n > 0 && (size_t) n > worst)                                         \
-			worst = (size_t) n;                                              \
-		printf("  worst %-8s %zd bytes\n", what, n);                             \
+#define CHECK_WORST(ev, what)                                                           \
+	do {                                                                            \
+		n = encode_json(&(ev), unit, linebuf, sizeof(linebuf));                 \
+		ASSERT(n > 0 && (size_t) n <= ENCODE_JSON_MAX);                         \
+		json_object_put(parse_line(linebuf, n));                                \
+		if (n > 0 && (size_t) n > worst)                                        \
+			worst = (size_t) n;                                             \
+		printf("  worst %-8s %zd bytes\n", what, n);                            \
 	} while (0)
 
 	for (int pattern = 0; pattern < 4; pattern++) {
@@ -1278,6 +1351,18 @@ static void fill_string(char *field, size_t size) {
 	rand_string(field, size);
 }
 
+/* Decodes from an exact-size heap copy of the record, so that valgrind flags any read past its
+ * end (the strings of exit, fork and connect records end where the record ends). */
+static DecodedEvent decode_heap(const void *rec, size_t size, void **ret_heap) {
+	void *copy = malloc(size);
+
+	if (!copy)
+		abort();
+	memcpy(copy, rec, size);
+	*ret_heap = copy;
+	return decode_ok(copy, size);
+}
+
 /* The line must also be exact at its own size and fail one byte short. */
 static void check_exact_size(const DecodedEvent *ev, const char *unit, ssize_t need) {
 	char *b = malloc((size_t) need);
@@ -1292,7 +1377,7 @@ static void test_random(void) {
 	char unit[64];
 
 	for (unsigned iter = 0; iter < 20000; iter++) {
-		/* The records outlive the switch: ev points into them until check_exact_size(). */
+		/* The records are built here, then copied to the heap for decoding. */
 		union {
 			struct perfrelay_exec exec;
 			struct perfrelay_exit exit;
@@ -1302,6 +1387,7 @@ static void test_random(void) {
 		} rec;
 		const char *u = NULL;
 		json_object *obj = NULL;
+		void *heap = NULL;
 		DecodedEvent ev;
 		ssize_t need;
 
@@ -1333,7 +1419,7 @@ static void test_random(void) {
 				nargs++;
 			}
 			r->argv_len = (uint16_t) pos;
-			ev = decode_ok(r, sizeof(*r));
+			ev = decode_heap(r, sizeof(*r), &heap);
 			need = encode_json(&ev, u, linebuf, sizeof(linebuf));
 			obj = parse_line(linebuf, need);
 			expect_sanitized(obj, "comm", r->comm);
@@ -1363,7 +1449,7 @@ static void test_random(void) {
 			r->exit_code = (int32_t) rng();
 			r->runtime_ns = rng();
 			fill_string(r->comm, sizeof(r->comm));
-			ev = decode_ok(r, sizeof(*r));
+			ev = decode_heap(r, sizeof(*r), &heap);
 			need = encode_json(&ev, u, linebuf, sizeof(linebuf));
 			obj = parse_line(linebuf, need);
 			expect_sanitized(obj, "comm", r->comm);
@@ -1377,7 +1463,7 @@ static void test_random(void) {
 			*r = make_fork();
 			r->child_pid = (uint32_t) rng();
 			fill_string(r->comm, sizeof(r->comm));
-			ev = decode_ok(r, sizeof(*r));
+			ev = decode_heap(r, sizeof(*r), &heap);
 			need = encode_json(&ev, u, linebuf, sizeof(linebuf));
 			obj = parse_line(linebuf, need);
 			expect_sanitized(obj, "comm", r->comm);
@@ -1392,7 +1478,7 @@ static void test_random(void) {
 			r->result = (int32_t) rng();
 			fill_string(r->comm, sizeof(r->comm));
 			fill_string(r->path, sizeof(r->path));
-			ev = decode_ok(r, sizeof(*r));
+			ev = decode_heap(r, sizeof(*r), &heap);
 			need = encode_json(&ev, u, linebuf, sizeof(linebuf));
 			obj = parse_line(linebuf, need);
 			expect_sanitized(obj, "comm", r->comm);
@@ -1408,7 +1494,7 @@ static void test_random(void) {
 			r->port = (uint16_t) rng();
 			r->result = (int32_t) rng();
 			fill_string(r->comm, sizeof(r->comm));
-			ev = decode_ok(r, sizeof(*r));
+			ev = decode_heap(r, sizeof(*r), &heap);
 			need = encode_json(&ev, u, linebuf, sizeof(linebuf));
 			obj = parse_line(linebuf, need);
 			expect_sanitized(obj, "comm", r->comm);
@@ -1422,6 +1508,7 @@ static void test_random(void) {
 		json_object_put(obj);
 		if (need > 0)
 			check_exact_size(&ev, u, need);
+		free(heap);
 		if (failures > 20) {
 			fprintf(stderr, "too many failures, stopping at iteration %u\n", iter);
 			return;
@@ -1438,6 +1525,7 @@ int main(void) {
 	test_bench();
 	test_unknown();
 	test_unaligned();
+	test_undecoded_bounds();
 	test_escape_text();
 	test_strings_roundtrip();
 	test_numbers();
