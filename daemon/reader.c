@@ -221,9 +221,11 @@ static void *reader_thread(void *userdata) {
 			STAT_ADD(r->stats->wakeups, 1);
 		STAT_ADD(r->stats->progress, 1);
 	}
-	/* Last drain after the stop request: what was published before it is not lost. */
-	while (drain_all(r, &any) || any)
-		;
+	/* Last drain after the stop request, so what was published before it is not lost; bounded,
+	 * because producers that keep emitting would otherwise keep us here forever. */
+	for (unsigned pass = 0; pass < 64; pass++)
+		if (!drain_all(r, &any) && !any)
+			break;
 	return NULL;
 }
 
