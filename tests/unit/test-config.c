@@ -19,15 +19,8 @@
 #define SRCDIR "tests/unit"
 #endif
 
-static int failures;
 
-#define ASSERT(expr)                                                                                 \
-	do {                                                                                         \
-		if (!(expr)) {                                                                       \
-			fprintf(stderr, "%s:%d: assertion failed: %s\n", __FILE__, __LINE__, #expr); \
-			failures++;                                                                  \
-		}                                                                                    \
-	} while (0)
+#include "unit-test.h"
 
 /* Like ASSERT, with a message that says what was parsed. */
 #define CHECK(expr, ...)                                                                             \

@@ -7,15 +7,8 @@
 
 #include "cpuset.h"
 
-static int failures;
 
-#define ASSERT(expr)                                                                                 \
-	do {                                                                                         \
-		if (!(expr)) {                                                                       \
-			fprintf(stderr, "%s:%d: assertion failed: %s\n", __FILE__, __LINE__, #expr); \
-			failures++;                                                                  \
-		}                                                                                    \
-	} while (0)
+#include "unit-test.h"
 
 /* Parses s and formats it back into buf. */
 static int roundtrip(const char *s, char *buf, size_t size) {

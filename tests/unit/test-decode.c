@@ -8,17 +8,9 @@
 
 #include "decode.h"
 
-static unsigned failures;
 
 /* Keeps going after a failure so that one run shows every broken case. */
-#define ASSERT(cond)                                                                    \
-	do {                                                                            \
-		if (!(cond)) {                                                          \
-			fprintf(stderr, "%s:%d: %s: assertion failed: %s\n", __FILE__,  \
-				__LINE__, __func__, #cond);                             \
-			failures++;                                                     \
-		}                                                                       \
-	} while (0)
+#include "unit-test.h"
 
 #define ASSERT_DECODE(raw, size, expected)                                              \
 	do {                                                                            \

@@ -11,14 +11,7 @@
 #include "event.h"
 #include "perfring.h"
 
-static int failures;
-#define ASSERT(x)                                                                  \
-	do {                                                                       \
-		if (!(x)) {                                                        \
-			fprintf(stderr, "%s:%d: assertion failed: %s\n", __FILE__, __LINE__, #x); \
-			failures++;                                                \
-		}                                                                  \
-	} while (0)
+#include "unit-test.h"
 
 #define RING 256u /* a tiny data area so records wrap */
 

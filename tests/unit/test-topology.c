@@ -13,15 +13,8 @@
 #include "macro.h"
 #include "topology.h"
 
-static int failures;
 
-#define ASSERT(expr)                                                                                 \
-	do {                                                                                         \
-		if (!(expr)) {                                                                       \
-			fprintf(stderr, "%s:%d: assertion failed: %s\n", __FILE__, __LINE__, #expr); \
-			failures++;                                                                  \
-		}                                                                                    \
-	} while (0)
+#include "unit-test.h"
 
 static char root[] = "/tmp/test-topology-XXXXXX";
 static char tree[512]; /* the current fake sysfs root, below root */
