@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Fan-out of decoded events from reader threads to clients through per-reader SPSC queues. */
+#include <endian.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -13,6 +14,10 @@
 #include "stats.h"
 
 #define HUB_QUEUE_MIN (64u * 1024u)
+/* The binary lost notice: u32 length, header, u64 count. The JSON one is far shorter. */
+#define HUB_LOST_MAX 64u
+#define HUB_BINARY_LOST_SIZE (sizeof(struct perfrelay_hdr) + sizeof(uint64_t))
+_Static_assert(sizeof(uint32_t) + HUB_BINARY_LOST_SIZE <= HUB_LOST_MAX, "binary lost notice fits");
 
 /* One client's queue for one reader: a byte ring of whole encoded events. */
 typedef struct HubQueue {
@@ -221,6 +226,10 @@ void hub_client_detach(Hub *h, HubClient *c) {
 
 int hub_client_fd(const HubClient *c) { return c->fd; }
 
+void *hub_client_userdata(const HubClient *c) { return c->o.userdata; }
+
+HubFormat hub_client_format(const HubClient *c) { return c->o.format; }
+
 bool hub_client_blocked(const HubClient *c) { return c->blocked; }
 
 bool hub_client_overflowed(const HubClient *c) { return atomic_load_explicit(&c->overflowed, memory_order_relaxed); }
@@ -262,6 +271,15 @@ static inline void queue_write(HubQueue *q, const void *src, size_t n) {
 	q->head_local += n;
 }
 
+/* Wakes the main thread if it sleeps (or is about to). The exchange is a full barrier,
+ * pairing with hub_prepare_sleep(): either we see sleeping=1 and signal, or it sees our head. */
+static void hub_wake(Hub *h) {
+	if (atomic_exchange(&h->sleeping, 0)) {
+		uint64_t one = 1;
+		(void)!write(h->notify_fd, &one, sizeof(one));
+	}
+}
+
 void hub_reader_begin(Hub *h, unsigned reader) {
 	HubSlot *s = &h->slots[reader];
 
@@ -269,30 +287,69 @@ void hub_reader_begin(Hub *h, unsigned reader) {
 	s->wrote = false;
 }
 
-void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev) {
+bool hub_reader_has_clients(const Hub *h, unsigned reader) {
+	return h->slots[reader].n_clients > 0;
+}
+
+/* The notice of `count` lost events in the client's format; returns its length. */
+static size_t encode_lost(HubFormat format, uint64_t count, char buf[static HUB_LOST_MAX]) {
+	if (format == HUB_FORMAT_BINARY) {
+		/* A record in the ABI's layout, so that clients decode it like any other. Only
+		 * the daemon makes it: built-in producers never use this type id. */
+		struct perfrelay_hdr hdr = {
+			.magic = PERFRELAY_MAGIC,
+			.version = PERFRELAY_VERSION,
+			.type = PERFRELAY_TYPE_LOST,
+			.size = HUB_BINARY_LOST_SIZE,
+		};
+		uint32_t len = htole32(HUB_BINARY_LOST_SIZE);
+
+		memcpy(buf, &len, sizeof(len));
+		memcpy(buf + sizeof(len), &hdr, sizeof(hdr));
+		memcpy(buf + sizeof(len) + sizeof(hdr), &count, sizeof(count));
+		return sizeof(len) + HUB_BINARY_LOST_SIZE;
+	}
+	return (size_t) encode_lost_json(count, buf, HUB_LOST_MAX); /* cannot fail: < 64 bytes */
+}
+
+void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *unit) {
 	HubSlot *s = &h->slots[reader];
-	ssize_t len = -1;
+	/* Binary frames are the record itself behind a length: nothing to encode. */
+	uint32_t frame_len = htole32(ev->hdr.size);
+	ssize_t json_len = -1;
 
 	for (size_t i = 0; i < s->n_clients; i++) {
 		HubClient *c = s->clients[i];
 		HubQueue *q = &c->q[reader];
-		char lost[64];
-		ssize_t lost_len = 0;
+		const void *data, *prefix = NULL;
+		size_t len, prefix_len = 0, lost_len = 0;
+		char lost[HUB_LOST_MAX];
 
-		if (c->o.match && !c->o.match(c->o.filter, ev))
+		if (c->o.match && !c->o.match(c->o.filter, ev, unit))
 			continue;
 		STAT_ADD(q->offered, 1);
 
-		if (len < 0) {
-			/* Encoded once, however many clients take it. */
-			len = encode_json(ev, NULL, s->json, ENCODE_JSON_MAX);
-			if (len < 0)
-				return; /* cannot happen: ENCODE_JSON_MAX bounds every record */
+		if (c->o.format == HUB_FORMAT_BINARY) {
+			prefix = &frame_len;
+			prefix_len = sizeof(frame_len);
+			data = ev->record;
+			len = ev->hdr.size;
+		} else {
+			if (json_len < 0) {
+				/* Encoded once, however many clients take it. */
+				json_len = encode_json(ev, unit, s->json, ENCODE_JSON_MAX);
+				/* Cannot happen (ENCODE_JSON_MAX bounds every record), but if it
+				 * did, the loss would be counted and told like any other. */
+				if (_unlikely_(json_len < 0))
+					json_len = 0;
+			}
+			data = s->json;
+			len = (size_t) json_len;
 		}
 		if (q->pending_lost > 0)
-			lost_len = encode_lost_json(q->pending_lost, lost, sizeof(lost));
+			lost_len = encode_lost(c->o.format, q->pending_lost, lost);
 
-		if (!queue_reserve(q, (uint64_t)len + (uint64_t)lost_len)) {
+		if (_unlikely_(len == 0) || !queue_reserve(q, (uint64_t) (prefix_len + len + lost_len))) {
 			STAT_ADD(q->dropped, 1);
 			q->pending_lost++;
 			if (c->o.overflow == HUB_OVERFLOW_DISCONNECT &&
@@ -304,31 +361,52 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev) {
 			queue_write(q, lost, lost_len);
 			q->pending_lost = 0;
 		}
-		queue_write(q, s->json, len);
+		if (prefix_len > 0)
+			queue_write(q, prefix, prefix_len);
+		queue_write(q, data, len);
 		STAT_ADD(q->queued, 1);
 		s->wrote = true;
+
+		/* A batch can hold more than a queue (half a ring per CPU of the group): hand
+		 * over every quarter queue, so that a client that keeps reading never loses
+		 * events to the batch size. At most one wakeup per quarter queue. */
+		if (_unlikely_(q->head_local - q->head > (q->mask + 1) / 4)) {
+			__atomic_store_n(&q->head, q->head_local, __ATOMIC_RELEASE);
+			hub_wake(h);
+		}
 	}
 }
 
 void hub_reader_end(Hub *h, unsigned reader) {
 	HubSlot *s = &h->slots[reader];
-	bool wrote = s->wrote;
+	bool wrote;
 
-	if (wrote)
-		for (size_t i = 0; i < s->n_clients; i++) {
-			HubQueue *q = &s->clients[i]->q[reader];
+	for (size_t i = 0; i < s->n_clients; i++) {
+		HubClient *c = s->clients[i];
+		HubQueue *q = &c->q[reader];
 
-			if (q->head_local != q->head)
-				__atomic_store_n(&q->head, q->head_local, __ATOMIC_RELEASE);
+		/* Losses wait for room; the batch end is when the main thread may have made
+		 * some, even if no event for this client comes again. A client that asked to be
+		 * disconnected gets closed instead. */
+		if (_unlikely_(q->pending_lost > 0) && c->o.overflow == HUB_OVERFLOW_DROP) {
+			char lost[HUB_LOST_MAX];
+			size_t n = encode_lost(c->o.format, q->pending_lost, lost);
+
+			if (queue_reserve(q, n)) {
+				queue_write(q, lost, n);
+				q->pending_lost = 0;
+				s->wrote = true;
+			}
 		}
+		if (q->head_local != q->head)
+			__atomic_store_n(&q->head, q->head_local, __ATOMIC_RELEASE);
+	}
+	wrote = s->wrote;
 	pthread_mutex_unlock(&s->lock);
 
-	/* One eventfd write per batch at most, and only if the main thread is asleep. The
-	 * exchange is a full barrier, pairing with hub_prepare_sleep(). */
-	if (wrote && atomic_exchange(&h->sleeping, 0)) {
-		uint64_t one = 1;
-		(void)!write(h->notify_fd, &one, sizeof(one));
-	}
+	/* One eventfd write per batch at most, and only if the main thread is asleep. */
+	if (wrote)
+		hub_wake(h);
 }
 
 /* Main thread side ------------------------------------------------------------------------ */

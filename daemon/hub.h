@@ -5,6 +5,10 @@
  * the clients' fds with writev. No lock or allocation per event; a full queue drops (counted)
  * and never blocks a reader.
  *
+ * Formats: JSON clients get encode_json() lines, binary clients frames of a little-endian u32
+ * length and the record exactly as the producer wrote it (docs/protocol.md). Losses are
+ * reported in the client's format: a "lost" JSON line, or a PERFRELAY_TYPE_LOST record.
+ *
  * Threads: hub_reader_*() and hub_publish() run on reader thread `reader` only; everything
  * else runs on the main thread. The client list of each reader is guarded by a per-reader
  * mutex that the reader holds for a whole batch, so adding or removing a client waits for at
@@ -32,8 +36,9 @@ typedef enum HubOverflow {
 	HUB_OVERFLOW_DISCONNECT,  /* close the client on its first loss */
 } HubOverflow;
 
-/* Decides on a reader thread whether a client wants an event. Must not block or allocate. */
-typedef bool (*HubMatchFn)(const void *filter, const DecodedEvent *ev);
+/* Decides on a reader thread whether a client wants an event. `unit` is the systemd unit of
+ * the event's cgroup or NULL. Must not block or allocate. */
+typedef bool (*HubMatchFn)(const void *filter, const DecodedEvent *ev, const char *unit);
 
 typedef struct HubClientOptions {
 	HubFormat format;
@@ -41,6 +46,7 @@ typedef struct HubClientOptions {
 	uint64_t queue_bytes;     /* per client, split between the reader queues */
 	HubMatchFn match;         /* NULL: every event */
 	const void *filter;       /* owned by the caller; must outlive the client */
+	void *userdata;           /* the caller's, for hub_client_userdata() (main thread) */
 } HubClientOptions;
 
 typedef struct HubClientStats {
@@ -54,8 +60,9 @@ typedef struct HubClientStats {
 int hub_new(unsigned n_readers, Hub **ret);
 Hub *hub_free(Hub *h);  /* clients must have been removed */
 
-/* An eventfd the readers signal (at most once per batch, and only when the main thread said it
- * was going to sleep) when they queued output. The main thread then calls hub_flush(). */
+/* An eventfd the readers signal when they queued output (at the end of a batch, and within a
+ * batch each time a client's queue received a quarter of its size), only when the main thread
+ * said it was going to sleep. The main thread then flushes the clients. */
 int hub_notify_fd(const Hub *h);
 
 int hub_client_new(Hub *h, int fd, const HubClientOptions *o, HubClient **ret);
@@ -66,6 +73,8 @@ void hub_client_detach(Hub *h, HubClient *c);
 HubClient *hub_client_free(HubClient *c); /* detached clients only; does not close fd */
 
 int hub_client_fd(const HubClient *c);
+void *hub_client_userdata(const HubClient *c);
+HubFormat hub_client_format(const HubClient *c);
 void hub_client_get_stats(const HubClient *c, HubClientStats *ret);
 /* True after hub_client_flush() found the fd full; the next flush clears it. */
 bool hub_client_blocked(const HubClient *c);
@@ -77,9 +86,16 @@ bool hub_client_overflowed(const HubClient *c);
  * (EPIPE etc.: the caller drops the client). */
 int hub_client_flush(HubClient *c);
 
-/* Reader side. */
+/* Reader side. Between begin and end the reader holds its slot's client list. */
 void hub_reader_begin(Hub *h, unsigned reader);
-void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev);
+/* True if any client is attached to this reader (between begin and end): without clients the
+ * reader skips per-event work such as resolving the unit. */
+bool hub_reader_has_clients(const Hub *h, unsigned reader);
+/* Offers ev to every client of the reader; `unit` (or NULL) is matched by filters and written
+ * into JSON lines. The event is encoded at most once per format. */
+void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *unit);
+/* Publishes the batch to the main thread; also queues the "lost" notices that were waiting
+ * for room, so that a client learns of its last losses without waiting for a new event. */
 void hub_reader_end(Hub *h, unsigned reader);
 
 /* Main thread, before waiting for the notify fd: returns true if a queue still holds data

@@ -51,6 +51,8 @@ int main(int argc, char *argv[]) {
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGHUP);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
+	/* A client that hangs up must make writev() fail with EPIPE, not kill the daemon. */
+	signal(SIGPIPE, SIG_IGN);
 
 	while ((c = getopt_long(argc, argv, "hc:v", options, NULL)) >= 0)
 		switch (c) {

@@ -7,14 +7,17 @@
 #include <time.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <bpf/bpf.h>
 #include <systemd/sd-daemon.h>
 
+#include "cgroup.h"
 #include "log.h"
 #include "manager.h"
 #include "pins.h"
+#include "server.h"
 #include "topology.h"
 
 typedef uint64_t usec_t;
@@ -38,6 +41,8 @@ struct Manager {
 	Reader **readers;
 	size_t n_readers;
 	CpuSet cpus;                /* CPUs with a ring */
+	CgroupFs *cgroups;          /* cgroup2 mount for unit names; NULL if there is none */
+	Server *server;             /* the event socket and its subscribers */
 
 	HubClient *stdout_client;
 	sd_event_source *stdout_source; /* EPOLLOUT wait on fd 1, NULL for files */
@@ -96,6 +101,8 @@ Manager *manager_free(Manager *m) {
 	if (!m)
 		return NULL;
 	manager_stop_readers(m);
+	/* Subscribers leave the hub before it goes. */
+	server_free(m->server);
 	if (m->stdout_client) {
 		hub_client_detach(m->hub, m->stdout_client);
 		hub_client_free(m->stdout_client);
@@ -105,6 +112,7 @@ Manager *manager_free(Manager *m) {
 	for (size_t i = 0; i < m->n_readers; i++)
 		reader_free(m->readers[i]);
 	free(m->readers);
+	cgroup_fs_free(m->cgroups);
 	hub_free(m->hub);
 	probes_free(m->probes);
 	sd_event_unref(m->event);
@@ -213,7 +221,7 @@ static int manager_open_rings(Manager *m, const CpuSet *groups, size_t n_groups)
 			}
 			cpuset_add(&m->cpus, cpu);
 		}
-		r = reader_new(g, &groups[g], rings, n, m->hub, c->flush_interval_ms, &m->readers[g]);
+		r = reader_new(g, &groups[g], rings, n, m->hub, m->cgroups, c->flush_interval_ms, &m->readers[g]);
 		if (r < 0)
 			return log_error_errno(r, "Failed to set up reader %zu: %m", g);
 		m->n_readers++;
@@ -243,8 +251,13 @@ static void manager_drop_stdout(Manager *m, int error) {
 }
 
 static void manager_flush_client(Manager *m, HubClient *c) {
-	int r = hub_client_flush(c);
+	int r;
 
+	if (c != m->stdout_client) {
+		server_flush_client(m->server, c);
+		return;
+	}
+	r = hub_client_flush(c);
 	if (r < 0) {
 		if (c == m->stdout_client)
 			manager_drop_stdout(m, r);
@@ -255,7 +268,9 @@ static void manager_flush_client(Manager *m, HubClient *c) {
 }
 
 static void flush_one(HubClient *c, void *userdata) {
-	if (!hub_client_blocked(c))
+	/* An overflowed client is closed even while it blocks: hub_prepare_sleep() does not let
+	 * the loop sleep until it is gone. */
+	if (!hub_client_blocked(c) || hub_client_overflowed(c))
 		manager_flush_client(userdata, c);
 }
 
@@ -268,6 +283,32 @@ static void manager_flush(Manager *m) {
 static int on_hub_notify(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
 	manager_flush(userdata);
 	return 0;
+}
+
+static void manager_flush_all(void *userdata) {
+	manager_flush(userdata);
+}
+
+/* Every subscriber holds a descriptor: MaxClients= may be far above the soft limit of 1024
+ * that only matters to select(), which nothing in the daemon uses. */
+static void manager_raise_fd_limit(Manager *m) {
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		log_debug("Failed to raise the file descriptor limit to %llu: %m", (unsigned long long) rl.rlim_max);
+}
+
+static void manager_open_cgroups(Manager *m) {
+	int r = cgroup_fs_open("/proc/self/mountinfo", &m->cgroups);
+
+	if (r < 0)
+		log_warning_errno(r, "No cgroup2 hierarchy (%m): events will carry no systemd unit and unit filters "
+		                  "will match nothing");
+	else
+		log_debug("Resolving units from the cgroup2 hierarchy at %s", cgroup_fs_path(m->cgroups));
 }
 
 static int on_stdout_writable(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
@@ -324,6 +365,8 @@ int manager_start(Manager *m) {
 	r = manager_cpu_groups(m, &groups, &n_groups);
 	if (r < 0)
 		return r;
+	manager_raise_fd_limit(m);
+	manager_open_cgroups(m);
 	r = hub_new(n_groups, &m->hub);
 	if (r < 0)
 		return log_error_errno(r, "Failed to set up the hub: %m");
@@ -344,6 +387,9 @@ int manager_start(Manager *m) {
 		if (r < 0)
 			return log_error_errno(r, "Failed to start reader thread %zu: %m", i);
 	}
+	r = server_new(m->event, m->hub, m->config, manager_flush_all, m, &m->server);
+	if (r < 0)
+		return log_error_errno(r, "Failed to set up the event socket: %m");
 
 	/* Probes last: every ring is mapped and read before the first event is emitted. */
 	r = probes_apply(m->probes, c->probes);
@@ -411,12 +457,34 @@ static void manager_log_stats(Manager *m) {
 			         STAT_LOAD(cs->malformed), STAT_LOAD(cs->bytes));
 		}
 	}
+	for (size_t i = 0; i < m->n_readers; i++) {
+		CgroupCacheStats us;
+
+		reader_unit_cache_stats(m->readers[i], &us);
+		if (us.misses > 0)
+			log_info("Reader %u: units: %" PRIu64 " cache hits, %" PRIu64 " resolved, %" PRIu64
+			         " failed, %" PRIu64 " evicted", reader_id(m->readers[i]), us.hits, us.misses,
+			         us.failures, us.evictions);
+	}
 	if (m->stdout_client) {
 		HubClientStats cs;
 
 		hub_client_get_stats(m->stdout_client, &cs);
 		log_info("Standard output: %" PRIu64 " offered, %" PRIu64 " sent, %" PRIu64 " dropped",
 		         cs.offered, cs.queued, cs.dropped);
+	}
+	if (m->server) {
+		ServerStats ss;
+		uint64_t refused = 0;
+
+		server_get_stats(m->server, &ss);
+		for (unsigned e = 0; e < _PROTOCOL_ERROR_MAX; e++)
+			refused += ss.refused[e];
+		log_info("Socket clients: %" PRIu64 " connections, %" PRIu64 " subscribed, %" PRIu64
+		         " refused with an error; %" PRIu64 " events offered, %" PRIu64 " sent, %" PRIu64
+		         " dropped; %" PRIu64 " passed fds closed",
+		         ss.accepted, ss.subscribed, refused, ss.gone_offered, ss.gone_sent, ss.gone_dropped,
+		         ss.fds_closed);
 	}
 }
 
@@ -438,6 +506,8 @@ int manager_run(Manager *m) {
 	 * out. A blocked stdout is not waited for. */
 	manager_stop_readers(m);
 	manager_flush(m);
+	if (m->server)
+		server_shutdown(m->server);
 	manager_finish_stdout(m);
 	manager_unmap_rings(m);
 	manager_log_stats(m);

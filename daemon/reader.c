@@ -11,6 +11,7 @@
 
 #include "perfrelay-config.h"
 
+#include "cgroup.h"
 #include "decode.h"
 #include "macro.h"
 #include "reader.h"
@@ -23,6 +24,7 @@ struct Reader {
 	CpuStats *cpu_stats;      /* one per ring; written by the thread */
 	ReaderStats *stats;       /* written by the thread */
 	Hub *hub;
+	CgroupCache *units;       /* the thread's own: cgroup id -> unit; NULL without cgroup2 */
 	unsigned flush_interval_ms;
 	int epoll_fd;
 	int stop_fd;              /* eventfd: the main thread asks the thread to finish */
@@ -38,7 +40,7 @@ typedef struct DrainCtx {
 	uint64_t received, lost, malformed, other;
 } DrainCtx;
 
-int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hub *hub,
+int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hub *hub, CgroupFs *cgroups,
                unsigned flush_interval_ms, Reader **ret) {
 	Reader *r = calloc(1, sizeof(*r));
 
@@ -61,6 +63,13 @@ int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hu
 	if (!r->cpu_stats || !r->stats) {
 		reader_free(r);
 		return -ENOMEM;
+	}
+	if (cgroups) {
+		int k = cgroup_cache_new(READER_UNIT_CACHE_ENTRIES, cgroup_fs_resolve, cgroups, &r->units);
+		if (k < 0) {
+			reader_free(r);
+			return k;
+		}
 	}
 	r->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
 	r->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -92,6 +101,7 @@ Reader *reader_free(Reader *r) {
 	free(r->rings);
 	free(r->cpu_stats);
 	free(r->stats);
+	cgroup_cache_free(r->units);
 	safe_close(r->epoll_fd);
 	safe_close(r->stop_fd);
 	free(r);
@@ -104,6 +114,13 @@ size_t reader_n_rings(const Reader *r) { return r->n_rings; }
 const Ring *reader_ring(const Reader *r, size_t i) { return r->rings[i]; }
 const CpuStats *reader_cpu_stats(const Reader *r, size_t i) { return &r->cpu_stats[i]; }
 const ReaderStats *reader_stats(const Reader *r) { return r->stats; }
+
+void reader_unit_cache_stats(const Reader *r, CgroupCacheStats *ret) {
+	if (r->units)
+		cgroup_cache_get_stats(r->units, ret);
+	else
+		*ret = (CgroupCacheStats) {};
+}
 
 void reader_set_frozen(Reader *r, int frozen) {
 	atomic_store(&r->frozen, frozen);
@@ -121,9 +138,16 @@ static void on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 	case PERF_REC_SAMPLE:
 		e = decode_event(v.raw, v.raw_size, &ev);
 		if (_likely_(e == DECODE_OK)) {
+			Reader *r = d->reader;
+			const char *unit = NULL;
+
 			d->received++;
 			STAT_ADD(st->received_by_producer[ev.hdr.producer], 1);
-			hub_publish(d->reader->hub, d->reader->id, &ev);
+			/* Filters and JSON lines need the unit; a cache hit is a hash and a compare,
+			 * a miss a syscall pair once per cgroup. Not worth it without clients. */
+			if (ev.cgroup_id != 0 && r->units && hub_reader_has_clients(r->hub, r->id))
+				unit = cgroup_cache_lookup(r->units, ev.cgroup_id);
+			hub_publish(r->hub, r->id, &ev, unit);
 			return;
 		}
 		d->malformed++;

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "cgroup.h"
 #include "cpuset.h"
 #include "hub.h"
 #include "ring.h"
@@ -12,8 +13,12 @@
 
 typedef struct Reader Reader;
 
-/* Takes ownership of the rings (on success and on failure). `id` is the reader's index in the hub. */
-int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hub *hub,
+/* Cgroup ids -> units cached per reader thread. */
+#define READER_UNIT_CACHE_ENTRIES 1024u
+
+/* Takes ownership of the rings (on success and on failure). `id` is the reader's index in the
+ * hub. `cgroups` (NULL: events get no unit) must outlive the reader. */
+int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hub *hub, CgroupFs *cgroups,
                unsigned flush_interval_ms, Reader **ret);
 Reader *reader_free(Reader *r); /* stops the thread first if it runs */
 
@@ -28,6 +33,7 @@ const Ring *reader_ring(const Reader *r, size_t i);
 /* Read with STAT_LOAD from any thread. */
 const CpuStats *reader_cpu_stats(const Reader *r, size_t i);
 const ReaderStats *reader_stats(const Reader *r);
+void reader_unit_cache_stats(const Reader *r, CgroupCacheStats *ret);
 
 /* Test-only fault injection (compiled in with -Dfault_injection=true): the thread stops making
  * progress while frozen. */

@@ -60,8 +60,7 @@ class Daemon:
         self.dir = tempfile.mkdtemp(prefix=f"perfrelay-{tag}-")
         self.pin_path = pin_path or f"{BPFFS}/perfrelay-test-{tag}-{os.getpid()}"
         self.config_path = os.path.join(self.dir, "perfrelay.conf")
-        with open(self.config_path, "w") as f:
-            f.write(f"[Daemon]\nPinPath={self.pin_path}\n{config}\n")
+        self.write_config(config)
         self.stdout = stdout
         self.extra_args = list(extra_args)
         self.proc = None
@@ -71,8 +70,15 @@ class Daemon:
         self.bad_lines = []  # stdout lines that were not valid JSON: always a bug
 
     def write_config(self, config):
+        # Every daemon listens in its own directory unless the test names a socket (a later
+        # SocketPath= wins), so that tests never touch /run/perfrelay. [Daemon] comes last so
+        # that a config of bare keys still lands there.
+        self.socket_path = os.path.join(self.dir, "events.sock")
+        for line in config.splitlines():
+            if line.strip().startswith("SocketPath="):
+                self.socket_path = line.split("=", 1)[1].strip()
         with open(self.config_path, "w") as f:
-            f.write(f"[Daemon]\nPinPath={self.pin_path}\n{config}\n")
+            f.write(f"[Socket]\nSocketPath={self.dir}/events.sock\n[Daemon]\nPinPath={self.pin_path}\n{config}\n")
 
     def start(self, timeout=30):
         with self.cond:
@@ -126,6 +132,9 @@ class Daemon:
 
     def stderr(self):
         return "\n".join(self.stderr_lines)
+
+    def fd_count(self):
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
 
     def wait_event(self, pred, what, timeout=10):
         """Waits for an event matching pred; the daemon's flush interval bounds the latency."""

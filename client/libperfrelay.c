@@ -1,0 +1,732 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* libperfrelay: the client side of the event socket protocol (request, hello, JSON lines and
+ * binary frames) over one buffered, non-blocking Unix stream socket. */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include "macro.h"
+#include "perfrelay.h"
+
+#define PERFRELAY_PROTOCOL 1u
+
+/* One buffer holds the unread bytes: it must fit the longest line or frame, plus room to read
+ * ahead so that a batch of events costs one read(). */
+#define FRAME_MAX (4u + PERFRELAY_RECORD_MAX)
+#define BUFFER_SIZE (PERFRELAY_LINE_MAX + 32u * 1024u)
+_Static_assert(BUFFER_SIZE >= FRAME_MAX + 4096u, "the buffer must hold the largest frame");
+/* Compact the buffer (move the unread bytes to its start) when less than this is left to read
+ * into. Unread bytes never exceed one incomplete line or frame, so compacting is rare. */
+#define READ_ROOM_MIN (BUFFER_SIZE / 4u)
+
+/* Daemon messages are short; longer ones are cut, so a hostile peer cannot make us keep 96 KiB. */
+#define MESSAGE_MAX 1024u
+
+typedef enum ClientState {
+	CLIENT_NEW,       /* perfrelay_connect() not called yet */
+	CLIENT_CONNECTED, /* hello received; reads allowed until `error` is set */
+	CLIENT_FAILED,    /* perfrelay_connect() failed */
+} ClientState;
+
+struct perfrelay_client {
+	ClientState state;
+	int fd;
+	int error; /* sticky negative errno once the stream has ended, else 0 */
+
+	/* Unread bytes are buf[start, end); buf[start, scanned) is known to hold no '\n'. */
+	char *buf;
+	size_t start, scanned, end;
+	/* An 8-aligned copy of the current record when it is not aligned in buf (binary format). */
+	void *record;
+
+	struct perfrelay_hello hello;
+	char *version;
+	char *message;
+	char *socket_path;
+};
+
+int perfrelay_client_new(perfrelay_client **ret) {
+	perfrelay_client *c;
+
+	if (!ret)
+		return -EINVAL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->fd = -EBADF;
+	*ret = c;
+	return 0;
+}
+
+perfrelay_client *perfrelay_close(perfrelay_client *c) {
+	if (!c)
+		return NULL;
+	safe_close(c->fd);
+	free(c->buf);
+	free(c->record);
+	free(c->version);
+	free(c->message);
+	free(c->socket_path);
+	free(c);
+	return NULL;
+}
+
+int perfrelay_fd(const perfrelay_client *c) {
+	if (!c || c->state != CLIENT_CONNECTED)
+		return -ENOTCONN;
+	return c->fd;
+}
+
+const struct perfrelay_hello *perfrelay_client_hello(const perfrelay_client *c) {
+	return c && c->state == CLIENT_CONNECTED ? &c->hello : NULL;
+}
+
+const char *perfrelay_client_error(const perfrelay_client *c) {
+	return c ? c->message : NULL;
+}
+
+const char *perfrelay_client_socket_path(const perfrelay_client *c) {
+	return c ? c->socket_path : NULL;
+}
+
+/* ---- the request ---- */
+
+static int add_string_array(
+		json_object *obj,
+		const char *key,
+		const char *const *v,
+		size_t n,
+		bool numbers) {
+	json_object *a;
+
+	if (n == 0)
+		return 0;
+	if (!v)
+		return -EINVAL;
+	a = json_object_new_array_ext((int) n);
+	if (!a)
+		return -ENOMEM;
+	/* Added first so that `a` is freed with obj on any later failure. */
+	if (json_object_object_add(obj, key, a) < 0) {
+		json_object_put(a);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		json_object *e = NULL;
+		char *end;
+
+		if (!v[i])
+			return -EINVAL;
+		/* Type ids travel as JSON integers, type names as strings. */
+		if (numbers && v[i][0] >= '0' && v[i][0] <= '9') {
+			unsigned long long id;
+
+			errno = 0;
+			id = strtoull(v[i], &end, 10);
+			if (errno == 0 && *end == '\0' && id <= INT64_MAX)
+				e = json_object_new_int64((int64_t) id);
+		}
+		if (!e)
+			e = json_object_new_string(v[i]);
+		if (!e)
+			return -ENOMEM;
+		if (json_object_array_add(a, e) < 0) {
+			json_object_put(e);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+static int add_u32_array(json_object *obj, const char *key, const uint32_t *v, size_t n) {
+	json_object *a;
+
+	if (n == 0)
+		return 0;
+	if (!v)
+		return -EINVAL;
+	a = json_object_new_array_ext((int) n);
+	if (!a)
+		return -ENOMEM;
+	if (json_object_object_add(obj, key, a) < 0) {
+		json_object_put(a);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		json_object *e = json_object_new_int64(v[i]);
+
+		if (!e)
+			return -ENOMEM;
+		if (json_object_array_add(a, e) < 0) {
+			json_object_put(e);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+static int add_string(json_object *obj, const char *key, const char *value) {
+	json_object *s = json_object_new_string(value);
+
+	if (!s)
+		return -ENOMEM;
+	if (json_object_object_add(obj, key, s) < 0) {
+		json_object_put(s);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void json_object_putp(json_object **o) {
+	if (*o)
+		json_object_put(*o);
+}
+
+/* The request line, '\n' included, in a string the caller frees. json-c does the escaping. */
+static int build_request(const struct perfrelay_subscription *sub, char **ret, size_t *ret_len) {
+	_cleanup_(json_object_putp) json_object *req = NULL;
+	json_object *filter;
+	const char *text;
+	size_t len;
+	char *line;
+	int r;
+
+	req = json_object_new_object();
+	if (!req)
+		return -ENOMEM;
+	filter = json_object_new_object();
+	if (!filter)
+		return -ENOMEM;
+	if (json_object_object_add(req, "subscribe", filter) < 0) {
+		json_object_put(filter);
+		return -ENOMEM;
+	}
+	if ((r = add_string_array(filter, "types", sub->types, sub->n_types, true)) < 0 ||
+	    (r = add_u32_array(filter, "pid", sub->pids, sub->n_pids)) < 0 ||
+	    (r = add_u32_array(filter, "uid", sub->uids, sub->n_uids)) < 0 ||
+	    (r = add_string_array(filter, "comm", sub->comms, sub->n_comms, false)) < 0 ||
+	    (r = add_string_array(filter, "unit", sub->units, sub->n_units, false)) < 0)
+		return r;
+	r = add_string(req, "format", sub->format == PERFRELAY_FORMAT_BINARY ? "binary" : "json");
+	if (r < 0)
+		return r;
+	r = add_string(req, "on_overflow",
+		       sub->on_overflow == PERFRELAY_OVERFLOW_DISCONNECT ? "disconnect" : "drop");
+	if (r < 0)
+		return r;
+
+	text = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+	if (!text)
+		return -ENOMEM;
+	len = strlen(text);
+	line = malloc(len + 2);
+	if (!line)
+		return -ENOMEM;
+	memcpy(line, text, len);
+	line[len] = '\n';
+	line[len + 1] = '\0';
+	*ret = line;
+	*ret_len = len + 1;
+	return 0;
+}
+
+static int check_subscription(const struct perfrelay_subscription *sub) {
+	if (sub->format != PERFRELAY_FORMAT_JSON && sub->format != PERFRELAY_FORMAT_BINARY)
+		return -EINVAL;
+	if (sub->on_overflow != PERFRELAY_OVERFLOW_DROP && sub->on_overflow != PERFRELAY_OVERFLOW_DISCONNECT)
+		return -EINVAL;
+	for (size_t i = 0; i < ELEMENTSOF(sub->reserved); i++)
+		if (sub->reserved[i] != 0)
+			return -EINVAL;
+	return 0;
+}
+
+/* ---- reading ---- */
+
+static uint64_t now_ms(void) {
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
+}
+
+/* Reads more bytes into the buffer. Returns 1 when bytes arrived, 0 when timeout_ms passed
+ * (or, for 0, nothing is readable now), or a negative errno (-ECONNRESET at a clean EOF,
+ * -EBADMSG at an EOF inside a line or frame). deadline is in now_ms() time, used when
+ * timeout_ms > 0. */
+static int fill(perfrelay_client *c, int timeout_ms, uint64_t deadline) {
+	if (c->start == c->end)
+		c->start = c->scanned = c->end = 0;
+	else if (BUFFER_SIZE - c->end < READ_ROOM_MIN && c->start > 0) {
+		memmove(c->buf, c->buf + c->start, c->end - c->start);
+		c->end -= c->start;
+		c->scanned -= c->start;
+		c->start = 0;
+	}
+
+	for (;;) {
+		struct pollfd p = { .fd = c->fd, .events = POLLIN };
+		ssize_t n;
+		int wait, k;
+
+		n = read(c->fd, c->buf + c->end, BUFFER_SIZE - c->end);
+		if (n > 0) {
+			c->end += (size_t) n;
+			return 1;
+		}
+		if (n == 0)
+			return c->start == c->end ? -ECONNRESET : -EBADMSG;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN)
+			return -errno;
+
+		if (timeout_ms == 0)
+			return 0;
+		if (timeout_ms < 0)
+			wait = -1;
+		else {
+			uint64_t now = now_ms();
+
+			if (now >= deadline)
+				return 0;
+			wait = (int) MIN(deadline - now, (uint64_t) INT32_MAX);
+		}
+		k = poll(&p, 1, wait);
+		if (k < 0)
+			return -errno; /* -EINTR: the caller's signal handler wants to run */
+		if (k == 0 && timeout_ms > 0 && now_ms() >= deadline)
+			return 0;
+	}
+}
+
+static int fail(perfrelay_client *c, int error) {
+	c->error = error;
+	return error;
+}
+
+/* Takes the next complete line out of the buffer, NUL-terminated in place. Returns 1 with a
+ * line, 0 on timeout, or a negative errno (not made sticky: the caller decides). */
+static int read_line(perfrelay_client *c, char **ret, size_t *ret_len, int timeout_ms) {
+	uint64_t deadline = timeout_ms > 0 ? now_ms() + (uint64_t) timeout_ms : 0;
+
+	for (;;) {
+		char *nl = memchr(c->buf + c->scanned, '\n', c->end - c->scanned);
+		int r;
+
+		if (nl) {
+			char *line = c->buf + c->start;
+			size_t len = (size_t) (nl - line);
+
+			if (len + 1 > PERFRELAY_LINE_MAX)
+				return -EMSGSIZE;
+			*nl = '\0';
+			c->start = c->scanned = (size_t) (nl + 1 - c->buf);
+			*ret = line;
+			*ret_len = len;
+			return 1;
+		}
+		c->scanned = c->end;
+		if (c->end - c->start >= PERFRELAY_LINE_MAX)
+			return -EMSGSIZE;
+		r = fill(c, timeout_ms, deadline);
+		if (r <= 0)
+			return r;
+	}
+}
+
+static char *strndup_printable(const char *s, size_t max) {
+	size_t n = strnlen(s, max);
+	char *t = strndup(s, n);
+
+	if (t)
+		for (char *p = t; *p; p++)
+			if ((unsigned char) *p < 0x20 || *p == 0x7f)
+				*p = '?';
+	return t;
+}
+
+static void set_message(perfrelay_client *c, const char *message) {
+	free(c->message);
+	c->message = message ? strndup_printable(message, MESSAGE_MAX) : NULL;
+}
+
+/* Parses one whole line as a JSON object (NULL if it is not one). */
+static json_object *parse_object(const char *line, size_t len) {
+	json_tokener *tok = json_tokener_new();
+	json_object *o;
+
+	if (!tok)
+		return NULL;
+	o = json_tokener_parse_ex(tok, line, (int) len);
+	if (o && (json_tokener_get_parse_end(tok) != len || !json_object_is_type(o, json_type_object))) {
+		json_object_put(o);
+		o = NULL;
+	}
+	json_tokener_free(tok);
+	return o;
+}
+
+static const char *get_string(json_object *o, const char *key) {
+	json_object *v;
+
+	if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_string))
+		return NULL;
+	return json_object_get_string(v);
+}
+
+static bool get_uint(json_object *o, const char *key, uint64_t *ret) {
+	json_object *v;
+
+	if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_int))
+		return false;
+	errno = 0;
+	*ret = json_object_get_uint64(v);
+	/* json-c stores negative numbers as int64; get_uint64 then clamps them to 0. */
+	return errno == 0 && json_object_get_int64(v) >= 0;
+}
+
+static const struct {
+	const char *code;
+	int error;
+} error_codes[] = {
+	{ "bad-request", EINVAL },
+	{ "too-large", E2BIG },
+	{ "too-deep", EINVAL },
+	{ "timeout", ETIMEDOUT },
+	{ "too-many-clients", EUSERS },
+	{ "overflow", ENOBUFS },
+};
+
+static int error_from_code(const char *code) {
+	for (size_t i = 0; code && i < ELEMENTSOF(error_codes); i++)
+		if (streq(code, error_codes[i].code))
+			return -error_codes[i].error;
+	return -EPROTO;
+}
+
+/* An error or goodbye line from the daemon: remembers its message, returns the errno. */
+static int handle_control(perfrelay_client *c, json_object *o, const char *type) {
+	if (streq(type, "goodbye")) {
+		set_message(c, get_string(o, "reason"));
+		return -ESHUTDOWN;
+	}
+	set_message(c, get_string(o, "message") ?: get_string(o, "error"));
+	return error_from_code(get_string(o, "error"));
+}
+
+/* The value of the first key if it is "type" with a plain string value, without parsing the
+ * whole line: the daemon writes every line that way, and this is checked once per event. */
+static bool peek_type(const char *p, const char *end, const char **ret, size_t *ret_len) {
+	static const char key[] = "\"type\"";
+	const char *name;
+
+#define SKIP_SPACE()                                                                    \
+	while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))       \
+		p++
+	SKIP_SPACE();
+	if (p >= end || *p++ != '{')
+		return false;
+	SKIP_SPACE();
+	if ((size_t) (end - p) < sizeof(key) - 1 || memcmp(p, key, sizeof(key) - 1) != 0)
+		return false;
+	p += sizeof(key) - 1;
+	SKIP_SPACE();
+	if (p >= end || *p++ != ':')
+		return false;
+	SKIP_SPACE();
+	if (p >= end || *p++ != '"')
+		return false;
+#undef SKIP_SPACE
+	name = p;
+	while (p < end && *p != '"' && *p != '\\')
+		p++;
+	if (p >= end || *p != '"')
+		return false;
+	*ret = name;
+	*ret_len = (size_t) (p - name);
+	return true;
+}
+
+static bool type_is(const char *name, size_t len, const char *what) {
+	return len == strlen(what) && memcmp(name, what, len) == 0;
+}
+
+/* A line that may be an error or goodbye: its errno if it is one, else 0 (an event, or
+ * something that is not JSON, which is the caller's to judge: lines are self-delimiting, so
+ * one bad line does not spoil the stream). */
+static int control_line(perfrelay_client *c, const char *line, size_t len) {
+	_cleanup_(json_object_putp) json_object *o = parse_object(line, len);
+	const char *type = o ? get_string(o, "type") : NULL;
+
+	if (!type)
+		return 0;
+	if (streq(type, "error") || streq(type, "goodbye"))
+		return handle_control(c, o, type);
+	return 0;
+}
+
+static int parse_hello(perfrelay_client *c, const char *line, size_t len, enum perfrelay_format format) {
+	_cleanup_(json_object_putp) json_object *o = parse_object(line, len);
+	const char *type, *version, *fmt;
+	uint64_t protocol, schema, id;
+
+	if (!o)
+		return -EBADMSG;
+	type = get_string(o, "type");
+	if (!type)
+		return -EBADMSG;
+	if (streq(type, "error") || streq(type, "goodbye"))
+		return handle_control(c, o, type);
+	if (!streq(type, "hello"))
+		return -EPROTO;
+	if (!get_uint(o, "protocol", &protocol))
+		return -EPROTO;
+	if (protocol != PERFRELAY_PROTOCOL)
+		return -EPROTONOSUPPORT;
+	version = get_string(o, "version");
+	fmt = get_string(o, "format");
+	if (!get_uint(o, "schema", &schema) || schema > UINT32_MAX || !get_uint(o, "client_id", &id) ||
+	    !version || !fmt || !streq(fmt, format == PERFRELAY_FORMAT_BINARY ? "binary" : "json"))
+		return -EPROTO;
+	c->version = strndup_printable(version, MESSAGE_MAX);
+	if (!c->version)
+		return -ENOMEM;
+	c->hello = (struct perfrelay_hello) {
+		.protocol = (unsigned) protocol,
+		.schema = (unsigned) schema,
+		.client_id = id,
+		.version = c->version,
+		.format = format,
+	};
+	return 0;
+}
+
+/* ---- connecting ---- */
+
+static int send_all(int fd, const char *p, size_t n) {
+	while (n > 0) {
+		ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += k;
+		n -= (size_t) k;
+	}
+	return 0;
+}
+
+static int connect_socket(const char *path, int *ret) {
+	_cleanup_close_ int fd = -EBADF;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t len = strlen(path);
+
+	if (len == 0)
+		return -EINVAL;
+	if (len >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, len);
+
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (const struct sockaddr *) &sa,
+		    (socklen_t) (offsetof(struct sockaddr_un, sun_path) + len + 1)) < 0)
+		return -errno;
+	*ret = TAKE_FD(fd);
+	return 0;
+}
+
+static int do_connect(perfrelay_client *c, const struct perfrelay_subscription *sub) {
+	_cleanup_free_ char *request = NULL;
+	size_t request_len, len;
+	char *line;
+	int r, send_error, flags;
+
+	r = build_request(sub, &request, &request_len);
+	if (r < 0)
+		return r;
+	c->buf = malloc(BUFFER_SIZE);
+	if (!c->buf)
+		return -ENOMEM;
+	if (sub->format == PERFRELAY_FORMAT_BINARY) {
+		/* malloc's alignment is enough for struct perfrelay_hdr's u64 fields. */
+		c->record = malloc(PERFRELAY_RECORD_MAX);
+		if (!c->record)
+			return -ENOMEM;
+	}
+
+	r = connect_socket(c->socket_path, &c->fd);
+	if (r < 0)
+		return r;
+
+	/* A daemon that refuses the request may close before reading all of it; its error line
+	 * is still worth reading, so a failed send only counts if no answer follows. */
+	send_error = send_all(c->fd, request, request_len);
+
+	flags = fcntl(c->fd, F_GETFL);
+	if (flags < 0 || fcntl(c->fd, F_SETFL, flags | O_NONBLOCK) < 0)
+		return -errno;
+
+	r = read_line(c, &line, &len, PERFRELAY_HELLO_TIMEOUT_MS);
+	if (r == 0)
+		return -ETIMEDOUT;
+	if (r < 0)
+		return send_error < 0 && r == -ECONNRESET ? send_error : r;
+	return parse_hello(c, line, len, sub->format);
+}
+
+int perfrelay_connect(
+		perfrelay_client *c,
+		const char *socket_path,
+		const struct perfrelay_subscription *sub) {
+	static const struct perfrelay_subscription everything = {};
+	int r;
+
+	if (!c)
+		return -EINVAL;
+	if (c->state != CLIENT_NEW)
+		return -EISCONN;
+	if (!sub)
+		sub = &everything;
+	r = check_subscription(sub);
+	if (r < 0)
+		return r;
+
+	if (!socket_path) {
+		socket_path = secure_getenv("PERFRELAY_SOCKET");
+		if (!socket_path || !*socket_path)
+			socket_path = PERFRELAY_SOCKET_DEFAULT;
+	}
+	c->state = CLIENT_FAILED; /* until the hello says otherwise */
+	c->socket_path = strdup(socket_path);
+	if (!c->socket_path)
+		return -ENOMEM;
+
+	r = do_connect(c, sub);
+	if (r < 0) {
+		c->fd = safe_close(c->fd);
+		free(c->buf);
+		c->buf = NULL;
+		return r;
+	}
+	c->state = CLIENT_CONNECTED;
+	return 0;
+}
+
+/* ---- events ---- */
+
+static int check_readable(perfrelay_client *c, enum perfrelay_format format) {
+	if (!c || c->state != CLIENT_CONNECTED)
+		return -ENOTCONN;
+	if (c->hello.format != format)
+		return -EINVAL;
+	return c->error;
+}
+
+int perfrelay_next_json(perfrelay_client *c, const char **line, size_t *len, int timeout_ms) {
+	const char *name;
+	size_t name_len, n;
+	char *l;
+	int r;
+
+	if (!line || !len)
+		return -EINVAL;
+	r = check_readable(c, PERFRELAY_FORMAT_JSON);
+	if (r < 0)
+		return r;
+
+	r = read_line(c, &l, &n, timeout_ms);
+	if (r == 0 || r == -EINTR)
+		return r;
+	if (r < 0)
+		return fail(c, r);
+
+	/* Error and goodbye lines end the stream. The daemon writes "type" first, so one look at
+	 * the start of the line settles it; only other lines pay for a full parse. */
+	if (peek_type(l, l + n, &name, &name_len)) {
+		if (type_is(name, name_len, "error") || type_is(name, name_len, "goodbye")) {
+			r = control_line(c, l, n);
+			return fail(c, r < 0 ? r : -EBADMSG);
+		}
+	} else {
+		r = control_line(c, l, n);
+		if (r < 0)
+			return fail(c, r);
+	}
+	*line = l;
+	*len = n;
+	return 1;
+}
+
+int perfrelay_next_record(
+		perfrelay_client *c,
+		const struct perfrelay_hdr **hdr,
+		const void **payload,
+		size_t *payload_size,
+		int timeout_ms) {
+	uint64_t deadline = timeout_ms > 0 ? now_ms() + (uint64_t) timeout_ms : 0;
+	struct perfrelay_hdr h;
+	uint32_t length;
+	const char *rec;
+	int r;
+
+	if (!hdr || !payload || !payload_size)
+		return -EINVAL;
+	r = check_readable(c, PERFRELAY_FORMAT_BINARY);
+	if (r < 0)
+		return r;
+
+	/* The length prefix first, then the whole frame; both may take several reads. */
+	for (;;) {
+		size_t have = c->end - c->start;
+
+		if (have >= 4) {
+			uint8_t le[4];
+
+			memcpy(le, c->buf + c->start, 4);
+			length = (uint32_t) le[0] | (uint32_t) le[1] << 8 | (uint32_t) le[2] << 16 |
+				 (uint32_t) le[3] << 24;
+			if (length < sizeof(struct perfrelay_hdr) || length > PERFRELAY_RECORD_MAX)
+				return fail(c, -EBADMSG);
+			if (have >= 4 + (size_t) length)
+				break;
+		}
+		r = fill(c, timeout_ms, deadline);
+		if (r == 0 || r == -EINTR)
+			return r;
+		if (r < 0)
+			return fail(c, r);
+	}
+
+	rec = c->buf + c->start + 4;
+	memcpy(&h, rec, sizeof(h));
+	if (h.magic != PERFRELAY_MAGIC || h.size != length)
+		return fail(c, -EBADMSG);
+	c->start += 4 + (size_t) length;
+	c->scanned = c->start;
+
+	/* Frames follow each other without padding: hand out an aligned copy when needed. */
+	if ((uintptr_t) rec % _Alignof(struct perfrelay_hdr) != 0) {
+		memcpy(c->record, rec, length);
+		rec = c->record;
+	}
+	*hdr = (const struct perfrelay_hdr *) rec;
+	*payload = rec + sizeof(struct perfrelay_hdr);
+	*payload_size = length - sizeof(struct perfrelay_hdr);
+	return 1;
+}

@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* libperfrelay: subscribe to perfrelayd's event socket and read its events, as JSON lines or as
+ * binary records (docs/protocol.md is the wire contract, docs/client.md the guide).
+ *
+ * Conventions: functions that can fail return an int, >= 0 on success and a negative errno on
+ * failure; output parameters are only written on success. The library has no global state and
+ * never logs, prints, allocates per event or installs signal handlers. A client may be used by
+ * one thread at a time; different clients are independent. */
+#ifndef PERFRELAY_PERFRELAY_H
+#define PERFRELAY_PERFRELAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Installed beside this header as <perfrelay/event.h>; a quoted include finds it there first. */
+#include "event.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The type of the record that reports events the daemon dropped for this client (binary
+ * format); its payload is one native-endian uint64_t count. */
+#ifndef PERFRELAY_TYPE_LOST
+#define PERFRELAY_TYPE_LOST 0x7fffu
+#endif
+
+/* Used when perfrelay_connect() gets no path and $PERFRELAY_SOCKET is unset or empty. */
+#define PERFRELAY_SOCKET_DEFAULT "/run/perfrelay/events.sock"
+
+/* The longest JSON line the library accepts, '\n' included (the daemon's encoder bound). */
+#define PERFRELAY_LINE_MAX (96u * 1024u)
+
+/* How long perfrelay_connect() waits for the daemon's hello line. Long enough for a socket-
+ * activated daemon to load and attach its probes first. */
+#define PERFRELAY_HELLO_TIMEOUT_MS 30000
+
+typedef struct perfrelay_client perfrelay_client;
+
+enum perfrelay_format {
+	PERFRELAY_FORMAT_JSON = 0,   /* one JSON object per line: perfrelay_next_json() */
+	PERFRELAY_FORMAT_BINARY = 1, /* raw records: perfrelay_next_record() */
+};
+
+enum perfrelay_overflow {
+	PERFRELAY_OVERFLOW_DROP = 0,       /* lose this client's events while its queue is full (counted) */
+	PERFRELAY_OVERFLOW_DISCONNECT = 1, /* be disconnected instead (JSON: reads fail with -ENOBUFS) */
+};
+
+/* What to receive. Zero-initialize it (`struct perfrelay_subscription sub = {};`) and set what
+ * you need: an empty list does not filter. Within one list the entries are alternatives; the
+ * lists must all match. The arrays are only read during perfrelay_connect(). */
+struct perfrelay_subscription {
+	const char *const *types; /* type names ("exec", "open", ...) or decimal type ids ("32768") */
+	size_t n_types;
+	const uint32_t *pids;
+	size_t n_pids;
+	const uint32_t *uids;
+	size_t n_uids;
+	const char *const *comms; /* exact task names, at most 15 bytes */
+	size_t n_comms;
+	const char *const *units; /* systemd units, e.g. "sshd.service" */
+	size_t n_units;
+	enum perfrelay_format format;
+	enum perfrelay_overflow on_overflow;
+	uint64_t reserved[8]; /* must be zero: room for new fields without an ABI break */
+};
+
+/* The daemon's hello, valid while the client lives. */
+struct perfrelay_hello {
+	unsigned protocol;  /* socket protocol version (1) */
+	unsigned schema;    /* event schema version (docs/schema/) */
+	uint64_t client_id; /* the daemon's id for this connection (D-Bus ListClients) */
+	const char *version; /* perfrelayd's version string */
+	enum perfrelay_format format;
+};
+
+/* Allocates an unconnected client. Returns 0 or -ENOMEM. */
+int perfrelay_client_new(perfrelay_client **ret);
+
+/* Connects c to the daemon, sends the subscription (NULL: everything, JSON format) and waits
+ * for the hello line, at most PERFRELAY_HELLO_TIMEOUT_MS. socket_path NULL means
+ * $PERFRELAY_SOCKET, or PERFRELAY_SOCKET_DEFAULT. A client connects once: a second call
+ * returns -EISCONN, even after a failure (make a new client to retry).
+ *
+ * Errors: -EINVAL bad arguments; -ENAMETOOLONG path too long for a Unix socket; the errno of
+ * socket()/connect() (-ENOENT, -ECONNREFUSED, -EACCES, ...); -ETIMEDOUT no hello in time;
+ * -EINTR a signal interrupted the wait for it;
+ * -ECONNRESET the daemon closed the connection without a word; -EBADMSG, -EPROTO or
+ * -EPROTONOSUPPORT an answer that is not a hello of protocol 1. When the daemon refuses the
+ * request with an error line, its code is mapped (bad-request and too-deep: -EINVAL,
+ * too-large: -E2BIG, timeout: -ETIMEDOUT, too-many-clients: -EUSERS, anything else: -EPROTO)
+ * and its message is available from perfrelay_client_error(). */
+int perfrelay_connect(
+		perfrelay_client *c,
+		const char *socket_path,
+		const struct perfrelay_subscription *sub);
+
+/* The next event line of a JSON-format client, without its '\n' but NUL-terminated, in *line
+ * and *len; the memory is the client's and valid until the next call on c. Lost-event
+ * notifications arrive as {"type":"lost","count":N} lines. The daemon's goodbye and error
+ * lines are not returned as events but end the stream.
+ *
+ * timeout_ms: < 0 waits as long as it takes, 0 only takes what is buffered or readable now,
+ * > 0 waits at most that long. Returns 1 with a line, 0 on timeout, or a negative errno:
+ * -EINTR a signal interrupted the wait (call again); -ESHUTDOWN the daemon said goodbye;
+ * -ECONNRESET the connection closed; -ENOBUFS the daemon disconnected this client because it
+ * fell behind (on_overflow disconnect); -EMSGSIZE a line longer than PERFRELAY_LINE_MAX;
+ * -EBADMSG the stream ended inside a line; -EINVAL the client is in binary format;
+ * -ENOTCONN not connected. Except -EINTR and 0, every failure is final: later calls return
+ * the same error. */
+int perfrelay_next_json(perfrelay_client *c, const char **line, size_t *len, int timeout_ms);
+
+/* The next record of a binary-format client: *hdr points at the record header (aligned),
+ * *payload at the bytes after it, *payload_size is hdr->size - sizeof(*hdr). The memory is the
+ * client's and valid until the next call on c. A record of type PERFRELAY_TYPE_LOST reports
+ * dropped events; its payload is a uint64_t count. Frames are validated: the length must
+ * cover at least the header, at most PERFRELAY_RECORD_MAX bytes, equal hdr->size, and the
+ * magic must be PERFRELAY_MAGIC; otherwise -EBADMSG. Records of types this library does not
+ * know are returned as they are: check hdr->type and hdr->version before casting.
+ * timeout_ms and the other results are as for perfrelay_next_json() (-EINVAL for a JSON-format
+ * client), except that the daemon sends no goodbye or error in binary format: the end of the
+ * stream, for whatever reason, is -ECONNRESET. */
+int perfrelay_next_record(
+		perfrelay_client *c,
+		const struct perfrelay_hdr **hdr,
+		const void **payload,
+		size_t *payload_size,
+		int timeout_ms);
+
+/* The connected socket, for poll()/epoll (POLLIN). Events may already be buffered in the
+ * client when the socket is not readable, so after a wakeup call perfrelay_next_json() or
+ * perfrelay_next_record() with timeout 0 until it returns 0, then poll again. Do not read
+ * from or close the fd yourself. Returns the fd or -ENOTCONN. */
+int perfrelay_fd(const perfrelay_client *c);
+
+/* The daemon's hello, or NULL if c is not connected. */
+const struct perfrelay_hello *perfrelay_client_hello(const perfrelay_client *c);
+
+/* The daemon's explanation of the last failure: the message of its error line, or the reason
+ * of its goodbye. NULL if the daemon gave none (or c is NULL). Valid until c is closed. */
+const char *perfrelay_client_error(const perfrelay_client *c);
+
+/* The socket path perfrelay_connect() used (after resolving NULL), or NULL before it was
+ * called. Handy for error messages. */
+const char *perfrelay_client_socket_path(const perfrelay_client *c);
+
+/* Closes the connection and frees c. Accepts NULL; returns NULL. */
+perfrelay_client *perfrelay_close(perfrelay_client *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

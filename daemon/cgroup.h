@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Unit resolution for events that carry a cgroup v2 id: a per-reader bounded cache in front of
+ * a resolver that turns the id into a cgroup path with a kernfs file handle, and the path into
+ * a systemd unit name (unitname.h). A miss costs one open_by_handle_at() and one readlink()
+ * (kernfs: never blocks on I/O); hits cost a hash and a short probe. */
+#pragma once
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/* The cgroup2 mount: opened once by the main thread, then only read (by every reader). */
+typedef struct CgroupFs CgroupFs;
+
+/* Finds the cgroup2 mount in mountinfo text (the format of /proc/self/mountinfo) and returns
+ * its mount point, unescaped, in *ret (malloc'd). -ENOENT if there is none. Pure. */
+int cgroup2_mount_from_mountinfo(const char *text, char **ret);
+
+/* Opens the cgroup2 mount named by the mountinfo file (normally /proc/self/mountinfo). */
+int cgroup_fs_open(const char *mountinfo_path, CgroupFs **ret);
+CgroupFs *cgroup_fs_free(CgroupFs *fs);
+const char *cgroup_fs_path(const CgroupFs *fs);
+
+/* Resolves a cgroup id: writes the unit to unit (NUL-terminated) and returns its length; 0 if
+ * the cgroup belongs to no unit; negative errno if it cannot be resolved (-ESTALE: the cgroup
+ * is gone). Thread-safe. Signature of CgroupResolveFn, userdata = the CgroupFs. */
+ssize_t cgroup_fs_resolve(void *userdata, uint64_t id, char *unit, size_t size);
+
+typedef ssize_t (*CgroupResolveFn)(void *userdata, uint64_t id, char *unit, size_t size);
+
+/* A reader thread's own cache: no locks, the thread that looks up is the only user. */
+typedef struct CgroupCache CgroupCache;
+
+typedef struct CgroupCacheStats {
+	uint64_t hits;
+	uint64_t misses;     /* calls of the resolver */
+	uint64_t failures;   /* resolver errors (the id is then cached as "no unit") */
+	uint64_t evictions;  /* entries replaced because their probe window was full */
+} CgroupCacheStats;
+
+/* n_entries is rounded up to a power of two (at least 8). */
+int cgroup_cache_new(unsigned n_entries, CgroupResolveFn fn, void *userdata, CgroupCache **ret);
+CgroupCache *cgroup_cache_free(CgroupCache *c);
+
+/* The unit of cgroup `id`, or NULL if none (id 0 is "no cgroup": always NULL). The string
+ * stays valid until the next lookup on this cache. Resolves on a miss; never allocates on a
+ * hit. */
+const char *cgroup_cache_lookup(CgroupCache *c, uint64_t id);
+
+/* Counters: written by the owning thread, readable from any thread (relaxed atomics). */
+void cgroup_cache_get_stats(const CgroupCache *c, CgroupCacheStats *ret);

@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Which events a subscriber receives: its subscription's filters and the access rule. Pure and
+ * cheap: filter_match() runs on reader threads for every event and every client, so it neither
+ * allocates nor takes locks, and scans at most SUBSCRIPTION_MAX_ENTRIES sorted entries. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "decode.h"
+#include "request.h"
+
+/* The access rule of docs/protocol.md from a peer's credentials (SO_PEERCRED's uid and gid and
+ * the supplementary groups from SO_PEERGROUPS): root and members of an allowed group see every
+ * event, everybody else only events that carry their own uid. */
+SubscriptionAccess filter_access(uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups, const gid_t *allowed,
+                                 size_t n_allowed);
+
+/* True if the client with subscription s receives ev. `unit` is the unit of the event's cgroup,
+ * or NULL if the event has no cgroup id or it belongs to no unit. */
+bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *unit);

@@ -1,0 +1,437 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Parsing and validation of subscription requests: json-c does the syntax (with the depth
+ * limit), this file checks every key, type and bound and names the field at fault. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "decode.h"
+#include "macro.h"
+#include "request.h"
+#include "unitname.h"
+
+static const char *const protocol_error_table[_PROTOCOL_ERROR_MAX] = {
+	[PROTOCOL_OK] = "ok",
+	[PROTOCOL_BAD_REQUEST] = "bad-request",
+	[PROTOCOL_TOO_LARGE] = "too-large",
+	[PROTOCOL_TOO_DEEP] = "too-deep",
+	[PROTOCOL_TIMEOUT] = "timeout",
+	[PROTOCOL_TOO_MANY_CLIENTS] = "too-many-clients",
+	[PROTOCOL_FD_PASSED] = "fd-passed",
+	[PROTOCOL_OVERFLOW] = "overflow",
+};
+
+const char *protocol_error_to_string(ProtocolError e) {
+	if ((unsigned) e >= ELEMENTSOF(protocol_error_table))
+		return NULL;
+	return protocol_error_table[e];
+}
+
+const char *subscription_format_to_string(SubscriptionFormat f) {
+	return f == SUBSCRIPTION_FORMAT_BINARY ? "binary" : "json";
+}
+
+Subscription *subscription_free(Subscription *s) {
+	if (!s)
+		return NULL;
+	for (size_t i = 0; i < s->n_units; i++)
+		free(s->units[i]);
+	free(s);
+	return NULL;
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct json_tokener *, json_tokener_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(json_object *, json_object_put);
+
+/* Client-supplied text quoted in messages is cut so that the message stays one short line. */
+#define QUOTE_MAX 48
+
+_printf_(3, 4) static int fail(RequestError *e, ProtocolError code, const char *fmt, ...) {
+	va_list ap;
+
+	e->code = code;
+	va_start(ap, fmt);
+	vsnprintf(e->message, sizeof(e->message), fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+	uint32_t x = *(const uint32_t *) a, y = *(const uint32_t *) b;
+	return (x > y) - (x < y);
+}
+
+static int cmp_u16(const void *a, const void *b) {
+	uint16_t x = *(const uint16_t *) a, y = *(const uint16_t *) b;
+	return (x > y) - (x < y);
+}
+
+static int cmp_comm(const void *a, const void *b) {
+	return strcmp(a, b);
+}
+
+static int cmp_str_ptr(const void *a, const void *b) {
+	return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+/* Sorts and removes duplicates; returns the new count. */
+static size_t sort_unique(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *),
+                          void (*drop)(void *)) {
+	uint8_t *b = base;
+	size_t k = 0;
+
+	if (n == 0)
+		return 0;
+	qsort(base, n, size, cmp);
+	for (size_t i = 1; i < n; i++) {
+		if (cmp(b + k * size, b + i * size) == 0) {
+			if (drop)
+				drop(b + i * size);
+			continue;
+		}
+		k++;
+		if (k != i)
+			memcpy(b + k * size, b + i * size, size);
+	}
+	return k + 1;
+}
+
+static void drop_str_ptr(void *p) {
+	free(*(char **) p);
+}
+
+/* The array under `key` of the subscribe object; NULL value is not allowed (wrong type). */
+static int get_array(json_object *v, const char *key, RequestError *e, size_t *ret_n) {
+	size_t n;
+
+	if (!json_object_is_type(v, json_type_array))
+		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s: expected an array", key);
+	n = json_object_array_length(v);
+	if (n > SUBSCRIPTION_MAX_ENTRIES)
+		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s: %zu entries, at most %u are allowed", key, n,
+		            SUBSCRIPTION_MAX_ENTRIES);
+	*ret_n = n;
+	return 0;
+}
+
+/* An integer in 0..max; json-c keeps integers as int64 or, above INT64_MAX, as uint64. */
+static int get_uint(json_object *v, const char *key, size_t i, uint64_t min, uint64_t max, RequestError *e,
+                    uint64_t *ret) {
+	uint64_t u;
+
+	if (!json_object_is_type(v, json_type_int))
+		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s[%zu]: expected an integer", key, i);
+	if (json_object_get_int64(v) < 0)
+		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s[%zu]: %" PRId64 " is out of range (%" PRIu64
+		            "..%" PRIu64 ")", key, i, json_object_get_int64(v), min, max);
+	u = json_object_get_uint64(v);
+	if (u < min || u > max)
+		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s[%zu]: %" PRIu64 " is out of range (%" PRIu64
+		            "..%" PRIu64 ")", key, i, u, min, max);
+	*ret = u;
+	return 0;
+}
+
+/* A string without NUL bytes of 0..max bytes (json-c already checked it is UTF-8). */
+static int get_string(json_object *v, const char *key, size_t i, size_t max, RequestError *e, const char **ret,
+                      size_t *ret_len) {
+	const char *s;
+	size_t len;
+
+	if (!json_object_is_type(v, json_type_string))
+		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s[%zu]: expected a string", key, i);
+	s = json_object_get_string(v);
+	len = (size_t) json_object_get_string_len(v);
+	if (strlen(s) != len)
+		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s[%zu]: contains a NUL character", key, i);
+	if (len > max)
+		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s[%zu]: \"%.*s...\" is longer than %zu bytes", key,
+		            i, QUOTE_MAX, s, max);
+	*ret = s;
+	*ret_len = len;
+	return 0;
+}
+
+static int parse_types(Subscription *s, json_object *v, RequestError *e) {
+	size_t n;
+	int r;
+
+	r = get_array(v, "types", e, &n);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		json_object *t = json_object_array_get_idx(v, i);
+		uint64_t id = 0;
+
+		if (json_object_is_type(t, json_type_string)) {
+			const char *name = json_object_get_string(t);
+
+			if (strlen(name) != (size_t) json_object_get_string_len(t))
+				return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.types[%zu]: contains a NUL character", i);
+			for (uint16_t k = 1; k < SUBSCRIPTION_TYPE_MASK_BITS; k++) {
+				const char *known = event_type_to_string(k);
+
+				if (known && streq(known, name)) {
+					id = k;
+					break;
+				}
+			}
+			if (id == 0)
+				return fail(e, PROTOCOL_BAD_REQUEST,
+				            "subscribe.types[%zu]: unknown event type \"%.*s\" (known: exec, exit, "
+				            "fork, open, connect, bench, or a numeric type id)",
+				            i, QUOTE_MAX, name);
+		} else if (json_object_is_type(t, json_type_int)) {
+			r = get_uint(t, "types", i, 1, UINT16_MAX, e, &id);
+			if (r < 0)
+				return r;
+		} else
+			return fail(e, PROTOCOL_BAD_REQUEST,
+			            "subscribe.types[%zu]: expected a type name or a numeric type id", i);
+
+		if (id < SUBSCRIPTION_TYPE_MASK_BITS)
+			s->type_mask |= UINT64_C(1) << id;
+		else
+			s->types[s->n_types++] = (uint16_t) id;
+	}
+	s->n_types = sort_unique(s->types, s->n_types, sizeof(s->types[0]), cmp_u16, NULL);
+	return 0;
+}
+
+static int parse_ids(json_object *v, const char *key, uint32_t *ids, size_t *ret_n, RequestError *e) {
+	size_t n;
+	int r;
+
+	r = get_array(v, key, e, &n);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t id;
+
+		r = get_uint(json_object_array_get_idx(v, i), key, i, 0, UINT32_MAX, e, &id);
+		if (r < 0)
+			return r;
+		ids[i] = (uint32_t) id;
+	}
+	*ret_n = sort_unique(ids, n, sizeof(ids[0]), cmp_u32, NULL);
+	return 0;
+}
+
+static int parse_comms(Subscription *s, json_object *v, RequestError *e) {
+	size_t n;
+	int r;
+
+	r = get_array(v, "comm", e, &n);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		const char *c;
+		size_t len;
+
+		r = get_string(json_object_array_get_idx(v, i), "comm", i, SUBSCRIPTION_COMM_MAX, e, &c, &len);
+		if (r < 0)
+			return r;
+		memcpy(s->comms[i], c, len + 1);
+	}
+	s->n_comms = sort_unique(s->comms, n, sizeof(s->comms[0]), cmp_comm, NULL);
+	return 0;
+}
+
+static int parse_units(Subscription *s, json_object *v, RequestError *e) {
+	size_t n;
+	int r;
+
+	r = get_array(v, "unit", e, &n);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		const char *u;
+		size_t len;
+
+		r = get_string(json_object_array_get_idx(v, i), "unit", i, SUBSCRIPTION_UNIT_MAX, e, &u, &len);
+		if (r < 0)
+			return r;
+		if (!unit_name_is_attributable(u, len))
+			return fail(e, PROTOCOL_BAD_REQUEST,
+			            "subscribe.unit[%zu]: \"%.*s\" is not a unit events can belong to (a name "
+			            "like sshd.service or session-1.scope; slices own no events)",
+			            i, QUOTE_MAX, u);
+		s->units[s->n_units] = strdup(u);
+		if (!s->units[s->n_units])
+			return -ENOMEM;
+		s->n_units++;
+	}
+	s->n_units = sort_unique(s->units, s->n_units, sizeof(s->units[0]), cmp_str_ptr, drop_str_ptr);
+	return 0;
+}
+
+static int parse_subscribe(Subscription *s, json_object *sub, RequestError *e) {
+	int r = 0;
+
+	if (!json_object_is_type(sub, json_type_object))
+		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe: expected an object");
+
+	json_object_object_foreach(sub, key, v) {
+		if (streq(key, "types"))
+			r = parse_types(s, v, e);
+		else if (streq(key, "pid"))
+			r = parse_ids(v, "pid", s->pids, &s->n_pids, e);
+		else if (streq(key, "uid"))
+			r = parse_ids(v, "uid", s->uids, &s->n_uids, e);
+		else if (streq(key, "comm"))
+			r = parse_comms(s, v, e);
+		else if (streq(key, "unit"))
+			r = parse_units(s, v, e);
+		else
+			r = fail(e, PROTOCOL_BAD_REQUEST,
+			         "subscribe: unknown key \"%.*s\" (known: types, pid, uid, comm, unit)", QUOTE_MAX, key);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static int parse_enum(json_object *v, const char *key, const char *a, const char *b, RequestError *e,
+                      int *ret) {
+	const char *s;
+
+	if (!json_object_is_type(v, json_type_string))
+		return fail(e, PROTOCOL_BAD_REQUEST, "%s: expected \"%s\" or \"%s\"", key, a, b);
+	s = json_object_get_string(v);
+	if (streq(s, a))
+		*ret = 0;
+	else if (streq(s, b))
+		*ret = 1;
+	else
+		return fail(e, PROTOCOL_BAD_REQUEST, "%s: \"%.*s\" is neither \"%s\" nor \"%s\"", key, QUOTE_MAX, s,
+		            a, b);
+	return 0;
+}
+
+/* The deepest nesting of objects and arrays in text, counting stops early once above `stop`.
+ * Brackets inside strings do not count; json-c's lenient single-quoted strings are strings too. */
+static unsigned nesting_depth(const char *text, size_t len, unsigned stop) {
+	unsigned depth = 0, max = 0;
+	char quote = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		char c = text[i];
+
+		if (quote) {
+			if (c == '\\')
+				i++;
+			else if (c == quote)
+				quote = 0;
+		} else if (c == '"' || c == '\'')
+			quote = c;
+		else if (c == '{' || c == '[') {
+			if (++depth > max && (max = depth) > stop)
+				break;
+		} else if ((c == '}' || c == ']') && depth > 0)
+			depth--;
+	}
+	return max;
+}
+
+static bool only_whitespace(const char *s, size_t n) {
+	for (size_t i = 0; i < n; i++)
+		if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n')
+			return false;
+	return true;
+}
+
+int request_parse(const char *text, size_t len, const RequestLimits *limits, Subscription **ret,
+                  RequestError *ret_error) {
+	_cleanup_(json_tokener_freep) struct json_tokener *tok = NULL;
+	_cleanup_(json_object_putp) json_object *root = NULL;
+	_cleanup_(subscription_freep) Subscription *s = NULL;
+	enum json_tokener_error je;
+	RequestError e = { .code = PROTOCOL_BAD_REQUEST };
+	int r;
+
+	/* Before json-c sees a byte: the limit is what bounds the parser's work and memory. The
+	 * line's '\n' counts too. */
+	if (len >= limits->max_bytes) {
+		fail(&e, PROTOCOL_TOO_LARGE, "the request is longer than %zu bytes (MaxRequestBytes=)",
+		     limits->max_bytes);
+		*ret_error = e;
+		return -EINVAL;
+	}
+
+	/* Our depth counts objects and arrays, so that a flat request is depth 1 whatever it
+	 * holds. json-c counts every value as a level, scalars included, and lets an empty
+	 * container one level deeper through: its limit is only the backstop that bounds the
+	 * parser's stack, this scan is the rule. */
+	if (nesting_depth(text, len, limits->max_depth) > limits->max_depth) {
+		fail(&e, PROTOCOL_TOO_DEEP, "the request is nested deeper than %u levels (MaxJsonDepth=)",
+		     limits->max_depth);
+		*ret_error = e;
+		return -EINVAL;
+	}
+	tok = json_tokener_new_ex((int) limits->max_depth + 1);
+	if (!tok)
+		return -ENOMEM;
+	json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+	root = json_tokener_parse_ex(tok, text, (int) len);
+	je = json_tokener_get_error(tok);
+	if (!root || je != json_tokener_success) {
+		if (je == json_tokener_error_depth)
+			fail(&e, PROTOCOL_TOO_DEEP, "the request is nested deeper than %u levels (MaxJsonDepth=)",
+			     limits->max_depth);
+		else if (je == json_tokener_continue || je == json_tokener_success)
+			fail(&e, PROTOCOL_BAD_REQUEST, "malformed JSON: the request line is not a complete JSON object");
+		else
+			fail(&e, PROTOCOL_BAD_REQUEST, "malformed JSON at byte %zu: %s", json_tokener_get_parse_end(tok),
+			     json_tokener_error_desc(je));
+		*ret_error = e;
+		return -EINVAL;
+	}
+	if (!only_whitespace(text + json_tokener_get_parse_end(tok), len - json_tokener_get_parse_end(tok))) {
+		fail(&e, PROTOCOL_BAD_REQUEST, "malformed JSON: text after the request object at byte %zu",
+		     json_tokener_get_parse_end(tok));
+		*ret_error = e;
+		return -EINVAL;
+	}
+	if (!json_object_is_type(root, json_type_object)) {
+		fail(&e, PROTOCOL_BAD_REQUEST, "the request must be a JSON object");
+		*ret_error = e;
+		return -EINVAL;
+	}
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->access = SUBSCRIPTION_ACCESS_NONE;
+
+	json_object_object_foreach(root, key, v) {
+		int x;
+
+		if (streq(key, "subscribe"))
+			r = parse_subscribe(s, v, &e);
+		else if (streq(key, "format")) {
+			r = parse_enum(v, "format", "json", "binary", &e, &x);
+			if (r >= 0)
+				s->format = x ? SUBSCRIPTION_FORMAT_BINARY : SUBSCRIPTION_FORMAT_JSON;
+		} else if (streq(key, "on_overflow")) {
+			r = parse_enum(v, "on_overflow", "drop", "disconnect", &e, &x);
+			if (r >= 0)
+				s->overflow = x ? SUBSCRIPTION_OVERFLOW_DISCONNECT : SUBSCRIPTION_OVERFLOW_DROP;
+		} else
+			r = fail(&e, PROTOCOL_BAD_REQUEST,
+			         "unknown key \"%.*s\" (known: subscribe, format, on_overflow)", QUOTE_MAX, key);
+		if (r == -ENOMEM)
+			return r;
+		if (r < 0) {
+			*ret_error = e;
+			return r;
+		}
+	}
+
+	*ret = TAKE_PTR(s);
+	return 0;
+}

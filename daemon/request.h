@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The subscription request of the socket protocol (docs/protocol.md): one JSON line parsed with
+ * json-c into a Subscription, or into a protocol error code and a message for the client. Pure:
+ * no I/O, no logging. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Each filter list holds at most this many entries, so matching stays a short scan. */
+#define SUBSCRIPTION_MAX_ENTRIES 64u
+/* TASK_COMM_LEN - 1: a longer name can never equal a task's comm. */
+#define SUBSCRIPTION_COMM_MAX 15u
+/* systemd's UNIT_NAME_MAX - 1. */
+#define SUBSCRIPTION_UNIT_MAX 255u
+/* Type ids below this are kept in a bitmask (every built-in type is); others in a list. */
+#define SUBSCRIPTION_TYPE_MASK_BITS 64u
+/* Room for a message naming the field at fault and a cut-down copy of the bad value. */
+#define REQUEST_MESSAGE_MAX 256u
+
+/* The "error" values of error lines. The first ones come from request_parse(); the others are
+ * decided by the server and listed here so that every code has one spelling. */
+typedef enum ProtocolError {
+	PROTOCOL_OK = 0,
+	PROTOCOL_BAD_REQUEST,      /* malformed JSON, wrong field, value out of range */
+	PROTOCOL_TOO_LARGE,        /* request line over MaxRequestBytes= */
+	PROTOCOL_TOO_DEEP,         /* nesting over MaxJsonDepth= */
+	PROTOCOL_TIMEOUT,          /* no complete request line within RequestTimeoutMs= */
+	PROTOCOL_TOO_MANY_CLIENTS, /* MaxClients= or MaxClientsPerUid= reached */
+	PROTOCOL_FD_PASSED,        /* the client sent file descriptors (they were closed) */
+	PROTOCOL_OVERFLOW,         /* on_overflow=disconnect and the client's queue overflowed */
+	_PROTOCOL_ERROR_MAX,
+} ProtocolError;
+const char *protocol_error_to_string(ProtocolError e); /* "bad-request", ... or NULL */
+
+typedef struct RequestError {
+	ProtocolError code;
+	char message[REQUEST_MESSAGE_MAX]; /* one line, UTF-8 apart from cut multi-byte characters */
+} RequestError;
+
+typedef enum SubscriptionFormat {
+	SUBSCRIPTION_FORMAT_JSON,
+	SUBSCRIPTION_FORMAT_BINARY,
+} SubscriptionFormat;
+
+typedef enum SubscriptionOverflow {
+	SUBSCRIPTION_OVERFLOW_DROP,
+	SUBSCRIPTION_OVERFLOW_DISCONNECT,
+} SubscriptionOverflow;
+
+/* What the client may see at all, decided by the daemon from the peer's credentials, never by
+ * the request. NONE is the default so that a subscription nobody vetted matches nothing. */
+typedef enum SubscriptionAccess {
+	SUBSCRIPTION_ACCESS_NONE,
+	SUBSCRIPTION_ACCESS_UID,   /* events whose uid is access_uid */
+	SUBSCRIPTION_ACCESS_ALL,   /* root and members of AllowGroups= */
+} SubscriptionAccess;
+
+/* A parsed request. Lists are sorted and without duplicates; an empty list means the field
+ * does not filter. Read-only once the client is attached: reader threads match against it. */
+typedef struct Subscription {
+	SubscriptionAccess access;
+	uint32_t access_uid;
+
+	uint64_t type_mask;                  /* bit t: type id t < SUBSCRIPTION_TYPE_MASK_BITS */
+	uint16_t types[SUBSCRIPTION_MAX_ENTRIES]; /* type ids >= SUBSCRIPTION_TYPE_MASK_BITS */
+	size_t n_types;
+	uint32_t pids[SUBSCRIPTION_MAX_ENTRIES];
+	size_t n_pids;
+	uint32_t uids[SUBSCRIPTION_MAX_ENTRIES];
+	size_t n_uids;
+	char comms[SUBSCRIPTION_MAX_ENTRIES][SUBSCRIPTION_COMM_MAX + 1];
+	size_t n_comms;
+	char *units[SUBSCRIPTION_MAX_ENTRIES]; /* owned */
+	size_t n_units;
+
+	SubscriptionFormat format;
+	SubscriptionOverflow overflow;
+} Subscription;
+
+typedef struct RequestLimits {
+	size_t max_bytes;    /* MaxRequestBytes=: the whole line, its '\n' included */
+	unsigned max_depth;  /* MaxJsonDepth=: `{}` is depth 1, {"subscribe":{"pid":[1]}} depth 3 */
+} RequestLimits;
+
+/* Parses one request line: `text` is the line without its '\n' (len bytes, need not be
+ * NUL-terminated). Returns 0 and a new Subscription in *ret (access NONE: the caller sets it),
+ * -EINVAL with *ret_error filled for anything the client got wrong, or -ENOMEM. */
+int request_parse(const char *text, size_t len, const RequestLimits *limits, Subscription **ret,
+                  RequestError *ret_error);
+
+Subscription *subscription_free(Subscription *s); /* accepts NULL; returns NULL */
+static inline void subscription_freep(Subscription **s) {
+	if (*s)
+		subscription_free(*s);
+}
+
+/* True if the subscription filters on the unit (the reader then needs the event's unit). */
+static inline bool subscription_wants_unit(const Subscription *s) {
+	return s->n_units > 0;
+}
+
+const char *subscription_format_to_string(SubscriptionFormat f);

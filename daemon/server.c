@@ -1,0 +1,799 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The event socket: listening, accepting under limits, reading and answering the request line,
+ * and turning each valid request into a hub client until it goes away. */
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <systemd/sd-daemon.h>
+
+#include "perfrelay-config.h"
+
+#include "encode.h"
+#include "filter.h"
+#include "log.h"
+#include "server.h"
+
+#define USEC_PER_MSEC 1000ULL
+/* The kernel's SCM_MAX_FD: the most descriptors one message can carry. */
+#define SERVER_SCM_MAX_FD 253
+/* A request buffer starts this small and doubles up to MaxRequestBytes=. */
+#define REQUEST_BUFFER_MIN 1024u
+/* Input a subscriber sends is read and thrown away, at most this much per wakeup. */
+#define DISCARD_PER_WAKEUP (64u * 1024u)
+/* accept() stops this long after running out of file descriptors, instead of spinning. */
+#define ACCEPT_PAUSE_USEC (100 * USEC_PER_MSEC)
+/* Connections accepted per wakeup, so that a connection storm cannot starve the flush loop. */
+#define ACCEPT_BATCH 64
+/* An error line: the fixed part and a message of REQUEST_MESSAGE_MAX bytes, each of which may
+ * become a 6-byte escape. */
+#define ERROR_LINE_MAX (128u + 6u * REQUEST_MESSAGE_MAX)
+#define PERFRELAY_GROUP "perfrelay"
+#define SOCKET_MODE 0660
+
+typedef struct Connection Connection;
+
+struct Connection {
+	Server *server;
+	Connection *prev, *next;
+	uint64_t id;
+	int fd;
+	struct ucred cred;           /* SO_PEERCRED: the peer at connect() time */
+	sd_event_source *io;
+	sd_event_source *timer;      /* until the request line is read */
+	char *buf;                   /* the request line so far */
+	size_t len, size;
+	Subscription *sub;           /* after the request: read by reader threads via the hub */
+	HubClient *client;           /* after the request */
+	bool input_open;             /* false after the client shut down its sending side */
+	bool draining;               /* overflowed: detached, writing what is queued, then closed */
+};
+
+struct Server {
+	sd_event *event;
+	Hub *hub;
+	const Config *config;
+	ServerFlushFn flush;
+	void *userdata;
+	int listen_fd;
+	char *path;                  /* what we listen on, for messages */
+	char *created_path;          /* the socket file we bound ourselves: removed at exit */
+	sd_event_source *accept_source;
+	sd_event_source *accept_pause;
+	Connection *connections;
+	size_t n_connections;
+	uint64_t next_id;
+	ServerStats stats;
+};
+
+/* Lines written directly, outside the hub ------------------------------------------------- */
+
+/* The socket buffer of a new connection is empty, so a short line never blocks; a line that
+ * does not fit whole is not sent at all (a cut line would be worse than none). */
+static int send_line(int fd, const char *line, size_t len) {
+	ssize_t n = send(fd, line, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+	if (n < 0)
+		return negative_errno();
+	return (size_t) n == len ? 0 : -EAGAIN;
+}
+
+static size_t format_error(ProtocolError code, const char *message, char *buf, size_t size) {
+	int k = snprintf(buf, size, "{\"type\":\"error\",\"error\":\"%s\",\"message\":", protocol_error_to_string(code));
+	ssize_t m;
+
+	if (k < 0 || (size_t) k >= size)
+		return 0;
+	m = encode_json_string(message, strlen(message), buf + k, size - (size_t) k - 2);
+	if (m < 0)
+		return 0; /* cannot happen: ERROR_LINE_MAX bounds the escaped message */
+	memcpy(buf + k + m, "}\n", 2);
+	return (size_t) k + (size_t) m + 2;
+}
+
+/* Connections ----------------------------------------------------------------------------- */
+
+static bool match_subscription(const void *filter, const DecodedEvent *ev, const char *unit) {
+	return filter_match(filter, ev, unit);
+}
+
+static void connection_free(Connection *c) {
+	Server *s = c->server;
+
+	if (c->client) {
+		HubClientStats st;
+
+		/* After this no reader touches the client or its subscription. */
+		hub_client_detach(s->hub, c->client);
+		hub_client_get_stats(c->client, &st);
+		s->stats.gone_offered += st.offered;
+		s->stats.gone_sent += st.queued;
+		s->stats.gone_dropped += st.dropped;
+		log_debug("Client %" PRIu64 " disconnected: %" PRIu64 " events offered, %" PRIu64 " sent, %" PRIu64
+		          " dropped", c->id, st.offered, st.queued, st.dropped);
+		hub_client_free(c->client);
+		s->stats.clients--;
+	} else
+		s->stats.pending--;
+	subscription_free(c->sub);
+	sd_event_source_disable_unref(c->io);
+	sd_event_source_disable_unref(c->timer);
+	safe_close(c->fd);
+	free(c->buf);
+
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->connections = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	s->n_connections--;
+	free(c);
+}
+
+/* Answers with an error line (if the socket takes it) and closes. */
+static void connection_refuse(Connection *c, ProtocolError code, const char *message) {
+	char line[ERROR_LINE_MAX];
+	size_t n = format_error(code, message, line, sizeof(line));
+
+	c->server->stats.refused[code]++;
+	log_debug("Client %" PRIu64 " (pid %d, uid %u) refused: %s: %s", c->id, (int) c->cred.pid,
+	          (unsigned) c->cred.uid, protocol_error_to_string(code), message);
+	if (n > 0)
+		(void) send_line(c->fd, line, n);
+	connection_free(c);
+}
+
+/* EPOLLIN while input is open, EPOLLOUT while the hub client waits for room; with neither,
+ * epoll still reports EPOLLHUP/EPOLLERR, which is how a full close is noticed. */
+static int connection_update_events(Connection *c) {
+	uint32_t events = c->input_open ? EPOLLIN : 0;
+	int r;
+
+	/* The last flush at shutdown runs after the loop finished, when sd-event refuses any
+	 * change (-ESTALE) and nothing waits for events any more. */
+	if (sd_event_get_state(c->server->event) == SD_EVENT_FINISHED)
+		return 0;
+	if (c->client && hub_client_blocked(c->client))
+		events |= EPOLLOUT;
+	r = sd_event_source_set_io_events(c->io, events);
+	if (r < 0)
+		log_warning_errno(r, "Client %" PRIu64 ": failed to update its event watch, closing: %m", c->id);
+	return r;
+}
+
+/* recv() that closes any descriptor the peer passed. Returns bytes, 0 at EOF, negative errno;
+ * *ret_fds is set if descriptors came with the data (or were cut off by the kernel). */
+static ssize_t connection_recv(Connection *c, void *buf, size_t size, bool *ret_fds) {
+	union {
+		struct cmsghdr h;
+		uint8_t raw[CMSG_SPACE(sizeof(int) * SERVER_SCM_MAX_FD)];
+	} control;
+	struct iovec iov = { .iov_base = buf, .iov_len = size };
+	struct msghdr mh = {
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+		.msg_control = &control,
+		.msg_controllen = sizeof(control),
+	};
+	ssize_t n;
+
+	*ret_fds = false;
+	n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return negative_errno();
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+			size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			int fds[SERVER_SCM_MAX_FD];
+
+			memcpy(fds, CMSG_DATA(cm), MIN(k, (size_t) SERVER_SCM_MAX_FD) * sizeof(int));
+			for (size_t i = 0; i < k && i < SERVER_SCM_MAX_FD; i++)
+				safe_close(fds[i]);
+			c->server->stats.fds_closed += k;
+			*ret_fds = true;
+		}
+	/* Descriptors that did not fit were dropped by the kernel, never installed. */
+	if (mh.msg_flags & MSG_CTRUNC)
+		*ret_fds = true;
+	return n;
+}
+
+static int connection_access(Connection *c, SubscriptionAccess *ret) {
+	const Config *cfg = c->server->config;
+	_cleanup_free_ gid_t *groups = NULL;
+	socklen_t len = 64 * sizeof(gid_t);
+
+	if (c->cred.uid == 0 || cfg->n_allow_groups == 0) {
+		*ret = filter_access(c->cred.uid, c->cred.gid, NULL, 0, cfg->allow_groups, cfg->n_allow_groups);
+		return 0;
+	}
+	/* Supplementary groups as they were at connect(), like SO_PEERCRED. */
+	for (;;) {
+		gid_t *g = realloc(groups, len);
+
+		if (!g)
+			return -ENOMEM;
+		groups = g;
+		if (getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) >= 0)
+			break;
+		if (errno != ERANGE)
+			return negative_errno();
+	}
+	*ret = filter_access(c->cred.uid, c->cred.gid, groups, len / sizeof(gid_t), cfg->allow_groups,
+	                     cfg->n_allow_groups);
+	return 0;
+}
+
+static void connection_subscribe(Connection *c, Subscription *sub_in) {
+	_cleanup_(subscription_freep) Subscription *sub = sub_in;
+	Server *s = c->server;
+	HubClientOptions o = {
+		.format = sub->format == SUBSCRIPTION_FORMAT_BINARY ? HUB_FORMAT_BINARY : HUB_FORMAT_JSON,
+		.overflow = sub->overflow == SUBSCRIPTION_OVERFLOW_DISCONNECT ? HUB_OVERFLOW_DISCONNECT :
+		                                                               HUB_OVERFLOW_DROP,
+		.queue_bytes = s->config->client_queue_bytes,
+		.match = match_subscription,
+		.filter = sub,
+		.userdata = c,
+	};
+	char hello[256];
+	int r, n;
+
+	r = connection_access(c, &sub->access);
+	if (r < 0) {
+		log_warning_errno(r, "Client %" PRIu64 ": failed to read the peer's groups, closing: %m", c->id);
+		connection_free(c);
+		return;
+	}
+	sub->access_uid = c->cred.uid;
+
+	r = hub_client_new(s->hub, c->fd, &o, &c->client);
+	if (r < 0) {
+		log_warning_errno(r, "Client %" PRIu64 ": failed to allocate its queues, closing: %m", c->id);
+		connection_free(c);
+		return;
+	}
+	s->stats.pending--;
+	s->stats.clients++;
+
+	n = snprintf(hello, sizeof(hello),
+	             "{\"type\":\"hello\",\"protocol\":%u,\"schema\":%u,\"version\":\"%s\",\"client_id\":%" PRIu64
+	             ",\"format\":\"%s\",\"access\":\"%s\"}\n",
+	             PROTOCOL_VERSION, SCHEMA_VERSION, PERFRELAY_VERSION_STRING, c->id,
+	             subscription_format_to_string(sub->format),
+	             sub->access == SUBSCRIPTION_ACCESS_ALL ? "all" : "uid");
+	/* Before attaching: the hello line is always the first thing the client reads. */
+	r = send_line(c->fd, hello, (size_t) n);
+	if (r < 0) {
+		log_debug("Client %" PRIu64 ": could not send the hello line: %s", c->id, strerror(-r));
+		connection_free(c);
+		return;
+	}
+
+	c->sub = TAKE_PTR(sub);
+	r = hub_client_attach(s->hub, c->client);
+	if (r < 0) {
+		log_warning_errno(r, "Client %" PRIu64 ": failed to attach it to the readers, closing: %m", c->id);
+		connection_free(c);
+		return;
+	}
+	s->stats.subscribed++;
+	c->timer = sd_event_source_disable_unref(c->timer);
+	free(c->buf);
+	c->buf = NULL;
+	c->len = c->size = 0;
+	log_debug("Client %" PRIu64 " (pid %d, uid %u) subscribed, format %s, access %s", c->id, (int) c->cred.pid,
+	          (unsigned) c->cred.uid, subscription_format_to_string(c->sub->format),
+	          c->sub->access == SUBSCRIPTION_ACCESS_ALL ? "all" : "own uid");
+	if (connection_update_events(c) < 0)
+		connection_free(c);
+}
+
+static void connection_process_request(Connection *c, size_t line_len) {
+	const Config *cfg = c->server->config;
+	RequestLimits limits = { .max_bytes = cfg->max_request_bytes, .max_depth = cfg->max_json_depth };
+	Subscription *sub = NULL;
+	RequestError e;
+	int r;
+
+	r = request_parse(c->buf, line_len, &limits, &sub, &e);
+	if (r == -ENOMEM) {
+		log_warning_errno(r, "Client %" PRIu64 ": out of memory parsing its request, closing", c->id);
+		connection_free(c);
+		return;
+	}
+	if (r < 0) {
+		connection_refuse(c, e.code, e.message);
+		return;
+	}
+	connection_subscribe(c, sub);
+}
+
+/* Reads until the request line is complete; returns after acting on it or when the socket
+ * has nothing more to read. */
+static void connection_read_request(Connection *c) {
+	size_t max = c->server->config->max_request_bytes;
+
+	for (;;) {
+		const char *nl;
+		bool fds;
+		ssize_t n;
+
+		if (c->len == c->size) {
+			size_t size = MIN(MAX(c->size * 2, (size_t) REQUEST_BUFFER_MIN), max);
+			char *b;
+
+			if (c->len >= max) {
+				char m[REQUEST_MESSAGE_MAX];
+
+				snprintf(m, sizeof(m), "the request line is longer than %zu bytes (MaxRequestBytes=)", max);
+				connection_refuse(c, PROTOCOL_TOO_LARGE, m);
+				return;
+			}
+			b = realloc(c->buf, size);
+			if (!b) {
+				log_warning("Client %" PRIu64 ": out of memory reading its request, closing", c->id);
+				connection_free(c);
+				return;
+			}
+			c->buf = b;
+			c->size = size;
+		}
+
+		n = connection_recv(c, c->buf + c->len, c->size - c->len, &fds);
+		if (fds) {
+			connection_refuse(c, PROTOCOL_FD_PASSED,
+			                  "file descriptors are not accepted; the ones sent were closed");
+			return;
+		}
+		if (n == -EAGAIN || n == -EINTR)
+			return;
+		if (n < 0) {
+			log_debug("Client %" PRIu64 ": read failed: %s", c->id, strerror((int) -n));
+			connection_free(c);
+			return;
+		}
+		if (n == 0) {
+			/* A client that shuts down its side after the request may leave out the
+			 * '\n': the end of its input ends the line too. */
+			c->input_open = false;
+			if (c->len == 0) {
+				connection_refuse(c, PROTOCOL_BAD_REQUEST,
+				                  "the connection was closed before a request line was sent");
+				return;
+			}
+			if (c->len >= max) {
+				char m[REQUEST_MESSAGE_MAX];
+
+				snprintf(m, sizeof(m), "the request line is longer than %zu bytes (MaxRequestBytes=)", max);
+				connection_refuse(c, PROTOCOL_TOO_LARGE, m);
+				return;
+			}
+			connection_process_request(c, c->len);
+			return;
+		}
+		nl = memchr(c->buf + c->len, '\n', (size_t) n);
+		c->len += (size_t) n;
+		if (nl) {
+			/* Bytes after the line are input after the request: ignored. */
+			connection_process_request(c, (size_t) (nl - c->buf));
+			return;
+		}
+	}
+}
+
+/* A subscriber's input is read and discarded; returns false if the connection was freed. */
+static bool connection_discard_input(Connection *c) {
+	char buf[4096];
+
+	for (size_t total = 0; total < DISCARD_PER_WAKEUP;) {
+		bool fds;
+		ssize_t n = connection_recv(c, buf, sizeof(buf), &fds);
+
+		if (n == -EAGAIN || n == -EINTR)
+			return true;
+		if (n < 0) {
+			log_debug("Client %" PRIu64 ": read failed: %s", c->id, strerror((int) -n));
+			connection_free(c);
+			return false;
+		}
+		if (n == 0) {
+			/* Half-closed: it keeps receiving until it closes for good (EPOLLHUP). */
+			c->input_open = false;
+			if (connection_update_events(c) < 0) {
+				connection_free(c);
+				return false;
+			}
+			return true;
+		}
+		total += (size_t) n;
+	}
+	return true;
+}
+
+static int on_connection_io(sd_event_source *es, int fd, uint32_t revents, void *userdata) {
+	Connection *c = userdata;
+	Server *s = c->server;
+
+	if (!c->client) {
+		/* Reading first: a request followed by a close is still answered. */
+		connection_read_request(c);
+		return 0;
+	}
+	if (revents & (EPOLLHUP | EPOLLERR)) {
+		log_debug("Client %" PRIu64 " hung up", c->id);
+		connection_free(c);
+		return 0;
+	}
+	if ((revents & EPOLLIN) && !connection_discard_input(c))
+		return 0;
+	if (revents & EPOLLOUT) {
+		server_flush_client(s, c->client);
+		/* Other clients and the hub's notification: the manager's flush loop. */
+		s->flush(s->userdata);
+	}
+	return 0;
+}
+
+static int on_request_timeout(sd_event_source *es, uint64_t usec, void *userdata) {
+	Connection *c = userdata;
+	char m[REQUEST_MESSAGE_MAX];
+
+	snprintf(m, sizeof(m), "no complete request line within %u ms (RequestTimeoutMs=)",
+	         c->server->config->request_timeout_ms);
+	connection_refuse(c, PROTOCOL_TIMEOUT, m);
+	return 0;
+}
+
+static size_t server_count_uid(const Server *s, uid_t uid) {
+	size_t n = 0;
+
+	for (const Connection *c = s->connections; c; c = c->next)
+		n += c->cred.uid == uid;
+	return n;
+}
+
+static void server_add_connection(Server *s, int fd_in) {
+	_cleanup_close_ int fd = fd_in;
+	const Config *cfg = s->config;
+	socklen_t len = sizeof(struct ucred);
+	struct ucred cred;
+	Connection *c;
+	int r;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+		log_debug("Failed to read the credentials of a new connection, closing it: %m");
+		return;
+	}
+	s->stats.accepted++;
+
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		log_warning("Out of memory accepting a connection, closing it");
+		return;
+	}
+	c->server = s;
+	c->id = ++s->next_id;
+	c->fd = TAKE_FD(fd);
+	c->cred = cred;
+	c->input_open = true;
+	c->next = s->connections;
+	if (s->connections)
+		s->connections->prev = c;
+	s->connections = c;
+	s->n_connections++;
+	s->stats.pending++;
+
+	log_debug("Client %" PRIu64 " connected (pid %d, uid %u, gid %u)", c->id, (int) cred.pid,
+	          (unsigned) cred.uid, (unsigned) cred.gid);
+
+	/* Counted with the new one: pending connections hold a slot too, so that clients that
+	 * never send a request cannot get around the limit. */
+	if (s->n_connections > cfg->max_clients) {
+		char m[REQUEST_MESSAGE_MAX];
+
+		snprintf(m, sizeof(m), "the daemon serves at most %u clients at once (MaxClients=)", cfg->max_clients);
+		connection_refuse(c, PROTOCOL_TOO_MANY_CLIENTS, m);
+		return;
+	}
+	if (server_count_uid(s, cred.uid) > cfg->max_clients_per_uid) {
+		char m[REQUEST_MESSAGE_MAX];
+
+		snprintf(m, sizeof(m), "uid %u has %u clients already (MaxClientsPerUid=)", (unsigned) cred.uid,
+		         cfg->max_clients_per_uid);
+		connection_refuse(c, PROTOCOL_TOO_MANY_CLIENTS, m);
+		return;
+	}
+
+	r = sd_event_add_io(s->event, &c->io, c->fd, EPOLLIN, on_connection_io, c);
+	if (r >= 0)
+		/* Accuracy of 1 ms: the default (250 ms) would dwarf short timeouts. */
+		r = sd_event_add_time_relative(s->event, &c->timer, CLOCK_MONOTONIC,
+		                               (uint64_t) cfg->request_timeout_ms * USEC_PER_MSEC, USEC_PER_MSEC,
+		                               on_request_timeout, c);
+	if (r < 0) {
+		log_warning_errno(r, "Failed to watch client %" PRIu64 ", closing it: %m", c->id);
+		connection_free(c);
+	}
+}
+
+static int on_accept_resume(sd_event_source *es, uint64_t usec, void *userdata) {
+	Server *s = userdata;
+
+	s->accept_pause = sd_event_source_disable_unref(s->accept_pause);
+	(void) sd_event_source_set_enabled(s->accept_source, SD_EVENT_ON);
+	return 0;
+}
+
+static int on_accept(sd_event_source *es, int fd, uint32_t revents, void *userdata) {
+	Server *s = userdata;
+
+	for (int i = 0; i < ACCEPT_BATCH; i++) {
+		int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int r;
+
+		if (cfd >= 0) {
+			server_add_connection(s, cfd);
+			continue;
+		}
+		r = -errno;
+		if (r == -EAGAIN)
+			return 0;
+		if (r == -EINTR || r == -ECONNABORTED || r == -EPROTO)
+			continue;
+		/* Out of descriptors or memory: the listening socket stays readable, so pause
+		 * instead of spinning; waiting connections stay in the backlog. */
+		log_warning_errno(r, "Failed to accept a connection on %s, pausing for %llu ms: %m", s->path,
+		                  ACCEPT_PAUSE_USEC / USEC_PER_MSEC);
+		(void) sd_event_source_set_enabled(s->accept_source, SD_EVENT_OFF);
+		if (!s->accept_pause &&
+		    sd_event_add_time_relative(s->event, &s->accept_pause, CLOCK_MONOTONIC, ACCEPT_PAUSE_USEC,
+		                               USEC_PER_MSEC, on_accept_resume, s) < 0)
+			(void) sd_event_source_set_enabled(s->accept_source, SD_EVENT_ON);
+		return 0;
+	}
+	return 0;
+}
+
+/* The listening socket -------------------------------------------------------------------- */
+
+static int mkdir_parents(const char *path, mode_t mode) {
+	_cleanup_free_ char *p = strdup(path);
+
+	if (!p)
+		return -ENOMEM;
+	for (char *s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
+		*s = '\0';
+		if (mkdir(p, mode) < 0 && errno != EEXIST)
+			return negative_errno();
+		*s = '/';
+	}
+	return 0;
+}
+
+/* A socket file left by a daemon that died is removed; one somebody listens on is not. */
+static int remove_stale_socket(const char *path, const struct sockaddr_un *sa, socklen_t sa_len) {
+	_cleanup_close_ int fd = -EBADF;
+	struct stat st;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : negative_errno();
+	if (!S_ISSOCK(st.st_mode))
+		return log_error_errno(-EEXIST, "%s exists and is not a socket; not touching it", path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return negative_errno();
+	if (connect(fd, (const struct sockaddr *) sa, sa_len) >= 0 || errno == EAGAIN)
+		return log_error_errno(-EADDRINUSE, "Another process is listening on %s (is perfrelayd already running?)",
+		                       path);
+	if (errno != ECONNREFUSED)
+		return log_error_errno(-errno, "Failed to check whether %s is in use: %m", path);
+	if (unlink(path) < 0 && errno != ENOENT)
+		return log_error_errno(-errno, "Failed to remove the stale socket %s: %m", path);
+	log_debug("Removed stale socket %s", path);
+	return 0;
+}
+
+static int server_create_socket(Server *s, const char *path) {
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	socklen_t sa_len;
+	_cleanup_close_ int fd = -EBADF;
+	struct group *g;
+	int r;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return log_error_errno(-ENAMETOOLONG, "SocketPath=%s: longer than a socket address can hold", path);
+	memcpy(sa.sun_path, path, strlen(path));
+	sa_len = (socklen_t) (offsetof(struct sockaddr_un, sun_path) + strlen(path) + 1);
+
+	r = mkdir_parents(path, 0755);
+	if (r < 0)
+		return log_error_errno(r, "Failed to create the directory of %s: %m", path);
+	r = remove_stale_socket(path, &sa, sa_len);
+	if (r < 0)
+		return r;
+
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return log_error_errno(-errno, "Failed to create a Unix socket: %m");
+	if (bind(fd, (const struct sockaddr *) &sa, sa_len) < 0)
+		return log_error_errno(-errno, "Failed to bind %s: %m", path);
+	s->created_path = strdup(path);
+	if (!s->created_path) {
+		(void) unlink(path);
+		return -ENOMEM;
+	}
+	/* Before listen(): nobody can connect while the mode is still the umask's. */
+	if (chmod(path, SOCKET_MODE) < 0)
+		return log_error_errno(-errno, "Failed to set the mode of %s: %m", path);
+	g = getgrnam(PERFRELAY_GROUP);
+	if (g) {
+		if (chown(path, (uid_t) -1, g->gr_gid) < 0)
+			return log_error_errno(-errno, "Failed to give %s to group %s: %m", path, PERFRELAY_GROUP);
+	} else
+		log_debug("No group %s: %s is accessible to root only", PERFRELAY_GROUP, path);
+	if (listen(fd, SOMAXCONN) < 0)
+		return log_error_errno(-errno, "Failed to listen on %s: %m", path);
+	s->listen_fd = TAKE_FD(fd);
+	return 0;
+}
+
+static int server_take_activated_socket(Server *s, int *ret_found) {
+	int n, r, flags;
+
+	n = sd_listen_fds(true);
+	if (n < 0)
+		return log_error_errno(n, "Failed to read the sockets passed by systemd: %m");
+	if (n == 0) {
+		*ret_found = 0;
+		return 0;
+	}
+	if (n > 1)
+		return log_error_errno(-EINVAL, "systemd passed %d sockets; perfrelayd takes exactly one (ListenStream=)", n);
+	r = sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_STREAM, 1, NULL, 0);
+	if (r < 0)
+		return log_error_errno(r, "Failed to check the socket passed by systemd: %m");
+	if (r == 0)
+		return log_error_errno(-EINVAL, "The socket passed by systemd is not a listening AF_UNIX stream socket");
+	flags = fcntl(SD_LISTEN_FDS_START, F_GETFL);
+	if (flags < 0 || fcntl(SD_LISTEN_FDS_START, F_SETFL, flags | O_NONBLOCK) < 0)
+		return log_error_errno(-errno, "Failed to make the socket passed by systemd non-blocking: %m");
+	s->listen_fd = SD_LISTEN_FDS_START;
+	*ret_found = 1;
+	return 0;
+}
+
+int server_new(sd_event *event, Hub *hub, const Config *config, ServerFlushFn flush, void *userdata,
+               Server **ret) {
+	Server *s;
+	int r, activated = 0;
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->event = event;
+	s->hub = hub;
+	s->config = config;
+	s->flush = flush;
+	s->userdata = userdata;
+	s->listen_fd = -EBADF;
+
+	r = server_take_activated_socket(s, &activated);
+	if (r >= 0 && !activated)
+		r = server_create_socket(s, config->socket_path);
+	if (r < 0) {
+		server_free(s);
+		return r;
+	}
+	if (activated) {
+		struct sockaddr_un sa = {};
+		socklen_t len = sizeof(sa);
+
+		if (getsockname(s->listen_fd, (struct sockaddr *) &sa, &len) >= 0 && sa.sun_path[0])
+			s->path = strndup(sa.sun_path, sizeof(sa.sun_path));
+		else
+			s->path = strdup("(socket from systemd)");
+	} else
+		s->path = strdup(config->socket_path);
+	if (!s->path) {
+		server_free(s);
+		return -ENOMEM;
+	}
+
+	r = sd_event_add_io(event, &s->accept_source, s->listen_fd, EPOLLIN, on_accept, s);
+	if (r < 0) {
+		server_free(s);
+		return log_error_errno(r, "Failed to watch the listening socket: %m");
+	}
+	log_info("Listening on %s%s", s->path, activated ? " (from systemd)" : "");
+	*ret = s;
+	return 0;
+}
+
+Server *server_free(Server *s) {
+	if (!s)
+		return NULL;
+	while (s->connections)
+		connection_free(s->connections);
+	sd_event_source_disable_unref(s->accept_source);
+	sd_event_source_disable_unref(s->accept_pause);
+	safe_close(s->listen_fd);
+	if (s->created_path)
+		(void) unlink(s->created_path);
+	free(s->created_path);
+	free(s->path);
+	free(s);
+	return NULL;
+}
+
+void server_set_config(Server *s, const Config *config) {
+	s->config = config;
+}
+
+bool server_owns_client(const Server *s, const HubClient *c) {
+	const Connection *conn = hub_client_userdata(c);
+
+	return conn && conn->server == s;
+}
+
+void server_flush_client(Server *s, HubClient *hc) {
+	Connection *c = hub_client_userdata(hc);
+	int r;
+
+	if (!c->draining && hub_client_overflowed(hc)) {
+		/* It asked to be disconnected when it falls behind: no more events, but what was
+		 * queued before the loss still goes out, so that the stream ends at a line
+		 * boundary, then the error line. Until it has read that, it keeps its slot and its
+		 * queue, as any client that does not read does. */
+		hub_client_detach(s->hub, hc);
+		c->draining = true;
+	}
+	r = hub_client_flush(hc);
+	if (r < 0) {
+		log_debug("Client %" PRIu64 ": write failed: %s", c->id, strerror(-r));
+		connection_free(c);
+		return;
+	}
+	if (c->draining && r > 0) {
+		/* At a line boundary now. Binary streams have no place for a JSON line. */
+		if (c->sub->format == SUBSCRIPTION_FORMAT_JSON)
+			connection_refuse(c, PROTOCOL_OVERFLOW, "the client's queue overflowed (on_overflow=disconnect)");
+		else {
+			s->stats.refused[PROTOCOL_OVERFLOW]++;
+			log_debug("Client %" PRIu64 " overflowed, closing", c->id);
+			connection_free(c);
+		}
+		return;
+	}
+	if (connection_update_events(c) < 0)
+		connection_free(c);
+}
+
+void server_shutdown(Server *s) {
+	static const char goodbye[] = "{\"type\":\"goodbye\",\"reason\":\"shutdown\"}\n";
+
+	s->accept_source = sd_event_source_disable_unref(s->accept_source);
+	s->accept_pause = sd_event_source_disable_unref(s->accept_pause);
+	while (s->connections) {
+		Connection *c = s->connections;
+
+		/* Never waits: a client that does not keep up loses the tail, as it would have
+		 * lost events while the daemon ran. */
+		if (c->client && hub_client_flush(c->client) > 0 && c->sub->format == SUBSCRIPTION_FORMAT_JSON)
+			(void) send_line(c->fd, goodbye, sizeof(goodbye) - 1);
+		connection_free(c);
+	}
+}
+
+void server_get_stats(const Server *s, ServerStats *ret) {
+	*ret = s->stats;
+}
+
+const char *server_socket_path(const Server *s) {
+	return s->path;
+}

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The event socket (docs/protocol.md): the listening socket (from systemd or created at
+ * SocketPath=), per-connection limits and credentials, the request line, the hello line, and
+ * the life of each subscriber as a hub client. Main thread only. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <systemd/sd-event.h>
+
+#include "config.h"
+#include "hub.h"
+#include "request.h"
+
+#define PROTOCOL_VERSION 1u
+#define SCHEMA_VERSION 1u
+
+typedef struct Server Server;
+
+typedef struct ServerStats {
+	uint64_t clients;            /* subscribed now */
+	uint64_t pending;            /* connected, request line not read yet */
+	uint64_t accepted;           /* connections accepted since start */
+	uint64_t subscribed;         /* of which sent a valid request */
+	uint64_t refused[_PROTOCOL_ERROR_MAX]; /* connections closed with each error line */
+	uint64_t fds_closed;         /* file descriptors clients passed us, closed unread */
+	/* Subscribers that have gone, summed (add the live clients' hub stats for totals). */
+	uint64_t gone_offered;
+	uint64_t gone_sent;
+	uint64_t gone_dropped;
+} ServerStats;
+
+/* Runs the manager's flush loop: called after the server wrote to a client outside of it (on
+ * EPOLLOUT), so that the loop re-arms the hub's notification before the event loop sleeps. */
+typedef void (*ServerFlushFn)(void *userdata);
+
+/* Takes the socket systemd passed (sd_listen_fds) or creates config->socket_path, and starts
+ * accepting. The config must stay valid until server_set_config() or server_free(). */
+int server_new(sd_event *event, Hub *hub, const Config *config, ServerFlushFn flush, void *userdata,
+               Server **ret);
+/* Closes every connection (without a goodbye) and the listening socket; removes the socket
+ * file if this server created it. */
+Server *server_free(Server *s);
+
+/* The limits of [Socket] apply to connections accepted from now on. */
+void server_set_config(Server *s, const Config *config);
+
+/* True if c is one of the server's subscribers. */
+bool server_owns_client(const Server *s, const HubClient *c);
+/* Writes what c's queues hold and acts on the result: waits for EPOLLOUT when the socket is
+ * full, drops the client when it is gone, closes it (with an "overflow" error line if it can)
+ * when it asked to be disconnected on overflow. c may be freed on return. */
+void server_flush_client(Server *s, HubClient *c);
+
+/* Shutdown: stops accepting, sends each subscriber what is queued and a goodbye line if its
+ * socket takes them without blocking, and closes every connection. */
+void server_shutdown(Server *s);
+
+void server_get_stats(const Server *s, ServerStats *ret);
+const char *server_socket_path(const Server *s);

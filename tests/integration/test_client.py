@@ -1,0 +1,435 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""perfrelayctl monitor against a real daemon: a line for a command run in another process,
+--json lines that validate against the published JSON Schemas (docs/schema/), exit 0 on
+SIGINT/SIGTERM, exit 1 with a message when the daemon refuses, goes away or is not there."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests
+
+BINARY = sys.argv[1]
+BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
+CTL = os.path.join(BUILDDIR, "client", "perfrelayctl")
+SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "schema")
+
+require_root_and_bpf()
+if not os.access(CTL, os.X_OK):
+    print(f"FAIL: {CTL} was not built")
+    sys.exit(1)
+
+WORK = tempfile.mkdtemp(prefix="perfrelay-client-")
+SOCK = os.path.join(WORK, "events.sock")
+d = Daemon(BINARY, "client", config=f"[Socket]\nSocketPath={SOCK}", stdout=False)
+
+
+# ---- a small JSON Schema validator (stdlib only) ----
+
+class SchemaError(Exception):
+    pass
+
+
+# Keywords that only describe; everything else must be understood or the test fails, so that a
+# schema using more than this validator knows can never pass unchecked.
+ANNOTATIONS = {"$schema", "$id", "$comment", "title", "description", "examples", "default", "format",
+               "$defs", "definitions", "readOnly", "writeOnly", "deprecated"}
+TYPES = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+
+
+class Validator:
+    """Draft 2020-12 / draft-07 subset: type, enum, const, properties, required,
+    additionalProperties, items, min/max (Length, Items, imum), pattern, allOf/anyOf/oneOf, and
+    $ref to "#/..." or to another file of the same directory."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        self.files = {}
+
+    def load(self, name):
+        if name not in self.files:
+            with open(os.path.join(self.directory, name)) as f:
+                self.files[name] = json.load(f)
+        return self.files[name]
+
+    def resolve(self, ref, base):
+        name, _, pointer = ref.partition("#")
+        name = name or base
+        node = self.load(name)
+        for part in [p for p in pointer.split("/") if p]:
+            node = node[part.replace("~1", "/").replace("~0", "~")]
+        return node, name
+
+    def errors(self, value, schema, base, path="$"):
+        if schema is True:
+            return []
+        if schema is False:
+            return [f"{path}: no value allowed"]
+        errs = []
+        for key in schema:
+            if key in ANNOTATIONS or key in ("properties", "required", "additionalProperties", "items", "type",
+                                             "enum", "const", "minimum", "maximum", "minLength", "maxLength",
+                                             "minItems", "maxItems", "pattern", "allOf", "anyOf", "oneOf", "$ref"):
+                continue
+            raise SchemaError(f"{base}: keyword {key!r} is not supported by the test's validator")
+        if "$ref" in schema:
+            target, target_base = self.resolve(schema["$ref"], base)
+            errs += self.errors(value, target, target_base, path)
+        if "type" in schema:
+            types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+            if not any(TYPES[t](value) for t in types):
+                return errs + [f"{path}: {value!r} is not of type {schema['type']}"]
+        if "enum" in schema and value not in schema["enum"]:
+            errs.append(f"{path}: {value!r} not in {schema['enum']}")
+        if "const" in schema and value != schema["const"]:
+            errs.append(f"{path}: {value!r} is not {schema['const']!r}")
+        if TYPES["number"](value):
+            if "minimum" in schema and value < schema["minimum"]:
+                errs.append(f"{path}: {value} < minimum {schema['minimum']}")
+            if "maximum" in schema and value > schema["maximum"]:
+                errs.append(f"{path}: {value} > maximum {schema['maximum']}")
+        if isinstance(value, str):
+            if "minLength" in schema and len(value) < schema["minLength"]:
+                errs.append(f"{path}: shorter than {schema['minLength']}")
+            if "maxLength" in schema and len(value) > schema["maxLength"]:
+                errs.append(f"{path}: longer than {schema['maxLength']}")
+            if "pattern" in schema and not re.search(schema["pattern"], value):
+                errs.append(f"{path}: {value!r} does not match {schema['pattern']!r}")
+        if isinstance(value, dict):
+            props = schema.get("properties", {})
+            for name in schema.get("required", []):
+                if name not in value:
+                    errs.append(f"{path}: required property {name!r} missing")
+            for name, v in value.items():
+                if name in props:
+                    errs += self.errors(v, props[name], base, f"{path}.{name}")
+                elif "additionalProperties" in schema:
+                    errs += self.errors(v, schema["additionalProperties"], base, f"{path}.{name}")
+        if isinstance(value, list):
+            if "items" in schema:
+                for i, v in enumerate(value):
+                    errs += self.errors(v, schema["items"], base, f"{path}[{i}]")
+            if "minItems" in schema and len(value) < schema["minItems"]:
+                errs.append(f"{path}: fewer than {schema['minItems']} items")
+            if "maxItems" in schema and len(value) > schema["maxItems"]:
+                errs.append(f"{path}: more than {schema['maxItems']} items")
+        for sub in schema.get("allOf", []):
+            errs += self.errors(value, sub, base, path)
+        if "anyOf" in schema and all(self.errors(value, s, base, path) for s in schema["anyOf"]):
+            errs.append(f"{path}: matches none of anyOf")
+        if "oneOf" in schema:
+            matching = sum(1 for s in schema["oneOf"] if not self.errors(value, s, base, path))
+            if matching != 1:
+                errs.append(f"{path}: matches {matching} of oneOf, want exactly 1")
+        return errs
+
+
+def declared_type(schema, validator, base):
+    """The event type a schema is for: its properties.type const (or single-value enum)."""
+    if "$ref" in schema and "properties" not in schema:
+        schema, base = validator.resolve(schema["$ref"], base)
+    t = schema.get("properties", {}).get("type", {})
+    if "const" in t:
+        return t["const"]
+    if len(t.get("enum", [])) == 1:
+        return t["enum"][0]
+    for sub in schema.get("allOf", []):
+        found = declared_type(sub, validator, base)
+        if found:
+            return found
+    return None
+
+
+def schemas_by_type():
+    validator = Validator(SCHEMA_DIR)
+    check(os.path.isdir(SCHEMA_DIR), f"{SCHEMA_DIR} exists")
+    by_type = {}
+    for name in sorted(os.listdir(SCHEMA_DIR)):
+        if name.endswith(".json"):
+            t = declared_type(validator.load(name), validator, name)
+            if t:
+                check(t not in by_type, f"one schema for type {t} ({by_type.get(t)} and {name})")
+                by_type[t] = name
+    return validator, by_type
+
+
+def validator_self_test():
+    """The validator rejects what it must: a validator that accepts everything proves nothing."""
+    v = Validator(SCHEMA_DIR)
+    schema = {"type": "object", "required": ["type", "pid"], "additionalProperties": False,
+              "properties": {"type": {"const": "exec"}, "pid": {"type": "integer", "minimum": 0},
+                             "argv": {"type": "array", "items": {"type": "string"}},
+                             "flag": {"type": "boolean"}, "kind": {"enum": ["a", "b"]}}}
+    check_eq(v.errors({"type": "exec", "pid": 1, "argv": ["x"], "flag": True, "kind": "a"}, schema, "-"), [],
+             "validator accepts a valid object")
+    for bad in ({"type": "exec"}, {"type": "exit", "pid": 1}, {"type": "exec", "pid": -1},
+                {"type": "exec", "pid": True}, {"type": "exec", "pid": 1, "argv": [1]},
+                {"type": "exec", "pid": 1, "extra": 0}, {"type": "exec", "pid": 1, "kind": "c"},
+                {"type": "exec", "pid": 1.5}, [], "x"):
+        check(v.errors(bad, schema, "-"), f"validator rejects {bad!r}")
+
+
+# ---- perfrelayctl monitor as a child process ----
+
+class Monitor:
+    def __init__(self, *args, socket_path=SOCK):
+        self.proc = subprocess.Popen([CTL, "monitor", "--socket", socket_path] + list(args),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.lines = []
+        self.err = []
+        self.cond = threading.Condition()
+        self.threads = [threading.Thread(target=self._read, args=(self.proc.stdout, self.lines), daemon=True),
+                        threading.Thread(target=self._read, args=(self.proc.stderr, self.err), daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def _read(self, pipe, into):
+        for raw in pipe:
+            with self.cond:
+                into.append(raw.decode("utf-8", errors="replace").rstrip("\n"))
+                self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
+
+    def wait_line(self, pred, what, timeout=10):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for line in self.lines:
+                    if pred(line):
+                        return line
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and not self.threads[0].is_alive()):
+                    raise Failure(f"no line for {what} within {timeout}s; stdout: {self.lines[-10:]}, "
+                                  f"stderr: {self.err}")
+                self.cond.wait(min(left, 0.2))
+
+    def wait_exit(self, timeout=10):
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise Failure(f"perfrelayctl did not exit within {timeout}s")
+        for t in self.threads:
+            t.join(5)
+        return rc
+
+    def stop(self, sig=signal.SIGINT):
+        self.proc.send_signal(sig)
+        return self.wait_exit()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def run_until_seen(monitor, make_event, matches, what, tries=20):
+    """Makes an event in another process until the monitor shows it: the first may come before
+    the subscription is in place. Returns the matching line."""
+    for _ in range(tries):
+        token = make_event()
+        try:
+            return monitor.wait_line(lambda line: matches(line, token), what, timeout=1)
+        except Failure:
+            if monitor.proc.poll() is not None:
+                raise
+    return monitor.wait_line(lambda line: matches(line, token), what, timeout=10)
+
+
+def run_marker(marker):
+    p = subprocess.Popen(["/bin/true", marker])
+    p.wait()
+    return p.pid
+
+
+def seconds_of_day(hms):
+    h, m, s = hms.split(":")
+    return int(h) * 3600 + int(m) * 60 + float(s)
+
+
+# ---- tests ----
+
+def test_monitor_shows_exec():
+    marker = f"perfrelay-client-marker-{os.getpid()}"
+    m = Monitor("--type", "exec")
+    try:
+        header = m.wait_line(lambda line: True, "the header")
+        check(header.split()[:6] == ["TIME", "TYPE", "PID", "UID", "COMM", "DETAILS"], f"header: {header!r}")
+        line = run_until_seen(m, lambda: run_marker(marker),
+                              lambda line, pid: f" {pid} " in line and marker in line, "the marker's exec")
+        cols = line.split(None, 5)
+        check(re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3}", cols[0]), f"TIME column: {line!r}")
+        now = time.localtime()
+        drift = abs(seconds_of_day(cols[0]) - (now.tm_hour * 3600 + now.tm_min * 60 + now.tm_sec)) % 86400
+        check(min(drift, 86400 - drift) < 30, f"TIME is local wall-clock time (line {cols[0]}, now {time.strftime('%T')})")
+        check_eq(cols[1], "exec", "TYPE column")
+        check_eq(cols[3], "0", "UID column")
+        check_eq(cols[4], "true", "COMM column")
+        check_eq(cols[5], f"/bin/true {marker}", "DETAILS: filename and arguments")
+        # --type exec was passed on: nothing else shows up.
+        others = [line for line in m.lines[1:] if line.split()[1] != "exec"]
+        check_eq(others, [], "lines of other types")
+        rc = m.stop(signal.SIGINT)
+        check_eq(rc, 0, f"exit status after SIGINT (stderr: {m.err})")
+        check_eq(m.err, [], "nothing on stderr")
+    finally:
+        m.kill()
+
+
+def test_monitor_details():
+    m = Monitor("--type", "exit", "--type", "open", "--type", "connect", "--type", "fork")
+    try:
+        m.wait_line(lambda line: line.startswith("TIME"), "the header")
+
+        def exit_with_code():
+            p = subprocess.Popen(["/bin/sh", "-c", "exit 7"])
+            p.wait()
+            return p.pid
+        line = run_until_seen(m, exit_with_code, lambda line, pid: line.split()[1:3] == ["exit", str(pid)],
+                              "an exit with code 7")
+        check(re.search(r" code 7, runtime \d+(\.\d+)?(us|ms|s)$", line), f"exit details: {line!r}")
+
+        path = os.path.join(WORK, "open-marker")
+
+        def open_missing():
+            try:
+                os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                pass
+            return path
+        line = run_until_seen(m, open_missing, lambda line, p: f" {p} " in line, "an open of a missing file")
+        check(line.endswith(f"{path} O_RDONLY|O_CLOEXEC = -ENOENT"), f"open details: {line!r}")
+
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+
+        def connect():
+            socket.create_connection(("127.0.0.1", port)).close()
+            return port
+        line = run_until_seen(m, connect, lambda line, p: f"127.0.0.1:{p} " in line, "a connect")
+        srv.close()
+        check(line.endswith(f"127.0.0.1:{port} = 0"), f"connect details: {line!r}")
+
+        def fork():
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+            return pid
+        line = run_until_seen(m, fork, lambda line, pid: line.split()[1] == "fork" and f"child {pid}" in line,
+                              "a fork")
+        check_eq(line.split()[2], str(os.getpid()), "fork PID column is the parent")
+        check_eq(m.stop(signal.SIGTERM), 0, f"exit status after SIGTERM (stderr: {m.err})")
+    finally:
+        m.kill()
+
+
+def test_json_lines_validate():
+    validator_self_test()
+    validator, by_type = schemas_by_type()
+    for t in ("exec", "exit", "fork", "open", "connect"):
+        check(t in by_type, f"a schema in {SCHEMA_DIR} for type {t} (found {sorted(by_type)})")
+
+    marker = f"perfrelay-json-marker-{os.getpid()}"
+    path = os.path.join(WORK, "json-open-marker\n\"quoted\"")
+    m = Monitor("--json")
+    try:
+        def make():
+            run_marker(marker)  # exec, fork (of this test), exit
+            try:
+                os.close(os.open(path, os.O_RDONLY | os.O_CREAT, 0o600))  # a path that needs escaping
+            except OSError:
+                pass
+            srv = socket.socket()
+            srv.bind(("127.0.0.1", 0))
+            srv.listen()
+            socket.create_connection(srv.getsockname()).close()
+            srv.close()
+            return marker
+        run_until_seen(m, make, lambda line, mk: mk in line and '"type":"exec"' in line, "the marker's exec")
+        m.wait_line(lambda line: '"type":"open"' in line and "json-open-marker" in line, "the marker's open")
+        rc = m.stop(signal.SIGINT)
+        check_eq(rc, 0, f"exit status after SIGINT (stderr: {m.err})")
+    finally:
+        m.kill()
+
+    seen = {}
+    for line in m.lines:
+        ev = json.loads(line)  # raw lines, unchanged: each one JSON object
+        check(isinstance(ev, dict) and "type" in ev, f"an event object: {line[:200]!r}")
+        check(ev["type"] in by_type, f"a schema for type {ev['type']!r}")
+        errs = validator.errors(ev, validator.load(by_type[ev["type"]]), by_type[ev["type"]])
+        check_eq(errs, [], f"schema errors of {line[:300]!r}")
+        seen[ev["type"]] = seen.get(ev["type"], 0) + 1
+    for t in ("exec", "exit", "fork", "open", "connect"):
+        check(seen.get(t, 0) > 0, f"validated at least one {t} line (seen {seen})")
+    opened = [json.loads(line) for line in m.lines if "json-open-marker" in line]
+    check(any(ev.get("path") == path for ev in opened), "a path with a newline and quotes survives the round trip")
+
+
+def test_refused_subscription():
+    m = Monitor("--type", "no-such-type")
+    rc = m.wait_exit()
+    check_eq(rc, 1, "exit status when the daemon refuses")
+    err = "\n".join(m.err)
+    check("refused" in err and "no-such-type" in err and SOCK in err, f"message names the problem: {err!r}")
+    check_eq(m.lines, [], "nothing on stdout")
+
+
+def test_daemon_goes_away():
+    m = Monitor("--type", "exec")
+    try:
+        m.wait_line(lambda line: line.startswith("TIME"), "the header")
+        rc = d.stop()
+        check_eq(rc, 0, "daemon exit status")
+        rc = m.wait_exit(15)
+        check_eq(rc, 1, "monitor exit status when the daemon stops")
+        err = "\n".join(m.err)
+        # "shut down" when the goodbye line arrived, "closed the connection" when it did not.
+        check(re.search(r"perfrelayd (shut down|closed the connection)", err),
+              f"monitor says the daemon went away: {err!r}")
+    finally:
+        m.kill()
+
+
+def test_no_daemon():
+    # The daemon is stopped: the socket is gone (or refuses).
+    m = Monitor("--type", "exec")
+    rc = m.wait_exit()
+    check_eq(rc, 1, "exit status without a daemon")
+    err = "\n".join(m.err)
+    check(SOCK in err and ("No such file or directory" in err or "Connection refused" in err),
+          f"message names the socket and the error: {err!r}")
+    m = Monitor(socket_path=os.path.join(WORK, "x" * 120))
+    check_eq(m.wait_exit(), 1, "exit status for a path too long for a socket")
+    check("File name too long" in "\n".join(m.err), f"message for a long path: {m.err}")
+
+
+try:
+    d.start()
+    run_tests([test_monitor_shows_exec, test_monitor_details, test_json_lines_validate, test_refused_subscription,
+               test_daemon_goes_away, test_no_daemon])
+finally:
+    try:
+        d.cleanup()
+    finally:
+        subprocess.run(["rm", "-rf", WORK])

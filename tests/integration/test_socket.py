@@ -1,0 +1,705 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The event socket end to end (docs/protocol.md): filters per client, unit filters through a
+transient cgroup, a slow client that loses only its own events (counted and reported), bad
+input and connection storms that leave the daemon up with its fd count back at baseline, and a
+non-root client that sees only its own events."""
+import json
+import os
+import random
+import resource
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests
+
+BINARY = sys.argv[1]
+SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "schema")
+require_root_and_bpf()
+
+try:
+    import jsonschema
+except ImportError:
+    jsonschema = None
+
+# Limits the tests exercise. ClientQueueBytes is the minimum; readers get 256 pages per ring
+# so that the burst of the slow-client test is never lost in the kernel.
+MAX_CLIENTS = 100
+MAX_CLIENTS_PER_UID = 90
+TIMEOUT_MS = 200
+CONFIG = f"""[Ring]
+PagesPerCpu=256
+[Socket]
+ClientQueueBytes=64K
+MaxClients={MAX_CLIENTS}
+MaxClientsPerUid={MAX_CLIENTS_PER_UID}
+RequestTimeoutMs={TIMEOUT_MS}
+MaxRequestBytes=64K
+MaxJsonDepth=8
+"""
+NOBODY, NOGROUP = 65534, 65534
+
+# A request that matches nothing: for connections that only need to hold a slot.
+MATCH_NOTHING = {"subscribe": {"types": [65000]}}
+
+WORK = tempfile.mkdtemp(prefix="perfrelay-socket-")
+os.chmod(WORK, 0o755)
+# The marker binary: its comm ("prmk" + 6 digits) names nothing else on the machine.
+MARKER_NAME = f"prmk{random.randrange(10**6):06d}"
+MARKER = os.path.join(WORK, MARKER_NAME)
+shutil.copy("/bin/true", MARKER)
+os.chmod(MARKER, 0o755)
+
+d = Daemon(BINARY, "socket", stdout=False)
+# In a directory the daemon makes (0755). Clients that are not root need to reach the socket:
+# the parents must be searchable too.
+d.write_config(CONFIG + f"SocketPath={d.dir}/run/events.sock\n")
+os.chmod(d.dir, 0o711)
+d.start()
+# With no client connected, after one has come and gone (sd-event makes its timerfd for the
+# first request timeout and keeps it): every test must return to this.
+_warmup = socket.socket(socket.AF_UNIX)
+_warmup.connect(d.socket_path)
+_warmup.sendall(b"{}\n")
+_warmup.recv(4096)
+_warmup.close()
+time.sleep(0.3)
+FD_BASELINE = d.fd_count()
+# 1000 connections at once need as many descriptors in this process.
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def schema_validator():
+    if not jsonschema:
+        return None
+    schemas = {}
+    for name in os.listdir(SCHEMA_DIR):
+        if name.endswith(".schema.json"):
+            with open(os.path.join(SCHEMA_DIR, name)) as f:
+                s = json.load(f)
+            jsonschema.Draft202012Validator.check_schema(s)
+            schemas[name[:-len(".schema.json")]] = jsonschema.Draft202012Validator(s)
+    return schemas
+
+
+SCHEMAS = schema_validator()
+
+
+def validate(msg):
+    if SCHEMAS is None:
+        return
+    v = SCHEMAS.get(msg.get("type"))
+    check(v is not None, f"a schema for type {msg.get('type')!r}")
+    errors = [e.message for e in v.iter_errors(msg)]
+    check(not errors, f"{msg} does not match its schema: {errors}")
+
+
+class Client:
+    """One connection. Received bytes are collected by a thread (started at once unless
+    read=False) as fast as they come; lines are parsed when asked for."""
+
+    def __init__(self, request, path=None, read=True, raw=False):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path or d.socket_path)
+        if not raw:
+            request = json.dumps(request).encode() + b"\n"
+        if request:
+            self.sock.sendall(request)
+        self.data = bytearray()
+        self.eof = False
+        self.cond = threading.Condition()
+        self.thread = None
+        self.parsed = 0
+        self.msgs = []
+        if read:
+            self.start()
+
+    def start(self):
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        while True:
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except OSError:
+                chunk = b""
+            with self.cond:
+                if not chunk:
+                    self.eof = True
+                    self.cond.notify_all()
+                    return
+                self.data += chunk
+                self.cond.notify_all()
+
+    def _parse(self):
+        # Only the complete lines are taken under the lock; parsing them outside it keeps the
+        # reading thread from waiting on us.
+        with self.cond:
+            end = self.data.rfind(b"\n") + 1
+            if end <= self.parsed:
+                return
+            text = bytes(self.data[self.parsed:end])
+            self.parsed = end
+        self.msgs += [json.loads(line) for line in text.split(b"\n")[:-1]]
+
+    def messages(self):
+        self._parse()
+        return list(self.msgs)
+
+    def count(self, needle):
+        with self.cond:
+            return self.data.count(needle)
+
+    def wait(self, pred, what, timeout=10):
+        deadline = time.monotonic() + timeout
+        while True:
+            self._parse()
+            got = [m for m in self.msgs if pred(m)]
+            if got:
+                return got[0]
+            with self.cond:
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.eof and self.parsed == len(self.data)):
+                    raise Failure(f"{what}: not received within {timeout}s ({len(self.msgs)} messages, eof={self.eof})")
+                self.cond.wait(min(left, 0.2))
+
+    def wait_eof(self, what, timeout=10):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not self.eof:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Failure(f"{what}: connection not closed within {timeout}s")
+                self.cond.wait(left)
+        self._parse()
+        check_eq(self.parsed, len(self.data), f"{what}: no partial line before EOF")
+        return list(self.msgs)
+
+    def hello(self):
+        h = self.wait(lambda m: True, "hello line")
+        check_eq(self.msgs[0]["type"], "hello", "first line is the hello line")
+        return h
+
+    def close(self):
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        if self.thread:
+            self.thread.join(5)
+
+
+def error_of(request, raw=True, timeout=10):
+    """Sends a request and returns the error line, checking that the daemon then closes."""
+    c = Client(request, raw=raw)
+    try:
+        msgs = c.wait_eof("refused connection", timeout)
+        check_eq(len(msgs), 1, f"one line before the close, got {msgs}")
+        check_eq(msgs[0]["type"], "error", "the line is an error line")
+        validate(msgs[0])
+        return msgs[0]
+    finally:
+        c.close()
+
+
+def events_of(c, type_=None):
+    return [m for m in c.messages() if m["type"] not in ("hello", "lost") and (type_ is None or m["type"] == type_)]
+
+
+def settle():
+    """Waits long enough for events in flight to arrive (flush interval 50 ms, and margin)."""
+    time.sleep(0.5)
+
+
+def wait_fd_baseline(baseline, what, timeout=10):
+    deadline = time.monotonic() + timeout
+    while True:
+        check(d.proc.poll() is None, f"daemon still running after {what}")
+        n = d.fd_count()
+        if n == baseline:
+            return
+        if time.monotonic() > deadline:
+            fds = {f: os.readlink(f"/proc/{d.proc.pid}/fd/{f}") for f in os.listdir(f"/proc/{d.proc.pid}/fd")}
+            raise Failure(f"after {what}: daemon has {n} fds, baseline {baseline}: {fds}")
+        time.sleep(0.02)
+
+
+def test_socket_file():
+    st = os.stat(d.socket_path)
+    check_eq(oct(st.st_mode & 0o777), oct(0o660), "socket mode")
+    check_eq(oct(os.stat(os.path.dirname(d.socket_path)).st_mode & 0o777), oct(0o755), "socket directory mode")
+    c = Client({})
+    h = c.hello()
+    validate(h)
+    check_eq((h["protocol"], h["schema"], h["format"], h["access"]), (1, 1, "json", "all"), "hello fields")
+    check(h["client_id"] >= 1, "client id")
+    c.close()
+    wait_fd_baseline(FD_BASELINE, "one client")
+
+
+def test_two_filters():
+    """An exec client and an open client each get exactly what matches."""
+    execs = Client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}})
+    opens = Client({"subscribe": {"types": ["open"], "pid": [os.getpid()]}})
+    binary = Client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}, "format": "binary"})
+    for c in (execs, opens):
+        c.hello()
+    # A client that half-closes after its request keeps receiving.
+    opens.sock.shutdown(socket.SHUT_WR)
+
+    fd, open_marker = tempfile.mkstemp(prefix="perfrelay-open-marker-", dir=WORK)
+    os.close(fd)
+    p = subprocess.run([MARKER, "exec-marker"])
+    check_eq(p.returncode, 0, "marker ran")
+    os.close(os.open(open_marker, os.O_RDONLY))
+
+    ex = execs.wait(lambda m: m["type"] == "exec", "exec of the marker")
+    check_eq((ex["filename"], ex["argv"], ex["comm"]), (MARKER, [MARKER, "exec-marker"], MARKER_NAME), "exec content")
+    validate(ex)
+    # mkstemp opened it O_RDWR; ours is the read-only open.
+    op = opens.wait(lambda m: m["type"] == "open" and m["path"] == open_marker and m["flags"] & 3 == os.O_RDONLY,
+                    "open of the marker path")
+    check_eq((op["pid"], op["result"] >= 0, op["uid"]), (os.getpid(), True, 0), "open content")
+    validate(op)
+    settle()
+
+    got_exec = events_of(execs)
+    check_eq(len(got_exec), 1, f"the exec client gets exactly the marker exec: {got_exec}")
+    got_open = events_of(opens)
+    check(all(m["type"] == "open" and m["pid"] == os.getpid() for m in got_open),
+          f"the open client gets only opens of this process: {[m for m in got_open if m['type'] != 'open'][:3]}")
+    check(not any(m["type"] == "exec" for m in got_open), "no exec events for the open client")
+    check(not any(m["type"] == "open" for m in got_exec), "no open events for the exec client")
+    for m in got_open:
+        validate(m)
+
+    # The binary client: the hello line, then one frame holding the exec record.
+    deadline = time.monotonic() + 10
+    with binary.cond:
+        while True:
+            nl = binary.data.find(b"\n")
+            frames = bytes(binary.data[nl + 1:]) if nl >= 0 else b""
+            if len(frames) >= 4 and len(frames) >= 4 + struct.unpack_from("<I", frames)[0]:
+                break
+            check(time.monotonic() < deadline and not binary.eof, "a binary frame within 10s")
+            binary.cond.wait(0.5)
+        hello = json.loads(binary.data[:nl])
+    check_eq(hello["format"], "binary", "binary hello")
+    (length,) = struct.unpack_from("<I", frames, 0)
+    check_eq(len(frames), 4 + length, "exactly one frame")
+    magic, version, flags, type_, size, producer, cpu, seq, ts = struct.unpack_from("<HBBHHIIQQ", frames, 4)
+    check_eq((magic, version, type_, size, producer), (0x5250, 1, 1, length, 1), "exec record header")
+    pid, ppid, uid, gid, cgroup_id, argc, argv_len, trunc = struct.unpack_from("<IIIIQHHB", frames, 4 + 32)
+    check_eq((pid, argc, seq, cpu), (ex["pid"], 2, ex["seq"], ex["cpu"]), "exec record fields")
+    comm = frames[4 + 32 + 32:4 + 32 + 32 + 16].split(b"\0")[0].decode()
+    check_eq(comm, MARKER_NAME, "comm in the binary record")
+    for c in (execs, opens, binary):
+        c.close()
+    wait_fd_baseline(FD_BASELINE, "two filters")
+
+
+def cgroup2_mount():
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            sep = fields.index("-")
+            if fields[sep + 1] == "cgroup2" and fields[3] == "/":
+                return fields[4]
+    return None
+
+
+def test_unit_filter():
+    """A unit filter matches the exec of a process the test puts into a transient cgroup."""
+    cg2 = cgroup2_mount()
+    check(cg2 is not None, "a cgroup2 mount (needed for unit names)")
+    unit = f"perfrelay-test-{os.getpid()}.scope"
+    cgdir = os.path.join(cg2, unit)
+    os.mkdir(cgdir)
+    try:
+        by_unit = Client({"subscribe": {"unit": [unit]}})
+        by_comm = Client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}})
+        by_unit.hello()
+        by_comm.hello()
+
+        def enter_cgroup():
+            with open(os.path.join(cgdir, "cgroup.procs"), "w") as f:
+                f.write("0")  # the writing process itself, before it execs
+
+        inside = subprocess.Popen([MARKER, "in-cgroup"], preexec_fn=enter_cgroup)
+        inside.wait()
+        outside = subprocess.run([MARKER, "outside"])
+        check_eq(outside.returncode, 0, "marker ran")
+
+        ev = by_unit.wait(lambda m: m["type"] == "exec", "exec in the transient cgroup")
+        check_eq((ev["pid"], ev["argv"], ev["unit"]), (inside.pid, [MARKER, "in-cgroup"], unit), "exec with its unit")
+        validate(ev)
+        by_comm.wait(lambda m: m["type"] == "exec" and m["argv"][1:] == ["outside"], "exec outside the cgroup")
+        inside_ev = by_comm.wait(lambda m: m["type"] == "exec" and m["argv"][1:] == ["in-cgroup"], "exec inside")
+        check_eq(inside_ev.get("unit"), unit, "the unit is in every JSON client's line")
+        settle()
+        got = events_of(by_unit)
+        check_eq([m["argv"] for m in got], [[MARKER, "in-cgroup"]], "the unit client gets only the cgroup's exec")
+        by_unit.close()
+        by_comm.close()
+    finally:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                os.rmdir(cgdir)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+    wait_fd_baseline(FD_BASELINE, "unit filter")
+
+
+def burst_child(path, n, go_r, end_r):
+    """In a forked child: wait for "go", open path n times (paced, see below), wait for "end"."""
+    os.read(go_r, 1)
+    # Chunks with short pauses (about 25000 opens/s): a burst far beyond the slow client's
+    # queue, but one that a Python client on a loaded 2-CPU machine keeps up with (its queue
+    # and socket buffer hold some 1400 events: 50 ms of this).
+    for i in range(n):
+        os.close(os.open(path, os.O_RDONLY))
+        if i % 100 == 99:
+            time.sleep(0.004)
+    os.read(end_r, 1)
+    os._exit(0)
+
+
+def test_slow_client():
+    """A client that stops reading loses only its own events, counted and reported; another
+    client gets the whole burst in per-CPU order; on_overflow=disconnect closes the client."""
+    n = 20000
+    fd, path = tempfile.mkstemp(prefix="perfrelay-burst-", dir=WORK)
+    os.close(fd)
+    go_r, go_w = os.pipe()
+    end_r, end_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            burst_child(path, n, go_r, end_r)
+        finally:
+            os._exit(1)
+    clients = []
+    try:
+        request = {"subscribe": {"types": ["open"], "pid": [pid]}}
+        fast = Client(request)
+        slow = Client(request, read=False)
+        quitter = Client(dict(request, on_overflow="disconnect"), read=False)
+        clients = [fast, slow, quitter]
+        fast.hello()
+        time.sleep(0.1)  # the slow clients' requests are read too
+        os.write(go_w, b"x")
+
+        # Counted in the raw bytes while the burst runs: parsing now would slow the reader.
+        needle = json.dumps({"path": path}, separators=(",", ":"))[1:-1].encode()
+        deadline = time.monotonic() + 60
+        while fast.count(needle) < n and time.monotonic() < deadline and not fast.eof:
+            time.sleep(0.1)
+        settle()
+        got = [m for m in events_of(fast) if m["path"] == path]
+        check_eq(len(got), n, "the reading client got every open of the burst")
+        check(not any(m["type"] == "lost" for m in fast.messages()), "the reading client lost nothing")
+        last = {}
+        for m in got:
+            check(m["seq"] > last.get(m["cpu"], -1), f"per-CPU order: seq {m['seq']} after {last.get(m['cpu'])} on CPU {m['cpu']}")
+            last[m["cpu"]] = m["seq"]
+        offered = len(events_of(fast))  # the same filter: what the slow client was offered
+
+        # The slow client reads now: its queued events, then the lost count of the rest.
+        slow.start()
+        deadline = time.monotonic() + 30
+        while True:
+            msgs = slow.messages()
+            received = [m for m in msgs if m["type"] == "open"]
+            lost = sum(m["count"] for m in msgs if m["type"] == "lost")
+            if received and len(received) + lost >= offered or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        check(lost > 0, "the slow client lost events")
+        check_eq(len(received) + lost, offered, f"slow client: received {len(received)} + lost {lost} = offered")
+        seqs = [m["seq"] for m in received if m["cpu"] == received[0]["cpu"]]
+        check_eq(seqs, sorted(seqs), "the slow client's events stay in order")
+        for m in msgs:
+            if m["type"] == "lost":
+                validate(m)
+
+        # The client that asked to be disconnected was.
+        quitter.start()
+        msgs = quitter.wait_eof("on_overflow=disconnect client", timeout=10)
+        events = [m for m in msgs if m["type"] == "open"]
+        check(len(events) < n, "the disconnected client did not get the whole burst")
+        check(not any(m["type"] == "lost" for m in msgs), "no lost line for a client that asked to be disconnected")
+        errors = [m for m in msgs if m["type"] == "error"]
+        check_eq([m["error"] for m in errors], ["overflow"], "an overflow error line")
+        check_eq(msgs[-1]["type"], "error", "the error is the last line")
+        validate(errors[0])
+    finally:
+        for c in clients:
+            c.close()
+        os.write(end_w, b"x")
+        os.waitpid(pid, 0)
+        for f in (go_r, go_w, end_r, end_w):
+            os.close(f)
+    wait_fd_baseline(FD_BASELINE, "slow client")
+
+
+def test_malformed():
+    e = error_of(b'{"subscribe": {"types": ["exec"}\n')
+    check_eq(e["error"], "bad-request", "malformed JSON")
+    e = error_of(b'{"subscribe": {"pid": ["1"]}}\n')
+    check_eq(e["error"], "bad-request", "wrong type")
+    check("subscribe.pid" in e["message"], f"the message names the field: {e['message']}")
+    e = error_of(b'{"subscribe": {"types": ["exec"]}, "bogus": true}\n')
+    check_eq(e["error"], "bad-request", "unknown key")
+    e = error_of(b"\xff\xfe\n")
+    check_eq(e["error"], "bad-request", "not UTF-8")
+    # A client that connects and closes without a word does no harm.
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(d.socket_path)
+    s.close()
+    wait_fd_baseline(FD_BASELINE, "malformed requests")
+
+
+def test_too_large():
+    c = Client(b"", raw=True)
+
+    def send():
+        try:
+            c.sock.sendall(b'{"subscribe":{"comm":["' + b"a" * (1 << 20) + b'"]}}\n')
+        except OSError:
+            pass  # the daemon closes before it has read everything
+    t = threading.Thread(target=send, daemon=True)
+    t.start()
+    msgs = c.wait_eof("1 MiB request")
+    t.join(10)
+    check_eq([m["error"] for m in msgs], ["too-large"], "1 MiB request")
+    validate(msgs[0])
+    c.close()
+    wait_fd_baseline(FD_BASELINE, "1 MiB request")
+
+
+def test_timeout():
+    start = time.monotonic()
+    e = error_of(b'{"subscribe": {', timeout=10)
+    elapsed = time.monotonic() - start
+    check_eq(e["error"], "timeout", "a request that never ends")
+    check(TIMEOUT_MS / 1000 * 0.9 <= elapsed < 3, f"timed out after {elapsed:.3f}s (RequestTimeoutMs={TIMEOUT_MS})")
+    # Nothing at all is a timeout too.
+    e = error_of(b"", timeout=10)
+    check_eq(e["error"], "timeout", "a silent client")
+    wait_fd_baseline(FD_BASELINE, "timeout")
+
+
+def test_too_deep():
+    e = error_of(b"[" * 1000 + b"]" * 1000 + b"\n")
+    check_eq(e["error"], "too-deep", "deep nesting")
+    e = error_of(b'{"subscribe":{"pid":[[[[[[[1]]]]]]]}}\n')
+    check_eq(e["error"], "too-deep", "nine levels")
+    wait_fd_baseline(FD_BASELINE, "deep nesting")
+
+
+def test_fd_passed():
+    fd, path = tempfile.mkstemp(prefix="perfrelay-passed-fd-", dir=WORK)
+    c = Client(b"", raw=True)
+    socket.send_fds(c.sock, [b'{"subscribe":{}}\n'], [fd, fd])
+    os.close(fd)
+    msgs = c.wait_eof("passed fd")
+    check_eq([m["error"] for m in msgs], ["fd-passed"], "passing file descriptors")
+    c.close()
+    wait_fd_baseline(FD_BASELINE, "passed fd")
+    held = [os.readlink(f"/proc/{d.proc.pid}/fd/{f}") for f in os.listdir(f"/proc/{d.proc.pid}/fd")]
+    check(path not in held, "the daemon does not hold the passed file")
+    # After the request, passed fds are closed too, and the client stays subscribed.
+    c = Client(MATCH_NOTHING)
+    c.hello()
+    fd = os.open(path, os.O_RDONLY)
+    socket.send_fds(c.sock, [b"ignored"], [fd])
+    os.close(fd)
+    time.sleep(0.2)
+    check(not c.eof, "a subscriber that passes an fd later stays connected")
+    c.close()
+    wait_fd_baseline(FD_BASELINE, "fd passed after the request")
+
+
+def read_reply(s):
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        buf += chunk
+    return json.loads(buf.split(b"\n")[0]) if buf else None
+
+
+NOBODY_CONNECT = r"""
+import json, socket, sys
+path, n = sys.argv[1], int(sys.argv[2])
+socks, replies = [], []
+for i in range(n):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    s.sendall(b'{"subscribe":{"types":[65000]}}\n')
+    socks.append(s)
+for s in socks:
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        buf += chunk
+    replies.append(json.loads(buf.split(b"\n")[0]))
+print(json.dumps(replies), flush=True)
+sys.stdin.readline()
+"""
+
+
+def as_nobody(*args, **kw):
+    return subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "python3", *args],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_connection_storm():
+    """1000 connections at once: MaxClientsPerUid= for root, then MaxClients= for another uid."""
+    os.chown(d.socket_path, -1, NOGROUP)  # lets nobody connect (the socket is 0660)
+    socks = []
+    try:
+        for _ in range(1000):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(d.socket_path)
+            socks.append(s)
+            try:
+                s.sendall(json.dumps(MATCH_NOTHING).encode() + b"\n")
+            except OSError:
+                pass  # refused at once: the daemon closed without reading
+        replies = [read_reply(s) for s in socks]
+        hellos = [r for r in replies if r and r["type"] == "hello"]
+        refused = [r for r in replies if r and r["type"] == "error"]
+        check_eq(len(hellos), MAX_CLIENTS_PER_UID, "root's connections within MaxClientsPerUid=")
+        check_eq(len(refused), 1000 - MAX_CLIENTS_PER_UID, "the rest refused")
+        check(all(r["error"] == "too-many-clients" and "MaxClientsPerUid" in r["message"] for r in refused),
+              f"refused with too-many-clients: {refused[0]}")
+        validate(refused[0])
+        check(d.proc.poll() is None, "daemon up")
+
+        # Another uid is refused once MaxClients= is reached.
+        helper = as_nobody("-c", NOBODY_CONNECT, d.socket_path, "20")
+        line = helper.stdout.readline()
+        check(line, f"nobody's helper answered: {helper.stderr.read() if not line else ''}")
+        nobody_replies = json.loads(line)
+        kinds = [r["type"] for r in nobody_replies]
+        check_eq(kinds.count("hello"), MAX_CLIENTS - MAX_CLIENTS_PER_UID, "nobody gets the slots left")
+        check(all("MaxClients=" in r["message"] for r in nobody_replies if r["type"] == "error"),
+              f"the rest is refused by MaxClients=: {nobody_replies[-1]}")
+        check(all(r["access"] == "uid" for r in nobody_replies if r["type"] == "hello"), "nobody's access is uid")
+        helper.stdin.write("done\n")
+        helper.stdin.close()
+        helper.wait(10)
+    finally:
+        for s in socks:
+            s.close()
+    wait_fd_baseline(FD_BASELINE, "1000 connections")
+    # And the slots are free again.
+    c = Client(MATCH_NOTHING)
+    c.hello()
+    c.close()
+    wait_fd_baseline(FD_BASELINE, "a client after the storm")
+
+
+NOBODY_MONITOR = r"""
+import json, socket, subprocess, sys, time
+path, marker = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_UNIX)
+s.connect(path)
+s.sendall(b'{"subscribe":{"types":["exec"]}}\n')
+f = s.makefile("rb")
+print(f.readline().decode().strip(), flush=True)   # hello
+sys.stdin.readline()                                # root has run its marker
+subprocess.run(["/bin/true", marker])
+events = []
+deadline = time.monotonic() + 10
+s.settimeout(0.5)
+seen_at = None
+while time.monotonic() < deadline and (seen_at is None or time.monotonic() < seen_at + 0.5):
+    try:
+        line = f.readline()
+    except socket.timeout:
+        continue
+    if not line:
+        break
+    ev = json.loads(line)
+    events.append(ev)
+    if ev.get("argv", [None])[1:] == [marker]:
+        seen_at = time.monotonic()
+print(json.dumps(events), flush=True)
+"""
+
+
+def test_non_root():
+    """A client running as nobody sees its own exec and not root's."""
+    os.chown(d.socket_path, -1, NOGROUP)
+    tag = random.randrange(10**9)
+    mine, roots = f"nobody-marker-{tag}", f"root-marker-{tag}"
+    root_client = Client({"subscribe": {"types": ["exec"]}})
+    root_client.hello()
+    helper = as_nobody("-c", NOBODY_MONITOR, d.socket_path, mine)
+    try:
+        hello = json.loads(helper.stdout.readline() or "{}")
+        check_eq((hello.get("type"), hello.get("access")), ("hello", "uid"), f"nobody's hello: {helper.stderr.read() if not hello else hello}")
+        subprocess.run(["/bin/true", roots])
+        # Once root's client has it, every client's filter has seen it.
+        root_client.wait(lambda m: m["type"] == "exec" and m["argv"][1:] == [roots], "root's marker exec")
+        helper.stdin.write("go\n")
+        helper.stdin.flush()
+        out = helper.stdout.readline()
+        helper.wait(20)
+        check(out, f"nobody's helper printed its events: {helper.stderr.read()}")
+        events = json.loads(out)
+        check(any(e["argv"][1:] == [mine] for e in events), f"nobody sees its own exec ({len(events)} events)")
+        check(not any(e["argv"][1:] == [roots] for e in events), "nobody does not see root's exec")
+        check(all(e["uid"] == NOBODY for e in events), f"nobody sees only its uid: {[e['uid'] for e in events]}")
+        root_client.wait(lambda m: m["type"] == "exec" and m["argv"][1:] == [mine], "root sees nobody's exec")
+    finally:
+        if helper.poll() is None:
+            helper.kill()
+        helper.wait()
+        root_client.close()
+    wait_fd_baseline(FD_BASELINE, "non-root client")
+
+
+def test_goodbye():
+    c = Client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}})
+    c.hello()
+    b = Client({"format": "binary", "subscribe": {"types": [65000]}})
+    rc = d.stop()
+    check_eq(rc, 0, "exit status after SIGTERM")
+    msgs = c.wait_eof("goodbye")
+    check_eq(msgs[-1], {"type": "goodbye", "reason": "shutdown"}, "the last line")
+    validate(msgs[-1])
+    with b.cond:
+        while not b.eof:
+            b.cond.wait(5)
+        check(b.data.endswith(b"\n") and b.data.count(b"\n") == 1, "a binary client gets its hello and EOF")
+    check(not os.path.exists(d.socket_path), "the socket file is removed at exit")
+    check("Socket clients:" in d.stderr(), "the exit statistics count socket clients")
+    c.close()
+    b.close()
+
+
+try:
+    run_tests([test_socket_file, test_two_filters, test_unit_filter, test_slow_client, test_malformed, test_too_large,
+               test_timeout, test_too_deep, test_fd_passed, test_connection_storm, test_non_root, test_goodbye])
+finally:
+    d.cleanup()
+    shutil.rmtree(WORK, ignore_errors=True)

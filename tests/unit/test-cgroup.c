@@ -1,0 +1,260 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Unit tests of unit resolution: unit names, the cgroup path → unit rule, the cgroup2 mount in
+ * mountinfo, the per-reader cache against a fake resolver, and (when run as root on a machine
+ * with cgroup2) the kernfs file handle resolver against a cgroup the test makes. */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cgroup.h"
+#include "macro.h"
+#include "unitname.h"
+
+static unsigned failures;
+
+#define ASSERT(cond)                                                                    \
+	do {                                                                            \
+		if (!(cond)) {                                                          \
+			fprintf(stderr, "%s:%d: %s: assertion failed: %s\n", __FILE__,  \
+				__LINE__, __func__, #cond);                             \
+			failures++;                                                     \
+		}                                                                       \
+	} while (0)
+
+static void test_unit_names(void) {
+	static const char *const good[] = {
+		"sshd.service", "user@1000.service", "session-1.scope", "-.mount", "dev-sda1.device",
+		"a.socket", "a.target", "a.swap", "a.timer", "a.path", "proc-sys-fs-binfmt_misc.automount",
+		"foo\\x2dbar.service", "a:b.service",
+	};
+	static const char *const bad[] = {
+		"", "sshd", ".service", "system.slice", "a.slice", "a b.service", "a/b.service", "@x.service",
+		"a.servic", "a.SERVICE", "a.service\n", "é.service",
+	};
+	char longname[300];
+
+	for (size_t i = 0; i < ELEMENTSOF(good); i++)
+		if (!unit_name_is_attributable(good[i], strlen(good[i]))) {
+			fprintf(stderr, "%s should be attributable\n", good[i]);
+			failures++;
+		}
+	for (size_t i = 0; i < ELEMENTSOF(bad); i++)
+		if (unit_name_is_attributable(bad[i], strlen(bad[i]))) {
+			fprintf(stderr, "%s should not be attributable\n", bad[i]);
+			failures++;
+		}
+	memset(longname, 'a', 247);
+	strcpy(longname + 247, ".service");
+	ASSERT(unit_name_is_attributable(longname, 255));
+	memset(longname, 'a', 248);
+	strcpy(longname + 248, ".service");
+	ASSERT(!unit_name_is_attributable(longname, 256));
+	/* len, not the NUL, delimits the name. */
+	ASSERT(unit_name_is_attributable("a.servicexyz", 9));
+}
+
+static void test_path_to_unit(void) {
+	static const struct {
+		const char *path, *unit;
+	} t[] = {
+		{ "/system.slice/sshd.service", "sshd.service" },
+		{ "/system.slice/sshd.service/sub/x.scope", "sshd.service" },
+		{ "/user.slice/user-1000.slice/user@1000.service/app.slice/foo.scope", "user@1000.service" },
+		{ "/user.slice/user-1000.slice/session-3.scope", "session-3.scope" },
+		{ "/init.scope", "init.scope" },
+		{ "init.scope", "init.scope" },
+		{ "//system.slice//a.service/", "a.service" },
+		{ "/perfrelay-test-42.scope", "perfrelay-test-42.scope" },
+		{ "/system.slice/_cgroup.service", "cgroup.service" }, /* systemd's escaping */
+		{ "/", NULL },
+		{ "", NULL },
+		{ "/system.slice", NULL },
+		{ "/system.slice/", NULL },
+		{ "/a.slice/b.slice", NULL },
+		{ "/docker/0123abcd", NULL },
+		{ "/system.slice/docker-0123.scope", "docker-0123.scope" },
+		{ "/machine.slice/foo/bar.service", NULL }, /* the first non-slice component decides */
+		{ "/lxc.payload.c1/system.slice/a.service", NULL },
+		{ "/perfrelay-test.scope (deleted)", NULL },
+	};
+	char buf[UNIT_NAME_MAX];
+
+	for (size_t i = 0; i < ELEMENTSOF(t); i++) {
+		ssize_t r = unit_from_cgroup_path(t[i].path, buf, sizeof(buf));
+
+		if (t[i].unit ? (r != (ssize_t) strlen(t[i].unit) || strcmp(buf, t[i].unit) != 0) : r != 0) {
+			fprintf(stderr, "unit_from_cgroup_path(%s) = %zd (%s), expected %s\n", t[i].path, r,
+			        r > 0 ? buf : "-", t[i].unit ?: "none");
+			failures++;
+		}
+	}
+	ASSERT(unit_from_cgroup_path("/system.slice/sshd.service", buf, 12) == -ENOBUFS);
+	ASSERT(unit_from_cgroup_path("/system.slice/sshd.service", buf, 13) == 12);
+}
+
+static void test_mountinfo(void) {
+	char *p = NULL;
+
+	/* A hybrid hierarchy: cgroup v1 controllers and the unified one. */
+	const char *hybrid =
+	        "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+	        "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+	        "40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime shared:9 - cgroup cgroup rw,name=systemd\n"
+	        "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime shared:10 - cgroup2 cgroup2 rw\n";
+	ASSERT(cgroup2_mount_from_mountinfo(hybrid, &p) == 0 && p && streq(p, "/sys/fs/cgroup/unified"));
+	free(p);
+	p = NULL;
+
+	/* Optional fields and an escaped space; a non-root bind mount of cgroup2 is skipped. */
+	const char *unified =
+	        "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
+	        "50 22 0:26 /system.slice /mnt/cg rw - cgroup2 cgroup2 rw\n"
+	        "30 22 0:26 / /sys/fs/cgroup\\040x rw,nosuid shared:4 master:1 - cgroup2 cgroup2 rw,nsdelegate";
+	ASSERT(cgroup2_mount_from_mountinfo(unified, &p) == 0 && p && streq(p, "/sys/fs/cgroup x"));
+	free(p);
+	p = NULL;
+
+	ASSERT(cgroup2_mount_from_mountinfo("31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n", &p) == -ENOENT);
+	ASSERT(cgroup2_mount_from_mountinfo("", &p) == -ENOENT);
+	ASSERT(cgroup2_mount_from_mountinfo("garbage - cgroup2 x\n\n\n", &p) == -ENOENT);
+	/* "cgroup2" must be the file system type, not a source or an option. */
+	ASSERT(cgroup2_mount_from_mountinfo("1 2 0:1 / /x rw - tmpfs cgroup2 rw\n", &p) == -ENOENT);
+	ASSERT(p == NULL);
+}
+
+/* A resolver that counts its calls and derives the answer from the id. */
+typedef struct Fake {
+	unsigned calls;
+	ssize_t transient; /* returned for id 13 while non-zero */
+} Fake;
+
+static ssize_t fake_resolve(void *userdata, uint64_t id, char *unit, size_t size) {
+	Fake *f = userdata;
+
+	f->calls++;
+	if (id == 13 && f->transient)
+		return f->transient;
+	if (id == 666)
+		return -ESTALE;
+	if (id % 2)
+		return 0; /* odd ids: no unit */
+	return snprintf(unit, size, "u%llu.service", (unsigned long long) id);
+}
+
+static void test_cache(void) {
+	Fake f = {};
+	CgroupCache *c;
+	CgroupCacheStats st;
+	char want[64];
+
+	ASSERT(cgroup_cache_new(5, fake_resolve, &f, &c) == 0);
+
+	ASSERT(cgroup_cache_lookup(c, 0) == NULL && f.calls == 0); /* id 0: no cgroup */
+	ASSERT(streq(cgroup_cache_lookup(c, 2) ?: "", "u2.service") && f.calls == 1);
+	ASSERT(streq(cgroup_cache_lookup(c, 2) ?: "", "u2.service") && f.calls == 1);
+	ASSERT(cgroup_cache_lookup(c, 3) == NULL && f.calls == 2);
+	ASSERT(cgroup_cache_lookup(c, 3) == NULL && f.calls == 2); /* negative results are cached */
+	ASSERT(cgroup_cache_lookup(c, 666) == NULL && cgroup_cache_lookup(c, 666) == NULL && f.calls == 3);
+	cgroup_cache_get_stats(c, &st);
+	ASSERT(st.hits == 3 && st.misses == 3 && st.failures == 1 && st.evictions == 0);
+
+	/* A transient failure is tried again, but only after many lookups. */
+	f.transient = -EMFILE;
+	ASSERT(cgroup_cache_lookup(c, 13) == NULL && f.calls == 4);
+	for (int i = 0; i < 100; i++)
+		ASSERT(cgroup_cache_lookup(c, 13) == NULL);
+	ASSERT(f.calls == 4);
+	f.transient = 0;
+	for (int i = 0; i < 5000 && f.calls == 4; i++)
+		(void) cgroup_cache_lookup(c, 13);
+	ASSERT(f.calls == 5);
+	ASSERT(cgroup_cache_lookup(c, 13) == NULL && f.calls == 5); /* now final: 13 is odd */
+	cgroup_cache_free(c);
+
+	/* Far more ids than entries: every answer stays right, the table stays bounded. */
+	f = (Fake) {};
+	ASSERT(cgroup_cache_new(64, fake_resolve, &f, &c) == 0);
+	for (int round = 0; round < 3; round++)
+		for (uint64_t id = 2; id < 2000; id += 2) {
+			if (id == 666)
+				continue;
+			const char *u = cgroup_cache_lookup(c, id);
+
+			snprintf(want, sizeof(want), "u%llu.service", (unsigned long long) id);
+			if (!u || !streq(u, want)) {
+				fprintf(stderr, "id %llu: %s\n", (unsigned long long) id, u ?: "(null)");
+				failures++;
+			}
+		}
+	cgroup_cache_get_stats(c, &st);
+	ASSERT(st.evictions > 0);
+	ASSERT(st.hits + st.misses == 3 * 998);
+	/* A small working set stays cached among the evictions. */
+	f.calls = 0;
+	for (int round = 0; round < 10; round++)
+		for (uint64_t id = 100000; id < 100016; id += 2)
+			(void) cgroup_cache_lookup(c, id);
+	ASSERT(f.calls <= 8 + 4);
+	cgroup_cache_free(c);
+	ASSERT(cgroup_cache_free(NULL) == NULL);
+}
+
+/* The real resolver: needs a cgroup2 mount we may create cgroups in and CAP_DAC_READ_SEARCH. */
+static void test_kernfs(void) {
+	CgroupFs *fs = NULL;
+	char dir[4096], sub[4200], unit[UNIT_NAME_MAX];
+	struct stat st;
+	ssize_t r;
+
+	if (cgroup_fs_open("/proc/self/mountinfo", &fs) < 0) {
+		printf("test-cgroup: no cgroup2 mount, skipping the kernfs resolver test\n");
+		return;
+	}
+	snprintf(dir, sizeof(dir), "%s/perfrelay-unit-test-%d.scope", cgroup_fs_path(fs), (int) getpid());
+	snprintf(sub, sizeof(sub), "%s/inner", dir);
+	if (mkdir(dir, 0755) < 0) {
+		printf("test-cgroup: cannot create %s (%s), skipping the kernfs resolver test\n", dir, strerror(errno));
+		cgroup_fs_free(fs);
+		return;
+	}
+	ASSERT(mkdir(sub, 0755) == 0);
+	ASSERT(stat(sub, &st) == 0);
+	r = cgroup_fs_resolve(fs, st.st_ino, unit, sizeof(unit));
+	if (r == -EPERM)
+		printf("test-cgroup: open_by_handle_at() not permitted, skipping the kernfs resolver test\n");
+	else {
+		char want[128];
+
+		snprintf(want, sizeof(want), "perfrelay-unit-test-%d.scope", (int) getpid());
+		ASSERT(r == (ssize_t) strlen(want) && streq(unit, want));
+		/* The root cgroup belongs to no unit. */
+		ASSERT(stat(cgroup_fs_path(fs), &st) == 0);
+		ASSERT(cgroup_fs_resolve(fs, st.st_ino, unit, sizeof(unit)) == 0);
+		ASSERT(stat(sub, &st) == 0);
+	}
+	ASSERT(rmdir(sub) == 0);
+	ASSERT(rmdir(dir) == 0);
+	/* A removed cgroup's handle is stale. */
+	if (r != -EPERM)
+		ASSERT(cgroup_fs_resolve(fs, st.st_ino, unit, sizeof(unit)) == -ESTALE);
+	cgroup_fs_free(fs);
+}
+
+int main(void) {
+	test_unit_names();
+	test_path_to_unit();
+	test_mountinfo();
+	test_cache();
+	test_kernfs();
+
+	if (failures) {
+		fprintf(stderr, "%u failures\n", failures);
+		return EXIT_FAILURE;
+	}
+	printf("test-cgroup: all passed\n");
+	return EXIT_SUCCESS;
+}

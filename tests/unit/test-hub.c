@@ -1,0 +1,352 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Unit tests of hub.c, with the test as both the reader thread and the main thread: formats
+ * (JSON lines, binary frames), filters and units, overflow with "lost" notices in both formats
+ * (offered = queued + dropped, and the notices add up to the drops), and disconnect-on-overflow. */
+
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include "hub.h"
+#include "macro.h"
+
+static unsigned failures;
+
+#define ASSERT(cond)                                                                    \
+	do {                                                                            \
+		if (!(cond)) {                                                          \
+			fprintf(stderr, "%s:%d: %s: assertion failed: %s\n", __FILE__,  \
+				__LINE__, __func__, #cond);                             \
+			failures++;                                                     \
+		}                                                                       \
+	} while (0)
+
+static struct perfrelay_open make_open(uint32_t pid, uint64_t seq, const char *path) {
+	struct perfrelay_open r = {
+		.hdr = {
+			.magic = PERFRELAY_MAGIC,
+			.version = PERFRELAY_VERSION,
+			.type = PERFRELAY_TYPE_OPEN,
+			.size = sizeof(r),
+			.producer = PERFRELAY_PRODUCER_OPEN,
+			.cpu = 1,
+			.seq = seq,
+			.ts_ns = 1000 + seq,
+		},
+		.pid = pid,
+		.uid = 0,
+		.flags = 0,
+		.result = 3,
+	};
+
+	strcpy(r.comm, "cat");
+	snprintf(r.path, sizeof(r.path), "%s", path);
+	return r;
+}
+
+static DecodedEvent decode(const void *rec, size_t size) {
+	DecodedEvent ev;
+
+	if (decode_event(rec, size, &ev) != DECODE_OK) {
+		fprintf(stderr, "test record does not decode\n");
+		exit(EXIT_FAILURE);
+	}
+	return ev;
+}
+
+/* Match: only the pid in *filter; records the unit it was given. */
+static const char *seen_unit;
+static bool match_pid(const void *filter, const DecodedEvent *ev, const char *unit) {
+	seen_unit = unit;
+	return ev->pid == *(const uint32_t *) filter;
+}
+
+typedef struct Peer {
+	int fds[2];      /* [0]: the hub writes, [1]: the test reads */
+	uint8_t *buf;
+	size_t len, size;
+} Peer;
+
+static void peer_open(Peer *p) {
+	*p = (Peer) { .size = 64 << 20 };
+	p->buf = malloc(p->size);
+	if (!p->buf || socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, p->fds) < 0) {
+		perror("socketpair");
+		exit(EXIT_FAILURE);
+	}
+}
+
+static void peer_close(Peer *p) {
+	close(p->fds[0]);
+	close(p->fds[1]);
+	free(p->buf);
+}
+
+/* Flushes the client and reads everything it wrote into p->buf. */
+static void pump(HubClient *c, Peer *p) {
+	for (;;) {
+		int r = hub_client_flush(c);
+		ssize_t n;
+
+		ASSERT(r >= 0);
+		while ((n = read(p->fds[1], p->buf + p->len, p->size - p->len)) > 0)
+			p->len += (size_t) n;
+		if (r == 1)
+			return;
+	}
+}
+
+static void publish(Hub *h, const DecodedEvent *ev, const char *unit) {
+	hub_reader_begin(h, 0);
+	hub_publish(h, 0, ev, unit);
+	hub_reader_end(h, 0);
+}
+
+static void test_formats(void) {
+	Hub *h;
+	HubClient *json, *bin;
+	Peer pj, pb;
+	uint32_t pid = 42;
+	struct perfrelay_open rec = make_open(42, 7, "/etc/passwd"), other = make_open(43, 8, "/x");
+	DecodedEvent ev = decode(&rec, sizeof(rec)), ev_other = decode(&other, sizeof(other));
+	HubClientStats st;
+
+	peer_open(&pj);
+	peer_open(&pb);
+	ASSERT(hub_new(1, &h) == 0);
+	HubClientOptions oj = { .format = HUB_FORMAT_JSON, .queue_bytes = 1 << 20, .match = match_pid, .filter = &pid,
+		                .userdata = &pj };
+	HubClientOptions ob = { .format = HUB_FORMAT_BINARY, .queue_bytes = 1 << 20 };
+	ASSERT(hub_client_new(h, pj.fds[0], &oj, &json) == 0);
+	ASSERT(hub_client_new(h, pb.fds[0], &ob, &bin) == 0);
+	ASSERT(hub_client_userdata(json) == &pj && hub_client_userdata(bin) == NULL);
+	ASSERT(hub_client_format(bin) == HUB_FORMAT_BINARY);
+
+	hub_reader_begin(h, 0);
+	ASSERT(!hub_reader_has_clients(h, 0));
+	hub_reader_end(h, 0);
+	ASSERT(hub_client_attach(h, json) == 0 && hub_client_attach(h, bin) == 0);
+	hub_reader_begin(h, 0);
+	ASSERT(hub_reader_has_clients(h, 0));
+	hub_reader_end(h, 0);
+
+	publish(h, &ev, "cat.service");
+	ASSERT(seen_unit && streq(seen_unit, "cat.service"));
+	publish(h, &ev_other, NULL);
+	pump(json, &pj);
+	pump(bin, &pb);
+
+	/* JSON: one line, with the unit, and the other pid filtered out. */
+	ASSERT(pj.len > 0 && pj.buf[pj.len - 1] == '\n' && memchr(pj.buf, '\n', pj.len) == pj.buf + pj.len - 1);
+	pj.buf[pj.len - 1] = '\0';
+	json_object *o = json_tokener_parse((char *) pj.buf), *v;
+	ASSERT(o && json_object_object_get_ex(o, "unit", &v) && streq(json_object_get_string(v), "cat.service"));
+	ASSERT(o && json_object_object_get_ex(o, "path", &v) && streq(json_object_get_string(v), "/etc/passwd"));
+	ASSERT(o && json_object_object_get_ex(o, "seq", &v) && json_object_get_int64(v) == 7);
+	json_object_put(o);
+	hub_client_get_stats(json, &st);
+	ASSERT(st.offered == 1 && st.queued == 1 && st.dropped == 0 && st.bytes_sent == pj.len && st.queued_bytes == 0);
+
+	/* Binary: two frames of a little-endian length and the record as it was. */
+	ASSERT(pb.len == 2 * (4 + sizeof(rec)));
+	uint32_t len;
+	memcpy(&len, pb.buf, 4);
+	ASSERT(le32toh(len) == sizeof(rec));
+	ASSERT(memcmp(pb.buf + 4, &rec, sizeof(rec)) == 0);
+	memcpy(&len, pb.buf + 4 + sizeof(rec), 4);
+	ASSERT(le32toh(len) == sizeof(other));
+	ASSERT(memcmp(pb.buf + 8 + sizeof(rec), &other, sizeof(other)) == 0);
+	hub_client_get_stats(bin, &st);
+	ASSERT(st.offered == 2 && st.queued == 2 && st.dropped == 0);
+
+	hub_client_detach(h, json);
+	hub_client_detach(h, bin);
+	hub_client_free(json);
+	hub_client_free(bin);
+	hub_free(h);
+	peer_close(&pj);
+	peer_close(&pb);
+}
+
+/* Sums the "lost" notices and counts the events in a JSON stream. */
+static void scan_json(const Peer *p, uint64_t *ret_events, uint64_t *ret_lost, uint64_t *ret_last_seq) {
+	uint64_t events = 0, lost = 0, last = 0;
+	const uint8_t *s = p->buf, *end = p->buf + p->len;
+
+	while (s < end) {
+		const uint8_t *nl = memchr(s, '\n', (size_t) (end - s));
+		char line[4096];
+		json_object *o, *t, *v;
+
+		ASSERT(nl && (size_t) (nl - s) < sizeof(line));
+		if (!nl)
+			break;
+		memcpy(line, s, (size_t) (nl - s));
+		line[nl - s] = '\0';
+		o = json_tokener_parse(line);
+		ASSERT(o && json_object_object_get_ex(o, "type", &t));
+		if (o && streq(json_object_get_string(t), "lost")) {
+			ASSERT(json_object_object_get_ex(o, "count", &v) && json_object_get_int64(v) > 0);
+			lost += (uint64_t) json_object_get_int64(v);
+		} else if (o) {
+			ASSERT(json_object_object_get_ex(o, "seq", &v));
+			ASSERT((uint64_t) json_object_get_int64(v) > last); /* in order, gaps only where lost */
+			last = (uint64_t) json_object_get_int64(v);
+			events++;
+		}
+		json_object_put(o);
+		s = nl + 1;
+	}
+	*ret_events = events;
+	*ret_lost = lost;
+	*ret_last_seq = last;
+}
+
+static void scan_binary(const Peer *p, uint64_t *ret_events, uint64_t *ret_lost) {
+	uint64_t events = 0, lost = 0;
+	size_t off = 0;
+
+	while (off + 4 <= p->len) {
+		uint32_t len;
+		struct perfrelay_hdr hdr;
+
+		memcpy(&len, p->buf + off, 4);
+		len = le32toh(len);
+		ASSERT(len >= sizeof(hdr) && off + 4 + len <= p->len);
+		memcpy(&hdr, p->buf + off + 4, sizeof(hdr));
+		ASSERT(hdr.magic == PERFRELAY_MAGIC && hdr.version == PERFRELAY_VERSION && hdr.size == len);
+		if (hdr.type == PERFRELAY_TYPE_LOST) {
+			uint64_t n;
+
+			ASSERT(len == sizeof(hdr) + sizeof(uint64_t));
+			memcpy(&n, p->buf + off + 4 + sizeof(hdr), sizeof(n));
+			ASSERT(n > 0);
+			lost += n;
+		} else {
+			ASSERT(hdr.type == PERFRELAY_TYPE_OPEN);
+			events++;
+		}
+		off += 4 + len;
+	}
+	ASSERT(off == p->len);
+	*ret_events = events;
+	*ret_lost = lost;
+}
+
+static void test_overflow(HubFormat format) {
+	Hub *h;
+	HubClient *c;
+	Peer p;
+	HubClientStats st;
+	uint64_t events, lost, last = 0;
+	const unsigned n = 5000;
+
+	peer_open(&p);
+	ASSERT(hub_new(1, &h) == 0);
+	/* The smallest queue: far fewer than n events fit. */
+	HubClientOptions o = { .format = format, .queue_bytes = 64 * 1024 };
+	ASSERT(hub_client_new(h, p.fds[0], &o, &c) == 0 && hub_client_attach(h, c) == 0);
+
+	/* A burst the client does not read: its queue fills and the rest is dropped. */
+	hub_reader_begin(h, 0);
+	for (unsigned i = 1; i <= n; i++) {
+		struct perfrelay_open rec = make_open(1, i, "/burst");
+		DecodedEvent ev = decode(&rec, sizeof(rec));
+
+		hub_publish(h, 0, &ev, NULL);
+	}
+	hub_reader_end(h, 0);
+	hub_client_get_stats(c, &st);
+	ASSERT(st.offered == n && st.queued + st.dropped == n && st.dropped > 0 && st.queued > 0);
+	ASSERT(!hub_client_overflowed(c));
+
+	/* The client reads; the next batch end (no event needed) queues the lost notice. */
+	pump(c, &p);
+	hub_reader_begin(h, 0);
+	hub_reader_end(h, 0);
+	pump(c, &p);
+
+	/* Then a trickle that fits, in order after the notice. */
+	for (unsigned i = n + 1; i <= n + 10; i++) {
+		struct perfrelay_open rec = make_open(1, i, "/after");
+		DecodedEvent ev = decode(&rec, sizeof(rec));
+
+		publish(h, &ev, NULL);
+	}
+	pump(c, &p);
+
+	hub_client_get_stats(c, &st);
+	if (format == HUB_FORMAT_JSON) {
+		scan_json(&p, &events, &lost, &last);
+		ASSERT(last == n + 10);
+	} else
+		scan_binary(&p, &events, &lost);
+	ASSERT(st.offered == n + 10);
+	ASSERT(events == st.queued && lost == st.dropped);
+	ASSERT(events + lost == n + 10);
+
+	hub_client_detach(h, c);
+	hub_client_free(c);
+	hub_free(h);
+	peer_close(&p);
+}
+
+static void test_disconnect(void) {
+	Hub *h;
+	HubClient *c;
+	Peer p;
+	HubClientStats st;
+
+	peer_open(&p);
+	ASSERT(hub_new(2, &h) == 0);
+	HubClientOptions o = { .format = HUB_FORMAT_JSON, .overflow = HUB_OVERFLOW_DISCONNECT, .queue_bytes = 64 * 1024 };
+	ASSERT(hub_client_new(h, p.fds[0], &o, &c) == 0 && hub_client_attach(h, c) == 0);
+
+	hub_reader_begin(h, 1);
+	for (unsigned i = 1; i <= 3000 && !hub_client_overflowed(c); i++) {
+		struct perfrelay_open rec = make_open(1, i, "/burst");
+		DecodedEvent ev = decode(&rec, sizeof(rec));
+
+		hub_publish(h, 1, &ev, NULL);
+	}
+	hub_reader_end(h, 1);
+	ASSERT(hub_client_overflowed(c));
+	/* The main thread must not sleep while an overflowed client waits to be closed. */
+	ASSERT(hub_prepare_sleep(h));
+	hub_client_get_stats(c, &st);
+	ASSERT(st.dropped == 1 && st.offered == st.queued + 1);
+
+	/* No lost notice for a client that is to be closed. */
+	pump(c, &p);
+	hub_reader_begin(h, 1);
+	hub_reader_end(h, 1);
+	size_t before = p.len;
+	pump(c, &p);
+	ASSERT(p.len == before);
+
+	hub_client_detach(h, c);
+	hub_client_free(c);
+	hub_free(h);
+	peer_close(&p);
+}
+
+int main(void) {
+	test_formats();
+	test_overflow(HUB_FORMAT_JSON);
+	test_overflow(HUB_FORMAT_BINARY);
+	test_disconnect();
+
+	if (failures) {
+		fprintf(stderr, "%u failures\n", failures);
+		return EXIT_FAILURE;
+	}
+	printf("test-hub: all passed\n");
+	return EXIT_SUCCESS;
+}
