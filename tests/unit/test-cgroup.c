@@ -14,16 +14,7 @@
 #include "macro.h"
 #include "unitname.h"
 
-static unsigned failures;
-
-#define ASSERT(cond)                                                                    \
-	do {                                                                            \
-		if (!(cond)) {                                                          \
-			fprintf(stderr, "%s:%d: %s: assertion failed: %s\n", __FILE__,  \
-				__LINE__, __func__, #cond);                             \
-			failures++;                                                     \
-		}                                                                       \
-	} while (0)
+#include "unit-test.h"
 
 static void test_unit_names(void) {
 	static const char *const good[] = {
@@ -252,7 +243,7 @@ int main(void) {
 	test_kernfs();
 
 	if (failures) {
-		fprintf(stderr, "%u failures\n", failures);
+		fprintf(stderr, "%d failures\n", failures);
 		return EXIT_FAILURE;
 	}
 	printf("test-cgroup: all passed\n");

@@ -10,16 +10,7 @@
 #include "filter.h"
 #include "macro.h"
 
-static unsigned failures;
-
-#define ASSERT(cond)                                                                    \
-	do {                                                                            \
-		if (!(cond)) {                                                          \
-			fprintf(stderr, "%s:%d: %s: assertion failed: %s\n", __FILE__,  \
-				__LINE__, __func__, #cond);                             \
-			failures++;                                                     \
-		}                                                                       \
-	} while (0)
+#include "unit-test.h"
 
 static Subscription *sub(const char *json, SubscriptionAccess access, uint32_t uid) {
 	RequestLimits l = { .max_bytes = 65536, .max_depth = 8 };
@@ -229,7 +220,7 @@ int main(void) {
 	test_access_rule();
 
 	if (failures) {
-		fprintf(stderr, "%u failures\n", failures);
+		fprintf(stderr, "%d failures\n", failures);
 		return EXIT_FAILURE;
 	}
 	printf("test-filter: all passed\n");

@@ -17,16 +17,7 @@
 #include "hub.h"
 #include "macro.h"
 
-static unsigned failures;
-
-#define ASSERT(cond)                                                                    \
-	do {                                                                            \
-		if (!(cond)) {                                                          \
-			fprintf(stderr, "%s:%d: %s: assertion failed: %s\n", __FILE__,  \
-				__LINE__, __func__, #cond);                             \
-			failures++;                                                     \
-		}                                                                       \
-	} while (0)
+#include "unit-test.h"
 
 static struct perfrelay_open make_open(uint32_t pid, uint64_t seq, const char *path) {
 	struct perfrelay_open r = {
@@ -344,7 +335,7 @@ int main(void) {
 	test_disconnect();
 
 	if (failures) {
-		fprintf(stderr, "%u failures\n", failures);
+		fprintf(stderr, "%d failures\n", failures);
 		return EXIT_FAILURE;
 	}
 	printf("test-hub: all passed\n");

@@ -10,16 +10,7 @@
 #include "macro.h"
 #include "request.h"
 
-static unsigned failures;
-
-#define ASSERT(cond)                                                                    \
-	do {                                                                            \
-		if (!(cond)) {                                                          \
-			fprintf(stderr, "%s:%d: %s: assertion failed: %s\n", __FILE__,  \
-				__LINE__, __func__, #cond);                             \
-			failures++;                                                     \
-		}                                                                       \
-	} while (0)
+#include "unit-test.h"
 
 static const RequestLimits limits = { .max_bytes = 65536, .max_depth = 8 };
 
@@ -384,7 +375,7 @@ int main(void) {
 	test_depth();
 
 	if (failures) {
-		fprintf(stderr, "%u failures\n", failures);
+		fprintf(stderr, "%d failures\n", failures);
 		return EXIT_FAILURE;
 	}
 	printf("test-request: all passed\n");
