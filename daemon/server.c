@@ -27,6 +27,8 @@
 #define DISCARD_PER_WAKEUP (64u * 1024u)
 /* accept() stops this long after running out of file descriptors, instead of spinning. */
 #define ACCEPT_PAUSE_USEC (100 * USEC_PER_MSEC)
+/* A daemon out of descriptors would otherwise log ten times a second. */
+#define ACCEPT_WARNING_INTERVAL_USEC (60 * 1000 * USEC_PER_MSEC)
 /* Connections accepted per wakeup, so that a connection storm cannot starve the flush loop. */
 #define ACCEPT_BATCH 64
 /* An error line: the fixed part and a message of REQUEST_MESSAGE_MAX bytes, each of which may
@@ -64,6 +66,7 @@ struct Server {
 	char *created_path;          /* the socket file we bound ourselves: removed at exit */
 	sd_event_source *accept_source;
 	sd_event_source *accept_pause;
+	uint64_t accept_warned_usec; /* CLOCK_MONOTONIC of the last accept failure logged */
 	Connection *connections;
 	size_t n_connections;
 	uint64_t next_id;
@@ -72,8 +75,9 @@ struct Server {
 
 /* Lines written directly, outside the hub ------------------------------------------------- */
 
-/* The socket buffer of a new connection is empty, so a short line never blocks; a line that
- * does not fit whole is not sent at all (a cut line would be worse than none). */
+/* Never blocks. A Unix stream socket takes a line this short whole (one skb) or not at all, so
+ * a line is never cut; the socket buffer of a new connection is empty, so hello and error
+ * lines always go out. */
 static int send_line(int fd, const char *line, size_t len) {
 	ssize_t n = send(fd, line, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 
@@ -535,6 +539,7 @@ static int on_accept(sd_event_source *es, int fd, uint32_t revents, void *userda
 
 	for (int i = 0; i < ACCEPT_BATCH; i++) {
 		int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		uint64_t now = 0;
 		int r;
 
 		if (cfd >= 0) {
@@ -548,8 +553,14 @@ static int on_accept(sd_event_source *es, int fd, uint32_t revents, void *userda
 			continue;
 		/* Out of descriptors or memory: the listening socket stays readable, so pause
 		 * instead of spinning; waiting connections stay in the backlog. */
-		log_warning_errno(r, "Failed to accept a connection on %s, pausing for %llu ms: %m", s->path,
-		                  ACCEPT_PAUSE_USEC / USEC_PER_MSEC);
+		s->stats.accept_errors++;
+		(void) sd_event_now(s->event, CLOCK_MONOTONIC, &now);
+		if (s->accept_warned_usec == 0 || now >= s->accept_warned_usec + ACCEPT_WARNING_INTERVAL_USEC) {
+			s->accept_warned_usec = now ?: 1;
+			log_warning_errno(r, "Failed to accept a connection on %s, pausing for %llu ms (%" PRIu64
+			                  " times so far): %m", s->path, ACCEPT_PAUSE_USEC / USEC_PER_MSEC,
+			                  s->stats.accept_errors);
+		}
 		(void) sd_event_source_set_enabled(s->accept_source, SD_EVENT_OFF);
 		if (!s->accept_pause &&
 		    sd_event_add_time_relative(s->event, &s->accept_pause, CLOCK_MONOTONIC, ACCEPT_PAUSE_USEC,
@@ -735,12 +746,6 @@ void server_set_config(Server *s, const Config *config) {
 	s->config = config;
 }
 
-bool server_owns_client(const Server *s, const HubClient *c) {
-	const Connection *conn = hub_client_userdata(c);
-
-	return conn && conn->server == s;
-}
-
 void server_flush_client(Server *s, HubClient *hc) {
 	Connection *c = hub_client_userdata(hc);
 	int r;
@@ -792,6 +797,15 @@ void server_shutdown(Server *s) {
 
 void server_get_stats(const Server *s, ServerStats *ret) {
 	*ret = s->stats;
+	for (const Connection *c = s->connections; c; c = c->next)
+		if (c->client) {
+			HubClientStats st;
+
+			hub_client_get_stats(c->client, &st);
+			ret->live_offered += st.offered;
+			ret->live_sent += st.queued;
+			ret->live_dropped += st.dropped;
+		}
 }
 
 const char *server_socket_path(const Server *s) {

@@ -25,10 +25,17 @@ typedef struct ServerStats {
 	uint64_t subscribed;         /* of which sent a valid request */
 	uint64_t refused[_PROTOCOL_ERROR_MAX]; /* connections closed with each error line */
 	uint64_t fds_closed;         /* file descriptors clients passed us, closed unread */
-	/* Subscribers that have gone, summed (add the live clients' hub stats for totals). */
+	uint64_t accept_errors;      /* accept() failures other than "try again" (EMFILE, ...) */
+	/* Per-client event counters (offered = sent + dropped for each client), summed over the
+	 * subscribers that have gone and over those connected now: D-Bus ClientDrops is
+	 * gone_dropped + live_dropped. "sent" counts events put in the client's queue; what a
+	 * client that hung up left unread is not subtracted. */
 	uint64_t gone_offered;
 	uint64_t gone_sent;
 	uint64_t gone_dropped;
+	uint64_t live_offered;
+	uint64_t live_sent;
+	uint64_t live_dropped;
 } ServerStats;
 
 /* Runs the manager's flush loop: called after the server wrote to a client outside of it (on
@@ -46,8 +53,6 @@ Server *server_free(Server *s);
 /* The limits of [Socket] apply to connections accepted from now on. */
 void server_set_config(Server *s, const Config *config);
 
-/* True if c is one of the server's subscribers. */
-bool server_owns_client(const Server *s, const HubClient *c);
 /* Writes what c's queues hold and acts on the result: waits for EPOLLOUT when the socket is
  * full, drops the client when it is gone, closes it (with an "overflow" error line if it can)
  * when it asked to be disconnected on overflow. c may be freed on return. */

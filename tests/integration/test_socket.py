@@ -183,6 +183,17 @@ class Client:
         check_eq(self.parsed, len(self.data), f"{what}: no partial line before EOF")
         return list(self.msgs)
 
+    def wait_subscribed(self, timeout=10):
+        """Returns once the hello line has arrived, without consuming anything."""
+        if self.thread is None:
+            self.sock.settimeout(timeout)
+            check(self.sock.recv(1, socket.MSG_PEEK) == b"{", "a hello line")
+            self.sock.settimeout(None)
+            return
+        with self.cond:
+            while b"\n" not in self.data:
+                check(self.cond.wait(timeout), "a hello line in time")
+
     def hello(self):
         h = self.wait(lambda m: True, "hello line")
         check_eq(self.msgs[0]["type"], "hello", "first line is the hello line")
@@ -251,8 +262,8 @@ def test_two_filters():
     execs = Client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}})
     opens = Client({"subscribe": {"types": ["open"], "pid": [os.getpid()]}})
     binary = Client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}, "format": "binary"})
-    for c in (execs, opens):
-        c.hello()
+    for c in (execs, opens, binary):
+        c.wait_subscribed()
     # A client that half-closes after its request keeps receiving.
     opens.sock.shutdown(socket.SHUT_WR)
 
@@ -398,8 +409,8 @@ def test_slow_client():
         slow = Client(request, read=False)
         quitter = Client(dict(request, on_overflow="disconnect"), read=False)
         clients = [fast, slow, quitter]
-        fast.hello()
-        time.sleep(0.1)  # the slow clients' requests are read too
+        for c in clients:
+            c.wait_subscribed()
         os.write(go_w, b"x")
 
         # Counted in the raw bytes while the burst runs: parsing now would slow the reader.
@@ -620,6 +631,36 @@ def test_connection_storm():
     wait_fd_baseline(FD_BASELINE, "a client after the storm")
 
 
+def test_fd_exhaustion():
+    """Out of file descriptors, the daemon stops accepting for a moment instead of spinning,
+    and the connections that waited in the backlog are served once descriptors are free."""
+    limit = subprocess.run(["prlimit", "--pid", str(d.proc.pid), "--nofile", "--raw", "--noheadings",
+                            "--output=SOFT,HARD"], capture_output=True, text=True, check=True).stdout.split()
+    subprocess.run(["prlimit", "--pid", str(d.proc.pid), f"--nofile={FD_BASELINE + 5}:{limit[1]}"], check=True)
+    clients = []
+    try:
+        clients = [Client(MATCH_NOTHING) for _ in range(10)]
+        for c in clients[:5]:
+            c.wait_subscribed()
+        time.sleep(0.5)
+        check_eq(sum(1 for c in clients[5:] if c.data), 0, "no answer while the daemon has no descriptor left")
+        check(d.proc.poll() is None, "daemon up")
+        for c in clients[:3]:
+            c.close()
+        for c in clients[5:8]:
+            c.wait_subscribed()  # accepting resumed once descriptors were free
+        subprocess.run(["prlimit", "--pid", str(d.proc.pid), f"--nofile={limit[0]}:{limit[1]}"], check=True)
+        for c in clients[8:]:
+            c.wait_subscribed()
+        check("Failed to accept a connection" in d.stderr(), "the failure is logged")
+        check_eq(d.stderr().count("Failed to accept a connection"), 1, "once, not on every retry")
+    finally:
+        subprocess.run(["prlimit", "--pid", str(d.proc.pid), f"--nofile={limit[0]}:{limit[1]}"])
+        for c in clients:
+            c.close()
+    wait_fd_baseline(FD_BASELINE, "fd exhaustion")
+
+
 NOBODY_MONITOR = r"""
 import json, socket, subprocess, sys, time
 path, marker = sys.argv[1], sys.argv[2]
@@ -685,6 +726,7 @@ def test_goodbye():
     c = Client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}})
     c.hello()
     b = Client({"format": "binary", "subscribe": {"types": [65000]}})
+    b.wait_subscribed()
     rc = d.stop()
     check_eq(rc, 0, "exit status after SIGTERM")
     msgs = c.wait_eof("goodbye")
@@ -702,7 +744,8 @@ def test_goodbye():
 
 try:
     run_tests([test_socket_file, test_two_filters, test_unit_filter, test_slow_client, test_malformed, test_too_large,
-               test_timeout, test_too_deep, test_fd_passed, test_connection_storm, test_non_root, test_goodbye])
+               test_timeout, test_too_deep, test_fd_passed, test_connection_storm, test_fd_exhaustion, test_non_root,
+               test_goodbye])
 finally:
     d.cleanup()
     shutil.rmtree(WORK, ignore_errors=True)
