@@ -37,7 +37,8 @@
 #define PERFRELAY_TYPE_CONNECT  5u
 #define PERFRELAY_TYPE_BENCH   16u
 /* Reserved: made only by perfrelayd, in binary streams to clients, to report how many of the
- * client's events were dropped (the payload is a __u64 count). No producer emits it. */
+ * client's events were dropped (the payload is a __u64 count). The decoder rejects it from
+ * producers. */
 #define PERFRELAY_TYPE_LOST    0x7fffu
 #define PERFRELAY_TYPE_THIRD_PARTY_MIN 0x8000u
 

@@ -75,6 +75,7 @@ static const char *const decode_error_table[_DECODE_ERROR_MAX] = {
 	[DECODE_BAD_SIZE] = "bad-size",
 	[DECODE_BAD_STRING] = "bad-string",
 	[DECODE_BAD_PRODUCER] = "bad-producer",
+	[DECODE_RESERVED_TYPE] = "reserved-type",
 };
 
 const char *decode_error_to_string(DecodeError e) {
@@ -192,6 +193,10 @@ DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret) {
 	 * informational flags without old daemons dropping every record. */
 	if (ev.hdr.producer >= PERFRELAY_MAX_PRODUCERS)
 		return DECODE_BAD_PRODUCER;
+	/* Binary clients read this type as the daemon's own loss report: a producer that could
+	 * emit it would forge one. */
+	if (ev.hdr.type == PERFRELAY_TYPE_LOST)
+		return DECODE_RESERVED_TYPE;
 	if (ev.hdr.size < sizeof(ev.hdr))
 		return DECODE_BAD_SIZE;
 	if (ev.hdr.size > raw_size)

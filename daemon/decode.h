@@ -38,6 +38,7 @@ typedef enum DecodeError {
 	DECODE_BAD_SIZE,       /* hdr.size wrong for a known type, < header, or far below raw size */
 	DECODE_BAD_STRING,     /* a string field without its NUL, or argv_len out of bounds */
 	DECODE_BAD_PRODUCER,   /* producer id >= PERFRELAY_MAX_PRODUCERS */
+	DECODE_RESERVED_TYPE,  /* PERFRELAY_TYPE_LOST: only the daemon may make it */
 	_DECODE_ERROR_MAX,
 } DecodeError;
 const char *decode_error_to_string(DecodeError e);
