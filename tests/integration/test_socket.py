@@ -18,15 +18,10 @@ import threading
 import time
 
 from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests
+from schema import schemas_by_type, validator_self_test
 
 BINARY = sys.argv[1]
-SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "schema")
 require_root_and_bpf()
-
-try:
-    import jsonschema
-except ImportError:
-    jsonschema = None
 
 # Limits the tests exercise. ClientQueueBytes is the minimum; readers get 256 pages per ring
 # so that the burst of the slow-client test is never lost in the kernel.
@@ -64,41 +59,45 @@ os.chmod(d.dir, 0o711)
 d.start()
 # With no client connected, after one has come and gone (sd-event makes its timerfd for the
 # first request timeout and keeps it): every test must return to this.
+def socket_fds():
+    fds = f"/proc/{d.proc.pid}/fd"
+    links = set()
+    for f in os.listdir(fds):
+        try:
+            links.add(os.readlink(f"{fds}/{f}"))
+        except FileNotFoundError:
+            pass  # closed while we looked
+    return {l for l in links if l.startswith("socket:")}
+
+
+_sockets = socket_fds()
 _warmup = socket.socket(socket.AF_UNIX)
 _warmup.connect(d.socket_path)
 _warmup.sendall(b"{}\n")
 _warmup.recv(4096)
 _warmup.close()
-time.sleep(0.3)
+# The baseline is taken once the daemon has noticed the close and dropped the connection (a
+# socket it held before may also have gone, e.g. a transient sd_notify socket).
+_deadline = time.monotonic() + 10
+while not socket_fds() <= _sockets:
+    check(time.monotonic() < _deadline, f"the daemon closes a client that went away: {socket_fds() - _sockets}")
+    time.sleep(0.01)
 FD_BASELINE = d.fd_count()
 # 1000 connections at once need as many descriptors in this process.
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def schema_validator():
-    if not jsonschema:
-        return None
-    schemas = {}
-    for name in os.listdir(SCHEMA_DIR):
-        if name.endswith(".schema.json"):
-            with open(os.path.join(SCHEMA_DIR, name)) as f:
-                s = json.load(f)
-            jsonschema.Draft202012Validator.check_schema(s)
-            schemas[name[:-len(".schema.json")]] = jsonschema.Draft202012Validator(s)
-    return schemas
-
-
-SCHEMAS = schema_validator()
+validator_self_test()
+VALIDATOR, SCHEMA_BY_TYPE = schemas_by_type()
 
 
 def validate(msg):
-    if SCHEMAS is None:
-        return
-    v = SCHEMAS.get(msg.get("type"))
-    check(v is not None, f"a schema for type {msg.get('type')!r}")
-    errors = [e.message for e in v.iter_errors(msg)]
-    check(not errors, f"{msg} does not match its schema: {errors}")
+    """Every line a client gets, hello and errors included, matches its published schema."""
+    name = SCHEMA_BY_TYPE.get(msg.get("type"))
+    check(name is not None, f"a schema for type {msg.get('type')!r}")
+    errors = VALIDATOR.errors(msg, VALIDATOR.load(name), name)
+    check_eq(errors, [], f"schema errors of {msg}")
 
 
 class Client:
@@ -226,9 +225,23 @@ def events_of(c, type_=None):
     return [m for m in c.messages() if m["type"] not in ("hello", "lost") and (type_ is None or m["type"] == type_)]
 
 
-def settle():
-    """Waits long enough for events in flight to arrive (flush interval 50 ms, and margin)."""
-    time.sleep(0.5)
+def on_each_cpu(fn):
+    """Runs fn(cpu) pinned to each online CPU in turn. An event fn makes lands in that CPU's ring
+    behind everything emitted there before, and a ring reaches a client in order: once a client
+    has the barrier events of every CPU, it has every earlier event too. This is how the tests
+    prove that something did not arrive, without sleeping."""
+    saved = os.sched_getaffinity(0)
+    try:
+        for cpu in sorted(saved):
+            os.sched_setaffinity(0, {cpu})
+            fn(cpu)
+    finally:
+        os.sched_setaffinity(0, saved)
+    return sorted(saved)
+
+
+def is_barrier(m):
+    return any(str(a).startswith("barrier-") for a in m.get("argv", [])) or "-barrier-" in m.get("path", "")
 
 
 def wait_fd_baseline(baseline, what, timeout=10):
@@ -281,11 +294,18 @@ def test_two_filters():
                     "open of the marker path")
     check_eq((op["pid"], op["result"] >= 0, op["uid"]), (os.getpid(), True, 0), "open content")
     validate(op)
-    settle()
 
-    got_exec = events_of(execs)
+    def barrier(cpu):
+        subprocess.run([MARKER, f"barrier-{cpu}"], check=True)
+        os.close(os.open(f"{open_marker}-barrier-{cpu}", os.O_RDONLY | os.O_CREAT, 0o600))
+    cpus = on_each_cpu(barrier)
+    for cpu in cpus:
+        execs.wait(lambda m: m.get("argv") == [MARKER, f"barrier-{cpu}"], f"exec barrier on CPU {cpu}")
+        opens.wait(lambda m: m.get("path") == f"{open_marker}-barrier-{cpu}", f"open barrier on CPU {cpu}")
+
+    got_exec = [m for m in events_of(execs) if not is_barrier(m)]
     check_eq(len(got_exec), 1, f"the exec client gets exactly the marker exec: {got_exec}")
-    got_open = events_of(opens)
+    got_open = [m for m in events_of(opens) if not is_barrier(m)]
     check(all(m["type"] == "open" and m["pid"] == os.getpid() for m in got_open),
           f"the open client gets only opens of this process: {[m for m in got_open if m['type'] != 'open'][:3]}")
     check(not any(m["type"] == "exec" for m in got_open), "no exec events for the open client")
@@ -293,20 +313,33 @@ def test_two_filters():
     for m in got_open:
         validate(m)
 
-    # The binary client: the hello line, then one frame holding the exec record.
+    # The binary client: the hello line, then one frame holding the exec record, then one per
+    # barrier exec (same filter).
+    want = 1 + len(cpus)
+
+    def split_frames(data):
+        out, off = [], 0
+        while len(data) - off >= 4 and len(data) - off >= 4 + struct.unpack_from("<I", data, off)[0]:
+            (n,) = struct.unpack_from("<I", data, off)
+            out.append(data[off + 4:off + 4 + n])
+            off += 4 + n
+        return out, off
+
     deadline = time.monotonic() + 10
     with binary.cond:
         while True:
             nl = binary.data.find(b"\n")
-            frames = bytes(binary.data[nl + 1:]) if nl >= 0 else b""
-            if len(frames) >= 4 and len(frames) >= 4 + struct.unpack_from("<I", frames)[0]:
+            data = bytes(binary.data[nl + 1:]) if nl >= 0 else b""
+            records, used = split_frames(data)
+            if len(records) >= want:
                 break
-            check(time.monotonic() < deadline and not binary.eof, "a binary frame within 10s")
+            check(time.monotonic() < deadline and not binary.eof, f"{want} binary frames within 10s")
             binary.cond.wait(0.5)
         hello = json.loads(binary.data[:nl])
     check_eq(hello["format"], "binary", "binary hello")
-    (length,) = struct.unpack_from("<I", frames, 0)
-    check_eq(len(frames), 4 + length, "exactly one frame")
+    check_eq((len(records), used), (want, len(data)), "the marker's frame and one per barrier, nothing else")
+    frames = struct.pack("<I", len(records[0])) + records[0]
+    length = len(records[0])
     magic, version, flags, type_, size, producer, cpu, seq, ts = struct.unpack_from("<HBBHHIIQQ", frames, 4)
     check_eq((magic, version, type_, size, producer), (0x5250, 1, 1, length, 1), "exec record header")
     pid, ppid, uid, gid, cgroup_id, argc, argv_len, trunc = struct.unpack_from("<IIIIQHHB", frames, 4 + 32)
@@ -335,6 +368,7 @@ def test_unit_filter():
     unit = f"perfrelay-test-{os.getpid()}.scope"
     cgdir = os.path.join(cg2, unit)
     os.mkdir(cgdir)
+    by_unit = by_comm = None
     try:
         by_unit = Client({"subscribe": {"unit": [unit]}})
         by_comm = Client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}})
@@ -356,12 +390,17 @@ def test_unit_filter():
         by_comm.wait(lambda m: m["type"] == "exec" and m["argv"][1:] == ["outside"], "exec outside the cgroup")
         inside_ev = by_comm.wait(lambda m: m["type"] == "exec" and m["argv"][1:] == ["in-cgroup"], "exec inside")
         check_eq(inside_ev.get("unit"), unit, "the unit is in every JSON client's line")
-        settle()
-        got = events_of(by_unit)
+
+        def barrier(cpu):
+            subprocess.run([MARKER, f"barrier-{cpu}"], preexec_fn=enter_cgroup, check=True)
+        for cpu in on_each_cpu(barrier):
+            by_unit.wait(lambda m: m.get("argv") == [MARKER, f"barrier-{cpu}"], f"barrier on CPU {cpu}")
+        got = [m for m in events_of(by_unit) if not is_barrier(m)]
         check_eq([m["argv"] for m in got], [[MARKER, "in-cgroup"]], "the unit client gets only the cgroup's exec")
-        by_unit.close()
-        by_comm.close()
     finally:
+        for c in (by_unit, by_comm):
+            if c:
+                c.close()
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -384,6 +423,7 @@ def burst_child(path, n, go_r, end_r):
         os.close(os.open(path, os.O_RDONLY))
         if i % 100 == 99:
             time.sleep(0.004)
+    on_each_cpu(lambda cpu: os.close(os.open(f"{path}-barrier-{cpu}", os.O_RDONLY | os.O_CREAT, 0o600)))
     os.read(end_r, 1)
     os._exit(0)
 
@@ -413,12 +453,15 @@ def test_slow_client():
             c.wait_subscribed()
         os.write(go_w, b"x")
 
-        # Counted in the raw bytes while the burst runs: parsing now would slow the reader.
-        needle = json.dumps({"path": path}, separators=(",", ":"))[1:-1].encode()
+        # The child ends its burst with a barrier open on each CPU: once the reading client has
+        # them all, it has every event of the burst it will ever get. Counted in the raw bytes
+        # while the burst runs: parsing now would slow the reader.
+        barriers = [json.dumps({"path": f"{path}-barrier-{cpu}"}, separators=(",", ":"))[1:-1].encode()
+                    for cpu in sorted(os.sched_getaffinity(0))]
         deadline = time.monotonic() + 60
-        while fast.count(needle) < n and time.monotonic() < deadline and not fast.eof:
+        while not all(fast.count(b) for b in barriers):
+            check(time.monotonic() < deadline and not fast.eof, "the reading client gets the burst's barriers")
             time.sleep(0.1)
-        settle()
         got = [m for m in events_of(fast) if m["path"] == path]
         check_eq(len(got), n, "the reading client got every open of the burst")
         check(not any(m["type"] == "lost" for m in fast.messages()), "the reading client lost nothing")
@@ -532,13 +575,20 @@ def test_fd_passed():
     wait_fd_baseline(FD_BASELINE, "passed fd")
     held = [os.readlink(f"/proc/{d.proc.pid}/fd/{f}") for f in os.listdir(f"/proc/{d.proc.pid}/fd")]
     check(path not in held, "the daemon does not hold the passed file")
-    # After the request, passed fds are closed too, and the client stays subscribed.
-    c = Client(MATCH_NOTHING)
+    # After the request, passed fds are closed too, and the client stays subscribed: once the
+    # daemon no longer holds the file, an event for this client still reaches it.
+    marker = f"{path}-after"
+    c = Client({"subscribe": {"types": ["open"], "pid": [os.getpid()]}})
     c.hello()
     fd = os.open(path, os.O_RDONLY)
     socket.send_fds(c.sock, [b"ignored"], [fd])
     os.close(fd)
-    time.sleep(0.2)
+    deadline = time.monotonic() + 10
+    while path in [os.readlink(f"/proc/{d.proc.pid}/fd/{f}") for f in os.listdir(f"/proc/{d.proc.pid}/fd")]:
+        check(time.monotonic() < deadline, "the daemon closes an fd passed after the request")
+        time.sleep(0.01)
+    os.close(os.open(marker, os.O_RDONLY | os.O_CREAT, 0o600))
+    c.wait(lambda m: m.get("path") == marker, "an event after passing an fd")
     check(not c.eof, "a subscriber that passes an fd later stays connected")
     c.close()
     wait_fd_baseline(FD_BASELINE, "fd passed after the request")
@@ -642,7 +692,11 @@ def test_fd_exhaustion():
         clients = [Client(MATCH_NOTHING) for _ in range(10)]
         for c in clients[:5]:
             c.wait_subscribed()
-        time.sleep(0.5)
+        # The daemon tried to accept the sixth and ran out of descriptors: it says so once.
+        deadline = time.monotonic() + 10
+        while "Failed to accept a connection" not in d.stderr():
+            check(time.monotonic() < deadline, "the accept failure is logged")
+            time.sleep(0.01)
         check_eq(sum(1 for c in clients[5:] if c.data), 0, "no answer while the daemon has no descriptor left")
         check(d.proc.poll() is None, "daemon up")
         for c in clients[:3]:
