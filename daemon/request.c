@@ -48,6 +48,98 @@ Subscription *subscription_free(Subscription *s) {
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct json_tokener *, json_tokener_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(json_object *, json_object_put);
 
+/* Adds `value` (consumed, also on failure) under key; -ENOMEM if it is NULL or cannot be added. */
+static int object_add(json_object *o, const char *key, json_object *value) {
+	if (!value)
+		return -ENOMEM;
+	if (json_object_object_add(o, key, value) < 0) {
+		json_object_put(value);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static int array_add(json_object *a, json_object *value) {
+	if (!value)
+		return -ENOMEM;
+	if (json_object_array_add(a, value) < 0) {
+		json_object_put(value);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static json_object *types_to_json(const Subscription *s) {
+	_cleanup_(json_object_putp) json_object *a = json_object_new_array();
+
+	if (!a)
+		return NULL;
+	for (uint16_t t = 0; t < SUBSCRIPTION_TYPE_MASK_BITS; t++) {
+		const char *name;
+
+		if (!(s->type_mask & (UINT64_C(1) << t)))
+			continue;
+		name = event_type_to_string(t);
+		if (array_add(a, name ? json_object_new_string(name) : json_object_new_int(t)) < 0)
+			return NULL;
+	}
+	for (size_t i = 0; i < s->n_types; i++)
+		if (array_add(a, json_object_new_int(s->types[i])) < 0)
+			return NULL;
+	return TAKE_PTR(a);
+}
+
+static json_object *ids_to_json(const uint32_t *ids, size_t n) {
+	_cleanup_(json_object_putp) json_object *a = json_object_new_array();
+
+	if (!a)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		if (array_add(a, json_object_new_int64(ids[i])) < 0)
+			return NULL;
+	return TAKE_PTR(a);
+}
+
+int subscription_to_json(const Subscription *s, char **ret) {
+	_cleanup_(json_object_putp) json_object *o = json_object_new_object();
+	json_object *a;
+	const char *text;
+	char *copy;
+
+	if (!o)
+		return -ENOMEM;
+	if ((s->type_mask != 0 || s->n_types > 0) && object_add(o, "types", types_to_json(s)) < 0)
+		return -ENOMEM;
+	if (s->n_pids > 0 && object_add(o, "pid", ids_to_json(s->pids, s->n_pids)) < 0)
+		return -ENOMEM;
+	if (s->n_uids > 0 && object_add(o, "uid", ids_to_json(s->uids, s->n_uids)) < 0)
+		return -ENOMEM;
+	if (s->n_comms > 0) {
+		a = json_object_new_array();
+		if (object_add(o, "comm", a) < 0)
+			return -ENOMEM;
+		for (size_t i = 0; i < s->n_comms; i++)
+			if (array_add(a, json_object_new_string(s->comms[i])) < 0)
+				return -ENOMEM;
+	}
+	if (s->n_units > 0) {
+		a = json_object_new_array();
+		if (object_add(o, "unit", a) < 0)
+			return -ENOMEM;
+		for (size_t i = 0; i < s->n_units; i++)
+			if (array_add(a, json_object_new_string(s->units[i])) < 0)
+				return -ENOMEM;
+	}
+	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+	if (!text)
+		return -ENOMEM;
+	copy = strdup(text);
+	if (!copy)
+		return -ENOMEM;
+	*ret = copy;
+	return 0;
+}
+
 /* Client-supplied text quoted in messages is cut so that the message stays one short line. */
 #define QUOTE_MAX 48
 
@@ -58,6 +150,11 @@ _printf_(3, 4) static int fail(RequestError *e, ProtocolError code, const char *
 	va_start(ap, fmt);
 	vsnprintf(e->message, sizeof(e->message), fmt, ap);
 	va_end(ap);
+	/* Quoted client text may hold control bytes: the message stays one printable line,
+	 * wherever it is shown or logged. */
+	for (char *p = e->message; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
 	return -EINVAL;
 }
 

@@ -282,6 +282,9 @@ static void test_structure(void) {
 	           "unknown key \"extra\" (known: subscribe, format, on_overflow)");
 	PARSE_FAIL("{\"subscribe\":{\"pids\":[1]}}", PROTOCOL_BAD_REQUEST,
 	           "subscribe: unknown key \"pids\" (known: types, pid, uid, comm, unit)");
+	/* Control bytes the client quoted come back as '?': the message stays one line. */
+	PARSE_FAIL("{\"subscribe\":{\"pi\\nd\\u0001\":[1]}}", PROTOCOL_BAD_REQUEST,
+	           "subscribe: unknown key \"pi?d?\" (known: types, pid, uid, comm, unit)");
 	PARSE_FAIL("{\"subscribe\":[]}", PROTOCOL_BAD_REQUEST, "subscribe: expected an object");
 	PARSE_FAIL("{\"subscribe\":null}", PROTOCOL_BAD_REQUEST, "subscribe: expected an object");
 	PARSE_FAIL("[]", PROTOCOL_BAD_REQUEST, "the request must be a JSON object");
@@ -360,7 +363,44 @@ static void test_depth(void) {
 	PARSE_FAIL("{\"subscribe\":{\"pid\":[[[[[[[1]]]]]]]}}", PROTOCOL_TOO_DEEP, "deeper than 8");
 }
 
+/* The filter text of ListClients: the request's own terms, sorted as parsed, and parsed back
+ * it is the same subscription. */
+static void test_to_json(void) {
+	static const struct {
+		const char *request, *json;
+	} cases[] = {
+		{ "{}", "{}" },
+		{ "{\"subscribe\":{\"types\":[],\"pid\":[]}}", "{}" },
+		{ "{\"subscribe\":{\"types\":[\"open\",\"exec\",40000,63,16]}}",
+		  "{\"types\":[\"exec\",\"open\",\"bench\",63,40000]}" },
+		{ "{\"subscribe\":{\"unit\":[\"b.service\",\"a.scope\"],\"comm\":[\"x/y\",\"a\\\"b\"],"
+		  "\"uid\":[4294967295,0],\"pid\":[2,1]}}",
+		  "{\"pid\":[1,2],\"uid\":[0,4294967295],\"comm\":[\"a\\\"b\",\"x/y\"],\"unit\":[\"a.scope\",\"b.service\"]}" },
+	};
+
+	for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+		Subscription *s = PARSE_OK(cases[i].request), *again;
+		_cleanup_free_ char *json = NULL, *request = NULL, *json2 = NULL;
+
+		if (!s)
+			continue;
+		ASSERT(subscription_to_json(s, &json) == 0);
+		if (json && !streq(json, cases[i].json)) {
+			fprintf(stderr, "%s:%d: subscription_to_json(%s) = %s, expected %s\n", __FILE__, __LINE__,
+			        cases[i].request, json, cases[i].json);
+			failures++;
+		}
+		if (json && asprintf(&request, "{\"subscribe\":%s}", json) > 0) {
+			again = PARSE_OK(request);
+			ASSERT(again && subscription_to_json(again, &json2) == 0 && streq(json, json2));
+			subscription_free(again);
+		}
+		subscription_free(s);
+	}
+}
+
 int main(void) {
+	test_to_json();
 	test_error_names();
 	test_empty();
 	test_full();
