@@ -102,3 +102,8 @@ static inline bool subscription_wants_unit(const Subscription *s) {
 }
 
 const char *subscription_format_to_string(SubscriptionFormat f);
+
+/* The filters of s as one compact JSON object in the request's own terms, e.g.
+ * {"types":["exec"],"pid":[1]} ("{}" when nothing filters), for D-Bus ListClients and the
+ * monitors' Filter property. Returns 0 and a malloc'd string in *ret, or -ENOMEM. */
+int subscription_to_json(const Subscription *s, char **ret);
