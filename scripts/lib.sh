@@ -95,8 +95,10 @@ ensure_mounts() {
 
 # ensure_build BUILDDIR: configure BUILDDIR (relative to the repository root unless absolute)
 # if it is not configured yet, then compile it.
+# ensure_build DIR [MESON_SETUP_OPTION...]: configure DIR (with the options) if needed, then build.
 ensure_build() {
 	local builddir="${1:?ensure_build: missing build directory}"
+	shift
 
 	[[ "$builddir" == /* ]] || builddir="$PERFRELAY_ROOT/$builddir"
 
@@ -106,9 +108,9 @@ ensure_build() {
 	if [[ ! -f "$builddir/build.ninja" ]]; then
 		log "configuring $builddir"
 		if [[ -f "$builddir/meson-private/coredata.dat" ]]; then
-			meson setup --reconfigure --buildtype=debugoptimized "$builddir" "$PERFRELAY_ROOT"
+			meson setup --reconfigure --buildtype=debugoptimized "$@" "$builddir" "$PERFRELAY_ROOT"
 		else
-			meson setup --buildtype=debugoptimized "$builddir" "$PERFRELAY_ROOT"
+			meson setup --buildtype=debugoptimized "$@" "$builddir" "$PERFRELAY_ROOT"
 		fi
 	fi
 
