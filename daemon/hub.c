@@ -228,6 +228,8 @@ int hub_client_fd(const HubClient *c) { return c->fd; }
 
 void *hub_client_userdata(const HubClient *c) { return c->o.userdata; }
 
+const void *hub_client_owner(const HubClient *c) { return c->o.owner; }
+
 HubFormat hub_client_format(const HubClient *c) { return c->o.format; }
 
 bool hub_client_blocked(const HubClient *c) { return c->blocked; }

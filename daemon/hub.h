@@ -47,6 +47,7 @@ typedef struct HubClientOptions {
 	HubMatchFn match;         /* NULL: every event */
 	const void *filter;       /* owned by the caller; must outlive the client */
 	void *userdata;           /* the caller's, for hub_client_userdata() (main thread) */
+	const void *owner;        /* the subsystem that writes it out (hub_client_owner()); NULL: the server */
 } HubClientOptions;
 
 typedef struct HubClientStats {
@@ -74,6 +75,8 @@ HubClient *hub_client_free(HubClient *c); /* detached clients only; does not clo
 
 int hub_client_fd(const HubClient *c);
 void *hub_client_userdata(const HubClient *c);
+/* The main thread's flush loop asks this to hand a client to the subsystem that writes it out. */
+const void *hub_client_owner(const HubClient *c);
 HubFormat hub_client_format(const HubClient *c);
 void hub_client_get_stats(const HubClient *c, HubClientStats *ret);
 /* True after hub_client_flush() found the fd full; the next flush clears it. */

@@ -50,6 +50,9 @@ int main(int argc, char *argv[]) {
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGHUP);
+#if PERFRELAY_FAULT_INJECTION
+	sigaddset(&mask, SIGUSR2);
+#endif
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	/* A client that hangs up must make writev() fail with EPIPE, not kill the daemon. */
 	signal(SIGPIPE, SIG_IGN);

@@ -13,6 +13,9 @@
 #include <bpf/bpf.h>
 #include <systemd/sd-daemon.h>
 
+#include "perfrelay-config.h"
+
+#include "bus.h"
 #include "cgroup.h"
 #include "log.h"
 #include "manager.h"
@@ -33,6 +36,8 @@ static usec_t now(clockid_t clock) {
 
 struct Manager {
 	ManagerOptions o;
+	ManagerState state;
+	uint64_t started_at;        /* CLOCK_REALTIME usec */
 	char *dropin_dir;
 	Config *config;
 	sd_event *event;
@@ -43,10 +48,20 @@ struct Manager {
 	CpuSet cpus;                /* CPUs with a ring */
 	CgroupFs *cgroups;          /* cgroup2 mount for unit names; NULL if there is none */
 	Server *server;             /* the event socket and its subscribers */
+	Bus *bus;                   /* NULL without a system bus */
 
 	HubClient *stdout_client;
+	HubClientStats stdout_gone; /* the standard output client's counters after it went away */
 	sd_event_source *stdout_source; /* EPOLLOUT wait on fd 1, NULL for files */
 	sd_event_source *notify_source;
+
+	/* Health: STATUS= every second, and WATCHDOG=1 while every reader makes progress. */
+	sd_event_source *health_source;
+	uint64_t watchdog_usec;     /* from $WATCHDOG_USEC, 0 when systemd does not watch us */
+	uint64_t health_last_usec;
+	uint64_t health_last_events;
+	uint64_t *reader_progress;  /* each reader's progress counter at the previous tick */
+	bool watchdog_withheld;
 };
 
 int manager_new(const ManagerOptions *o, Manager **ret) {
@@ -58,6 +73,8 @@ int manager_new(const ManagerOptions *o, Manager **ret) {
 	if (!m)
 		return -ENOMEM;
 	m->o = *o;
+	m->state = MANAGER_STARTING;
+	m->started_at = now(CLOCK_REALTIME);
 	if (asprintf(&m->dropin_dir, "%s.d", o->config_path) < 0) {
 		free(m);
 		return -ENOMEM;
@@ -92,6 +109,26 @@ int manager_new(const ManagerOptions *o, Manager **ret) {
 
 const char *manager_pin_path(const Manager *m) { return m->config->pin_path; }
 
+static const char *const manager_state_table[_MANAGER_STATE_MAX] = {
+	[MANAGER_STARTING] = "starting",
+	[MANAGER_RUNNING] = "running",
+	[MANAGER_STOPPING] = "stopping",
+};
+
+const char *manager_state_to_string(ManagerState s) {
+	return (unsigned) s < _MANAGER_STATE_MAX ? manager_state_table[s] : NULL;
+}
+
+ManagerState manager_state(const Manager *m) { return m->state; }
+uint64_t manager_started_at(const Manager *m) { return m->started_at; }
+const Config *manager_config(const Manager *m) { return m->config; }
+const CpuSet *manager_cpus(const Manager *m) { return &m->cpus; }
+size_t manager_n_readers(const Manager *m) { return m->n_readers; }
+const Reader *manager_reader(const Manager *m, size_t i) { return m->readers[i]; }
+Probes *manager_probes(Manager *m) { return m->probes; }
+Server *manager_server(Manager *m) { return m->server; }
+Hub *manager_hub(Manager *m) { return m->hub; }
+
 static void manager_stop_readers(Manager *m) {
 	for (size_t i = 0; i < m->n_readers; i++)
 		reader_stop(m->readers[i]);
@@ -101,7 +138,10 @@ Manager *manager_free(Manager *m) {
 	if (!m)
 		return NULL;
 	manager_stop_readers(m);
+	sd_event_source_disable_unref(m->health_source);
+	free(m->reader_progress);
 	/* Subscribers leave the hub before it goes. */
+	bus_free(m->bus);
 	server_free(m->server);
 	if (m->stdout_client) {
 		hub_client_detach(m->hub, m->stdout_client);
@@ -246,6 +286,7 @@ static void manager_unmap_rings(Manager *m) {
 static void manager_drop_stdout(Manager *m, int error) {
 	log_warning_errno(error, "Standard output is gone (%m), no longer printing events");
 	hub_client_detach(m->hub, m->stdout_client);
+	hub_client_get_stats(m->stdout_client, &m->stdout_gone);
 	m->stdout_client = hub_client_free(m->stdout_client);
 	m->stdout_source = sd_event_source_disable_unref(m->stdout_source);
 }
@@ -253,6 +294,10 @@ static void manager_drop_stdout(Manager *m, int error) {
 static void manager_flush_client(Manager *m, HubClient *c) {
 	int r;
 
+	if (m->bus && hub_client_owner(c) == m->bus) {
+		bus_flush_client(m->bus, c);
+		return;
+	}
 	if (c != m->stdout_client) {
 		server_flush_client(m->server, c);
 		return;
@@ -287,6 +332,10 @@ static int on_hub_notify(sd_event_source *s, int fd, uint32_t revents, void *use
 
 static void manager_flush_all(void *userdata) {
 	manager_flush(userdata);
+}
+
+void manager_flush_clients(Manager *m) {
+	manager_flush(m);
 }
 
 /* Every subscriber holds a descriptor: MaxClients= may be far above the soft limit of 1024
@@ -346,6 +395,91 @@ static int manager_setup_stdout(Manager *m) {
 		sd_event_source_set_enabled(m->stdout_source, SD_EVENT_OFF);
 	return hub_client_attach(m->hub, m->stdout_client);
 }
+
+#define HEALTH_INTERVAL_USEC (1000ULL * 1000ULL)
+
+/* A reader that has not moved its progress counter since the previous tick is stalled: it
+ * bumps it at least every FlushIntervalMs= (the epoll timeout), so a whole tick without one is
+ * proof, as long as a tick spans at least two flush intervals. */
+static bool manager_readers_alive(Manager *m, uint64_t elapsed_usec) {
+	bool judged = elapsed_usec >= 2ULL * m->config->flush_interval_ms * 1000ULL, alive = true;
+
+	for (size_t i = 0; i < m->n_readers; i++) {
+		uint64_t p = STAT_LOAD(reader_stats(m->readers[i])->progress);
+
+		if (judged && p == m->reader_progress[i]) {
+			if (!m->watchdog_withheld)
+				log_error("Reader %zu made no progress for %" PRIu64 " ms: withholding WATCHDOG=1",
+				          i, elapsed_usec / 1000);
+			alive = false;
+		}
+		m->reader_progress[i] = p;
+	}
+	return alive;
+}
+
+static int on_health(sd_event_source *s, uint64_t usec, void *userdata) {
+	Manager *m = userdata;
+	uint64_t t = now(CLOCK_MONOTONIC), events = 0, lost = 0, elapsed = t - m->health_last_usec;
+	uint64_t interval = m->watchdog_usec ? MIN(m->watchdog_usec / 2, HEALTH_INTERVAL_USEC) : HEALTH_INTERVAL_USEC;
+	bool alive;
+
+	for (size_t i = 0; i < m->n_readers; i++) {
+		events += STAT_LOAD(reader_stats(m->readers[i])->events);
+		for (size_t k = 0; k < reader_n_rings(m->readers[i]); k++)
+			lost += STAT_LOAD(reader_cpu_stats(m->readers[i], k)->lost);
+	}
+	alive = manager_readers_alive(m, elapsed);
+
+	if (m->watchdog_usec && alive)
+		(void)sd_notify(false, "WATCHDOG=1");
+	if (alive && m->watchdog_withheld)
+		log_notice("Every reader makes progress again");
+	m->watchdog_withheld = !alive;
+
+	(void)sd_notifyf(false, "STATUS=%s: %zu readers, %" PRIu64 " events/s, %" PRIu64 " lost in rings%s",
+	                 m->state == MANAGER_RUNNING ? "Running" : "Stopping", m->n_readers,
+	                 elapsed ? (uint64_t)((events - m->health_last_events) * 1000000ULL / elapsed) : (uint64_t)0, lost,
+	                 alive ? "" : "; a reader is stalled");
+	m->health_last_usec = t;
+	m->health_last_events = events;
+	return sd_event_source_set_time(s, usec + interval);
+}
+
+static int manager_setup_health(Manager *m) {
+	uint64_t wd = 0;
+	int r;
+
+	/* sd_watchdog_enabled() checks $WATCHDOG_PID too; 0 when not watched. */
+	if (sd_watchdog_enabled(false, &wd) > 0)
+		m->watchdog_usec = wd;
+	m->reader_progress = calloc(m->n_readers ?: 1, sizeof(uint64_t));
+	if (!m->reader_progress)
+		return -ENOMEM;
+	m->health_last_usec = now(CLOCK_MONOTONIC);
+	r = sd_event_add_time_relative(m->event, &m->health_source, CLOCK_MONOTONIC,
+	                               m->watchdog_usec ? MIN(m->watchdog_usec / 2, HEALTH_INTERVAL_USEC)
+	                                                : HEALTH_INTERVAL_USEC,
+	                               0, on_health, m);
+	if (r < 0)
+		return log_error_errno(r, "Failed to set up the health timer: %m");
+	return sd_event_source_set_enabled(m->health_source, SD_EVENT_ON);
+}
+
+#if PERFRELAY_FAULT_INJECTION
+/* Test-only (built with -Dfault_injection=true): SIGUSR2 freezes reader 0, or thaws it, so a
+ * test can prove that the watchdog notices a stalled reader. */
+static int on_fault_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+	Manager *m = userdata;
+	static int frozen;
+
+	frozen = !frozen;
+	log_warning("Fault injection: reader 0 %s", frozen ? "frozen" : "thawed");
+	if (m->n_readers > 0)
+		reader_set_frozen(m->readers[0], frozen);
+	return 0;
+}
+#endif
 
 int manager_start(Manager *m) {
 	const Config *c = m->config;
@@ -409,7 +543,211 @@ int manager_start(Manager *m) {
 			log_info("Probe %s attached%s", probe_to_string(i),
 			         probes_was_reused(m->probes, i) ? " (pinned links reused)" : "");
 
+	/* Before READY=1, so that the name is on the bus when systemd says the service is up.
+	 * Without a bus this logs a warning and leaves m->bus NULL. */
+	r = bus_new(m, m->event, m->config, &m->bus);
+	if (r < 0)
+		return r;
+
+	m->state = MANAGER_RUNNING;
+	bus_emit_state_changed(m->bus);
+	r = manager_setup_health(m);
+	if (r < 0)
+		return r;
 	(void)sd_notify(false, "READY=1\nSTATUS=Running");
+	return 0;
+}
+
+int manager_get_counters(Manager *m, bool with_failures, ManagerCounters *ret) {
+	ManagerCounters c = {};
+	BusStats bs;
+	int r = 0;
+
+	for (size_t i = 0; i < m->n_readers; i++) {
+		const Reader *rd = m->readers[i];
+
+		c.events_received += STAT_LOAD(reader_stats(rd)->events);
+		for (size_t k = 0; k < reader_n_rings(rd); k++)
+			c.events_lost += STAT_LOAD(reader_cpu_stats(rd, k)->lost);
+	}
+	if (m->server) {
+		ServerStats ss;
+
+		server_get_stats(m->server, &ss);
+		c.clients = ss.clients;
+		c.events_delivered += ss.gone_sent + ss.live_sent;
+		c.client_drops += ss.gone_dropped + ss.live_dropped;
+	}
+	c.events_delivered += m->stdout_gone.queued;
+	c.client_drops += m->stdout_gone.dropped;
+	if (m->stdout_client) {
+		HubClientStats st;
+
+		hub_client_get_stats(m->stdout_client, &st);
+		c.events_delivered += st.queued;
+		c.client_drops += st.dropped;
+	}
+	bus_get_stats(m->bus, &bs);
+	c.events_delivered += bs.delivered;
+	c.client_drops += bs.dropped;
+
+	if (with_failures && m->probes) {
+		struct perfrelay_counters sum;
+
+		r = probes_read_all_counters(m->probes, &sum, NULL);
+		if (r >= 0)
+			c.producer_failures = sum.failures;
+	}
+	*ret = c;
+	return r;
+}
+
+int manager_set_probe_enabled(Manager *m, unsigned probe, bool enabled) {
+	int r;
+
+	if (probe >= _PROBE_MAX)
+		return -EINVAL;
+	if (probes_is_enabled(m->probes, probe) == enabled)
+		return 0;
+	r = probes_set_enabled(m->probes, probe, enabled);
+	/* Detaching can fail half way (a pin that cannot be removed): tell the bus either way. */
+	bus_emit_probes_changed(m->bus);
+	if (r < 0)
+		return log_error_errno(r, "Failed to %s probe %s: %m", enabled ? "attach" : "detach",
+		                       probe_to_string(probe));
+	log_info("Probe %s %s", probe_to_string(probe), enabled ? "attached" : "detached");
+	return 0;
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(Config *, config_free);
+
+static uint32_t manager_probe_mask(const Manager *m) {
+	uint32_t mask = 0;
+
+	for (unsigned i = 0; i < _PROBE_MAX; i++)
+		if (probes_is_enabled(m->probes, i))
+			mask |= 1u << i;
+	return mask;
+}
+
+/* Appends "Key=" to the list of settings a reload cannot apply. */
+static int note_restart_key(char **list, const char *key) {
+	char *n;
+
+	if (asprintf(&n, "%s%s%s=", *list ? *list : "", *list ? ", " : "", key) < 0)
+		return -ENOMEM;
+	free(*list);
+	*list = n;
+	return 0;
+}
+
+#define SWAP_FIELD(a, b, f)                                     \
+	do {                                                    \
+		__typeof__((a)->f) _t = (a)->f;                 \
+		(a)->f = (b)->f;                                \
+		(b)->f = _t;                                    \
+	} while (0)
+
+/* Settings used only at start keep their running values in `new`, so that the active config
+ * always says what is in effect; the ones the files changed are listed in *ret_list. */
+static int keep_start_settings(Config *new, Config *old, char **ret_list) {
+	_cleanup_free_ char *list = NULL;
+	int r = 0;
+
+#define KEEP_SCALAR(field, key)                                                 \
+	do {                                                                    \
+		if (new->field != old->field) {                                 \
+			r = note_restart_key(&list, key);                       \
+			if (r < 0)                                              \
+				return r;                                       \
+			new->field = old->field;                                \
+		}                                                               \
+	} while (0)
+#define KEEP_STRING(field, key)                                                 \
+	do {                                                                    \
+		if (!streq(new->field, old->field)) {                           \
+			r = note_restart_key(&list, key);                       \
+			if (r < 0)                                              \
+				return r;                                       \
+			SWAP_FIELD(new, old, field);                            \
+		}                                                               \
+	} while (0)
+
+	KEEP_STRING(pin_path, "PinPath");
+	KEEP_SCALAR(replace_incompatible_pins, "ReplaceIncompatiblePins");
+	KEEP_SCALAR(pages_per_cpu, "PagesPerCpu");
+	KEEP_SCALAR(watermark, "Watermark");
+	KEEP_SCALAR(wakeup_events, "WakeupEvents");
+	KEEP_SCALAR(flush_interval_ms, "FlushIntervalMs");
+	if (new->n_cpu_groups != old->n_cpu_groups ||
+	    (new->n_cpu_groups > 0 &&
+	     memcmp(new->cpu_groups, old->cpu_groups, sizeof(CpuSet) * new->n_cpu_groups) != 0)) {
+		r = note_restart_key(&list, "CpuGroups");
+		if (r < 0)
+			return r;
+		SWAP_FIELD(new, old, cpu_groups);
+		SWAP_FIELD(new, old, n_cpu_groups);
+	}
+	KEEP_SCALAR(cpus_per_reader, "CpusPerReader");
+	KEEP_STRING(socket_path, "SocketPath");
+#undef KEEP_SCALAR
+#undef KEEP_STRING
+
+	*ret_list = TAKE_PTR(list);
+	return 0;
+}
+
+int manager_reload(Manager *m, char **ret_error) {
+	_cleanup_(config_freep) Config *c = NULL;
+	_cleanup_free_ char *error = NULL, *restart = NULL;
+	uint32_t attached;
+	Config *old;
+	int r;
+
+	log_info("Reloading configuration from %s and %s/", m->o.config_path, m->dropin_dir);
+	r = config_new(&c);
+	if (r < 0)
+		return log_error_errno(r, "Failed to allocate a configuration: %m");
+	r = config_load(c, m->o.config_path, m->dropin_dir, &error);
+	if (r < 0) {
+		if (!error && asprintf(&error, "%s: %s", m->o.config_path, strerror(-r)) < 0)
+			error = NULL;
+		log_error("Reload failed, keeping the previous configuration: %s", error ?: strerror(-r));
+		if (ret_error)
+			*ret_error = TAKE_PTR(error);
+		return r;
+	}
+	if (m->o.pin_path) {
+		/* --pin-path wins over PinPath= as it did at start. */
+		char *p = strdup(m->o.pin_path);
+
+		if (!p)
+			return -ENOMEM;
+		free(c->pin_path);
+		c->pin_path = p;
+	}
+	r = keep_start_settings(c, m->config, &restart);
+	if (r < 0)
+		return log_error_errno(r, "Failed to compare the configurations: %m");
+
+	old = m->config;
+	m->config = TAKE_PTR(c);
+	server_set_config(m->server, m->config);
+	bus_set_config(m->bus, m->config);
+	config_free(old);
+
+	if (restart)
+		log_warning("Reload: changes to %s take effect only after a restart "
+		            "(systemctl restart perfrelay)", restart);
+
+	attached = manager_probe_mask(m);
+	r = probes_apply(m->probes, m->config->probes);
+	if (manager_probe_mask(m) != attached)
+		bus_emit_probes_changed(m->bus);
+	if (r < 0)
+		/* probes_apply() logged which probe; the rest is applied all the same. */
+		return r;
+	log_info("Reloaded configuration");
 	return 0;
 }
 
@@ -457,6 +795,20 @@ static void manager_log_stats(Manager *m) {
 			         STAT_LOAD(cs->malformed), STAT_LOAD(cs->bytes));
 		}
 	}
+	/* Per producer over all readers: with the producer's own counters this is the proof that
+	 * attempts = received + output failures (tests/integration/test_accounting.py). */
+	for (unsigned id = 0; id < PERFRELAY_MAX_PRODUCERS; id++) {
+		uint64_t received = 0, malformed = 0;
+
+		for (size_t i = 0; i < m->n_readers; i++) {
+			const ReaderStats *rs = reader_stats(m->readers[i]);
+
+			received += STAT_LOAD(rs->received_by_producer[id]);
+			malformed += STAT_LOAD(rs->malformed_by_producer[id]);
+		}
+		if (received > 0 || malformed > 0)
+			log_info("Producer %u: %" PRIu64 " received, %" PRIu64 " malformed", id, received, malformed);
+	}
 	for (size_t i = 0; i < m->n_readers; i++) {
 		CgroupCacheStats us;
 
@@ -488,12 +840,33 @@ static void manager_log_stats(Manager *m) {
 	}
 }
 
+static int on_exit_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+	Manager *m = userdata;
+
+	m->state = MANAGER_STOPPING;
+	bus_emit_state_changed(m->bus);
+	bus_flush(m->bus);
+	return sd_event_exit(sd_event_source_get_event(s), 0);
+}
+
+static int on_sighup(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+	/* Errors are logged; the daemon runs on with what it had. */
+	(void) manager_reload(userdata, NULL);
+	return 0;
+}
+
 int manager_run(Manager *m) {
 	int r;
 
-	r = sd_event_add_signal(m->event, NULL, SIGTERM, NULL, NULL);
+	r = sd_event_add_signal(m->event, NULL, SIGTERM, on_exit_signal, m);
 	if (r >= 0)
-		r = sd_event_add_signal(m->event, NULL, SIGINT, NULL, NULL);
+		r = sd_event_add_signal(m->event, NULL, SIGINT, on_exit_signal, m);
+	if (r >= 0)
+		r = sd_event_add_signal(m->event, NULL, SIGHUP, on_sighup, m);
+#if PERFRELAY_FAULT_INJECTION
+	if (r >= 0)
+		r = sd_event_add_signal(m->event, NULL, SIGUSR2, on_fault_signal, m);
+#endif
 	if (r < 0)
 		return log_error_errno(r, "Failed to watch signals: %m");
 

@@ -203,9 +203,10 @@ static int attach_prog(Probes *p, unsigned probe, unsigned i, const struct bpf_p
 	}
 	p->link_fd[probe][i] = fcntl(bpf_link__fd(link), F_DUPFD_CLOEXEC, 3);
 	r = p->link_fd[probe][i] < 0 ? negative_errno() : 0;
-	/* The pin keeps the link alive; the libbpf object goes (destroy would not detach a pinned
-	 * link, but disconnect makes that explicit). */
-	bpf_link__disconnect(link);
+	/* The pin and our duplicate keep the link alive; the libbpf object goes. Not disconnected
+	 * first: for these links libbpf's "detach" only closes its own descriptors (the link's and,
+	 * for tracepoints, the perf event's), and a disconnected link would leak them, so that the
+	 * probe stayed attached after detach_probe() (SetProbeEnabled, Probes= on reload). */
 	bpf_link__destroy(link);
 	return r;
 }
@@ -275,6 +276,81 @@ int probes_apply(Probes *p, uint32_t mask) {
 		r = probes_set_enabled(p, i, want) ?: r;
 	}
 	return r;
+}
+
+uint32_t probe_producer(unsigned probe) {
+	static const uint32_t producers[_PROBE_MAX] = {
+		[PROBE_EXEC] = PERFRELAY_PRODUCER_EXEC,
+		[PROBE_EXIT] = PERFRELAY_PRODUCER_EXIT,
+		[PROBE_FORK] = PERFRELAY_PRODUCER_FORK,
+		[PROBE_OPEN] = PERFRELAY_PRODUCER_OPEN,
+		[PROBE_CONNECT] = PERFRELAY_PRODUCER_CONNECT,
+	};
+
+	return probe < _PROBE_MAX ? producers[probe] : 0;
+}
+
+/* Producer ids read per batch syscall: 64 ids of 16 bytes per possible CPU. */
+#define COUNTERS_BATCH 64u
+
+static void add_counters(const struct perfrelay_counters *v, unsigned n_cpus, struct perfrelay_counters *sum,
+                         struct perfrelay_counters *per_cpu) {
+	for (unsigned c = 0; c < n_cpus; c++) {
+		sum->attempts += v[c].attempts;
+		sum->failures += v[c].failures;
+		if (per_cpu) {
+			per_cpu[c].attempts += v[c].attempts;
+			per_cpu[c].failures += v[c].failures;
+		}
+	}
+}
+
+int probes_read_all_counters(const Probes *p, struct perfrelay_counters *ret_sum,
+                             struct perfrelay_counters *per_cpu) {
+	LIBBPF_OPTS(bpf_map_batch_opts, opts);
+	_cleanup_free_ struct perfrelay_counters *v = NULL, *cpus = NULL;
+	struct perfrelay_counters sum = {};
+	uint32_t keys[COUNTERS_BATCH], in = 0, out = 0;
+	int fd = probes_counters_fd(p);
+	bool first = true;
+
+	v = calloc((size_t) COUNTERS_BATCH * p->n_cpus, sizeof(*v));
+	cpus = per_cpu ? calloc(p->n_cpus, sizeof(*cpus)) : NULL;
+	if (!v || (per_cpu && !cpus))
+		return -ENOMEM;
+
+	/* One syscall per 64 producer ids instead of one per id: the bus reads this every
+	 * second. Kernels without batch operations on arrays (before 5.6) get the loop below. */
+	for (;;) {
+		uint32_t count = COUNTERS_BATCH;
+		int r = bpf_map_lookup_batch(fd, first ? NULL : &in, &out, keys, v, &count, &opts);
+
+		if (r < 0 && errno != ENOENT) {
+			if (!first || (errno != EINVAL && errno != ENOTSUP && errno != EOPNOTSUPP))
+				return negative_errno();
+			break; /* no batch support: fall back */
+		}
+		for (uint32_t i = 0; i < count; i++)
+			add_counters(v + (size_t) i * p->n_cpus, p->n_cpus, &sum, cpus);
+		if (r < 0) { /* ENOENT: that was the last batch */
+			if (per_cpu)
+				memcpy(per_cpu, cpus, sizeof(*cpus) * p->n_cpus);
+			*ret_sum = sum;
+			return 0;
+		}
+		in = out;
+		first = false;
+	}
+
+	for (uint32_t id = 0; id < PERFRELAY_MAX_PRODUCERS; id++) {
+		if (bpf_map_lookup_elem(fd, &id, v) < 0)
+			return negative_errno();
+		add_counters(v, p->n_cpus, &sum, cpus);
+	}
+	if (per_cpu)
+		memcpy(per_cpu, cpus, sizeof(*cpus) * p->n_cpus);
+	*ret_sum = sum;
+	return 0;
 }
 
 int probes_read_counters(const Probes *p, uint32_t producer, struct perfrelay_counters *ret_sum,

@@ -30,6 +30,14 @@ bool probes_is_enabled(const Probes *p, unsigned probe);
 /* 1 if the probe's links were found pinned at start and reused. */
 bool probes_was_reused(const Probes *p, unsigned probe);
 
+/* The producer id (PERFRELAY_PRODUCER_*) in the records of a built-in probe, or 0. */
+uint32_t probe_producer(unsigned probe);
+
+/* Sums the counters of every producer id: *ret_sum over all CPUs, and per_cpu[cpu] (possible
+ * CPUs entries; may be NULL) over producers. Reads the whole pinned array at once. */
+int probes_read_all_counters(const Probes *p, struct perfrelay_counters *ret_sum,
+                             struct perfrelay_counters *per_cpu);
+
 /* Sums a producer's per-CPU counters; per_cpu (possible CPUs entries) may be NULL. */
 int probes_read_counters(const Probes *p, uint32_t producer, struct perfrelay_counters *ret_sum,
                          struct perfrelay_counters *per_cpu);

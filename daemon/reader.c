@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "perfrelay-config.h"
@@ -22,6 +23,7 @@ struct Reader {
 	Ring **rings;
 	size_t n_rings;
 	CpuStats *cpu_stats;      /* one per ring; written by the thread */
+	uint64_t *drained_usec;   /* one per ring; the thread's: when it last consumed records */
 	ReaderStats *stats;       /* written by the thread */
 	Hub *hub;
 	CgroupCache *units;       /* the thread's own: cgroup id -> unit; NULL without cgroup2 */
@@ -37,7 +39,7 @@ struct Reader {
 typedef struct DrainCtx {
 	Reader *reader;
 	CpuStats *cpu;
-	uint64_t received, lost, malformed, other;
+	uint64_t records, received, lost, malformed, other;
 } DrainCtx;
 
 int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hub *hub, CgroupFs *cgroups,
@@ -59,8 +61,9 @@ int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hu
 	r->epoll_fd = r->stop_fd = -EBADF;
 
 	r->cpu_stats = calloc(n_rings ?: 1, sizeof(CpuStats));
+	r->drained_usec = calloc(n_rings ?: 1, sizeof(uint64_t));
 	r->stats = calloc(1, sizeof(ReaderStats));
-	if (!r->cpu_stats || !r->stats) {
+	if (!r->cpu_stats || !r->drained_usec || !r->stats) {
 		reader_free(r);
 		return -ENOMEM;
 	}
@@ -100,6 +103,7 @@ Reader *reader_free(Reader *r) {
 		ring_free(r->rings[i]);
 	free(r->rings);
 	free(r->cpu_stats);
+	free(r->drained_usec);
 	free(r->stats);
 	cgroup_cache_free(r->units);
 	safe_close(r->epoll_fd);
@@ -133,6 +137,7 @@ static void on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 	DecodedEvent ev;
 	DecodeError e;
 
+	d->records++;
 	decode_perf_record(rec, size, &v);
 	switch (v.kind) {
 	case PERF_REC_SAMPLE:
@@ -173,10 +178,25 @@ static void on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 	}
 }
 
+/* Whether a ring trickles: it filled since its last drain (`bytes` and `records` in `elapsed`
+ * microseconds) at a pace at which the kernel would not wake the reader within
+ * READER_BUSY_FLUSH_MS, but fast enough that a look every READER_BUSY_FLUSH_MS would find at
+ * least READER_BUSY_MIN_RECORDS records. */
+static bool ring_trickles(const Ring *ring, uint64_t bytes, uint64_t records, uint64_t elapsed_usec) {
+	uint64_t window_usec = READER_BUSY_FLUSH_MS * 1000u;
+
+	if (records * window_usec < READER_BUSY_MIN_RECORDS * elapsed_usec)
+		return false; /* too few to be worth a wakeup of their own: the idle flush serves them */
+	if (ring_watermark(ring) > 0)
+		return bytes * window_usec < (uint64_t) ring_watermark(ring) * elapsed_usec;
+	return records * window_usec < (uint64_t) ring_wakeup_events(ring) * elapsed_usec;
+}
+
 /* Drains every ring of the group that has data, once. Returns 1 if a ring was left with data
- * (its budget ran out), 0 if all were drained, and counts the batch in *ret_any. */
-static int drain_all(Reader *r, bool *ret_any) {
-	bool any = false, more = false;
+ * (its budget ran out), 0 if all were drained; *ret_any tells whether anything was consumed and
+ * *ret_trickle whether a ring fills too slowly to wake the reader soon (see ring_trickles()). */
+static int drain_all(Reader *r, uint64_t now_usec, bool *ret_any, bool *ret_trickle) {
+	bool any = false, more = false, trickle = false;
 
 	hub_reader_begin(r->hub, r->id);
 	for (size_t i = 0; i < r->n_rings; i++) {
@@ -195,6 +215,8 @@ static int drain_all(Reader *r, bool *ret_any) {
 		if (n > 0) {
 			any = true;
 			more |= (uint64_t)n >= budget;
+			trickle |= ring_trickles(r->rings[i], (uint64_t) n, d.records, now_usec - r->drained_usec[i]);
+			r->drained_usec[i] = now_usec;
 			STAT_ADD(r->stats->batches, 1);
 			STAT_ADD(d.cpu->bytes, (uint64_t)n);
 		}
@@ -211,14 +233,23 @@ static int drain_all(Reader *r, bool *ret_any) {
 	}
 	hub_reader_end(r->hub, r->id);
 	*ret_any = any;
+	*ret_trickle = trickle;
 	return more;
+}
+
+static uint64_t now_usec(void) {
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t) ts.tv_sec * 1000000u + (uint64_t) ts.tv_nsec / 1000u;
 }
 
 static void *reader_thread(void *userdata) {
 	Reader *r = userdata;
 	struct epoll_event evs[64];
-	bool stopping = false, any;
+	bool stopping = false, any, trickle;
 	int timeout = (int)r->flush_interval_ms;
+	uint64_t now, trickled_usec = 0; /* when a drain last found a ring trickling */
 	char name[16];
 
 	snprintf(name, sizeof(name), "perfrelay-r%u", r->id);
@@ -238,9 +269,23 @@ static void *reader_thread(void *userdata) {
 			usleep(10000);
 #endif
 		/* Wakeups and flush timeouts alike drain every ring with data: the timeout is what
-		 * delivers records that stay below the watermark (the idle flush). After a drain we
-		 * sleep until the next watermark wakeup, like libbpf, unless a ring's budget ran out. */
-		timeout = drain_all(r, &any) ? 0 : (int)r->flush_interval_ms;
+		 * delivers records that stay below the watermark. After a drain we sleep until the
+		 * next watermark wakeup, like libbpf, unless a ring's budget ran out, or unless
+		 * records trickle in too slowly to reach the watermark soon: then the next look is
+		 * READER_BUSY_FLUSH_MS away instead of the idle flush interval, for as long as
+		 * trickles keep coming within READER_BUSY_HOLD_MS (producers emit in bursts, and a
+		 * look between two bursts finds nothing). */
+		now = now_usec();
+		if (drain_all(r, now, &any, &trickle))
+			timeout = 0;
+		else {
+			if (trickle)
+				trickled_usec = now;
+			if (trickled_usec > 0 && now - trickled_usec < READER_BUSY_HOLD_MS * 1000u)
+				timeout = (int) MIN(r->flush_interval_ms, READER_BUSY_FLUSH_MS);
+			else
+				timeout = (int) r->flush_interval_ms;
+		}
 		if (any)
 			STAT_ADD(r->stats->wakeups, 1);
 		STAT_ADD(r->stats->progress, 1);
@@ -248,7 +293,7 @@ static void *reader_thread(void *userdata) {
 	/* Last drain after the stop request, so what was published before it is not lost; bounded,
 	 * because producers that keep emitting would otherwise keep us here forever. */
 	for (unsigned pass = 0; pass < 64; pass++)
-		if (!drain_all(r, &any) && !any)
+		if (!drain_all(r, now_usec(), &any, &trickle) && !any)
 			break;
 	return NULL;
 }

@@ -15,6 +15,22 @@ typedef struct Reader Reader;
 
 /* Cgroup ids -> units cached per reader thread. */
 #define READER_UNIT_CACHE_ENTRIES 1024u
+/* While records trickle into a ring (at a pace at which the kernel would not wake the reader,
+ * by watermark or wakeup count, within READER_BUSY_FLUSH_MS, but of at least
+ * READER_BUSY_MIN_RECORDS per READER_BUSY_FLUSH_MS), the reader looks at its rings again after
+ * READER_BUSY_FLUSH_MS instead of waiting for that wakeup or for the idle FlushIntervalMs=: at
+ * such rates a quarter ring takes long to fill (6 ms at 128k records/s with the default 64
+ * pages), and its records would wait that long. It keeps doing so while such trickles come at
+ * least every READER_BUSY_HOLD_MS (producers emit in bursts, and a look between two bursts
+ * finds nothing), then goes back to the idle flush. Cost: at most 500 wakeups a second, each
+ * for at least 128 records; rings that fill faster wake the reader by themselves and keep the
+ * long timeout, whose sleeps are cheaper (on virtual machines a timeout shorter than the
+ * scheduler tick reprograms the timer at every sleep, the dearer the shorter: hence 2 ms, not
+ * 1); slower rings (below 64k records/s) are left to FlushIntervalMs=, where a wakeup of their
+ * own would cost more than their records. */
+#define READER_BUSY_FLUSH_MS 2u
+#define READER_BUSY_MIN_RECORDS 128u
+#define READER_BUSY_HOLD_MS 10u
 
 /* Takes ownership of the rings (on success and on failure). `id` is the reader's index in the
  * hub. `cgroups` (NULL: events get no unit) must outlive the reader. */

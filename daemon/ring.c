@@ -21,6 +21,8 @@ struct Ring {
 	uint8_t *data;
 	uint64_t mask;                     /* data size - 1 */
 	uint8_t *scratch;                  /* PERFRING_RECORD_MAX bytes for records that wrap */
+	uint32_t watermark;                /* as opened: wakeup after this many bytes, or 0 */
+	uint32_t wakeup_events;            /* as opened: wakeup after this many records (watermark 0) */
 };
 
 int ring_open(unsigned cpu, const RingOptions *o, Ring **ret) {
@@ -48,6 +50,8 @@ int ring_open(unsigned cpu, const RingOptions *o, Ring **ret) {
 		return -ENOMEM;
 	r->fd = -EBADF;
 	r->cpu = cpu;
+	r->watermark = o->watermark;
+	r->wakeup_events = o->watermark > 0 ? 0 : attr.wakeup_events;
 
 	r->fd = syscall(SYS_perf_event_open, &attr, -1, (int)cpu, -1, PERF_FLAG_FD_CLOEXEC);
 	if (r->fd < 0)
@@ -103,6 +107,8 @@ Ring *ring_free(Ring *r) {
 int ring_fd(const Ring *r) { return r->fd; }
 unsigned ring_cpu(const Ring *r) { return r->cpu; }
 uint64_t ring_data_size(const Ring *r) { return r->mask + 1; }
+uint32_t ring_watermark(const Ring *r) { return r->watermark; }
+uint32_t ring_wakeup_events(const Ring *r) { return r->wakeup_events; }
 
 int ring_pending(const Ring *r) {
 	/* A relaxed load is enough for a hint; ring_drain() does the ordered load. */

@@ -21,6 +21,10 @@ Ring *ring_free(Ring *r);
 int ring_fd(const Ring *r);
 unsigned ring_cpu(const Ring *r);
 uint64_t ring_data_size(const Ring *r);
+/* When the kernel wakes the reader: after ring_watermark() bytes if that is not 0, else after
+ * ring_wakeup_events() records (the options as ring_open() applied them). */
+uint32_t ring_watermark(const Ring *r);
+uint32_t ring_wakeup_events(const Ring *r);
 
 /* Called for every record; rec is 8-aligned, contiguous and valid until the callback returns. */
 typedef void (*RingRecordFn)(void *userdata, const uint8_t *rec, uint32_t size);

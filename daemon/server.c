@@ -808,6 +808,43 @@ void server_get_stats(const Server *s, ServerStats *ret) {
 		}
 }
 
+int server_foreach_client(Server *s, int (*fn)(const ServerClientInfo *info, void *userdata), void *userdata) {
+	Connection *c = s->connections;
+
+	/* The list is newest first: walk it backwards. */
+	while (c && c->next)
+		c = c->next;
+	for (; c; c = c->prev) {
+		ServerClientInfo info;
+		int r;
+
+		if (!c->client || !c->sub)
+			continue;
+		info = (ServerClientInfo) {
+			.id = c->id,
+			.uid = c->cred.uid,
+			.pid = c->cred.pid,
+			.sub = c->sub,
+		};
+		hub_client_get_stats(c->client, &info.stats);
+		r = fn(&info, userdata);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+int server_disconnect_client(Server *s, uint64_t id) {
+	for (Connection *c = s->connections; c; c = c->next)
+		if (c->id == id) {
+			log_info("Client %" PRIu64 " (pid %d, uid %u) disconnected on request", c->id, (int) c->cred.pid,
+			         (unsigned) c->cred.uid);
+			connection_free(c);
+			return 0;
+		}
+	return -ESRCH;
+}
+
 const char *server_socket_path(const Server *s) {
 	return s->path;
 }

@@ -63,4 +63,21 @@ void server_flush_client(Server *s, HubClient *c);
 void server_shutdown(Server *s);
 
 void server_get_stats(const Server *s, ServerStats *ret);
+
+/* One subscribed client, for D-Bus ListClients. Valid during the callback only. */
+typedef struct ServerClientInfo {
+	uint64_t id;                 /* the hello line's client_id */
+	uid_t uid;                   /* SO_PEERCRED at connect() */
+	pid_t pid;
+	const Subscription *sub;
+	HubClientStats stats;
+} ServerClientInfo;
+
+/* Calls fn for every subscribed client (connections still sending their request are left
+ * out), oldest first; stops at fn's first negative return and returns it. */
+int server_foreach_client(Server *s, int (*fn)(const ServerClientInfo *info, void *userdata), void *userdata);
+
+/* Closes the connection with this id, subscribed or not, without a goodbye line (D-Bus
+ * DisconnectClient). Returns 0, or -ESRCH if there is no such connection. */
+int server_disconnect_client(Server *s, uint64_t id);
 const char *server_socket_path(const Server *s);

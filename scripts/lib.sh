@@ -10,11 +10,12 @@ export PERFRELAY_ROOT
 # Build and test dependencies on Debian 12. libc6-dev is listed explicitly because gcc only
 # recommends it, and images that disable recommends would otherwise lack the C headers.
 # libclang-rt-14-dev is the libFuzzer and sanitizer runtime of the fuzz suite (clang only
-# recommends it).
+# recommends it); libdbus-1-dev gives dbus-1.pc (where the bus policy goes); systemd-container
+# (systemd-nspawn) and debootstrap run the system suite under a real systemd.
 PERFRELAY_PACKAGES=(
 	libbpf-dev bpftool clang llvm libsystemd-dev libjson-c-dev libelf-dev zlib1g-dev
 	meson ninja-build pkg-config dbus python3 gcc libc6-dev
-	libclang-rt-14-dev
+	libclang-rt-14-dev libdbus-1-dev systemd-container debootstrap
 )
 
 log() {

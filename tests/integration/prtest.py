@@ -52,6 +52,9 @@ def check_eq(got, want, what):
         raise Failure(f"{what}: got {got!r}, want {want!r}")
 
 
+_daemons = []  # every Daemon of the test file, for run_tests() to stop after a failed test
+
+
 class Daemon:
     """perfrelayd --stdout under test. Events are collected by a thread so the pipe never fills."""
 
@@ -68,6 +71,8 @@ class Daemon:
         self.cond = threading.Condition()
         self.stderr_lines = []
         self.bad_lines = []  # stdout lines that were not valid JSON: always a bug
+        self.started = []    # every daemon process this object started
+        _daemons.append(self)
 
     def write_config(self, config):
         # Every daemon listens in its own directory unless the test names a socket (a later
@@ -81,6 +86,10 @@ class Daemon:
             f.write(f"[Socket]\nSocketPath={self.dir}/events.sock\n[Daemon]\nPinPath={self.pin_path}\n{config}\n")
 
     def start(self, timeout=30):
+        # A test that failed with its daemon running must not leave it orphaned: the next
+        # start says so instead of losing track of it (cleanup() kills every one started).
+        if self.proc is not None and self.proc.poll() is None:
+            raise Failure(f"a daemon (pid {self.proc.pid}) is still running from an earlier step")
         with self.cond:
             self.events = []
         self.stderr_lines = []
@@ -93,6 +102,7 @@ class Daemon:
         env = dict(os.environ, NOTIFY_SOCKET=notify_path)
         args = [self.binary, "--config", self.config_path] + (["--stdout"] if self.stdout else []) + self.extra_args
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.started.append(self.proc)
         self.threads = [threading.Thread(target=self._read_stdout, args=(self.proc,), daemon=True),
                         threading.Thread(target=self._read_stderr, args=(self.proc,), daemon=True)]
         for t in self.threads:
@@ -177,16 +187,29 @@ class Daemon:
         return rc
 
     def cleanup(self):
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.proc = None
         subprocess.run([self.binary, "--config", self.config_path, "--cleanup"], capture_output=True)
         leftover = os.path.exists(self.pin_path)
         subprocess.run(["rm", "-rf", self.dir])
         if leftover:
             subprocess.run(["rm", "-rf", self.pin_path])
             raise Failure(f"--cleanup left {self.pin_path} behind")
+
+
+def read_line(sock, timeout=None):
+    """Reads from a socket up to and including the first newline (or EOF); returns the bytes."""
+    sock.settimeout(timeout)
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        buf += chunk
+    return buf
 
 
 def bpftool_json(*args):
@@ -225,6 +248,12 @@ def run_tests(tests):
             print(f"FAIL {t.__name__}")
             traceback.print_exc()
             failed += 1
+            # The next test starts from no running daemon, as it would after a pass.
+            for dm in _daemons:
+                if dm.proc is not None and dm.proc.poll() is None:
+                    dm.proc.kill()
+                    dm.proc.wait()
+                dm.proc = None
         sys.stdout.flush()
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 
-from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests
+from prtest import Daemon, Failure, check, check_eq, read_line, require_root_and_bpf, run_tests
 from schema import schemas_by_type, validator_self_test
 
 BINARY = sys.argv[1]
@@ -595,12 +595,7 @@ def test_fd_passed():
 
 
 def read_reply(s):
-    buf = b""
-    while not buf.endswith(b"\n"):
-        chunk = s.recv(4096)
-        if not chunk:
-            break
-        buf += chunk
+    buf = read_line(s)
     return json.loads(buf.split(b"\n")[0]) if buf else None
 
 

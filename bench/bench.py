@@ -1,0 +1,503 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The benchmark driver (bench/run calls it): runs every row of perfrelay-bench against the libbpf
+baselines and perfrelayd, sweeps the producer rate, writes DIR/results.json and DIR/throughput.png."""
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+BENCH_PRODUCER = 16  # PERFRELAY_PRODUCER_BENCH in bpf/event.h
+
+# The rows of one run, in the order they are measured (and repeated, interleaved, so that a slow
+# moment of a noisy machine does not land on one row only).
+ROWS = [
+    # name, description, perfrelay-bench arguments
+    ("a", "libbpf perf_buffer__new_raw, perfrelayd's wakeup attributes (baseline)", ["--mode", "libbpf-raw"]),
+    ("a'", "libbpf perf_buffer__new, a wakeup per record", ["--mode", "libbpf-default"]),
+    ("b", "perfrelayd, no client", ["--mode", "daemon", "--clients", "0"]),
+    ("c", "perfrelayd, 1 JSON client", ["--mode", "daemon", "--clients", "1", "--format", "json"]),
+    ("d", "perfrelayd, 4 JSON clients", ["--mode", "daemon", "--clients", "4", "--format", "json"]),
+    ("e", "perfrelayd, 1 binary client", ["--mode", "daemon", "--clients", "1", "--format", "binary"]),
+]
+ROW_ARGS = {name: args for name, _, args in ROWS}
+ROW_DESC = {name: desc for name, desc, _ in ROWS}
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+class BenchError(Exception):
+    pass
+
+
+class Daemon:
+    """A perfrelayd per row: its own config, pin root and socket; readiness by sd_notify. Its
+    exit statistics are parsed so that each row's accounting is checked against the daemon's own
+    counters, not only the producer's and the clients'."""
+
+    def __init__(self, binary, workdir, pin_root, pages):
+        self.binary = binary
+        self.dir = workdir
+        self.pin_root = pin_root
+        self.socket_path = os.path.join(workdir, "events.sock")
+        self.config_path = os.path.join(workdir, "perfrelay.conf")
+        with open(self.config_path, "w") as f:
+            f.write(f"[Daemon]\nPinPath={pin_root}\n[Ring]\nPagesPerCpu={pages}\n[Probes]\nProbes=none\n"
+                    f"[Socket]\nSocketPath={self.socket_path}\n")
+        self.proc = None
+
+    def start(self):
+        notify_path = os.path.join(self.dir, "notify.sock")
+        if os.path.exists(notify_path):
+            os.unlink(notify_path)
+        notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        notify.bind(notify_path)
+        notify.settimeout(30)
+        self.stderr_path = os.path.join(self.dir, "perfrelayd.log")
+        err = open(self.stderr_path, "w")
+        self.proc = subprocess.Popen([self.binary, "--config", self.config_path], stdout=subprocess.DEVNULL,
+                                     stderr=err, env=dict(os.environ, NOTIFY_SOCKET=notify_path))
+        err.close()
+        try:
+            while "READY=1" not in notify.recv(4096).decode().split("\n"):
+                pass
+        except socket.timeout:
+            self.proc.kill()
+            self.proc.wait()
+            raise BenchError(f"perfrelayd did not become ready within 30s:\n{self.log()}")
+        finally:
+            notify.close()
+
+    def log(self):
+        with open(self.stderr_path) as f:
+            return f.read()
+
+    def stop(self):
+        """SIGTERM, wait, and parse the exit statistics."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise BenchError("perfrelayd did not exit within 60s of SIGTERM")
+        self.proc = None
+        text = self.log()
+        if rc != 0:
+            raise BenchError(f"perfrelayd exited with status {rc}:\n{text}")
+        stats = {"received": 0, "malformed": 0, "ring_lost": 0, "offered": 0, "sent": 0, "dropped": 0}
+        for line in text.splitlines():
+            words = line.replace(",", "").replace(";", "").split()
+            if "Producer" in words and words[words.index("Producer") + 1] == f"{BENCH_PRODUCER}:":
+                i = words.index("Producer")
+                stats["received"] = int(words[i + 2])
+                stats["malformed"] = int(words[i + 4])
+            elif "CPU" in words and "lost" in words and "received" in words:
+                stats["ring_lost"] += int(words[words.index("lost") - 1])
+            elif "Socket" in words and "clients:" in words:
+                stats["offered"] = int(words[words.index("offered") - 2])
+                stats["sent"] = int(words[words.index("sent") - 1])
+                stats["dropped"] = int(words[words.index("dropped") - 1])
+        return stats
+
+    def kill(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def cleanup(self):
+        self.kill()
+        subprocess.run([self.binary, "--config", self.config_path, "--cleanup"], capture_output=True)
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.bench = os.path.join(args.build, "bench", "perfrelay-bench")
+        self.perfrelayd = os.path.join(args.build, "daemon", "perfrelayd")
+        for p in (self.bench, self.perfrelayd):
+            if not os.access(p, os.X_OK):
+                raise BenchError(f"{p} is missing: build first (meson compile -C {args.build})")
+        self.workdir = tempfile.mkdtemp(prefix="perfrelay-bench-")
+        self.pin_root = f"/sys/fs/bpf/perfrelay-bench-{os.getpid()}"
+        self.private_root = f"/sys/fs/bpf/perfrelay-bench-{os.getpid()}-libbpf"
+        self.daemon = Daemon(self.perfrelayd, self.workdir, self.pin_root, args.pages)
+        self.runs = 0
+
+    def common_args(self):
+        a = self.args
+        return ["--records-per-call", str(a.records_per_call), "--record-size", str(a.record_size),
+                "--producer-cpus", a.producer_cpus, "--consumer-cpu", str(a.consumer_cpu), "--pages", str(a.pages)]
+
+    def run_row(self, row, rate, duration):
+        """One measurement of one row; returns perfrelay-bench's figures plus the daemon's."""
+        args = [self.bench] + ROW_ARGS[row] + self.common_args() + ["--rate", str(int(rate)),
+                                                                    "--duration", str(duration)]
+        daemon = ROW_ARGS[row][1] == "daemon"
+        if daemon:
+            self.daemon.start()
+            args += ["--pin-root", self.pin_root, "--socket", self.daemon.socket_path,
+                     "--daemon-pid", str(self.daemon.proc.pid)]
+        else:
+            args += ["--pin-root", self.private_root]
+        try:
+            r = subprocess.run(args, capture_output=True, text=True, timeout=duration + 60)
+        except subprocess.TimeoutExpired:
+            self.daemon.kill()
+            raise BenchError(f"{' '.join(args)} did not finish")
+        if r.returncode != 0:
+            if daemon:
+                self.daemon.kill()
+            raise BenchError(f"{' '.join(args)} failed ({r.returncode}):\n{r.stderr}")
+        res = json.loads(r.stdout)
+        res["row"] = row
+        # The producer has detached (perfrelay-bench exited): the daemon's counts are final.
+        if daemon:
+            st = self.daemon.stop()
+            res["daemon"] = st
+            self.check_daemon_accounting(res, st)
+        elif not res["accounted"]:
+            raise BenchError(f"row {row}: attempts {res['attempts']} != received {res['received']} + "
+                             f"failures {res['failures']}")
+        self.runs += 1
+        return res
+
+    @staticmethod
+    def check_daemon_accounting(res, st):
+        """attempts = received by the daemon + output failures; ring lost <= failures; per client
+        offered = sent + dropped, and what the clients counted matches the daemon."""
+        row = res["row"]
+        if st["malformed"]:
+            raise BenchError(f"row {row}: the daemon rejected {st['malformed']} benchmark records")
+        if res["attempts"] != st["received"] + res["failures"]:
+            raise BenchError(f"row {row}: attempts {res['attempts']} != daemon received {st['received']} "
+                             f"+ failures {res['failures']}")
+        if st["ring_lost"] > res["failures"]:
+            raise BenchError(f"row {row}: ring lost {st['ring_lost']} > failures {res['failures']}")
+        subs = res["subscribers"]
+        if st["offered"] != st["sent"] + st["dropped"]:
+            raise BenchError(f"row {row}: daemon offered {st['offered']} != sent {st['sent']} + "
+                             f"dropped {st['dropped']}")
+        if subs and (st["sent"] != sum(s["events"] for s in subs) or
+                     st["dropped"] != sum(s["lost"] for s in subs) or
+                     st["offered"] != len(subs) * st["received"]):
+            raise BenchError(f"row {row}: the clients counted {sum(s['events'] for s in subs)} events and "
+                             f"{sum(s['lost'] for s in subs)} lost; the daemon offered {st['offered']}, sent "
+                             f"{st['sent']}, dropped {st['dropped']}")
+        if not res["accounted"]:
+            raise BenchError(f"row {row}: a client did not account for every event")
+
+    # ---- the parts of a run ----
+
+    def max_rate_rows(self):
+        """Every row as fast as the producer goes, repeated and interleaved; the median counts."""
+        per_row = {name: [] for name, _, _ in ROWS}
+        for rep in range(self.args.repeat):
+            for name, _, _ in ROWS:
+                res = self.run_row(name, 0, self.args.duration)
+                per_row[name].append(res)
+                log(f"max rate, round {rep + 1}/{self.args.repeat}, row {name}: "
+                    f"{res['events_per_s'] / 1e6:.2f} M/s delivered, {res['lost']} lost")
+        return per_row
+
+    def zero_loss(self, res):
+        return res["lost"] == 0
+
+    def sweep(self, row, hint):
+        """The highest producer rate with no loss. From hint/8: doubling while runs lose nothing
+        (until the producer cannot reach the target: then the consumer keeps up with all it
+        can do), or halving while they lose events; then bisection between the last rate without
+        and the first with loss. Returns (zero-loss rate, producer_bound, points)."""
+        points = []
+        good = bad = None
+        producer_bound = False
+
+        def measure(rate):
+            res = self.run_row(row, rate, self.args.sweep_duration)
+            points.append(res)
+            log(f"sweep {row}: target {rate / 1e6:.3f} M/s, offered {res['offered_per_s'] / 1e6:.3f} M/s, "
+                f"lost {res['lost']}")
+            return res
+
+        rate = max(hint / 8, 1000)
+        res = measure(rate)
+        if self.zero_loss(res):
+            good = res
+            while len(points) < 12:
+                if res["offered_per_s"] < 0.9 * rate:
+                    producer_bound = True
+                    break
+                rate *= 2
+                res = measure(rate)
+                if not self.zero_loss(res):
+                    bad = rate
+                    break
+                good = res
+        else:
+            bad = rate
+            while len(points) < 12:
+                rate /= 2
+                res = measure(rate)
+                if self.zero_loss(res):
+                    good = res
+                    break
+                bad = rate
+        if good is not None and bad is not None:
+            lo, hi = good["rate_target"], bad
+            for _ in range(self.args.bisect):
+                mid = (lo * hi) ** 0.5
+                res = measure(mid)
+                if self.zero_loss(res):
+                    lo = mid
+                    if res["offered_per_s"] > good["offered_per_s"]:
+                        good = res
+                else:
+                    hi = mid
+        zl = good["offered_per_s"] if good else 0.0
+        return zl, producer_bound, points
+
+    def cleanup(self):
+        self.daemon.cleanup()
+        for name in ("events", "counters"):
+            try:
+                os.unlink(os.path.join(self.private_root, name))
+            except FileNotFoundError:
+                pass
+        try:
+            os.rmdir(self.private_root)
+        except (FileNotFoundError, OSError):
+            pass
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def summarize(results):
+    """The figures of a row: medians over its repetitions."""
+    def med(key):
+        vals = [r[key] for r in results if r.get(key) is not None]
+        return statistics.median(vals) if vals else None
+    return {
+        "events_per_s": med("events_per_s"),
+        "offered_per_s": med("offered_per_s"),
+        "lost": med("lost"),
+        "loss_fraction": statistics.median(r["lost"] / r["attempts"] if r["attempts"] else 0 for r in results),
+        "cpu_ns_per_event": med("cpu_ns_per_event"),
+        "latency_p50_us": med("latency_p50_us"),
+        "latency_p99_us": med("latency_p99_us"),
+    }
+
+
+def machine_info():
+    model = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "model_name": model}, platform.release()
+
+
+def plot(out_dir, series):
+    """throughput.png: delivered events/s and loss against the producer's rate, one line per row
+    (its sweep and its max-rate runs)."""
+    data = os.path.join(out_dir, "throughput.dat")
+    with open(data, "w") as f:
+        for row, points in series.items():
+            f.write(f'# row {row}: offered_M/s delivered_M/s loss_%\n')
+            for p in sorted(points, key=lambda p: p["offered_per_s"]):
+                loss = 100.0 * p["lost"] / p["attempts"] if p["attempts"] else 0.0
+                f.write(f"{p['offered_per_s'] / 1e6:.6f} {p['events_per_s'] / 1e6:.6f} {loss:.4f}\n")
+            f.write("\n\n")
+    colors = ["#1f77b4", "#7f7f7f", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e"]
+    plots = []
+    for i, row in enumerate(series):
+        # Double quotes: the descriptions hold apostrophes.
+        title = f"({row}) {ROW_DESC[row]}".replace('"', "'")
+        lc = f'lc rgb "{colors[i % len(colors)]}"'
+        plots.append(f'"{data}" index {i} using 1:2 with linespoints lw 2 pt 7 {lc} title "{title}: delivered"')
+        plots.append(f'"{data}" index {i} using 1:3 axes x1y2 with linespoints dt 2 pt 6 {lc} title "{title}: loss %"')
+    script = f"""set terminal pngcairo size 1200,800 noenhanced
+set output '{os.path.join(out_dir, 'throughput.png')}'
+set title 'perfrelay benchmark: delivered events and loss vs producer rate (one producer CPU)'
+set xlabel 'producer rate (M records/s)'
+set ylabel 'delivered (M events/s)'
+set y2label 'loss (% of records)'
+set ytics nomirror
+set y2tics
+set y2range [0:*]
+set yrange [0:*]
+set logscale x 2
+set key below maxcols 2 font ',9'
+set grid
+plot {', '.join(plots)}
+"""
+    r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
+    if r.returncode != 0:
+        # pngcairo is in gnuplot-nox; fall back to the plain png terminal of older builds.
+        r = subprocess.run(["gnuplot"], input=script.replace("pngcairo", "png"), text=True, capture_output=True)
+    if r.returncode != 0:
+        raise BenchError(f"gnuplot failed: {r.stderr}")
+
+
+def main():
+    global ROWS
+    ap = argparse.ArgumentParser(description="perfrelay benchmark: perfrelayd against libbpf's perf_buffer")
+    ap.add_argument("--out", required=True, help="directory for results.json and throughput.png")
+    ap.add_argument("--build", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build"))
+    ap.add_argument("--duration", type=float, default=2.0, help="seconds per max-rate run (default 2)")
+    ap.add_argument("--sweep-duration", type=float, default=1.0, help="seconds per sweep run (default 1)")
+    ap.add_argument("--repeat", type=int, default=5, help="max-rate rounds over all rows (default 5)")
+    ap.add_argument("--half-repeat", type=int, default=3,
+                    help="runs at half the zero-loss rate per swept row (default 3)")
+    ap.add_argument("--bisect", type=int, default=3, help="bisection steps per sweep (default 3)")
+    ap.add_argument("--records-per-call", type=int, default=32, help="K (default 32)")
+    ap.add_argument("--record-size", type=int, default=64, help="bytes per record (default 64)")
+    ap.add_argument("--producer-cpus", default="0", help="CPU list of the load threads (default 0)")
+    ap.add_argument("--consumer-cpu", type=int, default=1, help="CPU of the consumer threads (default 1)")
+    ap.add_argument("--pages", type=int, default=64, help="ring pages per CPU, libbpf and perfrelayd (default 64)")
+    ap.add_argument("--rows", default=",".join(n for n, _, _ in ROWS), help="max-rate rows to run")
+    ap.add_argument("--sweeps", default="a,a',c", help="rows to sweep for the zero-loss rate (default a,a',c)")
+    args = ap.parse_args()
+    # What the user typed: bench/run adds --build itself.
+    user_args = [a for i, a in enumerate(sys.argv[1:])
+                 if a != "--build" and not a.startswith("--build=") and (i == 0 or sys.argv[i] != "--build")]
+    args.build = os.path.abspath(args.build)
+    os.makedirs(args.out, exist_ok=True)
+
+    wanted = args.rows.split(",")
+    ROWS = [r for r in ROWS if r[0] in wanted]
+    started = time.monotonic()
+    b = Bench(args)
+    try:
+        max_rows = b.max_rate_rows()
+        summary = {name: summarize(res) for name, res in max_rows.items()}
+
+        sweeps = {}
+        for row in [s for s in args.sweeps.split(",") if s]:
+            hint = summary[row]["events_per_s"] if row in summary else 1e6
+            zl, bound, points = b.sweep(row, hint)
+            sweeps[row] = {"zero_loss_rate": zl, "producer_bound": bound, "points": points}
+            log(f"sweep {row}: zero loss up to {zl / 1e6:.3f} M/s{' (all the producer can do)' if bound else ''}")
+
+        # Latency where it matters: each swept row at half its own zero-loss rate, a few times
+        # (one stall of a shared machine is 1% of a 2 s run); the median run counts.
+        half = {}
+        for row, sw in sweeps.items():
+            if sw["zero_loss_rate"] > 0:
+                runs = []
+                for _ in range(args.half_repeat):
+                    res = b.run_row(row, sw["zero_loss_rate"] / 2, args.duration)
+                    runs.append(res)
+                    log(f"half zero-loss rate, row {row}: p50 {res['latency_p50_us']} us, "
+                        f"p99 {res['latency_p99_us']} us, lost {res['lost']}")
+                half[row] = {**summarize(runs), "rate_target": sw["zero_loss_rate"] / 2,
+                             "runs": [{k: r[k] for k in ("offered_per_s", "events_per_s", "lost",
+                                                         "cpu_ns_per_event", "latency_p50_us",
+                                                         "latency_p99_us") if k in r} for r in runs]}
+    finally:
+        b.cleanup()
+
+    # Ratios pair each row with the baseline of the same round (measured seconds apart), then
+    # take the median over rounds: slow drifts of a shared machine cancel out.
+    configurations = {}
+    for name, s in summary.items():
+        s = dict(s)
+        s["description"] = ROW_DESC[name]
+        if "a" in max_rows:
+            pairs = [r["events_per_s"] / b["events_per_s"]
+                     for r, b in zip(max_rows[name], max_rows["a"]) if b["events_per_s"] > 0]
+            s["ratio_to_baseline"] = round(statistics.median(pairs), 3) if pairs else None
+            s["ratios_per_round"] = [round(x, 3) for x in pairs]
+        else:
+            s["ratio_to_baseline"] = None
+        s["runs"] = [{k: r.get(k) for k in ("events_per_s", "offered_per_s", "attempts", "failures", "lost",
+                                             "cpu_ns_per_event", "latency_p50_us", "latency_p99_us")}
+                     for r in max_rows[name]]
+        configurations[name] = s
+
+    def t(name, value, want, ok):
+        return {"target": want, "measured": value, "met": bool(ok) if value is not None else None}
+
+    def ratio(row):
+        return configurations.get(row, {}).get("ratio_to_baseline")
+    zl = {row: sw["zero_loss_rate"] for row, sw in sweeps.items()}
+    targets = {
+        "b_ratio": t("b", ratio("b"), ">= 1.0", ratio("b") is not None and ratio("b") >= 1.0),
+        "e_ratio": t("e", ratio("e"), ">= 0.8", ratio("e") is not None and ratio("e") >= 0.8),
+        "c_ratio": t("c", ratio("c"), ">= 0.5", ratio("c") is not None and ratio("c") >= 0.5),
+    }
+    c_cpu = configurations.get("c", {}).get("cpu_ns_per_event")
+    targets["c_cpu_ns_per_event"] = t("c", c_cpu, "<= 250", c_cpu is not None and c_cpu <= 250)
+    if "c" in half:
+        p99 = half["c"]["latency_p99_us"]
+        targets["c_p99_us_at_half_zero_loss"] = t("c", p99, "<= 5000", p99 <= 5000)
+    if "c" in zl and "a'" in zl and zl["a'"] > 0:
+        x = round(zl["c"] / zl["a'"], 2)
+        targets["c_zero_loss_vs_a_prime"] = t("c", x, ">= 3.0", x >= 3.0)
+
+    machine, kernel = machine_info()
+    result = {
+        "machine": machine,
+        "kernel": kernel,
+        "parameters": {
+            "records_per_call": args.records_per_call, "record_size": args.record_size,
+            "producer_cpus": args.producer_cpus, "consumer_cpu": args.consumer_cpu,
+            "pages_per_cpu": args.pages, "watermark": "a quarter of the ring (perfrelayd's default)",
+            "duration_s": args.duration, "sweep_duration_s": args.sweep_duration, "repeat": args.repeat,
+            "latency_sample_every": 64,
+        },
+        "configurations": configurations,
+        "zero_loss": {row: {"rate": sw["zero_loss_rate"], "producer_bound": sw["producer_bound"],
+                            "ratio_to_baseline": (round(sw["zero_loss_rate"] / zl["a"], 3)
+                                                  if zl.get("a") else None),
+                            "points": [{k: p[k] for k in ("rate_target", "offered_per_s", "events_per_s", "lost")}
+                                       for p in sw["points"]]}
+                      for row, sw in sweeps.items()},
+        "half_zero_loss": half,
+        "targets": targets,
+        "elapsed_s": round(time.monotonic() - started, 1),
+        "command": " ".join(["bench/run"] + user_args),
+    }
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    series = {name: sweeps.get(name, {}).get("points", []) + max_rows[name] for name in max_rows}
+    for name, sw in sweeps.items():
+        series.setdefault(name, sw["points"])
+    plot(args.out, series)
+
+    print(f"{'row':4} {'events/s':>10} {'ratio':>6} {'lost %':>7} {'cpu ns/ev':>9} {'p50 us':>8} {'p99 us':>8}  config")
+    for name, s in configurations.items():
+        print(f"{name:4} {s['events_per_s'] / 1e6:9.2f}M {s['ratio_to_baseline'] or 0:6.2f} "
+              f"{100 * s['loss_fraction']:7.2f} {s['cpu_ns_per_event'] or 0:9.1f} {s['latency_p50_us'] or 0:8.1f} "
+              f"{s['latency_p99_us'] or 0:8.1f}  {s['description']}")
+    for row, sw in sweeps.items():
+        print(f"zero-loss rate ({row}): {sw['zero_loss_rate'] / 1e6:.3f} M/s"
+              f"{' (producer-bound)' if sw['producer_bound'] else ''}")
+    for row, r in half.items():
+        print(f"at half that rate ({row}): p50 {r['latency_p50_us']} us, p99 {r['latency_p99_us']} us, "
+              f"{r['cpu_ns_per_event'] or 0:.1f} CPU ns/event")
+    for k, v in targets.items():
+        print(f"target {k}: {v['measured']} (want {v['target']}): {'met' if v['met'] else 'MISSED'}")
+    print(f"{b.runs} runs in {result['elapsed_s']} s; results in {args.out}/results.json and throughput.png")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BenchError as e:
+        log(f"error: {e}")
+        sys.exit(1)

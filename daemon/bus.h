@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The D-Bus glue of the manager (docs/dbus.md): org.perfrelay1.Manager on /org/perfrelay1 and one
+ * org.perfrelay1.Monitor object per event subscriber, on the system bus. Main thread only:
+ * reader threads never see sd-bus; bus subscribers get their events through ordinary hub clients
+ * whose output the main thread reads back and turns into signals. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <systemd/sd-event.h>
+
+#include "config.h"
+#include "hub.h"
+
+typedef struct Manager Manager;
+typedef struct Bus Bus;
+
+#define BUS_NAME "org.perfrelay1"
+#define BUS_PATH "/org/perfrelay1"
+#define BUS_MONITOR_PATH_PREFIX "/org/perfrelay1/monitor"
+#define BUS_INTERFACE_MANAGER "org.perfrelay1.Manager"
+#define BUS_INTERFACE_MONITOR "org.perfrelay1.Monitor"
+#define BUS_ERROR_INVALID_CONFIG "org.perfrelay1.Error.InvalidConfig"
+#define BUS_ERROR_NO_SUCH_CLIENT "org.perfrelay1.Error.NoSuchClient"
+
+typedef struct BusStats {
+	uint64_t subscribers; /* monitor objects now */
+	uint64_t delivered;   /* Event signals sent, subscribers gone included */
+	uint64_t dropped;     /* events not sent: over BusEventsPerSecond=, lost in the hub queue, or
+			       * refused by sd-bus; subscribers gone included */
+} BusStats;
+
+/* Connects to the system bus ($DBUS_SYSTEM_BUS_ADDRESS or the default socket), publishes the
+ * manager object, takes the name and attaches to `event`. Without a bus it logs one warning
+ * and returns 0 with *ret = NULL: the daemon runs on without D-Bus. Failing to take the name
+ * is a warning too (the object stays reachable by the unique name). */
+int bus_new(Manager *m, sd_event *event, const Config *config, Bus **ret);
+/* Removes every monitor (their hub clients first), releases the name and closes. Accepts NULL. */
+Bus *bus_free(Bus *b);
+
+/* [Bus] and the subscriber limits of [Socket] apply from now on. Accepts NULL. */
+void bus_set_config(Bus *b, const Config *config);
+
+/* PropertiesChanged for State and Probes, emitted when they change. Accept NULL. */
+void bus_emit_state_changed(Bus *b);
+void bus_emit_probes_changed(Bus *b);
+/* Writes queued messages out, for the last ones before the daemon exits. Accepts NULL. */
+void bus_flush(Bus *b);
+
+/* The manager's flush loop hands over hub clients whose hub_client_owner() is b. */
+void bus_flush_client(Bus *b, HubClient *c);
+
+void bus_get_stats(const Bus *b, BusStats *ret); /* zeros for NULL */

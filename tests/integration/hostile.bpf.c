@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/* A hostile third-party producer for the tests: it opens perfrelay's pinned array by name and
+ * writes, in turn, garbage, a truncated header, a wrong magic, a size far beyond the record, a
+ * wrong version, an out-of-range producer id, a built-in type with a wrong size, the daemon's
+ * reserved loss type, and one valid record of an unknown type. It counts what the kernel took. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+
+#include "event.h"
+#include "producer.bpf.h"
+
+#define HOSTILE_KINDS 9
+#define HOSTILE_PRODUCER 301        /* named by the malformed records, so they count per producer */
+#define VALID_PRODUCER 300
+#define VALID_TYPE 0x8123
+
+const volatile __u32 target_tgid = 0;
+
+__u64 calls = 0;
+/* 16 slots, indexed with a mask the verifier can follow; the first HOSTILE_KINDS are used. */
+__u64 sent[16] = {};
+__u64 failed[16] = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u8[128]);
+} hostile_scratch SEC(".maps");
+
+static __always_inline void header(struct perfrelay_hdr *h, __u16 magic, __u8 version, __u16 type, __u16 size,
+                                   __u32 producer, __u64 seq) {
+	h->magic = magic;
+	h->version = version;
+	h->flags = 0;
+	h->type = type;
+	h->size = size;
+	h->producer = producer;
+	h->cpu = bpf_get_smp_processor_id();
+	h->seq = seq;
+	h->ts_ns = bpf_ktime_get_boot_ns();
+}
+
+SEC("tp/syscalls/sys_enter_getppid")
+int hostile(void *ctx) {
+	__u32 zero = 0, kind;
+	__u64 n;
+	__u8 *buf;
+	long r;
+
+	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid)
+		return 0;
+	buf = bpf_map_lookup_elem(&hostile_scratch, &zero);
+	if (!buf)
+		return 0;
+	n = __sync_fetch_and_add(&calls, 1);
+	kind = n % HOSTILE_KINDS;
+
+	for (int i = 0; i < 128; i++)
+		buf[i] = 0xab; /* the payload pattern the test checks, and the garbage */
+
+	struct perfrelay_hdr *h = (void *)buf;
+	switch (kind) {
+	case 0: /* garbage: no header at all */
+		r = bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, buf, 64);
+		break;
+	case 1: /* a header cut after 16 bytes */
+		header(h, PERFRELAY_MAGIC, PERFRELAY_VERSION, VALID_TYPE, 48, HOSTILE_PRODUCER, n);
+		r = bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, buf, 16);
+		break;
+	case 2:
+		header(h, 0x1234, PERFRELAY_VERSION, VALID_TYPE, 48, HOSTILE_PRODUCER, n);
+		r = bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, buf, 48);
+		break;
+	case 3: /* claims 60000 bytes, has 64 */
+		header(h, PERFRELAY_MAGIC, PERFRELAY_VERSION, VALID_TYPE, 60000, HOSTILE_PRODUCER, n);
+		r = bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, buf, 64);
+		break;
+	case 4:
+		header(h, PERFRELAY_MAGIC, PERFRELAY_VERSION + 1, VALID_TYPE, 48, HOSTILE_PRODUCER, n);
+		r = bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, buf, 48);
+		break;
+	case 5:
+		header(h, PERFRELAY_MAGIC, PERFRELAY_VERSION, VALID_TYPE, 48, 5000, n);
+		r = bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, buf, 48);
+		break;
+	case 6: /* an "open" record of 64 bytes: built-in types must have their exact size */
+		header(h, PERFRELAY_MAGIC, PERFRELAY_VERSION, PERFRELAY_TYPE_OPEN, 64, HOSTILE_PRODUCER, n);
+		r = bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, buf, 64);
+		break;
+	case 7: /* a forged loss report */
+		header(h, PERFRELAY_MAGIC, PERFRELAY_VERSION, PERFRELAY_TYPE_LOST, 40, HOSTILE_PRODUCER, n);
+		r = bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, buf, 40);
+		break;
+	default: /* valid: an unknown type, published with its payload */
+		header(h, PERFRELAY_MAGIC, PERFRELAY_VERSION, VALID_TYPE, 48, VALID_PRODUCER, n);
+		r = bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, buf, 48);
+		break;
+	}
+	/* Clang knows kind < HOSTILE_KINDS and would drop the mask the verifier needs. */
+	asm volatile("" : "+r"(kind));
+	kind &= 15;
+	if (r < 0)
+		__sync_fetch_and_add(&failed[kind], 1);
+	else
+		__sync_fetch_and_add(&sent[kind], 1);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Runs inside the booted container (real systemd as PID 1, real system bus): every step of
+the service's life that a user relies on, each an assertion. Prints "ok NAME" per step and a
+closing count; exits 1 on the first failure (later steps depend on earlier ones)."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+PIN = sys.argv[1]          # the test's pin root (a drop-in sets PinPath= to it)
+SOCK = "/run/perfrelay/events.sock"
+passed = 0
+
+
+def run(*args, check=True):
+    r = subprocess.run(list(args), capture_output=True, text=True, timeout=60)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed ({r.returncode}): {r.stdout} {r.stderr}")
+    return r
+
+
+def show(prop):
+    return run("systemctl", "show", "-p", prop, "--value", "perfrelay.service").stdout.strip()
+
+
+def wait_for(pred, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout}s")
+        time.sleep(0.05)
+
+
+def step(name):
+    def wrap(fn):
+        global passed
+        try:
+            fn()
+        except Exception as e:
+            print(f"FAIL {name}: {e}")
+            print(run("journalctl", "-u", "perfrelay.service", "-u", "perfrelay.socket", "--no-pager",
+                      "-n", "60", check=False).stdout)
+            print(f"{passed} passed, 1 failed")
+            sys.exit(1)
+        passed += 1
+        print(f"ok {name}", flush=True)
+        return fn
+    return wrap
+
+
+class Client:
+    def __init__(self, request=b'{"subscribe":{"types":["exec"],"comm":["prsys-marker"]}}\n'):
+        self.s = socket.socket(socket.AF_UNIX)
+        self.s.settimeout(30)
+        self.s.connect(SOCK)
+        self.s.sendall(request)
+        self.buf = b""
+
+    def line(self):
+        while b"\n" not in self.buf:
+            chunk = self.s.recv(65536)
+            if not chunk:
+                raise AssertionError("the daemon closed the connection")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def wait(self, pred, what):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = self.line()
+            if pred(m):
+                return m
+        raise AssertionError(what)
+
+
+def marker(tag):
+    p = subprocess.run(["/usr/local/bin/prsys-marker", tag])
+    return p
+
+
+def events_map_id():
+    return json.loads(run("bpftool", "-j", "map", "show", "pinned", f"{PIN}/events").stdout)["id"]
+
+
+def exec_failures():
+    out = json.loads(run("bpftool", "-j", "map", "lookup", "pinned", f"{PIN}/counters", "key", "1", "0", "0", "0").stdout)
+    total = 0
+    for v in out["values"]:
+        val = v.get("formatted", v)["value"] if isinstance(v.get("value"), list) and "formatted" in v else v["value"]
+        if isinstance(val, dict):
+            total += val["failures"]
+        else:  # raw bytes (no BTF for the map's value): attempts u64, failures u64, little-endian
+            total += int.from_bytes(bytes(int(b, 16) for b in val[8:16]), "little")
+    return total
+
+
+state = {}
+
+
+@step("units verify")
+def _():
+    r = run("systemd-analyze", "verify", "--man=no", "/lib/systemd/system/perfrelay.service",
+            "/lib/systemd/system/perfrelay.socket", check=False)
+    assert r.returncode == 0 and not r.stderr.strip(), f"systemd-analyze verify: {r.stderr}"
+
+
+@step("security exposure <= 2.5")
+def _():
+    out = run("systemd-analyze", "security", "--no-pager", "perfrelay.service").stdout
+    m = re.search(r"Overall exposure level for perfrelay.service: ([\d.]+)", out)
+    assert m, out[-500:]
+    state["exposure"] = float(m.group(1))
+    print(f"exposure {m.group(1)}")
+    assert state["exposure"] <= 2.5, f"exposure {m.group(1)}"
+
+
+@step("socket activation: the first client gets its hello and events")
+def _():
+    run("systemctl", "enable", "perfrelay.socket", "perfrelay.service")
+    run("systemctl", "start", "perfrelay.socket")
+    assert show("ActiveState") == "inactive", "the service waits for the first client"
+    c = Client()
+    hello = c.line()
+    assert hello["type"] == "hello", hello
+    assert show("ActiveState") == "active", "the client started the service"
+    marker("activation")
+    ev = c.wait(lambda m: m.get("type") == "exec" and m.get("argv", [None, None])[1:] == ["activation"],
+                "the marker's exec")
+    assert ev["comm"] == "prsys-marker"
+    state["pid"] = show("MainPID")
+
+
+@step("status on the system bus")
+def _():
+    st = json.loads(run("busctl", "--json=short", "get-property", "org.perfrelay1", "/org/perfrelay1",
+                        "org.perfrelay1.Manager", "State").stdout)["data"]
+    assert st == "running", st
+    pin = json.loads(run("busctl", "--json=short", "get-property", "org.perfrelay1", "/org/perfrelay1",
+                         "org.perfrelay1.Manager", "PinPath").stdout)["data"]
+    assert pin == PIN, pin
+    # STATUS= is refreshed every second with live figures.
+    wait_for(lambda: show("StatusText").startswith("Running:") and "events/s" in show("StatusText"),
+             f"STATUS= with live figures (last: {show('StatusText')!r})", timeout=10)
+
+
+@step("reload applies Probes=")
+def _():
+    with open("/etc/perfrelay/perfrelay.conf.d/60-probes.conf", "w") as f:
+        f.write("[Probes]\nProbes=exec exit\n")
+    run("systemctl", "reload", "perfrelay.service")
+    probes = wait_for(lambda: set(json.loads(run("busctl", "--json=short", "get-property", "org.perfrelay1",
+                                                 "/org/perfrelay1", "org.perfrelay1.Manager",
+                                                 "Probes").stdout)["data"]) == {"exec", "exit"},
+                      "Probes after reload")
+    assert show("MainPID") == state["pid"], "reload keeps the process"
+    assert not os.path.exists(f"{PIN}/links/handle_open_enter"), "the open probe was detached"
+    os.unlink("/etc/perfrelay/perfrelay.conf.d/60-probes.conf")
+    run("systemctl", "reload", "perfrelay.service")
+
+
+@step("restart reuses the pins and events flow again")
+def _():
+    map_id = events_map_id()
+    run("systemctl", "restart", "perfrelay.service")
+    assert show("MainPID") != state["pid"], "a new process"
+    assert events_map_id() == map_id, "the array is reused"
+    c = Client()
+    c.line()
+    marker("restart")
+    c.wait(lambda m: m.get("argv", [None])[1:] == ["restart"], "exec after restart")
+    state["pid"] = show("MainPID")
+
+
+@step("SIGKILL: systemd restarts it and the producers count the gap")
+def _():
+    before = exec_failures()
+    run("systemctl", "kill", "-s", "KILL", "perfrelay.service")
+    wait_for(lambda: show("SubState") == "auto-restart", "auto-restart after SIGKILL", timeout=10)
+    for i in range(5):
+        marker(f"gap{i}")
+    gap = exec_failures() - before
+    assert gap >= 5, f"exec failures while down: {gap}"
+    wait_for(lambda: show("ActiveState") == "active" and show("MainPID") not in ("0", state["pid"]),
+             "restarted by systemd")
+    c = Client()
+    c.line()
+    marker("after-kill")
+    c.wait(lambda m: m.get("argv", [None])[1:] == ["after-kill"], "exec after the automatic restart")
+    state["pid"] = show("MainPID")
+
+
+@step("watchdog: a stalled reader gets the service restarted")
+def _():
+    restarts = int(show("NRestarts"))
+    os.kill(int(state["pid"]), signal.SIGUSR2)  # fault injection: reader 0 stops making progress
+    wait_for(lambda: int(show("NRestarts")) > restarts, "a restart after the watchdog fired", timeout=30)
+    log = run("journalctl", "-u", "perfrelay.service", "--no-pager").stdout
+    assert "Watchdog timeout" in log, "systemd says the watchdog fired"
+    assert "withholding WATCHDOG=1" in log, "the daemon said why"
+    wait_for(lambda: show("ActiveState") == "active", "active again")
+    state["pid"] = show("MainPID")
+
+
+@step("stop: exit 0, the array stays pinned")
+def _():
+    map_id = events_map_id()
+    run("systemctl", "stop", "perfrelay.service", "perfrelay.socket")
+    assert show("ExecMainStatus") == "0", f"exit status {show('ExecMainStatus')}"
+    assert show("Result") == "success", show("Result")
+    assert events_map_id() == map_id, "the array stays pinned after stop"
+
+
+print(f"{passed} passed, 0 failed")
