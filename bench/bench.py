@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import shutil
 import signal
 import socket
@@ -45,8 +46,9 @@ class Daemon:
     exit statistics are parsed so that each row's accounting is checked against the daemon's own
     counters, not only the producer's and the clients'."""
 
-    def __init__(self, binary, workdir, pin_root, pages):
+    def __init__(self, binary, workdir, pin_root, pages, cpus):
         self.binary = binary
+        self.cpus = cpus  # the daemon's CPU affinity (its readers stay within it), or None
         self.dir = workdir
         self.pin_root = pin_root
         self.socket_path = os.path.join(workdir, "events.sock")
@@ -65,8 +67,10 @@ class Daemon:
         notify.settimeout(30)
         self.stderr_path = os.path.join(self.dir, "perfrelayd.log")
         err = open(self.stderr_path, "w")
+        cpus = self.cpus
         self.proc = subprocess.Popen([self.binary, "--config", self.config_path], stdout=subprocess.DEVNULL,
-                                     stderr=err, env=dict(os.environ, NOTIFY_SOCKET=notify_path))
+                                     stderr=err, env=dict(os.environ, NOTIFY_SOCKET=notify_path),
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         err.close()
         try:
             while "READY=1" not in notify.recv(4096).decode().split("\n"):
@@ -132,7 +136,10 @@ class Bench:
         self.workdir = tempfile.mkdtemp(prefix="perfrelay-bench-")
         self.pin_root = f"/sys/fs/bpf/perfrelay-bench-{os.getpid()}"
         self.private_root = f"/sys/fs/bpf/perfrelay-bench-{os.getpid()}-libbpf"
-        self.daemon = Daemon(self.perfrelayd, self.workdir, self.pin_root, args.pages)
+        # The daemon gets the consumer's CPU, like the baselines' consumer thread: the producer's
+        # CPU stays the producer's (a reader woken there would preempt it).
+        self.daemon = Daemon(self.perfrelayd, self.workdir, self.pin_root, args.pages,
+                             {args.consumer_cpu} if args.consumer_cpu >= 0 else None)
         self.runs = 0
 
     def common_args(self):
@@ -201,15 +208,33 @@ class Bench:
     # ---- the parts of a run ----
 
     def max_rate_rows(self):
-        """Every row as fast as the producer goes, repeated and interleaved; the median counts."""
+        """Every row as fast as the producer goes, in rounds. A round runs the baseline (a) first
+        and last, the other rows in between in a shuffled order: a row's ratio in a round is
+        against the mean of the two baselines around it, so that neither a drift of the
+        machine's speed during the round nor a fixed position after a particular row favours
+        one row. Returns per row its runs and the round baselines."""
         per_row = {name: [] for name, _, _ in ROWS}
-        for rep in range(self.args.repeat):
-            for name, _, _ in ROWS:
+        baselines = []
+        shuffle = random.Random(self.args.seed)
+        others = [name for name, _, _ in ROWS if name != "a"]
+        for rnd in range(self.args.repeat):
+            order = others[:]
+            shuffle.shuffle(order)
+            if "a" in per_row:
+                order = ["a"] + order + ["a"]
+            round_a = []
+            for name in order:
                 res = self.run_row(name, 0, self.args.duration)
-                per_row[name].append(res)
-                log(f"max rate, round {rep + 1}/{self.args.repeat}, row {name}: "
+                if name == "a":
+                    round_a.append(res)
+                else:
+                    per_row[name].append(res)
+                log(f"max rate, round {rnd + 1}/{self.args.repeat}, row {name}: "
                     f"{res['events_per_s'] / 1e6:.2f} M/s delivered, {res['lost']} lost")
-        return per_row
+            if round_a:
+                per_row["a"].extend(round_a)
+                baselines.append(statistics.mean(r["events_per_s"] for r in round_a))
+        return per_row, baselines
 
     def zero_loss(self, res):
         return res["lost"] == 0
@@ -291,6 +316,10 @@ def summarize(results):
         "offered_per_s": med("offered_per_s"),
         "lost": med("lost"),
         "loss_fraction": statistics.median(r["lost"] / r["attempts"] if r["attempts"] else 0 for r in results),
+        # What share of what the producer offered reached the consumer: at the maximum rate the
+        # producer's own speed varies from run to run, this does not.
+        "delivered_fraction": statistics.median(r["delivered"] / r["attempts"] if r["attempts"] else 0
+                                                for r in results),
         "cpu_ns_per_event": med("cpu_ns_per_event"),
         "latency_p50_us": med("latency_p50_us"),
         "latency_p99_us": med("latency_p99_us"),
@@ -354,19 +383,23 @@ plot {', '.join(plots)}
 
 def main():
     global ROWS
-    ap = argparse.ArgumentParser(description="perfrelay benchmark: perfrelayd against libbpf's perf_buffer")
+    ap = argparse.ArgumentParser(prog="bench/run",
+                                 description="perfrelay benchmark: perfrelayd against libbpf's perf_buffer")
     ap.add_argument("--out", required=True, help="directory for results.json and throughput.png")
-    ap.add_argument("--build", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build"))
+    ap.add_argument("--build", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build"),
+                    help="build directory with daemon/perfrelayd and bench/perfrelay-bench (default build/)")
     ap.add_argument("--duration", type=float, default=2.0, help="seconds per max-rate run (default 2)")
     ap.add_argument("--sweep-duration", type=float, default=1.0, help="seconds per sweep run (default 1)")
-    ap.add_argument("--repeat", type=int, default=5, help="max-rate rounds over all rows (default 5)")
+    ap.add_argument("--repeat", type=int, default=7, help="max-rate rounds over all rows (default 7)")
     ap.add_argument("--half-repeat", type=int, default=3,
                     help="runs at half the zero-loss rate per swept row (default 3)")
     ap.add_argument("--bisect", type=int, default=3, help="bisection steps per sweep (default 3)")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the row order within rounds (default 1)")
     ap.add_argument("--records-per-call", type=int, default=32, help="K (default 32)")
     ap.add_argument("--record-size", type=int, default=64, help="bytes per record (default 64)")
     ap.add_argument("--producer-cpus", default="0", help="CPU list of the load threads (default 0)")
-    ap.add_argument("--consumer-cpu", type=int, default=1, help="CPU of the consumer threads (default 1)")
+    ap.add_argument("--consumer-cpu", type=int, default=1,
+                    help="CPU of the consumer threads and of perfrelayd, -1 = any (default 1)")
     ap.add_argument("--pages", type=int, default=64, help="ring pages per CPU, libbpf and perfrelayd (default 64)")
     ap.add_argument("--rows", default=",".join(n for n, _, _ in ROWS), help="max-rate rows to run")
     ap.add_argument("--sweeps", default="a,a',c", help="rows to sweep for the zero-loss rate (default a,a',c)")
@@ -382,7 +415,7 @@ def main():
     started = time.monotonic()
     b = Bench(args)
     try:
-        max_rows = b.max_rate_rows()
+        max_rows, baselines = b.max_rate_rows()
         summary = {name: summarize(res) for name, res in max_rows.items()}
 
         sweeps = {}
@@ -416,9 +449,13 @@ def main():
     for name, s in summary.items():
         s = dict(s)
         s["description"] = ROW_DESC[name]
-        if "a" in max_rows:
-            pairs = [r["events_per_s"] / b["events_per_s"]
-                     for r, b in zip(max_rows[name], max_rows["a"]) if b["events_per_s"] > 0]
+        if name == "a":
+            # The baseline's own spread: its second run of each round against its first.
+            s["ratio_to_baseline"] = 1.0
+            s["ratios_per_round"] = [round(b["events_per_s"] / a["events_per_s"], 3)
+                                     for a, b in zip(max_rows[name][::2], max_rows[name][1::2])]
+        elif baselines:
+            pairs = [r["events_per_s"] / base for r, base in zip(max_rows[name], baselines) if base > 0]
             s["ratio_to_baseline"] = round(statistics.median(pairs), 3) if pairs else None
             s["ratios_per_round"] = [round(x, 3) for x in pairs]
         else:
@@ -455,6 +492,7 @@ def main():
         "parameters": {
             "records_per_call": args.records_per_call, "record_size": args.record_size,
             "producer_cpus": args.producer_cpus, "consumer_cpu": args.consumer_cpu,
+            "daemon_cpus": str(args.consumer_cpu) if args.consumer_cpu >= 0 else "any",
             "pages_per_cpu": args.pages, "watermark": "a quarter of the ring (perfrelayd's default)",
             "duration_s": args.duration, "sweep_duration_s": args.sweep_duration, "repeat": args.repeat,
             "latency_sample_every": 64,
@@ -479,10 +517,12 @@ def main():
         series.setdefault(name, sw["points"])
     plot(args.out, series)
 
-    print(f"{'row':4} {'events/s':>10} {'ratio':>6} {'lost %':>7} {'cpu ns/ev':>9} {'p50 us':>8} {'p99 us':>8}  config")
+    print(f"{'row':4} {'events/s':>10} {'ratio':>6} {'deliv %':>7} {'lost %':>7} {'cpu ns/ev':>9} {'p50 us':>8} "
+          f"{'p99 us':>8}  config")
     for name, s in configurations.items():
         print(f"{name:4} {s['events_per_s'] / 1e6:9.2f}M {s['ratio_to_baseline'] or 0:6.2f} "
-              f"{100 * s['loss_fraction']:7.2f} {s['cpu_ns_per_event'] or 0:9.1f} {s['latency_p50_us'] or 0:8.1f} "
+              f"{100 * s['delivered_fraction']:7.2f} {100 * s['loss_fraction']:7.2f} {s['cpu_ns_per_event'] or 0:9.1f} "
+              f"{s['latency_p50_us'] or 0:8.1f} "
               f"{s['latency_p99_us'] or 0:8.1f}  {s['description']}")
     for row, sw in sweeps.items():
         print(f"zero-loss rate ({row}): {sw['zero_loss_rate'] / 1e6:.3f} M/s"

@@ -300,12 +300,21 @@ static void *reader_thread(void *userdata) {
 
 int reader_start(Reader *r) {
 	pthread_attr_t attr;
-	cpu_set_t set;
+	cpu_set_t set, allowed;
 	int k;
 
 	CPU_ZERO(&set);
 	for (int c = cpuset_next(&r->cpus, 0); c >= 0 && c < CPU_SETSIZE; c = cpuset_next(&r->cpus, c + 1))
 		CPU_SET(c, &set);
+	/* Only where the daemon was allowed to run (taskset, systemd's CPUAffinity=): whoever
+	 * started it may have kept CPUs for other work. If none of the group's CPUs is allowed,
+	 * the reader runs on the allowed ones and reads its rings from there. */
+	if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+		cpu_set_t both;
+
+		CPU_AND(&both, &set, &allowed);
+		set = CPU_COUNT(&both) > 0 ? both : allowed;
+	}
 
 	pthread_attr_init(&attr);
 	/* Pinned to its group's CPUs: their rings' data is hot in the shared cache. */
