@@ -146,6 +146,17 @@ class Daemon:
     def fd_count(self):
         return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
 
+    def socket_fds(self):
+        """The sockets the daemon holds now (their "socket:[inode]" names)."""
+        fds = f"/proc/{self.proc.pid}/fd"
+        links = set()
+        for f in os.listdir(fds):
+            try:
+                links.add(os.readlink(f"{fds}/{f}"))
+            except FileNotFoundError:
+                pass  # closed while we looked
+        return {l for l in links if l.startswith("socket:")}
+
     def wait_event(self, pred, what, timeout=10):
         """Waits for an event matching pred; the daemon's flush interval bounds the latency."""
         deadline = time.monotonic() + timeout

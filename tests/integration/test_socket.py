@@ -59,18 +59,7 @@ os.chmod(d.dir, 0o711)
 d.start()
 # With no client connected, after one has come and gone (sd-event makes its timerfd for the
 # first request timeout and keeps it): every test must return to this.
-def socket_fds():
-    fds = f"/proc/{d.proc.pid}/fd"
-    links = set()
-    for f in os.listdir(fds):
-        try:
-            links.add(os.readlink(f"{fds}/{f}"))
-        except FileNotFoundError:
-            pass  # closed while we looked
-    return {l for l in links if l.startswith("socket:")}
-
-
-_sockets = socket_fds()
+_sockets = d.socket_fds()
 _warmup = socket.socket(socket.AF_UNIX)
 _warmup.connect(d.socket_path)
 _warmup.sendall(b"{}\n")
@@ -79,8 +68,8 @@ _warmup.close()
 # The baseline is taken once the daemon has noticed the close and dropped the connection (a
 # socket it held before may also have gone, e.g. a transient sd_notify socket).
 _deadline = time.monotonic() + 10
-while not socket_fds() <= _sockets:
-    check(time.monotonic() < _deadline, f"the daemon closes a client that went away: {socket_fds() - _sockets}")
+while not d.socket_fds() <= _sockets:
+    check(time.monotonic() < _deadline, f"the daemon closes a client that went away: {d.socket_fds() - _sockets}")
     time.sleep(0.01)
 FD_BASELINE = d.fd_count()
 # 1000 connections at once need as many descriptors in this process.
