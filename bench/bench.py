@@ -103,9 +103,10 @@ class Daemon:
         for line in text.splitlines():
             words = line.replace(",", "").replace(";", "").split()
             if "Producer" in words and words[words.index("Producer") + 1] == f"{BENCH_PRODUCER}:":
-                i = words.index("Producer")
-                stats["received"] = int(words[i + 2])
-                stats["malformed"] = int(words[i + 4])
+                # "Producer 16: A attempts, R received, M malformed, ...": the first figures
+                # are over the pin root's lifetime, which is this run's (a fresh pin root).
+                stats["received"] = int(words[words.index("received") - 1])
+                stats["malformed"] = int(words[words.index("malformed") - 1])
             elif "CPU" in words and "lost" in words and "received" in words:
                 stats["ring_lost"] += int(words[words.index("lost") - 1])
             elif "Socket" in words and "clients:" in words:

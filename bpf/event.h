@@ -70,6 +70,20 @@ struct perfrelay_counters {
 	__u64 failures;
 };
 
+/* Value of the pinned "received" array (BPF_F_MMAPABLE, PERFRELAY_MAX_PRODUCERS entries per
+ * possible CPU, index producer * n_possible_cpus + cpu). perfrelayd's reader threads update
+ * it in place once per batch (one writer per CPU ring) and it outlives the daemon, so that
+ * the next daemon can count what a dead one's rings took with them:
+ *   attempts = received + malformed + failures + crash_lost   per (producer, CPU). */
+struct perfrelay_received {
+	__u64 received;    /* valid records read from this CPU's rings, over every daemon */
+	__u64 malformed;   /* records naming this producer that the decoder rejected */
+	__u64 crash_lost;  /* accepted into the rings of a daemon that died before reading them */
+	__u64 seq_next;    /* highest hdr.seq read + 1; 0 before the first record */
+	__u64 seq_gaps;    /* seqs below seq_next never read (see docs/pipeline.md) */
+	__u64 _reserved;   /* 0: room for one later field without a new pin */
+};
+
 struct perfrelay_exec {
 	struct perfrelay_hdr hdr;
 	__u32 pid;                          /* tgid */
@@ -136,6 +150,7 @@ struct perfrelay_bench {
 
 _Static_assert(sizeof(struct perfrelay_hdr) == 32, "perfrelay_hdr ABI");
 _Static_assert(sizeof(struct perfrelay_counters) == 16, "perfrelay_counters ABI");
+_Static_assert(sizeof(struct perfrelay_received) == 48, "perfrelay_received ABI");
 _Static_assert(sizeof(struct perfrelay_exec) == 32 + 32 + 16 + 256 + 512, "perfrelay_exec ABI");
 _Static_assert(sizeof(struct perfrelay_exit) == 32 + 32 + 16, "perfrelay_exit ABI");
 _Static_assert(sizeof(struct perfrelay_fork) == 32 + 16 + 16, "perfrelay_fork ABI");

@@ -65,6 +65,18 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } connect_args SEC(".maps");
 
+/* perfrelayd's persistent per (producer, CPU) totals (struct perfrelay_received): no program
+ * uses it; it lives in this object so that libbpf creates, pins and checks it like the other
+ * maps. The daemon sets max_entries to PERFRELAY_MAX_PRODUCERS * possible CPUs and mmaps it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct perfrelay_received);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} received SEC(".maps");
+
 /* Zeroed before use: records reach clients as raw bytes (format "binary"), and stale bytes
  * behind a NUL or in padding would leak another process's paths and arguments. */
 static __always_inline void *scratch_get(__u32 slot)
@@ -85,6 +97,9 @@ int handle_exec(struct trace_event_raw_sched_process_exec *ctx)
 	__u64 uid_gid = bpf_get_current_uid_gid();
 	__u32 fname_off, i, argc = 0;
 
+	/* No daemon: count the attempt and its failure, build nothing. */
+	if (perfrelay_idle(PERFRELAY_PRODUCER_EXEC))
+		return 0;
 	e = scratch_get(SCRATCH_EXEC);
 	if (!e)
 		return 0;
@@ -149,6 +164,8 @@ int handle_exit(void *ctx)
 	if ((__u32)pid_tgid != pid_tgid >> 32)
 		return 0;
 
+	if (perfrelay_idle(PERFRELAY_PRODUCER_EXIT))
+		return 0;
 	e = scratch_get(SCRATCH_EXIT);
 	if (!e)
 		return 0;
@@ -174,6 +191,8 @@ int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child)
 {
 	struct perfrelay_fork *e;
 
+	if (perfrelay_idle(PERFRELAY_PRODUCER_FORK))
+		return 0;
 	e = scratch_get(SCRATCH_FORK);
 	if (!e)
 		return 0;
@@ -194,6 +213,9 @@ int handle_open_enter(struct trace_event_raw_sys_enter *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct perfrelay_open *e;
 
+	/* No daemon: the exit handler counts the attempt; nothing to prepare. */
+	if (perfrelay_is_idle())
+		return 0;
 	e = scratch_get(SCRATCH_OPEN);
 	if (!e)
 		return 0;
@@ -215,6 +237,8 @@ int handle_open_exit(struct trace_event_raw_sys_exit *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct perfrelay_open *e;
 
+	if (perfrelay_idle(PERFRELAY_PRODUCER_OPEN))
+		return 0;
 	e = bpf_map_lookup_elem(&open_args, &pid_tgid);
 	if (!e)
 		return 0;
@@ -235,6 +259,8 @@ int handle_connect_enter(struct trace_event_raw_sys_enter *ctx)
 	__u16 family = 0;
 	__be16 port;
 
+	if (perfrelay_is_idle())
+		return 0;
 	e = scratch_get(SCRATCH_CONNECT);
 	if (!e)
 		return 0;
@@ -276,6 +302,8 @@ int handle_connect_exit(struct trace_event_raw_sys_exit *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct perfrelay_connect *e;
 
+	if (perfrelay_idle(PERFRELAY_PRODUCER_CONNECT))
+		return 0;
 	e = bpf_map_lookup_elem(&connect_args, &pid_tgid);
 	if (!e)
 		return 0;

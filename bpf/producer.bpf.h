@@ -29,8 +29,14 @@
  * creates "events" with one slot per possible CPU.
  *
  * Accounting contract (see DESIGN.md): every call counts one attempt for (producer, CPU) and
- * every failed output one failure, so attempts = received + failures holds per producer. The
- * header's seq is the attempt number, so a gap in what the daemon receives proves loss. */
+ * every failed output one failure, so attempts = received + failures (+ crash_lost after a
+ * daemon died) holds per producer. The header's seq is the attempt number, so a gap in what
+ * the daemon receives proves loss.
+ *
+ * Downtime: while no daemon serves the pin root, perfrelay_emit() fails at once (counted)
+ * without calling bpf_perf_event_output(). A producer whose records are expensive to build
+ * can call perfrelay_idle(MY_PRODUCER) first and return when it is true: the attempt and
+ * the failure are counted for it, and nothing is built. */
 #ifndef PERFRELAY_PRODUCER_BPF_H
 #define PERFRELAY_PRODUCER_BPF_H
 
@@ -67,10 +73,57 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } counters SEC(".maps");
 
+/* 1 while no perfrelayd serves the pin root: the daemon clears it once its rings are in the
+ * array and sets it on stop, before it empties them. Inverted ("idle", not "serving") on
+ * purpose: a pin root no daemon ever served (a producer loaded first, the benchmark's
+ * baseline) reads 0 and emits as usual, failing only where no ring is mapped. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} idle SEC(".maps");
+
+/* The largest raw payload a perf sample can carry: perf_event_header.size is a __u16 and
+ * holds the 8-byte header, the 4-byte raw size and the payload padded to 8 bytes, so
+ * 65528 - 8 - 4. Larger outputs would fail in the kernel, or wrap the size. */
+#define PERFRELAY_EMIT_MAX 65516u
+
+static __always_inline struct perfrelay_counters *perfrelay_counters_of(__u32 producer)
+{
+	return bpf_map_lookup_elem(&counters, &producer);
+}
+
+static __always_inline int perfrelay_is_idle(void)
+{
+	__u32 zero = 0, *v = bpf_map_lookup_elem(&idle, &zero);
+
+	return v && *v;
+}
+
+/* True (and the attempt and its failure counted) while no daemon serves: the caller returns
+ * without building its record. False while a daemon serves, or for an unknown producer id
+ * (perfrelay_emit() reports that one). */
+static __always_inline int perfrelay_idle(__u32 producer)
+{
+	struct perfrelay_counters *c;
+
+	if (!perfrelay_is_idle())
+		return 0;
+	c = perfrelay_counters_of(producer);
+	if (!c)
+		return 0;
+	__sync_fetch_and_add(&c->attempts, 1);
+	__sync_fetch_and_add(&c->failures, 1);
+	return 1;
+}
+
 /* Stamps the header of rec (size bytes, header included) and writes it to the current CPU's
  * ring. Returns 0 or a negative errno: -ENOENT for a producer id outside "counters", -EINVAL
- * for a size that cannot hold a header or exceeds a perf record, otherwise the result of
- * bpf_perf_event_output() (-ENOENT when no ring is mapped, -ENOSPC when the ring is full). */
+ * for a size that cannot hold a header or exceeds a perf sample (PERFRELAY_EMIT_MAX), -ENOENT
+ * while no daemon serves (see idle), otherwise the result of bpf_perf_event_output()
+ * (-ENOENT when no ring is mapped, -ENOSPC when the ring is full). */
 static __always_inline int perfrelay_emit(void *ctx, void *rec, __u32 size, __u16 type,
 					  __u32 producer)
 {
@@ -79,7 +132,7 @@ static __always_inline int perfrelay_emit(void *ctx, void *rec, __u32 size, __u1
 	__u64 seq;
 	long r;
 
-	c = bpf_map_lookup_elem(&counters, &producer);
+	c = perfrelay_counters_of(producer);
 	if (!c)
 		return -PERFRELAY_ENOENT;
 
@@ -90,9 +143,15 @@ static __always_inline int perfrelay_emit(void *ctx, void *rec, __u32 size, __u1
 
 	/* A bad size is the producer's bug, but it still counts as an attempt that failed so
 	 * the attempts = received + failures invariant holds and the seq gap is explained. */
-	if (size < sizeof(struct perfrelay_hdr) || size > PERFRELAY_RECORD_MAX) {
+	if (size < sizeof(struct perfrelay_hdr) || size > PERFRELAY_EMIT_MAX) {
 		__sync_fetch_and_add(&c->failures, 1);
 		return -PERFRELAY_EINVAL;
+	}
+	/* The output could only fail: skip it (and the daemon's grace period need not wait for
+	 * a write into a ring it is about to empty). */
+	if (perfrelay_is_idle()) {
+		__sync_fetch_and_add(&c->failures, 1);
+		return -PERFRELAY_ENOENT;
 	}
 
 	hdr->magic = PERFRELAY_MAGIC;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* perfrelayctl: the command-line client of perfrelayd; `monitor` streams events from the event
  * socket through libperfrelay, one human-readable line each or the raw JSON lines; `status`,
- * `probes`, `clients` and `probe` ask the daemon over D-Bus (docs/dbus.md). */
+ * `stats`, `probes`, `clients` and `probe` ask the daemon over D-Bus (docs/dbus.md). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -1007,6 +1007,232 @@ static int verb_probe(int argc, char *argv[]) {
 
 /* ---- dispatch ---- */
 
+/* ---- stats ---- */
+
+/* Converts the next value of m (basic types, variants, arrays, a{s...} dictionaries) into JSON:
+ * GetStats() is an a{sv} tree, and this keeps perfrelayctl in step with whatever the daemon
+ * adds to it. */
+static int bus_value_to_json(sd_bus_message *m, json_object **ret) {
+	const char *contents = NULL;
+	char type;
+	int r;
+
+	r = sd_bus_message_peek_type(m, &type, &contents);
+	if (r <= 0)
+		return r < 0 ? r : -EBADMSG;
+	switch (type) {
+	case 't': {
+		uint64_t v;
+
+		r = sd_bus_message_read_basic(m, type, &v);
+		*ret = json_object_new_uint64(v);
+		return r;
+	}
+	case 'u': {
+		uint32_t v;
+
+		r = sd_bus_message_read_basic(m, type, &v);
+		*ret = json_object_new_int64(v);
+		return r;
+	}
+	case 'i': {
+		int32_t v;
+
+		r = sd_bus_message_read_basic(m, type, &v);
+		*ret = json_object_new_int64(v);
+		return r;
+	}
+	case 'x': {
+		int64_t v;
+
+		r = sd_bus_message_read_basic(m, type, &v);
+		*ret = json_object_new_int64(v);
+		return r;
+	}
+	case 'b': {
+		int v;
+
+		r = sd_bus_message_read_basic(m, type, &v);
+		*ret = json_object_new_boolean(v);
+		return r;
+	}
+	case 'd': {
+		double v;
+
+		r = sd_bus_message_read_basic(m, type, &v);
+		*ret = json_object_new_double(v);
+		return r;
+	}
+	case 's':
+	case 'o': {
+		const char *v;
+
+		r = sd_bus_message_read_basic(m, type, &v);
+		*ret = r >= 0 ? json_object_new_string(v) : NULL;
+		return r;
+	}
+	case 'v':
+		r = sd_bus_message_enter_container(m, 'v', contents);
+		if (r >= 0)
+			r = bus_value_to_json(m, ret);
+		if (r >= 0)
+			r = sd_bus_message_exit_container(m);
+		return r;
+	case 'a': {
+		bool dict = contents[0] == '{';
+		json_object *o = dict ? json_object_new_object() : json_object_new_array();
+		char entry[64] = ""; /* a dictionary entry's signature without the braces: "sv", "st" */
+
+		if (dict) {
+			size_t n = strlen(contents);
+
+			if (n < 4 || n - 2 >= sizeof(entry)) {
+				json_object_put(o);
+				return -EBADMSG;
+			}
+			memcpy(entry, contents + 1, n - 2);
+		}
+
+		r = sd_bus_message_enter_container(m, 'a', contents);
+		while (r >= 0) {
+			json_object *v = NULL;
+			const char *key;
+
+			if (dict) {
+				r = sd_bus_message_enter_container(m, 'e', entry);
+				if (r == 0)
+					break;
+				if (r >= 0)
+					r = sd_bus_message_read_basic(m, 's', &key);
+				if (r >= 0)
+					r = bus_value_to_json(m, &v);
+				if (r >= 0) {
+					json_object_object_add(o, key, v);
+					r = sd_bus_message_exit_container(m);
+				}
+			} else {
+				r = sd_bus_message_at_end(m, false);
+				if (r > 0)
+					break;
+				if (r >= 0)
+					r = bus_value_to_json(m, &v);
+				if (r >= 0)
+					json_object_array_add(o, v);
+			}
+		}
+		if (r >= 0)
+			r = sd_bus_message_exit_container(m);
+		if (r < 0) {
+			json_object_put(o);
+			return r;
+		}
+		*ret = o;
+		return 1;
+	}
+	default:
+		return -EBADMSG;
+	}
+}
+
+static uint64_t juint_or0(json_object *o, const char *key) {
+	uint64_t v = 0;
+
+	return juint(o, key, &v) ? v : 0;
+}
+
+static void stats_print_producer(json_object *p, const char *name) {
+	printf("%-8s %12" PRIu64 " %12" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64
+	       " %10" PRIu64 "\n",
+	       name, juint_or0(p, "attempts"), juint_or0(p, "received"), juint_or0(p, "failures_serving"),
+	       juint_or0(p, "failures_downtime"), juint_or0(p, "crash_lost"), juint_or0(p, "malformed"),
+	       juint_or0(p, "seq_gaps"), juint_or0(p, "received_session"));
+}
+
+static void stats_print(json_object *o) {
+	json_object *list, *total, *clients;
+
+	printf("%-8s %12s %12s %10s %10s %10s %10s %10s %10s\n", "PRODUCER", "ATTEMPTS", "RECEIVED", "FAILED",
+	       "FAILED-DOWN", "CRASH-LOST", "MALFORMED", "SEQ-GAPS", "SESSION");
+	if (json_object_object_get_ex(o, "producers", &list) && json_object_is_type(list, json_type_array))
+		for (size_t i = 0; i < json_object_array_length(list); i++) {
+			json_object *p = json_object_array_get_idx(list, i);
+			char id[16];
+
+			snprintf(id, sizeof(id), "%" PRIu64, juint_or0(p, "id"));
+			stats_print_producer(p, id);
+		}
+	if (json_object_object_get_ex(o, "total", &total))
+		stats_print_producer(total, "total");
+	printf("\n%-6s %12s %12s %10s %10s %12s\n", "CPU", "RECEIVED", "RING-LOST", "MALFORMED", "CORRUPT", "BYTES");
+	if (json_object_object_get_ex(o, "cpus", &list) && json_object_is_type(list, json_type_array))
+		for (size_t i = 0; i < json_object_array_length(list); i++) {
+			json_object *c = json_object_array_get_idx(list, i);
+
+			printf("%-6" PRIu64 " %12" PRIu64 " %12" PRIu64 " %10" PRIu64 " %10" PRIu64 " %12" PRIu64 "\n",
+			       juint_or0(c, "cpu"), juint_or0(c, "received"), juint_or0(c, "lost"),
+			       juint_or0(c, "malformed"), juint_or0(c, "corrupt"), juint_or0(c, "bytes"));
+		}
+	if (json_object_object_get_ex(o, "clients", &clients))
+		printf("\nClients: %" PRIu64 " connected; %" PRIu64 " events offered, %" PRIu64 " delivered, %" PRIu64
+		       " dropped\n",
+		       juint_or0(clients, "connected"), juint_or0(clients, "offered"), juint_or0(clients, "delivered"),
+		       juint_or0(clients, "dropped"));
+}
+
+static void stats_help(void) {
+	printf("%s stats [OPTIONS...]\n\n"
+	       "Show every counter of perfrelayd (D-Bus GetStats()): per producer the accounting\n"
+	       "attempts = received + malformed + failures + crash_lost, per CPU ring, per reader and\n"
+	       "for the clients. See docs/dbus.md for what each number means.\n\n"
+	       "  -j --json   One JSON object, the GetStats() dictionary as is\n"
+	       "  -h --help   Show this help\n",
+	       program);
+}
+
+static int verb_stats(int argc, char *argv[]) {
+	static const struct option options[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ "json", no_argument, NULL, 'j' },
+		{}
+	};
+	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	json_object *o = NULL;
+	bool json = false;
+	int opt, r;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "hj", options, NULL)) >= 0)
+		switch (opt) {
+		case 'h':
+			stats_help();
+			return 0;
+		case 'j':
+			json = true;
+			break;
+		default:
+			return -EINVAL;
+		}
+	if (optind < argc)
+		return error_msg("stats: unexpected argument '%s'", argv[optind]);
+
+	r = bus_connect(&bus);
+	if (r < 0)
+		return r;
+	r = bus_call(bus, "GetStats", &reply, NULL);
+	if (r < 0)
+		return r;
+	r = bus_value_to_json(reply, &o);
+	if (r < 0)
+		return error_errno(r, "Failed to parse the GetStats() reply");
+	if (json)
+		puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+	else
+		stats_print(o);
+	json_object_put(o);
+	return 0;
+}
+
 static int verb_help(int argc, char *argv[]);
 
 typedef struct Verb {
@@ -1018,6 +1244,7 @@ typedef struct Verb {
 static const Verb verbs[] = {
 	{ "monitor", verb_monitor, "Show events as they happen" },
 	{ "status", verb_status, "Show the daemon's state, rates and loss (D-Bus)" },
+	{ "stats", verb_stats, "Show every counter: producers, CPUs, readers, clients (D-Bus)" },
 	{ "probes", verb_probes, "List the built-in probes (D-Bus)" },
 	{ "clients", verb_clients, "List the socket subscribers (D-Bus)" },
 	{ "probe", verb_probe, "probe enable|disable NAME: attach or detach a probe (root, D-Bus)" },

@@ -17,10 +17,13 @@
 
 #include "bus.h"
 #include "cgroup.h"
+#include "grace.h"
+#include "ledger.h"
 #include "log.h"
 #include "manager.h"
 #include "pins.h"
 #include "server.h"
+#include "stats.h"
 #include "topology.h"
 
 typedef uint64_t usec_t;
@@ -42,6 +45,13 @@ struct Manager {
 	Config *config;
 	sd_event *event;
 	Probes *probes;
+	Ledger *ledger;             /* the pinned "received" map, mmapped */
+	/* Per producer: its pinned failure count when this daemon began serving (the failures of
+	 * the downtime before it), and what ledger_settle() found lost with a dead daemon. */
+	uint64_t failures_at_start[PERFRELAY_MAX_PRODUCERS];
+	uint64_t crash_lost_at_start[PERFRELAY_MAX_PRODUCERS];
+	bool serving;               /* our rings may be in the array: quiesce before the last drain */
+	bool quiesced;              /* slots cleared and a grace period waited out: nothing writes */
 	Hub *hub;
 	Reader **readers;
 	size_t n_readers;
@@ -129,9 +139,57 @@ Probes *manager_probes(Manager *m) { return m->probes; }
 Server *manager_server(Manager *m) { return m->server; }
 Hub *manager_hub(Manager *m) { return m->hub; }
 
+/* Writes the pinned "idle" flag that producers check before they build a record. */
+static int manager_set_idle(Manager *m, bool idle) {
+	uint32_t key = 0, v = idle;
+
+	if (bpf_map_update_elem(probes_idle_fd(m->probes), &key, &v, BPF_ANY) < 0)
+		return log_warning_errno(negative_errno(), "Failed to %s the idle flag under %s: %m",
+		                         idle ? "set" : "clear", m->config->pin_path);
+	return 0;
+}
+
+/* Empties every slot of the array and waits until no emitter can still be writing into a
+ * ring it found there. Returns 0 once nothing can write any more. */
+static int manager_clear_slots(Manager *m) {
+	int events_fd = probes_events_fd(m->probes), r = 0;
+	const char *how = NULL;
+
+	for (unsigned cpu = 0; cpu < probes_possible_cpus(m->probes); cpu++) {
+		uint32_t key = cpu;
+
+		if (bpf_map_delete_elem(events_fd, &key) < 0 && errno != ENOENT)
+			r = log_error_errno(negative_errno(), "Failed to clear slot %u of %s/events: %m", cpu,
+			                    m->config->pin_path);
+	}
+	if (r < 0)
+		return r;
+	r = grace_period(&how);
+	if (r < 0)
+		return log_error_errno(r, "Failed to wait for the BPF programs in flight (membarrier and a "
+		                       "map-in-map update both failed): %m");
+	log_debug("Cleared the slots of %s/events and waited out the emitters in flight (%s)",
+	          m->config->pin_path, how);
+	return 0;
+}
+
+/* Stop, and failed start-up: producers are told no daemon serves (they then count their
+ * attempts as failures without building records), the slots are cleared (emits that did not
+ * see the flag fail in the kernel, counted too), and the emits already writing are waited
+ * out. After this the readers can drain the rings to empty: no record can arrive that no
+ * counter sees. */
+static void manager_quiesce(Manager *m) {
+	if (!m->serving)
+		return;
+	(void)manager_set_idle(m, true);
+	m->quiesced = manager_clear_slots(m) >= 0;
+	m->serving = false;
+}
+
 static void manager_stop_readers(Manager *m) {
+	manager_quiesce(m);
 	for (size_t i = 0; i < m->n_readers; i++)
-		reader_stop(m->readers[i]);
+		reader_stop(m->readers[i], m->quiesced);
 }
 
 Manager *manager_free(Manager *m) {
@@ -154,6 +212,7 @@ Manager *manager_free(Manager *m) {
 	free(m->readers);
 	cgroup_fs_free(m->cgroups);
 	hub_free(m->hub);
+	ledger_free(m->ledger);
 	probes_free(m->probes);
 	sd_event_unref(m->event);
 	config_free(m->config);
@@ -250,7 +309,8 @@ static int manager_open_rings(Manager *m, const CpuSet *groups, size_t n_groups)
 			}
 			fd = ring_fd(rings[i]);
 			i++;
-			/* Replaces whatever ring a previous daemon left in the slot. */
+			/* From the first ring on, a stop or a failed start must quiesce. */
+			m->serving = true;
 			if (bpf_map_update_elem(events_fd, &key, &fd, BPF_ANY) < 0) {
 				r = negative_errno();
 				for (unsigned k = 0; k < i; k++)
@@ -261,7 +321,8 @@ static int manager_open_rings(Manager *m, const CpuSet *groups, size_t n_groups)
 			}
 			cpuset_add(&m->cpus, cpu);
 		}
-		r = reader_new(g, &groups[g], rings, n, m->hub, m->cgroups, c->flush_interval_ms, &m->readers[g]);
+		r = reader_new(g, &groups[g], rings, n, m->hub, m->cgroups, m->ledger, c->flush_interval_ms,
+		               &m->readers[g]);
 		if (r < 0)
 			return log_error_errno(r, "Failed to set up reader %zu: %m", g);
 		m->n_readers++;
@@ -269,19 +330,56 @@ static int manager_open_rings(Manager *m, const CpuSet *groups, size_t n_groups)
 	return 0;
 }
 
-static void manager_unmap_rings(Manager *m) {
-	int events_fd = m->probes ? probes_events_fd(m->probes) : -1;
+/* Before any ring of ours is installed: whatever a previous daemon left in the slots goes,
+ * and what it did not read is counted. A daemon killed by SIGKILL leaves its perf events in
+ * the array (BPF_F_PRESERVE_ELEMS), and they keep accepting records nobody will read. */
+static int manager_settle(Manager *m) {
+	uint64_t lost[PERFRELAY_MAX_PRODUCERS];
+	int64_t total;
+	int r;
 
-	if (events_fd < 0)
-		return;
-	/* Release our perf events from the array: with BPF_F_PRESERVE_ELEMS they would otherwise
-	 * stay referenced by the map until the next daemon replaces them. Emits fail (counted by
-	 * the producers) until then either way. */
-	for (int cpu = cpuset_next(&m->cpus, 0); cpu >= 0; cpu = cpuset_next(&m->cpus, cpu + 1)) {
-		uint32_t key = cpu;
-		bpf_map_delete_elem(events_fd, &key);
+	r = ledger_open(probes_received_fd(m->probes), probes_possible_cpus(m->probes), &m->ledger);
+	if (r < 0)
+		return log_error_errno(r, "Failed to map %s/received: %m", m->config->pin_path);
+	r = manager_set_idle(m, true);
+	if (r < 0)
+		return r;
+	r = manager_clear_slots(m);
+	if (r < 0)
+		return r;
+	total = ledger_settle(m->ledger, probes_counters_fd(m->probes), lost);
+	if (total < 0)
+		return log_error_errno((int)total, "Failed to read %s/counters: %m", m->config->pin_path);
+	for (uint32_t id = 0; id < PERFRELAY_MAX_PRODUCERS; id++) {
+		m->crash_lost_at_start[id] = lost[id];
+		if (lost[id] > 0)
+			log_warning("Producer %u: %" PRIu64 " records were lost in the rings of a daemon that "
+			            "ended without reading them (crash_lost)", id, lost[id]);
+	}
+	return 0;
+}
+
+/* The pinned failure counts when we begin to serve: what fails from now on fails while this
+ * daemon serves, what failed before is the downtime's. */
+static void manager_mark_serving(Manager *m) {
+	(void)manager_set_idle(m, false);
+	for (uint32_t id = 0; id < PERFRELAY_MAX_PRODUCERS; id++) {
+		struct perfrelay_counters sum;
+
+		if (probes_read_counters(m->probes, id, &sum, NULL) >= 0)
+			m->failures_at_start[id] = sum.failures;
 	}
 }
+
+uint64_t manager_failures_at_start(const Manager *m, uint32_t producer) {
+	return producer < PERFRELAY_MAX_PRODUCERS ? m->failures_at_start[producer] : 0;
+}
+
+uint64_t manager_crash_lost_at_start(const Manager *m, uint32_t producer) {
+	return producer < PERFRELAY_MAX_PRODUCERS ? m->crash_lost_at_start[producer] : 0;
+}
+
+Ledger *manager_ledger(Manager *m) { return m->ledger; }
 
 static void manager_drop_stdout(Manager *m, int error) {
 	log_warning_errno(error, "Standard output is gone (%m), no longer printing events");
@@ -398,6 +496,26 @@ static int manager_setup_stdout(Manager *m) {
 
 #define HEALTH_INTERVAL_USEC (1000ULL * 1000ULL)
 
+/* STATUS=: rate and the accounting totals of the stats snapshot (lifetime figures of the
+ * pinned maps: see stats.h). */
+static void manager_notify_status(Manager *m, uint64_t rate, uint64_t ring_lost, bool alive) {
+	_cleanup_(stats_snapshot_freep) StatsSnapshot *s = NULL;
+
+	if (stats_snapshot(m, &s) < 0) {
+		(void)sd_notifyf(false, "STATUS=%s: %zu readers, %" PRIu64 " events/s, %" PRIu64 " lost in rings%s",
+		                 m->state == MANAGER_RUNNING ? "Running" : "Stopping", m->n_readers, rate, ring_lost,
+		                 alive ? "" : "; a reader is stalled");
+		return;
+	}
+	(void)sd_notifyf(false,
+	                 "STATUS=%s: %zu readers, %" PRIu64 " events/s, %" PRIu64 " lost in rings; producers: %" PRIu64
+	                 " failures while serving, %" PRIu64 " before, %" PRIu64 " crash_lost, %" PRIu64
+	                 " seq_gaps; clients: %" PRIu64 " dropped%s",
+	                 m->state == MANAGER_RUNNING ? "Running" : "Stopping", m->n_readers, rate, ring_lost,
+	                 s->total.failures_serving, s->total.failures_downtime, s->total.crash_lost,
+	                 s->total.seq_gaps, s->clients_dropped, alive ? "" : "; a reader is stalled");
+}
+
 /* A reader that has not moved its progress counter since the previous tick is stalled: it
  * bumps it at least every FlushIntervalMs= (the epoll timeout), so a whole tick without one is
  * proof, as long as a tick spans at least two flush intervals. */
@@ -437,10 +555,7 @@ static int on_health(sd_event_source *s, uint64_t usec, void *userdata) {
 		log_notice("Every reader makes progress again");
 	m->watchdog_withheld = !alive;
 
-	(void)sd_notifyf(false, "STATUS=%s: %zu readers, %" PRIu64 " events/s, %" PRIu64 " lost in rings%s",
-	                 m->state == MANAGER_RUNNING ? "Running" : "Stopping", m->n_readers,
-	                 elapsed ? (uint64_t)((events - m->health_last_events) * 1000000ULL / elapsed) : (uint64_t)0, lost,
-	                 alive ? "" : "; a reader is stalled");
+	manager_notify_status(m, elapsed ? (events - m->health_last_events) * 1000000ULL / elapsed : 0, lost, alive);
 	m->health_last_usec = t;
 	m->health_last_events = events;
 	return sd_event_source_set_time(s, usec + interval);
@@ -496,6 +611,10 @@ int manager_start(Manager *m) {
 	if (r < 0)
 		return r;
 
+	r = manager_settle(m);
+	if (r < 0)
+		return r;
+
 	r = manager_cpu_groups(m, &groups, &n_groups);
 	if (r < 0)
 		return r;
@@ -521,6 +640,7 @@ int manager_start(Manager *m) {
 		if (r < 0)
 			return log_error_errno(r, "Failed to start reader thread %zu: %m", i);
 	}
+	manager_mark_serving(m);
 	r = server_new(m->event, m->hub, m->config, manager_flush_all, m, &m->server);
 	if (r < 0)
 		return log_error_errno(r, "Failed to set up the event socket: %m");
@@ -772,42 +892,41 @@ static void manager_finish_stdout(Manager *m) {
 		log_warning_errno(r, "Failed to write the last events to standard output: %m");
 }
 
-/* The figures a user needs to see that nothing was lost uncounted, logged at exit. */
+/* The figures a user needs to see that nothing was lost uncounted, logged at exit: the same
+ * snapshot as GetStats() and perfrelayctl stats (docs/dbus.md says what each means). */
 static void manager_log_stats(Manager *m) {
-	for (size_t i = 0; i < m->n_readers; i++) {
-		const Reader *r = m->readers[i];
-		const ReaderStats *rs = reader_stats(r);
-		char cpus[256];
+	_cleanup_(stats_snapshot_freep) StatsSnapshot *s = NULL;
+	int r;
 
-		if (cpuset_format(reader_cpus(r), cpus, sizeof(cpus)) < 0)
-			strcpy(cpus, "?");
-		log_info("Reader %u (CPUs %s): %" PRIu64 " events, %" PRIu64 " wakeups, %" PRIu64 " batches",
-		         reader_id(r), cpus, STAT_LOAD(rs->events), STAT_LOAD(rs->wakeups), STAT_LOAD(rs->batches));
-		for (unsigned e = 1; e < _DECODE_ERROR_MAX; e++)
-			if (STAT_LOAD(rs->malformed_by_reason[e]))
-				log_info("Reader %u: %" PRIu64 " records rejected: %s", reader_id(r),
-				         STAT_LOAD(rs->malformed_by_reason[e]), decode_error_to_string(e));
-		for (size_t k = 0; k < reader_n_rings(r); k++) {
-			const CpuStats *cs = reader_cpu_stats(r, k);
-
-			log_info("CPU %u: %" PRIu64 " received, %" PRIu64 " lost, %" PRIu64 " malformed, %" PRIu64
-			         " bytes", ring_cpu(reader_ring(r, k)), STAT_LOAD(cs->received), STAT_LOAD(cs->lost),
-			         STAT_LOAD(cs->malformed), STAT_LOAD(cs->bytes));
-		}
+	r = stats_snapshot(m, &s);
+	if (r < 0) {
+		log_warning_errno(r, "Failed to take the exit statistics: %m");
+		return;
 	}
-	/* Per producer over all readers: with the producer's own counters this is the proof that
-	 * attempts = received + output failures (tests/integration/test_accounting.py). */
-	for (unsigned id = 0; id < PERFRELAY_MAX_PRODUCERS; id++) {
-		uint64_t received = 0, malformed = 0;
+	for (size_t i = 0; i < s->n_readers; i++) {
+		const ReaderSnapshot *rd = &s->readers[i];
 
-		for (size_t i = 0; i < m->n_readers; i++) {
-			const ReaderStats *rs = reader_stats(m->readers[i]);
+		log_info("Reader %u (CPUs %s): %" PRIu64 " events, %" PRIu64 " wakeups, %" PRIu64 " batches",
+		         rd->id, rd->cpus, rd->events, rd->wakeups, rd->batches);
+		for (unsigned e = 1; e < _DECODE_ERROR_MAX; e++)
+			if (rd->malformed_by_reason[e])
+				log_info("Reader %u: %" PRIu64 " records rejected: %s", rd->id, rd->malformed_by_reason[e],
+				         decode_error_to_string(e));
+	}
+	for (size_t i = 0; i < s->n_cpus; i++) {
+		const CpuSnapshot *c = &s->cpus[i];
 
-			received += STAT_LOAD(rs->received_by_producer[id]);
-			malformed += STAT_LOAD(rs->malformed_by_producer[id]);
-		}
-		if (received > 0 || malformed > 0)
-			log_info("Producer %u: %" PRIu64 " received, %" PRIu64 " malformed", id, received, malformed);
+		log_info("CPU %u: %" PRIu64 " received, %" PRIu64 " lost, %" PRIu64 " malformed, %" PRIu64 " bytes",
+		         c->cpu, c->ring.received, c->ring.lost, c->ring.malformed, c->ring.bytes);
+	}
+	for (size_t i = 0; i < s->n_producers; i++) {
+		const ProducerSnapshot *p = &s->producers[i];
+
+		log_info("Producer %u: %" PRIu64 " attempts, %" PRIu64 " received, %" PRIu64 " malformed, %" PRIu64
+		         " failures (%" PRIu64 " before this daemon served), %" PRIu64 " crash_lost, %" PRIu64
+		         " seq_gaps; this daemon: %" PRIu64 " received, %" PRIu64 " malformed",
+		         p->id, p->attempts, p->received, p->malformed, p->failures, p->failures_downtime, p->crash_lost,
+		         p->seq_gaps, p->received_session, p->malformed_session);
 	}
 	for (size_t i = 0; i < m->n_readers; i++) {
 		CgroupCacheStats us;
@@ -838,6 +957,8 @@ static void manager_log_stats(Manager *m) {
 		         ss.accepted, ss.subscribed, refused, ss.gone_offered, ss.gone_sent, ss.gone_dropped,
 		         ss.fds_closed);
 	}
+	log_info("All clients: %" PRIu64 " offered, %" PRIu64 " delivered, %" PRIu64 " dropped", s->clients_offered,
+	         s->clients_delivered, s->clients_dropped);
 }
 
 static int on_exit_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
@@ -875,14 +996,14 @@ int manager_run(Manager *m) {
 		return log_error_errno(r, "Event loop failed: %m");
 
 	(void)sd_notify(false, "STOPPING=1\nSTATUS=Draining rings");
-	/* Readers drain what the kernel published before they stop; then the last output goes
-	 * out. A blocked stdout is not waited for. */
+	/* No silent window: the slots are cleared and the emitters in flight waited out first,
+	 * then the readers drain the rings to empty, then the last output goes out. A blocked
+	 * stdout is not waited for. The rings are unmapped with the readers (manager_free()). */
 	manager_stop_readers(m);
 	manager_flush(m);
 	if (m->server)
 		server_shutdown(m->server);
 	manager_finish_stdout(m);
-	manager_unmap_rings(m);
 	manager_log_stats(m);
 	return 0;
 }

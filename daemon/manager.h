@@ -9,6 +9,7 @@
 
 #include "config.h"
 #include "hub.h"
+#include "ledger.h"
 #include "probes.h"
 #include "reader.h"
 #include "server.h"
@@ -60,6 +61,12 @@ const Reader *manager_reader(const Manager *m, size_t i);
 Probes *manager_probes(Manager *m);
 Server *manager_server(Manager *m);
 Hub *manager_hub(Manager *m);
+Ledger *manager_ledger(Manager *m);
+/* A producer's pinned failure count when this daemon began serving: the failures of the
+ * downtime before it (and of earlier daemons). */
+uint64_t manager_failures_at_start(const Manager *m, uint32_t producer);
+/* What this daemon's start counted as lost with the rings of a dead daemon. */
+uint64_t manager_crash_lost_at_start(const Manager *m, uint32_t producer);
 
 /* Fills *ret. producer_failures is read from the pinned counters array only when
  * `with_failures` is set (a map read per call); if that read fails it is 0 and the error is

@@ -97,6 +97,8 @@ int probes_new(const char *pin_path, bool replace_incompatible, Probes **ret) {
 	/* The array must have one slot per possible CPU whoever creates it (us or, first, a
 	 * third-party producer); set it before checking pins so the check compares it. */
 	bpf_map__set_max_entries(p->skel->maps.events, p->n_cpus);
+	/* One struct perfrelay_received per (producer, possible CPU). */
+	bpf_map__set_max_entries(p->skel->maps.received, PERFRELAY_MAX_PRODUCERS * p->n_cpus);
 
 	bpf_object__for_each_map(m, p->skel->obj) {
 		const char *path = bpf_map__pin_path(m);
@@ -135,6 +137,8 @@ Probes *probes_free(Probes *p) {
 
 int probes_events_fd(const Probes *p) { return bpf_map__fd(p->skel->maps.events); }
 int probes_counters_fd(const Probes *p) { return bpf_map__fd(p->skel->maps.counters); }
+int probes_received_fd(const Probes *p) { return bpf_map__fd(p->skel->maps.received); }
+int probes_idle_fd(const Probes *p) { return bpf_map__fd(p->skel->maps.idle); }
 unsigned probes_possible_cpus(const Probes *p) { return p->n_cpus; }
 bool probes_is_enabled(const Probes *p, unsigned probe) { return probe < _PROBE_MAX && p->enabled[probe]; }
 bool probes_was_reused(const Probes *p, unsigned probe) { return probe < _PROBE_MAX && p->reused[probe]; }

@@ -19,6 +19,10 @@ Probes *probes_free(Probes *p);
 
 int probes_events_fd(const Probes *p);
 int probes_counters_fd(const Probes *p);
+/* "received": mmapable, PERFRELAY_MAX_PRODUCERS * possible CPUs struct perfrelay_received. */
+int probes_received_fd(const Probes *p);
+/* "idle": one __u32, 1 while no daemon serves (see bpf/producer.bpf.h). */
+int probes_idle_fd(const Probes *p);
 unsigned probes_possible_cpus(const Probes *p);
 
 /* Makes the set of attached probes equal to `mask` (bits PROBE_*): reuses pinned links whose

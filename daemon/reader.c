@@ -14,8 +14,35 @@
 
 #include "cgroup.h"
 #include "decode.h"
+#include "ledger.h"
 #include "macro.h"
 #include "reader.h"
+
+/* The sequence-gap detector's state for one (producer, CPU): the reader thread's own.
+ * Records of one CPU carry the producer's attempt numbers (hdr.seq), but nested emitters (two
+ * programs of one producer on one CPU) may write them out of order, so no "expected next seq"
+ * is tracked: gaps = seqs in [base, next) - records read with such a seq, which a late record
+ * corrects. base and gaps0 come from the pinned ledger, so a daemon continues where the
+ * previous one stopped and the seqs of its downtime count too. */
+typedef struct SeqState {
+	uint64_t base;      /* the ledger's seq_next when this daemon started */
+	uint64_t next;      /* highest seq read + 1, >= base */
+	uint64_t in_span;   /* records read with seq >= base */
+	uint64_t late;      /* records read with seq < base: counted as gaps by an earlier daemon */
+	uint64_t gaps0;     /* the ledger's seq_gaps when this daemon started */
+	uint64_t received;  /* this batch's valid records, not yet in the ledger */
+	uint64_t malformed; /* this batch's rejected records naming the producer */
+} SeqState;
+
+/* Per ring: a SeqState per producer id and the ids touched in the current batch. */
+typedef struct RingSeq {
+	struct perfrelay_received *ledger; /* the ledger entry of (producer 0, this CPU) */
+	unsigned stride;                   /* entries between two producers of one CPU */
+	uint32_t n_dirty;
+	uint16_t dirty[PERFRELAY_MAX_PRODUCERS];
+	uint8_t is_dirty[PERFRELAY_MAX_PRODUCERS];
+	SeqState seq[PERFRELAY_MAX_PRODUCERS];
+} RingSeq;
 
 struct Reader {
 	unsigned id;
@@ -23,6 +50,7 @@ struct Reader {
 	Ring **rings;
 	size_t n_rings;
 	CpuStats *cpu_stats;      /* one per ring; written by the thread */
+	RingSeq *seqs;            /* one per ring; the thread's (its ledger entries: see ledger.h) */
 	uint64_t *drained_usec;   /* one per ring; the thread's: when it last consumed records */
 	ReaderStats *stats;       /* written by the thread */
 	Hub *hub;
@@ -33,17 +61,19 @@ struct Reader {
 	pthread_t thread;
 	bool started;
 	atomic_int frozen;        /* fault injection only */
+	atomic_bool until_empty;  /* set by the main thread before the stop request */
 };
 
 /* What the record callback needs; lives on the thread's stack for one drain. */
 typedef struct DrainCtx {
 	Reader *reader;
 	CpuStats *cpu;
+	RingSeq *seq;
 	uint64_t records, received, lost, malformed, other;
 } DrainCtx;
 
 int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hub *hub, CgroupFs *cgroups,
-               unsigned flush_interval_ms, Reader **ret) {
+               Ledger *ledger, unsigned flush_interval_ms, Reader **ret) {
 	Reader *r = calloc(1, sizeof(*r));
 
 	if (!r) {
@@ -63,9 +93,22 @@ int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hu
 	r->cpu_stats = calloc(n_rings ?: 1, sizeof(CpuStats));
 	r->drained_usec = calloc(n_rings ?: 1, sizeof(uint64_t));
 	r->stats = calloc(1, sizeof(ReaderStats));
-	if (!r->cpu_stats || !r->drained_usec || !r->stats) {
+	r->seqs = calloc(n_rings ?: 1, sizeof(RingSeq));
+	if (!r->cpu_stats || !r->drained_usec || !r->stats || !r->seqs) {
 		reader_free(r);
 		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n_rings; i++) {
+		RingSeq *rs = &r->seqs[i];
+
+		rs->ledger = ledger_entry(ledger, 0, ring_cpu(rings[i]));
+		rs->stride = ledger_n_cpus(ledger);
+		for (uint32_t p = 0; p < PERFRELAY_MAX_PRODUCERS; p++) {
+			const struct perfrelay_received *e = rs->ledger + (size_t)p * rs->stride;
+
+			rs->seq[p].base = rs->seq[p].next = STAT_LOAD(e->seq_next);
+			rs->seq[p].gaps0 = STAT_LOAD(e->seq_gaps);
+		}
 	}
 	if (cgroups) {
 		int k = cgroup_cache_new(READER_UNIT_CACHE_ENTRIES, cgroup_fs_resolve, cgroups, &r->units);
@@ -98,11 +141,12 @@ int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hu
 Reader *reader_free(Reader *r) {
 	if (!r)
 		return NULL;
-	reader_stop(r);
+	reader_stop(r, false);
 	for (size_t i = 0; i < r->n_rings; i++)
 		ring_free(r->rings[i]);
 	free(r->rings);
 	free(r->cpu_stats);
+	free(r->seqs);
 	free(r->drained_usec);
 	free(r->stats);
 	cgroup_cache_free(r->units);
@@ -130,6 +174,46 @@ void reader_set_frozen(Reader *r, int frozen) {
 	atomic_store(&r->frozen, frozen);
 }
 
+static inline SeqState *seq_touch(RingSeq *rs, uint32_t producer) {
+	if (!rs->is_dirty[producer]) {
+		rs->is_dirty[producer] = 1;
+		rs->dirty[rs->n_dirty++] = (uint16_t)producer;
+	}
+	return &rs->seq[producer];
+}
+
+static inline void seq_record(SeqState *s, uint64_t seq) {
+	s->received++;
+	if (seq < s->base) {
+		s->late++;
+		return;
+	}
+	s->in_span++;
+	if (seq >= s->next)
+		s->next = seq < UINT64_MAX ? seq + 1 : seq;
+}
+
+/* Once per batch: what the batch read goes into the pinned ledger, so that it outlives us. */
+static void seq_flush(RingSeq *rs) {
+	for (uint32_t i = 0; i < rs->n_dirty; i++) {
+		uint32_t p = rs->dirty[i];
+		SeqState *s = &rs->seq[p];
+		struct perfrelay_received *e = rs->ledger + (size_t)p * rs->stride;
+		/* Signed: duplicated seqs (only a forging producer makes them) must not wrap. */
+		int64_t gaps = (int64_t)(s->gaps0 + (s->next - s->base)) - (int64_t)(s->in_span + s->late);
+
+		if (s->received)
+			STAT_ADD(e->received, s->received);
+		if (s->malformed)
+			STAT_ADD(e->malformed, s->malformed);
+		STAT_STORE(e->seq_next, s->next);
+		STAT_STORE(e->seq_gaps, gaps > 0 ? (uint64_t)gaps : 0);
+		s->received = s->malformed = 0;
+		rs->is_dirty[p] = 0;
+	}
+	rs->n_dirty = 0;
+}
+
 static void on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 	DrainCtx *d = userdata;
 	ReaderStats *st = d->reader->stats;
@@ -148,6 +232,7 @@ static void on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 
 			d->received++;
 			STAT_ADD(st->received_by_producer[ev.hdr.producer], 1);
+			seq_record(seq_touch(d->seq, ev.hdr.producer), ev.hdr.seq);
 			/* Filters and JSON lines need the unit; a cache hit is a hash and a compare,
 			 * a miss a syscall pair once per cgroup. Not worth it without clients. */
 			if (ev.cgroup_id != 0 && r->units && hub_reader_has_clients(r->hub, r->id))
@@ -161,8 +246,11 @@ static void on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 			uint32_t producer;
 
 			memcpy(&producer, v.raw + offsetof(struct perfrelay_hdr, producer), sizeof(producer));
-			if (producer < PERFRELAY_MAX_PRODUCERS)
+			if (producer < PERFRELAY_MAX_PRODUCERS) {
 				STAT_ADD(st->malformed_by_producer[producer], 1);
+				STAT_ADD(st->malformed_by_producer_reason[producer][e], 1);
+				seq_touch(d->seq, producer)->malformed++;
+			}
 		}
 		return;
 	case PERF_REC_LOST:
@@ -200,7 +288,7 @@ static int drain_all(Reader *r, uint64_t now_usec, bool *ret_any, bool *ret_tric
 
 	hub_reader_begin(r->hub, r->id);
 	for (size_t i = 0; i < r->n_rings; i++) {
-		DrainCtx d = { .reader = r, .cpu = &r->cpu_stats[i] };
+		DrainCtx d = { .reader = r, .cpu = &r->cpu_stats[i], .seq = &r->seqs[i] };
 		uint64_t budget = ring_data_size(r->rings[i]) / 2;
 		int64_t n;
 
@@ -212,6 +300,8 @@ static int drain_all(Reader *r, uint64_t now_usec, bool *ret_any, bool *ret_tric
 			STAT_ADD(d.cpu->corrupt, 1);
 			n = 1;
 		}
+		if (d.seq->n_dirty)
+			seq_flush(d.seq);
 		if (n > 0) {
 			any = true;
 			more |= (uint64_t)n >= budget;
@@ -290,9 +380,11 @@ static void *reader_thread(void *userdata) {
 			STAT_ADD(r->stats->wakeups, 1);
 		STAT_ADD(r->stats->progress, 1);
 	}
-	/* Last drain after the stop request, so what was published before it is not lost; bounded,
-	 * because producers that keep emitting would otherwise keep us here forever. */
-	for (unsigned pass = 0; pass < 64; pass++)
+	/* Last drain after the stop request. Once the manager cleared the array's slots and waited
+	 * out the emitters in flight (r->until_empty), nothing can write into the rings any more:
+	 * drain them to empty. Otherwise bounded, because producers that keep emitting would keep
+	 * us here forever. */
+	for (unsigned pass = 0; atomic_load(&r->until_empty) || pass < 64; pass++)
 		if (!drain_all(r, now_usec(), &any, &trickle) && !any)
 			break;
 	return NULL;
@@ -327,11 +419,12 @@ int reader_start(Reader *r) {
 	return 0;
 }
 
-void reader_stop(Reader *r) {
+void reader_stop(Reader *r, bool until_empty) {
 	uint64_t one = 1;
 
 	if (!r->started)
 		return;
+	atomic_store(&r->until_empty, until_empty);
 	(void)!write(r->stop_fd, &one, sizeof(one));
 	pthread_join(r->thread, NULL);
 	r->started = false;

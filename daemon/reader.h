@@ -8,6 +8,7 @@
 #include "cgroup.h"
 #include "cpuset.h"
 #include "hub.h"
+#include "ledger.h"
 #include "ring.h"
 #include "stats.h"
 
@@ -33,14 +34,17 @@ typedef struct Reader Reader;
 #define READER_BUSY_HOLD_MS 10u
 
 /* Takes ownership of the rings (on success and on failure). `id` is the reader's index in the
- * hub. `cgroups` (NULL: events get no unit) must outlive the reader. */
+ * hub. `cgroups` (NULL: events get no unit) and `ledger` must outlive the reader; the reader
+ * continues the ledger's sequence-gap state of its CPUs, so it is made after ledger_settle(). */
 int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hub *hub, CgroupFs *cgroups,
-               unsigned flush_interval_ms, Reader **ret);
-Reader *reader_free(Reader *r); /* stops the thread first if it runs */
+               Ledger *ledger, unsigned flush_interval_ms, Reader **ret);
+Reader *reader_free(Reader *r); /* stops the thread first if it runs (bounded last drain) */
 
 int reader_start(Reader *r);
-/* Asks the thread to drain its rings a last time and exit, then joins it. */
-void reader_stop(Reader *r);
+/* Asks the thread to drain its rings a last time and exit, then joins it. With until_empty
+ * (only once nothing can write into the rings: slots cleared and a grace period waited out)
+ * the last drain goes on until the rings are empty; otherwise it is bounded. */
+void reader_stop(Reader *r, bool until_empty);
 
 unsigned reader_id(const Reader *r);
 const CpuSet *reader_cpus(const Reader *r);

@@ -3,7 +3,8 @@
 """Nothing is lost uncounted: under deliberate overload (one-page rings, clients that do not read)
 the benchmark producer's attempts equal what the readers received plus the output failures,
 PERF_RECORD_LOST never exceeds the failures, and every client's offered = sent + dropped, each
-figure checked against a second, independent source."""
+figure read from GetStats() (perfrelayctl stats --json) and checked against a second,
+independent source."""
 import json
 import os
 import socket
@@ -14,6 +15,7 @@ import time
 
 from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests
 import event_abi
+from statsbus import StatsBus
 
 BINARY = sys.argv[1]
 # perfrelay-bench is built beside the daemon: <build>/bench/perfrelay-bench.
@@ -25,6 +27,7 @@ HDR = struct.Struct("<HBBHHIIQQ")  # struct perfrelay_hdr
 require_root_and_bpf()
 if not os.access(BENCH, os.X_OK):
     raise SystemExit(f"FAIL: {BENCH} is missing (meson compile builds it with the daemon)")
+BUS = StatsBus(BINARY)
 
 
 class SlowClient:
@@ -105,23 +108,6 @@ class SlowClient:
         self.sock.close()
 
 
-def parse_stats(lines):
-    """The daemon's exit statistics (and, with --verbose, one line per client that left)."""
-    st = {"received": None, "malformed": None, "ring_lost": 0, "clients": {}}
-    for line in lines:
-        w = line.replace(",", "").replace(";", "").split()
-        if "Producer" in w and w[w.index("Producer") + 1] == f"{PRODUCER}:":
-            i = w.index("Producer")
-            st["received"], st["malformed"] = int(w[i + 2]), int(w[i + 4])
-        elif "CPU" in w and "received" in w and "lost" in w:
-            st["ring_lost"] += int(w[w.index("lost") - 1])
-        elif "Client" in w and "disconnected:" in w:
-            cid = int(w[w.index("Client") + 1])
-            st["clients"][cid] = {"offered": int(w[w.index("offered") - 2]), "sent": int(w[w.index("sent") - 1]),
-                                  "dropped": int(w[w.index("dropped") - 1])}
-    return st
-
-
 def fence(path):
     """A connection whose hello proves the daemon's main thread attached every subscriber whose
     hello came before: it serves connections one callback at a time."""
@@ -140,7 +126,7 @@ def fence(path):
 
 def test_accounting_under_overload():
     cpus = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
-    d = Daemon(BINARY, "accounting", stdout=False, extra_args=["--verbose"],
+    d = Daemon(BINARY, "accounting", stdout=False,
                config="[Ring]\nPagesPerCpu=1\n[Probes]\nProbes=none\n[Socket]\nClientQueueBytes=64K\n")
     try:
         d.start()
@@ -162,24 +148,37 @@ def test_accounting_under_overload():
         # Each client must account for every record the readers received: attempts - failures.
         for c in clients:
             c.drain(attempts - failures)
-            c.close()
-        check_eq(d.stop(), 0, "daemon exit status")
-        st = parse_stats(d.stderr_lines)
-
-        check_eq(st["malformed"], 0, "malformed benchmark records")
-        check_eq(st["received"], attempts - failures, "received by readers = attempts - output failures")
-        check(0 < st["ring_lost"] <= failures,
-              f"PERF_RECORD_LOST total {st['ring_lost']} must be positive and at most the {failures} failures")
+        # Both clients have read everything the daemon owed them: the counters are final.
+        st = BUS.stats()
+        p = next((p for p in st["producers"] if p["id"] == PRODUCER), None)
+        check(p is not None, f"GetStats lists producer {PRODUCER}")
+        check_eq((p["attempts"], p["failures"]), (attempts, failures),
+                 "GetStats: the producer's attempts and failures, as the producer counted them")
+        check_eq(p["malformed"], 0, "malformed benchmark records")
+        check_eq(p["crash_lost"], 0, "no daemon died")
+        check_eq(p["received"], attempts - failures, "received by readers = attempts - output failures")
+        check_eq(p["received_session"], p["received"], "a fresh pin root: this daemon received them all")
+        ring_lost = sum(c["lost"] for c in st["cpus"])
+        check_eq(ring_lost, st["ring_lost"], "ring_lost is the sum over CPUs")
+        check(0 < ring_lost <= failures,
+              f"PERF_RECORD_LOST total {ring_lost} must be positive and at most the {failures} failures")
+        listed = {c["id"]: c for c in st["client_list"]}
         for c in clients:
-            cs = st["clients"].get(c.id)
-            check(cs is not None, f"the daemon logged the figures of client {c.id}")
-            check_eq(cs["offered"], st["received"], f"client {c.id} ({c.fmt}): offered = received by readers")
+            cs = listed.get(c.id)
+            check(cs is not None, f"GetStats lists client {c.id}")
+            check_eq(cs["offered"], p["received"], f"client {c.id} ({c.fmt}): offered = received by readers")
             check_eq(cs["offered"], cs["sent"] + cs["dropped"], f"client {c.id} ({c.fmt}): offered = sent + dropped")
             check_eq(c.events, cs["sent"], f"client {c.id} ({c.fmt}): events read = sent")
             check_eq(c.lost, cs["dropped"], f"client {c.id} ({c.fmt}): lost notices = dropped")
             check(cs["dropped"] > 0, f"client {c.id} ({c.fmt}) did not read and must have lost events")
+        for c in clients:
+            c.close()
+        check_eq(d.stop(), 0, "daemon exit status")
     finally:
         d.cleanup()
 
 
-run_tests([test_accounting_under_overload])
+try:
+    run_tests([test_accounting_under_overload])
+finally:
+    BUS.close()

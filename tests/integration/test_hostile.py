@@ -8,11 +8,11 @@ valid ones with their payload, and stays up."""
 import base64
 import json
 import os
-import re
 import subprocess
 import sys
 
 from prtest import Daemon, check, check_eq, require_root_and_bpf, run_tests
+from statsbus import StatsBus, wait_for
 
 BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
@@ -27,6 +27,7 @@ REASON = ["bad-magic", "truncated", "bad-magic", "truncated", "bad-version", "ba
 NAMES_PRODUCER = [False, True, True, True, True, False, True, True, False]
 
 require_root_and_bpf()
+BUS = StatsBus(BINARY)
 # Big rings, so that the kernel takes every record (what it did not take is counted anyway).
 d = Daemon(BINARY, "hostile", config="[Probes]\nProbes=none\n[Ring]\nPagesPerCpu=512\n")
 
@@ -44,8 +45,42 @@ def test_hostile_producer():
     valid = d.wait_events(lambda e: e.get("type_id") == 0x8123 and e.get("producer") == 300, sent[8],
                           "the valid records of the unknown type", timeout=60)
     check(d.proc.poll() is None and d.proc.pid == pid, "the daemon stayed up")
-    check_eq(d.stop(), 0, "clean exit")
 
+    # The statistics (GetStats through perfrelayctl stats --json): rejections per reason (summed
+    # over readers) and per producer. Every record was written on one CPU, in order, and the
+    # last one was valid and is published: the batch that read it has been read, and its
+    # counters are stored at the end of that batch, so they are waited for, not slept for.
+    want = {}
+    for k, reason in enumerate(REASON):
+        if reason:
+            want[reason] = want.get(reason, 0) + sent[k]
+    named = sum(s for s, n in zip(sent, NAMES_PRODUCER) if n)
+
+    def settled():
+        st = BUS.stats()
+        return st if sum(c["malformed"] for c in st["cpus"]) >= sum(want.values()) else None
+    st = wait_for(settled, "the per-CPU malformed counters of the last batch", timeout=10)
+
+    reasons = {}
+    for rd in st["readers"]:
+        for reason, n in rd["malformed_by_reason"].items():
+            reasons[reason] = reasons.get(reason, 0) + n
+    check_eq(reasons, want, "records rejected per reason")
+    producers = {p["id"]: p for p in st["producers"]}
+    p300, p301 = producers.get(300, {}), producers.get(301, {})
+    check_eq((p300.get("received_session"), p300.get("malformed_session")), (sent[8], 0),
+             "producer 300: its valid records, nothing malformed")
+    check_eq((p301.get("received_session"), p301.get("malformed_session")), (0, named),
+             "producer 301: every malformed record that names it")
+    check_eq(p301.get("malformed"), named, "producer 301: the pinned ledger counts them too")
+    want301 = {}
+    for k, reason in enumerate(REASON):
+        if reason and NAMES_PRODUCER[k]:
+            want301[reason] = want301.get(reason, 0) + sent[k]
+    check_eq(p301.get("malformed_by_reason"), want301, "producer 301: rejected per reason")
+    check_eq(sum(c["malformed"] for c in st["cpus"]), sum(want.values()), "per-CPU malformed counters add up")
+
+    check_eq(d.stop(), 0, "clean exit")
     check_eq(len([e for e in d.events if e.get("type_id") == 0x8123]), sent[8], "each valid record published once")
     for e in valid[:100]:
         check_eq(e["type"], "unknown", "an unknown type is published as such")
@@ -54,26 +89,9 @@ def test_hostile_producer():
           "a forged loss report is never published")
     check(not any(e.get("producer") == 301 for e in d.events), "no malformed record is published")
 
-    # The exit statistics: rejections per reason (summed over readers) and per producer.
-    log = d.stderr()
-    reasons = {}
-    for m in re.finditer(r"Reader \d+: (\d+) records rejected: ([\w-]+)", log):
-        reasons[m.group(2)] = reasons.get(m.group(2), 0) + int(m.group(1))
-    want = {}
-    for k, reason in enumerate(REASON):
-        if reason:
-            want[reason] = want.get(reason, 0) + sent[k]
-    check_eq(reasons, want, "records rejected per reason")
-    producers = {int(m.group(1)): (int(m.group(2)), int(m.group(3)))
-                 for m in re.finditer(r"Producer (\d+): (\d+) received, (\d+) malformed", log)}
-    check_eq(producers.get(300), (sent[8], 0), "producer 300: its valid records, nothing malformed")
-    check_eq(producers.get(301), (0, sum(s for s, named in zip(sent, NAMES_PRODUCER) if named)),
-             "producer 301: every malformed record that names it")
-    malformed_cpu = sum(int(m.group(1)) for m in re.finditer(r"CPU \d+: \d+ received, \d+ lost, (\d+) malformed", log))
-    check_eq(malformed_cpu, sum(want.values()), "per-CPU malformed counters add up")
-
 
 try:
     run_tests([test_hostile_producer])
 finally:
     d.cleanup()
+    BUS.close()

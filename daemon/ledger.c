@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The mmapped "received" map and the crash accounting at start. */
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+
+#include "ledger.h"
+#include "macro.h"
+#include "stats.h"
+
+struct Ledger {
+	struct perfrelay_received *entries;
+	size_t map_size;
+	unsigned n_cpus;
+};
+
+int ledger_open(int map_fd, unsigned n_cpus, Ledger **ret) {
+	long page = sysconf(_SC_PAGESIZE);
+	Ledger *l;
+	void *p;
+
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->n_cpus = n_cpus;
+	l->map_size = ALIGN_TO(sizeof(struct perfrelay_received) * PERFRELAY_MAX_PRODUCERS * n_cpus, (size_t)page);
+	p = mmap(NULL, l->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, map_fd, 0);
+	if (p == MAP_FAILED) {
+		int r = negative_errno();
+		free(l);
+		return r;
+	}
+	l->entries = p;
+	*ret = l;
+	return 0;
+}
+
+Ledger *ledger_free(Ledger *l) {
+	if (!l)
+		return NULL;
+	if (l->entries)
+		munmap(l->entries, l->map_size);
+	free(l);
+	return NULL;
+}
+
+struct perfrelay_received *ledger_entry(Ledger *l, uint32_t producer, unsigned cpu) {
+	return &l->entries[(size_t)producer * l->n_cpus + cpu];
+}
+
+unsigned ledger_n_cpus(const Ledger *l) { return l->n_cpus; }
+
+int64_t ledger_settle(Ledger *l, int counters_fd, uint64_t *ret_lost) {
+	_cleanup_free_ struct perfrelay_counters *v = calloc(l->n_cpus, sizeof(*v));
+	int64_t total = 0;
+
+	if (!v)
+		return -ENOMEM;
+	for (uint32_t id = 0; id < PERFRELAY_MAX_PRODUCERS; id++) {
+		ret_lost[id] = 0;
+		if (bpf_map_lookup_elem(counters_fd, &id, v) < 0)
+			return negative_errno();
+		for (unsigned cpu = 0; cpu < l->n_cpus; cpu++) {
+			struct perfrelay_received *e = ledger_entry(l, id, cpu);
+			uint64_t accepted = v[cpu].attempts - v[cpu].failures;
+			uint64_t seen = STAT_LOAD(e->received) + STAT_LOAD(e->malformed) + STAT_LOAD(e->crash_lost);
+
+			/* Below: records of this id that its counters never saw (a producer that
+			 * writes without perfrelay_emit(), or forges the id); nothing to settle. */
+			if (v[cpu].attempts < v[cpu].failures || accepted <= seen)
+				continue;
+			STAT_STORE(e->crash_lost, STAT_LOAD(e->crash_lost) + (accepted - seen));
+			ret_lost[id] += accepted - seen;
+			total += (int64_t)(accepted - seen);
+		}
+	}
+	return total;
+}

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The pinned "received" map (struct perfrelay_received per producer and possible CPU),
+ * mmapped: what every daemon's readers took from the rings, kept across daemons so that a
+ * daemon starting after a crash can count what the dead one's rings took with them. */
+#pragma once
+
+#include <stdint.h>
+
+#include "event.h"
+
+typedef struct Ledger Ledger;
+
+/* Maps the array behind map_fd, PERFRELAY_MAX_PRODUCERS * n_cpus entries. */
+int ledger_open(int map_fd, unsigned n_cpus, Ledger **ret);
+Ledger *ledger_free(Ledger *l);
+
+/* The entry of (producer, cpu), producer < PERFRELAY_MAX_PRODUCERS, cpu < n_cpus. Each is
+ * written by the one reader thread that owns the CPU's ring (relaxed atomic stores, once per
+ * batch) and read by the main thread with STAT_LOAD. */
+struct perfrelay_received *ledger_entry(Ledger *l, uint32_t producer, unsigned cpu);
+unsigned ledger_n_cpus(const Ledger *l);
+
+/* Crash accounting, while nothing can write into a ring (slots cleared, a grace period
+ * waited out) and before new rings are installed: for every (producer, CPU) the records the
+ * producer's pinned counters say the kernel accepted (attempts - failures) and no reader ever
+ * read (received + malformed) nor was counted lost before (crash_lost) were in the rings of a
+ * daemon that died; they are added to crash_lost. ret_lost[producer] (PERFRELAY_MAX_PRODUCERS
+ * entries) gets what was added now. Returns the total added, or a negative errno. */
+int64_t ledger_settle(Ledger *l, int counters_fd, uint64_t *ret_lost);

@@ -1,0 +1,99 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The daemon's statistics for tests, read the way a user reads them: `perfrelayctl stats --json`
+(D-Bus GetStats()) on a private dbus-daemon configured like the system bus with the project's
+policy. Importing this module starts nothing; StatsBus() does, and exports its address to the
+daemons started afterwards ($DBUS_SYSTEM_BUS_ADDRESS)."""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+from prtest import Failure, skip
+
+SRCDIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+POLICY = os.path.join(SRCDIR, "config", "org.perfrelay1.conf")
+
+CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={dir}/system_bus_socket</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <deny own="*"/>
+    <deny send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
+  </policy>
+  <includedir>{dir}/system.d</includedir>
+</busconfig>
+"""
+
+
+class StatsBus:
+    def __init__(self, binary):
+        if not shutil.which("dbus-daemon"):
+            skip("dbus-daemon is not installed")
+        builddir = os.path.dirname(os.path.dirname(os.path.abspath(binary)))
+        self.ctl = os.path.join(builddir, "client", "perfrelayctl")
+        if not os.access(self.ctl, os.X_OK):
+            raise Failure(f"{self.ctl} was not built")
+        self.dir = tempfile.mkdtemp(prefix="perfrelay-statsbus-")
+        os.makedirs(os.path.join(self.dir, "system.d"))
+        shutil.copy(POLICY, os.path.join(self.dir, "system.d"))
+        conf = os.path.join(self.dir, "system.conf")
+        with open(conf, "w") as f:
+            f.write(CONFIG.format(dir=self.dir))
+        self.proc = subprocess.Popen(["dbus-daemon", f"--config-file={conf}", "--nofork", "--print-address=1"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().strip()
+        if not line:
+            raise Failure(f"dbus-daemon did not start: {self.proc.stderr.read()}")
+        self.address = line.split(",")[0]
+        os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = self.address
+
+    def stats(self):
+        """GetStats() through perfrelayctl stats --json."""
+        r = subprocess.run([self.ctl, "stats", "--json"], capture_output=True, text=True, timeout=30,
+                           env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=self.address))
+        if r.returncode != 0:
+            raise Failure(f"perfrelayctl stats --json failed ({r.returncode}): {r.stderr.strip()}")
+        return json.loads(r.stdout)
+
+    def producer(self, producer_id):
+        """One producer's entry of GetStats() (all zeros if the daemon lists no such producer)."""
+        st = self.stats()
+        for p in st["producers"]:
+            if p["id"] == producer_id:
+                return p
+        return {k: (0 if isinstance(v, int) else v) for k, v in st["total"].items()} | {"id": producer_id}
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def wait_for(fn, what, timeout=10, interval=0.02):
+    """Polls fn() until it returns something true and returns that; a Failure after `timeout`
+    seconds. For counters the daemon stores at the end of a batch: a bounded wait for a
+    condition that must come true, never a sleep standing in for one."""
+    import time
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise Failure(f"{what}: not within {timeout}s")
+        time.sleep(interval)
