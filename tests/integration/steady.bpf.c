@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/* A well-behaved third-party producer for the exactness tests: one record per getppid() call of
+ * the loader, emitted with producer.bpf.h's perfrelay_emit(), and its own count of the records
+ * the kernel accepted (bpf_perf_event_output() returned 0), independent of perfrelay's maps. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+
+#include "event.h"
+#include "producer.bpf.h"
+
+#define STEADY_PRODUCER 310
+#define STEADY_TYPE 0x8310
+
+const volatile __u32 target_tgid = 0;
+
+__u64 calls = 0;    /* emits attempted */
+__u64 accepted = 0; /* emits the kernel took into a ring */
+
+struct steady_rec {
+	struct perfrelay_hdr hdr;
+	__u64 call;
+};
+
+SEC("tp/syscalls/sys_enter_getppid")
+int steady(void *ctx)
+{
+	struct steady_rec r = {};
+
+	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid)
+		return 0;
+	r.call = __sync_fetch_and_add(&calls, 1);
+	if (perfrelay_emit(ctx, &r, sizeof(r), STEADY_TYPE, STEADY_PRODUCER) == 0)
+		__sync_fetch_and_add(&accepted, 1);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";
