@@ -17,20 +17,13 @@
 #include "ledger.h"
 #include "macro.h"
 #include "reader.h"
+#include "seqgap.h"
 
-/* The sequence-gap detector's state for one (producer, CPU): the reader thread's own.
- * Records of one CPU carry the producer's attempt numbers (hdr.seq), but nested emitters (two
- * programs of one producer on one CPU) may write them out of order, so no "expected next seq"
- * is tracked: gaps = seqs in [base, next) - records read with such a seq, which a late record
- * corrects. base and gaps0 come from the pinned ledger, so a daemon continues where the
- * previous one stopped and the seqs of its downtime count too. */
+/* Per (ring, producer): the sequence-gap detector (seqgap.h) and what the current batch read,
+ * not yet in the ledger. The reader thread's own. */
 typedef struct SeqState {
-	uint64_t base;      /* the ledger's seq_next when this daemon started */
-	uint64_t next;      /* highest seq read + 1, >= base */
-	uint64_t in_span;   /* records read with seq >= base */
-	uint64_t late;      /* records read with seq < base: counted as gaps by an earlier daemon */
-	uint64_t gaps0;     /* the ledger's seq_gaps when this daemon started */
-	uint64_t received;  /* this batch's valid records, not yet in the ledger */
+	SeqGap gap;
+	uint64_t received;  /* this batch's valid records */
 	uint64_t malformed; /* this batch's rejected records naming the producer */
 } SeqState;
 
@@ -106,8 +99,7 @@ int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hu
 		for (uint32_t p = 0; p < PERFRELAY_MAX_PRODUCERS; p++) {
 			const struct perfrelay_received *e = rs->ledger + (size_t)p * rs->stride;
 
-			rs->seq[p].base = rs->seq[p].next = STAT_LOAD(e->seq_next);
-			rs->seq[p].gaps0 = STAT_LOAD(e->seq_gaps);
+			seqgap_init(&rs->seq[p].gap, STAT_LOAD(e->seq_next), STAT_LOAD(e->seq_gaps));
 		}
 	}
 	if (cgroups) {
@@ -182,32 +174,19 @@ static inline SeqState *seq_touch(RingSeq *rs, uint32_t producer) {
 	return &rs->seq[producer];
 }
 
-static inline void seq_record(SeqState *s, uint64_t seq) {
-	s->received++;
-	if (seq < s->base) {
-		s->late++;
-		return;
-	}
-	s->in_span++;
-	if (seq >= s->next)
-		s->next = seq < UINT64_MAX ? seq + 1 : seq;
-}
-
 /* Once per batch: what the batch read goes into the pinned ledger, so that it outlives us. */
 static void seq_flush(RingSeq *rs) {
 	for (uint32_t i = 0; i < rs->n_dirty; i++) {
 		uint32_t p = rs->dirty[i];
 		SeqState *s = &rs->seq[p];
 		struct perfrelay_received *e = rs->ledger + (size_t)p * rs->stride;
-		/* Signed: duplicated seqs (only a forging producer makes them) must not wrap. */
-		int64_t gaps = (int64_t)(s->gaps0 + (s->next - s->base)) - (int64_t)(s->in_span + s->late);
 
 		if (s->received)
 			STAT_ADD(e->received, s->received);
 		if (s->malformed)
 			STAT_ADD(e->malformed, s->malformed);
-		STAT_STORE(e->seq_next, s->next);
-		STAT_STORE(e->seq_gaps, gaps > 0 ? (uint64_t)gaps : 0);
+		STAT_STORE(e->seq_next, seqgap_next(&s->gap));
+		STAT_STORE(e->seq_gaps, seqgap_gaps(&s->gap));
 		s->received = s->malformed = 0;
 		rs->is_dirty[p] = 0;
 	}
@@ -232,7 +211,10 @@ static void on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 
 			d->received++;
 			STAT_ADD(st->received_by_producer[ev.hdr.producer], 1);
-			seq_record(seq_touch(d->seq, ev.hdr.producer), ev.hdr.seq);
+			SeqState *s = seq_touch(d->seq, ev.hdr.producer);
+
+			s->received++;
+			seqgap_record(&s->gap, ev.hdr.seq);
 			/* Filters and JSON lines need the unit; a cache hit is a hash and a compare,
 			 * a miss a syscall pair once per cgroup. Not worth it without clients. */
 			if (ev.cgroup_id != 0 && r->units && hub_reader_has_clients(r->hub, r->id))
