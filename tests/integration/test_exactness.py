@@ -6,20 +6,26 @@ independently of perfrelay's maps, while the daemon is stopped with SIGTERM and 
 times (accepted = received, exactly; attempts = received + failures), and killed with SIGKILL
 10 times (accepted = received + crash_lost; attempts = received + failures + crash_lost,
 crash_lost > 0). Under ring overflow the sequence-gap detector's seq_gaps equals the loss the
-producer's counters explain. Every figure comes from GetStats() (perfrelayctl stats --json)."""
+producer's counters explain. Between daemons the idle flag makes the probes count attempts
+as failures, reported apart; an incompatible
+"received" pin is refused; a failed start loses nothing. Every figure comes from GetStats() (perfrelayctl stats --json)
+or the pinned maps."""
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 
-from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests
+from prtest import (Daemon, Failure, bpftool_json, check, check_eq, producer_counters,
+                    require_root_and_bpf, run_tests)
 from statsbus import StatsBus, wait_for
 
 BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 STEADY = os.path.join(BUILDDIR, "tests", "integration", "steady-producer")
 PRODUCER = 310  # steady.bpf.c
+PRODUCER_EXEC = 1
 RATE = 10000    # records a second during the restarts
 CPU = min(os.sched_getaffinity(0))
 
@@ -159,7 +165,96 @@ def test_seq_gaps_under_overflow():
         d.cleanup()
 
 
+def idle_flag(pin_path):
+    out = bpftool_json("map", "lookup", "pinned", f"{pin_path}/idle", "key", "0", "0", "0", "0")
+    v = out["value"]
+    return v if isinstance(v, int) else int.from_bytes(bytes(int(b, 16) for b in v), "little")
+
+
+def test_downtime_is_counted_cheaply():
+    """Between daemons the idle flag is set and the built-in probes count each attempt as a
+    failure without building a record; the next daemon reports those failures apart."""
+    d = Daemon(BINARY, "exact-idle", stdout=False, config="[Probes]\nProbes=exec\n")
+    try:
+        d.start()
+        check_eq(idle_flag(d.pin_path), 0, "idle flag while a daemon serves")
+        check_eq(d.stop(), 0, "clean exit")
+        check_eq(idle_flag(d.pin_path), 1, "idle flag after the daemon stopped")
+        a0, f0 = producer_counters(d.pin_path, PRODUCER_EXEC)
+        for _ in range(20):
+            subprocess.run(["/bin/true"], check=True)
+        a1, f1 = producer_counters(d.pin_path, PRODUCER_EXEC)
+        check(a1 - a0 >= 20, f"the exec probe counted our 20 execs as attempts: {a1 - a0}")
+        check_eq(f1 - f0, a1 - a0, "every attempt while no daemon serves is a failure")
+        d.start()
+        p = next(p for p in BUS.stats()["producers"] if p["id"] == PRODUCER_EXEC)
+        check(p["failures_downtime"] >= f1, f"GetStats: failures before this daemon ({p['failures_downtime']}) "
+              f"include the downtime's {f1 - f0}")
+        check_eq(p["failures_downtime"] + p["failures_serving"], p["failures"], "failures split in two")
+        check_eq(d.stop(), 0, "clean exit")
+    finally:
+        d.cleanup()
+
+
+def test_failed_start_loses_nothing():
+    """A start that fails after its rings were installed and its readers started (here: the
+    socket cannot be made) quiesces like a stop: records the kernel accepted meanwhile are read,
+    none is lost uncounted, and the idle flag is left set."""
+    bad = tempfile.mkdtemp(prefix="perfrelay-exact-fail-")
+    with open(os.path.join(bad, "file"), "w"):
+        pass
+    d = Daemon(BINARY, "exact-fail", stdout=False, config="[Probes]\nProbes=none\n")
+    bad_conf = os.path.join(bad, "perfrelay.conf")
+    with open(bad_conf, "w") as f:
+        f.write(f"[Daemon]\nPinPath={d.pin_path}\n[Socket]\nSocketPath={bad}/file/events.sock\n"
+                "[Probes]\nProbes=none\n")
+    prod = None
+    try:
+        d.start()
+        prod = Steady(d.pin_path)
+        prod.cmd(f"rate {RATE * 5}")
+        check_eq(d.stop(), 0, "clean exit")
+        for i in range(5):
+            r = subprocess.run([BINARY, "--config", bad_conf], capture_output=True, text=True, timeout=60)
+            check(r.returncode != 0 and "Failed to set up the event socket" in r.stderr,
+                  f"start {i + 1} fails for its socket: {r.stderr[-300:]}")
+            check_eq(idle_flag(d.pin_path), 1, f"failed start {i + 1} left the idle flag set")
+        d.start()
+        prod.cmd("rate 0")
+        counts = prod.counts()
+        prod.close()
+        check_eq(d.stop(), 0, "clean exit")
+        d.start()
+        p = producer_stats()
+        check_eq(d.stop(), 0, "clean exit")
+        print(f"failed starts: producer {counts}, GetStats {json.dumps(p, sort_keys=True)}")
+        check_eq(p["attempts"], counts["calls"], "attempts = the producer's own calls")
+        check_eq(p["crash_lost"], 0, "nothing was left unread in the failed starts' rings")
+        check_eq(p["received"], counts["accepted"], "received = records the kernel accepted")
+        check_eq(p["attempts"], p["received"] + p["failures"], "attempts = received + failures")
+    finally:
+        if prod:
+            prod.close()
+        d.cleanup()
+        subprocess.run(["rm", "-rf", bad])
+
+
+def test_incompatible_received_pin():
+    d = Daemon(BINARY, "exact-pin", stdout=False, config="[Probes]\nProbes=none\n")
+    try:
+        os.makedirs(d.pin_path, exist_ok=True)
+        subprocess.run(["bpftool", "map", "create", f"{d.pin_path}/received", "type", "array", "key", "4",
+                        "value", "8", "entries", "1", "name", "received"], check=True)
+        r = subprocess.run([BINARY, "--config", d.config_path], capture_output=True, text=True, timeout=60)
+        check(r.returncode != 0, "an incompatible received pin stops the start")
+        check(f"Pinned map {d.pin_path}/received is incompatible" in r.stderr and "value_size is 8, expected 48"
+              in r.stderr, f"the error names the pin and the difference: {r.stderr[-400:]}")
+    finally:
+        d.cleanup()
+
+
 try:
-    run_tests([test_sigterm_restarts, test_sigkill_restarts, test_seq_gaps_under_overflow])
+    run_tests([test_sigterm_restarts, test_sigkill_restarts, test_seq_gaps_under_overflow,
+               test_downtime_is_counted_cheaply, test_failed_start_loses_nothing, test_incompatible_received_pin])
 finally:
     BUS.close()
