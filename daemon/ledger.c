@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The mmapped "received" map and the crash accounting at start. */
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -77,4 +78,32 @@ int64_t ledger_settle(Ledger *l, int counters_fd, uint64_t *ret_lost) {
 		}
 	}
 	return total;
+}
+
+int64_t ledger_adopt(Ledger *l, int counters_fd) {
+	_cleanup_free_ struct perfrelay_counters *v = calloc(l->n_cpus, sizeof(*v));
+	int64_t total = 0;
+
+	if (!v)
+		return -ENOMEM;
+	for (uint32_t id = 0; id < PERFRELAY_MAX_PRODUCERS; id++) {
+		if (bpf_map_lookup_elem(counters_fd, &id, v) < 0)
+			return negative_errno();
+		for (unsigned cpu = 0; cpu < l->n_cpus; cpu++) {
+			struct perfrelay_received *e = ledger_entry(l, id, cpu);
+			uint64_t accepted = v[cpu].attempts >= v[cpu].failures ? v[cpu].attempts - v[cpu].failures : 0;
+
+			*e = (struct perfrelay_received){
+				.received = accepted,
+				.seq_next = v[cpu].attempts,
+				.seq_gaps = v[cpu].failures,
+			};
+			total += (int64_t)accepted;
+		}
+	}
+	return total;
+}
+
+void ledger_reset(Ledger *l) {
+	memset(l->entries, 0, sizeof(struct perfrelay_received) * PERFRELAY_MAX_PRODUCERS * l->n_cpus);
 }

@@ -27,3 +27,12 @@ unsigned ledger_n_cpus(const Ledger *l);
  * daemon that died; they are added to crash_lost. ret_lost[producer] (PERFRELAY_MAX_PRODUCERS
  * entries) gets what was added now. Returns the total added, or a negative errno. */
 int64_t ledger_settle(Ledger *l, int counters_fd, uint64_t *ret_lost);
+
+/* A ledger made now beside counters that already count (the pin root of a version without
+ * it, or a removed "received" pin): what the counters say the kernel accepted is taken as
+ * received by the daemons before, and the sequence-gap detector starts after the last
+ * attempt, so that old history is neither crash loss nor gaps. Returns the records adopted. */
+int64_t ledger_adopt(Ledger *l, int counters_fd);
+
+/* Zeroes the ledger: its counters were made now, so the old figures match nothing. */
+void ledger_reset(Ledger *l);

@@ -347,6 +347,17 @@ static int manager_settle(Manager *m) {
 	r = manager_clear_slots(m);
 	if (r < 0)
 		return r;
+	if (probes_counters_created(m->probes) && !probes_received_created(m->probes)) {
+		log_notice("%s/counters was made anew: resetting %s/received, whose figures matched the old one",
+		           m->config->pin_path, m->config->pin_path);
+		ledger_reset(m->ledger);
+	} else if (probes_received_created(m->probes) && !probes_counters_created(m->probes)) {
+		total = ledger_adopt(m->ledger, probes_counters_fd(m->probes));
+		if (total < 0)
+			return log_error_errno((int)total, "Failed to read %s/counters: %m", m->config->pin_path);
+		log_notice("Made %s/received beside existing counters: the %" PRIi64 " records they say were "
+		           "accepted before are taken as received", m->config->pin_path, total);
+	}
 	total = ledger_settle(m->ledger, probes_counters_fd(m->probes), lost);
 	if (total < 0)
 		return log_error_errno((int)total, "Failed to read %s/counters: %m", m->config->pin_path);

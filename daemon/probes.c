@@ -25,6 +25,8 @@ struct Probes {
 	int link_fd[_PROBE_MAX][MAX_PROGS_PER_PROBE];
 	bool enabled[_PROBE_MAX];
 	bool reused[_PROBE_MAX];
+	bool counters_created;  /* no "counters" pin existed: this load made it */
+	bool received_created;  /* no "received" pin existed: this load made it */
 };
 
 static struct bpf_program *probe_prog(const Probes *p, unsigned probe, unsigned i) {
@@ -112,6 +114,11 @@ int probes_new(const char *pin_path, bool replace_incompatible, Probes **ret) {
 		}
 	}
 
+	/* Whether the accounting pins exist before libbpf makes missing ones: the ledger's figures
+	 * only mean something against the counters they were kept beside. */
+	p->counters_created = access(bpf_map__pin_path(p->skel->maps.counters), F_OK) < 0;
+	p->received_created = access(bpf_map__pin_path(p->skel->maps.received), F_OK) < 0;
+
 	/* Programs are loaded even when pinned links exist: attaching or replacing a probe later
 	 * (Probes= on reload, SetProbeEnabled) needs them, and comparing tags needs them. */
 	r = probes_bpf__load(p->skel);
@@ -139,6 +146,8 @@ int probes_events_fd(const Probes *p) { return bpf_map__fd(p->skel->maps.events)
 int probes_counters_fd(const Probes *p) { return bpf_map__fd(p->skel->maps.counters); }
 int probes_received_fd(const Probes *p) { return bpf_map__fd(p->skel->maps.received); }
 int probes_idle_fd(const Probes *p) { return bpf_map__fd(p->skel->maps.idle); }
+bool probes_counters_created(const Probes *p) { return p->counters_created; }
+bool probes_received_created(const Probes *p) { return p->received_created; }
 unsigned probes_possible_cpus(const Probes *p) { return p->n_cpus; }
 bool probes_is_enabled(const Probes *p, unsigned probe) { return probe < _PROBE_MAX && p->enabled[probe]; }
 bool probes_was_reused(const Probes *p, unsigned probe) { return probe < _PROBE_MAX && p->reused[probe]; }

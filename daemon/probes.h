@@ -23,6 +23,9 @@ int probes_counters_fd(const Probes *p);
 int probes_received_fd(const Probes *p);
 /* "idle": one __u32, 1 while no daemon serves (see bpf/producer.bpf.h). */
 int probes_idle_fd(const Probes *p);
+/* Whether the "counters" or "received" pin was made by this start (none existed before). */
+bool probes_counters_created(const Probes *p);
+bool probes_received_created(const Probes *p);
 unsigned probes_possible_cpus(const Probes *p);
 
 /* Makes the set of attached probes equal to `mask` (bits PROBE_*): reuses pinned links whose

@@ -239,6 +239,39 @@ def test_failed_start_loses_nothing():
         subprocess.run(["rm", "-rf", bad])
 
 
+def test_ledger_made_beside_old_counters():
+    """A pin root from a version without the "received" ledger (here: its pin removed): the new
+    ledger takes the old history as received, so it shows up neither as crash loss nor as gaps,
+    and the equation holds from then on."""
+    d = Daemon(BINARY, "exact-adopt", stdout=False, config="[Probes]\nProbes=none\n")
+    prod = None
+    try:
+        d.start()
+        prod = Steady(d.pin_path)
+        prod.cmd("burst 3000")
+        wait_for(lambda: (producer_stats() or {}).get("received", 0) == prod.counts()["accepted"],
+                 "the daemon read the burst", timeout=10)
+        check_eq(d.stop(), 0, "clean exit")
+        os.unlink(f"{d.pin_path}/received")
+        prod.cmd("burst 500")  # while no daemon serves: failures
+        d.start()
+        prod.cmd("burst 300")
+        counts = prod.counts()
+        p = wait_for(lambda: (lambda q: q if q and q["received"] == counts["accepted"] else None)(producer_stats()),
+                     "the daemon read the last burst", timeout=10)
+        check_eq(p["attempts"], counts["calls"], "attempts = the producer's own calls")
+        check_eq(p["crash_lost"], 0, "the old history is not crash loss")
+        check_eq(p["attempts"], p["received"] + p["failures"], "attempts = received + failures")
+        check_eq(p["seq_gaps"], p["failures"], "seq_gaps = failures")
+        check(p["failures"] >= 500, f"the downtime's failures are counted: {p['failures']}")
+        prod.close()
+        check_eq(d.stop(), 0, "clean exit")
+    finally:
+        if prod:
+            prod.close()
+        d.cleanup()
+
+
 def test_incompatible_received_pin():
     d = Daemon(BINARY, "exact-pin", stdout=False, config="[Probes]\nProbes=none\n")
     try:
@@ -255,6 +288,7 @@ def test_incompatible_received_pin():
 
 try:
     run_tests([test_sigterm_restarts, test_sigkill_restarts, test_seq_gaps_under_overflow,
-               test_downtime_is_counted_cheaply, test_failed_start_loses_nothing, test_incompatible_received_pin])
+               test_downtime_is_counted_cheaply, test_failed_start_loses_nothing, test_ledger_made_beside_old_counters,
+               test_incompatible_received_pin])
 finally:
     BUS.close()
