@@ -3,6 +3,7 @@
  * one per line, answering each with one line when it is done:
  *   rate R    emit R records a second from now on (0: pause)       -> "ok"
  *   burst N   emit N records as fast as possible                   -> "ok"
+ *   big S     emit one record of S bytes (then back to the small one) -> "ok"
  *   counts    the producer's own counts                            -> {"calls":C,"accepted":A}
  * End of input detaches the program and exits. */
 #include <poll.h>
@@ -77,6 +78,11 @@ int main(int argc, char *argv[]) {
 			} else if (sscanf(line, "burst %lu", &n) == 1) {
 				for (unsigned long i = 0; i < n; i++)
 					syscall(SYS_getppid);
+				puts("ok");
+			} else if (sscanf(line, "big %lu", &n) == 1) {
+				skel->bss->big_size = (__u32)n;
+				syscall(SYS_getppid);
+				skel->bss->big_size = 0;
 				puts("ok");
 			} else if (strncmp(line, "counts", 6) == 0)
 				printf("{\"calls\":%llu,\"accepted\":%llu}\n", (unsigned long long)skel->bss->calls,

@@ -15,6 +15,15 @@ const volatile __u32 target_tgid = 0;
 
 __u64 calls = 0;    /* emits attempted */
 __u64 accepted = 0; /* emits the kernel took into a ring */
+/* When not 0, records are this many bytes, from `big`: tests perfrelay_emit()'s size limit. */
+__u32 big_size = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u8[65536]);
+} big SEC(".maps");
 
 struct steady_rec {
 	struct perfrelay_hdr hdr;
@@ -25,9 +34,22 @@ SEC("tp/syscalls/sys_enter_getppid")
 int steady(void *ctx)
 {
 	struct steady_rec r = {};
+	__u32 size = big_size, zero = 0;
+	__u8 *buf;
 
 	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid)
 		return 0;
+	if (size) {
+		buf = bpf_map_lookup_elem(&big, &zero);
+		if (!buf)
+			return 0;
+		if (size > sizeof(__u8[65536]))
+			size = sizeof(__u8[65536]);
+		__sync_fetch_and_add(&calls, 1);
+		if (perfrelay_emit(ctx, buf, size, STEADY_TYPE, STEADY_PRODUCER) == 0)
+			__sync_fetch_and_add(&accepted, 1);
+		return 0;
+	}
 	r.call = __sync_fetch_and_add(&calls, 1);
 	if (perfrelay_emit(ctx, &r, sizeof(r), STEADY_TYPE, STEADY_PRODUCER) == 0)
 		__sync_fetch_and_add(&accepted, 1);

@@ -8,7 +8,8 @@ times (accepted = received, exactly; attempts = received + failures), and killed
 crash_lost > 0). Under ring overflow the sequence-gap detector's seq_gaps equals the loss the
 producer's counters explain. Between daemons the idle flag makes the probes count attempts
 as failures, reported apart; an incompatible
-"received" pin is refused; a failed start loses nothing. Every figure comes from GetStats() (perfrelayctl stats --json)
+"received" pin is refused; a failed start loses nothing; perfrelay_emit() refuses records
+larger than a perf sample can carry. Every figure comes from GetStats() (perfrelayctl stats --json)
 or the pinned maps."""
 import json
 import os
@@ -272,6 +273,32 @@ def test_ledger_made_beside_old_counters():
         d.cleanup()
 
 
+def test_emit_size_limit():
+    """perfrelay_emit() takes the largest record a perf sample can carry (65516 bytes) and
+    refuses a larger one, counting the attempt and its failure."""
+    d = Daemon(BINARY, "exact-size", stdout=False, config="[Probes]\nProbes=none\n")
+    prod = None
+    try:
+        d.start()
+        prod = Steady(d.pin_path)
+        prod.cmd("big 65516")
+        counts = prod.counts()
+        check_eq(counts, {"calls": 1, "accepted": 1}, "a 65516-byte record is accepted")
+        p = wait_for(lambda: (lambda q: q if q and q["received"] == 1 else None)(producer_stats()),
+                     "the daemon reads the 65516-byte record", timeout=10)
+        check_eq((p["attempts"], p["failures"], p["malformed"]), (1, 0, 0), "one attempt, received whole")
+        prod.cmd("big 65517")
+        check_eq(prod.counts(), {"calls": 2, "accepted": 1}, "a 65517-byte record is refused")
+        p = producer_stats()
+        check_eq((p["attempts"], p["failures"], p["received"]), (2, 1, 1), "the refusal counts as a failure")
+        prod.close()
+        check_eq(d.stop(), 0, "clean exit")
+    finally:
+        if prod:
+            prod.close()
+        d.cleanup()
+
+
 def test_incompatible_received_pin():
     d = Daemon(BINARY, "exact-pin", stdout=False, config="[Probes]\nProbes=none\n")
     try:
@@ -289,6 +316,6 @@ def test_incompatible_received_pin():
 try:
     run_tests([test_sigterm_restarts, test_sigkill_restarts, test_seq_gaps_under_overflow,
                test_downtime_is_counted_cheaply, test_failed_start_loses_nothing, test_ledger_made_beside_old_counters,
-               test_incompatible_received_pin])
+               test_emit_size_limit, test_incompatible_received_pin])
 finally:
     BUS.close()
