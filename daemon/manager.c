@@ -269,6 +269,18 @@ static int manager_open_rings(Manager *m, const CpuSet *groups, size_t n_groups)
 	return 0;
 }
 
+/* Slots of CPUs we give no ring (outside every group, offline) may still hold the ring of a
+ * daemon that served them before: records written there would be accepted by the kernel and
+ * never read. Empty, the emit fails and the producer counts it. */
+static int manager_clear_unserved_slots(Manager *m) {
+	int r = pins_clear_slots(probes_events_fd(m->probes), probes_possible_cpus(m->probes), &m->cpus);
+
+	if (r < 0)
+		return log_error_errno(r, "Failed to clear the slots of unserved CPUs in %s/events: %m",
+		                       m->config->pin_path);
+	return 0;
+}
+
 static void manager_unmap_rings(Manager *m) {
 	int events_fd = m->probes ? probes_events_fd(m->probes) : -1;
 
@@ -492,7 +504,7 @@ int manager_start(Manager *m) {
 	r = pins_prepare(c->pin_path);
 	if (r < 0)
 		return r;
-	r = probes_new(c->pin_path, c->replace_incompatible_pins, &m->probes);
+	r = probes_new(c->pin_path, c->replace_incompatible_pins, c->pending_syscalls, &m->probes);
 	if (r < 0)
 		return r;
 
@@ -509,6 +521,9 @@ int manager_start(Manager *m) {
 		return log_error_errno(r, "Failed to watch the hub: %m");
 
 	r = manager_open_rings(m, groups, n_groups);
+	if (r < 0)
+		return r;
+	r = manager_clear_unserved_slots(m);
 	if (r < 0)
 		return r;
 	if (m->o.stdout_events) {
@@ -675,6 +690,7 @@ static int keep_start_settings(Config *new, Config *old, char **ret_list) {
 
 	KEEP_STRING(pin_path, "PinPath");
 	KEEP_SCALAR(replace_incompatible_pins, "ReplaceIncompatiblePins");
+	KEEP_SCALAR(pending_syscalls, "PendingSyscalls");
 	KEEP_SCALAR(pages_per_cpu, "PagesPerCpu");
 	KEEP_SCALAR(watermark, "Watermark");
 	KEEP_SCALAR(wakeup_events, "WakeupEvents");
