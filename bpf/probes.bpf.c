@@ -209,15 +209,17 @@ int handle_exit(void *ctx)
 	if (!e)
 		return 0;
 
-	/* What wait() reports for the process (wait_task_zombie()): the group's code after
-	 * exit_group() or a fatal signal, else the leader's own, which it set in do_exit() (this
-	 * thread's, when the leader is the last to go). */
+	/* What wait() reports for the process: the group's code after exit_group() or a fatal
+	 * signal, else the code of the thread that ended the group, this one (set in do_exit()
+	 * before the tracepoint). Older kernels report the leader's own code to wait() in that
+	 * last case (a leader that left with pthread_exit() while another thread ended with
+	 * a plain thread exit); this one is the status the process really ended with. */
 	leader = BPF_CORE_READ(task, group_leader);
 	sig_flags = BPF_CORE_READ(task, signal, flags);
 	if (sig_flags & PERFRELAY_SIGNAL_GROUP_EXIT)
 		code = BPF_CORE_READ(task, signal, group_exit_code);
 	else
-		code = BPF_CORE_READ(leader, exit_code);
+		code = BPF_CORE_READ(task, exit_code);
 	e->pid = BPF_CORE_READ(task, tgid);
 	e->ppid = BPF_CORE_READ(task, real_parent, tgid);
 	e->uid = (__u32)bpf_get_current_uid_gid();
