@@ -316,7 +316,9 @@ static int attach_prog(Probes *p, unsigned probe, unsigned i, const struct bpf_p
 static int detach_probe(Probes *p, unsigned probe) {
 	int r = 0;
 
-	for (unsigned i = 0; i < MAX_PROGS_PER_PROBE; i++) {
+	/* In reverse attach order: the syscall enter goes first, so that no pending entry is made
+	 * once its exit and reaper are gone. */
+	for (unsigned i = MAX_PROGS_PER_PROBE; i-- > 0;) {
 		const struct bpf_program *prog = probe_prog(p, probe, i);
 		char path[PATH_MAX];
 
