@@ -401,8 +401,10 @@ int reader_replace_ring(Reader *r, unsigned cpu, Ring *ring) {
 	ReaderCmd *cmds;
 	size_t i;
 
+	/* The thread may be swapping rings[i] right now: load it as reader_ring() does. The ring
+	 * it returns stays valid, as only this (the main) thread frees retired rings. */
 	for (i = 0; i < r->n_rings; i++)
-		if (ring_cpu(r->rings[i]) == cpu)
+		if (ring_cpu(reader_ring(r, i)) == cpu)
 			break;
 	if (i == r->n_rings) {
 		ring_free(ring);
