@@ -40,6 +40,8 @@ struct Reader {
 	size_t n_cmds;
 	Ring **retired;
 	size_t n_retired;
+	cpu_set_t allowed;        /* the daemon's CPUs when the thread started, for re-pinning */
+	bool has_allowed;
 	pthread_t thread;
 	bool started;
 	atomic_int frozen;        /* fault injection only */
@@ -327,10 +329,9 @@ static void *reader_thread(void *userdata) {
 	return NULL;
 }
 
-int reader_start(Reader *r) {
-	pthread_attr_t attr;
-	cpu_set_t set, allowed;
-	int k;
+/* The reader's CPUs, within those the daemon was allowed (from `allowed`). */
+static void reader_affinity(const Reader *r, const cpu_set_t *allowed, cpu_set_t *ret) {
+	cpu_set_t set, both;
 
 	CPU_ZERO(&set);
 	for (int c = cpuset_next(&r->cpus, 0); c >= 0 && c < CPU_SETSIZE; c = cpuset_next(&r->cpus, c + 1))
@@ -338,12 +339,20 @@ int reader_start(Reader *r) {
 	/* Only where the daemon was allowed to run (taskset, systemd's CPUAffinity=): whoever
 	 * started it may have kept CPUs for other work. If none of the group's CPUs is allowed,
 	 * the reader runs on the allowed ones and reads its rings from there. */
-	if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
-		cpu_set_t both;
-
-		CPU_AND(&both, &set, &allowed);
-		set = CPU_COUNT(&both) > 0 ? both : allowed;
+	if (allowed) {
+		CPU_AND(&both, &set, allowed);
+		set = CPU_COUNT(&both) > 0 ? both : *allowed;
 	}
+	*ret = set;
+}
+
+int reader_start(Reader *r) {
+	pthread_attr_t attr;
+	cpu_set_t set;
+	int k;
+
+	r->has_allowed = sched_getaffinity(0, sizeof(r->allowed), &r->allowed) == 0;
+	reader_affinity(r, r->has_allowed ? &r->allowed : NULL, &set);
 
 	pthread_attr_init(&attr);
 	/* Pinned to its group's CPUs: their rings' data is hot in the shared cache. */
@@ -469,6 +478,15 @@ static void reader_run_command(Reader *r, const ReaderCmd *c, Ring ***retired, s
 	(*retired)[(*n_retired)++] = r->rings[i];
 	__atomic_store_n(&r->rings[i], c->ring, __ATOMIC_RELEASE);
 	r->drained_usec[i] = now_usec();
+
+	/* While all of our CPUs were offline the kernel moved us elsewhere and widened our
+	 * affinity: pin the thread to its group again. */
+	{
+		cpu_set_t set;
+
+		reader_affinity(r, r->has_allowed ? &r->allowed : NULL, &set);
+		(void) pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	}
 }
 
 static void reader_run_commands(Reader *r) {
