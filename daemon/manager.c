@@ -282,9 +282,11 @@ static int manager_open_rings(Manager *m, const CpuSet *groups, size_t n_groups)
 	return 0;
 }
 
-/* Slots of CPUs we give no ring (outside every group, offline) may still hold the ring of a
- * daemon that served them before: records written there would be accepted by the kernel and
- * never read. Empty, the emit fails and the producer counts it. */
+/* Slots of CPUs we give no ring (outside every group, offline) may still hold the perf event of
+ * a daemon that served them before, kept alive by the array (BPF_F_PRESERVE_ELEMS). Its ring is
+ * unmapped with that daemon, so current kernels fail emits into it, but nothing should depend
+ * on that, and the event is memory held for nobody. Empty, the emit fails and the producer
+ * counts it. */
 static int manager_clear_unserved_slots(Manager *m) {
 	int r = pins_clear_slots(probes_events_fd(m->probes), probes_possible_cpus(m->probes), &m->cpus);
 
