@@ -78,8 +78,9 @@ int pins_clear_slots(int events_fd, unsigned n_slots, const CpuSet *keep) {
 	return r;
 }
 
-/* Empties every slot of <pin_path>/events, if it is pinned, so that a ring some daemon left in
- * it (the kernel keeps it with BPF_F_PRESERVE_ELEMS) takes no more records nobody will read. */
+/* Empties every slot of <pin_path>/events, if it is pinned: the perf events a daemon left there
+ * (a crashed one leaves all of them; BPF_F_PRESERVE_ELEMS keeps them) are released even while
+ * attached producers or another holder of the map keep the array itself alive. */
 static int pins_clear_events(const char *pin_path) {
 	struct bpf_map_info info = {};
 	uint32_t len = sizeof(info);
