@@ -13,10 +13,16 @@
 #define AF_INET  2
 #define AF_INET6 10
 
-/* Pending syscalls waiting for their exit tracepoint. LRU, so entries of threads that never
- * reach the exit tracepoint (killed mid-syscall, probe attached mid-call) age out instead of
- * filling the map and blocking new entries. */
+/* Pending syscalls waiting for their exit tracepoint: a plain hash, not LRU, so that an entry is
+ * never evicted behind its thread's back (the syscall's record would vanish uncounted). Full, the
+ * insert fails and is counted; entries of threads that never reach the exit tracepoint (a probe
+ * detached mid-call) are removed, and counted, when the thread exits. The loader sizes the maps
+ * from PendingSyscalls=; this is only the default. */
 #define PENDING_MAX 10240
+
+/* A signal_struct flag (<linux/sched/signal.h>): a #define, which vmlinux.h cannot carry. */
+#define PERFRELAY_SIGNAL_GROUP_EXIT 0x00000004
+#define PERFRELAY_EEXIST 17
 
 /* Scratch slots, one per record kind. The kernel keeps one instance of each program from
  * nesting on a CPU, but not different programs: where a tracepoint program can be preempted,
@@ -27,6 +33,9 @@ enum {
 	SCRATCH_FORK,
 	SCRATCH_OPEN,
 	SCRATCH_CONNECT,
+	/* The exit programs copy the pending entry out before emitting (see pending_take()). */
+	SCRATCH_OPEN_EXIT,
+	SCRATCH_CONNECT_EXIT,
 	SCRATCH_SLOTS,
 };
 
@@ -47,10 +56,9 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } probes_scratch SEC(".maps");
 
-/* The record is completed at enter (everything but the result) so exit only adds the
- * result and emits straight from the map value without another copy. */
+/* The record is completed at enter (everything but the result) so exit only adds the result. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, PENDING_MAX);
 	__type(key, __u64); /* pid_tgid: one syscall in flight per thread */
 	__type(value, struct perfrelay_open);
@@ -58,7 +66,7 @@ struct {
 } open_args SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, PENDING_MAX);
 	__type(key, __u64);
 	__type(value, struct perfrelay_connect);
@@ -86,6 +94,49 @@ static __always_inline void *scratch_get(__u32 slot)
 	if (p)
 		__builtin_memset(p, 0, sizeof(union probe_record));
 	return p;
+}
+
+/* Counts a record that will never be emitted as an attempt that failed, so that
+ * attempts = received + failures holds and the seq gap it leaves is explained. */
+static __always_inline void count_lost_attempt(__u32 producer)
+{
+	struct perfrelay_counters *c = bpf_map_lookup_elem(&counters, &producer);
+
+	if (!c)
+		return;
+	__sync_fetch_and_add(&c->attempts, 1);
+	__sync_fetch_and_add(&c->failures, 1);
+}
+
+/* Stores a syscall's half-built record until its exit tracepoint; a full map is a lost record.
+ * An entry the thread left before is a syscall whose exit was not traced (its program was not
+ * attached yet, or no longer): its record is lost too, and counted, as it is overwritten. */
+static __always_inline void pending_put(void *map, __u64 *pid_tgid, void *rec, __u32 producer)
+{
+	long r = bpf_map_update_elem(map, pid_tgid, rec, BPF_NOEXIST);
+
+	if (r == -PERFRELAY_EEXIST) {
+		count_lost_attempt(producer);
+		r = bpf_map_update_elem(map, pid_tgid, rec, BPF_EXIST);
+	}
+	if (r < 0)
+		count_lost_attempt(producer);
+}
+
+/* Copies the thread's pending record into its per-CPU scratch slot and removes the entry. Never
+ * emitted from the map value itself: once deleted (or were it ever evicted) the element goes back
+ * to the map's free list and another CPU may fill it while perf copies it into the ring. */
+static __always_inline void *pending_take(void *map, __u64 *pid_tgid, __u32 slot, __u32 size)
+{
+	void *v = bpf_map_lookup_elem(map, pid_tgid), *copy;
+
+	if (!v)
+		return NULL;
+	copy = bpf_map_lookup_elem(&probes_scratch, &slot);
+	if (copy)
+		bpf_probe_read_kernel(copy, size, v);
+	bpf_map_delete_elem(map, pid_tgid);
+	return copy;
 }
 
 SEC("tp/sched/sched_process_exec")
@@ -152,16 +203,21 @@ int handle_exec(struct trace_event_raw_sched_process_exec *ctx)
 	return 0;
 }
 
+/* Once per process, when its last thread dies: sched_process_exit fires for every thread, and
+ * neither "the leader exits" (a leader may pthread_exit() while other threads run; a non-leader
+ * execve() kills the old leader in de_thread()) nor the tracepoint's newer group_dead argument
+ * (6.16+) serves every kernel. signal->live is decremented before the tracepoint in do_exit() on
+ * every kernel, so the thread that sees 0 is the last one. */
 SEC("tp/sched/sched_process_exit")
 int handle_exit(void *ctx)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct task_struct *leader;
 	struct perfrelay_exit *e;
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	unsigned int sig_flags;
 	int code;
 
-	/* A process, not each of its threads, exits once: report only the group leader. */
-	if ((__u32)pid_tgid != pid_tgid >> 32)
+	if (BPF_CORE_READ(task, signal, live.counter) != 0)
 		return 0;
 
 	if (perfrelay_idle(PERFRELAY_PRODUCER_EXIT))
@@ -170,15 +226,26 @@ int handle_exit(void *ctx)
 	if (!e)
 		return 0;
 
-	code = BPF_CORE_READ(task, exit_code);
-	e->pid = pid_tgid >> 32;
+	/* What wait() reports for the process: the group's code after exit_group() or a fatal
+	 * signal, else the code of the thread that ended the group, this one (set in do_exit()
+	 * before the tracepoint). Older kernels report the leader's own code to wait() in that
+	 * last case (a leader that left with pthread_exit() while another thread ended with
+	 * a plain thread exit); this one is the status the process really ended with. */
+	leader = BPF_CORE_READ(task, group_leader);
+	sig_flags = BPF_CORE_READ(task, signal, flags);
+	if (sig_flags & PERFRELAY_SIGNAL_GROUP_EXIT)
+		code = BPF_CORE_READ(task, signal, group_exit_code);
+	else
+		code = BPF_CORE_READ(task, exit_code);
+	e->pid = BPF_CORE_READ(task, tgid);
 	e->ppid = BPF_CORE_READ(task, real_parent, tgid);
 	e->uid = (__u32)bpf_get_current_uid_gid();
 	e->exit_code = (code >> 8) & 0xff;
 	e->signal = code & 0x7f;
-	/* start_time is CLOCK_MONOTONIC, like bpf_ktime_get_ns(). */
-	e->runtime_ns = bpf_ktime_get_ns() - BPF_CORE_READ(task, start_time);
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	/* start_time is CLOCK_MONOTONIC, like bpf_ktime_get_ns(); the process started with its
+	 * leader. */
+	e->runtime_ns = bpf_ktime_get_ns() - BPF_CORE_READ(leader, start_time);
+	BPF_CORE_READ_STR_INTO(&e->comm, leader, comm);
 
 	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_EXIT, PERFRELAY_PRODUCER_EXIT);
 	return 0;
@@ -227,7 +294,7 @@ int handle_open_enter(struct trace_event_raw_sys_enter *ctx)
 	/* Read now: the user buffer may be reused or freed by the time the syscall returns. */
 	bpf_probe_read_user_str(e->path, sizeof(e->path), (const char *)ctx->args[1]);
 
-	bpf_map_update_elem(&open_args, &pid_tgid, e, BPF_ANY);
+	pending_put(&open_args, &pid_tgid, e, PERFRELAY_PRODUCER_OPEN);
 	return 0;
 }
 
@@ -237,15 +304,15 @@ int handle_open_exit(struct trace_event_raw_sys_exit *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct perfrelay_open *e;
 
+	e = pending_take(&open_args, &pid_tgid, SCRATCH_OPEN_EXIT, sizeof(*e));
+	/* No daemon: counted once per syscall (the entry, if any, is gone above). */
 	if (perfrelay_idle(PERFRELAY_PRODUCER_OPEN))
 		return 0;
-	e = bpf_map_lookup_elem(&open_args, &pid_tgid);
 	if (!e)
 		return 0;
 
 	e->result = (int)ctx->ret;
 	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_OPEN, PERFRELAY_PRODUCER_OPEN);
-	bpf_map_delete_elem(&open_args, &pid_tgid);
 	return 0;
 }
 
@@ -292,7 +359,7 @@ int handle_connect_enter(struct trace_event_raw_sys_enter *ctx)
 		}
 	}
 
-	bpf_map_update_elem(&connect_args, &pid_tgid, e, BPF_ANY);
+	pending_put(&connect_args, &pid_tgid, e, PERFRELAY_PRODUCER_CONNECT);
 	return 0;
 }
 
@@ -302,15 +369,39 @@ int handle_connect_exit(struct trace_event_raw_sys_exit *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct perfrelay_connect *e;
 
+	e = pending_take(&connect_args, &pid_tgid, SCRATCH_CONNECT_EXIT, sizeof(*e));
+	/* No daemon: counted once per syscall (the entry, if any, is gone above). */
 	if (perfrelay_idle(PERFRELAY_PRODUCER_CONNECT))
 		return 0;
-	e = bpf_map_lookup_elem(&connect_args, &pid_tgid);
 	if (!e)
 		return 0;
 
 	e->result = (int)ctx->ret;
 	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_CONNECT, PERFRELAY_PRODUCER_CONNECT);
-	bpf_map_delete_elem(&connect_args, &pid_tgid);
+	return 0;
+}
+
+/* A thread that exits with a syscall still pending never reaches that syscall's exit
+ * tracepoint (it can only happen when the exit program was detached or not yet attached while
+ * the syscall ran): drop the entry, so it cannot fill the map, and count its record as lost.
+ * One program per probe, attached with it, so that Probes= without "exit" still cleans up. */
+SEC("tp/sched/sched_process_exit")
+int handle_open_reap(void *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	if (bpf_map_delete_elem(&open_args, &pid_tgid) == 0)
+		count_lost_attempt(PERFRELAY_PRODUCER_OPEN);
+	return 0;
+}
+
+SEC("tp/sched/sched_process_exit")
+int handle_connect_reap(void *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	if (bpf_map_delete_elem(&connect_args, &pid_tgid) == 0)
+		count_lost_attempt(PERFRELAY_PRODUCER_CONNECT);
 	return 0;
 }
 

@@ -47,6 +47,7 @@ static const Config config_defaults = {
 	.flush_interval_ms = 50,
 	.cpus_per_reader = 0,
 	.probes = PROBES_ALL,
+	.pending_syscalls = 10240,
 	.client_queue_bytes = 4 * MIB,
 	.max_clients = 256,
 	.max_clients_per_uid = 32,
@@ -117,6 +118,7 @@ static const ConfigKey config_keys[] = {
 	{ "Readers", "CpusPerReader", VALUE_UINT, FIELD(cpus_per_reader), 0, PERFRELAY_MAX_CPUS, NULL },
 
 	{ "Probes", "Probes", VALUE_PROBES, FIELD(probes), 0, 0, NULL },
+	{ "Probes", "PendingSyscalls", VALUE_UINT, FIELD(pending_syscalls), 16, 1048576, NULL },
 
 	{ "Socket", "SocketPath", VALUE_PATH, FIELD(socket_path), 0, SOCKET_PATH_MAX, DEFAULT_SOCKET_PATH },
 	{ "Socket", "ClientQueueBytes", VALUE_SIZE, FIELD(client_queue_bytes), 64 * KIB, GIB, NULL },

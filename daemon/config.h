@@ -48,6 +48,7 @@ typedef struct Config {
 
 	/* [Probes] */
 	uint32_t probes;                /* Probes= list of names or "all", default all */
+	uint32_t pending_syscalls;      /* PendingSyscalls=, default 10240, 16..1048576 */
 
 	/* [Socket] */
 	char *socket_path;              /* SocketPath=, default /run/perfrelay/events.sock */

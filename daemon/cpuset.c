@@ -21,6 +21,11 @@ int cpuset_add(CpuSet *s, unsigned cpu) {
 	return 0;
 }
 
+void cpuset_remove(CpuSet *s, unsigned cpu) {
+	if (cpu < PERFRELAY_MAX_CPUS)
+		s->bits[cpu / 64] &= ~(UINT64_C(1) << (cpu % 64));
+}
+
 bool cpuset_contains(const CpuSet *s, unsigned cpu) {
 	if (cpu >= PERFRELAY_MAX_CPUS)
 		return false;

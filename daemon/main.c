@@ -21,6 +21,7 @@ static void help(void) {
 	       "     --pin-path=DIR    Override PinPath= (the bpffs directory of the pins)\n"
 	       "     --stdout          Print every decoded event as a JSON line on standard output\n"
 	       "     --cleanup         Remove every pin perfrelay owns under PinPath= and exit\n"
+	       "                       (refused while a daemon serves PinPath=)\n"
 	       "  -v --verbose         Log debug messages (including libbpf's)\n",
 	       CONFIG_DEFAULT_FILE);
 }

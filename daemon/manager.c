@@ -18,6 +18,7 @@
 #include "bus.h"
 #include "cgroup.h"
 #include "grace.h"
+#include "hotplug.h"
 #include "ledger.h"
 #include "log.h"
 #include "manager.h"
@@ -72,6 +73,11 @@ struct Manager {
 	uint64_t health_last_events;
 	uint64_t *reader_progress;  /* each reader's progress counter at the previous tick */
 	bool watchdog_withheld;
+
+	/* CPU hotplug (manager_hotplug_*()). */
+	HotplugWatch *hotplug;      /* kernel uevents; NULL where they cannot be had (the tick remains) */
+	CpuSet cpus_parked;         /* CPUs of `cpus` that went offline: slot empty, ring drained */
+	CpuSet cpus_unserved_seen;  /* CPUs outside every group already reported as online */
 };
 
 int manager_new(const ManagerOptions *o, Manager **ret) {
@@ -196,6 +202,7 @@ Manager *manager_free(Manager *m) {
 	if (!m)
 		return NULL;
 	manager_stop_readers(m);
+	hotplug_watch_free(m->hotplug);
 	sd_event_source_disable_unref(m->health_source);
 	free(m->reader_progress);
 	/* Subscribers leave the hub before it goes. */
@@ -269,7 +276,7 @@ static int manager_cpu_groups(Manager *m, CpuSet **ret, size_t *ret_n) {
 	return 0;
 }
 
-static int manager_open_rings(Manager *m, const CpuSet *groups, size_t n_groups) {
+static RingOptions manager_ring_options(const Manager *m) {
 	const Config *c = m->config;
 	long page = sysconf(_SC_PAGESIZE);
 	RingOptions ro = {
@@ -277,13 +284,19 @@ static int manager_open_rings(Manager *m, const CpuSet *groups, size_t n_groups)
 		.watermark = c->watermark,
 		.wakeup_events = c->wakeup_events,
 	};
-	int events_fd = probes_events_fd(m->probes);
-	int r;
 
 	/* Default wakeup: a quarter of the ring, so the reader is woken while three quarters are
 	 * still free; the flush interval bounds the latency of anything below it. */
 	if (ro.watermark == 0 && ro.wakeup_events == 0)
 		ro.watermark = (uint32_t)((uint64_t)page * c->pages_per_cpu / 4);
+	return ro;
+}
+
+static int manager_open_rings(Manager *m, const CpuSet *groups, size_t n_groups) {
+	const Config *c = m->config;
+	RingOptions ro = manager_ring_options(m);
+	int events_fd = probes_events_fd(m->probes);
+	int r;
 
 	m->readers = calloc(n_groups, sizeof(Reader *));
 	if (!m->readers)
@@ -505,6 +518,8 @@ static int manager_setup_stdout(Manager *m) {
 	return hub_client_attach(m->hub, m->stdout_client);
 }
 
+static void manager_hotplug_tick(Manager *m);
+
 #define HEALTH_INTERVAL_USEC (1000ULL * 1000ULL)
 
 /* STATUS=: rate and the accounting totals of the stats snapshot (lifetime figures of the
@@ -559,6 +574,7 @@ static int on_health(sd_event_source *s, uint64_t usec, void *userdata) {
 			lost += STAT_LOAD(reader_cpu_stats(m->readers[i], k)->lost);
 	}
 	alive = manager_readers_alive(m, elapsed);
+	manager_hotplug_tick(m);
 
 	if (m->watchdog_usec && alive)
 		(void)sd_notify(false, "WATCHDOG=1");
@@ -607,6 +623,116 @@ static int on_fault_signal(sd_event_source *s, const struct signalfd_siginfo *si
 }
 #endif
 
+/* CPU hotplug. A CPU of ours that goes offline gets its slot emptied (emits there now fail, and
+ * are counted) and its ring drained by its reader; when it comes back its old perf event is
+ * dead, so it gets a new ring in the same reader, and the reader's counters for that CPU carry
+ * on. Kernel uevents say so at once (an offline/online pair may last milliseconds); the health
+ * tick re-reads the online CPUs in case uevents were lost or are not delivered. CPUs outside
+ * every reader group (offline at start) are served only after a restart: their slot stays
+ * empty, so their emits fail and are counted. */
+
+static Reader *manager_reader_of(Manager *m, unsigned cpu) {
+	for (size_t i = 0; i < m->n_readers; i++)
+		if (cpuset_contains(reader_cpus(m->readers[i]), cpu))
+			return m->readers[i];
+	return NULL;
+}
+
+static void manager_cpu_offline(Manager *m, unsigned cpu) {
+	uint32_t key = cpu;
+	Reader *rd = manager_reader_of(m, cpu);
+	int r;
+
+	if (!rd || !cpuset_contains(&m->cpus, cpu) || cpuset_contains(&m->cpus_parked, cpu))
+		return;
+	/* Slot first: from here on emits on that CPU fail and are counted, so that the drain
+	 * that follows empties the ring for good. */
+	if (bpf_map_delete_elem(probes_events_fd(m->probes), &key) < 0 && errno != ENOENT)
+		log_warning_errno(-errno, "CPU %u went offline; failed to empty its slot: %m", cpu);
+	r = reader_replace_ring(rd, cpu, NULL);
+	if (r < 0)
+		log_warning_errno(r, "CPU %u went offline; failed to hand its ring back: %m", cpu);
+	cpuset_add(&m->cpus_parked, cpu);
+	log_info("CPU %u went offline: its ring is drained and its slot empty", cpu);
+}
+
+static void manager_cpu_online(Manager *m, unsigned cpu) {
+	RingOptions ro = manager_ring_options(m);
+	uint32_t key = cpu;
+	Reader *rd = manager_reader_of(m, cpu);
+	Ring *ring;
+	int r, fd;
+
+	if (!rd || !cpuset_contains(&m->cpus, cpu)) {
+		if (!cpuset_contains(&m->cpus_unserved_seen, cpu)) {
+			cpuset_add(&m->cpus_unserved_seen, cpu);
+			log_notice("CPU %u came online; it has no reader until perfrelayd restarts (its emits "
+			           "fail and are counted)", cpu);
+		}
+		return;
+	}
+	/* Even if we never saw it go: an online event means the CPU went through offline, which
+	 * killed the perf event of its ring. */
+	r = ring_open(cpu, &ro, &ring);
+	if (r < 0) {
+		log_warning_errno(r, "CPU %u came online; failed to open its new ring (retrying): %m", cpu);
+		cpuset_add(&m->cpus_parked, cpu);
+		return;
+	}
+	fd = ring_fd(ring);
+	if (bpf_map_update_elem(probes_events_fd(m->probes), &key, &fd, BPF_ANY) < 0) {
+		log_warning_errno(-errno, "CPU %u came online; failed to store its ring (retrying): %m", cpu);
+		ring_free(ring);
+		cpuset_add(&m->cpus_parked, cpu);
+		return;
+	}
+	r = reader_replace_ring(rd, cpu, ring); /* consumes ring */
+	if (r < 0) {
+		/* The slot holds a ring nobody will read: empty it, emits fail and are counted. */
+		(void) bpf_map_delete_elem(probes_events_fd(m->probes), &key);
+		log_warning_errno(r, "CPU %u came online; failed to hand its ring to reader %u (retrying): %m",
+		                  cpu, reader_id(rd));
+		cpuset_add(&m->cpus_parked, cpu);
+		return;
+	}
+	cpuset_remove(&m->cpus_parked, cpu);
+	log_info("CPU %u came online: reader %u reads its new ring", cpu, reader_id(rd));
+}
+
+static void on_cpu_hotplug(void *userdata, unsigned cpu, bool online) {
+	if (online)
+		manager_cpu_online(userdata, cpu);
+	else
+		manager_cpu_offline(userdata, cpu);
+}
+
+static void manager_hotplug_tick(Manager *m) {
+	CpuSet online;
+
+	if (m->state != MANAGER_RUNNING)
+		return;
+	for (size_t i = 0; i < m->n_readers; i++)
+		reader_free_retired_rings(m->readers[i]);
+	if (topology_online_cpus("/sys", &online) < 0)
+		return;
+	for (int cpu = cpuset_next(&m->cpus, 0); cpu >= 0; cpu = cpuset_next(&m->cpus, cpu + 1)) {
+		bool parked = cpuset_contains(&m->cpus_parked, cpu);
+
+		if (!cpuset_contains(&online, cpu) && !parked)
+			manager_cpu_offline(m, cpu);
+		else if (cpuset_contains(&online, cpu) && parked)
+			manager_cpu_online(m, cpu);
+	}
+}
+
+static void manager_hotplug_setup(Manager *m) {
+	int r = hotplug_watch_new(m->event, on_cpu_hotplug, m, &m->hotplug);
+
+	if (r < 0)
+		log_warning_errno(r, "Cannot watch CPU hotplug uevents (%m): a CPU taken offline and back "
+		                  "within a second may stay without a ring");
+}
+
 int manager_start(Manager *m) {
 	const Config *c = m->config;
 	_cleanup_free_ CpuSet *groups = NULL;
@@ -618,7 +744,7 @@ int manager_start(Manager *m) {
 	r = pins_prepare(c->pin_path);
 	if (r < 0)
 		return r;
-	r = probes_new(c->pin_path, c->replace_incompatible_pins, &m->probes);
+	r = probes_new(c->pin_path, c->replace_incompatible_pins, c->pending_syscalls, &m->probes);
 	if (r < 0)
 		return r;
 
@@ -641,6 +767,8 @@ int manager_start(Manager *m) {
 	r = manager_open_rings(m, groups, n_groups);
 	if (r < 0)
 		return r;
+	/* Slots of CPUs given no ring here (outside every group, offline) were emptied with the
+	 * others by manager_settle(), and stay empty: emits there fail and are counted. */
 	if (m->o.stdout_events) {
 		r = manager_setup_stdout(m);
 		if (r < 0)
@@ -685,6 +813,7 @@ int manager_start(Manager *m) {
 	r = manager_setup_health(m);
 	if (r < 0)
 		return r;
+	manager_hotplug_setup(m);
 	(void)sd_notify(false, "READY=1\nSTATUS=Running");
 	return 0;
 }
@@ -806,6 +935,7 @@ static int keep_start_settings(Config *new, Config *old, char **ret_list) {
 
 	KEEP_STRING(pin_path, "PinPath");
 	KEEP_SCALAR(replace_incompatible_pins, "ReplaceIncompatiblePins");
+	KEEP_SCALAR(pending_syscalls, "PendingSyscalls");
 	KEEP_SCALAR(pages_per_cpu, "PagesPerCpu");
 	KEEP_SCALAR(watermark, "Watermark");
 	KEEP_SCALAR(wakeup_events, "WakeupEvents");

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -49,6 +50,57 @@ int pins_prepare(const char *pin_path) {
 	if (asprintf(&links, "%s/links", pin_path) < 0)
 		return -ENOMEM;
 	return mkdir_bpffs(links);
+}
+
+int pins_lock(const char *pin_path) {
+	_cleanup_close_ int fd = open(pin_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0)
+		return negative_errno();
+	/* flock(), not a lock file: it lives on the directory every user of the pin root names,
+	 * and the kernel drops it with the last descriptor, so a crashed daemon leaves none. */
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0)
+		return negative_errno();
+	return TAKE_FD(fd);
+}
+
+int pins_clear_slots(int events_fd, unsigned n_slots, const CpuSet *keep) {
+	int r = 0;
+
+	for (unsigned cpu = 0; cpu < n_slots; cpu++) {
+		uint32_t key = cpu;
+
+		if (keep && cpuset_contains(keep, cpu))
+			continue;
+		/* ENOENT: the slot is empty already. */
+		if (bpf_map_delete_elem(events_fd, &key) < 0 && errno != ENOENT)
+			r = negative_errno();
+	}
+	return r;
+}
+
+/* Empties every slot of <pin_path>/events, if it is pinned: the perf events a daemon left there
+ * (a crashed one leaves all of them; BPF_F_PRESERVE_ELEMS keeps them) are released even while
+ * attached producers or another holder of the map keep the array itself alive. */
+static int pins_clear_events(const char *pin_path) {
+	struct bpf_map_info info = {};
+	uint32_t len = sizeof(info);
+	char path[PATH_MAX];
+	_cleanup_close_ int fd = -EBADF;
+	int r;
+
+	snprintf(path, sizeof(path), "%s/events", pin_path);
+	fd = bpf_obj_get(path);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : log_error_errno(-errno, "Failed to open pin %s: %m", path);
+	if (bpf_obj_get_info_by_fd(fd, &info, &len) < 0)
+		return log_error_errno(-errno, "Pin %s is not a BPF map (%m)", path);
+	if (info.type != BPF_MAP_TYPE_PERF_EVENT_ARRAY)
+		return log_error_errno(-EINVAL, "Pin %s is not a perf event array", path);
+	r = pins_clear_slots(fd, info.max_entries, NULL);
+	if (r < 0)
+		return log_error_errno(r, "Failed to clear the slots of %s: %m", path);
+	return 0;
 }
 
 int pins_get_map_id(const char *path, uint32_t *ret) {
@@ -118,8 +170,25 @@ static int unlink_pin(const char *dir, const char *name, unsigned *removed) {
 int pins_cleanup(const char *pin_path) {
 	char links[PATH_MAX];
 	unsigned removed = 0;
+	_cleanup_close_ int lock = -EBADF;
 	DIR *d;
 	int r = 0;
+
+	lock = pins_lock(pin_path);
+	if (lock == -ENOENT) {
+		log_info("Nothing to clean up: %s does not exist", pin_path);
+		return 0;
+	}
+	if (lock == -EWOULDBLOCK)
+		return log_error_errno(lock, "A perfrelayd serves %s: stop it before --cleanup", pin_path);
+	if (lock < 0)
+		return log_error_errno(lock, "Failed to lock %s: %m", pin_path);
+
+	/* Slots first: once the pins are gone nobody could clear a ring left in the array, and
+	 * producers still attached would keep writing records into it that nobody reads. */
+	r = pins_clear_events(pin_path);
+	if (r < 0)
+		return r;
 
 	snprintf(links, sizeof(links), "%s/links", pin_path);
 	d = opendir(links);

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Built-in probes: skeleton lifecycle, pinned maps and pinned links. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,11 +17,12 @@
 #include "probes.h"
 #include "probes.skel.h"
 
-#define MAX_PROGS_PER_PROBE 2
+#define MAX_PROGS_PER_PROBE 3
 
 struct Probes {
 	struct probes_bpf *skel;
 	char *pin_path;
+	int lock_fd;                /* the pin root, flock()ed for as long as we serve it */
 	unsigned n_cpus;
 	/* Per probe and program: the link fd we hold (pinned), or -EBADF. */
 	int link_fd[_PROBE_MAX][MAX_PROGS_PER_PROBE];
@@ -29,18 +32,65 @@ struct Probes {
 	bool received_created;  /* no "received" pin existed: this load made it */
 };
 
-static struct bpf_program *probe_prog(const Probes *p, unsigned probe, unsigned i) {
-	static const char *const names[_PROBE_MAX][MAX_PROGS_PER_PROBE] = {
-		[PROBE_EXEC] = { "handle_exec" },
-		[PROBE_EXIT] = { "handle_exit" },
-		[PROBE_FORK] = { "handle_fork" },
-		[PROBE_OPEN] = { "handle_open_enter", "handle_open_exit" },
-		[PROBE_CONNECT] = { "handle_connect_enter", "handle_connect_exit" },
-	};
+/* The programs of each probe, in attach order. For open and connect the reaper (thread exit)
+ * and the syscall exit come before the syscall enter, so that no pending entry is made that
+ * nothing would take out again. */
+static const char *const probe_prog_names[_PROBE_MAX][MAX_PROGS_PER_PROBE] = {
+	[PROBE_EXEC] = { "handle_exec" },
+	[PROBE_EXIT] = { "handle_exit" },
+	[PROBE_FORK] = { "handle_fork" },
+	[PROBE_OPEN] = { "handle_open_reap", "handle_open_exit", "handle_open_enter" },
+	[PROBE_CONNECT] = { "handle_connect_reap", "handle_connect_exit", "handle_connect_enter" },
+};
 
-	if (!names[probe][i])
+static struct bpf_program *probe_prog(const Probes *p, unsigned probe, unsigned i) {
+	if (!probe_prog_names[probe][i])
 		return NULL;
-	return bpf_object__find_program_by_name(p->skel->obj, names[probe][i]);
+	return bpf_object__find_program_by_name(p->skel->obj, probe_prog_names[probe][i]);
+}
+
+static bool is_probe_prog_name(const char *name) {
+	for (unsigned i = 0; i < _PROBE_MAX; i++)
+		for (unsigned k = 0; k < MAX_PROGS_PER_PROBE; k++)
+			if (probe_prog_names[i][k] && streq(probe_prog_names[i][k], name))
+				return true;
+	return false;
+}
+
+/* Maps only the probes use: an incompatible pin of one of them (PendingSyscalls= changed) is
+ * replaced without asking, as nobody else reads them; at worst a few pending syscalls lose
+ * their record. */
+static bool is_private_map(const struct bpf_map *m) {
+	const char *n = bpf_map__name(m);
+
+	return streq(n, "open_args") || streq(n, "connect_args") || streq(n, "probes_scratch");
+}
+
+/* Links under links/ whose program this build does not have (a probe renamed or removed by an
+ * upgrade) would stay attached forever, emitting with the old program: unpin them. */
+static int probes_prune_stale_links(Probes *p) {
+	_cleanup_free_ char *links = NULL;
+	DIR *d;
+	struct dirent *de;
+	int r = 0;
+
+	if (asprintf(&links, "%s/links", p->pin_path) < 0)
+		return -ENOMEM;
+	d = opendir(links);
+	if (!d)
+		return errno == ENOENT ? 0 : log_error_errno(-errno, "Failed to open %s: %m", links);
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.' || is_probe_prog_name(de->d_name))
+			continue;
+		if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT) {
+			r = log_error_errno(-errno, "Failed to remove the stale link %s/%s: %m", links, de->d_name);
+			continue;
+		}
+		log_notice("Removed the stale link %s/%s: this build has no program of that name", links,
+		           de->d_name);
+	}
+	closedir(d);
+	return r;
 }
 
 static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap) {
@@ -62,7 +112,7 @@ static bool tracefs_mounted(void) {
 	       access("/sys/kernel/debug/tracing/events", F_OK) == 0;
 }
 
-int probes_new(const char *pin_path, bool replace_incompatible, Probes **ret) {
+int probes_new(const char *pin_path, bool replace_incompatible, uint32_t pending_syscalls, Probes **ret) {
 	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = pin_path);
 	Probes *p;
 	struct bpf_map *m;
@@ -73,6 +123,7 @@ int probes_new(const char *pin_path, bool replace_incompatible, Probes **ret) {
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
+	p->lock_fd = -EBADF;
 	for (unsigned i = 0; i < _PROBE_MAX; i++)
 		for (unsigned k = 0; k < MAX_PROGS_PER_PROBE; k++)
 			p->link_fd[i][k] = -EBADF;
@@ -81,6 +132,19 @@ int probes_new(const char *pin_path, bool replace_incompatible, Probes **ret) {
 		probes_free(p);
 		return -ENOMEM;
 	}
+
+	/* Before any pin is touched: two daemons on one pin root would take each other's slots. */
+	r = pins_lock(pin_path);
+	if (r == -EWOULDBLOCK) {
+		probes_free(p);
+		return log_error_errno(r, "Another perfrelayd serves %s; refusing to start a second one on the "
+		                       "same PinPath=", pin_path);
+	}
+	if (r < 0) {
+		probes_free(p);
+		return log_error_errno(r, "Failed to lock %s: %m", pin_path);
+	}
+	p->lock_fd = r;
 
 	r = libbpf_num_possible_cpus();
 	if (r <= 0) {
@@ -101,13 +165,15 @@ int probes_new(const char *pin_path, bool replace_incompatible, Probes **ret) {
 	bpf_map__set_max_entries(p->skel->maps.events, p->n_cpus);
 	/* One struct perfrelay_received per (producer, possible CPU). */
 	bpf_map__set_max_entries(p->skel->maps.received, PERFRELAY_MAX_PRODUCERS * p->n_cpus);
+	bpf_map__set_max_entries(p->skel->maps.open_args, pending_syscalls);
+	bpf_map__set_max_entries(p->skel->maps.connect_args, pending_syscalls);
 
 	bpf_object__for_each_map(m, p->skel->obj) {
 		const char *path = bpf_map__pin_path(m);
 
 		if (!path)
 			continue;
-		r = pins_check_map(path, m, replace_incompatible);
+		r = pins_check_map(path, m, replace_incompatible || is_private_map(m));
 		if (r < 0) {
 			probes_free(p);
 			return r;
@@ -126,6 +192,11 @@ int probes_new(const char *pin_path, bool replace_incompatible, Probes **ret) {
 		probes_free(p);
 		return log_error_errno(r, "Failed to load the probes BPF object (maps pinned under %s): %m", pin_path);
 	}
+	r = probes_prune_stale_links(p);
+	if (r < 0) {
+		probes_free(p);
+		return r;
+	}
 	*ret = p;
 	return 0;
 }
@@ -137,6 +208,7 @@ Probes *probes_free(Probes *p) {
 		for (unsigned k = 0; k < MAX_PROGS_PER_PROBE; k++)
 			safe_close(p->link_fd[i][k]);
 	probes_bpf__destroy(p->skel);
+	safe_close(p->lock_fd);
 	free(p->pin_path);
 	free(p);
 	return NULL;
@@ -152,21 +224,48 @@ unsigned probes_possible_cpus(const Probes *p) { return p->n_cpus; }
 bool probes_is_enabled(const Probes *p, unsigned probe) { return probe < _PROBE_MAX && p->enabled[probe]; }
 bool probes_was_reused(const Probes *p, unsigned probe) { return probe < _PROBE_MAX && p->reused[probe]; }
 
-static int prog_tag(int prog_fd, uint8_t tag[BPF_TAG_SIZE]) {
+#define PROG_MAPS_MAX 64u
+
+typedef struct ProgIdentity {
+	uint8_t tag[BPF_TAG_SIZE];
+	uint32_t n_maps;
+	uint32_t map_ids[PROG_MAPS_MAX]; /* sorted */
+} ProgIdentity;
+
+static int cmp_u32(const void *a, const void *b) {
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int prog_identity(int prog_fd, ProgIdentity *ret) {
 	struct bpf_prog_info info = {};
 	uint32_t len = sizeof(info);
+	ProgIdentity id = {};
 
+	info.nr_map_ids = PROG_MAPS_MAX;
+	info.map_ids = (uint64_t)(uintptr_t)id.map_ids;
 	if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) < 0)
 		return negative_errno();
-	memcpy(tag, info.tag, BPF_TAG_SIZE);
+	if (info.nr_map_ids > PROG_MAPS_MAX)
+		return -E2BIG;
+	memcpy(id.tag, info.tag, BPF_TAG_SIZE);
+	id.n_maps = info.nr_map_ids;
+	qsort(id.map_ids, id.n_maps, sizeof(uint32_t), cmp_u32);
+	*ret = id;
 	return 0;
 }
 
-/* Whether the link pinned at path runs a program identical to prog. */
+/* Whether the pinned link runs a program identical to prog that also uses the very same maps.
+ * The tag alone is not enough: it hashes the instructions without the maps, so a link whose
+ * program still counts into a "counters" or writes into an "events" that were replaced (or
+ * re-created after a --cleanup that left the link) would look current and emit into maps that
+ * nobody reads any more. (A program with a .rodata or .bss map never matches: those are
+ * private to each load. The probes have none.) */
 static bool link_runs_same_program(int link_fd, const struct bpf_program *prog) {
 	struct bpf_link_info info = {};
 	uint32_t len = sizeof(info);
-	uint8_t a[BPF_TAG_SIZE], b[BPF_TAG_SIZE];
+	ProgIdentity a, b;
 	_cleanup_close_ int fd = -EBADF;
 
 	if (bpf_obj_get_info_by_fd(link_fd, &info, &len) < 0)
@@ -174,8 +273,10 @@ static bool link_runs_same_program(int link_fd, const struct bpf_program *prog) 
 	fd = bpf_prog_get_fd_by_id(info.prog_id);
 	if (fd < 0)
 		return false;
-	return prog_tag(fd, a) == 0 && prog_tag(bpf_program__fd(prog), b) == 0 &&
-	       memcmp(a, b, BPF_TAG_SIZE) == 0;
+	if (prog_identity(fd, &a) < 0 || prog_identity(bpf_program__fd(prog), &b) < 0)
+		return false;
+	return memcmp(a.tag, b.tag, BPF_TAG_SIZE) == 0 && a.n_maps == b.n_maps &&
+	       memcmp(a.map_ids, b.map_ids, sizeof(uint32_t) * a.n_maps) == 0;
 }
 
 static int attach_prog(Probes *p, unsigned probe, unsigned i, const struct bpf_program *prog) {
@@ -202,7 +303,8 @@ static int attach_prog(Probes *p, unsigned probe, unsigned i, const struct bpf_p
 	if (old >= 0) {
 		/* A different program (an upgrade) holds the pin: the new one is attached already,
 		 * so swapping the pin leaves no gap, at worst a few duplicate events. */
-		log_notice("Probe %s: replacing the pinned link %s (program changed)", probe_to_string(probe), path);
+		log_notice("Probe %s: replacing the pinned link %s (program or its maps changed)",
+		           probe_to_string(probe), path);
 		if (unlink(path) < 0 && errno != ENOENT) {
 			r = log_error_errno(-errno, "Failed to remove pin %s: %m", path);
 			bpf_link__destroy(link);
@@ -227,7 +329,9 @@ static int attach_prog(Probes *p, unsigned probe, unsigned i, const struct bpf_p
 static int detach_probe(Probes *p, unsigned probe) {
 	int r = 0;
 
-	for (unsigned i = 0; i < MAX_PROGS_PER_PROBE; i++) {
+	/* In reverse attach order: the syscall enter goes first, so that no pending entry is made
+	 * once its exit and reaper are gone. */
+	for (unsigned i = MAX_PROGS_PER_PROBE; i-- > 0;) {
 		const struct bpf_program *prog = probe_prog(p, probe, i);
 		char path[PATH_MAX];
 

@@ -11,9 +11,11 @@
 
 typedef struct Probes Probes;
 
-/* Opens and loads the probes object with its maps pinned under pin_path (reusing compatible
- * pins). Attaches nothing yet. */
-int probes_new(const char *pin_path, bool replace_incompatible, Probes **ret);
+/* Locks the pin root (pins_lock(): -EWOULDBLOCK if another daemon serves it, held until
+ * probes_free()), opens and loads the probes object with its maps pinned under pin_path (reusing
+ * compatible pins; the pending-syscall maps get `pending_syscalls` entries), and unpins links
+ * under links/ that this build has no program for. Attaches nothing yet. */
+int probes_new(const char *pin_path, bool replace_incompatible, uint32_t pending_syscalls, Probes **ret);
 /* Closes everything without unpinning: pinned links keep the probes attached. */
 Probes *probes_free(Probes *p);
 
@@ -29,7 +31,7 @@ bool probes_received_created(const Probes *p);
 unsigned probes_possible_cpus(const Probes *p);
 
 /* Makes the set of attached probes equal to `mask` (bits PROBE_*): reuses pinned links whose
- * program is identical to the loaded one, attaches and pins the others, and unpins and detaches
+ * program is identical to the loaded one and uses the same maps, attaches and pins the others, and unpins and detaches
  * probes outside the mask. */
 int probes_apply(Probes *p, uint32_t mask);
 int probes_set_enabled(Probes *p, unsigned probe, bool enabled);

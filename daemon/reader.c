@@ -51,6 +51,18 @@ struct Reader {
 	unsigned flush_interval_ms;
 	int epoll_fd;
 	int stop_fd;              /* eventfd: the main thread asks the thread to finish */
+	/* CPU hotplug hand-over (reader_replace_ring()): the main thread queues commands under
+	 * cmd_lock and signals cmd_fd; the thread runs them and queues the rings it let go in
+	 * `retired`, under the same lock, for the main thread to free. rings[i] is stored by the
+	 * thread with release semantics and read by the main thread (reader_ring()) with acquire. */
+	int cmd_fd;
+	pthread_mutex_t cmd_lock;
+	struct ReaderCmd *cmds;
+	size_t n_cmds;
+	Ring **retired;
+	size_t n_retired;
+	cpu_set_t allowed;        /* the daemon's CPUs when the thread started, for re-pinning */
+	bool has_allowed;
 	pthread_t thread;
 	bool started;
 	atomic_int frozen;        /* fault injection only */
@@ -64,6 +76,13 @@ typedef struct DrainCtx {
 	RingSeq *seq;
 	uint64_t records, received, lost, malformed, other;
 } DrainCtx;
+
+/* CPU hotplug, below. */
+#define READER_CMD_KEY UINT64_MAX /* epoll data of cmd_fd; rings use their index, stop_fd n_rings */
+static int reader_hotplug_init(Reader *r);
+static void reader_hotplug_free(Reader *r);
+static void reader_run_commands(Reader *r);
+static int drain_all(Reader *r, uint64_t now_usec, bool *ret_any, bool *ret_trickle);
 
 int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hub *hub, CgroupFs *cgroups,
                Ledger *ledger, unsigned flush_interval_ms, Reader **ret) {
@@ -81,7 +100,8 @@ int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hu
 	r->n_rings = n_rings;
 	r->hub = hub;
 	r->flush_interval_ms = flush_interval_ms;
-	r->epoll_fd = r->stop_fd = -EBADF;
+	r->epoll_fd = r->stop_fd = r->cmd_fd = -EBADF;
+	pthread_mutex_init(&r->cmd_lock, NULL);
 
 	r->cpu_stats = calloc(n_rings ?: 1, sizeof(CpuStats));
 	r->drained_usec = calloc(n_rings ?: 1, sizeof(uint64_t));
@@ -126,6 +146,13 @@ int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hu
 			return k;
 		}
 	}
+	{
+		int k = reader_hotplug_init(r);
+		if (k < 0) {
+			reader_free(r);
+			return k;
+		}
+	}
 	*ret = r;
 	return 0;
 }
@@ -144,6 +171,7 @@ Reader *reader_free(Reader *r) {
 	cgroup_cache_free(r->units);
 	safe_close(r->epoll_fd);
 	safe_close(r->stop_fd);
+	reader_hotplug_free(r);
 	free(r);
 	return NULL;
 }
@@ -151,7 +179,7 @@ Reader *reader_free(Reader *r) {
 unsigned reader_id(const Reader *r) { return r->id; }
 const CpuSet *reader_cpus(const Reader *r) { return &r->cpus; }
 size_t reader_n_rings(const Reader *r) { return r->n_rings; }
-const Ring *reader_ring(const Reader *r, size_t i) { return r->rings[i]; }
+const Ring *reader_ring(const Reader *r, size_t i) { return __atomic_load_n(&r->rings[i], __ATOMIC_ACQUIRE); }
 const CpuStats *reader_cpu_stats(const Reader *r, size_t i) { return &r->cpu_stats[i]; }
 const ReaderStats *reader_stats(const Reader *r) { return r->stats; }
 
@@ -332,9 +360,12 @@ static void *reader_thread(void *userdata) {
 
 		if (n < 0 && errno != EINTR)
 			break; /* cannot happen with a valid epoll fd; the watchdog notices the stall */
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < n; i++) {
 			if (evs[i].data.u64 == r->n_rings)
 				stopping = true;
+			else if (evs[i].data.u64 == READER_CMD_KEY)
+				reader_run_commands(r);
+		}
 
 #if PERFRELAY_FAULT_INJECTION
 		while (atomic_load(&r->frozen) && !stopping)
@@ -372,10 +403,9 @@ static void *reader_thread(void *userdata) {
 	return NULL;
 }
 
-int reader_start(Reader *r) {
-	pthread_attr_t attr;
-	cpu_set_t set, allowed;
-	int k;
+/* The reader's CPUs, within those the daemon was allowed (from `allowed`). */
+static void reader_affinity(const Reader *r, const cpu_set_t *allowed, cpu_set_t *ret) {
+	cpu_set_t set, both;
 
 	CPU_ZERO(&set);
 	for (int c = cpuset_next(&r->cpus, 0); c >= 0 && c < CPU_SETSIZE; c = cpuset_next(&r->cpus, c + 1))
@@ -383,12 +413,20 @@ int reader_start(Reader *r) {
 	/* Only where the daemon was allowed to run (taskset, systemd's CPUAffinity=): whoever
 	 * started it may have kept CPUs for other work. If none of the group's CPUs is allowed,
 	 * the reader runs on the allowed ones and reads its rings from there. */
-	if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
-		cpu_set_t both;
-
-		CPU_AND(&both, &set, &allowed);
-		set = CPU_COUNT(&both) > 0 ? both : allowed;
+	if (allowed) {
+		CPU_AND(&both, &set, allowed);
+		set = CPU_COUNT(&both) > 0 ? both : *allowed;
 	}
+	*ret = set;
+}
+
+int reader_start(Reader *r) {
+	pthread_attr_t attr;
+	cpu_set_t set;
+	int k;
+
+	r->has_allowed = sched_getaffinity(0, sizeof(r->allowed), &r->allowed) == 0;
+	reader_affinity(r, r->has_allowed ? &r->allowed : NULL, &set);
 
 	pthread_attr_init(&attr);
 	/* Pinned to its group's CPUs: their rings' data is hot in the shared cache. */
@@ -410,4 +448,178 @@ void reader_stop(Reader *r, bool until_empty) {
 	(void)!write(r->stop_fd, &one, sizeof(one));
 	pthread_join(r->thread, NULL);
 	r->started = false;
+}
+
+/* CPU hotplug: the main thread hands rings to the thread that owns them through a queue of
+ * commands; the thread alone changes its rings and its epoll set. */
+
+typedef struct ReaderCmd {
+	unsigned cpu;
+	Ring *ring; /* the CPU's new ring, or NULL: the CPU went offline */
+} ReaderCmd;
+
+static int reader_hotplug_init(Reader *r) {
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = READER_CMD_KEY };
+
+	r->cmd_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (r->cmd_fd < 0)
+		return negative_errno();
+	if (epoll_ctl(r->epoll_fd, EPOLL_CTL_ADD, r->cmd_fd, &ev) < 0)
+		return negative_errno();
+	return 0;
+}
+
+static void reader_hotplug_free(Reader *r) {
+	for (size_t i = 0; i < r->n_cmds; i++)
+		ring_free(r->cmds[i].ring);
+	free(r->cmds);
+	for (size_t i = 0; i < r->n_retired; i++)
+		ring_free(r->retired[i]);
+	free(r->retired);
+	safe_close(r->cmd_fd);
+	pthread_mutex_destroy(&r->cmd_lock);
+}
+
+int reader_replace_ring(Reader *r, unsigned cpu, Ring *ring) {
+	uint64_t one = 1;
+	ReaderCmd *cmds;
+	size_t i;
+
+	/* The thread may be swapping rings[i] right now: load it as reader_ring() does. The ring
+	 * it returns stays valid, as only this (the main) thread frees retired rings. */
+	for (i = 0; i < r->n_rings; i++)
+		if (ring_cpu(reader_ring(r, i)) == cpu)
+			break;
+	if (i == r->n_rings) {
+		ring_free(ring);
+		return -ENOENT;
+	}
+	/* Not started (or stopped): nobody reads, the main thread may swap the ring itself. */
+	if (!r->started) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = i };
+
+		if (!ring)
+			return 0;
+		(void) epoll_ctl(r->epoll_fd, EPOLL_CTL_DEL, ring_fd(r->rings[i]), NULL);
+		if (epoll_ctl(r->epoll_fd, EPOLL_CTL_ADD, ring_fd(ring), &ev) < 0) {
+			int k = negative_errno();
+			ring_free(ring);
+			return k;
+		}
+		ring_free(r->rings[i]);
+		__atomic_store_n(&r->rings[i], ring, __ATOMIC_RELEASE);
+		return 0;
+	}
+
+	pthread_mutex_lock(&r->cmd_lock);
+	cmds = realloc(r->cmds, (r->n_cmds + 1) * sizeof(ReaderCmd));
+	if (!cmds) {
+		pthread_mutex_unlock(&r->cmd_lock);
+		ring_free(ring);
+		return -ENOMEM;
+	}
+	r->cmds = cmds;
+	r->cmds[r->n_cmds++] = (ReaderCmd) { .cpu = cpu, .ring = ring };
+	pthread_mutex_unlock(&r->cmd_lock);
+	(void) !write(r->cmd_fd, &one, sizeof(one));
+	return 0;
+}
+
+/* On the reader thread. The old ring is drained to empty first: what its CPU wrote before it
+ * went (or before the main thread emptied its slot) is delivered, not dropped with it. */
+static void reader_run_command(Reader *r, const ReaderCmd *c, Ring ***retired, size_t *n_retired) {
+	struct epoll_event ev = { .events = EPOLLIN };
+	bool any, trickle;
+	size_t i;
+
+	for (i = 0; i < r->n_rings; i++)
+		if (ring_cpu(r->rings[i]) == c->cpu)
+			break;
+	if (i == r->n_rings) {
+		ring_free(c->ring);
+		return;
+	}
+	for (unsigned pass = 0; pass < 64; pass++)
+		if (!drain_all(r, now_usec(), &any, &trickle) && !any)
+			break;
+	/* Its perf event is dead or going; a stale EPOLLHUP would wake us for nothing. */
+	(void) epoll_ctl(r->epoll_fd, EPOLL_CTL_DEL, ring_fd(r->rings[i]), NULL);
+	if (!c->ring)
+		return; /* the ring stays in place, empty, until the CPU returns */
+
+	ev.data.u64 = i;
+	/* Fails only short of memory; the ring is then still read on every flush timeout. */
+	(void) epoll_ctl(r->epoll_fd, EPOLL_CTL_ADD, ring_fd(c->ring), &ev);
+	(*retired)[(*n_retired)++] = r->rings[i];
+	__atomic_store_n(&r->rings[i], c->ring, __ATOMIC_RELEASE);
+	r->drained_usec[i] = now_usec();
+
+	/* While all of our CPUs were offline the kernel moved us elsewhere and widened our
+	 * affinity: pin the thread to its group again. */
+	{
+		cpu_set_t set;
+
+		reader_affinity(r, r->has_allowed ? &r->allowed : NULL, &set);
+		(void) pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	}
+}
+
+static void reader_run_commands(Reader *r) {
+	uint64_t n;
+	ReaderCmd *cmds;
+	size_t n_cmds, n_retired = 0;
+	Ring **retired;
+
+	(void) !read(r->cmd_fd, &n, sizeof(n));
+	pthread_mutex_lock(&r->cmd_lock);
+	cmds = TAKE_PTR(r->cmds);
+	n_cmds = r->n_cmds;
+	r->n_cmds = 0;
+	pthread_mutex_unlock(&r->cmd_lock);
+	if (n_cmds == 0)
+		return;
+
+	/* Rare (a CPU going or coming), so an allocation here is no hot-path cost. */
+	retired = calloc(n_cmds, sizeof(Ring *));
+	for (size_t i = 0; i < n_cmds; i++) {
+		if (!retired) {
+			ring_free(cmds[i].ring); /* the old ring stays: records are not lost, the CPU is */
+			continue;
+		}
+		reader_run_command(r, &cmds[i], &retired, &n_retired);
+	}
+	free(cmds);
+	if (n_retired == 0) {
+		free(retired);
+		return;
+	}
+	pthread_mutex_lock(&r->cmd_lock);
+	{
+		Ring **all = realloc(r->retired, (r->n_retired + n_retired) * sizeof(Ring *));
+
+		if (all) {
+			memcpy(all + r->n_retired, retired, n_retired * sizeof(Ring *));
+			r->retired = all;
+			r->n_retired += n_retired;
+			n_retired = 0;
+		}
+	}
+	pthread_mutex_unlock(&r->cmd_lock);
+	/* Out of memory: the old rings leak their mapping rather than being freed here, where the
+	 * main thread might still look at them through reader_ring(). */
+	free(retired);
+}
+
+void reader_free_retired_rings(Reader *r) {
+	Ring **retired;
+	size_t n;
+
+	pthread_mutex_lock(&r->cmd_lock);
+	retired = TAKE_PTR(r->retired);
+	n = r->n_retired;
+	r->n_retired = 0;
+	pthread_mutex_unlock(&r->cmd_lock);
+	for (size_t i = 0; i < n; i++)
+		ring_free(retired[i]);
+	free(retired);
 }

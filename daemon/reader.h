@@ -55,6 +55,15 @@ const CpuStats *reader_cpu_stats(const Reader *r, size_t i);
 const ReaderStats *reader_stats(const Reader *r);
 void reader_unit_cache_stats(const Reader *r, CgroupCacheStats *ret);
 
+/* CPU hotplug (main thread). Hands `ring` (NULL: the CPU went offline) for `cpu`, one of the
+ * reader's CPUs, to the reader thread, which drains the CPU's current ring to empty, then reads
+ * `ring` in its place; the CPU's counters carry on. Takes ownership of `ring` in every case.
+ * -ENOENT if the reader has no ring for `cpu`. */
+int reader_replace_ring(Reader *r, unsigned cpu, Ring *ring);
+/* Frees the rings the thread let go since the last call (main thread: reader_ring() may have
+ * returned them to it). */
+void reader_free_retired_rings(Reader *r);
+
 /* Test-only fault injection (compiled in with -Dfault_injection=true): the thread stops making
  * progress while frozen. */
 void reader_set_frozen(Reader *r, int frozen);

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* test_probe_exits.py's processes whose threads end in the ways the exit probe must not mistake
+ * for the end of the process. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static int status;
+
+static void *park(void *arg) {
+	for (;;)
+		pause();
+	return NULL;
+}
+
+/* A non-leader thread execs: de_thread() kills the leader and every other thread, and the
+ * execing thread takes over the process id. The new image exits with `status`. */
+static void *exec_from_thread(void *arg) {
+	char code[16];
+
+	snprintf(code, sizeof(code), "%d", status);
+	execl("/proc/self/exe", "exit-helper", "exit", code, (char *)NULL);
+	perror("execl");
+	_exit(127);
+}
+
+enum { END_GROUP, END_THREAD, END_NEVER };
+
+/* Waits until the leader has gone (a zombie while the group lives), then ends the process:
+ * with exit() (exit_group), with a plain thread exit (the last thread's), or not at all (the
+ * test kills it). */
+static void *outlive_leader(void *arg) {
+	int how = *(int *)arg;
+	char path[64], buf[256];
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)getpid());
+	for (;;) {
+		FILE *f = fopen(path, "re");
+		char *p;
+
+		if (!f)
+			break;
+		p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+		fclose(f);
+		if (p && (p[2] == 'Z' || p[2] == 'X'))
+			break;
+		usleep(1000);
+	}
+	if (how == END_NEVER)
+		park(NULL);
+	if (how == END_THREAD)
+		syscall(SYS_exit, status);
+	exit(status);
+}
+
+int main(int argc, char *argv[]) {
+	pthread_t t;
+	static int how;
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: exit-helper exit|dethread|leader-exit|leader-exit-thread|leader-exit-park STATUS\n");
+		return 2;
+	}
+	status = atoi(argv[2]);
+	if (strcmp(argv[1], "exit") == 0)
+		return status;
+	if (strcmp(argv[1], "dethread") == 0) {
+		/* A second bystander thread, so that de_thread() has more than the leader to kill. */
+		if (pthread_create(&t, NULL, park, NULL) != 0 || pthread_create(&t, NULL, exec_from_thread, NULL) != 0)
+			return 3;
+		park(NULL);
+	}
+	if (strncmp(argv[1], "leader-exit", strlen("leader-exit")) == 0) {
+		how = strcmp(argv[1], "leader-exit-thread") == 0 ? END_THREAD
+		    : strcmp(argv[1], "leader-exit-park") == 0   ? END_NEVER
+		                                                 : END_GROUP;
+		if (pthread_create(&t, NULL, outlive_leader, &how) != 0)
+			return 3;
+		pthread_exit(NULL);
+	}
+	fprintf(stderr, "unknown mode %s\n", argv[1]);
+	return 2;
+}

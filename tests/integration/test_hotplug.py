@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""CPU hotplug: a CPU that goes offline and comes back is served again (a fresh ring), so events
+of that CPU keep coming. Writes /sys/devices/system/cpu/cpuN/online: the CPU is offline for as
+short a time as the test can make it, and always brought back."""
+import os
+import subprocess
+import sys
+import time
+
+from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests
+
+BINARY = sys.argv[1]
+
+require_root_and_bpf()
+
+
+def hotpluggable_cpu():
+    """A CPU this process may run on whose online file is writable, other than the lowest."""
+    for cpu in sorted(os.sched_getaffinity(0))[1:]:
+        path = f"/sys/devices/system/cpu/cpu{cpu}/online"
+        if os.path.exists(path) and os.access(path, os.W_OK):
+            return cpu, path
+    return None, None
+
+
+def set_online(path, online):
+    with open(path, "w") as f:
+        f.write("1" if online else "0")
+
+
+def is_online(path):
+    with open(path) as f:
+        return f.read().strip() == "1"
+
+
+def exec_on(cpu):
+    p = subprocess.Popen(["/bin/true"], preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    check_eq(p.wait(30), 0, "/bin/true")
+    return p.pid
+
+
+def test_offline_online_keeps_delivering():
+    cpu, path = hotpluggable_cpu()
+    if cpu is None:
+        print("SKIP: no second CPU with a writable online file")
+        sys.exit(77)
+    if not is_online(path):
+        print(f"SKIP: CPU {cpu} is offline")
+        sys.exit(77)
+    d = Daemon(BINARY, "hotplug", config="[Probes]\nProbes=exec\n")
+    try:
+        d.start()
+        pid = exec_on(cpu)
+        d.wait_event(lambda e: e["type"] == "exec" and e["pid"] == pid and e["cpu"] == cpu, f"exec on CPU {cpu}")
+
+        try:
+            try:
+                set_online(path, False)
+            except OSError as e:
+                print(f"SKIP: the kernel refuses to take CPU {cpu} offline: {e}")
+                sys.exit(77)
+        finally:
+            set_online(path, True)
+        check(is_online(path), f"CPU {cpu} is back online")
+
+        # The CPU is back: its events must arrive again, from a new ring. The daemon installs it
+        # when the kernel's uevent reaches it, a moment after the write returned; an exec in
+        # between fails (counted by the producer), so the exec is repeated until one arrives.
+        deadline = time.monotonic() + 30
+        while True:
+            pid = exec_on(cpu)
+            try:
+                d.wait_event(lambda e: e["type"] == "exec" and e["pid"] == pid, f"exec on CPU {cpu} after it came back",
+                             timeout=2)
+                break
+            except Failure:
+                if time.monotonic() > deadline:
+                    raise
+        ev = next(e for e in d.events if e["type"] == "exec" and e["pid"] == pid)
+        check_eq(ev["cpu"], cpu, "the exec ran on the CPU that came back")
+    finally:
+        if path and not is_online(path):
+            set_online(path, True)
+        d.stop()
+        d.cleanup()
+
+
+run_tests([test_offline_online_keeps_delivering])
