@@ -768,7 +768,9 @@ int manager_start(Manager *m) {
 	if (r < 0)
 		return r;
 	/* Slots of CPUs given no ring here (outside every group, offline) were emptied with the
-	 * others by manager_settle(), and stay empty: emits there fail and are counted. */
+	 * others by manager_settle(), and stay empty: emits there fail and are counted. Hotplug
+	 * is watched from here on, before the socket exists (its events wait for the loop). */
+	manager_hotplug_setup(m);
 	if (m->o.stdout_events) {
 		r = manager_setup_stdout(m);
 		if (r < 0)
@@ -813,7 +815,6 @@ int manager_start(Manager *m) {
 	r = manager_setup_health(m);
 	if (r < 0)
 		return r;
-	manager_hotplug_setup(m);
 	(void)sd_notify(false, "READY=1\nSTATUS=Running");
 	return 0;
 }
