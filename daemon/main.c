@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* perfrelayd: command line, then the manager does the rest. */
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,11 @@ int main(int argc, char *argv[]) {
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	/* A client that hangs up must make writev() fail with EPIPE, not kill the daemon. */
 	signal(SIGPIPE, SIG_IGN);
+	/* Client queues (256 KiB and up) must go back to the kernel when their client leaves.
+	 * glibc raises its mmap threshold each time a larger mmapped block is freed (the stats
+	 * snapshot is one), after which queues would come from the heap and stay resident after
+	 * client churn; a fixed threshold keeps them mmapped. */
+	(void)mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 
 	while ((c = getopt_long(argc, argv, "hc:v", options, NULL)) >= 0)
 		switch (c) {
