@@ -406,7 +406,7 @@ static int append_client(const ServerClientInfo *c, void *userdata) {
 		(uint32_t) c->uid,
 		(uint32_t) c->pid,
 		filter,
-		c->stats.queued,
+		c->stats.sent,
 		c->stats.dropped,
 		c->stats.queued_bytes);
 }
@@ -542,10 +542,12 @@ static BusSubscriber *subscriber_free(BusSubscriber *s) {
 
 		/* After this no reader touches the client or its subscription. */
 		hub_client_detach(manager_hub(b->manager), s->client);
+		hub_client_discard(s->client);
 		hub_client_get_stats(s->client, &st);
-		/* Events still in the pipe or the hub queue were offered and never sent: drops too. */
-		if (st.queued > s->lines)
-			s->dropped += st.queued - s->lines;
+		/* Events left in the hub queue are in st.dropped now; those written to the pipe
+		 * and never read were not sent as signals either: drops too. */
+		if (st.sent > s->lines)
+			s->dropped += st.sent - s->lines;
 		b->gone_delivered += s->delivered;
 		b->gone_dropped += s->dropped + st.dropped;
 		log_debug(

@@ -286,6 +286,7 @@ static void manager_unmap_rings(Manager *m) {
 static void manager_drop_stdout(Manager *m, int error) {
 	log_warning_errno(error, "Standard output is gone (%m), no longer printing events");
 	hub_client_detach(m->hub, m->stdout_client);
+	hub_client_discard(m->stdout_client);
 	hub_client_get_stats(m->stdout_client, &m->stdout_gone);
 	m->stdout_client = hub_client_free(m->stdout_client);
 	m->stdout_source = sd_event_source_disable_unref(m->stdout_source);
@@ -578,13 +579,13 @@ int manager_get_counters(Manager *m, bool with_failures, ManagerCounters *ret) {
 		c.events_delivered += ss.gone_sent + ss.live_sent;
 		c.client_drops += ss.gone_dropped + ss.live_dropped;
 	}
-	c.events_delivered += m->stdout_gone.queued;
+	c.events_delivered += m->stdout_gone.sent;
 	c.client_drops += m->stdout_gone.dropped;
 	if (m->stdout_client) {
 		HubClientStats st;
 
 		hub_client_get_stats(m->stdout_client, &st);
-		c.events_delivered += st.queued;
+		c.events_delivered += st.sent;
 		c.client_drops += st.dropped;
 	}
 	bus_get_stats(m->bus, &bs);
@@ -765,11 +766,15 @@ static void manager_finish_stdout(Manager *m) {
 
 		if (t >= deadline || poll(&p, 1, (int)((deadline - t) / USEC_PER_MSEC) + 1) <= 0) {
 			log_warning("Standard output did not take the last events within 5s, giving up");
-			return;
+			break;
 		}
 	}
 	if (r < 0)
 		log_warning_errno(r, "Failed to write the last events to standard output: %m");
+	/* The readers have stopped: what is still queued is never written, and counts as
+	 * dropped in the exit summary. */
+	hub_client_detach(m->hub, m->stdout_client);
+	hub_client_discard(m->stdout_client);
 }
 
 /* The figures a user needs to see that nothing was lost uncounted, logged at exit. */
@@ -823,7 +828,7 @@ static void manager_log_stats(Manager *m) {
 
 		hub_client_get_stats(m->stdout_client, &cs);
 		log_info("Standard output: %" PRIu64 " offered, %" PRIu64 " sent, %" PRIu64 " dropped",
-		         cs.offered, cs.queued, cs.dropped);
+		         cs.offered, cs.sent, cs.dropped);
 	}
 	if (m->server) {
 		ServerStats ss;

@@ -113,12 +113,14 @@ static void connection_free(Connection *c) {
 
 		/* After this no reader touches the client or its subscription. */
 		hub_client_detach(s->hub, c->client);
+		/* What it was never written is dropped: offered = sent + dropped from here on. */
+		hub_client_discard(c->client);
 		hub_client_get_stats(c->client, &st);
 		s->stats.gone_offered += st.offered;
-		s->stats.gone_sent += st.queued;
+		s->stats.gone_sent += st.sent;
 		s->stats.gone_dropped += st.dropped;
 		log_debug("Client %" PRIu64 " disconnected: %" PRIu64 " events offered, %" PRIu64 " sent, %" PRIu64
-		          " dropped", c->id, st.offered, st.queued, st.dropped);
+		          " dropped", c->id, st.offered, st.sent, st.dropped);
 		hub_client_free(c->client);
 		s->stats.clients--;
 	} else
@@ -803,7 +805,7 @@ void server_get_stats(const Server *s, ServerStats *ret) {
 
 			hub_client_get_stats(c->client, &st);
 			ret->live_offered += st.offered;
-			ret->live_sent += st.queued;
+			ret->live_sent += st.sent;
 			ret->live_dropped += st.dropped;
 		}
 }

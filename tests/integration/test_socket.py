@@ -488,6 +488,12 @@ def test_slow_client():
         check_eq([m["error"] for m in errors], ["overflow"], "an overflow error line")
         check_eq(msgs[-1]["type"], "error", "the error is the last line")
         validate(errors[0])
+        # Nothing after its first loss: on every CPU it got a gapless prefix of what the
+        # reading client (same filter, lost nothing) got, and then nothing more.
+        for cpu in {m["cpu"] for m in events}:
+            mine = [m["seq"] for m in events if m["cpu"] == cpu]
+            theirs = [m["seq"] for m in events_of(fast, "open") if m["cpu"] == cpu]
+            check_eq(mine, theirs[:len(mine)], f"the disconnected client's events on CPU {cpu} end at its first loss")
     finally:
         for c in clients:
             c.close()
