@@ -272,7 +272,7 @@ static int property_get_started_at(
 
 typedef struct CpuRow {
 	uint32_t cpu, reader;
-	uint64_t received, lost, bytes, malformed, failures;
+	uint64_t received, lost, bytes, malformed, failures, corrupt, corrupt_bytes;
 } CpuRow;
 
 static int cpu_row_compare(const void *a, const void *b) {
@@ -316,6 +316,8 @@ static int method_get_cpu_stats(sd_bus_message *message, void *userdata, sd_bus_
 				.bytes = STAT_LOAD(cs->bytes),
 				.malformed = STAT_LOAD(cs->malformed),
 				.failures = cpu < n_cpus ? per_cpu[cpu].failures : 0,
+				.corrupt = STAT_LOAD(cs->corrupt),
+				.corrupt_bytes = STAT_LOAD(cs->corrupt_bytes),
 			};
 		}
 	}
@@ -324,20 +326,22 @@ static int method_get_cpu_stats(sd_bus_message *message, void *userdata, sd_bus_
 	r = sd_bus_message_new_method_return(message, &reply);
 	if (r < 0)
 		return r;
-	r = sd_bus_message_open_container(reply, 'a', "(uuttttt)");
+	r = sd_bus_message_open_container(reply, 'a', "(uuttttttt)");
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < n; i++) {
 		r = sd_bus_message_append(
 			reply,
-			"(uuttttt)",
+			"(uuttttttt)",
 			rows[i].cpu,
 			rows[i].reader,
 			rows[i].received,
 			rows[i].lost,
 			rows[i].bytes,
 			rows[i].malformed,
-			rows[i].failures);
+			rows[i].failures,
+			rows[i].corrupt,
+			rows[i].corrupt_bytes);
 		if (r < 0)
 			return r;
 	}
@@ -1241,7 +1245,7 @@ static const sd_bus_vtable manager_vtable[] = {
 
 	SD_BUS_METHOD_WITH_NAMES("GetCpuStats",
 	                         NULL, "",
-	                         "a(uuttttt)", SD_BUS_PARAM(cpus),
+	                         "a(uuttttttt)", SD_BUS_PARAM(cpus),
 	                         method_get_cpu_stats, SD_BUS_VTABLE_UNPRIVILEGED),
 	SD_BUS_METHOD_WITH_NAMES("GetReaderStats",
 	                         NULL, "",

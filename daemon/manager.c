@@ -798,6 +798,9 @@ static void manager_log_stats(Manager *m) {
 			log_info("CPU %u: %" PRIu64 " received, %" PRIu64 " lost, %" PRIu64 " malformed, %" PRIu64
 			         " bytes", ring_cpu(reader_ring(r, k)), STAT_LOAD(cs->received), STAT_LOAD(cs->lost),
 			         STAT_LOAD(cs->malformed), STAT_LOAD(cs->bytes));
+			if (STAT_LOAD(cs->corrupt))
+				log_warning("CPU %u: ring framing broken %" PRIu64 " times, %" PRIu64 " bytes skipped",
+				            ring_cpu(reader_ring(r, k)), STAT_LOAD(cs->corrupt), STAT_LOAD(cs->corrupt_bytes));
 		}
 	}
 	/* Per producer over all readers: with the producer's own counters this is the proof that

@@ -202,15 +202,17 @@ static int drain_all(Reader *r, uint64_t now_usec, bool *ret_any, bool *ret_tric
 	for (size_t i = 0; i < r->n_rings; i++) {
 		DrainCtx d = { .reader = r, .cpu = &r->cpu_stats[i] };
 		uint64_t budget = ring_data_size(r->rings[i]) / 2;
+		uint64_t skipped;
 		int64_t n;
 
 		if (!ring_pending(r->rings[i]))
 			continue;
 		/* Half a ring per turn keeps one busy CPU from starving the others of the group. */
-		n = ring_drain(r->rings[i], budget, on_record, &d);
-		if (n == -EBADMSG) {
+		n = ring_drain(r->rings[i], budget, on_record, &d, &skipped);
+		if (_unlikely_(skipped > 0)) {
 			STAT_ADD(d.cpu->corrupt, 1);
-			n = 1;
+			STAT_ADD(d.cpu->corrupt_bytes, skipped);
+			any = true;
 		}
 		if (n > 0) {
 			any = true;

@@ -23,6 +23,7 @@ typedef struct CpuStats {
 	uint64_t malformed;       /* raw samples the decoder rejected */
 	uint64_t other;           /* perf records of other types (skipped) */
 	uint64_t corrupt;         /* times the ring's framing was broken and skipped to head */
+	uint64_t corrupt_bytes;   /* bytes skipped so, not in `bytes` */
 } CpuStats;
 
 /* Per reader thread; written by that thread. */
