@@ -60,7 +60,6 @@ struct Manager {
 	uint64_t watchdog_usec;     /* from $WATCHDOG_USEC, 0 when systemd does not watch us */
 	uint64_t health_last_usec;
 	uint64_t health_last_events;
-	uint64_t *reader_progress;  /* each reader's progress counter at the previous tick */
 	bool watchdog_withheld;
 };
 
@@ -139,7 +138,6 @@ Manager *manager_free(Manager *m) {
 		return NULL;
 	manager_stop_readers(m);
 	sd_event_source_disable_unref(m->health_source);
-	free(m->reader_progress);
 	/* Subscribers leave the hub before it goes. */
 	bus_free(m->bus);
 	server_free(m->server);
@@ -399,22 +397,28 @@ static int manager_setup_stdout(Manager *m) {
 
 #define HEALTH_INTERVAL_USEC (1000ULL * 1000ULL)
 
-/* A reader that has not moved its progress counter since the previous tick is stalled: it
- * bumps it at least every FlushIntervalMs= (the epoll timeout), so a whole tick without one is
- * proof, as long as a tick spans at least two flush intervals. */
-static bool manager_readers_alive(Manager *m, uint64_t elapsed_usec) {
-	bool judged = elapsed_usec >= 2ULL * m->config->flush_interval_ms * 1000ULL, alive = true;
+/* Slack on top of two flush intervals before a quiet reader counts as stalled: one drain of
+ * half a ring per CPU of the group, and the scheduler's delays on a loaded machine. */
+#define READER_STALL_SLACK_USEC (1000ULL * 1000ULL)
+
+/* A reader goes around its loop at least every FlushIntervalMs= (its longest epoll timeout) plus
+ * one drain, and stamps the time each round. It is stalled when its last round is older than
+ * twice the flush interval plus the slack: a limit in time, so that it holds whatever the health
+ * tick is (shorter or longer than the flush interval, which a count of rounds per tick cannot
+ * judge). */
+static bool manager_readers_alive(Manager *m, uint64_t now_usec) {
+	uint64_t limit = 2ULL * m->config->flush_interval_ms * 1000ULL + READER_STALL_SLACK_USEC;
+	bool alive = true;
 
 	for (size_t i = 0; i < m->n_readers; i++) {
-		uint64_t p = STAT_LOAD(reader_stats(m->readers[i])->progress);
+		uint64_t last = STAT_LOAD(reader_stats(m->readers[i])->alive_usec);
 
-		if (judged && p == m->reader_progress[i]) {
+		if (now_usec > last && now_usec - last > limit) {
 			if (!m->watchdog_withheld)
 				log_error("Reader %zu made no progress for %" PRIu64 " ms: withholding WATCHDOG=1",
-				          i, elapsed_usec / 1000);
+				          i, (now_usec - last) / 1000);
 			alive = false;
 		}
-		m->reader_progress[i] = p;
 	}
 	return alive;
 }
@@ -430,7 +434,7 @@ static int on_health(sd_event_source *s, uint64_t usec, void *userdata) {
 		for (size_t k = 0; k < reader_n_rings(m->readers[i]); k++)
 			lost += STAT_LOAD(reader_cpu_stats(m->readers[i], k)->lost);
 	}
-	alive = manager_readers_alive(m, elapsed);
+	alive = manager_readers_alive(m, t);
 
 	if (m->watchdog_usec && alive)
 		(void)sd_notify(false, "WATCHDOG=1");
@@ -454,9 +458,6 @@ static int manager_setup_health(Manager *m) {
 	/* sd_watchdog_enabled() checks $WATCHDOG_PID too; 0 when not watched. */
 	if (sd_watchdog_enabled(false, &wd) > 0)
 		m->watchdog_usec = wd;
-	m->reader_progress = calloc(m->n_readers ?: 1, sizeof(uint64_t));
-	if (!m->reader_progress)
-		return -ENOMEM;
 	m->health_last_usec = now(CLOCK_MONOTONIC);
 	r = sd_event_add_time_relative(m->event, &m->health_source, CLOCK_MONOTONIC,
 	                               m->watchdog_usec ? MIN(m->watchdog_usec / 2, HEALTH_INTERVAL_USEC)

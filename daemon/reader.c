@@ -291,6 +291,7 @@ static void *reader_thread(void *userdata) {
 		if (any)
 			STAT_ADD(r->stats->wakeups, 1);
 		STAT_ADD(r->stats->progress, 1);
+		STAT_STORE(r->stats->alive_usec, now_usec());
 	}
 	/* Last drain after the stop request, so what was published before it is not lost; bounded,
 	 * because producers that keep emitting would otherwise keep us here forever. */
@@ -305,6 +306,8 @@ int reader_start(Reader *r) {
 	cpu_set_t set, allowed;
 	int k;
 
+	/* Alive from the start: the watchdog measures from here until the first loop ends. */
+	STAT_STORE(r->stats->alive_usec, now_usec());
 	CPU_ZERO(&set);
 	for (int c = cpuset_next(&r->cpus, 0); c >= 0 && c < CPU_SETSIZE; c = cpuset_next(&r->cpus, c + 1))
 		CPU_SET(c, &set);
