@@ -34,8 +34,12 @@ typedef struct HubQueue {
 	/* Written by the reader (STAT_*), read by the main thread. */
 	uint64_t offered, queued, dropped;
 	/* Main thread: start of the first frame not yet wholly written (a frame boundary, <= tail
-	 * and <= head), and the events among the frames before it. */
+	 * and <= head), and the events among the frames before it. A frame written in part has
+	 * been handed back to the reader up to tail, which may overwrite it: its end and kind are
+	 * kept here (frame_end 0: not known yet, and then frame == tail). */
 	uint64_t frame;
+	uint64_t frame_end;
+	bool frame_event;
 	uint64_t sent;
 	uint64_t unsent;          /* main thread: events left in the queue by hub_client_discard() */
 	uint8_t *buf;
@@ -476,7 +480,8 @@ static bool frame_is_lost(const HubClient *c, const HubQueue *q, uint64_t pos) {
 }
 
 /* The length of the whole frame at `pos`, if it ends at or before `end`; else 0. Frames in
- * [frame, head) are whole: the reader publishes head only at frame boundaries. */
+ * [frame, head) are whole: the reader publishes head only at frame boundaries. Only for bytes
+ * not yet handed back to the reader (at or after tail). */
 static uint64_t frame_length(const HubClient *c, const HubQueue *q, uint64_t pos, uint64_t end) {
 	if (c->o.format == HUB_FORMAT_BINARY) {
 		uint32_t len;
@@ -499,15 +504,28 @@ static uint64_t frame_length(const HubClient *c, const HubQueue *q, uint64_t pos
 	return 0;
 }
 
-/* Counts the events among the frames in [q->frame, end) that are whole; moves q->frame past
- * them. Returns the number of events (not "lost" notices) they hold. */
-static uint64_t queue_count_frames(const HubClient *c, HubQueue *q, uint64_t end) {
-	uint64_t n = 0, len;
+/* Counts the events among the frames that end at or before `end` (<= head), starting at
+ * q->frame; moves q->frame past them and remembers the end of the frame `end` cuts. Must run
+ * before tail moves past the frames it reads. Returns the number of events (not "lost"
+ * notices). */
+static uint64_t queue_count_frames(const HubClient *c, HubQueue *q, uint64_t end, uint64_t head) {
+	uint64_t n = 0;
 
-	while (q->frame < end && (len = frame_length(c, q, q->frame, end)) > 0) {
-		if (!frame_is_lost(c, q, q->frame))
-			n++;
-		q->frame += len;
+	while (q->frame < end) {
+		if (q->frame_end == 0) {
+			uint64_t len = frame_length(c, q, q->frame, head);
+
+			assert(len > 0); /* head is at a frame boundary */
+			if (len == 0)
+				break;
+			q->frame_end = q->frame + len;
+			q->frame_event = !frame_is_lost(c, q, q->frame);
+		}
+		if (q->frame_end > end)
+			break;
+		n += q->frame_event;
+		q->frame = q->frame_end;
+		q->frame_end = 0;
 	}
 	return n;
 }
@@ -520,7 +538,7 @@ void hub_client_discard(HubClient *c) {
 		 * counts as unsent: the client cannot use half a line. */
 		uint64_t head = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
 
-		q->unsent += queue_count_frames(c, q, head);
+		q->unsent += queue_count_frames(c, q, head, head);
 		q->tail = head;
 	}
 	c->partial = -1;
@@ -572,8 +590,9 @@ int hub_client_flush(HubClient *c) {
 
 		if (take < avail[order[j]])
 			c->partial = order[j];
+		/* Counted before the tail moves: from then on the reader may overwrite them. */
+		q->sent += queue_count_frames(c, q, q->tail + take, q->tail + avail[order[j]]);
 		__atomic_store_n(&q->tail, q->tail + take, __ATOMIC_RELEASE);
-		q->sent += queue_count_frames(c, q, q->tail);
 		k -= take;
 	}
 	/* A short write means the fd's buffer is full: wait for EPOLLOUT. */
