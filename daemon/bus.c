@@ -1498,8 +1498,29 @@ Bus *bus_free(Bus *b) {
 }
 
 void bus_set_config(Bus *b, const Config *config) {
-	if (b)
-		b->config = config;
+	if (!b)
+		return;
+	b->config = config;
+
+	/* As on the socket: a group taken out of AllowGroups= takes along the access it gave.
+	 * Such a monitor is removed (its events still queued count as dropped); the subscriber
+	 * may subscribe again and then sees its own uid's events. */
+	for (BusSubscriber *s = b->subscribers, *next; s; s = next) {
+		_cleanup_free_ gid_t *groups = NULL;
+		int n = 0;
+
+		next = s->next;
+		if (s->uid == 0 || s->sub->access != SUBSCRIPTION_ACCESS_ALL)
+			continue;
+		if (config->n_allow_groups > 0 && (n = sender_groups(b, s->sender, &groups)) < 0)
+			n = 0;
+		if (filter_access(s->uid, (gid_t) -1, groups, (size_t) n, config->allow_groups,
+		                  config->n_allow_groups) == SUBSCRIPTION_ACCESS_ALL)
+			continue;
+		log_info("Bus subscriber %s (%s, uid %u): AllowGroups= no longer grants it every event, removing it",
+		         s->path, s->sender, (unsigned) s->uid);
+		subscriber_free(s);
+	}
 }
 
 void bus_emit_state_changed(Bus *b) {

@@ -727,10 +727,27 @@ def test_non_root():
         got = [json.loads(m["json"]) for m in allowed.events()]
         check_eq([(e["argv"][1], e["uid"]) for e in got], [("root-run", 0), ("nobody-run", NOBODY)],
                  "nobody in an allowed group sees root's exec too")
+
+        # A reload that takes the group out of AllowGroups= revokes what it gave: the monitor
+        # is removed (docs/dbus.md); the uid-only subscriber goes on.
+        os.unlink(dropin)
+        call("Reload")
+        r = busctl("get-property", MANAGER[0], allowed.path, "org.perfrelay1.Monitor", "Filter", check_rc=False)
+        check(r.returncode != 0, f"the revoked subscriber's monitor {allowed.path} is gone")
+
+        def run_after():
+            subprocess.run([MARKER, "root-after"], check=True)
+            subprocess.run(as_user("nobody", [MARKER, "nobody-after"]), check=True)
+        on_cpu(run_after)
+        sub.wait(lambda m: m.get("signal") == "Event" and json.loads(m["json"])["argv"][1:] == ["nobody-after"],
+                 "the uid-only subscriber's exec after the reload")
+        check_eq([json.loads(m["json"])["argv"][1] for m in allowed.events()], ["root-run", "nobody-run"],
+                 "the revoked subscriber gets nothing after the reload")
     finally:
         sub.close()
         allowed.close()
-        os.unlink(dropin)
+        if os.path.exists(dropin):
+            os.unlink(dropin)
         call("Reload")
 
 

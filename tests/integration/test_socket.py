@@ -560,6 +560,17 @@ def test_too_deep():
     wait_fd_baseline(FD_BASELINE, "deep nesting")
 
 
+def held_paths():
+    """What the daemon's descriptors point to now."""
+    fds, out = f"/proc/{d.proc.pid}/fd", []
+    for f in os.listdir(fds):
+        try:
+            out.append(os.readlink(f"{fds}/{f}"))
+        except FileNotFoundError:
+            pass  # closed while we looked
+    return out
+
+
 def test_fd_passed():
     fd, path = tempfile.mkstemp(prefix="perfrelay-passed-fd-", dir=WORK)
     c = Client(b"", raw=True)
@@ -569,7 +580,7 @@ def test_fd_passed():
     check_eq([m["error"] for m in msgs], ["fd-passed"], "passing file descriptors")
     c.close()
     wait_fd_baseline(FD_BASELINE, "passed fd")
-    held = [os.readlink(f"/proc/{d.proc.pid}/fd/{f}") for f in os.listdir(f"/proc/{d.proc.pid}/fd")]
+    held = held_paths()
     check(path not in held, "the daemon does not hold the passed file")
     # After the request, passed fds are closed too, and the client stays subscribed: once the
     # daemon no longer holds the file, an event for this client still reaches it.
@@ -580,7 +591,7 @@ def test_fd_passed():
     socket.send_fds(c.sock, [b"ignored"], [fd])
     os.close(fd)
     deadline = time.monotonic() + 10
-    while path in [os.readlink(f"/proc/{d.proc.pid}/fd/{f}") for f in os.listdir(f"/proc/{d.proc.pid}/fd")]:
+    while path in held_paths():
         check(time.monotonic() < deadline, "the daemon closes an fd passed after the request")
         time.sleep(0.01)
     os.close(os.open(marker, os.O_RDONLY | os.O_CREAT, 0o600))
