@@ -407,6 +407,7 @@ static const struct {
 	{ "timeout", ETIMEDOUT },
 	{ "too-many-clients", EUSERS },
 	{ "overflow", ENOBUFS },
+	{ "access-revoked", EACCES },
 };
 
 static int error_from_code(const char *code) {

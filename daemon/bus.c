@@ -272,7 +272,7 @@ static int property_get_started_at(
 
 typedef struct CpuRow {
 	uint32_t cpu, reader;
-	uint64_t received, lost, bytes, malformed, failures;
+	uint64_t received, lost, bytes, malformed, failures, corrupt, corrupt_bytes;
 } CpuRow;
 
 static int cpu_row_compare(const void *a, const void *b) {
@@ -316,6 +316,8 @@ static int method_get_cpu_stats(sd_bus_message *message, void *userdata, sd_bus_
 				.bytes = STAT_LOAD(cs->bytes),
 				.malformed = STAT_LOAD(cs->malformed),
 				.failures = cpu < n_cpus ? per_cpu[cpu].failures : 0,
+				.corrupt = STAT_LOAD(cs->corrupt),
+				.corrupt_bytes = STAT_LOAD(cs->corrupt_bytes),
 			};
 		}
 	}
@@ -324,20 +326,22 @@ static int method_get_cpu_stats(sd_bus_message *message, void *userdata, sd_bus_
 	r = sd_bus_message_new_method_return(message, &reply);
 	if (r < 0)
 		return r;
-	r = sd_bus_message_open_container(reply, 'a', "(uuttttt)");
+	r = sd_bus_message_open_container(reply, 'a', "(uuttttttt)");
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < n; i++) {
 		r = sd_bus_message_append(
 			reply,
-			"(uuttttt)",
+			"(uuttttttt)",
 			rows[i].cpu,
 			rows[i].reader,
 			rows[i].received,
 			rows[i].lost,
 			rows[i].bytes,
 			rows[i].malformed,
-			rows[i].failures);
+			rows[i].failures,
+			rows[i].corrupt,
+			rows[i].corrupt_bytes);
 		if (r < 0)
 			return r;
 	}
@@ -406,7 +410,7 @@ static int append_client(const ServerClientInfo *c, void *userdata) {
 		(uint32_t) c->uid,
 		(uint32_t) c->pid,
 		filter,
-		c->stats.queued,
+		c->stats.sent,
 		c->stats.dropped,
 		c->stats.queued_bytes);
 }
@@ -542,10 +546,12 @@ static BusSubscriber *subscriber_free(BusSubscriber *s) {
 
 		/* After this no reader touches the client or its subscription. */
 		hub_client_detach(manager_hub(b->manager), s->client);
+		hub_client_discard(s->client);
 		hub_client_get_stats(s->client, &st);
-		/* Events still in the pipe or the hub queue were offered and never sent: drops too. */
-		if (st.queued > s->lines)
-			s->dropped += st.queued - s->lines;
+		/* Events left in the hub queue are in st.dropped now; those written to the pipe
+		 * and never read were not sent as signals either: drops too. */
+		if (st.sent > s->lines)
+			s->dropped += st.sent - s->lines;
 		b->gone_delivered += s->delivered;
 		b->gone_dropped += s->dropped + st.dropped;
 		log_debug(
@@ -1472,7 +1478,7 @@ static const sd_bus_vtable manager_vtable[] = {
 
 	SD_BUS_METHOD_WITH_NAMES("GetCpuStats",
 	                         NULL, "",
-	                         "a(uuttttt)", SD_BUS_PARAM(cpus),
+	                         "a(uuttttttt)", SD_BUS_PARAM(cpus),
 	                         method_get_cpu_stats, SD_BUS_VTABLE_UNPRIVILEGED),
 	SD_BUS_METHOD_WITH_NAMES("GetReaderStats",
 	                         NULL, "",
@@ -1729,8 +1735,29 @@ Bus *bus_free(Bus *b) {
 }
 
 void bus_set_config(Bus *b, const Config *config) {
-	if (b)
-		b->config = config;
+	if (!b)
+		return;
+	b->config = config;
+
+	/* As on the socket: a group taken out of AllowGroups= takes along the access it gave.
+	 * Such a monitor is removed (its events still queued count as dropped); the subscriber
+	 * may subscribe again and then sees its own uid's events. */
+	for (BusSubscriber *s = b->subscribers, *next; s; s = next) {
+		_cleanup_free_ gid_t *groups = NULL;
+		int n = 0;
+
+		next = s->next;
+		if (s->uid == 0 || s->sub->access != SUBSCRIPTION_ACCESS_ALL)
+			continue;
+		if (config->n_allow_groups > 0 && (n = sender_groups(b, s->sender, &groups)) < 0)
+			n = 0;
+		if (filter_access(s->uid, (gid_t) -1, groups, (size_t) n, config->allow_groups,
+		                  config->n_allow_groups) == SUBSCRIPTION_ACCESS_ALL)
+			continue;
+		log_info("Bus subscriber %s (%s, uid %u): AllowGroups= no longer grants it every event, removing it",
+		         s->path, s->sender, (unsigned) s->uid);
+		subscriber_free(s);
+	}
 }
 
 void bus_emit_state_changed(Bus *b) {

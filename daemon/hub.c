@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Fan-out of decoded events from reader threads to clients through per-reader SPSC queues. */
+#include <assert.h>
 #include <endian.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -11,6 +12,7 @@
 #include "encode.h"
 #include "hub.h"
 #include "macro.h"
+#include "perfring.h"
 #include "stats.h"
 
 #define HUB_QUEUE_MIN (64u * 1024u)
@@ -31,6 +33,15 @@ typedef struct HubQueue {
 	uint64_t pending_lost;    /* drops not yet reported to the client by a "lost" line */
 	/* Written by the reader (STAT_*), read by the main thread. */
 	uint64_t offered, queued, dropped;
+	/* Main thread: start of the first frame not yet wholly written (a frame boundary, <= tail
+	 * and <= head), and the events among the frames before it. A frame written in part has
+	 * been handed back to the reader up to tail, which may overwrite it: its end and kind are
+	 * kept here (frame_end 0: not known yet, and then frame == tail). */
+	uint64_t frame;
+	uint64_t frame_end;
+	bool frame_event;
+	uint64_t sent;
+	uint64_t unsent;          /* main thread: events left in the queue by hub_client_discard() */
 	uint8_t *buf;
 	uint64_t mask;
 } HubQueue;
@@ -244,7 +255,8 @@ void hub_client_get_stats(const HubClient *c, HubClientStats *ret) {
 
 		s.offered += STAT_LOAD(q->offered);
 		s.queued += STAT_LOAD(q->queued);
-		s.dropped += STAT_LOAD(q->dropped);
+		s.dropped += STAT_LOAD(q->dropped) + q->unsent;
+		s.sent += q->sent;
 		s.queued_bytes += __atomic_load_n(&q->head, __ATOMIC_ACQUIRE) - q->tail;
 	}
 	*ret = s;
@@ -330,6 +342,13 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 		if (c->o.match && !c->o.match(c->o.filter, ev, unit))
 			continue;
 		STAT_ADD(q->offered, 1);
+		if (_unlikely_(c->o.overflow == HUB_OVERFLOW_DISCONNECT) &&
+		    atomic_load_explicit(&c->overflowed, memory_order_relaxed)) {
+			/* It lost an event and is being closed: nothing after its first loss,
+			 * from any reader, and no "lost" notice (docs/protocol.md). */
+			STAT_ADD(q->dropped, 1);
+			continue;
+		}
 
 		if (c->o.format == HUB_FORMAT_BINARY) {
 			prefix = &frame_len;
@@ -353,10 +372,12 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 
 		if (_unlikely_(len == 0) || !queue_reserve(q, (uint64_t) (prefix_len + len + lost_len))) {
 			STAT_ADD(q->dropped, 1);
-			q->pending_lost++;
-			if (c->o.overflow == HUB_OVERFLOW_DISCONNECT &&
-			    !atomic_exchange_explicit(&c->overflowed, true, memory_order_relaxed))
-				s->wrote = true; /* wake the main thread to close it */
+			if (c->o.overflow == HUB_OVERFLOW_DISCONNECT) {
+				/* Never told: the close is the notice. */
+				if (!atomic_exchange_explicit(&c->overflowed, true, memory_order_relaxed))
+					s->wrote = true; /* wake the main thread to close it */
+			} else
+				q->pending_lost++;
 			continue;
 		}
 		if (lost_len > 0) {
@@ -440,6 +461,89 @@ void hub_foreach_client(Hub *h, void (*fn)(HubClient *c, void *userdata), void *
 		fn(h->clients[i - 1], userdata);
 }
 
+/* Whether the frame at `pos` is a "lost" notice rather than an event. */
+static bool frame_is_lost(const HubClient *c, const HubQueue *q, uint64_t pos) {
+	if (c->o.format == HUB_FORMAT_BINARY) {
+		struct perfrelay_hdr hdr;
+
+		/* Decoded records never carry this type (decode.c rejects it). */
+		perfring_copy(q->buf, q->mask, pos + sizeof(uint32_t), &hdr, sizeof(hdr));
+		return hdr.type == PERFRELAY_TYPE_LOST;
+	} else {
+		static const char prefix[] = "{\"type\":\"lost\"";
+		char b[sizeof(prefix) - 1];
+
+		/* Event lines start with their "type" too, and no event type is named "lost". */
+		perfring_copy(q->buf, q->mask, pos, b, sizeof(b));
+		return memcmp(b, prefix, sizeof(b)) == 0;
+	}
+}
+
+/* The length of the whole frame at `pos`, if it ends at or before `end`; else 0. Frames in
+ * [frame, head) are whole: the reader publishes head only at frame boundaries. Only for bytes
+ * not yet handed back to the reader (at or after tail). */
+static uint64_t frame_length(const HubClient *c, const HubQueue *q, uint64_t pos, uint64_t end) {
+	if (c->o.format == HUB_FORMAT_BINARY) {
+		uint32_t len;
+
+		if (end - pos < sizeof(len))
+			return 0;
+		perfring_copy(q->buf, q->mask, pos, &len, sizeof(len));
+		len = le32toh(len);
+		return end - pos >= sizeof(uint32_t) + (uint64_t) len ? sizeof(uint32_t) + (uint64_t) len : 0;
+	}
+	/* A JSON line ends at its newline, the only one in it (JSON escapes newlines). */
+	for (uint64_t p = pos; p < end;) {
+		uint64_t off = p & q->mask, n = MIN(end - p, q->mask + 1 - off);
+		const uint8_t *nl = memchr(q->buf + off, '\n', n);
+
+		if (nl)
+			return p + (uint64_t) (nl - (q->buf + off)) + 1 - pos;
+		p += n;
+	}
+	return 0;
+}
+
+/* Counts the events among the frames that end at or before `end` (<= head), starting at
+ * q->frame; moves q->frame past them and remembers the end of the frame `end` cuts. Must run
+ * before tail moves past the frames it reads. Returns the number of events (not "lost"
+ * notices). */
+static uint64_t queue_count_frames(const HubClient *c, HubQueue *q, uint64_t end, uint64_t head) {
+	uint64_t n = 0;
+
+	while (q->frame < end) {
+		if (q->frame_end == 0) {
+			uint64_t len = frame_length(c, q, q->frame, head);
+
+			assert(len > 0); /* head is at a frame boundary */
+			if (len == 0)
+				break;
+			q->frame_end = q->frame + len;
+			q->frame_event = !frame_is_lost(c, q, q->frame);
+		}
+		if (q->frame_end > end)
+			break;
+		n += q->frame_event;
+		q->frame = q->frame_end;
+		q->frame_end = 0;
+	}
+	return n;
+}
+
+void hub_client_discard(HubClient *c) {
+	assert(!c->attached);
+	for (unsigned i = 0; i < c->hub->n_readers; i++) {
+		HubQueue *q = &c->q[i];
+		/* No reader touches a detached client: head is final. A frame partly written
+		 * counts as unsent: the client cannot use half a line. */
+		uint64_t head = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
+
+		q->unsent += queue_count_frames(c, q, head, head);
+		q->tail = head;
+	}
+	c->partial = -1;
+}
+
 int hub_client_flush(HubClient *c) {
 	unsigned n = c->hub->n_readers, n_iov = 0;
 	struct iovec *iov = c->iov;
@@ -486,6 +590,8 @@ int hub_client_flush(HubClient *c) {
 
 		if (take < avail[order[j]])
 			c->partial = order[j];
+		/* Counted before the tail moves: from then on the reader may overwrite them. */
+		q->sent += queue_count_frames(c, q, q->tail + take, q->tail + avail[order[j]]);
 		__atomic_store_n(&q->tail, q->tail + take, __ATOMIC_RELEASE);
 		k -= take;
 	}

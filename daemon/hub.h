@@ -50,10 +50,13 @@ typedef struct HubClientOptions {
 	const void *owner;        /* the subsystem that writes it out (hub_client_owner()); NULL: the server */
 } HubClientOptions;
 
+/* offered = sent + dropped + the events in the queues; after hub_client_discard() the queues
+ * are empty and offered = sent + dropped exactly. */
 typedef struct HubClientStats {
 	uint64_t offered;         /* events that matched the client */
 	uint64_t queued;          /* events put in its queues */
-	uint64_t dropped;         /* events lost because a queue was full */
+	uint64_t sent;            /* events whose frame was wholly written to its fd */
+	uint64_t dropped;         /* events lost: a full queue, or left queued by hub_client_discard() */
 	uint64_t bytes_sent;
 	uint64_t queued_bytes;    /* bytes waiting in the queues now */
 } HubClientStats;
@@ -71,6 +74,10 @@ int hub_client_new(Hub *h, int fd, const HubClientOptions *o, HubClient **ret);
 int hub_client_attach(Hub *h, HubClient *c);
 /* Removes the client from every reader; after it returns no reader touches it. */
 void hub_client_detach(Hub *h, HubClient *c);
+/* Detached clients only, main thread: the client will never be written to again (it left, was
+ * closed, or the daemon stops). The events still in its queues, and one partly written, count
+ * as dropped; the queues are emptied. */
+void hub_client_discard(HubClient *c);
 HubClient *hub_client_free(HubClient *c); /* detached clients only; does not close fd */
 
 int hub_client_fd(const HubClient *c);
@@ -81,7 +88,8 @@ HubFormat hub_client_format(const HubClient *c);
 void hub_client_get_stats(const HubClient *c, HubClientStats *ret);
 /* True after hub_client_flush() found the fd full; the next flush clears it. */
 bool hub_client_blocked(const HubClient *c);
-/* True if the client asked for HUB_OVERFLOW_DISCONNECT and lost an event. */
+/* True if the client asked for HUB_OVERFLOW_DISCONNECT and lost an event. From then on it is
+ * offered no more events (each counts as dropped) and gets no "lost" notice. */
 bool hub_client_overflowed(const HubClient *c);
 
 /* Writes what the client's queues hold. Returns 1 if everything was written, 0 if the fd

@@ -71,7 +71,6 @@ struct Manager {
 	uint64_t watchdog_usec;     /* from $WATCHDOG_USEC, 0 when systemd does not watch us */
 	uint64_t health_last_usec;
 	uint64_t health_last_events;
-	uint64_t *reader_progress;  /* each reader's progress counter at the previous tick */
 	bool watchdog_withheld;
 
 	/* CPU hotplug (manager_hotplug_*()). */
@@ -204,7 +203,6 @@ Manager *manager_free(Manager *m) {
 	manager_stop_readers(m);
 	hotplug_watch_free(m->hotplug);
 	sd_event_source_disable_unref(m->health_source);
-	free(m->reader_progress);
 	/* Subscribers leave the hub before it goes. */
 	bus_free(m->bus);
 	server_free(m->server);
@@ -408,6 +406,7 @@ Ledger *manager_ledger(Manager *m) { return m->ledger; }
 static void manager_drop_stdout(Manager *m, int error) {
 	log_warning_errno(error, "Standard output is gone (%m), no longer printing events");
 	hub_client_detach(m->hub, m->stdout_client);
+	hub_client_discard(m->stdout_client);
 	hub_client_get_stats(m->stdout_client, &m->stdout_gone);
 	m->stdout_client = hub_client_free(m->stdout_client);
 	m->stdout_source = sd_event_source_disable_unref(m->stdout_source);
@@ -542,22 +541,28 @@ static void manager_notify_status(Manager *m, uint64_t rate, uint64_t ring_lost,
 	                 s->total.seq_gaps, s->clients_dropped, alive ? "" : "; a reader is stalled");
 }
 
-/* A reader that has not moved its progress counter since the previous tick is stalled: it
- * bumps it at least every FlushIntervalMs= (the epoll timeout), so a whole tick without one is
- * proof, as long as a tick spans at least two flush intervals. */
-static bool manager_readers_alive(Manager *m, uint64_t elapsed_usec) {
-	bool judged = elapsed_usec >= 2ULL * m->config->flush_interval_ms * 1000ULL, alive = true;
+/* Slack on top of two flush intervals before a quiet reader counts as stalled: one drain of
+ * half a ring per CPU of the group, and the scheduler's delays on a loaded machine. */
+#define READER_STALL_SLACK_USEC (1000ULL * 1000ULL)
+
+/* A reader goes around its loop at least every FlushIntervalMs= (its longest epoll timeout) plus
+ * one drain, and stamps the time each round. It is stalled when its last round is older than
+ * twice the flush interval plus the slack: a limit in time, so that it holds whatever the health
+ * tick is (shorter or longer than the flush interval, which a count of rounds per tick cannot
+ * judge). */
+static bool manager_readers_alive(Manager *m, uint64_t now_usec) {
+	uint64_t limit = 2ULL * m->config->flush_interval_ms * 1000ULL + READER_STALL_SLACK_USEC;
+	bool alive = true;
 
 	for (size_t i = 0; i < m->n_readers; i++) {
-		uint64_t p = STAT_LOAD(reader_stats(m->readers[i])->progress);
+		uint64_t last = STAT_LOAD(reader_stats(m->readers[i])->alive_usec);
 
-		if (judged && p == m->reader_progress[i]) {
+		if (now_usec > last && now_usec - last > limit) {
 			if (!m->watchdog_withheld)
 				log_error("Reader %zu made no progress for %" PRIu64 " ms: withholding WATCHDOG=1",
-				          i, elapsed_usec / 1000);
+				          i, (now_usec - last) / 1000);
 			alive = false;
 		}
-		m->reader_progress[i] = p;
 	}
 	return alive;
 }
@@ -573,7 +578,7 @@ static int on_health(sd_event_source *s, uint64_t usec, void *userdata) {
 		for (size_t k = 0; k < reader_n_rings(m->readers[i]); k++)
 			lost += STAT_LOAD(reader_cpu_stats(m->readers[i], k)->lost);
 	}
-	alive = manager_readers_alive(m, elapsed);
+	alive = manager_readers_alive(m, t);
 	manager_hotplug_tick(m);
 
 	if (m->watchdog_usec && alive)
@@ -595,9 +600,6 @@ static int manager_setup_health(Manager *m) {
 	/* sd_watchdog_enabled() checks $WATCHDOG_PID too; 0 when not watched. */
 	if (sd_watchdog_enabled(false, &wd) > 0)
 		m->watchdog_usec = wd;
-	m->reader_progress = calloc(m->n_readers ?: 1, sizeof(uint64_t));
-	if (!m->reader_progress)
-		return -ENOMEM;
 	m->health_last_usec = now(CLOCK_MONOTONIC);
 	r = sd_event_add_time_relative(m->event, &m->health_source, CLOCK_MONOTONIC,
 	                               m->watchdog_usec ? MIN(m->watchdog_usec / 2, HEALTH_INTERVAL_USEC)
@@ -838,19 +840,25 @@ int manager_get_counters(Manager *m, bool with_failures, ManagerCounters *ret) {
 		c.clients = ss.clients;
 		c.events_delivered += ss.gone_sent + ss.live_sent;
 		c.client_drops += ss.gone_dropped + ss.live_dropped;
+		c.events_offered += ss.gone_offered + ss.live_offered;
 	}
-	c.events_delivered += m->stdout_gone.queued;
+	c.events_delivered += m->stdout_gone.sent;
 	c.client_drops += m->stdout_gone.dropped;
+	c.events_offered += m->stdout_gone.offered;
 	if (m->stdout_client) {
 		HubClientStats st;
 
 		hub_client_get_stats(m->stdout_client, &st);
-		c.events_delivered += st.queued;
+		c.events_delivered += st.sent;
 		c.client_drops += st.dropped;
+		c.events_offered += st.offered;
 	}
 	bus_get_stats(m->bus, &bs);
 	c.events_delivered += bs.delivered;
 	c.client_drops += bs.dropped;
+	/* A monitor's hub queue is emptied into signals on every pass of the loop: what it was
+	 * offered is what it sent or dropped. */
+	c.events_offered += bs.delivered + bs.dropped;
 
 	if (with_failures && m->probes) {
 		struct perfrelay_counters sum;
@@ -1027,11 +1035,15 @@ static void manager_finish_stdout(Manager *m) {
 
 		if (t >= deadline || poll(&p, 1, (int)((deadline - t) / USEC_PER_MSEC) + 1) <= 0) {
 			log_warning("Standard output did not take the last events within 5s, giving up");
-			return;
+			break;
 		}
 	}
 	if (r < 0)
 		log_warning_errno(r, "Failed to write the last events to standard output: %m");
+	/* The readers have stopped: what is still queued is never written, and counts as
+	 * dropped in the exit summary. */
+	hub_client_detach(m->hub, m->stdout_client);
+	hub_client_discard(m->stdout_client);
 }
 
 /* The figures a user needs to see that nothing was lost uncounted, logged at exit: the same
@@ -1060,6 +1072,9 @@ static void manager_log_stats(Manager *m) {
 
 		log_info("CPU %u: %" PRIu64 " received, %" PRIu64 " lost, %" PRIu64 " malformed, %" PRIu64 " bytes",
 		         c->cpu, c->ring.received, c->ring.lost, c->ring.malformed, c->ring.bytes);
+		if (c->ring.corrupt)
+			log_warning("CPU %u: ring framing broken %" PRIu64 " times, %" PRIu64 " bytes skipped", c->cpu,
+			            c->ring.corrupt, c->ring.corrupt_bytes);
 	}
 	for (size_t i = 0; i < s->n_producers; i++) {
 		const ProducerSnapshot *p = &s->producers[i];
@@ -1084,7 +1099,7 @@ static void manager_log_stats(Manager *m) {
 
 		hub_client_get_stats(m->stdout_client, &cs);
 		log_info("Standard output: %" PRIu64 " offered, %" PRIu64 " sent, %" PRIu64 " dropped",
-		         cs.offered, cs.queued, cs.dropped);
+		         cs.offered, cs.sent, cs.dropped);
 	}
 	if (m->server) {
 		ServerStats ss;

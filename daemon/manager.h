@@ -27,11 +27,13 @@ const char *manager_state_to_string(ManagerState s); /* "starting", ... */
 /* Totals over the whole daemon (D-Bus properties, perfrelayctl status). */
 typedef struct ManagerCounters {
 	uint64_t events_received;   /* valid records the readers took from the rings */
-	uint64_t events_delivered;  /* events given to a client: put in a socket client's or standard
-	                             * output's queue, or sent as a bus Event signal */
+	uint64_t events_delivered;  /* events written whole to a socket client or standard output, or
+	                             * sent as a bus Event signal */
 	uint64_t events_lost;       /* PERF_RECORD_LOST counts: the kernel found a ring full */
 	uint64_t producer_failures; /* bpf_perf_event_output() failures counted by the producers */
-	uint64_t client_drops;      /* events a client was offered and did not get (queue full, bus rate) */
+	uint64_t client_drops;      /* events a client was offered and did not get (queue full, bus rate,
+	                             * left in its queue when it went) */
+	uint64_t events_offered;    /* events that matched a client: delivered + dropped + still queued */
 	uint64_t clients;           /* socket subscribers connected now */
 } ManagerCounters;
 

@@ -15,7 +15,8 @@
 typedef enum PerfringStatus {
 	PERFRING_EMPTY = 0,  /* tail == head */
 	PERFRING_RECORD = 1, /* ret_rec and ret_size describe a whole record */
-	PERFRING_CORRUPT = -1, /* header size < 8, not a multiple of 8, or beyond head */
+	PERFRING_CORRUPT = -1, /* header size < 8, not a multiple of 8, beyond head or larger than the
+	                        * ring; or head more than the ring's size ahead of tail */
 } PerfringStatus;
 
 /* Copies n bytes starting at ring offset `pos` (taken modulo the power-of-two size), wrapping
@@ -42,11 +43,14 @@ static inline PerfringStatus perfring_next(const uint8_t *data, uint64_t mask, u
 
 	if (tail == head)
 		return PERFRING_EMPTY;
-	if (head - tail < sizeof(h))
+	/* The kernel never publishes more than the ring holds (it does not overwrite unread
+	 * data), and a record larger than the ring would make the copies below read past the
+	 * data area: both can only be a broken ring. */
+	if (head - tail < sizeof(h) || head - tail > mask + 1)
 		return PERFRING_CORRUPT;
 
 	perfring_copy(data, mask, tail, &h, sizeof(h));
-	if (h.size < sizeof(h) || (h.size & 7) || h.size > head - tail)
+	if (h.size < sizeof(h) || (h.size & 7) || h.size > head - tail || h.size > mask + 1)
 		return PERFRING_CORRUPT;
 
 	off = tail & mask;

@@ -300,15 +300,17 @@ static int drain_all(Reader *r, uint64_t now_usec, bool *ret_any, bool *ret_tric
 	for (size_t i = 0; i < r->n_rings; i++) {
 		DrainCtx d = { .reader = r, .cpu = &r->cpu_stats[i], .seq = &r->seqs[i] };
 		uint64_t budget = ring_data_size(r->rings[i]) / 2;
+		uint64_t skipped;
 		int64_t n;
 
 		if (!ring_pending(r->rings[i]))
 			continue;
 		/* Half a ring per turn keeps one busy CPU from starving the others of the group. */
-		n = ring_drain(r->rings[i], budget, on_record, &d);
-		if (n == -EBADMSG) {
+		n = ring_drain(r->rings[i], budget, on_record, &d, &skipped);
+		if (_unlikely_(skipped > 0)) {
 			STAT_ADD(d.cpu->corrupt, 1);
-			n = 1;
+			STAT_ADD(d.cpu->corrupt_bytes, skipped);
+			any = true;
 		}
 		if (d.seq->n_dirty)
 			seq_flush(d.seq);
@@ -392,6 +394,7 @@ static void *reader_thread(void *userdata) {
 		if (any)
 			STAT_ADD(r->stats->wakeups, 1);
 		STAT_ADD(r->stats->progress, 1);
+		STAT_STORE(r->stats->alive_usec, now_usec());
 	}
 	/* Last drain after the stop request. Once the manager cleared the array's slots and waited
 	 * out the emitters in flight (r->until_empty), nothing can write into the rings any more:
@@ -407,6 +410,8 @@ static void *reader_thread(void *userdata) {
 static void reader_affinity(const Reader *r, const cpu_set_t *allowed, cpu_set_t *ret) {
 	cpu_set_t set, both;
 
+	/* Alive from the start: the watchdog measures from here until the first loop ends. */
+	STAT_STORE(r->stats->alive_usec, now_usec());
 	CPU_ZERO(&set);
 	for (int c = cpuset_next(&r->cpus, 0); c >= 0 && c < CPU_SETSIZE; c = cpuset_next(&r->cpus, c + 1))
 		CPU_SET(c, &set);

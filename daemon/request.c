@@ -24,6 +24,7 @@ static const char *const protocol_error_table[_PROTOCOL_ERROR_MAX] = {
 	[PROTOCOL_TOO_MANY_CLIENTS] = "too-many-clients",
 	[PROTOCOL_FD_PASSED] = "fd-passed",
 	[PROTOCOL_OVERFLOW] = "overflow",
+	[PROTOCOL_ACCESS_REVOKED] = "access-revoked",
 };
 
 const char *protocol_error_to_string(ProtocolError e) {

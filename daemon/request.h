@@ -30,6 +30,7 @@ typedef enum ProtocolError {
 	PROTOCOL_TOO_MANY_CLIENTS, /* MaxClients= or MaxClientsPerUid= reached */
 	PROTOCOL_FD_PASSED,        /* the client sent file descriptors (they were closed) */
 	PROTOCOL_OVERFLOW,         /* on_overflow=disconnect and the client's queue overflowed */
+	PROTOCOL_ACCESS_REVOKED,   /* a reload took away the AllowGroups= access it had */
 	_PROTOCOL_ERROR_MAX,
 } ProtocolError;
 const char *protocol_error_to_string(ProtocolError e); /* "bad-request", ... or NULL */

@@ -116,13 +116,13 @@ int ring_pending(const Ring *r) {
 	       __atomic_load_n(&r->meta->data_tail, __ATOMIC_RELAXED);
 }
 
-int64_t ring_drain(Ring *r, uint64_t budget, RingRecordFn fn, void *userdata) {
+int64_t ring_drain(Ring *r, uint64_t budget, RingRecordFn fn, void *userdata, uint64_t *ret_skipped) {
 	/* Only this thread writes data_tail, so a plain load of our own last store is exact. */
 	uint64_t tail = __atomic_load_n(&r->meta->data_tail, __ATOMIC_RELAXED), start = tail;
 	/* (C) in the kernel's ring buffer document: data_head load, then smp_rmb() before any
 	 * record is read. The acquire load provides exactly that ordering. */
 	uint64_t head = __atomic_load_n(&r->meta->data_head, __ATOMIC_ACQUIRE);
-	int corrupt = 0;
+	uint64_t skipped = 0;
 
 	for (;;) {
 		const uint8_t *rec;
@@ -134,8 +134,8 @@ int64_t ring_drain(Ring *r, uint64_t budget, RingRecordFn fn, void *userdata) {
 		if (s == PERFRING_CORRUPT) {
 			/* Only the kernel writes this ring; if its framing is broken we cannot resync
 			 * inside the batch, so skip what is published and let the caller count it. */
+			skipped = head - tail;
 			tail = head;
-			corrupt = 1;
 			break;
 		}
 		fn(userdata, rec, size);
@@ -155,5 +155,6 @@ int64_t ring_drain(Ring *r, uint64_t budget, RingRecordFn fn, void *userdata) {
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		__atomic_store_n(&r->meta->data_tail, tail, __ATOMIC_RELAXED);
 	}
-	return corrupt ? -EBADMSG : (int64_t)(tail - start);
+	*ret_skipped = skipped;
+	return (int64_t)(tail - start - skipped);
 }

@@ -32,7 +32,7 @@ typedef void (*RingRecordFn)(void *userdata, const uint8_t *rec, uint32_t size);
 /* Drains what the kernel has published, up to about `budget` bytes (0 = no limit), calling fn
  * for each record, and stores data_tail once. Returns the bytes consumed, or -EBADMSG if the
  * ring was corrupt (it is then skipped to head and the caller counts it). */
-int64_t ring_drain(Ring *r, uint64_t budget, RingRecordFn fn, void *userdata);
+int64_t ring_drain(Ring *r, uint64_t budget, RingRecordFn fn, void *userdata, uint64_t *ret_skipped);
 
 /* True if the kernel has published records not yet consumed (one shared-memory load). */
 int ring_pending(const Ring *r);

@@ -53,6 +53,7 @@ struct Connection {
 	HubClient *client;           /* after the request */
 	bool input_open;             /* false after the client shut down its sending side */
 	bool draining;               /* overflowed: detached, writing what is queued, then closed */
+	ProtocolError drain_error;   /* why it is draining: the error line it gets at the end */
 };
 
 struct Server {
@@ -113,12 +114,14 @@ static void connection_free(Connection *c) {
 
 		/* After this no reader touches the client or its subscription. */
 		hub_client_detach(s->hub, c->client);
+		/* What it was never written is dropped: offered = sent + dropped from here on. */
+		hub_client_discard(c->client);
 		hub_client_get_stats(c->client, &st);
 		s->stats.gone_offered += st.offered;
-		s->stats.gone_sent += st.queued;
+		s->stats.gone_sent += st.sent;
 		s->stats.gone_dropped += st.dropped;
 		log_debug("Client %" PRIu64 " disconnected: %" PRIu64 " events offered, %" PRIu64 " sent, %" PRIu64
-		          " dropped", c->id, st.offered, st.queued, st.dropped);
+		          " dropped", c->id, st.offered, st.sent, st.dropped);
 		hub_client_free(c->client);
 		s->stats.clients--;
 	} else
@@ -744,6 +747,26 @@ Server *server_free(Server *s) {
 
 void server_set_config(Server *s, const Config *config) {
 	s->config = config;
+
+	/* A group taken out of AllowGroups= takes its access along: clients that saw everything
+	 * only through it are closed like an overflowed client (what was queued before goes
+	 * out, then the error line), so that none keeps more than its hello line would now say. */
+	for (Connection *c = s->connections, *next; c; c = next) {
+		SubscriptionAccess a;
+
+		next = c->next;
+		if (!c->client || c->draining || c->cred.uid == 0 || c->sub->access != SUBSCRIPTION_ACCESS_ALL)
+			continue;
+		if (connection_access(c, &a) >= 0 && a == SUBSCRIPTION_ACCESS_ALL)
+			continue;
+		log_info("Client %" PRIu64 " (pid %d, uid %u): AllowGroups= no longer grants it every event, "
+		         "disconnecting", c->id, (int) c->cred.pid, (unsigned) c->cred.uid);
+		/* After this no reader offers it an event. */
+		hub_client_detach(s->hub, c->client);
+		c->draining = true;
+		c->drain_error = PROTOCOL_ACCESS_REVOKED;
+		server_flush_client(s, c->client); /* may free c */
+	}
 }
 
 void server_flush_client(Server *s, HubClient *hc) {
@@ -757,6 +780,7 @@ void server_flush_client(Server *s, HubClient *hc) {
 		 * queue, as any client that does not read does. */
 		hub_client_detach(s->hub, hc);
 		c->draining = true;
+		c->drain_error = PROTOCOL_OVERFLOW;
 	}
 	r = hub_client_flush(hc);
 	if (r < 0) {
@@ -766,11 +790,15 @@ void server_flush_client(Server *s, HubClient *hc) {
 	}
 	if (c->draining && r > 0) {
 		/* At a line boundary now. Binary streams have no place for a JSON line. */
+		const char *why = c->drain_error == PROTOCOL_ACCESS_REVOKED ?
+		                  "a reload removed the AllowGroups= group that gave this client every event" :
+		                  "the client's queue overflowed (on_overflow=disconnect)";
+
 		if (c->sub->format == SUBSCRIPTION_FORMAT_JSON)
-			connection_refuse(c, PROTOCOL_OVERFLOW, "the client's queue overflowed (on_overflow=disconnect)");
+			connection_refuse(c, c->drain_error, why);
 		else {
-			s->stats.refused[PROTOCOL_OVERFLOW]++;
-			log_debug("Client %" PRIu64 " overflowed, closing", c->id);
+			s->stats.refused[c->drain_error]++;
+			log_debug("Client %" PRIu64 " closing: %s", c->id, why);
 			connection_free(c);
 		}
 		return;
@@ -803,7 +831,7 @@ void server_get_stats(const Server *s, ServerStats *ret) {
 
 			hub_client_get_stats(c->client, &st);
 			ret->live_offered += st.offered;
-			ret->live_sent += st.queued;
+			ret->live_sent += st.sent;
 			ret->live_dropped += st.dropped;
 		}
 }

@@ -28,8 +28,9 @@ typedef struct ServerStats {
 	uint64_t accept_errors;      /* accept() failures other than "try again" (EMFILE, ...) */
 	/* Per-client event counters (offered = sent + dropped for each client), summed over the
 	 * subscribers that have gone and over those connected now: D-Bus ClientDrops is
-	 * gone_dropped + live_dropped. "sent" counts events put in the client's queue; what a
-	 * client that hung up left unread is not subtracted. */
+	 * gone_dropped + live_dropped. "sent" counts events written whole to the client; what
+	 * was still queued when a client went counts as dropped (hub_client_discard()). Live
+	 * clients: offered = sent + dropped + the events in their queues. */
 	uint64_t gone_offered;
 	uint64_t gone_sent;
 	uint64_t gone_dropped;

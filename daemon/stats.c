@@ -138,6 +138,7 @@ static int stats_readers(Manager *m, StatsSnapshot *s) {
 				.malformed = STAT_LOAD(cs->malformed),
 				.other = STAT_LOAD(cs->other),
 				.corrupt = STAT_LOAD(cs->corrupt),
+				.corrupt_bytes = STAT_LOAD(cs->corrupt_bytes),
 			};
 			if (c->cpu < n_cpus) {
 				c->attempts = per_cpu[c->cpu].attempts;
@@ -162,7 +163,7 @@ static int add_client(const ServerClientInfo *c, void *userdata) {
 		.uid = (uint32_t)c->uid,
 		.pid = (uint32_t)c->pid,
 		.offered = c->stats.offered,
-		.sent = c->stats.queued,
+		.sent = c->stats.sent,
 		.dropped = c->stats.dropped,
 		.queued_bytes = c->stats.queued_bytes,
 	};
@@ -193,7 +194,7 @@ int stats_snapshot(Manager *m, StatsSnapshot **ret) {
 	s->clients_connected = c.clients;
 	s->clients_delivered = c.events_delivered;
 	s->clients_dropped = c.client_drops;
-	s->clients_offered = c.events_delivered + c.client_drops;
+	s->clients_offered = c.events_offered;
 	*ret = TAKE_PTR(s);
 	return 0;
 }

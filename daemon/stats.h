@@ -27,6 +27,7 @@ typedef struct CpuStats {
 	uint64_t malformed;       /* raw samples the decoder rejected */
 	uint64_t other;           /* perf records of other types (skipped) */
 	uint64_t corrupt;         /* times the ring's framing was broken and skipped to head */
+	uint64_t corrupt_bytes;   /* bytes skipped so, not in `bytes` */
 } CpuStats;
 
 /* Per reader thread; written by that thread. */
@@ -34,7 +35,8 @@ typedef struct ReaderStats {
 	uint64_t wakeups;         /* epoll_wait returns with ring activity or timeouts that found data */
 	uint64_t batches;         /* ring drains that consumed something */
 	uint64_t events;          /* valid records, all CPUs of the group */
-	uint64_t progress;        /* bumped every loop iteration: the watchdog's proof of life */
+	uint64_t progress;        /* bumped every loop iteration */
+	uint64_t alive_usec;      /* CLOCK_MONOTONIC µs of the latest loop iteration: the watchdog's proof of life */
 	/* Per producer id: valid records received, and records rejected by the decoder whose
 	 * header named this producer (garbage with an id out of range counts in malformed_by_reason only). */
 	uint64_t received_by_producer[PERFRELAY_MAX_PRODUCERS];

@@ -479,6 +479,73 @@ def test_disconnect_client():
         b.close()
 
 
+def test_sent_means_written():
+    """A socket client that stops reading and then goes: "sent" is what it read (whole lines),
+    the events left in its queue are dropped, and offered = sent + dropped (docs/dbus.md)."""
+    n = 4000
+    fd, path = tempfile.mkstemp(prefix="perfrelay-sent-", dir=WORK)
+    os.close(fd)
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.read(go_r, 1)
+            os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+            for i in range(n):
+                os.close(os.open(path, os.O_RDONLY))
+                if i % 100 == 99:
+                    time.sleep(0.004)  # a pace the reading Python client keeps up with
+            os.close(os.open(path + "-barrier", os.O_RDONLY | os.O_CREAT, 0o600))
+        finally:
+            os._exit(0)
+    request = {"subscribe": {"types": ["open"], "pid": [pid]}}
+    slow = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    fast = None
+    try:
+        slow.connect(d.socket_path)
+        slow.sendall(json.dumps(request).encode() + b"\n")
+        hello = b""
+        while not hello.endswith(b"\n"):
+            chunk = slow.recv(1)
+            check(chunk, "the slow client's hello line")
+            hello += chunk
+        slow_id = json.loads(hello)["client_id"]
+        fast = SocketClient(request)
+        delivered0, drops0 = prop("EventsDelivered"), prop("ClientDrops")
+        os.write(go_w, b"x")
+        # The barrier comes last on the one CPU of the burst: with it, the reading client
+        # has every event of the burst, and the daemon has offered them to both clients.
+        fast.wait(lambda m: m.get("path") == path + "-barrier", "the barrier", timeout=60)
+        offered = [m for m in fast.msgs if m["type"] == "open"]
+        check(not any(m["type"] == "lost" for m in fast.msgs), "the reading client lost nothing")
+
+        # The slow client stops taking new data, reads what the daemon wrote, and goes.
+        slow.shutdown(socket.SHUT_RD)
+        data = b""
+        while True:
+            chunk = slow.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+        slow.close()
+        lines = [json.loads(l) for l in data.split(b"\n")[:-1]]  # a partly written line is not sent
+        read = [m for m in lines if m["type"] == "open"]
+        check(len(read) < len(offered), f"the slow client could not take the burst ({len(read)} of {len(offered)})")
+        wait_for(lambda: slow_id not in [r[0] for r in call("ListClients")[0]], "the slow client is gone")
+
+        delivered = prop("EventsDelivered") - delivered0
+        drops = prop("ClientDrops") - drops0
+        check_eq(delivered, len(offered) + len(read), "EventsDelivered: what the two clients read")
+        check_eq(drops, len(offered) - len(read), "ClientDrops: the slow client's events it never read")
+    finally:
+        if fast:
+            fast.close()
+        slow.close()
+        os.close(go_w)
+        os.close(go_r)
+        os.waitpid(pid, 0)
+
+
 def test_subscribers():
     """An exec subscriber gets the marker's exec and not its opens; a second one gets none of
     the first one's signals, and the other way round."""
@@ -660,10 +727,27 @@ def test_non_root():
         got = [json.loads(m["json"]) for m in allowed.events()]
         check_eq([(e["argv"][1], e["uid"]) for e in got], [("root-run", 0), ("nobody-run", NOBODY)],
                  "nobody in an allowed group sees root's exec too")
+
+        # A reload that takes the group out of AllowGroups= revokes what it gave: the monitor
+        # is removed (docs/dbus.md); the uid-only subscriber goes on.
+        os.unlink(dropin)
+        call("Reload")
+        r = busctl("get-property", MANAGER[0], allowed.path, "org.perfrelay1.Monitor", "Filter", check_rc=False)
+        check(r.returncode != 0, f"the revoked subscriber's monitor {allowed.path} is gone")
+
+        def run_after():
+            subprocess.run([MARKER, "root-after"], check=True)
+            subprocess.run(as_user("nobody", [MARKER, "nobody-after"]), check=True)
+        on_cpu(run_after)
+        sub.wait(lambda m: m.get("signal") == "Event" and json.loads(m["json"])["argv"][1:] == ["nobody-after"],
+                 "the uid-only subscriber's exec after the reload")
+        check_eq([json.loads(m["json"])["argv"][1] for m in allowed.events()], ["root-run", "nobody-run"],
+                 "the revoked subscriber gets nothing after the reload")
     finally:
         sub.close()
         allowed.close()
-        os.unlink(dropin)
+        if os.path.exists(dropin):
+            os.unlink(dropin)
         call("Reload")
 
 
@@ -908,7 +992,8 @@ def test_stopping():
 
 
 try:
-    run_tests([test_properties, test_cpu_and_reader_stats, test_probe_switch, test_disconnect_client, test_subscribers,
+    run_tests([test_properties, test_cpu_and_reader_stats, test_probe_switch, test_disconnect_client, test_sent_means_written,
+               test_subscribers,
                test_monitor_cleanup, test_rate_limit, test_non_root, test_introspect, test_perfrelayctl, test_reload,
                test_second_daemon_and_no_bus, test_bus_goes_away, test_stopping])
 finally:

@@ -9,6 +9,7 @@ import os
 import random
 import resource
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -488,6 +489,12 @@ def test_slow_client():
         check_eq([m["error"] for m in errors], ["overflow"], "an overflow error line")
         check_eq(msgs[-1]["type"], "error", "the error is the last line")
         validate(errors[0])
+        # Nothing after its first loss: on every CPU it got a gapless prefix of what the
+        # reading client (same filter, lost nothing) got, and then nothing more.
+        for cpu in {m["cpu"] for m in events}:
+            mine = [m["seq"] for m in events if m["cpu"] == cpu]
+            theirs = [m["seq"] for m in events_of(fast, "open") if m["cpu"] == cpu]
+            check_eq(mine, theirs[:len(mine)], f"the disconnected client's events on CPU {cpu} end at its first loss")
     finally:
         for c in clients:
             c.close()
@@ -553,6 +560,17 @@ def test_too_deep():
     wait_fd_baseline(FD_BASELINE, "deep nesting")
 
 
+def held_paths():
+    """What the daemon's descriptors point to now."""
+    fds, out = f"/proc/{d.proc.pid}/fd", []
+    for f in os.listdir(fds):
+        try:
+            out.append(os.readlink(f"{fds}/{f}"))
+        except FileNotFoundError:
+            pass  # closed while we looked
+    return out
+
+
 def test_fd_passed():
     fd, path = tempfile.mkstemp(prefix="perfrelay-passed-fd-", dir=WORK)
     c = Client(b"", raw=True)
@@ -562,7 +580,7 @@ def test_fd_passed():
     check_eq([m["error"] for m in msgs], ["fd-passed"], "passing file descriptors")
     c.close()
     wait_fd_baseline(FD_BASELINE, "passed fd")
-    held = [os.readlink(f"/proc/{d.proc.pid}/fd/{f}") for f in os.listdir(f"/proc/{d.proc.pid}/fd")]
+    held = held_paths()
     check(path not in held, "the daemon does not hold the passed file")
     # After the request, passed fds are closed too, and the client stays subscribed: once the
     # daemon no longer holds the file, an event for this client still reaches it.
@@ -573,7 +591,7 @@ def test_fd_passed():
     socket.send_fds(c.sock, [b"ignored"], [fd])
     os.close(fd)
     deadline = time.monotonic() + 10
-    while path in [os.readlink(f"/proc/{d.proc.pid}/fd/{f}") for f in os.listdir(f"/proc/{d.proc.pid}/fd")]:
+    while path in held_paths():
         check(time.monotonic() < deadline, "the daemon closes an fd passed after the request")
         time.sleep(0.01)
     os.close(os.open(marker, os.O_RDONLY | os.O_CREAT, 0o600))
@@ -728,6 +746,101 @@ print(json.dumps(events), flush=True)
 """
 
 
+NOBODY_LINES = r"""
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b'{"subscribe":{"types":["exec"]}}\n')
+for line in s.makefile("rb"):
+    sys.stdout.write(line.decode())
+    sys.stdout.flush()
+"""
+
+
+def test_allow_groups_revoked():
+    """A reload that takes a group out of AllowGroups= disconnects the clients that saw every
+    event through it (access-revoked, nothing from after the reload); a client that only saw
+    its own events keeps its connection (docs/protocol.md, Access)."""
+    gid = 4242 + random.randrange(1000)  # a gid no account on the machine uses for this
+    base = CONFIG + f"SocketPath={d.dir}/run/events.sock\n"
+    os.chown(d.socket_path, -1, NOGROUP)
+    tag = random.randrange(10**9)
+    before, after = f"before-revoke-{tag}", f"after-revoke-{tag}"
+    helpers = []
+    root_client = None
+
+    def helper(groups):
+        p = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", groups, "python3", "-c", NOBODY_LINES,
+                              d.socket_path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        helpers.append(p)
+        hello = json.loads(p.stdout.readline() or "{}")
+        check_eq(hello.get("type"), "hello", f"nobody's hello: {hello or p.stderr.read()}")
+        return p, hello["access"]
+
+    def wait_access(groups, want):
+        deadline = time.monotonic() + 10
+        while True:
+            p, access = helper(groups)
+            p.kill()
+            p.wait()
+            if access == want:
+                return
+            check(time.monotonic() < deadline, f"a new client in group {gid} gets access {want!r} after the reload")
+            time.sleep(0.05)
+
+    try:
+        d.write_config(base + f"AllowGroups={gid}\n")
+        d.proc.send_signal(signal.SIGHUP)
+        wait_access(f"--groups={gid}", "all")
+        wide, access = helper(f"--groups={gid}")
+        check_eq(access, "all", "a member of AllowGroups= sees every event")
+        narrow, access = helper("--clear-groups")
+        check_eq(access, "uid", "nobody without the group sees its own events")
+        root_client = Client({"subscribe": {"types": ["exec"]}})
+        root_client.hello()
+        subprocess.run(["/bin/true", before])
+        root_client.wait(lambda m: m["type"] == "exec" and m["argv"][1:] == [before], "root's marker before the reload")
+        got = []
+        while not any(m.get("argv", [None])[1:] == [before] for m in got):
+            line = wide.stdout.readline()
+            check(line, "the wide client gets root's exec before the reload")
+            got.append(json.loads(line))
+
+        d.write_config(base)
+        d.proc.send_signal(signal.SIGHUP)
+        wait_access(f"--groups={gid}", "uid")  # the reload has been applied
+        subprocess.run(["/bin/true", after])
+        subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/bin/true", after])
+        root_client.wait(lambda m: m["type"] == "exec" and m["argv"][1:] == [after] and m["uid"] == NOBODY,
+                         "both markers after the reload")
+        rest = [json.loads(l) for l in wide.stdout.read().splitlines()]  # to its end
+        wide.wait(10)
+        check(rest, "the wide client gets an error line")
+        check_eq(rest[-1].get("type"), "error", "the wide client's last line")
+        check_eq(rest[-1].get("error"), "access-revoked", "the wide client's error")
+        validate(rest[-1])
+        check(not any(m.get("argv", [None])[1:] == [after] for m in rest), "nothing from after the reload")
+        # The client that only saw its own events is still there and gets nobody's marker.
+        while True:
+            line = narrow.stdout.readline()
+            check(line, "the uid-only client stays connected")
+            m = json.loads(line)
+            if m.get("argv", [None])[1:] == [after]:
+                check_eq(m["uid"], NOBODY, "the uid-only client gets its own exec")
+                break
+            check_eq(m.get("uid"), NOBODY, "the uid-only client sees only its own uid")
+    finally:
+        if root_client:
+            root_client.close()
+        for p in helpers:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        d.write_config(base)
+        d.proc.send_signal(signal.SIGHUP)
+    wait_fd_baseline(FD_BASELINE, "revoked clients")
+
+
 def test_non_root():
     """A client running as nobody sees its own exec and not root's."""
     os.chown(d.socket_path, -1, NOGROUP)
@@ -783,7 +896,7 @@ def test_goodbye():
 try:
     run_tests([test_socket_file, test_two_filters, test_unit_filter, test_slow_client, test_malformed, test_too_large,
                test_timeout, test_too_deep, test_fd_passed, test_connection_storm, test_fd_exhaustion, test_non_root,
-               test_goodbye])
+               test_allow_groups_revoked, test_goodbye])
 finally:
     d.cleanup()
     shutil.rmtree(WORK, ignore_errors=True)

@@ -210,6 +210,31 @@ def _():
     state["pid"] = show("MainPID")
 
 
+@step("watchdog: with the largest FlushIntervalMs= a stalled reader is noticed too")
+def _():
+    # A reader then sleeps a whole second between rounds, as long as a health tick: the stall
+    # is judged by the age of its last round, not by rounds per tick.
+    conf = "/etc/perfrelay/perfrelay.conf.d/60-flush.conf"
+    with open(conf, "w") as f:
+        f.write("[Ring]\nFlushIntervalMs=1000\n")
+    try:
+        run("systemctl", "restart", "perfrelay.service")
+        wait_for(lambda: show("ActiveState") == "active", "active with FlushIntervalMs=1000")
+        state["pid"] = show("MainPID")
+        restarts = int(show("NRestarts"))
+        since = run("date", "+%Y-%m-%d %H:%M:%S").stdout.strip()
+        os.kill(int(state["pid"]), signal.SIGUSR2)  # fault injection: reader 0 stops making progress
+        wait_for(lambda: int(show("NRestarts")) > restarts, "a restart after the watchdog fired", timeout=30)
+        log = run("journalctl", "-u", "perfrelay.service", "--no-pager", "--since", since).stdout
+        assert "Watchdog timeout" in log, "systemd says the watchdog fired"
+        assert "withholding WATCHDOG=1" in log, "the daemon said why"
+    finally:
+        os.unlink(conf)
+    run("systemctl", "restart", "perfrelay.service")
+    wait_for(lambda: show("ActiveState") == "active", "active again")
+    state["pid"] = show("MainPID")
+
+
 @step("stop: exit 0, the array stays pinned")
 def _():
     map_id = events_map_id()

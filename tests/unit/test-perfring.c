@@ -117,6 +117,30 @@ static void test_corruption(void) {
 	ASSERT(size == 64 && rec == ring);
 }
 
+static void test_larger_than_ring(void) {
+	/* A small ring (256 bytes, mask 255) inside the big buffer, with a head that claims more
+	 * than it holds: a record that fits the header's size but not the ring would make the
+	 * wrapping copy read past the data area. Rejected before any copy. */
+	struct perf_event_header h = { .type = PERF_RECORD_SAMPLE, .size = 512 };
+	const uint8_t *rec;
+	uint32_t size;
+
+	memset(ring, 0, RING);
+	memcpy(ring + 128, &h, sizeof(h));
+	ASSERT(perfring_next(ring, 255, 128, 128 + 512, scratch, &rec, &size) == PERFRING_CORRUPT);
+	/* Even when head is within a ring of tail: the record is larger than the ring. */
+	ASSERT(perfring_next(ring, 255, 128, 128 + 256, scratch, &rec, &size) == PERFRING_CORRUPT);
+	/* A head more than a ring ahead is broken whatever the record says. */
+	h.size = 64;
+	memcpy(ring + 128, &h, sizeof(h));
+	ASSERT(perfring_next(ring, 255, 128, 128 + 257, scratch, &rec, &size) == PERFRING_CORRUPT);
+	/* The largest record the ring can hold, wrapping, is still read. */
+	h.size = 256;
+	memcpy(ring + 128, &h, sizeof(h));
+	ASSERT(perfring_next(ring, 255, 128, 128 + 256, scratch, &rec, &size) == PERFRING_RECORD);
+	ASSERT(size == 256 && rec == scratch);
+}
+
 static void test_truncated_sample(void) {
 	/* A sample whose raw size claims more than the record holds is malformed, not read past. */
 	uint8_t rec[24] = {};
@@ -133,6 +157,7 @@ static void test_truncated_sample(void) {
 int main(void) {
 	test_walk_with_wrap();
 	test_corruption();
+	test_larger_than_ring();
 	test_truncated_sample();
 	if (failures)
 		fprintf(stderr, "%d assertion(s) failed\n", failures);
