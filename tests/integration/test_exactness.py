@@ -5,8 +5,8 @@ built with producer.bpf.h emits at a steady rate and counts the records the kern
 independently of perfrelay's maps, while the daemon is stopped with SIGTERM and restarted 20
 times (accepted = received, exactly; attempts = received + failures), and killed with SIGKILL
 10 times (accepted = received + crash_lost; attempts = received + failures + crash_lost,
-crash_lost > 0). Under ring overflow the sequence-gap detector's seq_gaps equals the loss the
-producer's counters explain. Between daemons the idle flag makes the probes count attempts
+crash_lost > 0). Under ring overflow, and with a client too slow for its events, the
+sequence-gap detector's seq_gaps equals the loss the producer's counters explain. Between daemons the idle flag makes the probes count attempts
 as failures, reported apart; an incompatible
 "received" pin is refused; a failed start loses nothing; perfrelay_emit() refuses records
 larger than a perf sample can carry. Every figure comes from GetStats() (perfrelayctl stats --json)
@@ -14,6 +14,7 @@ or the pinned maps."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 STEADY = os.path.join(BUILDDIR, "tests", "integration", "steady-producer")
 PRODUCER = 310  # steady.bpf.c
+STEADY_TYPE = 0x8310
 PRODUCER_EXEC = 1
 RATE = 10000    # records a second during the restarts
 CPU = min(os.sched_getaffinity(0))
@@ -161,6 +163,51 @@ def test_seq_gaps_under_overflow():
         prod.close()
         check_eq(d.stop(), 0, "clean exit")
     finally:
+        if prod:
+            prod.close()
+        d.cleanup()
+
+
+def test_seq_gaps_with_a_slow_client():
+    """A client that does not read loses its own events, counted for it, and never the ring's:
+    the detector's seq_gaps stays equal to what the producer's counters explain, and once the
+    client is gone its offered = sent + dropped exactly."""
+    d = Daemon(BINARY, "exact-slow", stdout=False,
+               config="[Probes]\nProbes=none\n[Socket]\nClientQueueBytes=64K\n")
+    prod = client = None
+    try:
+        d.start()
+        client = socket.socket(socket.AF_UNIX)
+        client.connect(d.socket_path)
+        client.sendall(json.dumps({"subscribe": {"types": [STEADY_TYPE]}}).encode() + b"\n")
+        check(client.makefile("rb").readline().startswith(b'{"type":"hello"'), "the slow client subscribes")
+        prod = Steady(d.pin_path)
+        prod.cmd("rate 20000")
+        # Far more than 64 KiB of queue and a socket buffer hold: the client must lose events.
+        p = wait_for(lambda: (lambda q: q if q and q["received_session"] >= 30000 else None)(producer_stats()),
+                     "the daemon reads 30000 records", timeout=30)
+        prod.cmd("rate 0")
+        counts = prod.counts()
+        p = wait_for(lambda: (lambda q: q if q["received"] + q["failures"] == q["attempts"] else None)(producer_stats()),
+                     "the readers read what the kernel accepted", timeout=10)
+        check_eq(p["attempts"], counts["calls"], "attempts = the producer's own calls")
+        check_eq(p["received"], counts["accepted"], "received = records the kernel accepted")
+        check_eq(p["seq_gaps"], p["failures"], "seq_gaps = failures: a slow client costs the ring nothing")
+        st = BUS.stats()
+        check(st["clients"]["dropped"] > 0, f"the slow client lost events, counted for it: {st['clients']}")
+        client.close()
+        client = None
+        st = wait_for(lambda: (lambda s: s if s["clients"]["connected"] == 0 else None)(BUS.stats()),
+                      "the slow client is gone", timeout=10)
+        c = st["clients"]
+        print(f"slow client: producer {json.dumps(p, sort_keys=True)}, clients {c}")
+        check_eq(c["offered"], p["received_session"], "the client was offered every record of the type")
+        check_eq(c["offered"], c["delivered"] + c["dropped"], "offered = sent + dropped once the client is gone")
+        prod.close()
+        check_eq(d.stop(), 0, "clean exit")
+    finally:
+        if client:
+            client.close()
         if prod:
             prod.close()
         d.cleanup()
@@ -314,7 +361,7 @@ def test_incompatible_received_pin():
 
 
 try:
-    run_tests([test_sigterm_restarts, test_sigkill_restarts, test_seq_gaps_under_overflow,
+    run_tests([test_sigterm_restarts, test_sigkill_restarts, test_seq_gaps_under_overflow, test_seq_gaps_with_a_slow_client,
                test_downtime_is_counted_cheaply, test_failed_start_loses_nothing, test_ledger_made_beside_old_counters,
                test_emit_size_limit, test_incompatible_received_pin])
 finally:
