@@ -38,6 +38,7 @@ struct Exporter {
 	pthread_mutex_t lock;
 	natsMsg **failed;
 	size_t n_failed;
+	char last_error[128]; /* JetStream's text for the last refusal, for the stats file */
 
 	/* Written by the ack thread, read by the main thread. */
 	atomic_uint_fast64_t in_flight, exported, duplicates, last_progress_ms, reconnects;
@@ -47,6 +48,10 @@ struct Exporter {
 	uint64_t offered, dropped_queue_full, dropped_retries, dropped_shutdown, retried, daemon_lost;
 	bool stream_ready;
 	uint64_t next_stream_try_ms;
+	/* After a refusal or a timeout nothing is published for backoff_ms (doubling up to
+	 * AckTimeoutMSec, reset by the next ack): a cluster electing a stream leader refuses at
+	 * once, and retrying at once would only burn every event's attempts. */
+	uint64_t backoff_ms, pause_until_ms, exported_seen;
 };
 
 static uint64_t now_ms(void) {
@@ -67,6 +72,8 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
 	} else {
 		pthread_mutex_lock(&e->lock);
 		e->failed[e->n_failed++] = msg; /* consumed: the main thread retries or drops it */
+		snprintf(e->last_error, sizeof(e->last_error), "%s (%d)",
+			 pae->ErrText ?: natsStatus_GetText(pae->Err), (int) pae->ErrCode);
 		pthread_mutex_unlock(&e->lock);
 	}
 	atomic_store(&e->last_progress_ms, now_ms());
@@ -134,7 +141,9 @@ int exporter_new(const ExportConfig *cfg, const char *hostname, const char *boot
 			*p = '_';
 	snprintf(e->boot_id, sizeof(e->boot_id), "%s", boot_id);
 	snprintf(e->schema, sizeof(e->schema), "%u", schema);
-	e->queue_cap = cfg->queue_events;
+	/* Room for every in-flight message beyond QueueEvents: a retry is never dropped because
+	 * new events filled the queue meanwhile. */
+	e->queue_cap = cfg->queue_events + cfg->max_in_flight;
 	e->queue = calloc(e->queue_cap, sizeof(natsMsg *));
 	e->failed = calloc(cfg->max_in_flight, sizeof(natsMsg *));
 	if (!e->queue || !e->failed) {
@@ -240,7 +249,7 @@ void exporter_offer(Exporter *e, const struct perfrelay_hdr *hdr, const void *re
 	natsStatus s;
 
 	e->offered++;
-	if (e->queue_len >= e->queue_cap) {
+	if (e->queue_len >= e->cfg->queue_events) {
 		e->dropped_queue_full++;
 		return;
 	}
@@ -352,8 +361,15 @@ static void stream_setup(Exporter *e, uint64_t now) {
 	}
 }
 
+static void back_off(Exporter *e, uint64_t now) {
+	e->backoff_ms = e->backoff_ms ? MIN(e->backoff_ms * 2, e->cfg->ack_timeout_ms) : 100;
+	e->pause_until_ms = now + e->backoff_ms;
+}
+
 void exporter_run(Exporter *e, uint64_t now) {
 	natsMsg *failed[256];
+	uint64_t exported;
+	bool refused = false;
 	size_t n;
 
 	/* Refused messages first: they are older than anything in the queue. */
@@ -365,7 +381,14 @@ void exporter_run(Exporter *e, uint64_t now) {
 		pthread_mutex_unlock(&e->lock);
 		for (size_t i = 0; i < n; i++)
 			retry_or_drop(e, failed[i]);
+		refused = refused || n > 0;
 	} while (n > 0);
+	exported = atomic_load(&e->exported);
+	if (refused)
+		back_off(e, now);
+	else if (exported != e->exported_seen)
+		e->backoff_ms = 0;
+	e->exported_seen = exported;
 
 	if (natsConnection_Status(e->nc) != NATS_CONN_STATUS_CONNECTED)
 		return; /* nothing is sent while nats.c reconnects; the queue bounds what waits */
@@ -377,8 +400,12 @@ void exporter_run(Exporter *e, uint64_t now) {
 	}
 
 	if (atomic_exchange(&e->reclaim, false) ||
-	    (atomic_load(&e->in_flight) > 0 && now > atomic_load(&e->last_progress_ms) + e->cfg->ack_timeout_ms))
+	    (atomic_load(&e->in_flight) > 0 && now > atomic_load(&e->last_progress_ms) + e->cfg->ack_timeout_ms)) {
 		reclaim_in_flight(e);
+		back_off(e, now);
+	}
+	if (now < e->pause_until_ms)
+		return;
 
 	while (e->queue_len > 0 && atomic_load(&e->in_flight) < e->cfg->max_in_flight) {
 		natsMsg *m = queue_pop(e);
@@ -441,6 +468,11 @@ void exporter_get_stats(Exporter *e, ExportStats *ret) {
 		.connected = natsConnection_Status(e->nc) == NATS_CONN_STATUS_CONNECTED,
 		.stream_ready = e->stream_ready,
 	};
+	pthread_mutex_lock(&e->lock);
+	snprintf(ret->last_error, sizeof(ret->last_error), "%s", e->last_error);
+	pthread_mutex_unlock(&e->lock);
+	if (!ret->connected || natsConnection_GetConnectedUrl(e->nc, ret->server, sizeof(ret->server)) != NATS_OK)
+		ret->server[0] = 0;
 }
 
 int export_stats_write_json(const ExportStats *s, FILE *f) {
@@ -449,13 +481,17 @@ int export_stats_write_json(const ExportStats *s, FILE *f) {
 		",\"export_dropped\":%" PRIu64 ",\"dropped_queue_full\":%" PRIu64 ",\"dropped_retries\":%" PRIu64
 		",\"dropped_shutdown\":%" PRIu64 ",\"export_retried\":%" PRIu64 ",\"daemon_lost\":%" PRIu64
 		",\"queued\":%" PRIu64 ",\"in_flight\":%" PRIu64 ",\"reconnects\":%" PRIu64
-		",\"connected\":%s,\"stream_ready\":%s}\n",
+		",\"connected\":%s,\"stream_ready\":%s,\"server\":\"%s\",\"last_error\":\"",
 		s->offered, s->exported, s->duplicates, s->dropped, s->dropped_queue_full, s->dropped_retries,
 		s->dropped_shutdown, s->retried, s->daemon_lost, s->queued, s->in_flight, s->reconnects,
-		s->connected ? "true" : "false", s->stream_ready ? "true" : "false");
+		s->connected ? "true" : "false", s->stream_ready ? "true" : "false", s->server);
+	/* JSON-safe: the server's text is ASCII prose; anything else becomes '?'. */
+	for (const char *p = s->last_error; *p; p++)
+		fputc(*p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\' ? *p : '?', f);
+	fputs("\"}\n", f);
 	return ferror(f) ? -EIO : 0;
 }
 
 bool exporter_has_room(Exporter *e) {
-	return e->queue_len < e->queue_cap;
+	return e->queue_len < e->cfg->queue_events;
 }

@@ -30,6 +30,8 @@ typedef struct ExportStats {
 	uint64_t reconnects;
 	bool connected;
 	bool stream_ready;
+	char server[256];     /* URL of the server connected to, "" if none */
+	char last_error[128]; /* JetStream's reason for the last refusal, "" if none */
 } ExportStats;
 
 int exporter_new(const ExportConfig *cfg, const char *hostname, const char *boot_id, unsigned schema, Exporter **ret);
