@@ -292,6 +292,18 @@ int main(int argc, char *argv[]) {
 		export_config_free(cfg);
 		return 1;
 	}
+	/* A relative CredentialsFile= names a credential: LoadCredential= puts it in
+	 * $CREDENTIALS_DIRECTORY, readable by this service only. */
+	if (cfg->credentials_file && cfg->credentials_file[0] != '/' && getenv("CREDENTIALS_DIRECTORY")) {
+		char *p;
+
+		if (asprintf(&p, "%s/%s", getenv("CREDENTIALS_DIRECTORY"), cfg->credentials_file) < 0) {
+			export_config_free(cfg);
+			return 1;
+		}
+		free(cfg->credentials_file);
+		cfg->credentials_file = p;
+	}
 	stats_file = stats_file ?: cfg->stats_file;
 	socket_path = socket_path ?: cfg->socket_path;
 
