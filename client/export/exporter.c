@@ -33,8 +33,8 @@ struct Exporter {
 	size_t queue_cap, queue_head, queue_len;
 
 	/* Filled by nats.c's ack thread with the messages JetStream refused; emptied by the main
-	 * thread, which decides on retry or drop. Bounded by max_in_flight: a message is either in
-	 * flight, in this list or owned by the main thread. */
+	 * thread, which decides on retry or drop. Bounded by max_in_flight: a refused message
+	 * still counts in in_flight until the main thread takes it from here. */
 	pthread_mutex_t lock;
 	natsMsg **failed;
 	size_t n_failed;
@@ -77,7 +77,8 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
 		pthread_mutex_unlock(&e->lock);
 	}
 	atomic_store(&e->last_progress_ms, now_ms());
-	atomic_fetch_sub(&e->in_flight, 1);
+	if (pa)
+		atomic_fetch_sub(&e->in_flight, 1);
 }
 
 static void on_reconnected(natsConnection *nc, void *userdata) {
@@ -379,6 +380,7 @@ void exporter_run(Exporter *e, uint64_t now) {
 		e->n_failed -= n;
 		memcpy(failed, e->failed + e->n_failed, n * sizeof(natsMsg *));
 		pthread_mutex_unlock(&e->lock);
+		atomic_fetch_sub(&e->in_flight, n);
 		for (size_t i = 0; i < n; i++)
 			retry_or_drop(e, failed[i]);
 		refused = refused || n > 0;
@@ -446,6 +448,7 @@ void exporter_abandon(Exporter *e) {
 	pthread_mutex_lock(&e->lock);
 	for (size_t i = 0; i < e->n_failed; i++)
 		natsMsg_Destroy(e->failed[i]);
+	atomic_fetch_sub(&e->in_flight, e->n_failed);
 	e->dropped_shutdown += e->n_failed;
 	e->n_failed = 0;
 	pthread_mutex_unlock(&e->lock);

@@ -225,7 +225,9 @@ static int run_socket(Exporter *e, const ExportConfig *cfg, const char *socket_p
 		}
 		if (r > 0)
 			continue; /* more was buffered than one round takes */
-		if (poll(p, 2, 5) < 0 && errno != EINTR)
+		/* Acks arrive on nats.c's thread, not on an fd: with work waiting, look again soon;
+		 * idle, only the timers (stats, ack timeout) need a wakeup. */
+		if (poll(p, 2, exporter_idle(e) ? 100 : 5) < 0 && errno != EINTR)
 			return -errno;
 		if (p[1].revents && signal_pending(signal_fd))
 			return 0;
