@@ -27,7 +27,7 @@ int export_config_new(ExportConfig **ret) {
 	c->max_in_flight = 4096;
 	c->queue_events = 65536;
 	c->ack_timeout_ms = 5000;
-	c->max_retries = 5;
+	c->max_retries = 10;
 	c->drain_timeout_ms = 10000;
 	if (!c->servers[0] || !c->stream || !c->stream_subjects || !c->subject_template) {
 		export_config_free(c);
