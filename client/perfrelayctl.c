@@ -27,6 +27,9 @@
 
 #include "macro.h"
 #include "perfrelay.h"
+#if HAVE_NATS
+#include "monitor-nats.h"
+#endif
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(perfrelay_client *, perfrelay_close);
 DEFINE_TRIVIAL_CLEANUP_FUNC(json_tokener *, json_tokener_free);
@@ -403,6 +406,9 @@ static void monitor_help(void) {
 	       "     --unit=UNIT      Only events from this systemd unit; repeatable\n"
 	       "  -j --json           Print the daemon's JSON lines unchanged\n"
 	       "     --socket=PATH    The event socket (default $PERFRELAY_SOCKET or %s)\n"
+	       "     --nats=URL       Read the fleet's events from NATS JetStream instead\n"
+	       "                      (docs/fleet.md); with --stream=NAME, --host=HOST,\n"
+	       "                      --since=10m, --no-follow (stop at the stream's end)\n"
 	       "  -h --help           Show this help\n",
 	       program,
 	       PERFRELAY_SOCKET_DEFAULT);
@@ -492,8 +498,27 @@ static int monitor_run(perfrelay_client *c, bool json, int signal_fd) {
 	}
 }
 
+#if HAVE_NATS
+struct nats_print {
+	json_tokener *tok;
+	bool json;
+};
+
+/* TIME is when JetStream stored the event: the sender's boot clock means nothing here. */
+static int nats_print_event(const char *line, size_t len, int64_t store_minus_ts_ns, void *userdata) {
+	struct nats_print *p = userdata;
+
+	if (p->json) {
+		fwrite(line, 1, len, stdout);
+		fputc('\n', stdout);
+	} else
+		print_event(stdout, p->tok, line, len, store_minus_ts_ns);
+	return ferror(stdout) ? -EIO : 0;
+}
+#endif
+
 static int verb_monitor(int argc, char *argv[]) {
-	enum { ARG_UNIT = 0x100, ARG_SOCKET };
+	enum { ARG_UNIT = 0x100, ARG_SOCKET, ARG_NATS, ARG_STREAM, ARG_HOST, ARG_SINCE, ARG_NO_FOLLOW };
 	static const struct option options[] = {
 		{ "help", no_argument, NULL, 'h' },
 		{ "type", required_argument, NULL, 't' },
@@ -503,6 +528,11 @@ static int verb_monitor(int argc, char *argv[]) {
 		{ "unit", required_argument, NULL, ARG_UNIT },
 		{ "json", no_argument, NULL, 'j' },
 		{ "socket", required_argument, NULL, ARG_SOCKET },
+		{ "nats", required_argument, NULL, ARG_NATS },
+		{ "stream", required_argument, NULL, ARG_STREAM },
+		{ "host", required_argument, NULL, ARG_HOST },
+		{ "since", required_argument, NULL, ARG_SINCE },
+		{ "no-follow", no_argument, NULL, ARG_NO_FOLLOW },
 		{}
 	};
 	/* No option can occur more often than there are arguments. */
@@ -516,6 +546,9 @@ static int verb_monitor(int argc, char *argv[]) {
 	struct perfrelay_subscription sub = {};
 	const char *socket_path = NULL;
 	bool json = false;
+	const char *nats_url = NULL, *nats_stream = NULL, *nats_host = NULL;
+	int64_t nats_since = 0;
+	bool nats_no_follow = false;
 	sigset_t mask;
 	int opt, r;
 
@@ -554,11 +587,61 @@ static int verb_monitor(int argc, char *argv[]) {
 		case ARG_SOCKET:
 			socket_path = optarg;
 			break;
+		case ARG_NATS:
+			nats_url = optarg;
+			break;
+		case ARG_STREAM:
+			nats_stream = optarg;
+			break;
+		case ARG_HOST:
+			nats_host = optarg;
+			break;
+		case ARG_SINCE:
+			nats_since = -1;
+#if HAVE_NATS
+			if (monitor_nats_parse_since(optarg, &nats_since) < 0)
+				return error_msg("--since=%s: expected a number followed by s, m, h or d", optarg);
+#endif
+			break;
+		case ARG_NO_FOLLOW:
+			nats_no_follow = true;
+			break;
 		default:
 			return -EINVAL; /* getopt printed why */
 		}
 	if (optind < argc)
 		return error_msg("monitor: unexpected argument '%s'", argv[optind]);
+	if (!nats_url && (nats_stream || nats_host || nats_since || nats_no_follow))
+		return error_msg("monitor: --stream, --host, --since and --no-follow need --nats");
+	if (nats_url) {
+#if HAVE_NATS
+		_cleanup_(json_tokener_freep) json_tokener *tok = json_tokener_new();
+		struct nats_print p = { .tok = tok, .json = json };
+		MonitorNatsArgs a = { .url = nats_url, .stream = nats_stream, .host = nats_host,
+				      .since_ns = nats_since, .no_follow = nats_no_follow };
+
+		if (!tok)
+			return error_errno(-ENOMEM, "Failed to allocate a JSON parser");
+		if (sub.n_types || sub.n_pids || sub.n_uids || sub.n_comms || sub.n_units)
+			return error_msg("monitor --nats: filter with --host (the stream holds what the exporters sent)");
+		sigemptyset(&mask);
+		sigaddset(&mask, SIGINT);
+		sigaddset(&mask, SIGTERM);
+		if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+			return error_errno(-errno, "Failed to block signals");
+		signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+		if (signal_fd < 0)
+			return error_errno(-errno, "Failed to create a signalfd");
+		if (!json)
+			print_header(stdout);
+		r = monitor_nats_run(&a, nats_print_event, &p, signal_fd);
+		if (fflush(stdout) != 0 && r >= 0)
+			r = error_errno(-errno, "Failed to write to standard output");
+		return r;
+#else
+		return error_msg("monitor --nats: this perfrelayctl was built without libnats");
+#endif
+	}
 
 	sub.types = types;
 	sub.pids = pids;

@@ -1,0 +1,316 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Parsing of perfrelay-export's INI configuration (docs/export.md lists every key). */
+#include "export-config.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "macro.h"
+
+int export_config_new(ExportConfig **ret) {
+	ExportConfig *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	c->servers[0] = strdup("nats://127.0.0.1:4222");
+	c->n_servers = 1;
+	c->stream = strdup("PERFRELAY");
+	c->stream_subjects = strdup("perfrelay.>");
+	c->subject_template = strdup("perfrelay.%h.%t");
+	c->create_stream = true;
+	c->replicas = 1;
+	c->duplicate_window_sec = 120;
+	c->max_in_flight = 4096;
+	c->queue_events = 65536;
+	c->ack_timeout_ms = 5000;
+	c->max_retries = 10;
+	c->drain_timeout_ms = 10000;
+	if (!c->servers[0] || !c->stream || !c->stream_subjects || !c->subject_template) {
+		export_config_free(c);
+		return -ENOMEM;
+	}
+	*ret = c;
+	return 0;
+}
+
+static void list_clear(char **l, size_t *n) {
+	for (size_t i = 0; i < *n; i++)
+		free(l[i]);
+	*n = 0;
+}
+
+ExportConfig *export_config_free(ExportConfig *c) {
+	if (!c)
+		return NULL;
+	list_clear(c->servers, &c->n_servers);
+	list_clear(c->types, &c->n_types);
+	list_clear(c->units, &c->n_units);
+	free(c->credentials_file);
+	free(c->tls_ca);
+	free(c->stream);
+	free(c->stream_subjects);
+	free(c->subject_template);
+	free(c->socket_path);
+	free(c->hostname);
+	free(c->stats_file);
+	free(c);
+	return NULL;
+}
+
+static int set_string(char **where, const char *v) {
+	char *s = NULL;
+
+	if (*v) {
+		s = strdup(v);
+		if (!s)
+			return -ENOMEM;
+	}
+	free(*where);
+	*where = s;
+	return 0;
+}
+
+/* Words separated by spaces or commas are appended; an empty value resets the list. */
+static int set_list(char **l, size_t *n, const char *v) {
+	char buf[4096];
+	char *save = NULL;
+
+	if (!*v) {
+		list_clear(l, n);
+		return 0;
+	}
+	if (strlen(v) >= sizeof(buf))
+		return -E2BIG;
+	strcpy(buf, v);
+	for (char *w = strtok_r(buf, " \t,", &save); w; w = strtok_r(NULL, " \t,", &save)) {
+		if (*n >= EXPORT_LIST_MAX)
+			return -E2BIG;
+		l[*n] = strdup(w);
+		if (!l[*n])
+			return -ENOMEM;
+		(*n)++;
+	}
+	return 0;
+}
+
+static int set_bool(bool *where, const char *v) {
+	if (streq(v, "yes") || streq(v, "true") || streq(v, "1") || streq(v, "on"))
+		*where = true;
+	else if (streq(v, "no") || streq(v, "false") || streq(v, "0") || streq(v, "off"))
+		*where = false;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+static int set_u64(uint64_t *where, const char *v, uint64_t min) {
+	char *end;
+	unsigned long long x;
+
+	if (!isdigit((unsigned char) *v))
+		return -EINVAL;
+	errno = 0;
+	x = strtoull(v, &end, 10);
+	if (errno || *end || x < min)
+		return -EINVAL;
+	*where = x;
+	return 0;
+}
+
+static int set_key(ExportConfig *c, const char *section, const char *k, const char *v) {
+	if (streq(section, "NATS")) {
+		if (streq(k, "Servers")) {
+			/* A new Servers= replaces the default instead of adding to it. */
+			if (c->n_servers == 1 && streq(c->servers[0], "nats://127.0.0.1:4222"))
+				list_clear(c->servers, &c->n_servers);
+			return set_list(c->servers, &c->n_servers, v);
+		}
+		if (streq(k, "CredentialsFile"))
+			return set_string(&c->credentials_file, v);
+		if (streq(k, "TLSCA"))
+			return set_string(&c->tls_ca, v);
+	} else if (streq(section, "Stream")) {
+		if (streq(k, "Name"))
+			return *v ? set_string(&c->stream, v) : -EINVAL;
+		if (streq(k, "Subjects"))
+			return *v ? set_string(&c->stream_subjects, v) : -EINVAL;
+		if (streq(k, "ExportCreateStream"))
+			return set_bool(&c->create_stream, v);
+		if (streq(k, "MaxAgeSec"))
+			return set_u64(&c->max_age_sec, v, 0);
+		if (streq(k, "MaxBytes"))
+			return set_u64(&c->max_bytes, v, 0);
+		if (streq(k, "Replicas"))
+			return set_u64(&c->replicas, v, 1);
+		if (streq(k, "DuplicateWindowSec"))
+			return set_u64(&c->duplicate_window_sec, v, 1);
+	} else if (streq(section, "Export")) {
+		if (streq(k, "Subject"))
+			return *v ? set_string(&c->subject_template, v) : -EINVAL;
+		if (streq(k, "Socket"))
+			return set_string(&c->socket_path, v);
+		if (streq(k, "Types"))
+			return set_list(c->types, &c->n_types, v);
+		if (streq(k, "Units"))
+			return set_list(c->units, &c->n_units, v);
+		if (streq(k, "MaxInFlight"))
+			return set_u64(&c->max_in_flight, v, 1);
+		if (streq(k, "QueueEvents"))
+			return set_u64(&c->queue_events, v, 1);
+		if (streq(k, "AckTimeoutMSec"))
+			return set_u64(&c->ack_timeout_ms, v, 1);
+		if (streq(k, "MaxRetries"))
+			return set_u64(&c->max_retries, v, 0);
+		if (streq(k, "DrainTimeoutMSec"))
+			return set_u64(&c->drain_timeout_ms, v, 0);
+		if (streq(k, "Hostname"))
+			return set_string(&c->hostname, v);
+		if (streq(k, "StatsFile"))
+			return set_string(&c->stats_file, v);
+	} else
+		return -ENOENT;
+	return -ENOKEY;
+}
+
+static char *strip(char *s) {
+	char *e;
+
+	while (isspace((unsigned char) *s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char) e[-1]))
+		*--e = 0;
+	return s;
+}
+
+int export_config_parse_text(ExportConfig *c, const char *text, size_t size, const char *filename, char **ret_error) {
+	char section[64] = "";
+	unsigned lineno = 0;
+	size_t pos = 0;
+
+	while (pos < size) {
+		char line[4096], *p, *eq;
+		const char *why = NULL;
+		size_t len = 0;
+		int r;
+
+		lineno++;
+		while (pos < size && text[pos] != '\n') {
+			if (len + 1 >= sizeof(line)) {
+				why = "line too long";
+				break;
+			}
+			line[len++] = text[pos++];
+		}
+		while (pos < size && text[pos] != '\n')
+			pos++;
+		pos++;
+		line[len] = 0;
+		p = strip(line);
+		if (!why) {
+			if (!*p || *p == '#' || *p == ';')
+				continue;
+			if (*p == '[') {
+				size_t n = strlen(p);
+
+				if (p[n - 1] != ']' || n - 2 >= sizeof(section))
+					why = "bad section header";
+				else {
+					memcpy(section, p + 1, n - 2);
+					section[n - 2] = 0;
+					continue;
+				}
+			} else if (!(eq = strchr(p, '=')))
+				why = "expected KEY=VALUE";
+			else {
+				*eq = 0;
+				r = set_key(c, section, strip(p), strip(eq + 1));
+				if (r == -ENOMEM)
+					return r;
+				if (r == -ENOENT)
+					why = "unknown section";
+				else if (r == -ENOKEY)
+					why = "unknown key";
+				else if (r == -E2BIG)
+					why = "too many list entries";
+				else if (r < 0)
+					why = "invalid value";
+			}
+		}
+		if (why) {
+			if (ret_error && asprintf(ret_error, "%s:%u: %s", filename, lineno, why) < 0)
+				*ret_error = NULL;
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static int load_file(ExportConfig *c, const char *path, bool must_exist, char **ret_error) {
+	_cleanup_free_ char *text = NULL;
+	size_t size = 0;
+	FILE *f;
+	int r;
+
+	f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT && !must_exist ? 0 : -errno;
+	text = malloc(1 << 20);
+	if (!text) {
+		fclose(f);
+		return -ENOMEM;
+	}
+	size = fread(text, 1, 1 << 20, f);
+	r = ferror(f) ? -EIO : !feof(f) ? -EFBIG : 0;
+	fclose(f);
+	if (r < 0)
+		return r;
+	return export_config_parse_text(c, text, size, path, ret_error);
+}
+
+static int cmp_str(const void *a, const void *b) {
+	return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+int export_config_load(ExportConfig *c, const char *main_path, const char *dropin_dir, char **ret_error) {
+	char *names[256];
+	size_t n = 0;
+	struct dirent *de;
+	DIR *d;
+	int r;
+
+	if (main_path) {
+		r = load_file(c, main_path, false, ret_error);
+		if (r < 0)
+			return r;
+	}
+	if (!dropin_dir)
+		return 0;
+	d = opendir(dropin_dir);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	while ((de = readdir(d)) && n < ELEMENTSOF(names)) {
+		size_t l = strlen(de->d_name);
+
+		if (l > 5 && streq(de->d_name + l - 5, ".conf") && de->d_name[0] != '.')
+			if ((names[n] = strdup(de->d_name)))
+				n++;
+	}
+	closedir(d);
+	qsort(names, n, sizeof(char *), cmp_str);
+	r = 0;
+	for (size_t i = 0; i < n; i++) {
+		char path[4096];
+
+		if (r >= 0) {
+			snprintf(path, sizeof(path), "%s/%s", dropin_dir, names[i]);
+			r = load_file(c, path, true, ret_error);
+		}
+		free(names[i]);
+	}
+	return r;
+}

@@ -1,0 +1,404 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* perfrelay-metrics: serves perfrelayd's counters (read over D-Bus) and perfrelay-export's as
+ * OpenMetrics / Prometheus text on /metrics, on a socket systemd passes in (the daemon itself
+ * stays off the network) or, for local runs, on --listen ADDR:PORT. See docs/metrics.md. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <systemd/sd-bus.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http-request.h"
+#include "macro.h"
+
+#define BUS_NAME "org.perfrelay1"
+#define BUS_PATH "/org/perfrelay1"
+#define BUS_IFACE "org.perfrelay1.Manager"
+/* A scraper that does not send its request within this is cut off: one slow peer must not
+ * hold the single-threaded server. */
+#define REQUEST_TIMEOUT_MS 5000
+
+static const char *program = "perfrelay-metrics";
+static const char *export_stats_file = "/run/perfrelay-export/stats.json";
+
+
+typedef struct Out {
+	FILE *f;
+	bool om; /* OpenMetrics: counters are TYPEd without _total, and the text ends with # EOF */
+} Out;
+
+static void family(Out *o, const char *name, const char *type, const char *help) {
+	bool counter = streq(type, "counter");
+
+	fprintf(o->f, "# TYPE %s%s %s\n# HELP %s%s %s\n", name, counter && !o->om ? "_total" : "", type, name,
+		counter && !o->om ? "_total" : "", help);
+}
+
+static void sample(Out *o, const char *name, bool counter, const char *labels, uint64_t v) {
+	fprintf(o->f, "%s%s%s %" PRIu64 "\n", name, counter ? "_total" : "", labels ?: "", v);
+}
+
+static int get_u64(sd_bus *bus, const char *prop, uint64_t *ret) {
+	return sd_bus_get_property_trivial(bus, BUS_NAME, BUS_PATH, BUS_IFACE, prop, NULL, 't', ret);
+}
+
+static int get_u32(sd_bus *bus, const char *prop, uint32_t *ret) {
+	return sd_bus_get_property_trivial(bus, BUS_NAME, BUS_PATH, BUS_IFACE, prop, NULL, 'u', ret);
+}
+
+/* The daemon's part. The one place that reads its counters: switching to GetStats() when it
+ * exists changes only this function. Returns 0, or a negative errno when the daemon did not
+ * answer (then perfrelay_up is 0 and no daemon sample is written). */
+static int collect_daemon(sd_bus *bus, Out *o) {
+	static const struct {
+		const char *prop, *name, *help;
+	} counters[] = {
+		{ "EventsReceived", "perfrelay_events_received", "Valid records the readers took from the rings." },
+		{ "EventsDelivered", "perfrelay_events_delivered", "Events given to a client." },
+		{ "EventsLost", "perfrelay_events_lost", "Records the kernel reported lost (ring full)." },
+		{ "ProducerFailures", "perfrelay_producer_failures", "bpf_perf_event_output() failures of all producers." },
+		{ "ClientDrops", "perfrelay_client_drops", "Events dropped for clients whose queue was full." },
+	};
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	char *text = NULL;
+	size_t size = 0;
+	uint64_t v[ELEMENTSOF(counters)];
+	uint32_t clients, readers;
+	FILE *f;
+	int r;
+
+	for (size_t i = 0; i < ELEMENTSOF(counters); i++) {
+		r = get_u64(bus, counters[i].prop, &v[i]);
+		if (r < 0)
+			return r;
+	}
+	r = get_u32(bus, "Clients", &clients);
+	if (r >= 0)
+		r = get_u32(bus, "Readers", &readers);
+	if (r < 0)
+		return r;
+	r = sd_bus_call_method(bus, BUS_NAME, BUS_PATH, BUS_IFACE, "GetCpuStats", NULL, &reply, "");
+	if (r < 0)
+		return r;
+
+	/* Per-CPU samples go to a side buffer first: a reply that breaks off half-way must not
+	 * leave half a family in the exposition. */
+	f = open_memstream(&text, &size);
+	if (!f)
+		return -ENOMEM;
+	{
+		Out cpu = { .f = f, .om = o->om };
+		static const char *names[] = { "perfrelay_cpu_events_received", "perfrelay_cpu_events_lost",
+					       "perfrelay_cpu_malformed", "perfrelay_cpu_producer_failures" };
+		uint64_t rows[1024][4];
+		uint32_t cpus[1024];
+		size_t n = 0;
+
+		r = sd_bus_message_enter_container(reply, 'a', "(uuttttt)");
+		while (r >= 0 && n < ELEMENTSOF(cpus)) {
+			uint32_t c, reader;
+			uint64_t received, lost, bytes, malformed, failures;
+
+			r = sd_bus_message_read(reply, "(uuttttt)", &c, &reader, &received, &lost, &bytes, &malformed,
+						&failures);
+			if (r <= 0)
+				break;
+			cpus[n] = c;
+			rows[n][0] = received;
+			rows[n][1] = lost;
+			rows[n][2] = malformed;
+			rows[n][3] = failures;
+			n++;
+		}
+		for (size_t k = 0; r >= 0 && k < ELEMENTSOF(names); k++) {
+			family(&cpu, names[k], "counter", "Per CPU, as GetCpuStats() reports it.");
+			for (size_t i = 0; i < n; i++) {
+				char labels[32];
+
+				snprintf(labels, sizeof(labels), "{cpu=\"%" PRIu32 "\"}", cpus[i]);
+				sample(&cpu, names[k], true, labels, rows[i][k]);
+			}
+		}
+	}
+	fclose(f);
+	if (r < 0) {
+		free(text);
+		return r;
+	}
+
+	for (size_t i = 0; i < ELEMENTSOF(counters); i++) {
+		family(o, counters[i].name, "counter", counters[i].help);
+		sample(o, counters[i].name, true, NULL, v[i]);
+	}
+	family(o, "perfrelay_clients", "gauge", "Socket subscribers connected now.");
+	sample(o, "perfrelay_clients", false, NULL, clients);
+	family(o, "perfrelay_readers", "gauge", "Reader threads.");
+	sample(o, "perfrelay_readers", false, NULL, readers);
+	fwrite(text, 1, size, o->f);
+	free(text);
+	return 0;
+}
+
+/* perfrelay-export's counters from its stats file; absent file: no export samples. */
+static void collect_export(Out *o) {
+	static const struct {
+		const char *key, *name, *help;
+	} counters[] = {
+		{ "offered", "perfrelay_export_offered", "Events perfrelay-export read from the socket." },
+		{ "exported", "perfrelay_export_acked", "Events JetStream acknowledged." },
+		{ "export_dropped", "perfrelay_export_dropped", "Events perfrelay-export gave up (queue full, retries, shutdown)." },
+		{ "export_retried", "perfrelay_export_retried", "Republishes after a refusal or a missing ack." },
+		{ "duplicates", "perfrelay_export_duplicates", "Acks for message ids the stream already held." },
+		{ "daemon_lost", "perfrelay_export_daemon_lost", "Events the daemon dropped for the exporter." },
+	};
+	json_object *j = json_object_from_file(export_stats_file), *v;
+
+	if (!j)
+		return;
+	for (size_t i = 0; i < ELEMENTSOF(counters); i++)
+		if (json_object_object_get_ex(j, counters[i].key, &v)) {
+			family(o, counters[i].name, "counter", counters[i].help);
+			sample(o, counters[i].name, true, NULL, (uint64_t) json_object_get_int64(v));
+		}
+	if (json_object_object_get_ex(j, "connected", &v)) {
+		family(o, "perfrelay_export_connected", "gauge", "1 while perfrelay-export is connected to NATS.");
+		sample(o, "perfrelay_export_connected", false, NULL, json_object_get_boolean(v) ? 1 : 0);
+	}
+	json_object_put(j);
+}
+
+/* The whole exposition for one scrape. */
+static int metrics_collect(bool openmetrics, char **ret, size_t *ret_size) {
+	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+	char *text = NULL;
+	size_t size = 0;
+	Out o = { .om = openmetrics };
+	int r;
+
+	o.f = open_memstream(&text, &size);
+	if (!o.f)
+		return -ENOMEM;
+	r = sd_bus_open_system(&bus);
+	if (r >= 0)
+		r = collect_daemon(bus, &o);
+	family(&o, "perfrelay_up", "gauge", "1 if perfrelayd answered on D-Bus for this scrape.");
+	sample(&o, "perfrelay_up", false, NULL, r >= 0);
+	collect_export(&o);
+	if (openmetrics)
+		fputs("# EOF\n", o.f);
+	if (fclose(o.f) != 0) {
+		free(text);
+		return -ENOMEM;
+	}
+	*ret = text;
+	*ret_size = size;
+	return 0;
+}
+
+static void send_all(int fd, const char *p, size_t n) {
+	while (n > 0) {
+		ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return;
+		p += k;
+		n -= (size_t) k;
+	}
+}
+
+static void respond(int fd, const char *status, const char *type, const char *body, size_t len, bool head) {
+	char hdr[512];
+	int n = snprintf(hdr, sizeof(hdr),
+			 "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", status,
+			 type, len);
+
+	send_all(fd, hdr, (size_t) n);
+	if (!head)
+		send_all(fd, body, len);
+}
+
+/* Serves one request on a connected socket, then closes it. */
+static void serve(int fd) {
+	char buf[HTTP_REQUEST_MAX];
+	size_t len = 0;
+	HttpRequest req;
+	HttpVerdict v = HTTP_INCOMPLETE;
+	struct timespec start;
+
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	while (v == HTTP_INCOMPLETE) {
+		struct timespec now;
+		int left;
+		ssize_t k;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		left = REQUEST_TIMEOUT_MS - (int) ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000);
+		if (left <= 0 || poll(&(struct pollfd) { .fd = fd, .events = POLLIN }, 1, left) <= 0)
+			goto out;
+		k = recv(fd, buf + len, sizeof(buf) - len, 0);
+		if (k <= 0)
+			goto out;
+		len += (size_t) k;
+		v = http_request_parse(buf, len, &req);
+	}
+	switch (v) {
+	case HTTP_METRICS: {
+		char *text = NULL;
+		size_t size = 0;
+
+		if (metrics_collect(req.openmetrics, &text, &size) < 0) {
+			respond(fd, "500 Internal Server Error", "text/plain", "out of memory\n", 14, req.head);
+			break;
+		}
+		respond(fd, "200 OK",
+			req.openmetrics ? "application/openmetrics-text; version=1.0.0; charset=utf-8"
+					: "text/plain; version=0.0.4; charset=utf-8",
+			text, size, req.head);
+		free(text);
+		break;
+	}
+	case HTTP_NOT_FOUND:
+		respond(fd, "404 Not Found", "text/plain", "only /metrics is served here\n", 29, false);
+		break;
+	case HTTP_BAD_METHOD:
+		respond(fd, "405 Method Not Allowed", "text/plain", "GET or HEAD\n", 12, false);
+		break;
+	case HTTP_TOO_LARGE:
+		respond(fd, "431 Request Header Fields Too Large", "text/plain", "request too large\n", 18, false);
+		break;
+	default:
+		respond(fd, "400 Bad Request", "text/plain", "bad request\n", 12, false);
+		break;
+	}
+out:
+	shutdown(fd, SHUT_WR);
+	close(fd);
+}
+
+static int listen_on(const char *addr) {
+	_cleanup_free_ char *host = strdup(addr);
+	struct sockaddr_in6 sa6 = { .sin6_family = AF_INET6 };
+	struct sockaddr_in sa4 = { .sin_family = AF_INET };
+	char *colon, *end;
+	unsigned long port;
+	int fd, one = 1;
+	bool v6;
+
+	if (!host)
+		return -ENOMEM;
+	colon = strrchr(host, ':');
+	if (!colon)
+		return -EINVAL;
+	*colon = 0;
+	port = strtoul(colon + 1, &end, 10);
+	if (*end || port == 0 || port > 65535)
+		return -EINVAL;
+	if (host[0] == '[' && colon[-1] == ']') {
+		colon[-1] = 0;
+		v6 = true;
+		if (inet_pton(AF_INET6, host + 1, &sa6.sin6_addr) != 1)
+			return -EINVAL;
+		sa6.sin6_port = htons((uint16_t) port);
+	} else {
+		v6 = false;
+		if (inet_pton(AF_INET, host, &sa4.sin_addr) != 1)
+			return -EINVAL;
+		sa4.sin_port = htons((uint16_t) port);
+	}
+	fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if ((v6 ? bind(fd, (struct sockaddr *) &sa6, sizeof(sa6)) : bind(fd, (struct sockaddr *) &sa4, sizeof(sa4))) < 0 ||
+	    listen(fd, 16) < 0) {
+		int r = -errno;
+
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+static void help(void) {
+	printf("%s [OPTIONS...]\n\n"
+	       "Serve perfrelayd's counters as OpenMetrics on /metrics (docs/metrics.md).\n\n"
+	       "     --listen=ADDR:PORT  Listen here instead of on the socket systemd passes\n"
+	       "                         (e.g. 127.0.0.1:9471 or [::1]:9471)\n"
+	       "     --export-stats=FILE perfrelay-export's stats file (default %s)\n"
+	       "  -h --help             Show this help\n",
+	       program, export_stats_file);
+}
+
+int main(int argc, char *argv[]) {
+	enum { ARG_LISTEN = 0x100, ARG_EXPORT_STATS };
+	static const struct option options[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ "listen", required_argument, NULL, ARG_LISTEN },
+		{ "export-stats", required_argument, NULL, ARG_EXPORT_STATS },
+		{}
+	};
+	const char *listen_addr = NULL;
+	int opt, fd, n, acceptconn = 0;
+	socklen_t l = sizeof(acceptconn);
+
+	while ((opt = getopt_long(argc, argv, "h", options, NULL)) >= 0)
+		switch (opt) {
+		case 'h':
+			help();
+			return 0;
+		case ARG_LISTEN:
+			listen_addr = optarg;
+			break;
+		case ARG_EXPORT_STATS:
+			export_stats_file = optarg;
+			break;
+		default:
+			return 2;
+		}
+	signal(SIGPIPE, SIG_IGN);
+
+	if (listen_addr) {
+		fd = listen_on(listen_addr);
+		if (fd < 0) {
+			fprintf(stderr, "%s: cannot listen on %s: %s\n", program, listen_addr, strerror(-fd));
+			return 1;
+		}
+	} else {
+		n = sd_listen_fds(true);
+		if (n != 1) {
+			fprintf(stderr, "%s: expected one socket from systemd (got %d); use --listen=ADDR:PORT\n", program,
+				n);
+			return 1;
+		}
+		fd = SD_LISTEN_FDS_START;
+		/* Accept=yes passes a connection: answer it and exit. */
+		if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acceptconn, &l) < 0 || !acceptconn) {
+			serve(fd);
+			return 0;
+		}
+	}
+	for (;;) {
+		int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+
+		if (c < 0) {
+			if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN)
+				continue;
+			fprintf(stderr, "%s: accept failed: %m\n", program);
+			return 1;
+		}
+		serve(c);
+	}
+}

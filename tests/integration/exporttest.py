@@ -1,0 +1,82 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""perfrelay-export under test: its own config, stats file and directory; counters come from
+`perfrelay-export --stats-json` (the stats file), never from its log."""
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+
+from prtest import Failure
+
+HDR = struct.Struct("<HBBHHIIQQ")  # struct perfrelay_hdr (bpf/event.h)
+
+
+def boot_id():
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        return f.read().strip()
+
+
+def write_frames(path, records):
+    """records: (type, producer, cpu, seq, payload) → the socket's binary frames in a file."""
+    from event_abi import MAGIC, VERSION
+    with open(path, "wb") as f:
+        for typ, producer, cpu, seq, payload in records:
+            size = HDR.size + len(payload)
+            f.write(struct.pack("<I", size) + HDR.pack(MAGIC, VERSION, 0, typ, size, producer, cpu, seq, seq * 1000)
+                    + payload)
+
+
+class Exporter:
+    def __init__(self, binary, tag, servers, extra="", socket_path=None):
+        self.binary = binary
+        self.dir = tempfile.mkdtemp(prefix=f"perfrelay-export-{tag}-")
+        self.stats_file = os.path.join(self.dir, "stats.json")
+        self.config = os.path.join(self.dir, "export.conf")
+        with open(self.config, "w") as f:
+            f.write(f"[NATS]\nServers={' '.join(servers)}\n[Export]\nStatsFile={self.stats_file}\n"
+                    + (f"Socket={socket_path}\n" if socket_path else "") + extra + "\n")
+        self.proc = None
+        self.err = None
+
+    def start(self, *args):
+        self.err = open(os.path.join(self.dir, "stderr"), "w+")
+        self.proc = subprocess.Popen([self.binary, "--config", self.config] + list(args),
+                                     stdout=subprocess.DEVNULL, stderr=self.err)
+        return self
+
+    def stats(self):
+        r = subprocess.run([self.binary, "--config", self.config, "--stats-json"], capture_output=True, text=True)
+        if r.returncode != 0:
+            return None
+        return json.loads(r.stdout)
+
+    def wait(self, timeout=60):
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise Failure(f"perfrelay-export did not exit within {timeout}s")
+        self.proc = None
+        return rc
+
+    def stop(self, timeout=60):
+        self.proc.send_signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def stderr(self):
+        self.err.seek(0)
+        return self.err.read()
+
+    def cleanup(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.err:
+            sys.stderr.write(self.stderr())
+            self.err.close()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""perfrelay-metrics: socket-activated (systemd-socket-activate, Accept=yes as in
+perfrelay-metrics.socket) against a daemon on a private system-like bus; a real Prometheus
+scrapes it and its HTTP API reports perfrelay_events_received_total > 0; promtool check metrics
+accepts the exposition; counters equal the daemon's D-Bus properties; bad requests are refused."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests, skip
+from natstest import free_port, wait_for
+
+BINARY = sys.argv[1]
+BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
+SRCDIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+METRICS = os.path.join(BUILDDIR, "client", "metrics", "perfrelay-metrics")
+POLICY = os.path.join(SRCDIR, "config", "org.perfrelay1.conf")
+
+require_root_and_bpf()
+for tool in ("dbus-daemon", "busctl", "prometheus", "promtool", "systemd-socket-activate"):
+    if not shutil.which(tool):
+        skip(f"{tool} is not installed")
+
+WORK = tempfile.mkdtemp(prefix="perfrelay-metrics-")
+
+BUS_CONF = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={dir}/system_bus_socket</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <deny own="*"/>
+    <deny send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
+  </policy>
+  <includedir>{dir}/system.d</includedir>
+</busconfig>
+"""
+
+
+def start_bus():
+    os.makedirs(os.path.join(WORK, "system.d"))
+    shutil.copy(POLICY, os.path.join(WORK, "system.d"))
+    conf = os.path.join(WORK, "system.conf")
+    with open(conf, "w") as f:
+        f.write(BUS_CONF.format(dir=WORK))
+    proc = subprocess.Popen(["dbus-daemon", f"--config-file={conf}", "--nofork", "--print-address=1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().strip()
+    if not line:
+        raise Failure(f"dbus-daemon did not start: {proc.stderr.read()}")
+    return proc, line.split(",")[0]
+
+
+def bus_u64(prop):
+    r = subprocess.run(["busctl", "--system", "--json=short", "get-property", "org.perfrelay1", "/org/perfrelay1",
+                        "org.perfrelay1.Manager", prop], capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)["data"]
+
+
+def http(port, request):
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(request)
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head.decode(), body.decode()
+
+
+def samples(text):
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = int(value)
+    return out
+
+
+def test_prometheus_scrapes_socket_activated_metrics():
+    bus, address = start_bus()
+    os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = address
+    d = Daemon(BINARY, "metrics", stdout=False, config="[Probes]\nProbes=exec\n")
+    activate = prom = None
+    try:
+        d.start()
+        for _ in range(5):
+            subprocess.run(["/bin/true"], check=True)
+        wait_for(lambda: bus_u64("EventsReceived") > 0, "the daemon received exec events")
+
+        port = free_port()
+        stats = os.path.join(WORK, "export-stats.json")
+        with open(stats, "w") as f:
+            f.write('{"offered":7,"exported":5,"duplicates":0,"export_dropped":2,"export_retried":3,'
+                    '"daemon_lost":0,"connected":true}\n')
+        # Accept=yes, as perfrelay-metrics.socket: systemd passes each connection.
+        activate = subprocess.Popen(["systemd-socket-activate", "-a", "-E", "DBUS_SYSTEM_BUS_ADDRESS", "-l", f"127.0.0.1:{port}", METRICS,
+                                     f"--export-stats={stats}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        def listening():
+            if activate.poll() is not None:
+                raise Failure(f"systemd-socket-activate exited: {activate.stderr.read().decode()}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return True
+            except OSError:
+                return False
+        wait_for(listening, "the metrics socket")
+
+        before = bus_u64("EventsReceived")
+        head, body = http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        after = bus_u64("EventsReceived")
+        check(head.startswith("HTTP/1.1 200"), f"status line: {head.splitlines()[0]}")
+        check("text/plain; version=0.0.4" in head, "Prometheus text format without an OpenMetrics Accept")
+        s = samples(body)
+        check(before <= s["perfrelay_events_received_total"] <= after,
+              f"perfrelay_events_received_total {s['perfrelay_events_received_total']} is the D-Bus "
+              f"EventsReceived of the scrape ({before}..{after})")
+        check_eq(s["perfrelay_up"], 1, "perfrelay_up")
+        check_eq((s["perfrelay_export_offered_total"], s["perfrelay_export_acked_total"],
+                  s["perfrelay_export_dropped_total"], s["perfrelay_export_retried_total"]), (7, 5, 2, 3),
+                 "export counters from the exporter's stats file")
+        check(any(k.startswith('perfrelay_cpu_events_received_total{cpu="') for k in s), "per-CPU samples")
+
+        r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True)
+        check_eq(r.returncode, 0, f"promtool check metrics: {r.stdout}{r.stderr}")
+        head, body = http(port, b"GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text; version=1.0.0\r\n\r\n")
+        check("application/openmetrics-text" in head, "OpenMetrics on request")
+        check(body.endswith("# EOF\n"), "an OpenMetrics exposition ends with # EOF")
+
+        check(http(port, b"GET /other HTTP/1.1\r\n\r\n")[0].startswith("HTTP/1.1 404"), "404 for other paths")
+        check(http(port, b"POST /metrics HTTP/1.1\r\n\r\n")[0].startswith("HTTP/1.1 405"), "405 for POST")
+        check(http(port, b"GET /metrics\r\n\r\n")[0].startswith("HTTP/1.1 400"), "400 without a version")
+        check(http(port, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n")[0].startswith("HTTP/1.1 431"),
+              "431 for a request beyond 8 KiB")
+
+        # A real Prometheus scrapes the socket every second.
+        pport = free_port()
+        conf = os.path.join(WORK, "prometheus.yml")
+        with open(conf, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: perfrelay\n"
+                    f"    static_configs:\n      - targets: ['127.0.0.1:{port}']\n")
+        prom = subprocess.Popen(["prometheus", f"--config.file={conf}", f"--storage.tsdb.path={WORK}/tsdb",
+                                 f"--web.listen-address=127.0.0.1:{pport}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def query():
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{pport}/api/v1/query?query="
+                                            "perfrelay_events_received_total", timeout=5) as r:
+                    res = json.load(r)["data"]["result"]
+            except OSError:
+                return None
+            return res and float(res[0]["value"][1])
+        v = wait_for(query, "Prometheus has a perfrelay_events_received_total sample", 60, interval=0.5)
+        check(v > 0, f"perfrelay_events_received_total in Prometheus: {v}")
+    finally:
+        for p in (prom, activate):
+            if p and p.poll() is None:
+                p.terminate()
+                p.wait(30)
+        d.cleanup()
+        bus.terminate()
+        bus.wait()
+        shutil.rmtree(WORK, ignore_errors=True)
+
+
+run_tests([test_prometheus_scrapes_socket_activated_metrics])
