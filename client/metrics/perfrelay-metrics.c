@@ -105,13 +105,13 @@ static int collect_daemon(sd_bus *bus, Out *o) {
 		uint32_t cpus[1024];
 		size_t n = 0;
 
-		r = sd_bus_message_enter_container(reply, 'a', "(uuttttt)");
+		r = sd_bus_message_enter_container(reply, 'a', "(uuttttttt)");
 		while (r >= 0 && n < ELEMENTSOF(cpus)) {
 			uint32_t c, reader;
-			uint64_t received, lost, bytes, malformed, failures;
+			uint64_t received, lost, bytes, malformed, failures, corrupt, corrupt_bytes;
 
-			r = sd_bus_message_read(reply, "(uuttttt)", &c, &reader, &received, &lost, &bytes, &malformed,
-						&failures);
+			r = sd_bus_message_read(reply, "(uuttttttt)", &c, &reader, &received, &lost, &bytes, &malformed,
+						&failures, &corrupt, &corrupt_bytes);
 			if (r <= 0)
 				break;
 			cpus[n] = c;
