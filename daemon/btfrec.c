@@ -713,6 +713,23 @@ static bool parse_type_tag(const char *v, uint16_t *ret) {
 	return true;
 }
 
+/* The struct a declaration tag names: the tagged struct itself, or for PERFRELAY_RECORD()'s
+ * anchor variable the struct its pointer points to. */
+static const struct btf_type *decl_struct(const struct btf *btf, uint32_t id, uint32_t *ret_id) {
+	const struct btf_type *t = btf__type_by_id(btf, id);
+
+	if (t && btf_is_var(t)) {
+		t = resolve(btf, t->type, &id);
+		if (!t || !btf_is_ptr(t))
+			return NULL;
+		t = resolve(btf, t->type, &id);
+	}
+	if (!t || !btf_is_struct(t))
+		return NULL;
+	*ret_id = id;
+	return t;
+}
+
 size_t btfrec_find_decls(const struct btf *btf, BtfRecDecl *decls, size_t max, unsigned *ret_bad) {
 	uint32_t n_types = btf__type_cnt(btf);
 	unsigned bad = 0;
@@ -721,6 +738,7 @@ size_t btfrec_find_decls(const struct btf *btf, BtfRecDecl *decls, size_t max, u
 	for (uint32_t id = 1; id < n_types; id++) {
 		const struct btf_type *t = btf__type_by_id(btf, id), *st;
 		const char *v, *sname;
+		uint32_t sid = 0;
 		uint16_t type;
 		bool dup = false;
 
@@ -729,20 +747,20 @@ size_t btfrec_find_decls(const struct btf *btf, BtfRecDecl *decls, size_t max, u
 		v = btf__name_by_offset(btf, t->name_off);
 		if (!v || strncmp(v, BTFREC_TAG_TYPE, strlen(BTFREC_TAG_TYPE)) != 0)
 			continue;
-		st = btf__type_by_id(btf, t->type);
+		st = decl_struct(btf, t->type, &sid);
 		sname = st ? btf__name_by_offset(btf, st->name_off) : NULL;
-		if (!parse_type_tag(v, &type) || !st || !btf_is_struct(st) || !name_is_valid(sname)) {
+		if (!parse_type_tag(v, &type) || !st || !name_is_valid(sname)) {
 			bad++;
 			continue;
 		}
 		for (size_t i = 0; i < n; i++)
-			if (decls[i].type == type || decls[i].type_id == t->type)
+			if (decls[i].type == type || decls[i].type_id == sid)
 				dup = true;
 		if (dup || n >= max) {
 			bad++;
 			continue;
 		}
-		decls[n] = (BtfRecDecl) { .type_id = t->type, .type = type };
+		decls[n] = (BtfRecDecl) { .type_id = sid, .type = type, .tag_target = t->type };
 		strcpy(decls[n].name, sname);
 		n++;
 	}
@@ -761,7 +779,7 @@ size_t btfrec_find_decls(const struct btf *btf, BtfRecDecl *decls, size_t max, u
 			continue;
 		v += strlen(BTFREC_TAG_NAME);
 		for (size_t i = 0; i < n; i++) {
-			if (decls[i].type_id != t->type)
+			if (decls[i].tag_target != t->type)
 				continue;
 			if (name_is_valid(v))
 				strcpy(decls[i].name, v);

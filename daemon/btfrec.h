@@ -110,11 +110,13 @@ ssize_t btfrec_encode_json(const BtfRec *r, const void *rec, size_t size, char *
 /* A record declaration found in BTF. */
 typedef struct BtfRecDecl {
 	uint32_t type_id;                  /* the struct */
+	uint32_t tag_target;               /* what the tags name: the struct or an anchor variable */
 	uint16_t type;                     /* perfrelay record type from the tag */
 	char name[BTFREC_MAX_NAME + 1];    /* from perfrelay.name=, else the struct's name */
 } BtfRecDecl;
 
-/* Collects up to max record declarations (structs tagged perfrelay.type=N with N >=
+/* Collects up to max record declarations (structs, or PERFRELAY_RECORD()'s anchor variables
+ * pointing to structs, tagged perfrelay.type=N with N >=
  * PERFRELAY_TYPE_THIRD_PARTY_MIN) from btf. Malformed tags are skipped and counted in
  * *ret_bad (may be NULL). Returns the number found. */
 size_t btfrec_find_decls(const struct btf *btf, BtfRecDecl *decls, size_t max, unsigned *ret_bad);

@@ -230,6 +230,21 @@ static void test_decls(void) {
 	ASSERT(bad == 3);
 	ASSERT(d[0].type == 0x8001 && d[0].type_id == (uint32_t) ids.rec);
 	ASSERT(strcmp(d[0].name, "my_name") == 0);
+
+	/* PERFRELAY_RECORD()'s form: the tags are on a variable pointing to the struct. */
+	{
+		int cv = btf__add_const(btf, ids.inner);
+		int ptr = btf__add_ptr(btf, cv);
+		int var = btf__add_var(btf, "perfrelay__record_7", BTF_VAR_GLOBAL_ALLOCATED, ptr);
+
+		btf__add_decl_tag(btf, "perfrelay.type=0x8002", var, -1);
+		btf__add_decl_tag(btf, "perfrelay.name=other", var, -1);
+		ASSERT(btfrec_find_decls(btf, d, ELEMENTSOF(d), &bad) == 2);
+		ASSERT(bad == 3);
+		ASSERT(d[1].type == 0x8002 && d[1].type_id == (uint32_t) ids.inner);
+		ASSERT(strcmp(d[1].name, "other") == 0);
+		ASSERT(strcmp(d[0].name, "my_name") == 0);
+	}
 }
 
 static BtfRecError refusal(struct btf *btf, int id) {
