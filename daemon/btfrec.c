@@ -29,6 +29,7 @@ typedef struct Step {
 	uint32_t offset;
 	uint32_t size;
 	uint32_t name;          /* offset into names, or NO_NAME */
+	uint32_t name_len;      /* so the encoder copies keys without strlen() */
 	uint32_t enum_first;
 	uint32_t enum_count;
 } Step;
@@ -163,6 +164,7 @@ static int add_step(Builder *b, BtfRecKind kind, unsigned depth, uint32_t offset
 		k = add_name(b, name, &s->name);
 		if (k < 0)
 			return k;
+		s->name_len = (uint32_t) strlen(name);
 		/* ,"name": */
 		r->json_max += strlen(name) + 4;
 	} else
@@ -594,17 +596,8 @@ static char *put_base64(char *p, const uint8_t *s, size_t n) {
 	return p;
 }
 
-static char *put_u64(char *p, uint64_t v) {
-	char tmp[20];
-	int n = 0;
-
-	do {
-		tmp[n++] = (char) ('0' + v % 10);
-		v /= 10;
-	} while (v);
-	while (n)
-		*p++ = tmp[--n];
-	return p;
+static inline char *put_u64(char *p, uint64_t v) {
+	return encode_u64_digits(p, v);
 }
 
 static char *put_i64(char *p, int64_t v) {
@@ -639,22 +632,24 @@ ssize_t btfrec_encode_json(const BtfRec *r, const void *rec, size_t size, char *
 			*p++ = ',';
 		first_in_container = false;
 		if (s->name != NO_NAME) {
-			size_t n = strlen(r->names + s->name);
-
 			*p++ = '"';
-			memcpy(p, r->names + s->name, n);
-			p += n;
+			memcpy(p, r->names + s->name, s->name_len);
+			p += s->name_len;
 			*p++ = '"';
 			*p++ = ':';
 		}
+		/* Integers, the common case, are read here directly; the rest goes through the
+		 * iterator so both views share one decoding. */
+		if (s->kind == BTFREC_UINT) {
+			p = put_u64(p, read_uint((const uint8_t *) rec + s->offset, s->size));
+			continue;
+		}
+		if (s->kind == BTFREC_INT) {
+			p = put_i64(p, sign_extend(read_uint((const uint8_t *) rec + s->offset, s->size), s->size));
+			continue;
+		}
 		btfrec_get(r, rec, i, &v);
 		switch (v.kind) {
-		case BTFREC_UINT:
-			p = put_u64(p, v.value.u);
-			break;
-		case BTFREC_INT:
-			p = put_i64(p, v.value.i);
-			break;
 		case BTFREC_ENUM:
 			if (v.enum_name) {
 				size_t n = strlen(v.enum_name);

@@ -172,6 +172,15 @@ static inline unsigned u32_digits(uint32_t v) {
 	return t + (w >= pow10_table[t]);
 }
 
+/* For btfrec.c's field encoder (issue 12): the same digit writer, without a key. The caller has
+ * checked there is room for 20 bytes. */
+char *encode_u64_digits(char *p, uint64_t v) {
+	unsigned n = u64_digits(v);
+
+	put_u64(p, n, v);
+	return p + n;
+}
+
 /* Number writers are always inlined: the key is then a constant-size copy of a literal and the
  * common 32-bit fields never touch 64-bit arithmetic. */
 #define _always_inline_ inline __attribute__((always_inline))

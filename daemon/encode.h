@@ -32,3 +32,6 @@ int encode_json_peek(const char *line, size_t len, char *ret_type, size_t type_s
 
 /* Escapes s (up to len bytes or its NUL) as a JSON string with quotes; returns bytes or -ENOBUFS. */
 ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size);
+
+/* Writes the decimal digits of v at p (at most 20 bytes, no NUL); returns the end. */
+char *encode_u64_digits(char *p, uint64_t v);
