@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -20,8 +21,8 @@ int main(int argc, char *argv[]) {
 	cpu_set_t set;
 	int r;
 
-	if (argc != 4) {
-		fprintf(stderr, "usage: %s PIN_ROOT N CPU\n", argv[0]);
+	if (argc != 4 && !(argc == 5 && strcmp(argv[4], "--hold") == 0)) {
+		fprintf(stderr, "usage: %s PIN_ROOT N CPU [--hold]\n", argv[0]);
 		return 2;
 	}
 	opts.pin_root_path = argv[1];
@@ -53,6 +54,12 @@ int main(int argc, char *argv[]) {
 	for (unsigned long i = 0; i < n; i++)
 		syscall(SYS_getppid);
 	printf("{\"emitted\":%llu}\n", (unsigned long long) skel->bss->count);
+	/* --hold keeps the program loaded until stdin closes, so it can be discovered. */
+	if (argc == 5) {
+		fflush(stdout);
+		while (getchar() != EOF)
+			;
+	}
 	example_bpf__destroy(skel);
 	return 0;
 }
