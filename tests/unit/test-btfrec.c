@@ -12,6 +12,8 @@
 #include <json-c/json.h>
 
 #include "btfrec.h"
+#include "decode.h"
+#include "encode.h"
 #include "event.h"
 #include "macro.h"
 
@@ -363,8 +365,48 @@ static void test_hostile(void) {
 	ASSERT(refusal(btf, rec) == BTFREC_BAD_NAME);
 }
 
+/* The whole event line: envelope from the header, producer_name, the decoded fields. */
+static void test_encode_event(void) {
+	_cleanup_(btf_freep) struct btf *btf = NULL;
+	_cleanup_(btfrec_freep) BtfRec *r = NULL;
+	static char line[ENCODE_JSON_MAX];
+	struct test_rec rec = { .a = 9, .h = -1, .col = 1, .name = "x" };
+	struct json_object *o, *v;
+	BtfRecError err;
+	DecodedEvent ev;
+	ssize_t n;
+	Ids ids;
+
+	btf = make_btf(&ids);
+	ASSERT(btfrec_build(btf, ids.rec, 0x8001, "my_name", &r, &err) == 0);
+	if (!r)
+		return;
+	rec.hdr = (struct perfrelay_hdr) { .magic = PERFRELAY_MAGIC, .version = PERFRELAY_VERSION,
+		.type = 0x8001, .size = sizeof(rec), .producer = 300, .cpu = 1, .seq = 77, .ts_ns = 5 };
+	ASSERT(decode_event(&rec, sizeof(rec), &ev) == DECODE_OK);
+	n = encode_json_btf(&ev, r, "example_emit", "foo.service", line, sizeof(line));
+	ASSERT(n > 0 && line[n - 1] == '\n');
+	o = json_tokener_parse(line);
+	ASSERT(o);
+	if (!o)
+		return;
+	ASSERT(get_str(o, "type") && strcmp(get_str(o, "type"), "my_name") == 0);
+	ASSERT(get_str(o, "producer_name") && strcmp(get_str(o, "producer_name"), "example_emit") == 0);
+	ASSERT(get_str(o, "unit") && strcmp(get_str(o, "unit"), "foo.service") == 0);
+	ASSERT(get_int(o, "producer") == 300 && get_int(o, "seq") == 77 && get_int(o, "ts") == 5);
+	ASSERT(get_int(o, "a") == 9 && get_int(o, "h") == -1);
+	ASSERT(get_str(o, "col") && strcmp(get_str(o, "col"), "GREEN") == 0);
+	ASSERT(!json_object_object_get_ex(o, "payload", &v));
+	json_object_put(o);
+
+	/* A record shorter than its declared struct is the caller's to publish as unknown. */
+	ev.hdr.size = sizeof(rec) - 8;
+	ASSERT(encode_json_btf(&ev, r, NULL, NULL, line, sizeof(line)) == -EBADMSG);
+}
+
 int main(void) {
 	test_decode();
+	test_encode_event();
 	test_decls();
 	test_hostile();
 	if (failures)
