@@ -53,10 +53,20 @@ static struct btf *exit_btf(int *ret_id) {
 
 int main(void) {
 	struct perfrelay_exit rec = {
-		.hdr = { .magic = PERFRELAY_MAGIC, .version = PERFRELAY_VERSION, .type = PERFRELAY_TYPE_EXIT,
-		         .size = sizeof(rec), .producer = PERFRELAY_PRODUCER_EXIT, .cpu = 1, .seq = 123456,
-		         .ts_ns = 987654321012345ull },
-		.pid = 4242, .ppid = 1, .uid = 1000, .exit_code = 3, .signal = 0, .runtime_ns = 123456789,
+		.hdr = { .magic = PERFRELAY_MAGIC,
+			 .version = PERFRELAY_VERSION,
+			 .type = PERFRELAY_TYPE_EXIT,
+			 .size = sizeof(rec),
+			 .producer = PERFRELAY_PRODUCER_EXIT,
+			 .cpu = 1,
+			 .seq = 123456,
+			 .ts_ns = 987654321012345ull },
+		.pid = 4242,
+		.ppid = 1,
+		.uid = 1000,
+		.exit_code = 3,
+		.signal = 0,
+		.runtime_ns = 123456789,
 		.comm = "bash",
 	};
 	struct perfrelay_hdr envelope = rec.hdr;
@@ -93,7 +103,11 @@ int main(void) {
 	}
 
 	printf("{\"record_bytes\":%zu,\"builtin_ns\":%.1f,\"btf_ns\":%.1f,\"ratio\":%.2f,\"sink\":%zu}\n",
-	       sizeof(rec), best_builtin / ROUNDS, best_btf / ROUNDS, best_btf / best_builtin, sink);
+	       sizeof(rec),
+	       best_builtin / ROUNDS,
+	       best_btf / ROUNDS,
+	       best_btf / best_builtin,
+	       sink);
 	btfrec_free(r);
 	btf__free(btf);
 	return 0;

@@ -17,25 +17,25 @@
 #define NO_NAME UINT32_MAX
 /* Worst-case JSON of n bytes: as an escaped string (encode.c: 6 bytes per input byte) and as
  * quoted base64. */
-#define ENCODE_JSON_STRING_MAX(n) (2u + 6u * (size_t)(n))
-#define BASE64_JSON_MAX(n) (2u + 4u * (((size_t)(n) + 2u) / 3u))
+#define ENCODE_JSON_STRING_MAX(n) (2u + 6u * (size_t) (n))
+#define BASE64_JSON_MAX(n) (2u + 4u * (((size_t) (n) + 2u) / 3u))
 
 /* One step of the flat description: the walk over the BTF happens once, at build time, so
  * decoding is a loop over this array with no BTF, no recursion and no allocation. */
 typedef struct Step {
-	uint8_t kind;           /* BtfRecKind; char arrays are STRING steps, decoded as STRING or BYTES */
+	uint8_t kind; /* BtfRecKind; char arrays are STRING steps, decoded as STRING or BYTES */
 	uint8_t is_signed;
 	uint16_t depth;
 	uint32_t offset;
 	uint32_t size;
-	uint32_t name;          /* offset into names, or NO_NAME */
-	uint32_t name_len;      /* so the encoder copies keys without strlen() */
+	uint32_t name;     /* offset into names, or NO_NAME */
+	uint32_t name_len; /* so the encoder copies keys without strlen() */
 	uint32_t enum_first;
 	uint32_t enum_count;
 } Step;
 
 typedef struct EnumVal {
-	uint64_t value;         /* sign-extended for signed enums */
+	uint64_t value; /* sign-extended for signed enums */
 	uint32_t name;
 } EnumVal;
 
@@ -47,7 +47,7 @@ struct BtfRec {
 	unsigned n_steps;
 	EnumVal *enums;
 	unsigned n_enums;
-	char *names;            /* NUL-separated names, referenced by offset */
+	char *names; /* NUL-separated names, referenced by offset */
 	size_t names_len, names_cap;
 	size_t json_max;
 };
@@ -60,10 +60,14 @@ typedef struct Builder {
 } Builder;
 
 static const char *const kind_names[_BTFREC_KIND_MAX] = {
-	[BTFREC_UINT] = "uint",          [BTFREC_INT] = "int",
-	[BTFREC_ENUM] = "enum",          [BTFREC_STRING] = "string",
-	[BTFREC_BYTES] = "bytes",        [BTFREC_STRUCT_BEGIN] = "struct",
-	[BTFREC_STRUCT_END] = "struct_end", [BTFREC_ARRAY_BEGIN] = "array",
+	[BTFREC_UINT] = "uint",
+	[BTFREC_INT] = "int",
+	[BTFREC_ENUM] = "enum",
+	[BTFREC_STRING] = "string",
+	[BTFREC_BYTES] = "bytes",
+	[BTFREC_STRUCT_BEGIN] = "struct",
+	[BTFREC_STRUCT_END] = "struct_end",
+	[BTFREC_ARRAY_BEGIN] = "array",
 	[BTFREC_ARRAY_END] = "array_end",
 };
 
@@ -141,8 +145,8 @@ static int add_name(Builder *b, const char *s, uint32_t *ret) {
 	return 0;
 }
 
-static int add_step(Builder *b, BtfRecKind kind, unsigned depth, uint32_t offset, uint32_t size,
-                    const char *name, Step **ret) {
+static int add_step(
+	Builder *b, BtfRecKind kind, unsigned depth, uint32_t offset, uint32_t size, const char *name, Step **ret) {
 	BtfRec *r = b->rec;
 	Step *s;
 	int k;
@@ -159,7 +163,7 @@ static int add_step(Builder *b, BtfRecKind kind, unsigned depth, uint32_t offset
 		b->steps_cap = cap;
 	}
 	s = &r->steps[r->n_steps];
-	*s = (Step) { .kind = kind, .depth = depth, .offset = offset, .size = size, .name = NO_NAME };
+	*s = (Step){ .kind = kind, .depth = depth, .offset = offset, .size = size, .name = NO_NAME };
 	if (name) {
 		k = add_name(b, name, &s->name);
 		if (k < 0)
@@ -183,8 +187,8 @@ static const struct btf_type *resolve(const struct btf *btf, uint32_t id, uint32
 
 		if (!t || id == 0)
 			return NULL;
-		if (!(btf_is_typedef(t) || btf_is_const(t) || btf_is_volatile(t) ||
-		      btf_is_restrict(t) || btf_is_type_tag(t))) {
+		if (!(btf_is_typedef(t) || btf_is_const(t) || btf_is_volatile(t) || btf_is_restrict(t) ||
+		      btf_is_type_tag(t))) {
 			if (ret_id)
 				*ret_id = id;
 			return t;
@@ -330,8 +334,14 @@ static int add_type(Builder *b, uint32_t id, const char *name, unsigned depth, u
 		if ((t->size != 1 && t->size != 2 && t->size != 4 && t->size != 8) ||
 		    btf_int_offset(t) != 0 || btf_int_bits(t) != t->size * 8)
 			return fail(b, BTFREC_UNSUPPORTED);
-		k = add_step(b, (btf_int_encoding(t) & BTF_INT_SIGNED) ? BTFREC_INT : BTFREC_UINT,
-		             depth, offset, t->size, name, &s);
+		k = add_step(
+			b,
+			(btf_int_encoding(t) & BTF_INT_SIGNED) ? BTFREC_INT : BTFREC_UINT,
+			depth,
+			offset,
+			t->size,
+			name,
+			&s);
 		b->rec->json_max += 20;
 		return k;
 	}
@@ -394,8 +404,13 @@ static int add_type(Builder *b, uint32_t id, const char *name, unsigned depth, u
 	return fail(b, BTFREC_UNSUPPORTED);
 }
 
-int btfrec_build(const struct btf *btf, uint32_t type_id, uint16_t type, const char *name,
-                 BtfRec **ret, BtfRecError *ret_error) {
+int btfrec_build(
+	const struct btf *btf,
+	uint32_t type_id,
+	uint16_t type,
+	const char *name,
+	BtfRec **ret,
+	BtfRecError *ret_error) {
 	_cleanup_(btfrec_freep) BtfRec *r = NULL;
 	const struct btf_type *t, *ht;
 	Builder b = { .btf = btf };
@@ -469,7 +484,7 @@ unsigned btfrec_n_steps(const BtfRec *r) {
 void btfrec_describe(const BtfRec *r, unsigned i, BtfRecValue *ret) {
 	const Step *s = &r->steps[i];
 
-	*ret = (BtfRecValue) {
+	*ret = (BtfRecValue){
 		.kind = s->kind,
 		.name = s->name == NO_NAME ? NULL : r->names + s->name,
 		.depth = s->depth,
@@ -645,7 +660,9 @@ ssize_t btfrec_encode_json(const BtfRec *r, const void *rec, size_t size, char *
 			continue;
 		}
 		if (s->kind == BTFREC_INT) {
-			p = put_i64(p, sign_extend(read_uint((const uint8_t *) rec + s->offset, s->size), s->size));
+			p = put_i64(
+				p,
+				sign_extend(read_uint((const uint8_t *) rec + s->offset, s->size), s->size));
 			continue;
 		}
 		btfrec_get(r, rec, i, &v);
@@ -664,8 +681,8 @@ ssize_t btfrec_encode_json(const BtfRec *r, const void *rec, size_t size, char *
 				p = put_u64(p, v.value.u);
 			break;
 		case BTFREC_STRING: {
-			ssize_t k = encode_json_string((const char *) v.bytes, v.len, p,
-			                               bufsize - (size_t) (p - buf));
+			ssize_t k = encode_json_string(
+				(const char *) v.bytes, v.len, p, bufsize - (size_t) (p - buf));
 			if (k < 0)
 				return k;
 			p += k;
@@ -755,7 +772,7 @@ size_t btfrec_find_decls(const struct btf *btf, BtfRecDecl *decls, size_t max, u
 			bad++;
 			continue;
 		}
-		decls[n] = (BtfRecDecl) { .type_id = sid, .type = type, .tag_target = t->type };
+		decls[n] = (BtfRecDecl){ .type_id = sid, .type = type, .tag_target = t->type };
 		strcpy(decls[n].name, sname);
 		n++;
 	}

@@ -43,7 +43,7 @@ static int prog_uses_map(int fd, uint32_t map_id, ProducerProg *ret) {
 	info.map_ids = (uint64_t) (uintptr_t) ids;
 	if (bpf_obj_get_info_by_fd(fd, &info, &len) < 0)
 		return -errno;
-	*ret = (ProducerProg) { .prog_id = info.id, .btf_id = info.btf_id };
+	*ret = (ProducerProg){ .prog_id = info.id, .btf_id = info.btf_id };
 	memcpy(ret->name, info.name, sizeof(ret->name) - 1);
 	for (uint32_t i = 0; i < MIN(info.nr_map_ids, PROG_MAX_MAPS); i++)
 		if (ids[i] == map_id)
@@ -73,9 +73,10 @@ static void add_types(ProducerScan *s, const ProducerProg *p) {
 			continue;
 		}
 		t = &s->types[s->n_types++];
-		*t = (ProducerType) { .prog_id = p->prog_id, .type = decls[i].type };
+		*t = (ProducerType){ .prog_id = p->prog_id, .type = decls[i].type };
 		memcpy(t->name, decls[i].name, sizeof(t->name));
-		if (btfrec_build(btf, decls[i].type_id, decls[i].type, decls[i].name, &t->rec, &t->refused) < 0) {
+		if (btfrec_build(btf, decls[i].type_id, decls[i].type, decls[i].name, &t->rec, &t->refused) <
+		    0) {
 			t->rec = NULL;
 			if (t->refused == BTFREC_OK)
 				t->refused = BTFREC_BAD_TYPE; /* out of memory: no decoder either */

@@ -10,21 +10,21 @@
 
 #include "btfrec.h"
 
-#define PRODUCERS_MAX_PROGS 64u   /* programs using "events" that one scan keeps */
-#define PRODUCERS_MAX_TYPES 256u  /* declared record types one scan keeps */
+#define PRODUCERS_MAX_PROGS 64u  /* programs using "events" that one scan keeps */
+#define PRODUCERS_MAX_TYPES 256u /* declared record types one scan keeps */
 
 typedef struct ProducerProg {
 	uint32_t prog_id;
-	uint32_t btf_id;            /* 0 if the program has no BTF */
-	char name[16];              /* BPF_OBJ_NAME_LEN, the kernel's program name */
+	uint32_t btf_id; /* 0 if the program has no BTF */
+	char name[16];   /* BPF_OBJ_NAME_LEN, the kernel's program name */
 } ProducerProg;
 
 typedef struct ProducerType {
-	uint32_t prog_id;           /* the first program that declared it */
+	uint32_t prog_id; /* the first program that declared it */
 	uint16_t type;
 	char name[BTFREC_MAX_NAME + 1];
-	BtfRec *rec;                /* NULL when refused */
-	BtfRecError refused;        /* why rec is NULL; BTFREC_OK otherwise */
+	BtfRec *rec;         /* NULL when refused */
+	BtfRecError refused; /* why rec is NULL; BTFREC_OK otherwise */
 } ProducerType;
 
 typedef struct ProducerScan {
@@ -32,8 +32,8 @@ typedef struct ProducerScan {
 	size_t n_progs;
 	ProducerType types[PRODUCERS_MAX_TYPES];
 	size_t n_types;
-	unsigned bad_decls;         /* malformed or duplicate declarations, over all programs */
-	unsigned refused;           /* declared types that got no decoder */
+	unsigned bad_decls; /* malformed or duplicate declarations, over all programs */
+	unsigned refused;   /* declared types that got no decoder */
 } ProducerScan;
 
 /* Walks every loaded BPF program, keeps those whose maps include events_map_id, and builds a

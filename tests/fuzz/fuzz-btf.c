@@ -20,12 +20,12 @@ static char json[BTFREC_JSON_MAX];
 static char line[BTFREC_JSON_MAX + 16];
 static uint8_t rec[65536];
 
-#define CHECK(x)                                                                  \
-	do {                                                                      \
-		if (!(x)) {                                                       \
-			fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #x);   \
-			abort();                                                  \
-		}                                                                 \
+#define CHECK(x)                                                                \
+	do {                                                                    \
+		if (!(x)) {                                                     \
+			fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #x); \
+			abort();                                                \
+		}                                                               \
 	} while (0)
 
 static void exercise(const struct btf *btf, uint32_t id, const uint8_t *data, size_t size) {

@@ -38,14 +38,21 @@ int main(int argc, char *argv[]) {
 	for (size_t i = 0; i < s->n_types; i++) {
 		const ProducerType *t = &s->types[i];
 
-		printf("%s{\"type\":%u,\"name\":\"%s\",\"prog_id\":%u,\"refused\":\"%s\",\"fields\":[", i ? "," : "",
-		       t->type, t->name, t->prog_id, btfrec_error_to_string(t->refused));
+		printf("%s{\"type\":%u,\"name\":\"%s\",\"prog_id\":%u,\"refused\":\"%s\",\"fields\":[",
+		       i ? "," : "",
+		       t->type,
+		       t->name,
+		       t->prog_id,
+		       btfrec_error_to_string(t->refused));
 		for (unsigned k = 0; t->rec && k < btfrec_n_steps(t->rec); k++) {
 			BtfRecValue v;
 
 			btfrec_describe(t->rec, k, &v);
-			printf("%s[\"%s\",\"%s\",%u]", k ? "," : "", v.name ? v.name : "",
-			       btfrec_kind_to_string(v.kind), v.depth);
+			printf("%s[\"%s\",\"%s\",%u]",
+			       k ? "," : "",
+			       v.name ? v.name : "",
+			       btfrec_kind_to_string(v.kind),
+			       v.depth);
 		}
 		printf("]}");
 	}

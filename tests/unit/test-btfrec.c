@@ -19,7 +19,9 @@
 
 #include "unit-test.h"
 
-static void btf_freep(struct btf **b) { btf__free(*b); }
+static void btf_freep(struct btf **b) {
+	btf__free(*b);
+}
 
 /* The record the tests decode, as a producer would declare it. */
 struct inner {
@@ -38,7 +40,7 @@ struct test_rec {
 	__s32 f;
 	__u64 g;
 	__s64 h;
-	__s32 col;         /* enum color */
+	__s32 col; /* enum color */
 	char name[16];
 	struct inner in;
 	__u32 arr[3];
@@ -136,9 +138,19 @@ static void test_decode(void) {
 	_cleanup_(btf_freep) struct btf *btf = NULL;
 	_cleanup_(btfrec_freep) BtfRec *r = NULL;
 	struct test_rec rec = {
-		.a = 250, .b = -7, .c = 65000, .d = -30000, .e = 4000000000u, .f = -2000000000,
-		.g = 18000000000000000000ull, .h = -9000000000000000000ll, .col = 7, .name = "hello",
-		.in = { .x = 42, .y = -5 }, .arr = { 1, 2, 0xffffffffu }, .raw = { 'a', 'b', 'c', 'd' },
+		.a = 250,
+		.b = -7,
+		.c = 65000,
+		.d = -30000,
+		.e = 4000000000u,
+		.f = -2000000000,
+		.g = 18000000000000000000ull,
+		.h = -9000000000000000000ll,
+		.col = 7,
+		.name = "hello",
+		.in = { .x = 42, .y = -5 },
+		.arr = { 1, 2, 0xffffffffu },
+		.raw = { 'a', 'b', 'c', 'd' },
 	};
 	struct json_object *o, *v, *in;
 	BtfRecError err = BTFREC_OK;
@@ -165,8 +177,7 @@ static void test_decode(void) {
 	ASSERT(get_int(o, "d") == -30000);
 	ASSERT(get_int(o, "e") == 4000000000ll);
 	ASSERT(get_int(o, "f") == -2000000000);
-	ASSERT(json_object_object_get_ex(o, "g", &v) &&
-	       json_object_get_uint64(v) == 18000000000000000000ull);
+	ASSERT(json_object_object_get_ex(o, "g", &v) && json_object_get_uint64(v) == 18000000000000000000ull);
 	ASSERT(get_int(o, "h") == -9000000000000000000ll);
 	ASSERT(get_str(o, "col") && strcmp(get_str(o, "col"), "BLUE") == 0);
 	ASSERT(get_str(o, "name") && strcmp(get_str(o, "name"), "hello") == 0);
@@ -381,8 +392,14 @@ static void test_encode_event(void) {
 	ASSERT(btfrec_build(btf, ids.rec, 0x8001, "my_name", &r, &err) == 0);
 	if (!r)
 		return;
-	rec.hdr = (struct perfrelay_hdr) { .magic = PERFRELAY_MAGIC, .version = PERFRELAY_VERSION,
-		.type = 0x8001, .size = sizeof(rec), .producer = 300, .cpu = 1, .seq = 77, .ts_ns = 5 };
+	rec.hdr = (struct perfrelay_hdr){ .magic = PERFRELAY_MAGIC,
+					  .version = PERFRELAY_VERSION,
+					  .type = 0x8001,
+					  .size = sizeof(rec),
+					  .producer = 300,
+					  .cpu = 1,
+					  .seq = 77,
+					  .ts_ns = 5 };
 	ASSERT(decode_event(&rec, sizeof(rec), &ev) == DECODE_OK);
 	n = encode_json_btf(&ev, r, "example_emit", "foo.service", line, sizeof(line));
 	ASSERT(n > 0 && line[n - 1] == '\n');
