@@ -171,3 +171,31 @@ static __always_inline int perfrelay_emit(void *ctx, void *rec, __u32 size, __u1
 }
 
 #endif
+
+/* ---- Record declarations: how perfrelayd learns a third-party record's fields (issue 12) ---- */
+#ifndef PERFRELAY_PRODUCER_RECORD_H
+#define PERFRELAY_PRODUCER_RECORD_H
+
+/* Declares a record struct to perfrelayd, which then publishes its records with named fields
+ * (decoded from this program's BTF) instead of as "unknown" base64 payloads:
+ *
+ *   struct my_rec { struct perfrelay_hdr hdr; __u32 pid; char comm[16]; };
+ *   PERFRELAY_RECORD(0x8001, struct my_rec, "my_name");
+ *
+ * type is the record type passed to perfrelay_emit() (an integer literal, or a macro expanding
+ * to one, >= PERFRELAY_TYPE_THIRD_PARTY_MIN); name is the event's "type" in JSON (a C
+ * identifier). It expands to a pointer-sized read-only global carrying two BTF declaration
+ * tags (clang >= 14). The global matters: clang only emits BTF for types that globals and
+ * functions use, so a struct that lives on the stack would otherwise not be in the program's
+ * BTF at all. The tags travel with the BTF into the kernel, where the daemon reads them;
+ * nothing happens at run time (see docs/producers.md). */
+#define PERFRELAY__STR(x) #x
+#define PERFRELAY__XSTR(x) PERFRELAY__STR(x)
+#define PERFRELAY__CAT2(a, b) a##b
+#define PERFRELAY__CAT(a, b) PERFRELAY__CAT2(a, b)
+#define PERFRELAY_RECORD(type, rec, name)                                                   \
+	rec *const volatile PERFRELAY__CAT(perfrelay__record_, __LINE__)                      \
+		__attribute__((used, btf_decl_tag("perfrelay.type=" PERFRELAY__XSTR(type)),   \
+			       btf_decl_tag("perfrelay.name=" name))) = 0
+
+#endif

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "btfrec.h"
 #include "encode.h"
 #include "macro.h"
 
@@ -170,6 +171,15 @@ static inline unsigned u32_digits(uint32_t v) {
 	unsigned t = ((32u - (unsigned) __builtin_clz(w)) * 1233u) >> 12;
 
 	return t + (w >= pow10_table[t]);
+}
+
+/* For btfrec.c's field encoder (issue 12): the same digit writer, without a key. The caller has
+ * checked there is room for 20 bytes. */
+char *encode_u64_digits(char *p, uint64_t v) {
+	unsigned n = u64_digits(v);
+
+	put_u64(p, n, v);
+	return p + n;
 }
 
 /* Number writers are always inlined: the key is then a constant-size copy of a literal and the
@@ -693,6 +703,48 @@ ssize_t encode_json(const DecodedEvent *ev, const char *unit, char *buf, size_t 
 	return o.p - buf;
 }
 
+/* ---- third-party records decoded from their BTF (issue 12) ---- */
+
+/* Producer names are kernel program names (16 bytes) or C identifiers from BTF (63). */
+#define ENCODE_PRODUCER_NAME_MAX 63u
+
+ssize_t encode_json_btf(const DecodedEvent *ev, const BtfRec *rec, const char *producer_name,
+                        const char *unit, char *buf, size_t size) {
+	Out o = { .p = buf, .end = buf + MIN(size, (size_t) SSIZE_MAX) };
+	const char *name = btfrec_name(rec);
+	ssize_t k;
+
+	PUT_LIT(&o, "{\"type\":\"");
+	TRY(out_put(&o, name, strlen(name)));
+	PUT_LIT(&o, "\"");
+	PUT_U64(&o, "ts", ev->hdr.ts_ns);
+	PUT_U32(&o, "cpu", ev->hdr.cpu);
+	PUT_U64(&o, "seq", ev->hdr.seq);
+	PUT_U32(&o, "producer", ev->hdr.producer);
+	if (producer_name) {
+		size_t len = strnlen(producer_name, ENCODE_PRODUCER_NAME_MAX);
+
+		PUT_LIT(&o, KEY("producer_name"));
+		if (out_string(&o, producer_name, len, len) < 0)
+			return -ENOBUFS;
+	}
+	k = btfrec_encode_json(rec, ev->record, ev->hdr.size, o.p, out_room(&o));
+	if (k < 0)
+		return k;
+	o.p += k;
+	if (unit) {
+		size_t len = strnlen(unit, ENCODE_UNIT_MAX + 1);
+
+		if (len <= ENCODE_UNIT_MAX) {
+			PUT_LIT(&o, KEY("unit"));
+			if (out_string(&o, unit, len, len) < 0)
+				return -ENOBUFS;
+		}
+	}
+	PUT_LIT(&o, "}\n");
+	return o.p - buf;
+}
+
 ssize_t encode_lost_json(uint64_t count, char *buf, size_t size) {
 	Out o = { .p = buf, .end = buf + MIN(size, (size_t) SSIZE_MAX) };
 
@@ -814,3 +866,7 @@ _Static_assert(OPEN_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for 
 _Static_assert(CONNECT_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for connect");
 _Static_assert(BENCH_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for bench");
 _Static_assert(UNKNOWN_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for unknown types");
+_Static_assert(COMMON_JSON_MAX - TYPE_NAME_MAX + BTFREC_MAX_NAME + KEYLEN("producer_name") +
+                       JSON_STRING_MAX(ENCODE_PRODUCER_NAME_MAX) + BTFREC_JSON_MAX + TAIL_JSON_MAX <=
+               ENCODE_JSON_MAX,
+               "ENCODE_JSON_MAX too small for BTF-decoded records");

@@ -32,3 +32,15 @@ int encode_json_peek(const char *line, size_t len, char *ret_type, size_t type_s
 
 /* Escapes s (up to len bytes or its NUL) as a JSON string with quotes; returns bytes or -ENOBUFS. */
 ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size);
+
+/* Writes the decimal digits of v at p (at most 20 bytes, no NUL); returns the end. */
+char *encode_u64_digits(char *p, uint64_t v);
+
+/* Issue 12: one JSON line for a third-party record with a decoder built from its producer's BTF:
+ * {"type":<rec's name>,"ts":..,"cpu":..,"seq":..,"producer":N,"producer_name":..,<fields>,"unit":..}.
+ * producer_name and unit may be NULL (then omitted). Returns bytes written, -EBADMSG when the
+ * record is shorter than rec's struct (the caller publishes it as "unknown" and counts it
+ * malformed), or -ENOBUFS. Fits in ENCODE_JSON_MAX. */
+typedef struct BtfRec BtfRec;
+ssize_t encode_json_btf(const DecodedEvent *ev, const BtfRec *rec, const char *producer_name,
+                        const char *unit, char *buf, size_t size);

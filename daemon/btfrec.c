@@ -1,0 +1,806 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Builds flat decoder descriptions of third-party record structs from untrusted BTF, and
+ * decodes records with them (see btfrec.h). */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <bpf/btf.h>
+
+#include "btfrec.h"
+#include "encode.h"
+#include "event.h"
+#include "macro.h"
+
+#define NO_NAME UINT32_MAX
+/* Worst-case JSON of n bytes: as an escaped string (encode.c: 6 bytes per input byte) and as
+ * quoted base64. */
+#define ENCODE_JSON_STRING_MAX(n) (2u + 6u * (size_t) (n))
+#define BASE64_JSON_MAX(n) (2u + 4u * (((size_t) (n) + 2u) / 3u))
+
+/* One step of the flat description: the walk over the BTF happens once, at build time, so
+ * decoding is a loop over this array with no BTF, no recursion and no allocation. */
+typedef struct Step {
+	uint8_t kind; /* BtfRecKind; char arrays are STRING steps, decoded as STRING or BYTES */
+	uint8_t is_signed;
+	uint16_t depth;
+	uint32_t offset;
+	uint32_t size;
+	uint32_t name;     /* offset into names, or NO_NAME */
+	uint32_t name_len; /* so the encoder copies keys without strlen() */
+	uint32_t enum_first;
+	uint32_t enum_count;
+} Step;
+
+typedef struct EnumVal {
+	uint64_t value; /* sign-extended for signed enums */
+	uint32_t name;
+} EnumVal;
+
+struct BtfRec {
+	uint16_t type;
+	uint32_t size;
+	char name[BTFREC_MAX_NAME + 1];
+	Step *steps;
+	unsigned n_steps;
+	EnumVal *enums;
+	unsigned n_enums;
+	char *names; /* NUL-separated names, referenced by offset */
+	size_t names_len, names_cap;
+	size_t json_max;
+};
+
+typedef struct Builder {
+	const struct btf *btf;
+	BtfRec *rec;
+	unsigned steps_cap, enums_cap;
+	BtfRecError error;
+} Builder;
+
+static const char *const kind_names[_BTFREC_KIND_MAX] = {
+	[BTFREC_UINT] = "uint",
+	[BTFREC_INT] = "int",
+	[BTFREC_ENUM] = "enum",
+	[BTFREC_STRING] = "string",
+	[BTFREC_BYTES] = "bytes",
+	[BTFREC_STRUCT_BEGIN] = "struct",
+	[BTFREC_STRUCT_END] = "struct_end",
+	[BTFREC_ARRAY_BEGIN] = "array",
+	[BTFREC_ARRAY_END] = "array_end",
+};
+
+const char *btfrec_kind_to_string(BtfRecKind k) {
+	return (unsigned) k < _BTFREC_KIND_MAX ? kind_names[k] : NULL;
+}
+
+static const char *const error_names[_BTFREC_ERROR_MAX] = {
+	[BTFREC_OK] = "ok",
+	[BTFREC_BAD_TYPE] = "bad-type",
+	[BTFREC_NO_HEADER] = "no-header",
+	[BTFREC_TOO_DEEP] = "too-deep",
+	[BTFREC_TOO_MANY_FIELDS] = "too-many-fields",
+	[BTFREC_ARRAY_TOO_LARGE] = "array-too-large",
+	[BTFREC_OUT_OF_BOUNDS] = "out-of-bounds",
+	[BTFREC_BAD_NAME] = "bad-name",
+	[BTFREC_UNSUPPORTED] = "unsupported",
+	[BTFREC_OUTPUT_TOO_LARGE] = "output-too-large",
+};
+
+const char *btfrec_error_to_string(BtfRecError e) {
+	return (unsigned) e < _BTFREC_ERROR_MAX ? error_names[e] : NULL;
+}
+
+BtfRec *btfrec_free(BtfRec *r) {
+	if (!r)
+		return NULL;
+	free(r->steps);
+	free(r->enums);
+	free(r->names);
+	free(r);
+	return NULL;
+}
+
+/* Names end up as JSON keys and values unescaped, so only C identifiers are accepted. */
+static bool name_is_valid(const char *s) {
+	size_t n;
+
+	if (!s || !s[0] || isdigit((unsigned char) s[0]))
+		return false;
+	n = strnlen(s, BTFREC_MAX_NAME + 1);
+	if (n > BTFREC_MAX_NAME)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!(isalnum((unsigned char) s[i]) || s[i] == '_'))
+			return false;
+	return true;
+}
+
+static int fail(Builder *b, BtfRecError e) {
+	if (b->error == BTFREC_OK)
+		b->error = e;
+	return -EINVAL;
+}
+
+static int add_name(Builder *b, const char *s, uint32_t *ret) {
+	BtfRec *r = b->rec;
+	size_t n;
+
+	if (!name_is_valid(s))
+		return fail(b, BTFREC_BAD_NAME);
+	n = strlen(s) + 1;
+	if (r->names_len + n > r->names_cap) {
+		size_t cap = MAX(r->names_cap * 2, r->names_len + n + 256);
+		char *p = realloc(r->names, cap);
+
+		if (!p)
+			return -ENOMEM;
+		r->names = p;
+		r->names_cap = cap;
+	}
+	memcpy(r->names + r->names_len, s, n);
+	*ret = (uint32_t) r->names_len;
+	r->names_len += n;
+	return 0;
+}
+
+static int add_step(
+	Builder *b, BtfRecKind kind, unsigned depth, uint32_t offset, uint32_t size, const char *name, Step **ret) {
+	BtfRec *r = b->rec;
+	Step *s;
+	int k;
+
+	if (r->n_steps >= BTFREC_MAX_FIELDS)
+		return fail(b, BTFREC_TOO_MANY_FIELDS);
+	if (r->n_steps >= b->steps_cap) {
+		unsigned cap = MAX(b->steps_cap * 2, 16u);
+		Step *p = reallocarray(r->steps, cap, sizeof(Step));
+
+		if (!p)
+			return -ENOMEM;
+		r->steps = p;
+		b->steps_cap = cap;
+	}
+	s = &r->steps[r->n_steps];
+	*s = (Step){ .kind = kind, .depth = depth, .offset = offset, .size = size, .name = NO_NAME };
+	if (name) {
+		k = add_name(b, name, &s->name);
+		if (k < 0)
+			return k;
+		s->name_len = (uint32_t) strlen(name);
+		/* ,"name": */
+		r->json_max += strlen(name) + 4;
+	} else
+		r->json_max += 1; /* the comma between array elements */
+	r->n_steps++;
+	if (ret)
+		*ret = s;
+	return 0;
+}
+
+/* Follows typedef/const/volatile/restrict/type_tag links, a bounded number of times because
+ * BTF can contain cycles. Returns NULL for a dangling or too long chain. */
+static const struct btf_type *resolve(const struct btf *btf, uint32_t id, uint32_t *ret_id) {
+	for (unsigned i = 0; i < BTFREC_MAX_RESOLVE; i++) {
+		const struct btf_type *t = btf__type_by_id(btf, id);
+
+		if (!t || id == 0)
+			return NULL;
+		if (!(btf_is_typedef(t) || btf_is_const(t) || btf_is_volatile(t) || btf_is_restrict(t) ||
+		      btf_is_type_tag(t))) {
+			if (ret_id)
+				*ret_id = id;
+			return t;
+		}
+		id = t->type;
+	}
+	return NULL;
+}
+
+/* The size of a type, bounded in depth, or -EINVAL on anything it cannot size. */
+static int64_t type_size(const struct btf *btf, uint32_t id, unsigned depth) {
+	const struct btf_type *t;
+	int64_t es;
+
+	if (depth > BTFREC_MAX_DEPTH + 1)
+		return -EINVAL;
+	t = resolve(btf, id, NULL);
+	if (!t)
+		return -EINVAL;
+	if (btf_is_int(t) || btf_is_any_enum(t) || btf_is_composite(t) || btf_is_float(t))
+		return t->size;
+	if (btf_is_ptr(t))
+		return 8;
+	if (btf_is_array(t)) {
+		es = type_size(btf, btf_array(t)->type, depth + 1);
+		if (es < 0)
+			return es;
+		/* Both factors are < 2^32, so the product fits; the caller bounds it. */
+		return es * (int64_t) btf_array(t)->nelems;
+	}
+	return -EINVAL;
+}
+
+static bool is_char(const struct btf *btf, const struct btf_type *t) {
+	const char *n;
+
+	if (!btf_is_int(t) || t->size != 1)
+		return false;
+	if (btf_int_encoding(t) & BTF_INT_CHAR)
+		return true;
+	n = btf__name_by_offset(btf, t->name_off);
+	return n && strcmp(n, "char") == 0;
+}
+
+static int add_type(Builder *b, uint32_t id, const char *name, unsigned depth, uint32_t offset, uint32_t room);
+
+static int add_enum(Builder *b, const struct btf_type *t, const char *name, unsigned depth, uint32_t offset) {
+	BtfRec *r = b->rec;
+	unsigned vlen = btf_vlen(t);
+	size_t longest = 0;
+	Step *s;
+	int k;
+
+	if (t->size != 1 && t->size != 2 && t->size != 4 && t->size != 8)
+		return fail(b, BTFREC_UNSUPPORTED);
+	if (r->n_enums + vlen > BTFREC_MAX_ENUMS)
+		return fail(b, BTFREC_TOO_MANY_FIELDS);
+	k = add_step(b, BTFREC_ENUM, depth, offset, t->size, name, &s);
+	if (k < 0)
+		return k;
+	s->is_signed = btf_kflag(t);
+	s->enum_first = r->n_enums;
+	s->enum_count = vlen;
+	if (r->n_enums + vlen > b->enums_cap) {
+		unsigned cap = MAX(b->enums_cap * 2, r->n_enums + vlen);
+		EnumVal *p = reallocarray(r->enums, cap, sizeof(EnumVal));
+
+		if (!p)
+			return -ENOMEM;
+		r->enums = p;
+		b->enums_cap = cap;
+	}
+	for (unsigned i = 0; i < vlen; i++) {
+		EnumVal *e = &r->enums[r->n_enums];
+		const char *en;
+
+		if (btf_is_enum(t)) {
+			const struct btf_enum *v = btf_enum(t) + i;
+
+			en = btf__name_by_offset(b->btf, v->name_off);
+			/* Sign-extend signed 32-bit enumerators so they compare with the decoded value. */
+			e->value = btf_kflag(t) ? (uint64_t) (int64_t) v->val : (uint64_t) (uint32_t) v->val;
+		} else {
+			const struct btf_enum64 *v = btf_enum64(t) + i;
+
+			en = btf__name_by_offset(b->btf, v->name_off);
+			e->value = btf_enum64_value(v);
+		}
+		k = add_name(b, en, &e->name);
+		if (k < 0)
+			return k;
+		longest = MAX(longest, strlen(en));
+		r->n_enums++;
+	}
+	r->json_max += MAX(longest + 2, (size_t) 20);
+	return 0;
+}
+
+static int add_struct(Builder *b, const struct btf_type *t, unsigned depth, uint32_t offset, bool top) {
+	const struct btf_member *m = btf_members(t);
+	unsigned vlen = btf_vlen(t);
+
+	for (unsigned i = 0; i < vlen; i++) {
+		uint32_t bits = btf_member_bit_offset(t, i);
+		const char *mname = btf__name_by_offset(b->btf, m[i].name_off);
+		int64_t msize;
+		int k;
+
+		if (btf_member_bitfield_size(t, i) != 0 || bits % 8 != 0)
+			return fail(b, BTFREC_UNSUPPORTED);
+		msize = type_size(b->btf, m[i].type, depth);
+		if (msize < 0)
+			return fail(b, BTFREC_BAD_TYPE);
+		if (bits / 8 + (uint64_t) msize > t->size)
+			return fail(b, BTFREC_OUT_OF_BOUNDS);
+		/* The header is the envelope of every event (ts, cpu, seq, producer): not a field. */
+		if (top && i == 0)
+			continue;
+		if (!mname || !mname[0])
+			/* Anonymous struct/union members: their content has no name to publish under. */
+			mname = NULL;
+		k = add_type(b, m[i].type, mname ? mname : "_anon", depth, offset + bits / 8, (uint32_t) msize);
+		if (k < 0)
+			return k;
+	}
+	return 0;
+}
+
+/* Adds the steps of type id, `room` bytes at offset (already checked to lie in the record). */
+static int add_type(Builder *b, uint32_t id, const char *name, unsigned depth, uint32_t offset, uint32_t room) {
+	const struct btf_type *t;
+	int k;
+
+	if (depth > BTFREC_MAX_DEPTH)
+		return fail(b, BTFREC_TOO_DEEP);
+	t = resolve(b->btf, id, &id);
+	if (!t)
+		return fail(b, BTFREC_BAD_TYPE);
+
+	if (btf_is_int(t)) {
+		Step *s;
+
+		if ((t->size != 1 && t->size != 2 && t->size != 4 && t->size != 8) ||
+		    btf_int_offset(t) != 0 || btf_int_bits(t) != t->size * 8)
+			return fail(b, BTFREC_UNSUPPORTED);
+		k = add_step(
+			b,
+			(btf_int_encoding(t) & BTF_INT_SIGNED) ? BTFREC_INT : BTFREC_UINT,
+			depth,
+			offset,
+			t->size,
+			name,
+			&s);
+		b->rec->json_max += 20;
+		return k;
+	}
+	if (btf_is_ptr(t)) {
+		/* An address of the producer's kernel: a number, nothing we could follow. */
+		b->rec->json_max += 20;
+		return add_step(b, BTFREC_UINT, depth, offset, 8, name, NULL);
+	}
+	if (btf_is_any_enum(t))
+		return add_enum(b, t, name, depth, offset);
+	if (btf_is_struct(t)) {
+		k = add_step(b, BTFREC_STRUCT_BEGIN, depth, offset, t->size, name, NULL);
+		if (k < 0)
+			return k;
+		b->rec->json_max += 1;
+		k = add_struct(b, t, depth + 1, offset, false);
+		if (k < 0)
+			return k;
+		b->rec->json_max += 1;
+		return add_step(b, BTFREC_STRUCT_END, depth, offset, t->size, NULL, NULL);
+	}
+	if (btf_is_union(t) || btf_is_float(t)) {
+		/* Which union member is live is the producer's knowledge, not the BTF's. */
+		b->rec->json_max += BASE64_JSON_MAX(t->size);
+		return add_step(b, BTFREC_BYTES, depth, offset, t->size, name, NULL);
+	}
+	if (btf_is_array(t)) {
+		const struct btf_array *a = btf_array(t);
+		const struct btf_type *et;
+		uint32_t eid;
+		int64_t es;
+
+		et = resolve(b->btf, a->type, &eid);
+		if (!et)
+			return fail(b, BTFREC_BAD_TYPE);
+		if (is_char(b->btf, et)) {
+			if (a->nelems > room)
+				return fail(b, BTFREC_OUT_OF_BOUNDS);
+			b->rec->json_max += MAX(ENCODE_JSON_STRING_MAX(a->nelems), BASE64_JSON_MAX(a->nelems));
+			return add_step(b, BTFREC_STRING, depth, offset, a->nelems, name, NULL);
+		}
+		if (a->nelems > BTFREC_MAX_ARRAY)
+			return fail(b, BTFREC_ARRAY_TOO_LARGE);
+		es = type_size(b->btf, eid, depth + 1);
+		if (es < 0)
+			return fail(b, BTFREC_BAD_TYPE);
+		if ((uint64_t) es * a->nelems > room)
+			return fail(b, BTFREC_OUT_OF_BOUNDS);
+		k = add_step(b, BTFREC_ARRAY_BEGIN, depth, offset, (uint32_t) (es * a->nelems), name, NULL);
+		if (k < 0)
+			return k;
+		b->rec->json_max += 2;
+		for (uint32_t i = 0; i < a->nelems; i++) {
+			k = add_type(b, eid, NULL, depth + 1, offset + (uint32_t) (i * es), (uint32_t) es);
+			if (k < 0)
+				return k;
+		}
+		return add_step(b, BTFREC_ARRAY_END, depth, offset, 0, NULL, NULL);
+	}
+	return fail(b, BTFREC_UNSUPPORTED);
+}
+
+int btfrec_build(
+	const struct btf *btf,
+	uint32_t type_id,
+	uint16_t type,
+	const char *name,
+	BtfRec **ret,
+	BtfRecError *ret_error) {
+	_cleanup_(btfrec_freep) BtfRec *r = NULL;
+	const struct btf_type *t, *ht;
+	Builder b = { .btf = btf };
+	const char *hname;
+	int k;
+
+	t = resolve(btf, type_id, &type_id);
+	if (!t || !btf_is_struct(t)) {
+		*ret_error = BTFREC_BAD_TYPE;
+		return -EINVAL;
+	}
+	if (!name)
+		name = btf__name_by_offset(btf, t->name_off);
+	if (!name_is_valid(name)) {
+		*ret_error = BTFREC_BAD_NAME;
+		return -EINVAL;
+	}
+	if (t->size > PERFRELAY_RECORD_MAX) {
+		*ret_error = BTFREC_OUT_OF_BOUNDS;
+		return -EINVAL;
+	}
+	/* The record must start with the header: checked by size and name, since the producer's
+	 * copy of struct perfrelay_hdr is its own BTF type. */
+	ht = btf_vlen(t) > 0 ? resolve(btf, btf_members(t)[0].type, NULL) : NULL;
+	hname = ht ? btf__name_by_offset(btf, ht->name_off) : NULL;
+	if (!ht || !btf_is_struct(ht) || ht->size != sizeof(struct perfrelay_hdr) ||
+	    btf_member_bit_offset(t, 0) != 0 || !hname || strcmp(hname, "perfrelay_hdr") != 0) {
+		*ret_error = BTFREC_NO_HEADER;
+		return -EINVAL;
+	}
+
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->type = type;
+	r->size = t->size;
+	strcpy(r->name, name); /* name_is_valid() bounded it */
+	b.rec = r;
+
+	k = add_struct(&b, t, 0, 0, true);
+	if (k == -EINVAL) {
+		*ret_error = b.error;
+		return k;
+	}
+	if (k < 0)
+		return k;
+	if (r->json_max > BTFREC_JSON_MAX) {
+		*ret_error = BTFREC_OUTPUT_TOO_LARGE;
+		return -EINVAL;
+	}
+	*ret = TAKE_PTR(r);
+	return 0;
+}
+
+const char *btfrec_name(const BtfRec *r) {
+	return r->name;
+}
+
+uint16_t btfrec_type(const BtfRec *r) {
+	return r->type;
+}
+
+uint32_t btfrec_size(const BtfRec *r) {
+	return r->size;
+}
+
+unsigned btfrec_n_steps(const BtfRec *r) {
+	return r->n_steps;
+}
+
+void btfrec_describe(const BtfRec *r, unsigned i, BtfRecValue *ret) {
+	const Step *s = &r->steps[i];
+
+	*ret = (BtfRecValue){
+		.kind = s->kind,
+		.name = s->name == NO_NAME ? NULL : r->names + s->name,
+		.depth = s->depth,
+		.offset = s->offset,
+		.size = s->size,
+		.is_signed = s->is_signed,
+	};
+}
+
+static inline uint64_t read_uint(const uint8_t *p, uint32_t size) {
+	switch (size) {
+	case 1:
+		return p[0];
+	case 2: {
+		uint16_t v;
+		memcpy(&v, p, 2);
+		return v;
+	}
+	case 4: {
+		uint32_t v;
+		memcpy(&v, p, 4);
+		return v;
+	}
+	default: {
+		uint64_t v;
+		memcpy(&v, p, 8);
+		return v;
+	}
+	}
+}
+
+static inline int64_t sign_extend(uint64_t v, uint32_t size) {
+	unsigned shift = 64 - size * 8;
+
+	return (int64_t) (v << shift) >> shift;
+}
+
+void btfrec_get(const BtfRec *r, const void *rec, unsigned i, BtfRecValue *ret) {
+	const Step *s = &r->steps[i];
+	const uint8_t *p = (const uint8_t *) rec + s->offset;
+
+	btfrec_describe(r, i, ret);
+	switch (s->kind) {
+	case BTFREC_UINT:
+		ret->value.u = read_uint(p, s->size);
+		break;
+	case BTFREC_INT:
+		ret->value.i = sign_extend(read_uint(p, s->size), s->size);
+		break;
+	case BTFREC_ENUM:
+		ret->value.u = read_uint(p, s->size);
+		if (s->is_signed)
+			ret->value.i = sign_extend(ret->value.u, s->size);
+		for (uint32_t k = 0; k < s->enum_count; k++) {
+			const EnumVal *e = &r->enums[s->enum_first + k];
+
+			if (e->value == ret->value.u) {
+				ret->enum_name = r->names + e->name;
+				break;
+			}
+		}
+		break;
+	case BTFREC_STRING: {
+		const uint8_t *nul = memchr(p, 0, s->size);
+
+		ret->bytes = p;
+		if (nul)
+			ret->len = (uint32_t) (nul - p);
+		else {
+			ret->kind = BTFREC_BYTES;
+			ret->len = s->size;
+		}
+		break;
+	}
+	case BTFREC_BYTES:
+		ret->bytes = p;
+		ret->len = s->size;
+		break;
+	default:
+		break;
+	}
+}
+
+int btfrec_find_field(const BtfRec *r, const char *name) {
+	for (unsigned i = 0; i < r->n_steps; i++) {
+		const Step *s = &r->steps[i];
+
+		if (s->depth != 0 || s->name == NO_NAME)
+			continue;
+		if (s->kind != BTFREC_UINT && s->kind != BTFREC_INT && s->kind != BTFREC_ENUM &&
+		    s->kind != BTFREC_STRING)
+			continue;
+		if (strcmp(r->names + s->name, name) == 0)
+			return (int) i;
+	}
+	return -ENOENT;
+}
+
+/* ---- JSON ---- */
+
+static const char b64[64] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static char *put_base64(char *p, const uint8_t *s, size_t n) {
+	size_t i = 0;
+
+	*p++ = '"';
+	for (; i + 3 <= n; i += 3) {
+		uint32_t v = (uint32_t) s[i] << 16 | (uint32_t) s[i + 1] << 8 | s[i + 2];
+
+		*p++ = b64[v >> 18];
+		*p++ = b64[(v >> 12) & 63];
+		*p++ = b64[(v >> 6) & 63];
+		*p++ = b64[v & 63];
+	}
+	if (n - i > 0) {
+		uint32_t v = (uint32_t) s[i] << 16 | (n - i == 2 ? (uint32_t) s[i + 1] << 8 : 0);
+
+		*p++ = b64[v >> 18];
+		*p++ = b64[(v >> 12) & 63];
+		*p++ = n - i == 2 ? b64[(v >> 6) & 63] : '=';
+		*p++ = '=';
+	}
+	*p++ = '"';
+	return p;
+}
+
+static inline char *put_u64(char *p, uint64_t v) {
+	return encode_u64_digits(p, v);
+}
+
+static char *put_i64(char *p, int64_t v) {
+	if (v < 0) {
+		*p++ = '-';
+		return put_u64(p, (uint64_t) 0 - (uint64_t) v);
+	}
+	return put_u64(p, (uint64_t) v);
+}
+
+ssize_t btfrec_encode_json(const BtfRec *r, const void *rec, size_t size, char *buf, size_t bufsize) {
+	bool first_in_container = false;
+	char *p = buf;
+
+	if (size < r->size)
+		return -EBADMSG;
+	/* json_max is the worst case of this record type, computed at build time, so one check
+	 * here replaces a check per field. */
+	if (bufsize < r->json_max)
+		return -ENOBUFS;
+
+	for (unsigned i = 0; i < r->n_steps; i++) {
+		const Step *s = &r->steps[i];
+		BtfRecValue v;
+
+		if (s->kind == BTFREC_STRUCT_END || s->kind == BTFREC_ARRAY_END) {
+			*p++ = s->kind == BTFREC_STRUCT_END ? '}' : ']';
+			first_in_container = false;
+			continue;
+		}
+		if (s->depth == 0 || !first_in_container)
+			*p++ = ',';
+		first_in_container = false;
+		if (s->name != NO_NAME) {
+			*p++ = '"';
+			memcpy(p, r->names + s->name, s->name_len);
+			p += s->name_len;
+			*p++ = '"';
+			*p++ = ':';
+		}
+		/* Integers, the common case, are read here directly; the rest goes through the
+		 * iterator so both views share one decoding. */
+		if (s->kind == BTFREC_UINT) {
+			p = put_u64(p, read_uint((const uint8_t *) rec + s->offset, s->size));
+			continue;
+		}
+		if (s->kind == BTFREC_INT) {
+			p = put_i64(
+				p,
+				sign_extend(read_uint((const uint8_t *) rec + s->offset, s->size), s->size));
+			continue;
+		}
+		btfrec_get(r, rec, i, &v);
+		switch (v.kind) {
+		case BTFREC_ENUM:
+			if (v.enum_name) {
+				size_t n = strlen(v.enum_name);
+
+				*p++ = '"';
+				memcpy(p, v.enum_name, n);
+				p += n;
+				*p++ = '"';
+			} else if (v.is_signed)
+				p = put_i64(p, v.value.i);
+			else
+				p = put_u64(p, v.value.u);
+			break;
+		case BTFREC_STRING: {
+			ssize_t k = encode_json_string(
+				(const char *) v.bytes, v.len, p, bufsize - (size_t) (p - buf));
+			if (k < 0)
+				return k;
+			p += k;
+			break;
+		}
+		case BTFREC_BYTES:
+			p = put_base64(p, v.bytes, v.len);
+			break;
+		case BTFREC_STRUCT_BEGIN:
+			*p++ = '{';
+			first_in_container = true;
+			break;
+		case BTFREC_ARRAY_BEGIN:
+			*p++ = '[';
+			first_in_container = true;
+			break;
+		default:
+			break;
+		}
+	}
+	return p - buf;
+}
+
+/* ---- declarations ---- */
+
+static bool parse_type_tag(const char *v, uint16_t *ret) {
+	unsigned long t;
+	char *end;
+
+	if (!v || strncmp(v, BTFREC_TAG_TYPE, strlen(BTFREC_TAG_TYPE)) != 0)
+		return false;
+	v += strlen(BTFREC_TAG_TYPE);
+	if (!isdigit((unsigned char) v[0]))
+		return false;
+	errno = 0;
+	t = strtoul(v, &end, 0);
+	if (errno != 0 || *end != '\0' || t < PERFRELAY_TYPE_THIRD_PARTY_MIN || t > UINT16_MAX)
+		return false;
+	*ret = (uint16_t) t;
+	return true;
+}
+
+/* The struct a declaration tag names: the tagged struct itself, or for PERFRELAY_RECORD()'s
+ * anchor variable the struct its pointer points to. */
+static const struct btf_type *decl_struct(const struct btf *btf, uint32_t id, uint32_t *ret_id) {
+	const struct btf_type *t = btf__type_by_id(btf, id);
+
+	if (t && btf_is_var(t)) {
+		t = resolve(btf, t->type, &id);
+		if (!t || !btf_is_ptr(t))
+			return NULL;
+		t = resolve(btf, t->type, &id);
+	}
+	if (!t || !btf_is_struct(t))
+		return NULL;
+	*ret_id = id;
+	return t;
+}
+
+size_t btfrec_find_decls(const struct btf *btf, BtfRecDecl *decls, size_t max, unsigned *ret_bad) {
+	uint32_t n_types = btf__type_cnt(btf);
+	unsigned bad = 0;
+	size_t n = 0;
+
+	for (uint32_t id = 1; id < n_types; id++) {
+		const struct btf_type *t = btf__type_by_id(btf, id), *st;
+		const char *v, *sname;
+		uint32_t sid = 0;
+		uint16_t type;
+		bool dup = false;
+
+		if (!t || !btf_is_decl_tag(t) || btf_decl_tag(t)->component_idx != -1)
+			continue;
+		v = btf__name_by_offset(btf, t->name_off);
+		if (!v || strncmp(v, BTFREC_TAG_TYPE, strlen(BTFREC_TAG_TYPE)) != 0)
+			continue;
+		st = decl_struct(btf, t->type, &sid);
+		sname = st ? btf__name_by_offset(btf, st->name_off) : NULL;
+		if (!parse_type_tag(v, &type) || !st || !name_is_valid(sname)) {
+			bad++;
+			continue;
+		}
+		for (size_t i = 0; i < n; i++)
+			if (decls[i].type == type || decls[i].type_id == sid)
+				dup = true;
+		if (dup || n >= max) {
+			bad++;
+			continue;
+		}
+		decls[n] = (BtfRecDecl){ .type_id = sid, .type = type, .tag_target = t->type };
+		strcpy(decls[n].name, sname);
+		n++;
+	}
+	if (n == 0)
+		goto done;
+
+	/* Names are separate tags on the same struct; the last valid one wins. */
+	for (uint32_t id = 1; id < n_types; id++) {
+		const struct btf_type *t = btf__type_by_id(btf, id);
+		const char *v;
+
+		if (!t || !btf_is_decl_tag(t) || btf_decl_tag(t)->component_idx != -1)
+			continue;
+		v = btf__name_by_offset(btf, t->name_off);
+		if (!v || strncmp(v, BTFREC_TAG_NAME, strlen(BTFREC_TAG_NAME)) != 0)
+			continue;
+		v += strlen(BTFREC_TAG_NAME);
+		for (size_t i = 0; i < n; i++) {
+			if (decls[i].tag_target != t->type)
+				continue;
+			if (name_is_valid(v))
+				strcpy(decls[i].name, v);
+			else
+				bad++;
+		}
+	}
+done:
+	if (ret_bad)
+		*ret_bad = bad;
+	return n;
+}

@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Finds the programs that publish through perfrelayd's "events" map and builds decoders from
+ * their BTF (see producers.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+
+#include "macro.h"
+#include "producers.h"
+
+/* Maps one program may use that we look at; programs with more are not producers we can see. */
+#define PROG_MAX_MAPS 64u
+
+ProducerScan *producers_scan_free(ProducerScan *s) {
+	if (!s)
+		return NULL;
+	for (size_t i = 0; i < s->n_types; i++)
+		btfrec_free(s->types[i].rec);
+	free(s);
+	return NULL;
+}
+static inline void producers_scan_freep(ProducerScan **s) {
+	producers_scan_free(*s);
+}
+
+const ProducerType *producers_scan_find(const ProducerScan *s, uint16_t type) {
+	for (size_t i = 0; i < s->n_types; i++)
+		if (s->types[i].type == type)
+			return &s->types[i];
+	return NULL;
+}
+
+/* Whether program fd uses map_id; fills *ret with its id, name and BTF id. */
+static int prog_uses_map(int fd, uint32_t map_id, ProducerProg *ret) {
+	uint32_t ids[PROG_MAX_MAPS];
+	struct bpf_prog_info info = {};
+	uint32_t len = sizeof(info);
+
+	info.nr_map_ids = PROG_MAX_MAPS;
+	info.map_ids = (uint64_t) (uintptr_t) ids;
+	if (bpf_obj_get_info_by_fd(fd, &info, &len) < 0)
+		return -errno;
+	*ret = (ProducerProg){ .prog_id = info.id, .btf_id = info.btf_id };
+	memcpy(ret->name, info.name, sizeof(ret->name) - 1);
+	for (uint32_t i = 0; i < MIN(info.nr_map_ids, PROG_MAX_MAPS); i++)
+		if (ids[i] == map_id)
+			return 1;
+	return 0;
+}
+
+static void add_types(ProducerScan *s, const ProducerProg *p) {
+	BtfRecDecl decls[BTFREC_MAX_DECLS];
+	struct btf *btf;
+	unsigned bad = 0;
+	size_t n;
+
+	btf = btf__load_from_kernel_by_id(p->btf_id);
+	if (!btf)
+		return;
+	n = btfrec_find_decls(btf, decls, BTFREC_MAX_DECLS, &bad);
+	s->bad_decls += bad;
+	for (size_t i = 0; i < n; i++) {
+		ProducerType *t;
+
+		/* Several programs of one object share its BTF: the first declaration wins. */
+		if (producers_scan_find(s, decls[i].type))
+			continue;
+		if (s->n_types >= PRODUCERS_MAX_TYPES) {
+			s->bad_decls++;
+			continue;
+		}
+		t = &s->types[s->n_types++];
+		*t = (ProducerType){ .prog_id = p->prog_id, .type = decls[i].type };
+		memcpy(t->name, decls[i].name, sizeof(t->name));
+		if (btfrec_build(btf, decls[i].type_id, decls[i].type, decls[i].name, &t->rec, &t->refused) <
+		    0) {
+			t->rec = NULL;
+			if (t->refused == BTFREC_OK)
+				t->refused = BTFREC_BAD_TYPE; /* out of memory: no decoder either */
+			s->refused++;
+		}
+	}
+	btf__free(btf);
+}
+
+int producers_scan(uint32_t events_map_id, ProducerScan **ret) {
+	_cleanup_(producers_scan_freep) ProducerScan *s = calloc(1, sizeof(ProducerScan));
+	uint32_t id = 0;
+
+	if (!s)
+		return -ENOMEM;
+	while (bpf_prog_get_next_id(id, &id) == 0) {
+		_cleanup_close_ int fd = bpf_prog_get_fd_by_id(id);
+		ProducerProg p;
+
+		if (fd < 0)
+			continue; /* unloaded since: not an error */
+		if (prog_uses_map(fd, events_map_id, &p) <= 0)
+			continue;
+		if (s->n_progs >= PRODUCERS_MAX_PROGS)
+			break;
+		s->progs[s->n_progs++] = p;
+		if (p.btf_id != 0)
+			add_types(s, &p);
+	}
+	*ret = TAKE_PTR(s);
+	return 0;
+}

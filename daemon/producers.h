@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Discovery of third-party producers: the BPF programs that write into perfrelayd's pinned
+ * "events" map, their names, and decoders for the record types their BTF declares. Runs on the
+ * main thread only (syscalls and libbpf); the result is an immutable snapshot that can be
+ * handed to reader threads whole and freed once no reader uses it. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "btfrec.h"
+
+#define PRODUCERS_MAX_PROGS 64u  /* programs using "events" that one scan keeps */
+#define PRODUCERS_MAX_TYPES 256u /* declared record types one scan keeps */
+
+typedef struct ProducerProg {
+	uint32_t prog_id;
+	uint32_t btf_id; /* 0 if the program has no BTF */
+	char name[16];   /* BPF_OBJ_NAME_LEN, the kernel's program name */
+} ProducerProg;
+
+typedef struct ProducerType {
+	uint32_t prog_id; /* the first program that declared it */
+	uint16_t type;
+	char name[BTFREC_MAX_NAME + 1];
+	BtfRec *rec;         /* NULL when refused */
+	BtfRecError refused; /* why rec is NULL; BTFREC_OK otherwise */
+} ProducerType;
+
+typedef struct ProducerScan {
+	ProducerProg progs[PRODUCERS_MAX_PROGS];
+	size_t n_progs;
+	ProducerType types[PRODUCERS_MAX_TYPES];
+	size_t n_types;
+	unsigned bad_decls; /* malformed or duplicate declarations, over all programs */
+	unsigned refused;   /* declared types that got no decoder */
+} ProducerScan;
+
+/* Walks every loaded BPF program, keeps those whose maps include events_map_id, and builds a
+ * decoder for each record type their BTF declares. Needs CAP_SYS_ADMIN. */
+int producers_scan(uint32_t events_map_id, ProducerScan **ret);
+ProducerScan *producers_scan_free(ProducerScan *s);
+
+/* The decoder of record type, or NULL. */
+const ProducerType *producers_scan_find(const ProducerScan *s, uint16_t type);
