@@ -1409,8 +1409,8 @@ static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
 
 		r = sd_bus_message_open_container(m, 'a', "{sv}");
 		if (r >= 0)
-			r = sd_bus_message_append(m, "{sv}{sv}{sv}", "id", "t", c->id, "uid", "u", c->uid, "pid", "u",
-			                          c->pid);
+			r = sd_bus_message_append(
+				m, "{sv}{sv}{sv}", "id", "t", c->id, "uid", "u", c->uid, "pid", "u", c->pid);
 		if (r >= 0)
 			r = append_t(m, "offered", c->offered);
 		if (r >= 0)
@@ -1442,8 +1442,8 @@ static int method_get_stats(sd_bus_message *message, void *userdata, sd_bus_erro
 
 	r = stats_snapshot(b->manager, &s);
 	if (r < 0)
-		return sd_bus_error_set_errnof(error, r, "Failed to read the counters under %s: %m",
-		                               manager_pin_path(b->manager));
+		return sd_bus_error_set_errnof(
+			error, r, "Failed to read the counters under %s: %m", manager_pin_path(b->manager));
 	r = sd_bus_message_new_method_return(message, &reply);
 	if (r < 0)
 		return r;

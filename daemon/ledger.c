@@ -26,7 +26,8 @@ int ledger_open(int map_fd, unsigned n_cpus, Ledger **ret) {
 	if (!l)
 		return -ENOMEM;
 	l->n_cpus = n_cpus;
-	l->map_size = ALIGN_TO(sizeof(struct perfrelay_received) * PERFRELAY_MAX_PRODUCERS * n_cpus, (size_t)page);
+	l->map_size = ALIGN_TO(
+		sizeof(struct perfrelay_received) * PERFRELAY_MAX_PRODUCERS * n_cpus, (size_t) page);
 	p = mmap(NULL, l->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, map_fd, 0);
 	if (p == MAP_FAILED) {
 		int r = negative_errno();
@@ -48,10 +49,12 @@ Ledger *ledger_free(Ledger *l) {
 }
 
 struct perfrelay_received *ledger_entry(Ledger *l, uint32_t producer, unsigned cpu) {
-	return &l->entries[(size_t)producer * l->n_cpus + cpu];
+	return &l->entries[(size_t) producer * l->n_cpus + cpu];
 }
 
-unsigned ledger_n_cpus(const Ledger *l) { return l->n_cpus; }
+unsigned ledger_n_cpus(const Ledger *l) {
+	return l->n_cpus;
+}
 
 int64_t ledger_settle(Ledger *l, int counters_fd, uint64_t *ret_lost) {
 	_cleanup_free_ struct perfrelay_counters *v = calloc(l->n_cpus, sizeof(*v));
@@ -66,7 +69,8 @@ int64_t ledger_settle(Ledger *l, int counters_fd, uint64_t *ret_lost) {
 		for (unsigned cpu = 0; cpu < l->n_cpus; cpu++) {
 			struct perfrelay_received *e = ledger_entry(l, id, cpu);
 			uint64_t accepted = v[cpu].attempts - v[cpu].failures;
-			uint64_t seen = STAT_LOAD(e->received) + STAT_LOAD(e->malformed) + STAT_LOAD(e->crash_lost);
+			uint64_t seen = STAT_LOAD(e->received) + STAT_LOAD(e->malformed) +
+				STAT_LOAD(e->crash_lost);
 
 			/* Below: records of this id that its counters never saw (a producer that
 			 * writes without perfrelay_emit(), or forges the id); nothing to settle. */
@@ -74,7 +78,7 @@ int64_t ledger_settle(Ledger *l, int counters_fd, uint64_t *ret_lost) {
 				continue;
 			STAT_STORE(e->crash_lost, STAT_LOAD(e->crash_lost) + (accepted - seen));
 			ret_lost[id] += accepted - seen;
-			total += (int64_t)(accepted - seen);
+			total += (int64_t) (accepted - seen);
 		}
 	}
 	return total;
@@ -91,14 +95,16 @@ int64_t ledger_adopt(Ledger *l, int counters_fd) {
 			return negative_errno();
 		for (unsigned cpu = 0; cpu < l->n_cpus; cpu++) {
 			struct perfrelay_received *e = ledger_entry(l, id, cpu);
-			uint64_t accepted = v[cpu].attempts >= v[cpu].failures ? v[cpu].attempts - v[cpu].failures : 0;
+			uint64_t accepted = v[cpu].attempts >= v[cpu].failures ?
+				v[cpu].attempts - v[cpu].failures :
+				0;
 
 			*e = (struct perfrelay_received){
 				.received = accepted,
 				.seq_next = v[cpu].attempts,
 				.seq_gaps = v[cpu].failures,
 			};
-			total += (int64_t)accepted;
+			total += (int64_t) accepted;
 		}
 	}
 	return total;

@@ -43,4 +43,6 @@ static inline uint64_t seqgap_gaps(const SeqGap *s) {
 	return span > seen ? span - seen : 0;
 }
 
-static inline uint64_t seqgap_next(const SeqGap *s) { return s->next; }
+static inline uint64_t seqgap_next(const SeqGap *s) {
+	return s->next;
+}

@@ -47,10 +47,10 @@ static int stats_producers(Manager *m, StatsSnapshot *s) {
 	Ledger *ledger = manager_ledger(m);
 	unsigned n_cpus = probes_possible_cpus(probes);
 	_cleanup_free_ struct perfrelay_counters *per_cpu = calloc(n_cpus, sizeof(*per_cpu));
-	_cleanup_free_ ProducerSnapshot *list = calloc(PERFRELAY_MAX_PRODUCERS, sizeof(*list));
+	_cleanup_free_ ProducerSnapshot *list = NULL;
 	size_t n = 0;
 
-	if (!per_cpu || !list)
+	if (!per_cpu)
 		return -ENOMEM;
 	s->total.id = UINT32_MAX;
 	for (uint32_t id = 0; id < PERFRELAY_MAX_PRODUCERS; id++) {
@@ -83,8 +83,20 @@ static int stats_producers(Manager *m, StatsSnapshot *s) {
 				p.malformed_by_reason[e] += STAT_LOAD(rs->malformed_by_producer_reason[id][e]);
 		}
 		producer_add(&s->total, &p);
-		if (p.attempts || p.received || p.malformed || p.crash_lost || p.malformed_session)
+		if (p.attempts || p.received || p.malformed || p.crash_lost || p.malformed_session) {
+			/* Grown in small steps, not allocated for every id at once: this runs every
+			 * second (STATUS=), and freeing a block above glibc's mmap threshold raises
+			 * the threshold, so that later large allocations (client queues) would come
+			 * from the heap and not be returned to the system when freed. */
+			if (n % 16 == 0) {
+				ProducerSnapshot *grown = reallocarray(list, n + 16, sizeof(*list));
+
+				if (!grown)
+					return -ENOMEM;
+				list = grown;
+			}
 			list[n++] = p;
+		}
 	}
 	s->producers = TAKE_PTR(list);
 	s->n_producers = n;
@@ -160,8 +172,8 @@ static int add_client(const ServerClientInfo *c, void *userdata) {
 	s->clients = n;
 	s->clients[s->n_clients++] = (ClientSnapshot){
 		.id = c->id,
-		.uid = (uint32_t)c->uid,
-		.pid = (uint32_t)c->pid,
+		.uid = (uint32_t) c->uid,
+		.pid = (uint32_t) c->pid,
 		.offered = c->stats.offered,
 		.sent = c->stats.sent,
 		.dropped = c->stats.dropped,
@@ -190,7 +202,7 @@ int stats_snapshot(Manager *m, StatsSnapshot **ret) {
 		if (r < 0)
 			return r;
 	}
-	(void)manager_get_counters(m, false, &c);
+	(void) manager_get_counters(m, false, &c);
 	s->clients_connected = c.clients;
 	s->clients_delivered = c.events_delivered;
 	s->clients_dropped = c.client_drops;

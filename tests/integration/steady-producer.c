@@ -23,7 +23,7 @@ static double now(void) {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
 
 int main(int argc, char *argv[]) {
@@ -71,7 +71,7 @@ int main(int argc, char *argv[]) {
 			if (!fgets(line, sizeof(line), stdin))
 				break;
 			if (sscanf(line, "rate %lu", &n) == 1) {
-				rate = (double)n;
+				rate = (double) n;
 				t0 = now();
 				done = 0;
 				puts("ok");
@@ -80,13 +80,14 @@ int main(int argc, char *argv[]) {
 					syscall(SYS_getppid);
 				puts("ok");
 			} else if (sscanf(line, "big %lu", &n) == 1) {
-				skel->bss->big_size = (__u32)n;
+				skel->bss->big_size = (__u32) n;
 				syscall(SYS_getppid);
 				skel->bss->big_size = 0;
 				puts("ok");
 			} else if (strncmp(line, "counts", 6) == 0)
-				printf("{\"calls\":%llu,\"accepted\":%llu}\n", (unsigned long long)skel->bss->calls,
-				       (unsigned long long)skel->bss->accepted);
+				printf("{\"calls\":%llu,\"accepted\":%llu}\n",
+				       (unsigned long long) skel->bss->calls,
+				       (unsigned long long) skel->bss->accepted);
 			else
 				printf("error: unknown command\n");
 		}
