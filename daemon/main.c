@@ -40,11 +40,6 @@ int main(int argc, char *argv[]) {
 		{}
 	};
 	ManagerOptions o = { .config_path = CONFIG_DEFAULT_FILE };
-
-	/* A fixed mmap threshold: glibc raises its threshold each time a block above it is freed,
-	 * after which large blocks (the clients' queues) come from the heap and their memory is
-	 * not returned to the system when a client goes. 128 KiB is glibc's default. */
-	(void)mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 	bool cleanup = false;
 	Manager *m = NULL;
 	int c, r;
