@@ -16,12 +16,12 @@ import urllib.request
 
 from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests, skip
 from natstest import free_port, wait_for
+from statsbus import StatsBus
 
 BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 SRCDIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 METRICS = os.path.join(BUILDDIR, "client", "metrics", "perfrelay-metrics")
-POLICY = os.path.join(SRCDIR, "config", "org.perfrelay1.conf")
 
 require_root_and_bpf()
 for tool in ("dbus-daemon", "busctl", "prometheus", "promtool", "systemd-socket-activate"):
@@ -29,45 +29,6 @@ for tool in ("dbus-daemon", "busctl", "prometheus", "promtool", "systemd-socket-
         skip(f"{tool} is not installed")
 
 WORK = tempfile.mkdtemp(prefix="perfrelay-metrics-")
-
-BUS_CONF = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path={dir}/system_bus_socket</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <deny own="*"/>
-    <deny send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-    <allow receive_type="signal"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
-  </policy>
-  <includedir>{dir}/system.d</includedir>
-</busconfig>
-"""
-
-
-def start_bus():
-    os.makedirs(os.path.join(WORK, "system.d"))
-    shutil.copy(POLICY, os.path.join(WORK, "system.d"))
-    conf = os.path.join(WORK, "system.conf")
-    with open(conf, "w") as f:
-        f.write(BUS_CONF.format(dir=WORK))
-    proc = subprocess.Popen(["dbus-daemon", f"--config-file={conf}", "--nofork", "--print-address=1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline().strip()
-    if not line:
-        raise Failure(f"dbus-daemon did not start: {proc.stderr.read()}")
-    return proc, line.split(",")[0]
-
 
 def bus_u64(prop):
     r = subprocess.run(["busctl", "--system", "--json=short", "get-property", "org.perfrelay1", "/org/perfrelay1",
@@ -99,8 +60,7 @@ def samples(text):
 
 
 def test_prometheus_scrapes_socket_activated_metrics():
-    bus, address = start_bus()
-    os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = address
+    bus = StatsBus(BINARY)  # a private system bus; its address is exported to what we start
     d = Daemon(BINARY, "metrics", stdout=False, config="[Probes]\nProbes=exec\n")
     activate = prom = None
     try:
@@ -180,8 +140,7 @@ def test_prometheus_scrapes_socket_activated_metrics():
                 p.terminate()
                 p.wait(30)
         d.cleanup()
-        bus.terminate()
-        bus.wait()
+        bus.close()
         shutil.rmtree(WORK, ignore_errors=True)
 
 
