@@ -20,7 +20,6 @@ from statsbus import StatsBus
 
 BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
-SRCDIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 METRICS = os.path.join(BUILDDIR, "client", "metrics", "perfrelay-metrics")
 
 require_root_and_bpf()
