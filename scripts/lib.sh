@@ -11,11 +11,13 @@ export PERFRELAY_ROOT
 # recommends it, and images that disable recommends would otherwise lack the C headers.
 # libclang-rt-14-dev is the libFuzzer and sanitizer runtime of the fuzz suite (clang only
 # recommends it); libdbus-1-dev gives dbus-1.pc (where the bus policy goes); systemd-container
-# (systemd-nspawn) and debootstrap run the system suite under a real systemd.
+# (systemd-nspawn) and debootstrap run the system suite under a real systemd; qemu-system-x86 and
+# busybox-static boot Debian's kernel packages for the kernels suite (tests/kernels).
 PERFRELAY_PACKAGES=(
 	libbpf-dev bpftool clang llvm libsystemd-dev libjson-c-dev libelf-dev zlib1g-dev
 	meson ninja-build pkg-config dbus python3 gcc libc6-dev
 	libclang-rt-14-dev libdbus-1-dev systemd-container debootstrap
+	qemu-system-x86 busybox-static
 )
 
 log() {
