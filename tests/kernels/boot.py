@@ -4,6 +4,7 @@
 busybox initramfs that mounts the host's root read-only over 9p, and runs integration tests of
 this build inside each guest. One result line per kernel and test; exit 77 when qemu, busybox or
 no kernel package can be had."""
+import lzma
 import os
 import re
 import shutil
@@ -17,8 +18,9 @@ SRCDIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 CACHE = os.environ.get("PERFRELAY_KERNEL_CACHE", os.path.expanduser("~/.cache/perfrelay/kernels"))
 # Each package: a kernel the project's users run. The archive keeps one 6.1 ABI at a time, so the
 # newest linux-image-6.1.0-*-amd64 is picked.
-KERNELS = [("6.1", "linux-image-6.1.0-", r"^linux-image-6\.1\.0-\d+-amd64$")]
-GUEST_TESTS = ["test_features", "test_pipeline", "test_restart"]
+KERNELS = [("6.1", "linux-image-6.1.0-", r"^linux-image-6\.1\.0-\d+-amd64$"),
+           ("6.12", "linux-image-6.12.", r"^linux-image-6\.12\.\d+\+deb12-amd64$")]
+GUEST_TESTS = ["test_features", "test_pipeline", "test_restart", "test_accounting"]
 BOOT_TIMEOUT = int(os.environ.get("PERFRELAY_KERNEL_BOOT_TIMEOUT", "420"))
 MODULES = ["virtio_pci", "9pnet_virtio", "9p"]
 
@@ -28,9 +30,15 @@ def skip(reason):
     sys.exit(77)
 
 
-def modinfo_depends(path):
+def read_module(path):
+    """A module's bytes; newer Debian kernels ship them xz-compressed."""
     with open(path, "rb") as f:
         data = f.read()
+    return lzma.decompress(data) if path.endswith(".xz") else data
+
+
+def modinfo_depends(path):
+    data = read_module(path)
     m = re.search(rb"depends=([^\0]*)\0", data)
     return [d for d in m.group(1).decode().split(",") if d] if m else []
 
@@ -39,8 +47,9 @@ def module_index(moddir):
     idx = {}
     for root, _, files in os.walk(moddir):
         for f in files:
-            if f.endswith(".ko"):
-                idx[f[:-3].replace("-", "_")] = os.path.join(root, f)
+            for ext in (".ko", ".ko.xz"):
+                if f.endswith(ext):
+                    idx[f[:-len(ext)].replace("-", "_")] = os.path.join(root, f)
     return idx
 
 
@@ -120,12 +129,14 @@ def build_initramfs(kroot, kver, work, cmd):
     builtin = set()
     bi = os.path.join(moddir, "modules.builtin")
     if os.path.exists(bi):
-        builtin = {os.path.basename(l.strip())[:-3].replace("-", "_") for l in open(bi)}
+        builtin = {os.path.basename(l.strip()).split(".ko")[0].replace("-", "_") for l in open(bi)}
     order = module_order(module_index(moddir), MODULES, builtin)
     names = []
     for p in order:
-        shutil.copy(p, os.path.join(ir, os.path.basename(p)))
-        names.append(os.path.basename(p))
+        name = os.path.basename(p).split(".ko")[0] + ".ko"
+        with open(os.path.join(ir, name), "wb") as f:
+            f.write(read_module(p))
+        names.append(name)
     with open(os.path.join(ir, "modules.order"), "w") as f:
         f.write("\n".join(names) + "\n")
     with open(os.path.join(ir, "init"), "w") as f:
