@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/membarrier.h>
 #include <linux/perf_event.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,6 @@
 #include <unistd.h>
 
 #include <bpf/bpf.h>
-#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 
 #include "kernelfeatures.h"
@@ -87,18 +87,44 @@ static bool probe_map_create(enum bpf_map_type type, uint32_t value_size, uint32
 	return true;
 }
 
+/* Kernel BTF, checked without parsing it: libbpf's parse mallocs and frees the whole ~5 MiB blob,
+ * and freeing a chunk that large raises glibc's dynamic mmap threshold, so that the client queues
+ * allocated later come from the heap and are never returned to the system. The file is streamed
+ * through a fixed buffer instead: the BTF magic, and for tp_btf the btf_trace_<tracepoint>
+ * typedef name that tp_btf programs attach to (such names exist only as those typedefs). */
 static bool probe_btf(bool *ret_tp_btf) {
-	struct btf *btf = btf__load_vmlinux_btf();
+	static const char needle[] = "btf_trace_sched_process_fork";
+	const size_t n = sizeof(needle); /* with the NUL: the whole name, not a prefix */
+	char buf[65536];
+	size_t have = 0;
+	ssize_t k;
+	bool first = true;
+	_cleanup_close_ int fd = -EBADF;
 
 	*ret_tp_btf = false;
-	if (!btf)
+	fd = open("/sys/kernel/btf/vmlinux", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
 		return false;
-	/* tp_btf programs attach to the btf_trace_<tracepoint> typedef, and load as raw tracepoints
-	 * with a BTF id; the fork probe is the one that uses it. */
-	*ret_tp_btf = btf__find_by_name_kind(btf, "btf_trace_sched_process_fork", BTF_KIND_TYPEDEF) > 0 &&
-	              libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_RAW_TRACEPOINT, NULL) == 1;
-	btf__free(btf);
-	return true;
+	while ((k = read(fd, buf + have, sizeof(buf) - have)) > 0) {
+		have += (size_t) k;
+		if (first) {
+			if (have < 2)
+				continue;
+			if ((uint8_t) buf[0] != 0x9f || (uint8_t) buf[1] != 0xeb) /* BTF_MAGIC 0xeB9F, little endian */
+				return false;
+			first = false;
+		}
+		if (memmem(buf, have, needle, n)) {
+			*ret_tp_btf = libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_RAW_TRACEPOINT, NULL) == 1;
+			break;
+		}
+		/* Keep the tail: the name may straddle two reads. */
+		if (have >= n) {
+			memmove(buf, buf + have - (n - 1), n - 1);
+			have = n - 1;
+		}
+	}
+	return !first;
 }
 
 static int tracepoint_id(const char *category, const char *name) {
