@@ -740,7 +740,14 @@ static int bus_call(sd_bus *bus, const char *method, sd_bus_message **ret_reply,
 	return r;
 }
 
+typedef struct KernelFeature {
+	char *name, *since, *without;
+	int available, required;
+} KernelFeature;
+
 typedef struct Status {
+	KernelFeature *features; /* KernelFeatures; empty from a daemon that predates it */
+	size_t n_features;
 	char *version, *state, *pin_path;
 	uint32_t cpus, readers, clients;
 	char **probes;
@@ -749,6 +756,12 @@ typedef struct Status {
 } Status;
 
 static void status_clear(Status *st) {
+	for (size_t i = 0; i < st->n_features; i++) {
+		free(st->features[i].name);
+		free(st->features[i].since);
+		free(st->features[i].without);
+	}
+	free(st->features);
 	free(st->version);
 	free(st->state);
 	free(st->pin_path);
@@ -784,6 +797,35 @@ static int status_read_property(sd_bus_message *m, const char *name, Status *st)
 	r = sd_bus_message_peek_type(m, &type, &contents);
 	if (r < 0)
 		return r;
+	if (streq(name, "KernelFeatures") && streq(contents, "a(sbbss)")) {
+		const char *n, *since, *without;
+		int available, required;
+
+		r = sd_bus_message_enter_container(m, 'v', "a(sbbss)");
+		if (r >= 0)
+			r = sd_bus_message_enter_container(m, 'a', "(sbbss)");
+		while (r >= 0 && (r = sd_bus_message_read(m, "(sbbss)", &n, &available, &required, &since,
+		                                          &without)) > 0) {
+			KernelFeature *a = realloc(st->features, sizeof(KernelFeature) * (st->n_features + 1));
+
+			if (!a)
+				return -ENOMEM;
+			st->features = a;
+			a[st->n_features] = (KernelFeature) {
+				.name = strdup(n), .since = strdup(since), .without = strdup(without),
+				.available = available, .required = required,
+			};
+			st->n_features++;
+			if (!a[st->n_features - 1].name || !a[st->n_features - 1].since ||
+			    !a[st->n_features - 1].without)
+				return -ENOMEM;
+		}
+		if (r >= 0)
+			r = sd_bus_message_exit_container(m);
+		if (r >= 0)
+			r = sd_bus_message_exit_container(m);
+		return r;
+	}
 	if (streq(name, "Probes") && streq(contents, "as")) {
 		const char *p;
 
@@ -958,6 +1000,18 @@ static int verb_status(int argc, char *argv[]) {
 		json_object_object_add(o, "events_lost", json_object_new_uint64(st.lost));
 		json_object_object_add(o, "producer_failures", json_object_new_uint64(st.failures));
 		json_object_object_add(o, "client_drops", json_object_new_uint64(st.drops));
+		json_object *features = json_object_new_array();
+		for (size_t i = 0; i < st.n_features; i++) {
+			json_object *f = json_object_new_object();
+
+			json_object_object_add(f, "name", json_object_new_string(st.features[i].name));
+			json_object_object_add(f, "available", json_object_new_boolean(st.features[i].available));
+			json_object_object_add(f, "required", json_object_new_boolean(st.features[i].required));
+			json_object_object_add(f, "since", json_object_new_string(st.features[i].since));
+			json_object_object_add(f, "without", json_object_new_string(st.features[i].without));
+			json_object_array_add(features, f);
+		}
+		json_object_object_add(o, "kernel_features", features);
 		puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
 		                                               JSON_C_TO_STRING_NOSLASHESCAPE));
 		json_object_put(o);
@@ -986,6 +1040,27 @@ static int verb_status(int argc, char *argv[]) {
 		       "      Loss: %" PRIu64 " lost in rings, %" PRIu64 " producer failures, %" PRIu64
 		       " dropped for clients\n",
 		       st.clients, st.received, rate, st.delivered, st.lost, st.failures, st.drops);
+		if (st.n_features > 0) {
+			fputs("    Kernel:", stdout);
+			for (size_t i = 0; i < st.n_features; i++) {
+				fputc(' ', stdout);
+				print_escaped(stdout, st.features[i].name, false);
+				fputs(st.features[i].available ? "=on" : "=off", stdout);
+			}
+			fputc('\n', stdout);
+			/* Each missing feature says what it costs: the reason a user looks here. */
+			for (size_t i = 0; i < st.n_features; i++) {
+				if (st.features[i].available)
+					continue;
+				fputs("           off: ", stdout);
+				print_escaped(stdout, st.features[i].name, false);
+				fputs(" (Linux ", stdout);
+				print_escaped(stdout, st.features[i].since, false);
+				fputs("): ", stdout);
+				print_escaped(stdout, st.features[i].without, false);
+				fputc('\n', stdout);
+			}
+		}
 	}
 	if (fflush(stdout) != 0)
 		r = error_errno(-errno, "Failed to write to standard output");

@@ -219,6 +219,31 @@ static int property_get_probes(
 	return sd_bus_message_close_container(reply);
 }
 
+/* a(sbbss): name, available, required, first kernel version with it, what is off without it. */
+static int property_get_kernel_features(
+	sd_bus *bus,
+	const char *path,
+	const char *interface,
+	const char *property,
+	sd_bus_message *reply,
+	void *userdata,
+	sd_bus_error *error) {
+	Bus *b = userdata;
+	const Features *f = manager_features(b->manager);
+	int r;
+
+	r = sd_bus_message_open_container(reply, 'a', "(sbbss)");
+	if (r < 0)
+		return r;
+	for (unsigned i = 0; i < _FEATURE_MAX; i++) {
+		r = sd_bus_message_append(reply, "(sbbss)", feature_to_string(i), (int) features_has(f, i),
+		                          (int) feature_required(i), feature_since(i), feature_without(i));
+		if (r < 0)
+			return r;
+	}
+	return sd_bus_message_close_container(reply);
+}
+
 /* The counters, by property name: one getter, so that each name is spelled once here. */
 static int property_get_counter(
 	sd_bus *bus,
@@ -1475,6 +1500,7 @@ static const sd_bus_vtable manager_vtable[] = {
 	SD_BUS_PROPERTY("ProducerFailures", "t", property_get_counter, 0, COUNTER_FLAGS),
 	SD_BUS_PROPERTY("ClientDrops", "t", property_get_counter, 0, COUNTER_FLAGS),
 	SD_BUS_PROPERTY("StartedAt", "t", property_get_started_at, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("KernelFeatures", "a(sbbss)", property_get_kernel_features, 0, SD_BUS_VTABLE_PROPERTY_CONST),
 
 	SD_BUS_METHOD_WITH_NAMES("GetCpuStats",
 	                         NULL, "",

@@ -109,6 +109,10 @@ int main(int argc, char *argv[]) {
 	}
 
 	r = manager_start(m);
+	if (r < 0 && manager_kernel_unsupported(m)) {
+		manager_free(m);
+		return PERFRELAY_EXIT_KERNEL;
+	}
 	if (r >= 0)
 		r = manager_run(m);
 	manager_free(m);

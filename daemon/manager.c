@@ -19,6 +19,7 @@
 #include "cgroup.h"
 #include "grace.h"
 #include "hotplug.h"
+#include "kernelfeatures.h"
 #include "ledger.h"
 #include "log.h"
 #include "manager.h"
@@ -53,6 +54,8 @@ struct Manager {
 	uint64_t crash_lost_at_start[PERFRELAY_MAX_PRODUCERS];
 	bool serving;               /* our rings may be in the array: quiesce before the last drain */
 	bool quiesced;              /* slots cleared and a grace period waited out: nothing writes */
+	Features *features;         /* what the running kernel offers, probed at start */
+	bool kernel_unsupported;    /* start failed: a required kernel feature is missing */
 	Hub *hub;
 	Reader **readers;
 	size_t n_readers;
@@ -141,6 +144,8 @@ const CpuSet *manager_cpus(const Manager *m) { return &m->cpus; }
 size_t manager_n_readers(const Manager *m) { return m->n_readers; }
 const Reader *manager_reader(const Manager *m, size_t i) { return m->readers[i]; }
 Probes *manager_probes(Manager *m) { return m->probes; }
+const Features *manager_features(const Manager *m) { return m->features; }
+bool manager_kernel_unsupported(const Manager *m) { return m->kernel_unsupported; }
 Server *manager_server(Manager *m) { return m->server; }
 Hub *manager_hub(Manager *m) { return m->hub; }
 
@@ -219,6 +224,7 @@ Manager *manager_free(Manager *m) {
 	hub_free(m->hub);
 	ledger_free(m->ledger);
 	probes_free(m->probes);
+	features_free(m->features);
 	sd_event_unref(m->event);
 	config_free(m->config);
 	free(m->dropin_dir);
@@ -735,6 +741,33 @@ static void manager_hotplug_setup(Manager *m) {
 		                  "within a second may stay without a ring");
 }
 
+/* Probes the kernel; refuses to go on without a required feature (main() exits with
+ * PERFRELAY_EXIT_KERNEL then), and says what is off without an optional one. */
+static int manager_probe_features(Manager *m) {
+	Feature missing;
+	int r;
+
+	r = features_probe(m->config->pin_path, &m->features);
+	if (r < 0)
+		return log_error_errno(r, "Failed to probe the kernel's BPF features: %m");
+	for (unsigned i = 0; i < _FEATURE_MAX; i++) {
+		if (features_forced_off(m->features, i))
+			log_warning("Kernel feature %s forced off by $PERFRELAY_TEST_DISABLE_FEATURES (test-only)",
+			            feature_to_string(i));
+		if (!feature_required(i) && !features_has(m->features, i))
+			log_warning("Kernel feature %s is unavailable (Linux %s has it): %s", feature_to_string(i),
+			            feature_since(i), feature_without(i));
+	}
+	missing = features_first_missing_required(m->features);
+	if (missing != _FEATURE_MAX) {
+		m->kernel_unsupported = true;
+		log_error("The running kernel lacks the required feature %s (Linux %s or newer has it): %s",
+		          feature_to_string(missing), feature_since(missing), feature_without(missing));
+		return -EOPNOTSUPP;
+	}
+	return 0;
+}
+
 int manager_start(Manager *m) {
 	const Config *c = m->config;
 	_cleanup_free_ CpuSet *groups = NULL;
@@ -746,9 +779,13 @@ int manager_start(Manager *m) {
 	r = pins_prepare(c->pin_path);
 	if (r < 0)
 		return r;
+	r = manager_probe_features(m);
+	if (r < 0)
+		return r;
 	r = probes_new(c->pin_path, c->replace_incompatible_pins, c->pending_syscalls, &m->probes);
 	if (r < 0)
 		return r;
+	probes_set_pin_links(m->probes, features_has(m->features, FEATURE_LINK_PIN));
 
 	r = manager_settle(m);
 	if (r < 0)

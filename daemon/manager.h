@@ -8,6 +8,7 @@
 #include <systemd/sd-event.h>
 
 #include "config.h"
+#include "kernelfeatures.h"
 #include "hub.h"
 #include "ledger.h"
 #include "probes.h"
@@ -61,6 +62,12 @@ const CpuSet *manager_cpus(const Manager *m);  /* CPUs with a ring */
 size_t manager_n_readers(const Manager *m);
 const Reader *manager_reader(const Manager *m, size_t i);
 Probes *manager_probes(Manager *m);
+const Features *manager_features(const Manager *m);
+/* After a failed manager_start(): whether it failed because the kernel lacks a required feature. */
+bool manager_kernel_unsupported(const Manager *m);
+/* perfrelayd's exit status when the kernel lacks a required feature (LSB: "unimplemented
+ * feature"), so that units and scripts can tell it from other failures (docs/kernels.md). */
+#define PERFRELAY_EXIT_KERNEL 3
 Server *manager_server(Manager *m);
 Hub *manager_hub(Manager *m);
 Ledger *manager_ledger(Manager *m);

@@ -30,6 +30,7 @@ struct Probes {
 	bool reused[_PROBE_MAX];
 	bool counters_created;  /* no "counters" pin existed: this load made it */
 	bool received_created;  /* no "received" pin existed: this load made it */
+	bool no_pin_links;          /* the kernel cannot pin these links (kernelfeatures.h: link_pin) */
 };
 
 /* The programs of each probe, in attach order. For open and connect the reaper (thread exit)
@@ -311,7 +312,7 @@ static int attach_prog(Probes *p, unsigned probe, unsigned i, const struct bpf_p
 			return r;
 		}
 	}
-	r = bpf_link__pin(link, path);
+	r = p->no_pin_links ? 0 : bpf_link__pin(link, path);
 	if (r < 0) {
 		bpf_link__destroy(link);
 		return log_error_errno(r, "Probe %s: failed to pin link at %s: %m", probe_to_string(probe), path);
@@ -373,6 +374,10 @@ int probes_set_enabled(Probes *p, unsigned probe, bool enabled) {
 	p->enabled[probe] = true;
 	p->reused[probe] = all_reused;
 	return 0;
+}
+
+void probes_set_pin_links(Probes *p, bool pin) {
+	p->no_pin_links = !pin;
 }
 
 int probes_apply(Probes *p, uint32_t mask) {

@@ -34,6 +34,9 @@ unsigned probes_possible_cpus(const Probes *p);
  * program is identical to the loaded one and uses the same maps, attaches and pins the others, and unpins and detaches
  * probes outside the mask. */
 int probes_apply(Probes *p, uint32_t mask);
+/* Whether probes_apply() pins the links it creates (default: yes). Without pins (kernels before
+ * 5.15 for tracepoint/ programs) the probes detach when the daemon exits. */
+void probes_set_pin_links(Probes *p, bool pin);
 int probes_set_enabled(Probes *p, unsigned probe, bool enabled);
 bool probes_is_enabled(const Probes *p, unsigned probe);
 /* 1 if the probe's links were found pinned at start and reused. */

@@ -349,7 +349,7 @@ LISTENER = Subscriber(subscribe=False)
 def test_properties():
     p = get_all()
     want = {"Version", "State", "PinPath", "Cpus", "Readers", "Probes", "Clients", "EventsReceived",
-            "EventsDelivered", "EventsLost", "ProducerFailures", "ClientDrops", "StartedAt"}
+            "EventsDelivered", "EventsLost", "ProducerFailures", "ClientDrops", "StartedAt", "KernelFeatures"}
     check_eq(set(p), want, "the Manager's properties")
     version = subprocess.run([BINARY, "--version"], capture_output=True, text=True).stdout.split()[-1]
     check_eq(p["Version"], version, "Version")
@@ -672,7 +672,7 @@ def test_non_root():
     root = get_all()
     mine = get_all(user="nobody")
     check_eq(set(mine), set(root), "nobody reads every property")
-    for k in ("Version", "State", "PinPath", "Cpus", "Readers", "Probes", "StartedAt"):
+    for k in ("Version", "State", "PinPath", "Cpus", "Readers", "Probes", "StartedAt", "KernelFeatures"):
         check_eq(mine[k], root[k], f"nobody's {k}")
     for method in ("GetCpuStats", "GetReaderStats", "ListClients", "ListProbes"):
         call(method, user="nobody")

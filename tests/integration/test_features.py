@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Kernel feature probing (docs/kernels.md): on this kernel every feature is on and reported so on
+D-Bus and by perfrelayctl status; a required feature forced off ($PERFRELAY_TEST_DISABLE_FEATURES,
+test-only) makes the daemon refuse to start with exit status 3 and the documented message, before
+it pins anything; an optional one forced off leaves it running, reporting the feature off, and
+doing what docs/kernels.md says it does without it (link_pin: probes attached, links unpinned)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests, skip
+
+BINARY = sys.argv[1]
+BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
+SRCDIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CTL = os.path.join(BUILDDIR, "client", "perfrelayctl")
+POLICY = os.path.join(SRCDIR, "config", "org.perfrelay1.conf")
+DOC = os.path.join(SRCDIR, "docs", "kernels.md")
+
+require_root_and_bpf()
+for tool in ("dbus-daemon", "busctl"):
+    if not shutil.which(tool):
+        skip(f"{tool} is not installed")
+
+REQUIRED = ["perf_event_array", "preserve_elems", "btf", "tracepoint", "perf_event_output",
+            "ktime_get_boot_ns", "tp_btf"]
+OPTIONAL = ["link_pin", "mmapable", "task_storage", "membarrier"]
+# The minimum versions docs/kernels.md documents (and the daemon's messages name).
+SINCE = {"perf_event_array": "4.3", "preserve_elems": "5.10", "btf": "5.4", "tracepoint": "4.7",
+         "perf_event_output": "4.7", "ktime_get_boot_ns": "5.8", "tp_btf": "5.5", "link_pin": "5.15",
+         "mmapable": "5.5", "task_storage": "5.11", "membarrier": "4.14"}
+LINKS = ("handle_exec", "handle_exit", "handle_fork", "handle_open_enter", "handle_open_exit",
+         "handle_connect_enter", "handle_connect_exit")
+
+WORK = tempfile.mkdtemp(prefix="perfrelay-features-")
+BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={dir}/system_bus_socket</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <deny own="*"/>
+    <deny send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
+  </policy>
+  <includedir>{dir}/system.d</includedir>
+</busconfig>
+"""
+os.makedirs(f"{WORK}/system.d")
+shutil.copy(POLICY, f"{WORK}/system.d")
+with open(f"{WORK}/system.conf", "w") as f:
+    f.write(BUS_CONFIG.format(dir=WORK))
+BUS = subprocess.Popen(["dbus-daemon", f"--config-file={WORK}/system.conf", "--nofork", "--print-address=1"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+ADDRESS = BUS.stdout.readline().strip().split(",")[0]
+if not ADDRESS:
+    print(f"FAIL: dbus-daemon did not start: {BUS.stderr.read()}")
+    sys.exit(1)
+os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = ADDRESS
+
+d = Daemon(BINARY, "features")
+
+
+def start_with(disabled):
+    # From a clean pin root: links pinned by an earlier step would otherwise be reused.
+    subprocess.run([BINARY, "--config", d.config_path, "--cleanup"], capture_output=True, check=True)
+    if disabled:
+        os.environ["PERFRELAY_TEST_DISABLE_FEATURES"] = ",".join(disabled)
+    try:
+        d.start()
+    finally:
+        os.environ.pop("PERFRELAY_TEST_DISABLE_FEATURES", None)
+
+
+def bus_features():
+    r = subprocess.run(["busctl", f"--address={ADDRESS}", "--json=short", "get-property", "org.perfrelay1", "/org/perfrelay1",
+                        "org.perfrelay1.Manager", "KernelFeatures"], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise Failure(f"busctl get-property KernelFeatures failed: {r.stderr.strip()}")
+    got = json.loads(r.stdout)
+    check_eq(got["type"], "a(sbbss)", "KernelFeatures signature")
+    return {name: {"available": a, "required": req, "since": since, "without": without}
+            for name, a, req, since, without in got["data"]}
+
+
+def ctl_status():
+    r = subprocess.run([CTL, "status", "--json"], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise Failure(f"perfrelayctl status --json failed: {r.stderr.strip()}")
+    text = subprocess.run([CTL, "status"], capture_output=True, text=True, timeout=30)
+    if text.returncode != 0:
+        raise Failure(f"perfrelayctl status failed: {text.stderr.strip()}")
+    return {f["name"]: f for f in json.loads(r.stdout)["kernel_features"]}, text.stdout
+
+
+def check_table(bus):
+    check_eq(sorted(bus), sorted(REQUIRED + OPTIONAL), "KernelFeatures names")
+    for name, f in bus.items():
+        check_eq(f["required"], name in REQUIRED, f"{name}: required")
+        check_eq(f["since"], SINCE[name], f"{name}: since")
+        check(f["without"], f"{name}: says what is off without it")
+
+
+def test_all_on_here():
+    """This kernel (6.x with BTF) has every feature; the links are pinned."""
+    start_with([])
+    try:
+        bus = bus_features()
+        check_table(bus)
+        for name, f in bus.items():
+            check_eq(f["available"], True, f"{name} available on this kernel")
+        ctl, text = ctl_status()
+        check_eq({n: f["available"] for n, f in ctl.items()}, {n: True for n in bus}, "perfrelayctl status --json")
+        for name in bus:
+            check(f" {name}=on" in text, f"perfrelayctl status shows {name}=on:\n{text}")
+        for link in LINKS:
+            check(os.path.exists(f"{d.pin_path}/links/{link}"), f"link {link} pinned")
+    finally:
+        d.stop()
+
+
+def test_optional_missing_keeps_running():
+    """link_pin off: the daemon runs, reports it off, attaches the probes without pinning them,
+    and still delivers events."""
+    start_with(["link_pin"])
+    try:
+        bus = bus_features()
+        check_table(bus)
+        check_eq(bus["link_pin"]["available"], False, "link_pin reported off on D-Bus")
+        for name in REQUIRED + ["mmapable", "task_storage", "membarrier"]:
+            check_eq(bus[name]["available"], True, f"{name} still on")
+        ctl, text = ctl_status()
+        check_eq(ctl["link_pin"]["available"], False, "link_pin off in perfrelayctl status --json")
+        check(" link_pin=off" in text, f"perfrelayctl status shows link_pin=off:\n{text}")
+        check(f"off: link_pin (Linux 5.15): {bus['link_pin']['without']}" in text,
+              f"perfrelayctl status says what is off without link_pin:\n{text}")
+        check_eq(sorted(os.listdir(f"{d.pin_path}/links")), [], "no link pinned without link_pin")
+        p = subprocess.Popen(["/bin/true", "perfrelay-features-marker"])
+        p.wait()
+        d.wait_event(lambda e: e.get("type") == "exec" and e.get("pid") == p.pid, "exec of the marker")
+    finally:
+        d.stop()
+
+
+def test_required_missing_refuses():
+    """Each required feature forced off: exit status 3, the documented message, nothing pinned."""
+    with open(DOC) as f:
+        doc = f.read()
+    for name in ("preserve_elems", "btf", "perf_event_array"):
+        subprocess.run([BINARY, "--config", d.config_path, "--cleanup"], capture_output=True, check=True)
+        os.environ["PERFRELAY_TEST_DISABLE_FEATURES"] = name
+        try:
+            r = subprocess.run([BINARY, "--config", d.config_path], capture_output=True, text=True, timeout=60)
+        finally:
+            os.environ.pop("PERFRELAY_TEST_DISABLE_FEATURES", None)
+        check_eq(r.returncode, 3, f"exit status without {name}")
+        msg = f"The running kernel lacks the required feature {name} (Linux {SINCE[name]} or newer has it)"
+        check(msg in r.stderr, f"message without {name}: {r.stderr!r}")
+        check("exit status 3" in doc and "The running kernel lacks the required feature" in doc,
+              "docs/kernels.md documents the message and the exit status")
+        check(not os.path.exists(f"{d.pin_path}/events"), f"nothing pinned without {name}")
+
+
+try:
+    run_tests([test_all_on_here, test_optional_missing_keeps_running, test_required_missing_refuses])
+finally:
+    d.cleanup()
+    BUS.terminate()
+    BUS.wait(10)
+    shutil.rmtree(WORK, ignore_errors=True)

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The kernels suite (docs/kernels.md): boots Debian's own kernel packages under qemu with a
+busybox initramfs that mounts the host's root read-only over 9p, and runs integration tests of
+this build inside each guest. One result line per kernel and test; exit 77 when qemu, busybox or
+no kernel package can be had."""
+import lzma
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+BUILDDIR = os.path.abspath(sys.argv[1])
+SRCDIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CACHE = os.environ.get("PERFRELAY_KERNEL_CACHE", os.path.expanduser("~/.cache/perfrelay/kernels"))
+# Each package: a kernel the project's users run. The archive keeps one 6.1 ABI at a time, so the
+# newest linux-image-6.1.0-*-amd64 is picked.
+KERNELS = [("6.1", "linux-image-6.1.0-", r"^linux-image-6\.1\.0-\d+-amd64$"),
+           ("6.12", "linux-image-6.12.", r"^linux-image-6\.12\.\d+\+deb12-amd64$")]
+GUEST_TESTS = ["test_features", "test_pipeline", "test_restart", "test_accounting"]
+BOOT_TIMEOUT = int(os.environ.get("PERFRELAY_KERNEL_BOOT_TIMEOUT", "420"))
+MODULES = ["virtio_pci", "9pnet_virtio", "9p"]
+
+
+def skip(reason):
+    print(f"SKIP: {reason}")
+    sys.exit(77)
+
+
+def read_module(path):
+    """A module's bytes; newer Debian kernels ship them xz-compressed."""
+    with open(path, "rb") as f:
+        data = f.read()
+    return lzma.decompress(data) if path.endswith(".xz") else data
+
+
+def modinfo_depends(path):
+    data = read_module(path)
+    m = re.search(rb"depends=([^\0]*)\0", data)
+    return [d for d in m.group(1).decode().split(",") if d] if m else []
+
+
+def module_index(moddir):
+    idx = {}
+    for root, _, files in os.walk(moddir):
+        for f in files:
+            for ext in (".ko", ".ko.xz"):
+                if f.endswith(ext):
+                    idx[f[:-len(ext)].replace("-", "_")] = os.path.join(root, f)
+    return idx
+
+
+def module_order(idx, names, builtin):
+    order, seen = [], set()
+
+    def visit(n):
+        n = n.replace("-", "_")
+        if n in seen:
+            return
+        seen.add(n)
+        if n not in idx:
+            if n in builtin:
+                return
+            raise RuntimeError(f"module {n} is neither a module nor built in")
+        for d in modinfo_depends(idx[n]):
+            visit(d)
+        order.append(idx[n])
+    for n in names:
+        visit(n)
+    return order
+
+
+def fetch_kernel(prefix, pattern):
+    """The newest package matching pattern, downloaded once into CACHE and unpacked there."""
+    r = subprocess.run(["apt-cache", "search", "--names-only", "^" + re.escape(prefix)], capture_output=True, text=True)
+    names = sorted({l.split()[0] for l in r.stdout.splitlines() if re.match(pattern, l.split()[0])},
+                   key=lambda n: [int(x) for x in re.findall(r"\d+", n)])
+    if not names:
+        return None, "no package matches " + pattern
+    pkg = names[-1]
+    os.makedirs(CACHE, exist_ok=True)
+    debs = [f for f in os.listdir(CACHE) if f.startswith(pkg + "_") and f.endswith(".deb")]
+    if not debs:
+        r = subprocess.run(["apt-get", "download", pkg], cwd=CACHE, capture_output=True, text=True)
+        debs = [f for f in os.listdir(CACHE) if f.startswith(pkg + "_") and f.endswith(".deb")]
+        if not debs:
+            return None, f"apt-get download {pkg} failed: {r.stderr.strip()[-300:]}"
+    root = os.path.join(CACHE, debs[0][:-4])
+    if not os.path.isdir(os.path.join(root, "boot")):
+        subprocess.run(["dpkg-deb", "-x", os.path.join(CACHE, debs[0]), root + ".tmp"], check=True)
+        os.rename(root + ".tmp", root)
+    return root, pkg
+
+
+INIT = """#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+for m in $(cat /modules.order); do insmod /$m || echo "KERNELS: insmod $m failed"; done
+mkdir -p /newroot
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000,cache=loose hostroot /newroot || echo "KERNELS: 9p mount failed"
+for d in tmp run var/tmp; do mount -t tmpfs tmpfs /newroot/$d; done
+mount -t proc proc /newroot/proc
+mount -t sysfs sys /newroot/sys
+mount -t devtmpfs dev /newroot/dev
+mount -t bpf bpf /newroot/sys/fs/bpf
+mount -t tracefs tracefs /newroot/sys/kernel/tracing
+mount -t cgroup2 cgroup2 /newroot/sys/fs/cgroup
+ip link set lo up  # the connect checks use 127.0.0.1; -nic none leaves only lo
+echo "KERNELS: booted $(uname -r)"
+chroot /newroot /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp /bin/sh -c '{cmd}'
+echo "KERNELS: done"
+echo o > /proc/sysrq-trigger
+sleep 30
+"""
+
+
+def build_initramfs(kroot, kver, work, cmd):
+    ir = os.path.join(work, "initramfs")
+    os.makedirs(os.path.join(ir, "bin"))
+    for d in ("proc", "sys", "dev", "newroot"):
+        os.makedirs(os.path.join(ir, d))
+    shutil.copy("/bin/busybox", os.path.join(ir, "bin", "busybox"))
+    moddir = os.path.join(kroot, "lib", "modules", kver)
+    builtin = set()
+    bi = os.path.join(moddir, "modules.builtin")
+    if os.path.exists(bi):
+        builtin = {os.path.basename(l.strip()).split(".ko")[0].replace("-", "_") for l in open(bi)}
+    order = module_order(module_index(moddir), MODULES, builtin)
+    names = []
+    for p in order:
+        name = os.path.basename(p).split(".ko")[0] + ".ko"
+        with open(os.path.join(ir, name), "wb") as f:
+            f.write(read_module(p))
+        names.append(name)
+    with open(os.path.join(ir, "modules.order"), "w") as f:
+        f.write("\n".join(names) + "\n")
+    with open(os.path.join(ir, "init"), "w") as f:
+        f.write(INIT.replace("{cmd}", cmd))
+    os.chmod(os.path.join(ir, "init"), 0o755)
+    out = os.path.join(work, "initramfs.cpio")
+    write_cpio(ir, out)
+    return out
+
+
+def write_cpio(src, out):
+    """A newc archive of src (regular files and directories only), without needing cpio(1)."""
+    ino = [0]
+
+    def entry(f, name, mode, data):
+        ino[0] += 1
+        namez = name.encode() + b"\0"
+        hdr = "070701" + "".join(f"{v:08x}" for v in (ino[0], mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0,
+                                                        len(namez), 0))
+        f.write(hdr.encode() + namez)
+        f.write(b"\0" * ((4 - (110 + len(namez)) % 4) % 4))
+        f.write(data)
+        f.write(b"\0" * ((4 - len(data) % 4) % 4))
+    with open(out, "wb") as f:
+        for root, dirs, files in os.walk(src):
+            rel = os.path.relpath(root, src)
+            if rel != ".":
+                entry(f, rel, 0o40755, b"")
+            for n in sorted(files):
+                path = os.path.join(root, n)
+                with open(path, "rb") as g:
+                    entry(f, os.path.normpath(os.path.join(rel, n)), 0o100000 | (os.stat(path).st_mode & 0o7777),
+                          g.read())
+        entry(f, "TRAILER!!!", 0, b"")
+
+
+def main():
+    for tool in ("qemu-system-x86_64", "apt-get", "dpkg-deb"):
+        if not shutil.which(tool):
+            skip(f"{tool} is not installed (scripts/lib.sh installs qemu-system-x86 and busybox-static)")
+    if subprocess.run(["dpkg-query", "-W", "-f=${Status}", "busybox-static"], capture_output=True,
+                      text=True).stdout != "install ok installed":
+        skip("busybox-static is not installed")
+    if os.geteuid() != 0:
+        skip("needs root (the guest runs the integration tests of this build as root)")
+    failed = passed = 0
+    booted = 0
+    for label, prefix, pattern in KERNELS:
+        kroot, pkg = fetch_kernel(prefix, pattern)
+        if kroot is None:
+            print(f"kernel {label}: SKIP ({pkg})")
+            continue
+        kver = os.listdir(os.path.join(kroot, "lib", "modules"))[0]
+        work = tempfile.mkdtemp(prefix=f"perfrelay-kernel-{label}-")
+        try:
+            # Each test's exit status is echoed inside the pipe, so sed's status does not hide it.
+            tests = " ; ".join(
+                f"(python3 {SRCDIR}/tests/integration/{t}.py {BUILDDIR}/daemon/perfrelayd; echo \"rc=$?\") 2>&1 | "
+                f"sed \"s/^/GUEST {t}: /\""
+                for t in GUEST_TESTS)
+            # For debugging a kernel by hand: run this shell command in the guest instead.
+            tests = os.environ.get("PERFRELAY_KERNEL_GUEST_CMD", tests)
+            initrd = build_initramfs(kroot, kver, work, tests)
+            log_path = os.path.join(BUILDDIR, "meson-logs", f"kernel-{label}.log")
+            # KVM when it works (it does not for stock guests on some hosts: qemu aborts at once),
+            # TCG otherwise.
+            t0 = time.monotonic()
+            for accel in (["-accel", "kvm", "-cpu", "host"], ["-accel", "tcg", "-cpu", "max"]):
+                if accel[1] == "kvm" and not os.access("/dev/kvm", os.R_OK | os.W_OK):
+                    continue
+                t0 = time.monotonic()
+                cmd = ["qemu-system-x86_64", *accel, "-m", "1536", "-smp", "2", "-nographic", "-no-reboot",
+                       "-kernel", os.path.join(kroot, "boot", f"vmlinuz-{kver}"), "-initrd", initrd,
+                       "-append", "console=ttyS0 panic=-1 quiet loglevel=3",
+                       "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+                       "-nic", "none"]
+                with open(log_path, "w") as log:
+                    try:
+                        subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=BOOT_TIMEOUT,
+                                       stdin=subprocess.DEVNULL)
+                    except subprocess.TimeoutExpired:
+                        print(f"kernel {label}: no power-off within {BOOT_TIMEOUT}s")
+                if "KERNELS: booted" in open(log_path, errors="replace").read():
+                    break
+                print(f"kernel {label}: {accel[1]} did not boot, see {log_path}")
+            print(f"kernel {label}: booted with {accel[1]}")
+            out = open(log_path, errors="replace").read()
+            secs = time.monotonic() - t0
+            results = {}
+            for t in GUEST_TESTS:
+                m = re.findall(rf"^GUEST {t}: rc=(\d+)", out, re.M)
+                results[t] = int(m[-1]) if m else None
+            for line in out.splitlines():
+                if line.startswith("GUEST "):
+                    print(line)
+            booted += "KERNELS: booted" in out
+            for t, rc in results.items():
+                ok = rc == 0
+                print(f"kernel {label} ({pkg}) {t}: {'PASS' if ok else 'FAIL'} (rc {rc}, {secs:.0f}s boot+tests)")
+                passed += ok
+                failed += not ok
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    if booted == 0 and failed == 0:
+        skip("no kernel package could be had")
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+main()
