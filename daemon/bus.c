@@ -331,7 +331,10 @@ static int method_get_cpu_stats(sd_bus_message *message, void *userdata, sd_bus_
 
 		for (size_t k = 0; k < reader_n_rings(rd) && n < b->n_rings; k++) {
 			const CpuStats *cs = reader_cpu_stats(rd, k);
-			unsigned cpu = ring_cpu(reader_ring(rd, k));
+			unsigned cpu = reader_slot_cpu(rd, k);
+
+			if (!reader_ring(rd, k))
+				continue; /* offline since the start: listed once it has a ring */
 
 			rows[n++] = (CpuRow){
 				.cpu = cpu,
@@ -1562,7 +1565,7 @@ static void bus_emit_events_lost(Bus *b) {
 
 		for (size_t k = 0; k < reader_n_rings(rd) && idx < b->n_rings; k++, idx++) {
 			uint64_t lost = STAT_LOAD(reader_cpu_stats(rd, k)->lost);
-			uint32_t cpu = ring_cpu(reader_ring(rd, k));
+			uint32_t cpu = reader_slot_cpu(rd, k);
 			int r;
 
 			if (lost <= b->lost_signalled[idx])

@@ -78,7 +78,7 @@ struct Manager {
 
 	/* CPU hotplug (manager_hotplug_*()). */
 	HotplugWatch *hotplug;      /* kernel uevents; NULL where they cannot be had (the tick remains) */
-	CpuSet cpus_parked;         /* CPUs of `cpus` that went offline: slot empty, ring drained */
+	CpuSet cpus_parked;         /* CPUs of `cpus` that are offline: slot empty, ring drained or none yet */
 	CpuSet cpus_unserved_seen;  /* CPUs outside every group already reported as online */
 };
 
@@ -232,8 +232,46 @@ Manager *manager_free(Manager *m) {
 	return NULL;
 }
 
-/* The CPU groups the readers serve: from CpuGroups=, CpusPerReader= or the cache topology,
- * restricted to online CPUs (configured CPUs that are offline are skipped with a warning). */
+/* Possible CPUs that are offline at start get a parked slot (no ring) in a reader group, so that
+ * they are served when they come online (manager_cpu_online()): with CpuGroups=, in the group that
+ * lists them (or, if none of that group's CPUs is online, in the group with the fewest CPUs);
+ * CPUs that CpuGroups= does not list stay unserved. Without CpuGroups=, in the group with the
+ * fewest CPUs: the cache topology of an offline CPU is not in sysfs. */
+static void manager_park_offline_cpus(Manager *m, const CpuSet *online, CpuSet *groups, size_t n_groups) {
+	const Config *c = m->config;
+
+	for (unsigned cpu = 0; cpu < probes_possible_cpus(m->probes) && cpu < PERFRELAY_MAX_CPUS; cpu++) {
+		size_t g = n_groups, fewest = 0;
+
+		if (cpuset_contains(online, cpu))
+			continue;
+		if (c->n_cpu_groups > 0) {
+			size_t listed = c->n_cpu_groups;
+
+			for (size_t i = 0; i < c->n_cpu_groups && listed == c->n_cpu_groups; i++)
+				if (cpuset_contains(&c->cpu_groups[i], cpu))
+					listed = i;
+			if (listed == c->n_cpu_groups)
+				continue;
+			/* The configured group survives as the one holding its online CPUs. */
+			for (size_t i = 0; i < n_groups; i++)
+				if (cpuset_intersects(&groups[i], &c->cpu_groups[listed]))
+					g = i;
+		}
+		if (g == n_groups) {
+			for (size_t i = 1; i < n_groups; i++)
+				if (cpuset_count(&groups[i]) < cpuset_count(&groups[fewest]))
+					fewest = i;
+			g = fewest;
+		}
+		cpuset_add(&groups[g], cpu);
+		cpuset_add(&m->cpus_parked, cpu);
+		log_debug("CPU %u is offline: parked in reader group %zu until it comes online", cpu, g);
+	}
+}
+
+/* The CPU groups the readers serve: from CpuGroups=, CpusPerReader= or the cache topology of
+ * the online CPUs, plus the offline CPUs parked in them (manager_park_offline_cpus()). */
 static int manager_cpu_groups(Manager *m, CpuSet **ret, size_t *ret_n) {
 	const Config *c = m->config;
 	CpuSet online;
@@ -256,7 +294,8 @@ static int manager_cpu_groups(Manager *m, CpuSet **ret, size_t *ret_n) {
 			     cpu = cpuset_next(&c->cpu_groups[i], cpu + 1)) {
 				if (cpuset_contains(&online, cpu))
 					cpuset_add(&g, cpu);
-				else
+				else if ((unsigned) cpu >= probes_possible_cpus(m->probes))
+					/* Not a possible CPU: it can never come online. */
 					log_warning("CpuGroups=: CPU %d is not online, skipping it", cpu);
 			}
 			if (!cpuset_is_empty(&g))
@@ -268,15 +307,16 @@ static int manager_cpu_groups(Manager *m, CpuSet **ret, size_t *ret_n) {
 		}
 		*ret = groups;
 		*ret_n = n;
-		return 0;
+	} else {
+		if (c->cpus_per_reader > 0)
+			r = topology_chunk_groups(&online, c->cpus_per_reader, ret);
+		else
+			r = topology_llc_groups("/sys", &online, ret);
+		if (r < 0)
+			return log_error_errno(r, "Failed to split CPUs into reader groups: %m");
+		*ret_n = r;
 	}
-	if (c->cpus_per_reader > 0)
-		r = topology_chunk_groups(&online, c->cpus_per_reader, ret);
-	else
-		r = topology_llc_groups("/sys", &online, ret);
-	if (r < 0)
-		return log_error_errno(r, "Failed to split CPUs into reader groups: %m");
-	*ret_n = r;
+	manager_park_offline_cpus(m, &online, *ret, *ret_n);
 	return 0;
 }
 
@@ -316,6 +356,12 @@ static int manager_open_rings(Manager *m, const CpuSet *groups, size_t n_groups)
 			uint32_t key = cpu;
 			int fd;
 
+			if (cpuset_contains(&m->cpus_parked, cpu)) {
+				/* Offline: no perf event can be opened there yet; the slot stays empty. */
+				rings[i++] = NULL;
+				cpuset_add(&m->cpus, cpu);
+				continue;
+			}
 			r = ring_open(cpu, &ro, &rings[i]);
 			if (r < 0) {
 				for (unsigned k = 0; k < i; k++)
@@ -635,9 +681,10 @@ static int on_fault_signal(sd_event_source *s, const struct signalfd_siginfo *si
  * are counted) and its ring drained by its reader; when it comes back its old perf event is
  * dead, so it gets a new ring in the same reader, and the reader's counters for that CPU carry
  * on. Kernel uevents say so at once (an offline/online pair may last milliseconds); the health
- * tick re-reads the online CPUs in case uevents were lost or are not delivered. CPUs outside
- * every reader group (offline at start) are served only after a restart: their slot stays
- * empty, so their emits fail and are counted. */
+ * tick re-reads the online CPUs in case uevents were lost or are not delivered. CPUs offline at
+ * start are parked in a reader group (manager_park_offline_cpus()) and take the same path when
+ * they come online. Only CPUs outside every reader group (not listed in CpuGroups=) are not
+ * served until a restart: their slot stays empty, so their emits fail and are counted. */
 
 static Reader *manager_reader_of(Manager *m, unsigned cpu) {
 	for (size_t i = 0; i < m->n_readers; i++)
@@ -674,7 +721,7 @@ static void manager_cpu_online(Manager *m, unsigned cpu) {
 	if (!rd || !cpuset_contains(&m->cpus, cpu)) {
 		if (!cpuset_contains(&m->cpus_unserved_seen, cpu)) {
 			cpuset_add(&m->cpus_unserved_seen, cpu);
-			log_notice("CPU %u came online; it has no reader until perfrelayd restarts (its emits "
+			log_notice("CPU %u came online; it is in no reader group (CpuGroups=) until perfrelayd restarts (its emits "
 			           "fail and are counted)", cpu);
 		}
 		return;
@@ -836,8 +883,9 @@ int manager_start(Manager *m) {
 		strcpy(cpus, "?");
 	log_info("Pinned perf event array at %s (map id %u, %u possible CPUs, BPF_F_PRESERVE_ELEMS)",
 	         events_pin, map_id, probes_possible_cpus(m->probes));
-	log_info("%zu reader thread%s serving %u CPUs (%s), %u pages per ring", m->n_readers,
-	         m->n_readers == 1 ? "" : "s", cpuset_count(&m->cpus), cpus, c->pages_per_cpu);
+	log_info("%zu reader thread%s serving %u CPUs (%s; %u offline, served when they come online), "
+	         "%u pages per ring", m->n_readers, m->n_readers == 1 ? "" : "s", cpuset_count(&m->cpus),
+	         cpus, cpuset_count(&m->cpus_parked), c->pages_per_cpu);
 	for (unsigned i = 0; i < _PROBE_MAX; i++)
 		if (probes_is_enabled(m->probes, i))
 			log_info("Probe %s attached%s", probe_to_string(i),

@@ -40,7 +40,8 @@ typedef struct RingSeq {
 struct Reader {
 	unsigned id;
 	CpuSet cpus;
-	Ring **rings;
+	Ring **rings;             /* NULL: a CPU offline since the start, parked until it comes online */
+	unsigned *slot_cpu;       /* the CPU of each ring slot, in the order of `cpus` */
 	size_t n_rings;
 	CpuStats *cpu_stats;      /* one per ring; written by the thread */
 	RingSeq *seqs;            /* one per ring; the thread's (its ledger entries: see ledger.h) */
@@ -107,14 +108,26 @@ int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hu
 	r->drained_usec = calloc(n_rings ?: 1, sizeof(uint64_t));
 	r->stats = calloc(1, sizeof(ReaderStats));
 	r->seqs = calloc(n_rings ?: 1, sizeof(RingSeq));
-	if (!r->cpu_stats || !r->drained_usec || !r->stats || !r->seqs) {
+	r->slot_cpu = calloc(n_rings ?: 1, sizeof(unsigned));
+	if (!r->cpu_stats || !r->drained_usec || !r->stats || !r->seqs || !r->slot_cpu) {
 		reader_free(r);
 		return -ENOMEM;
+	}
+	/* The manager hands the rings in the order of `cpus`, parked CPUs included (as NULL). */
+	{
+		size_t i = 0;
+
+		for (int c = cpuset_next(cpus, 0); c >= 0 && i < n_rings; c = cpuset_next(cpus, c + 1))
+			r->slot_cpu[i++] = (unsigned) c;
+		if (i != n_rings) {
+			reader_free(r);
+			return -EINVAL;
+		}
 	}
 	for (size_t i = 0; i < n_rings; i++) {
 		RingSeq *rs = &r->seqs[i];
 
-		rs->ledger = ledger_entry(ledger, 0, ring_cpu(rings[i]));
+		rs->ledger = ledger_entry(ledger, 0, r->slot_cpu[i]);
 		rs->stride = ledger_n_cpus(ledger);
 		for (uint32_t p = 0; p < PERFRELAY_MAX_PRODUCERS; p++) {
 			const struct perfrelay_received *e = rs->ledger + (size_t)p * rs->stride;
@@ -138,9 +151,9 @@ int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hu
 	}
 	for (size_t i = 0; i <= n_rings; i++) {
 		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = i };
-		int fd = i < n_rings ? ring_fd(rings[i]) : r->stop_fd;
+		int fd = i < n_rings ? (rings[i] ? ring_fd(rings[i]) : -1) : r->stop_fd;
 
-		if (epoll_ctl(r->epoll_fd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		if (fd >= 0 && epoll_ctl(r->epoll_fd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 			int k = negative_errno();
 			reader_free(r);
 			return k;
@@ -164,6 +177,7 @@ Reader *reader_free(Reader *r) {
 	for (size_t i = 0; i < r->n_rings; i++)
 		ring_free(r->rings[i]);
 	free(r->rings);
+	free(r->slot_cpu);
 	free(r->cpu_stats);
 	free(r->seqs);
 	free(r->drained_usec);
@@ -180,6 +194,7 @@ unsigned reader_id(const Reader *r) { return r->id; }
 const CpuSet *reader_cpus(const Reader *r) { return &r->cpus; }
 size_t reader_n_rings(const Reader *r) { return r->n_rings; }
 const Ring *reader_ring(const Reader *r, size_t i) { return __atomic_load_n(&r->rings[i], __ATOMIC_ACQUIRE); }
+unsigned reader_slot_cpu(const Reader *r, size_t i) { return r->slot_cpu[i]; }
 const CpuStats *reader_cpu_stats(const Reader *r, size_t i) { return &r->cpu_stats[i]; }
 const ReaderStats *reader_stats(const Reader *r) { return r->stats; }
 
@@ -299,7 +314,11 @@ static int drain_all(Reader *r, uint64_t now_usec, bool *ret_any, bool *ret_tric
 	hub_reader_begin(r->hub, r->id);
 	for (size_t i = 0; i < r->n_rings; i++) {
 		DrainCtx d = { .reader = r, .cpu = &r->cpu_stats[i], .seq = &r->seqs[i] };
-		uint64_t budget = ring_data_size(r->rings[i]) / 2;
+		uint64_t budget;
+
+		if (!r->rings[i])
+			continue; /* parked: its CPU has been offline since the start */
+		budget = ring_data_size(r->rings[i]) / 2;
 		uint64_t skipped;
 		int64_t n;
 
@@ -490,10 +509,8 @@ int reader_replace_ring(Reader *r, unsigned cpu, Ring *ring) {
 	ReaderCmd *cmds;
 	size_t i;
 
-	/* The thread may be swapping rings[i] right now: load it as reader_ring() does. The ring
-	 * it returns stays valid, as only this (the main) thread frees retired rings. */
 	for (i = 0; i < r->n_rings; i++)
-		if (ring_cpu(reader_ring(r, i)) == cpu)
+		if (r->slot_cpu[i] == cpu)
 			break;
 	if (i == r->n_rings) {
 		ring_free(ring);
@@ -505,7 +522,8 @@ int reader_replace_ring(Reader *r, unsigned cpu, Ring *ring) {
 
 		if (!ring)
 			return 0;
-		(void) epoll_ctl(r->epoll_fd, EPOLL_CTL_DEL, ring_fd(r->rings[i]), NULL);
+		if (r->rings[i])
+			(void) epoll_ctl(r->epoll_fd, EPOLL_CTL_DEL, ring_fd(r->rings[i]), NULL);
 		if (epoll_ctl(r->epoll_fd, EPOLL_CTL_ADD, ring_fd(ring), &ev) < 0) {
 			int k = negative_errno();
 			ring_free(ring);
@@ -538,7 +556,7 @@ static void reader_run_command(Reader *r, const ReaderCmd *c, Ring ***retired, s
 	size_t i;
 
 	for (i = 0; i < r->n_rings; i++)
-		if (ring_cpu(r->rings[i]) == c->cpu)
+		if (r->slot_cpu[i] == c->cpu)
 			break;
 	if (i == r->n_rings) {
 		ring_free(c->ring);
@@ -548,14 +566,16 @@ static void reader_run_command(Reader *r, const ReaderCmd *c, Ring ***retired, s
 		if (!drain_all(r, now_usec(), &any, &trickle) && !any)
 			break;
 	/* Its perf event is dead or going; a stale EPOLLHUP would wake us for nothing. */
-	(void) epoll_ctl(r->epoll_fd, EPOLL_CTL_DEL, ring_fd(r->rings[i]), NULL);
+	if (r->rings[i])
+		(void) epoll_ctl(r->epoll_fd, EPOLL_CTL_DEL, ring_fd(r->rings[i]), NULL);
 	if (!c->ring)
 		return; /* the ring stays in place, empty, until the CPU returns */
 
 	ev.data.u64 = i;
 	/* Fails only short of memory; the ring is then still read on every flush timeout. */
 	(void) epoll_ctl(r->epoll_fd, EPOLL_CTL_ADD, ring_fd(c->ring), &ev);
-	(*retired)[(*n_retired)++] = r->rings[i];
+	if (r->rings[i]) /* NULL: the CPU was parked since the start */
+		(*retired)[(*n_retired)++] = r->rings[i];
 	__atomic_store_n(&r->rings[i], c->ring, __ATOMIC_RELEASE);
 	r->drained_usec[i] = now_usec();
 

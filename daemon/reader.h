@@ -33,7 +33,8 @@ typedef struct Reader Reader;
 #define READER_BUSY_MIN_RECORDS 128u
 #define READER_BUSY_HOLD_MS 10u
 
-/* Takes ownership of the rings (on success and on failure). `id` is the reader's index in the
+/* Takes ownership of the rings (on success and on failure), one per CPU of `cpus` in their
+ * order; a NULL ring parks a CPU that is offline: reader_replace_ring() gives it one later. `id` is the reader's index in the
  * hub. `cgroups` (NULL: events get no unit) and `ledger` must outlive the reader; the reader
  * continues the ledger's sequence-gap state of its CPUs, so it is made after ledger_settle(). */
 int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hub *hub, CgroupFs *cgroups,
@@ -49,7 +50,9 @@ void reader_stop(Reader *r, bool until_empty);
 unsigned reader_id(const Reader *r);
 const CpuSet *reader_cpus(const Reader *r);
 size_t reader_n_rings(const Reader *r);
+/* NULL while slot i's CPU has been offline since the start (parked until it comes online). */
 const Ring *reader_ring(const Reader *r, size_t i);
+unsigned reader_slot_cpu(const Reader *r, size_t i);
 /* Read with STAT_LOAD from any thread. */
 const CpuStats *reader_cpu_stats(const Reader *r, size_t i);
 const ReaderStats *reader_stats(const Reader *r);

@@ -139,9 +139,12 @@ static int stats_readers(Manager *m, StatsSnapshot *s) {
 
 		for (size_t k = 0; k < reader_n_rings(rd); k++) {
 			const CpuStats *cs = reader_cpu_stats(rd, k);
-			CpuSnapshot *c = &s->cpus[s->n_cpus++];
+			CpuSnapshot *c;
 
-			c->cpu = ring_cpu(reader_ring(rd, k));
+			if (!reader_ring(rd, k))
+				continue; /* offline since the start: listed once it has a ring */
+			c = &s->cpus[s->n_cpus++];
+			c->cpu = reader_slot_cpu(rd, k);
 			c->reader = reader_id(rd);
 			c->ring = (CpuStats){
 				.received = STAT_LOAD(cs->received),

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """CPU hotplug: a CPU that goes offline and comes back is served again (a fresh ring), so events
-of that CPU keep coming. Writes /sys/devices/system/cpu/cpuN/online: the CPU is offline for as
+of that CPU keep coming; a CPU that is offline when the daemon starts is served once it comes
+online. Writes /sys/devices/system/cpu/cpuN/online: the CPU is offline for as
 short a time as the test can make it, and always brought back."""
 import os
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import time
 
 from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests
+from statsbus import StatsBus, wait_for
 
 BINARY = sys.argv[1]
 
@@ -86,4 +88,61 @@ def test_offline_online_keeps_delivering():
         d.cleanup()
 
 
-run_tests([test_offline_online_keeps_delivering])
+def wait_exec_on(d, cpu, what):
+    """Execs on `cpu` until one exec arrives (one that runs before the daemon installed the
+    CPU's ring fails, counted by the producer) and returns its event."""
+    deadline = time.monotonic() + 30
+    while True:
+        pid = exec_on(cpu)
+        try:
+            return d.wait_event(lambda e: e["type"] == "exec" and e["pid"] == pid, what, timeout=2)
+        except Failure:
+            if time.monotonic() > deadline:
+                raise
+
+
+def cpu_entry(bus, cpu):
+    return next((c for c in bus.stats()["cpus"] if c["cpu"] == cpu), None)
+
+
+def test_offline_at_start_is_served_when_online():
+    cpu, path = hotpluggable_cpu()
+    if cpu is None:
+        print("SKIP: no second CPU with a writable online file")
+        sys.exit(77)
+    if not is_online(path):
+        print(f"SKIP: CPU {cpu} is offline")
+        sys.exit(77)
+    first = sorted(os.sched_getaffinity(0))[0]
+    bus = StatsBus(BINARY)
+    d = Daemon(BINARY, "hotplug-start", config="[Probes]\nProbes=exec\n")
+    try:
+        try:
+            set_online(path, False)
+        except OSError as e:
+            print(f"SKIP: the kernel refuses to take CPU {cpu} offline: {e}")
+            sys.exit(77)
+        d.start()
+        ev = wait_exec_on(d, first, f"exec on CPU {first}")
+        check_eq(ev["cpu"], first, "the exec ran on the online CPU")
+        # GetStats lists a CPU only while it has a ring (docs/dbus.md).
+        check(cpu_entry(bus, first) is not None, f"GetStats lists CPU {first}")
+        check(cpu_entry(bus, cpu) is None, f"GetStats does not list CPU {cpu}, offline since the start")
+
+        set_online(path, True)
+        check(is_online(path), f"CPU {cpu} is online")
+        ev = wait_exec_on(d, cpu, f"exec on CPU {cpu}, which was offline when the daemon started")
+        check_eq(ev["cpu"], cpu, "the exec ran on the CPU that came online")
+        # The reader stores its counters at the end of the batch that delivered the event.
+        entry = wait_for(lambda: (lambda c: c if c and c["received"] > 0 else None)(cpu_entry(bus, cpu)),
+                         f"GetStats lists CPU {cpu} with received > 0")
+        check(entry["received"] > 0, f"CPU {cpu} received")
+    finally:
+        if path and not is_online(path):
+            set_online(path, True)
+        d.stop()
+        d.cleanup()
+        bus.close()
+
+
+run_tests([test_offline_online_keeps_delivering, test_offline_at_start_is_served_when_online])
