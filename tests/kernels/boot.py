@@ -104,6 +104,10 @@ for m in $(cat /modules.order); do insmod /$m || echo "KERNELS: insmod $m failed
 mkdir -p /newroot
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000,cache=loose hostroot /newroot || echo "KERNELS: 9p mount failed"
 for d in tmp run var/tmp; do mount -t tmpfs tmpfs /newroot/$d; done
+# The project's tree (and a build dir outside it) as shares of their own, mounted at their host
+# paths after the tmpfs mounts: a checkout under /tmp (or on a file system of its own) would
+# otherwise be hidden or missing in the guest.
+{project_mounts}
 mount -t proc proc /newroot/proc
 mount -t sysfs sys /newroot/sys
 mount -t devtmpfs dev /newroot/dev
@@ -117,6 +121,20 @@ echo "KERNELS: done"
 echo o > /proc/sysrq-trigger
 sleep 30
 """
+
+
+def project_shares():
+    """(mount tag, host path) of the trees the guest needs at their own paths."""
+    shares = [("project", SRCDIR)]
+    if os.path.commonpath([SRCDIR, BUILDDIR]) != SRCDIR:
+        shares.append(("projectbuild", BUILDDIR))
+    return shares
+
+
+def project_mounts():
+    return "\n".join(f"mkdir -p /newroot{path} 2>/dev/null; mount -t 9p -o trans=virtio,version=9p2000.L,ro,"
+                     f"msize=512000,cache=loose {tag} /newroot{path} || echo \"KERNELS: 9p mount of {path} failed\""
+                     for tag, path in project_shares())
 
 
 def build_initramfs(kroot, kver, work, cmd):
@@ -140,7 +158,7 @@ def build_initramfs(kroot, kver, work, cmd):
     with open(os.path.join(ir, "modules.order"), "w") as f:
         f.write("\n".join(names) + "\n")
     with open(os.path.join(ir, "init"), "w") as f:
-        f.write(INIT.replace("{cmd}", cmd))
+        f.write(INIT.replace("{project_mounts}", project_mounts()).replace("{cmd}", cmd))
     os.chmod(os.path.join(ir, "init"), 0o755)
     out = os.path.join(work, "initramfs.cpio")
     write_cpio(ir, out)
@@ -212,6 +230,8 @@ def main():
                        "-kernel", os.path.join(kroot, "boot", f"vmlinuz-{kver}"), "-initrd", initrd,
                        "-append", "console=ttyS0 panic=-1 quiet loglevel=3",
                        "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+                       *[a for tag, path in project_shares() for a in
+                         ("-virtfs", f"local,path={path},mount_tag={tag},security_model=none,readonly=on,multidevs=remap")],
                        "-nic", "none"]
                 with open(log_path, "w") as log:
                     try:
