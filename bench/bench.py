@@ -103,10 +103,12 @@ class Daemon:
         for line in text.splitlines():
             words = line.replace(",", "").replace(";", "").split()
             if "Producer" in words and words[words.index("Producer") + 1] == f"{BENCH_PRODUCER}:":
-                # "Producer 16: A attempts, R received, M malformed, ...": the first figures
-                # are over the pin root's lifetime, which is this run's (a fresh pin root).
-                stats["received"] = int(words[words.index("received") - 1])
-                stats["malformed"] = int(words[words.index("malformed") - 1])
+                # "Producer 16: A attempts, R received, ...; this daemon: S received, T malformed":
+                # the run's own figures are this daemon's (the pinned totals may include what
+                # the producer's maps counted before it started).
+                session = words[words.index("daemon:") + 1:]
+                stats["received"] = int(session[session.index("received") - 1])
+                stats["malformed"] = int(session[session.index("malformed") - 1])
             elif "CPU" in words and "lost" in words and "received" in words:
                 stats["ring_lost"] += int(words[words.index("lost") - 1])
             elif "Socket" in words and "clients:" in words:
@@ -295,7 +297,7 @@ class Bench:
 
     def cleanup(self):
         self.daemon.cleanup()
-        for name in ("events", "counters"):
+        for name in ("events", "counters", "idle"):
             try:
                 os.unlink(os.path.join(self.private_root, name))
             except FileNotFoundError:

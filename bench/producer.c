@@ -99,6 +99,9 @@ int bench_producer_unpin(BenchProducer *p) {
 		r = negative_errno();
 	if (bpf_map__unpin(p->skel->maps.counters, NULL) < 0 && r == 0)
 		r = negative_errno();
+	/* producer.bpf.h's idle flag, pinned beside the other two. */
+	if (bpf_map__unpin(p->skel->maps.idle, NULL) < 0 && r == 0)
+		r = negative_errno();
 	if (rmdir(p->pin_root) < 0 && errno != ENOTEMPTY && errno != ENOENT && r == 0)
 		r = negative_errno();
 	return r;
