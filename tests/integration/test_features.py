@@ -10,15 +10,14 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
 from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests, skip
+from statsbus import StatsBus
 
 BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 SRCDIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CTL = os.path.join(BUILDDIR, "client", "perfrelayctl")
-POLICY = os.path.join(SRCDIR, "config", "org.perfrelay1.conf")
 DOC = os.path.join(SRCDIR, "docs", "kernels.md")
 
 require_root_and_bpf()
@@ -36,42 +35,8 @@ SINCE = {"perf_event_array": "4.3", "preserve_elems": "5.10", "btf": "5.4", "tra
 LINKS = ("handle_exec", "handle_exit", "handle_fork", "handle_open_enter", "handle_open_exit",
          "handle_connect_enter", "handle_connect_exit")
 
-WORK = tempfile.mkdtemp(prefix="perfrelay-features-")
-BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path={dir}/system_bus_socket</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <deny own="*"/>
-    <deny send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-    <allow receive_type="signal"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
-  </policy>
-  <includedir>{dir}/system.d</includedir>
-</busconfig>
-"""
-os.makedirs(f"{WORK}/system.d")
-shutil.copy(POLICY, f"{WORK}/system.d")
-with open(f"{WORK}/system.conf", "w") as f:
-    f.write(BUS_CONFIG.format(dir=WORK))
-BUS = subprocess.Popen(["dbus-daemon", f"--config-file={WORK}/system.conf", "--nofork", "--print-address=1"],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-ADDRESS = BUS.stdout.readline().strip().split(",")[0]
-if not ADDRESS:
-    print(f"FAIL: dbus-daemon did not start: {BUS.stderr.read()}")
-    sys.exit(1)
-os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = ADDRESS
+BUS = StatsBus(BINARY)  # a private system bus; its address is exported to the daemons
+ADDRESS = BUS.address
 
 d = Daemon(BINARY, "features")
 
@@ -180,6 +145,4 @@ try:
     run_tests([test_all_on_here, test_optional_missing_keeps_running, test_required_missing_refuses])
 finally:
     d.cleanup()
-    BUS.terminate()
-    BUS.wait(10)
-    shutil.rmtree(WORK, ignore_errors=True)
+    BUS.close()
