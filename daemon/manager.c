@@ -883,9 +883,13 @@ int manager_start(Manager *m) {
 		strcpy(cpus, "?");
 	log_info("Pinned perf event array at %s (map id %u, %u possible CPUs, BPF_F_PRESERVE_ELEMS)",
 	         events_pin, map_id, probes_possible_cpus(m->probes));
-	log_info("%zu reader thread%s serving %u CPUs (%s; %u offline, served when they come online), "
-	         "%u pages per ring", m->n_readers, m->n_readers == 1 ? "" : "s", cpuset_count(&m->cpus),
-	         cpus, cpuset_count(&m->cpus_parked), c->pages_per_cpu);
+	if (cpuset_is_empty(&m->cpus_parked))
+		log_info("%zu reader thread%s serving %u CPUs (%s), %u pages per ring", m->n_readers,
+		         m->n_readers == 1 ? "" : "s", cpuset_count(&m->cpus), cpus, c->pages_per_cpu);
+	else
+		log_info("%zu reader thread%s serving %u CPUs (%s; %u offline, served when they come online), "
+		         "%u pages per ring", m->n_readers, m->n_readers == 1 ? "" : "s", cpuset_count(&m->cpus),
+		         cpus, cpuset_count(&m->cpus_parked), c->pages_per_cpu);
 	for (unsigned i = 0; i < _PROBE_MAX; i++)
 		if (probes_is_enabled(m->probes, i))
 			log_info("Probe %s attached%s", probe_to_string(i),
