@@ -1371,6 +1371,8 @@ static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
 		if (r >= 0)
 			r = append_t(m, "corrupt", c->ring.corrupt);
 		if (r >= 0)
+			r = append_t(m, "corrupt_bytes", c->ring.corrupt_bytes);
+		if (r >= 0)
 			r = append_t(m, "attempts", c->attempts);
 		if (r >= 0)
 			r = append_t(m, "failures", c->failures);
