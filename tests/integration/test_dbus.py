@@ -23,6 +23,7 @@ import xml.etree.ElementTree as ET
 
 from prtest import Daemon, Failure, check, check_eq, producer_counters, require_root_and_bpf, run_tests, skip
 from schema import schemas_by_type
+from statsbus import CONFIG as BUS_CONFIG
 
 BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
@@ -81,32 +82,7 @@ class PrivateBus:
     """A dbus-daemon configured like the system bus: deny by default, policies from a system.d
     directory that holds a copy of the project's policy file."""
 
-    CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path={dir}/system_bus_socket</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <deny own="*"/>
-    <deny send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-    <allow receive_type="signal"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
-    <deny send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"
-          send_member="UpdateActivationEnvironment"/>
-  </policy>
-  <includedir>{dir}/system.d</includedir>
-</busconfig>
-"""
+    CONFIG = BUS_CONFIG  # the system-like bus of statsbus.py
 
     def __init__(self, name="bus"):
         self.dir = os.path.join(WORK, name)
