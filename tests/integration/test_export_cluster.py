@@ -58,8 +58,11 @@ def test_kill_one_node_loses_nothing():
         # MaxRetries=20 with the back-off capped at AckTimeoutMSec bridges ~33 s of refusals:
         # far more than electing a new stream leader, which on a loaded machine took up to 6
         # rounds of retries here (the default 10 bridges ~26 s with AckTimeoutMSec=5000).
+        # The end of the input is a shutdown: the default DrainTimeoutMSec (10 s) would cut
+        # the election short on a loaded CI machine (it did: 45k dropped_shutdown), so the
+        # drain may take as long as the test waits for the exporter.
         e = Exporter(EXPORT, "kill1", [n.url for n in nodes],
-                     extra=STREAM_CONF + "MaxRetries=20\n").start("--input", frames)
+                     extra=STREAM_CONF + "MaxRetries=20\nDrainTimeoutMSec=110000\n").start("--input", frames)
         # Kill the node the exporter talks to, once the export is well under way: its in-flight
         # publishes lose their acks and must be republished elsewhere, without duplicates.
         wait_for(lambda: (e.stats() or {}).get("exported", 0) >= N // 5, "a fifth of the events exported", 60)
