@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bus-json.h"
 #include "http-request.h"
 #include "macro.h"
 
@@ -57,9 +58,42 @@ static int get_u32(sd_bus *bus, const char *prop, uint32_t *ret) {
 	return sd_bus_get_property_trivial(bus, BUS_NAME, BUS_PATH, BUS_IFACE, prop, NULL, 'u', ret);
 }
 
-/* The daemon's part. The one place that reads its counters: switching to GetStats() when it
- * exists changes only this function. Returns 0, or a negative errno when the daemon did not
- * answer (then perfrelay_up is 0 and no daemon sample is written). */
+static uint64_t jget_u64(json_object *o, const char *key) {
+	json_object *v;
+
+	return json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_int) ?
+		json_object_get_uint64(v) :
+		0;
+}
+
+/* One family per field, one sample per element of the GetStats() array `list`, labelled by the
+ * element's `label_key` (a number): e.g. per producer id, per CPU. */
+static void collect_list(
+		Out *o,
+		json_object *list,
+		const char *label_key,
+		const char *label,
+		const char *const (*fields)[3],
+		size_t n_fields) {
+	size_t n = json_object_is_type(list, json_type_array) ? json_object_array_length(list) : 0;
+
+	for (size_t k = 0; k < n_fields; k++) {
+		family(o, fields[k][1], "counter", fields[k][2]);
+		for (size_t i = 0; i < n; i++) {
+			json_object *e = json_object_array_get_idx(list, i);
+			char labels[64];
+
+			snprintf(labels, sizeof(labels), "{%s=\"%" PRIu64 "\"}", label, jget_u64(e, label_key));
+			sample(o, fields[k][1], true, labels, jget_u64(e, fields[k][0]));
+		}
+	}
+}
+
+/* The daemon's part: the properties for the headline figures, GetStats() (the one snapshot
+ * perfrelayctl stats prints) for everything per producer, per CPU and per client. Returns 0,
+ * or a negative errno when the daemon did not answer (then perfrelay_up is 0 and no daemon
+ * sample is written: the text goes to a side buffer first, so a call that fails half-way
+ * leaves no half family). */
 static int collect_daemon(sd_bus *bus, Out *o) {
 	static const struct {
 		const char *prop, *name, *help;
@@ -70,12 +104,35 @@ static int collect_daemon(sd_bus *bus, Out *o) {
 		{ "ProducerFailures", "perfrelay_producer_failures", "bpf_perf_event_output() failures of all producers." },
 		{ "ClientDrops", "perfrelay_client_drops", "Events dropped for clients whose queue was full." },
 	};
+	/* GetStats() key, metric name, help (docs/dbus.md "GetStats" says what each counts). */
+	static const char *const producer_fields[][3] = {
+		{ "attempts", "perfrelay_producer_attempts", "Emits attempted by the producer (pinned counters), since the pins were made." },
+		{ "received", "perfrelay_producer_received", "Valid records of the producer read by every daemon, since the pins were made." },
+		{ "failures", "perfrelay_producer_emit_failures", "Attempts the kernel did not take, since the pins were made." },
+		{ "failures_downtime", "perfrelay_producer_emit_failures_downtime", "The part of the failures counted while no daemon served." },
+		{ "malformed", "perfrelay_producer_malformed", "Records of the producer the decoder rejected." },
+		{ "crash_lost", "perfrelay_producer_crash_lost", "Records accepted into the rings of a daemon that died before reading them." },
+		{ "seq_gaps", "perfrelay_producer_seq_gaps", "Attempt numbers no record carried (the independent gap detector)." },
+	};
+	static const char *const cpu_fields[][3] = {
+		{ "received", "perfrelay_cpu_events_received", "Valid records this daemon read from the CPU's ring." },
+		{ "lost", "perfrelay_cpu_events_lost", "PERF_RECORD_LOST counts of the CPU's ring." },
+		{ "malformed", "perfrelay_cpu_malformed", "Records of the CPU's ring the decoder rejected." },
+		{ "failures", "perfrelay_cpu_producer_failures", "Emit failures on the CPU, every producer, since the pins were made." },
+		{ "corrupt", "perfrelay_cpu_corrupt", "Times the ring's framing was broken and skipped." },
+	};
+	static const char *const client_fields[][3] = {
+		{ "offered", "perfrelay_client_events_offered", "Events offered to every client of this daemon." },
+		{ "delivered", "perfrelay_client_events_sent", "Events written to every client of this daemon." },
+		{ "dropped", "perfrelay_client_events_dropped", "Events dropped for every client of this daemon (queue full, gone)." },
+	};
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-	char *text = NULL;
+	json_object *stats = NULL, *list = NULL, *clients = NULL;
+	_cleanup_free_ char *text = NULL;
 	size_t size = 0;
 	uint64_t v[ELEMENTSOF(counters)];
-	uint32_t clients, readers;
-	FILE *f;
+	uint32_t n_clients, readers;
+	Out side = { .om = o->om };
 	int r;
 
 	for (size_t i = 0; i < ELEMENTSOF(counters); i++) {
@@ -83,70 +140,46 @@ static int collect_daemon(sd_bus *bus, Out *o) {
 		if (r < 0)
 			return r;
 	}
-	r = get_u32(bus, "Clients", &clients);
+	r = get_u32(bus, "Clients", &n_clients);
 	if (r >= 0)
 		r = get_u32(bus, "Readers", &readers);
+	if (r >= 0)
+		r = sd_bus_call_method(bus, BUS_NAME, BUS_PATH, BUS_IFACE, "GetStats", NULL, &reply, "");
+	if (r >= 0)
+		r = bus_value_to_json(reply, &stats);
 	if (r < 0)
 		return r;
-	r = sd_bus_call_method(bus, BUS_NAME, BUS_PATH, BUS_IFACE, "GetCpuStats", NULL, &reply, "");
-	if (r < 0)
-		return r;
+	if (!json_object_is_type(stats, json_type_object)) {
+		json_object_put(stats);
+		return -EBADMSG;
+	}
 
-	/* Per-CPU samples go to a side buffer first: a reply that breaks off half-way must not
-	 * leave half a family in the exposition. */
-	f = open_memstream(&text, &size);
-	if (!f)
+	side.f = open_memstream(&text, &size);
+	if (!side.f) {
+		json_object_put(stats);
 		return -ENOMEM;
-	{
-		Out cpu = { .f = f, .om = o->om };
-		static const char *names[] = { "perfrelay_cpu_events_received", "perfrelay_cpu_events_lost",
-					       "perfrelay_cpu_malformed", "perfrelay_cpu_producer_failures" };
-		uint64_t rows[1024][4];
-		uint32_t cpus[1024];
-		size_t n = 0;
-
-		r = sd_bus_message_enter_container(reply, 'a', "(uuttttttt)");
-		while (r >= 0 && n < ELEMENTSOF(cpus)) {
-			uint32_t c, reader;
-			uint64_t received, lost, bytes, malformed, failures, corrupt, corrupt_bytes;
-
-			r = sd_bus_message_read(reply, "(uuttttttt)", &c, &reader, &received, &lost, &bytes, &malformed,
-						&failures, &corrupt, &corrupt_bytes);
-			if (r <= 0)
-				break;
-			cpus[n] = c;
-			rows[n][0] = received;
-			rows[n][1] = lost;
-			rows[n][2] = malformed;
-			rows[n][3] = failures;
-			n++;
-		}
-		for (size_t k = 0; r >= 0 && k < ELEMENTSOF(names); k++) {
-			family(&cpu, names[k], "counter", "Per CPU, as GetCpuStats() reports it.");
-			for (size_t i = 0; i < n; i++) {
-				char labels[32];
-
-				snprintf(labels, sizeof(labels), "{cpu=\"%" PRIu32 "\"}", cpus[i]);
-				sample(&cpu, names[k], true, labels, rows[i][k]);
-			}
-		}
 	}
-	fclose(f);
-	if (r < 0) {
-		free(text);
-		return r;
-	}
-
 	for (size_t i = 0; i < ELEMENTSOF(counters); i++) {
-		family(o, counters[i].name, "counter", counters[i].help);
-		sample(o, counters[i].name, true, NULL, v[i]);
+		family(&side, counters[i].name, "counter", counters[i].help);
+		sample(&side, counters[i].name, true, NULL, v[i]);
 	}
-	family(o, "perfrelay_clients", "gauge", "Socket subscribers connected now.");
-	sample(o, "perfrelay_clients", false, NULL, clients);
-	family(o, "perfrelay_readers", "gauge", "Reader threads.");
-	sample(o, "perfrelay_readers", false, NULL, readers);
+	family(&side, "perfrelay_clients", "gauge", "Socket subscribers connected now.");
+	sample(&side, "perfrelay_clients", false, NULL, n_clients);
+	family(&side, "perfrelay_readers", "gauge", "Reader threads.");
+	sample(&side, "perfrelay_readers", false, NULL, readers);
+	if (json_object_object_get_ex(stats, "producers", &list))
+		collect_list(&side, list, "id", "producer", producer_fields, ELEMENTSOF(producer_fields));
+	if (json_object_object_get_ex(stats, "cpus", &list))
+		collect_list(&side, list, "cpu", "cpu", cpu_fields, ELEMENTSOF(cpu_fields));
+	if (json_object_object_get_ex(stats, "clients", &clients))
+		for (size_t k = 0; k < ELEMENTSOF(client_fields); k++) {
+			family(&side, client_fields[k][1], "counter", client_fields[k][2]);
+			sample(&side, client_fields[k][1], true, NULL, jget_u64(clients, client_fields[k][0]));
+		}
+	json_object_put(stats);
+	if (fclose(side.f) != 0)
+		return -ENOMEM;
 	fwrite(text, 1, size, o->f);
-	free(text);
 	return 0;
 }
 

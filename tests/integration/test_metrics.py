@@ -3,7 +3,9 @@
 """perfrelay-metrics: socket-activated (systemd-socket-activate, Accept=yes as in
 perfrelay-metrics.socket) against a daemon on a private system-like bus; a real Prometheus
 scrapes it and its HTTP API reports perfrelay_events_received_total > 0; promtool check metrics
-accepts the exposition; counters equal the daemon's D-Bus properties; bad requests are refused."""
+accepts the exposition; on a quiet daemon every per-producer, per-CPU and client series equals
+GetStats() exactly and the headline counters equal the D-Bus properties; bad requests are
+refused."""
 import json
 import os
 import shutil
@@ -21,6 +23,7 @@ from statsbus import StatsBus
 BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 METRICS = os.path.join(BUILDDIR, "client", "metrics", "perfrelay-metrics")
+BENCH = os.path.join(BUILDDIR, "bench", "perfrelay-bench")
 
 require_root_and_bpf()
 for tool in ("dbus-daemon", "busctl", "prometheus", "promtool", "systemd-socket-activate"):
@@ -60,13 +63,19 @@ def samples(text):
 
 def test_prometheus_scrapes_socket_activated_metrics():
     bus = StatsBus(BINARY)  # a private system bus; its address is exported to what we start
-    d = Daemon(BINARY, "metrics", stdout=False, config="[Probes]\nProbes=exec\n")
+    # No probes: the only producer is a finished burst of perfrelay-bench, so the daemon is quiet
+    # and what a scrape shows must equal GetStats() exactly.
+    d = Daemon(BINARY, "metrics", stdout=False, config="[Probes]\nProbes=none\n")
     activate = prom = None
     try:
         d.start()
-        for _ in range(5):
-            subprocess.run(["/bin/true"], check=True)
-        wait_for(lambda: bus_u64("EventsReceived") > 0, "the daemon received exec events")
+        r = subprocess.run([BENCH, "--mode", "daemon", "--pin-root", d.pin_path, "--clients", "0",
+                            "--duration", "1", "--rate", "3000", "--settle-ms", "0",
+                            "--producer-cpus", "0", "--consumer-cpu", "-1"], capture_output=True, text=True, timeout=60)
+        check_eq(r.returncode, 0, f"perfrelay-bench exit status ({r.stderr.strip()})")
+        settled = lambda: (lambda t: t["attempts"] > 0 and t["attempts"] == t["received"] + t["malformed"] + t["failures"]
+                           + t["crash_lost"] and bus.stats())(bus.stats()["total"])
+        st = wait_for(settled, "the readers took every record of the burst")
 
         port = free_port()
         stats = os.path.join(WORK, "export-stats.json")
@@ -86,23 +95,45 @@ def test_prometheus_scrapes_socket_activated_metrics():
                 return False
         wait_for(listening, "the metrics socket")
 
-        before = bus_u64("EventsReceived")
         head, body = http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        after = bus_u64("EventsReceived")
         check(head.startswith("HTTP/1.1 200"), f"status line: {head.splitlines()[0]}")
         check("text/plain; version=0.0.4" in head, "Prometheus text format without an OpenMetrics Accept")
         s = samples(body)
-        check(before <= s["perfrelay_events_received_total"] <= after,
-              f"perfrelay_events_received_total {s['perfrelay_events_received_total']} is the D-Bus "
-              f"EventsReceived of the scrape ({before}..{after})")
+        check_eq(bus.stats(), st, "GetStats() did not move while the daemon was quiet")
+        check_eq(s["perfrelay_events_received_total"], bus_u64("EventsReceived"), "perfrelay_events_received_total")
+        for p in st["producers"]:
+            for key, name in (("attempts", "attempts"), ("received", "received"), ("failures", "emit_failures"),
+                              ("failures_downtime", "emit_failures_downtime"), ("malformed", "malformed"),
+                              ("crash_lost", "crash_lost"), ("seq_gaps", "seq_gaps")):
+                check_eq(s[f'perfrelay_producer_{name}_total{{producer="{p["id"]}"}}'], p[key],
+                         f"producer {p['id']} {key}")
+        check(any(p["attempts"] > 0 for p in st["producers"]), f"the burst's producer is listed: {st['producers']}")
+        for c in st["cpus"]:
+            for key, name in (("received", "events_received"), ("lost", "events_lost"), ("malformed", "malformed"),
+                              ("failures", "producer_failures"), ("corrupt", "corrupt")):
+                check_eq(s[f'perfrelay_cpu_{name}_total{{cpu="{c["cpu"]}"}}'], c[key], f"cpu {c['cpu']} {key}")
+        for key, name in (("offered", "offered"), ("delivered", "sent"), ("dropped", "dropped")):
+            check_eq(s[f"perfrelay_client_events_{name}_total"], st["clients"][key], f"clients {key}")
         check_eq(s["perfrelay_up"], 1, "perfrelay_up")
         check_eq((s["perfrelay_export_offered_total"], s["perfrelay_export_acked_total"],
                   s["perfrelay_export_dropped_total"], s["perfrelay_export_retried_total"]), (7, 5, 2, 3),
                  "export counters from the exporter's stats file")
-        check(any(k.startswith('perfrelay_cpu_events_received_total{cpu="') for k in s), "per-CPU samples")
 
         r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True)
         check_eq(r.returncode, 0, f"promtool check metrics: {r.stdout}{r.stderr}")
+        # The alert rules docs/fleet.md gives are valid, and name series this exposition has.
+        fleet = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "fleet.md")).read()
+        rules = fleet.split("Example alert rules", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+        rules_file = os.path.join(WORK, "rules.yml")
+        with open(rules_file, "w") as f:
+            f.write(rules)
+        r = subprocess.run(["promtool", "check", "rules", rules_file], capture_output=True, text=True)
+        check_eq(r.returncode, 0, f"promtool check rules (docs/fleet.md): {r.stdout}{r.stderr}")
+        names = {k.split("{")[0] for k in s}
+        for metric in ("perfrelay_up", "perfrelay_events_lost_total", "perfrelay_producer_failures_total",
+                       "perfrelay_producer_crash_lost_total", "perfrelay_client_drops_total",
+                       "perfrelay_export_dropped_total", "perfrelay_export_connected"):
+            check(metric in rules and metric in names, f"{metric} is in the rules and in the exposition")
         head, body = http(port, b"GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text; version=1.0.0\r\n\r\n")
         check("application/openmetrics-text" in head, "OpenMetrics on request")
         check(body.endswith("# EOF\n"), "an OpenMetrics exposition ends with # EOF")
