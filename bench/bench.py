@@ -295,6 +295,92 @@ class Bench:
         zl = good["offered_per_s"] if good else 0.0
         return zl, producer_bound, points
 
+    def export_row(self, duration, rate):
+        """(x) perfrelay-export: the daemon's binary stream published to a local nats-server -js
+        with acks, the producer at `rate` (0: as fast as it goes). The exporter's rate is what it
+        had acknowledged by the time it was idle again, over the time from the producer's start;
+        its CPU per acknowledged event comes from /proc (utime + stime). Checks the exporter's
+        accounting on the way: offered + daemon_lost = what the daemon received, exported +
+        export_dropped = offered."""
+        exporter = os.path.join(self.args.build, "client", "export", "perfrelay-export")
+        nats = shutil.which("nats-server")
+        if not os.access(exporter, os.X_OK) or not nats:
+            log("row x skipped: perfrelay-export was not built or nats-server is missing")
+            return None
+        work = tempfile.mkdtemp(prefix="perfrelay-bench-export-", dir=self.workdir)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        server = subprocess.Popen([nats, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", work],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        exp = None
+        stats_file = os.path.join(work, "stats.json")
+        conf = os.path.join(work, "export.conf")
+        with open(conf, "w") as f:
+            f.write(f"[NATS]\nServers=nats://127.0.0.1:{port}\n[Export]\nSocket={self.daemon.socket_path}\n"
+                    f"Types=bench\nStatsFile={stats_file}\nQueueEvents=200000\n")
+
+        def stats():
+            r = subprocess.run([exporter, "--config", conf, "--stats-json"], capture_output=True, text=True)
+            return json.loads(r.stdout) if r.returncode == 0 else None
+
+        def wait(fn, what, timeout=60):
+            end = time.monotonic() + timeout
+            while time.monotonic() < end:
+                v = fn()
+                if v:
+                    return v
+                time.sleep(0.05)
+            raise BenchError(f"row x: {what} did not happen within {timeout}s")
+
+        def cpu_ns(pid):
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) * 1e9 / os.sysconf("SC_CLK_TCK")
+
+        try:
+            def listening():
+                with socket.socket() as c:
+                    return c.connect_ex(("127.0.0.1", port)) == 0
+            wait(listening, "nats-server listening")
+            self.daemon.start()
+            exp = subprocess.Popen([exporter, "--config", conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   preexec_fn=(lambda: os.sched_setaffinity(0, self.daemon.cpus))
+                                   if self.daemon.cpus else None)
+            wait(lambda: (stats() or {}).get("stream_ready"), "the exporter made its stream")
+            cpu0, t0 = cpu_ns(exp.pid), time.monotonic()
+            args = [self.bench, "--mode", "daemon", "--clients", "0"] + self.common_args() + [
+                "--rate", str(int(rate)), "--duration", str(duration), "--pin-root", self.pin_root,
+                "--socket", self.daemon.socket_path, "--daemon-pid", str(self.daemon.proc.pid)]
+            r = subprocess.run(args, capture_output=True, text=True, timeout=duration + 60)
+            if r.returncode != 0:
+                raise BenchError(f"{' '.join(args)} failed ({r.returncode}):\n{r.stderr}")
+            load = json.loads(r.stdout)
+            taken = load["attempts"] - load["failures"]
+            st = wait(lambda: (lambda x: x and x["offered"] + x["daemon_lost"] == taken and x["queued"] == 0
+                               and x["in_flight"] == 0 and x)(stats()), "the exporter caught up", 300)
+            # The stats file is written once a second: the idle moment is up to 1 s before t1.
+            t1, cpu1 = time.monotonic(), cpu_ns(exp.pid)
+            if st["exported"] + st["export_dropped"] != st["offered"]:
+                raise BenchError(f"row x: exported {st['exported']} + dropped {st['export_dropped']} != offered "
+                                 f"{st['offered']}")
+            exp.send_signal(signal.SIGTERM)
+            exp.wait(60)
+            exp = None
+            self.daemon.stop()
+            return {"events_per_s": st["exported"] / (t1 - t0), "exported": st["exported"],
+                    "daemon_lost": st["daemon_lost"], "export_dropped": st["export_dropped"],
+                    "cpu_ns_per_event": (cpu1 - cpu0) / st["exported"] if st["exported"] else None,
+                    "seconds": round(t1 - t0, 2)}
+        finally:
+            if exp and exp.poll() is None:
+                exp.kill()
+                exp.wait()
+            self.daemon.kill()
+            server.terminate()
+            server.wait(30)
+            shutil.rmtree(work, ignore_errors=True)
+
     def cleanup(self):
         self.daemon.cleanup()
         for name in ("events", "counters", "idle"):
@@ -405,6 +491,9 @@ def main():
                     help="CPU of the consumer threads and of perfrelayd, -1 = any (default 1)")
     ap.add_argument("--pages", type=int, default=64, help="ring pages per CPU, libbpf and perfrelayd (default 64)")
     ap.add_argument("--rows", default=",".join(n for n, _, _ in ROWS), help="max-rate rows to run")
+    ap.add_argument("--export-repeat", type=int, default=2,
+                    help="runs of row x (perfrelay-export to a local nats-server) at the maximum rate, and as many "
+                         "at half of it (default 2; 0 = none; needs row e)")
     ap.add_argument("--sweeps", default="a,a',c", help="rows to sweep for the zero-loss rate (default a,a',c)")
     args = ap.parse_args()
     # What the user typed: bench/run adds --build itself.
@@ -420,6 +509,20 @@ def main():
     try:
         max_rows, baselines = b.max_rate_rows()
         summary = {name: summarize(res) for name, res in max_rows.items()}
+
+        # Row x: as fast as the producer goes (the exporter's throughput), then at half that rate,
+        # which it sustains without loss (its CPU per event, not inflated by dropping).
+        export_max, export_half = [], []
+        for i in range(2 * args.export_repeat if "e" in summary else 0):
+            half = i >= args.export_repeat
+            rate = statistics.median(r["events_per_s"] for r in export_max) / 2 if half else 0
+            res = b.export_row(args.duration, rate)
+            if res is None:
+                break
+            (export_half if half else export_max).append(res)
+            log(f"row x, {'half rate' if half else 'max rate'}: {res['events_per_s'] / 1e3:.1f} k/s acknowledged, "
+                f"{res['cpu_ns_per_event']:.0f} CPU ns/event, {res['daemon_lost']} lost in the daemon's queue, "
+                f"{res['export_dropped']} dropped by the exporter")
 
         sweeps = {}
         for row in [s for s in args.sweeps.split(",") if s]:
@@ -468,6 +571,19 @@ def main():
                      for r in max_rows[name]]
         configurations[name] = s
 
+    export = None
+    if export_max and export_half:
+        e = configurations["e"]
+        e_client_ns = statistics.median(r["consumer_cpu_ns"] / r["delivered"] for r in max_rows["e"] if r["delivered"])
+        rate = statistics.median(r["events_per_s"] for r in export_max)
+        cpu = statistics.median(r["cpu_ns_per_event"] for r in export_half)
+        export = {"description": "perfrelay-export: binary stream to a local nats-server -js, acknowledged",
+                  "events_per_s": round(rate), "cpu_ns_per_event_at_half_rate": round(cpu, 1),
+                  "ratio_to_e_events_per_s": round(rate / e["events_per_s"], 4),
+                  "e_client_cpu_ns_per_event": round(e_client_ns, 1),
+                  "ratio_to_e_client_cpu_per_event": round(cpu / e_client_ns, 2) if e_client_ns else None,
+                  "runs_max_rate": export_max, "runs_half_rate": export_half}
+
     def t(name, value, want, ok):
         return {"target": want, "measured": value, "met": bool(ok) if value is not None else None}
 
@@ -508,6 +624,7 @@ def main():
                                        for p in sw["points"]]}
                       for row, sw in sweeps.items()},
         "half_zero_loss": half,
+        "export": export,
         "targets": targets,
         "elapsed_s": round(time.monotonic() - started, 1),
         "command": " ".join(["bench/run"] + user_args),
@@ -533,6 +650,11 @@ def main():
     for row, r in half.items():
         print(f"at half that rate ({row}): p50 {r['latency_p50_us']} us, p99 {r['latency_p99_us']} us, "
               f"{r['cpu_ns_per_event'] or 0:.1f} CPU ns/event")
+    if export:
+        print(f"x    {export['events_per_s'] / 1e6:9.3f}M  {export['ratio_to_e_events_per_s']:.4f} of (e); "
+              f"{export['cpu_ns_per_event_at_half_rate']:.0f} CPU ns/event at half that rate = "
+              f"{export['ratio_to_e_client_cpu_per_event']}x "
+              f"(e)'s binary client ({export['e_client_cpu_ns_per_event']:.0f})  {export['description']}")
     for k, v in targets.items():
         print(f"target {k}: {v['measured']} (want {v['target']}): {'met' if v['met'] else 'MISSED'}")
     print(f"{b.runs} runs in {result['elapsed_s']} s; results in {args.out}/results.json and throughput.png")
