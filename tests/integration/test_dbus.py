@@ -650,7 +650,7 @@ def test_non_root():
     check_eq(set(mine), set(root), "nobody reads every property")
     for k in ("Version", "State", "PinPath", "Cpus", "Readers", "Probes", "StartedAt", "KernelFeatures"):
         check_eq(mine[k], root[k], f"nobody's {k}")
-    for method in ("GetCpuStats", "GetReaderStats", "ListClients", "ListProbes"):
+    for method in ("GetStats", "GetCpuStats", "GetReaderStats", "ListClients", "ListProbes"):
         call(method, user="nobody")
     busctl("introspect", *MANAGER[:2], user="nobody")
 
