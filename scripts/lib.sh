@@ -111,7 +111,10 @@ ensure_build() {
 	# No build.ninja: never configured, or the configuration failed (e.g. a dependency was
 	# missing then; plain 'meson setup' retries that). Once configured, 'meson compile'
 	# reconfigures by itself when a meson.build changes.
-	if [[ ! -f "$builddir/build.ninja" ]]; then
+	if [[ -f "$builddir/build.ninja" && $# -gt 0 ]]; then
+		# Configured before: the options still apply (e.g. -Dwerror=true added since).
+		meson configure "$builddir" "$@" >/dev/null
+	elif [[ ! -f "$builddir/build.ninja" ]]; then
 		log "configuring $builddir"
 		if [[ -f "$builddir/meson-private/coredata.dat" ]]; then
 			meson setup --reconfigure --buildtype=debugoptimized "$@" "$builddir" "$PERFRELAY_ROOT"

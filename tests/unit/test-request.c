@@ -173,6 +173,8 @@ static char *make_list(const char *key, size_t n, void (*entry)(char *buf, size_
 	size_t size = 64 + n * 300;
 	char *t = malloc(size), *p = t;
 
+	if (!t)
+		abort();
 	p += sprintf(p, "{\"subscribe\":{\"%s\":[", key);
 	for (size_t i = 0; i < n; i++) {
 		if (i > 0)
