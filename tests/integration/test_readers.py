@@ -1,21 +1,32 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """Reader threads per CPU group: CpusPerReader=1 on this machine gives one thread per CPU,
-pinned to it, and each thread receives exactly the events of its own CPUs."""
+pinned to it, and each thread reads exactly the records of its own CPU: a producer pinned to one
+CPU at a time (perfrelay-bench) emits a known number of records, and GetStats() must show
+exactly those on that CPU's ring and that CPU's reader, none on the other, and the --stdout
+client must have received them from that CPU."""
+import json
 import os
 import re
+import subprocess
 import sys
 
 from prtest import Daemon, check, check_eq, require_root_and_bpf, run_tests
+from statsbus import StatsBus, wait_for
 
 BINARY = sys.argv[1]
+BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
+BENCH = os.path.join(BUILDDIR, "bench", "perfrelay-bench")
+BENCH_PRODUCER = 16  # PERFRELAY_PRODUCER_BENCH in bpf/event.h
 require_root_and_bpf()
 ONLINE = sorted(os.sched_getaffinity(0))
 if len(ONLINE) < 2:
     from prtest import skip
     skip("needs at least 2 online CPUs")
 
-d = Daemon(BINARY, "readers", config="[Readers]\nCpusPerReader=1\n")
+bus = StatsBus(BINARY)
+# No probes: the benchmark's producer is the only one, so every count is known exactly.
+d = Daemon(BINARY, "readers", config="[Readers]\nCpusPerReader=1\n[Probes]\nProbes=none\n")
 
 
 def threads(pid):
@@ -29,19 +40,23 @@ def threads(pid):
     return out
 
 
-def burst_on(cpu, n, tag):
-    """n opens of a marker path from a child pinned to one CPU."""
-    pid = os.fork()
-    if pid == 0:
-        os.sched_setaffinity(0, {cpu})
-        for i in range(n):
-            try:
-                os.open(f"/nonexistent-perfrelay-{tag}-{i}", os.O_RDONLY)
-            except OSError:
-                pass
-        os._exit(0)
-    os.waitpid(pid, 0)
-    return pid
+def emit_on(cpu):
+    """A burst of the benchmark's records from a producer pinned to `cpu`; returns how many the
+    kernel took (attempts - failures)."""
+    r = subprocess.run([BENCH, "--mode", "daemon", "--pin-root", d.pin_path, "--clients", "0",
+                        "--duration", "0.5", "--rate", "20000", "--settle-ms", "0",
+                        "--producer-cpus", str(cpu), "--consumer-cpu", "-1"], capture_output=True, text=True, timeout=60)
+    check_eq(r.returncode, 0, f"perfrelay-bench exit status ({r.stderr.strip()})")
+    load = json.loads(r.stdout)
+    check(load["attempts"] > 0, f"the producer emitted on CPU {cpu}")
+    return load["attempts"] - load["failures"]
+
+
+def per_cpu_and_reader():
+    st = bus.stats()
+    cpus = {c["cpu"]: c for c in st["cpus"]}
+    readers = {r["id"]: r for r in st["readers"]}
+    return cpus, readers
 
 
 def test_one_reader_per_cpu():
@@ -49,36 +64,33 @@ def test_one_reader_per_cpu():
     t = threads(d.proc.pid)
     for i, cpu in enumerate(ONLINE):
         check_eq(t.get(f"perfrelay-r{i}"), str(cpu), f"reader {i} pinned to CPU {cpu}")
-
-    n = 500
-    pids = {cpu: burst_on(cpu, n, f"cpu{cpu}") for cpu in ONLINE[:2]}
-    for cpu, pid in pids.items():
-        got = d.wait_events(lambda e, pid=pid: e["type"] == "open" and e["pid"] == pid, n, f"burst on CPU {cpu}")
-        check(all(e["cpu"] == cpu for e in got), f"burst pinned to CPU {cpu} arrives from CPU {cpu}")
-    check_eq(d.stop(), 0, "clean exit")
-    # stop() joined the stderr reader, so every line the daemon logged is here.
-    check(any(f"{len(ONLINE)} reader threads serving {len(ONLINE)} CPUs" in l for l in d.stderr_lines),
-          "daemon reports one reader per CPU")
-
-    # Each reader's own event count equals the sum of its CPUs' rings: no reader saw another's CPU.
-    readers = {}
-    cpus = {}
-    for line in d.stderr_lines:
-        m = re.search(r"Reader (\d+) \(CPUs ([\d,-]+)\): (\d+) events", line)
-        if m:
-            readers[int(m.group(1))] = (m.group(2), int(m.group(3)))
-        m = re.search(r"CPU (\d+): (\d+) received", line)
-        if m:
-            cpus[int(m.group(1))] = int(m.group(2))
-    check_eq(len(readers), len(ONLINE), "one stats line per reader")
+    cpus, readers = per_cpu_and_reader()
+    check_eq(sorted(readers), list(range(len(ONLINE))), "one reader per CPU")
     for i, cpu in enumerate(ONLINE):
-        check_eq(readers[i][0], str(cpu), f"reader {i} serves CPU {cpu} only")
-        check_eq(readers[i][1], cpus[cpu], f"reader {i} events == CPU {cpu} ring's records")
+        check_eq(readers[i]["cpus"], str(cpu), f"reader {i} serves CPU {cpu} only")
+        check_eq(cpus[cpu]["reader"], i, f"CPU {cpu}'s ring belongs to reader {i}")
+
+    expect = {cpu: 0 for cpu in ONLINE}
     for cpu in ONLINE[:2]:
-        check(cpus[cpu] >= n, f"CPU {cpu} ring received the burst")
+        expect[cpu] += emit_on(cpu)
+        # Exact: the ring of the CPU the producer ran on, and that CPU's reader, read every
+        # record it took; the other CPUs' rings and readers none.
+        cpus, readers = wait_for(lambda: (lambda c, r: all(c[x]["received"] == expect[x] for x in ONLINE) and (c, r))(
+            *per_cpu_and_reader()), f"the readers took the records emitted on CPU {cpu} (expected {expect})")
+        for i, x in enumerate(ONLINE):
+            check_eq(readers[i]["events"], expect[x], f"reader {i} (CPU {x}) read exactly CPU {x}'s records")
+
+    # The client's own count: the records arrived tagged with the CPU they were emitted on.
+    check_eq(d.stop(), 0, "clean exit")
+    got = {cpu: 0 for cpu in ONLINE}
+    for e in d.events:
+        if e.get("producer") == BENCH_PRODUCER:
+            got[e["cpu"]] = got.get(e["cpu"], 0) + 1
+    check_eq(got, expect, "records per CPU the --stdout client received")
 
 
 try:
     run_tests([test_one_reader_per_cpu])
 finally:
     d.cleanup()
+    bus.close()
