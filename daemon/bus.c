@@ -109,11 +109,11 @@ static int check_root(sd_bus_message *message, const char *what, sd_bus_error *e
 	if (r >= 0)
 		r = sd_bus_creds_get_euid(creds, &euid);
 	if (r < 0) {
-		log_debug(
-			"%s from %s: cannot determine the caller's uid (%s), refusing",
+		log_debug_errno(
+			r,
+			"%s from %s: cannot determine the caller's uid (%m), refusing",
 			what,
-			strna(sd_bus_message_get_sender(message)),
-			strerror(-r));
+			strna(sd_bus_message_get_sender(message)));
 		return sd_bus_error_setf(
 			error,
 			SD_BUS_ERROR_ACCESS_DENIED,
@@ -639,7 +639,7 @@ static void subscriber_arm_window_timer(BusSubscriber *s, uint64_t when) {
 	if (r >= 0)
 		r = sd_event_source_set_enabled(s->window_timer, SD_EVENT_ONESHOT);
 	if (r < 0)
-		log_debug("Bus subscriber %s: failed to arm its window timer: %s", s->path, strerror(-r));
+		log_debug_errno(r, "Bus subscriber %s: failed to arm its window timer: %m", s->path);
 }
 
 static void subscriber_send_dropped(BusSubscriber *s, uint64_t now) {
@@ -659,7 +659,7 @@ static void subscriber_send_dropped(BusSubscriber *s, uint64_t now) {
 		r = sd_bus_send(s->bus->bus, msg, NULL);
 	if (r < 0) {
 		/* Kept: told a window later. */
-		log_debug("Bus subscriber %s: failed to send Dropped: %s", s->path, strerror(-r));
+		log_debug_errno(r, "Bus subscriber %s: failed to send Dropped: %m", s->path);
 		subscriber_arm_window_timer(s, now + RATE_WINDOW_USEC);
 		return;
 	}
@@ -725,7 +725,7 @@ static void subscriber_line(BusSubscriber *s, char *line, size_t len) {
 	if (r >= 0)
 		r = sd_bus_send(s->bus->bus, msg, NULL);
 	if (r < 0) {
-		log_debug("Bus subscriber %s: failed to send an Event: %s", s->path, strerror(-r));
+		log_debug_errno(r, "Bus subscriber %s: failed to send an Event: %m", s->path);
 		s->dropped++;
 		subscriber_drop(s, 1);
 		return;
@@ -1074,10 +1074,10 @@ static int sender_access(
 		n = sender_groups(b, sender, &groups);
 		if (n < 0) {
 			/* Without the groups, AllowGroups= cannot grant more than the caller's own events. */
-			log_debug(
-				"Subscribe from %s: no supplementary groups from the bus (%s), AllowGroups= does not apply",
-				strna(sender),
-				strerror(-n));
+			log_debug_errno(
+				n,
+				"Subscribe from %s: no supplementary groups from the bus (%m), AllowGroups= does not apply",
+				strna(sender));
 			n = 0;
 		}
 	}
@@ -1581,7 +1581,7 @@ static void bus_emit_events_lost(Bus *b) {
 				cpu,
 				lost - b->lost_signalled[idx]);
 			if (r < 0) {
-				log_debug("Failed to emit EventsLost for CPU %u: %s", cpu, strerror(-r));
+				log_debug_errno(r, "Failed to emit EventsLost for CPU %u: %m", cpu);
 				continue;
 			}
 			b->lost_signalled[idx] = lost;
@@ -1614,7 +1614,7 @@ static int on_stats_timer(sd_event_source *es, uint64_t usec, void *userdata) {
 	if (n > 0) {
 		r = sd_bus_emit_properties_changed_strv(b->bus, BUS_PATH, BUS_INTERFACE_MANAGER, names);
 		if (r < 0)
-			log_debug("Failed to emit PropertiesChanged for the counters: %s", strerror(-r));
+			log_debug_errno(r, "Failed to emit PropertiesChanged for the counters: %m");
 		else
 			b->last = c;
 	}

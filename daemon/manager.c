@@ -1069,9 +1069,12 @@ int manager_reload(Manager *m, char **ret_error) {
 		return log_error_errno(r, "Failed to allocate a configuration: %m");
 	r = config_load(c, m->o.config_path, m->dropin_dir, &error);
 	if (r < 0) {
-		if (!error && asprintf(&error, "%s: %s", m->o.config_path, strerror(-r)) < 0)
-			error = NULL;
-		log_error("Reload failed, keeping the previous configuration: %s", error ?: strerror(-r));
+		if (!error) {
+			errno = -r;
+			if (asprintf(&error, "%s: %m", m->o.config_path) < 0)
+				return log_oom();
+		}
+		log_error("Reload failed, keeping the previous configuration: %s", error);
 		if (ret_error)
 			*ret_error = TAKE_PTR(error);
 		return r;

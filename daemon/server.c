@@ -277,7 +277,7 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 	/* Before attaching: the hello line is always the first thing the client reads. */
 	r = send_line(c->fd, hello, (size_t) n);
 	if (r < 0) {
-		log_debug("Client %" PRIu64 ": could not send the hello line: %s", c->id, strerror(-r));
+		log_debug_errno(r, "Client %" PRIu64 ": could not send the hello line: %m", c->id);
 		connection_free(c);
 		return;
 	}
@@ -361,7 +361,7 @@ static void connection_read_request(Connection *c) {
 		if (n == -EAGAIN || n == -EINTR)
 			return;
 		if (n < 0) {
-			log_debug("Client %" PRIu64 ": read failed: %s", c->id, strerror((int) -n));
+			log_debug_errno((int) n, "Client %" PRIu64 ": read failed: %m", c->id);
 			connection_free(c);
 			return;
 		}
@@ -405,7 +405,7 @@ static bool connection_discard_input(Connection *c) {
 		if (n == -EAGAIN || n == -EINTR)
 			return true;
 		if (n < 0) {
-			log_debug("Client %" PRIu64 ": read failed: %s", c->id, strerror((int) -n));
+			log_debug_errno((int) n, "Client %" PRIu64 ": read failed: %m", c->id);
 			connection_free(c);
 			return false;
 		}
@@ -784,7 +784,7 @@ void server_flush_client(Server *s, HubClient *hc) {
 	}
 	r = hub_client_flush(hc);
 	if (r < 0) {
-		log_debug("Client %" PRIu64 ": write failed: %s", c->id, strerror(-r));
+		log_debug_errno(r, "Client %" PRIu64 ": write failed: %m", c->id);
 		connection_free(c);
 		return;
 	}
