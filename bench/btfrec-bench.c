@@ -16,7 +16,7 @@
 #include "encode.h"
 #include "event.h"
 
-#define ROUNDS 1000000u
+#define ROUNDS  1000000u
 #define REPEATS 5u
 
 static char out[ENCODE_JSON_MAX];

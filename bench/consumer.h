@@ -13,12 +13,12 @@
 #define LATENCY_SAMPLE_EVERY 64u
 
 typedef struct ConsumerResult {
-	uint64_t events;      /* benchmark records received */
-	uint64_t lost;        /* libbpf: sum of PERF_RECORD_LOST; socket: sum of lost notices */
-	uint64_t cpu_ns;      /* CPU time of the consumer's thread */
-	bool complete;        /* socket: events + lost reached what the producer delivered */
-	int error;            /* negative errno if the consumer failed, else 0 */
-	Histogram latency;    /* ns from bpf_ktime_get_boot_ns() at emit to CLOCK_BOOTTIME on receipt */
+	uint64_t events;   /* benchmark records received */
+	uint64_t lost;     /* libbpf: sum of PERF_RECORD_LOST; socket: sum of lost notices */
+	uint64_t cpu_ns;   /* CPU time of the consumer's thread */
+	bool complete;     /* socket: events + lost reached what the producer delivered */
+	int error;         /* negative errno if the consumer failed, else 0 */
+	Histogram latency; /* ns from bpf_ktime_get_boot_ns() at emit to CLOCK_BOOTTIME on receipt */
 } ConsumerResult;
 
 /* Pins the calling thread to one CPU (cpu < 0: leaves it alone). */

@@ -12,7 +12,8 @@ static unsigned bucket_of(uint64_t v) {
 		return HISTOGRAM_BUCKETS - 1;
 	shift = msb - HISTOGRAM_SUB_BITS;
 	/* (msb - SUB_BITS + 1) groups of 32 below, then the 5 bits after the leading one. */
-	return ((shift + 1u) << HISTOGRAM_SUB_BITS) + (unsigned) ((v >> shift) & ((1u << HISTOGRAM_SUB_BITS) - 1));
+	return ((shift + 1u) << HISTOGRAM_SUB_BITS) +
+		(unsigned) ((v >> shift) & ((1u << HISTOGRAM_SUB_BITS) - 1));
 }
 
 /* The middle of bucket b, the inverse of bucket_of(). */

@@ -9,7 +9,7 @@
 #define HISTOGRAM_SUB_BITS 5u
 /* Up to 2^40 ns (18 minutes): far beyond any latency the benchmark can see. */
 #define HISTOGRAM_MAX_BITS 40u
-#define HISTOGRAM_BUCKETS ((HISTOGRAM_MAX_BITS + 1u) << HISTOGRAM_SUB_BITS)
+#define HISTOGRAM_BUCKETS  ((HISTOGRAM_MAX_BITS + 1u) << HISTOGRAM_SUB_BITS)
 
 typedef struct Histogram {
 	uint64_t count;

@@ -18,10 +18,10 @@
 typedef struct LoadThread {
 	pthread_t thread;
 	int cpu;
-	double calls_per_ns;         /* this thread's share; 0 = unpaced */
-	uint64_t start_ns, end_ns;   /* common to all threads */
-	uint64_t calls;              /* result */
-	uint64_t finished_ns;        /* result */
+	double calls_per_ns;       /* this thread's share; 0 = unpaced */
+	uint64_t start_ns, end_ns; /* common to all threads */
+	uint64_t calls;            /* result */
+	uint64_t finished_ns;      /* result */
 } LoadThread;
 
 uint64_t now_ns(void) {
@@ -51,7 +51,8 @@ static void *load_thread(void *userdata) {
 		if (now >= t->end_ns)
 			break;
 		if (t->calls_per_ns > 0) {
-			double behind = (double) (now - t->start_ns) * t->calls_per_ns - ((double) calls + skipped);
+			double behind = (double) (now - t->start_ns) * t->calls_per_ns -
+				((double) calls + skipped);
 
 			if (behind < 1)
 				continue; /* ahead of schedule: spin, so that calls stay evenly spaced */
@@ -83,7 +84,7 @@ int load_run(const LoadOptions *o, LoadResult *ret) {
 		pthread_attr_t attr;
 		cpu_set_t set;
 
-		threads[i] = (LoadThread) {
+		threads[i] = (LoadThread){
 			.cpu = cpu,
 			.calls_per_ns = o->calls_per_s / 1e9 / n,
 			.start_ns = start,
@@ -107,6 +108,6 @@ int load_run(const LoadOptions *o, LoadResult *ret) {
 		calls += threads[i].calls;
 		end = MAX(end, threads[i].finished_ns);
 	}
-	*ret = (LoadResult) { .calls = calls, .elapsed_ns = end - start };
+	*ret = (LoadResult){ .calls = calls, .elapsed_ns = end - start };
 	return 0;
 }

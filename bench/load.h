@@ -8,14 +8,14 @@
 #include "cpuset.h"
 
 typedef struct LoadOptions {
-	const CpuSet *cpus;          /* one load thread per CPU */
-	double calls_per_s;          /* all threads together; 0 = as fast as they can */
+	const CpuSet *cpus; /* one load thread per CPU */
+	double calls_per_s; /* all threads together; 0 = as fast as they can */
 	uint64_t duration_ns;
 } LoadOptions;
 
 typedef struct LoadResult {
-	uint64_t calls;              /* getpgid() calls made, all threads */
-	uint64_t elapsed_ns;         /* from the common start to the last thread's end */
+	uint64_t calls;      /* getpgid() calls made, all threads */
+	uint64_t elapsed_ns; /* from the common start to the last thread's end */
 } LoadResult;
 
 /* Runs the load to completion (blocks for the duration). */

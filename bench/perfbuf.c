@@ -25,7 +25,7 @@ struct Perfbuf {
 	pthread_t thread;
 	bool started;
 	atomic_bool stop;
-	ConsumerResult result;       /* written by the thread, read after the join */
+	ConsumerResult result; /* written by the thread, read after the join */
 };
 
 static void sample(Perfbuf *p, const void *data, size_t size) {

@@ -41,7 +41,7 @@ typedef struct Options {
 	unsigned clients;
 	enum perfrelay_format format;
 	double duration_s;
-	double rate;               /* records per second, all producer CPUs; 0 = unpaced */
+	double rate; /* records per second, all producer CPUs; 0 = unpaced */
 	unsigned records_per_call;
 	unsigned record_size;
 	CpuSet producer_cpus;
@@ -108,30 +108,41 @@ static int parse_double(const char *s, double *ret) {
 
 static int parse_options(int argc, char *argv[], Options *o) {
 	enum {
-		ARG_MODE = 0x100, ARG_PIN_ROOT, ARG_SOCKET, ARG_DAEMON_PID, ARG_CLIENTS, ARG_FORMAT, ARG_DURATION,
-		ARG_RATE, ARG_K, ARG_SIZE, ARG_PRODUCER_CPUS, ARG_CONSUMER_CPU, ARG_PAGES, ARG_WATERMARK,
-		ARG_DRAIN, ARG_SETTLE,
+		ARG_MODE = 0x100,
+		ARG_PIN_ROOT,
+		ARG_SOCKET,
+		ARG_DAEMON_PID,
+		ARG_CLIENTS,
+		ARG_FORMAT,
+		ARG_DURATION,
+		ARG_RATE,
+		ARG_K,
+		ARG_SIZE,
+		ARG_PRODUCER_CPUS,
+		ARG_CONSUMER_CPU,
+		ARG_PAGES,
+		ARG_WATERMARK,
+		ARG_DRAIN,
+		ARG_SETTLE,
 	};
-	static const struct option options[] = {
-		{ "help", no_argument, NULL, 'h' },
-		{ "mode", required_argument, NULL, ARG_MODE },
-		{ "pin-root", required_argument, NULL, ARG_PIN_ROOT },
-		{ "socket", required_argument, NULL, ARG_SOCKET },
-		{ "daemon-pid", required_argument, NULL, ARG_DAEMON_PID },
-		{ "clients", required_argument, NULL, ARG_CLIENTS },
-		{ "format", required_argument, NULL, ARG_FORMAT },
-		{ "duration", required_argument, NULL, ARG_DURATION },
-		{ "rate", required_argument, NULL, ARG_RATE },
-		{ "records-per-call", required_argument, NULL, ARG_K },
-		{ "record-size", required_argument, NULL, ARG_SIZE },
-		{ "producer-cpus", required_argument, NULL, ARG_PRODUCER_CPUS },
-		{ "consumer-cpu", required_argument, NULL, ARG_CONSUMER_CPU },
-		{ "pages", required_argument, NULL, ARG_PAGES },
-		{ "watermark", required_argument, NULL, ARG_WATERMARK },
-		{ "drain-timeout", required_argument, NULL, ARG_DRAIN },
-		{ "settle-ms", required_argument, NULL, ARG_SETTLE },
-		{}
-	};
+	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
+						 { "mode", required_argument, NULL, ARG_MODE },
+						 { "pin-root", required_argument, NULL, ARG_PIN_ROOT },
+						 { "socket", required_argument, NULL, ARG_SOCKET },
+						 { "daemon-pid", required_argument, NULL, ARG_DAEMON_PID },
+						 { "clients", required_argument, NULL, ARG_CLIENTS },
+						 { "format", required_argument, NULL, ARG_FORMAT },
+						 { "duration", required_argument, NULL, ARG_DURATION },
+						 { "rate", required_argument, NULL, ARG_RATE },
+						 { "records-per-call", required_argument, NULL, ARG_K },
+						 { "record-size", required_argument, NULL, ARG_SIZE },
+						 { "producer-cpus", required_argument, NULL, ARG_PRODUCER_CPUS },
+						 { "consumer-cpu", required_argument, NULL, ARG_CONSUMER_CPU },
+						 { "pages", required_argument, NULL, ARG_PAGES },
+						 { "watermark", required_argument, NULL, ARG_WATERMARK },
+						 { "drain-timeout", required_argument, NULL, ARG_DRAIN },
+						 { "settle-ms", required_argument, NULL, ARG_SETTLE },
+						 {} };
 	unsigned long v;
 	int c;
 
@@ -227,8 +238,10 @@ static int parse_options(int argc, char *argv[], Options *o) {
 			return -EINVAL;
 		}
 		if (r < 0) {
-			fprintf(stderr, "perfrelay-bench: invalid value for --%s: %s\n", options[c - ARG_MODE + 1].name,
-			        optarg);
+			fprintf(stderr,
+				"perfrelay-bench: invalid value for --%s: %s\n",
+				options[c - ARG_MODE + 1].name,
+				optarg);
 			return -EINVAL;
 		}
 	}
@@ -311,14 +324,17 @@ static double per_s(uint64_t n, uint64_t ns) {
 static void print_latency(const Histogram *h) {
 	printf(",\"latency_p50_us\":%.1f,\"latency_p90_us\":%.1f,\"latency_p99_us\":%.1f,\"latency_p999_us\":%.1f"
 	       ",\"latency_samples\":%" PRIu64,
-	       (double) histogram_quantile(h, 0.50) / 1e3, (double) histogram_quantile(h, 0.90) / 1e3,
-	       (double) histogram_quantile(h, 0.99) / 1e3, (double) histogram_quantile(h, 0.999) / 1e3, h->count);
+	       (double) histogram_quantile(h, 0.50) / 1e3,
+	       (double) histogram_quantile(h, 0.90) / 1e3,
+	       (double) histogram_quantile(h, 0.99) / 1e3,
+	       (double) histogram_quantile(h, 0.999) / 1e3,
+	       h->count);
 }
 
 typedef struct Run {
 	LoadResult load;
-	uint64_t attempts, failures;  /* deltas over the load */
-	uint64_t daemon_cpu_ns;       /* 0 without --daemon-pid */
+	uint64_t attempts, failures; /* deltas over the load */
+	uint64_t daemon_cpu_ns;      /* 0 without --daemon-pid */
 	bool have_daemon_cpu;
 } Run;
 
@@ -350,8 +366,15 @@ static void print_common(const Options *o, const Run *run) {
 	printf("{\"mode\":\"%s\",\"rate_target\":%.0f,\"records_per_call\":%u,\"record_size\":%u,"
 	       "\"duration_s\":%.6f,\"calls\":%" PRIu64 ",\"attempts\":%" PRIu64 ",\"failures\":%" PRIu64
 	       ",\"offered_per_s\":%.0f",
-	       mode_names[o->mode], o->rate, o->records_per_call, o->record_size, (double) run->load.elapsed_ns / 1e9,
-	       run->load.calls, run->attempts, run->failures, per_s(run->attempts, run->load.elapsed_ns));
+	       mode_names[o->mode],
+	       o->rate,
+	       o->records_per_call,
+	       o->record_size,
+	       (double) run->load.elapsed_ns / 1e9,
+	       run->load.calls,
+	       run->attempts,
+	       run->failures,
+	       per_s(run->attempts, run->load.elapsed_ns));
 }
 
 static int run_libbpf(const Options *o) {
@@ -372,17 +395,28 @@ static int run_libbpf(const Options *o) {
 	if (!res)
 		return -ENOMEM;
 	if (!po.pin_root) {
-		snprintf(private_root, sizeof(private_root), "/sys/fs/bpf/perfrelay-bench-%d-libbpf", (int) getpid());
+		snprintf(
+			private_root,
+			sizeof(private_root),
+			"/sys/fs/bpf/perfrelay-bench-%d-libbpf",
+			(int) getpid());
 		po.pin_root = private_root;
 	}
 	r = bench_producer_new(&po, &p, &created);
 	if (r < 0) {
-		fprintf(stderr, "perfrelay-bench: failed to load the producer with pins under %s: %s\n", po.pin_root,
-		        strerror(-r));
+		fprintf(stderr,
+			"perfrelay-bench: failed to load the producer with pins under %s: %s\n",
+			po.pin_root,
+			strerror(-r));
 		goto finish;
 	}
-	r = perfbuf_start(bench_producer_events_fd(p), o->mode == MODE_LIBBPF_RAW ? PERFBUF_RAW : PERFBUF_DEFAULT,
-	                  o->pages, o->watermark, o->consumer_cpu, &pb);
+	r = perfbuf_start(
+		bench_producer_events_fd(p),
+		o->mode == MODE_LIBBPF_RAW ? PERFBUF_RAW : PERFBUF_DEFAULT,
+		o->pages,
+		o->watermark,
+		o->consumer_cpu,
+		&pb);
 	if (r < 0) {
 		fprintf(stderr, "perfrelay-bench: failed to set up libbpf's perf_buffer: %s\n", strerror(-r));
 		goto finish;
@@ -403,8 +437,14 @@ static int run_libbpf(const Options *o) {
 	printf(",\"pages\":%u,\"received\":%" PRIu64 ",\"ring_lost\":%" PRIu64 ",\"delivered\":%" PRIu64
 	       ",\"events_per_s\":%.0f,\"lost\":%" PRIu64 ",\"accounted\":%s,\"consumer_cpu_ns\":%" PRIu64
 	       ",\"cpu_ns_per_event\":%.1f",
-	       o->pages, res->events, res->lost, res->events, per_s(res->events, run.load.elapsed_ns), run.failures,
-	       run.attempts == res->events + run.failures ? "true" : "false", res->cpu_ns,
+	       o->pages,
+	       res->events,
+	       res->lost,
+	       res->events,
+	       per_s(res->events, run.load.elapsed_ns),
+	       run.failures,
+	       run.attempts == res->events + run.failures ? "true" : "false",
+	       res->cpu_ns,
 	       res->events ? (double) res->cpu_ns / (double) res->events : 0.0);
 	print_latency(&res->latency);
 	printf("}\n");
@@ -415,8 +455,10 @@ finish:
 		int k = bench_producer_unpin(p);
 
 		if (k < 0)
-			fprintf(stderr, "perfrelay-bench: failed to remove the pins under %s: %s\n", po.pin_root,
-			        strerror(-k));
+			fprintf(stderr,
+				"perfrelay-bench: failed to remove the pins under %s: %s\n",
+				po.pin_root,
+				strerror(-k));
 	}
 	bench_producer_free(p);
 	free(res);
@@ -446,14 +488,19 @@ static int run_daemon(const Options *o) {
 	}
 	r = bench_producer_new(&po, &p, &created);
 	if (r < 0) {
-		fprintf(stderr, "perfrelay-bench: failed to load the producer with the pins under %s: %s\n",
-		        o->pin_root, strerror(-r));
+		fprintf(stderr,
+			"perfrelay-bench: failed to load the producer with the pins under %s: %s\n",
+			o->pin_root,
+			strerror(-r));
 		goto finish;
 	}
 	if (created) {
 		/* Writing into an array no daemon reads would measure nothing. */
-		fprintf(stderr, "perfrelay-bench: no perfrelayd pins under %s (is the daemon running with "
-		        "PinPath=%s?)\n", o->pin_root, o->pin_root);
+		fprintf(stderr,
+			"perfrelay-bench: no perfrelayd pins under %s (is the daemon running with "
+			"PinPath=%s?)\n",
+			o->pin_root,
+			o->pin_root);
 		(void) bench_producer_unpin(p);
 		r = -ENOENT;
 		goto finish;
@@ -461,8 +508,11 @@ static int run_daemon(const Options *o) {
 	for (unsigned i = 0; i < o->clients; i++) {
 		r = subscriber_start(o->socket_path, o->format, o->consumer_cpu, &subs[i]);
 		if (r < 0) {
-			fprintf(stderr, "perfrelay-bench: subscriber %u failed to connect to %s: %s\n", i,
-			        o->socket_path, strerror(-r));
+			fprintf(stderr,
+				"perfrelay-bench: subscriber %u failed to connect to %s: %s\n",
+				i,
+				o->socket_path,
+				strerror(-r));
 			goto finish;
 		}
 	}
@@ -471,16 +521,20 @@ static int run_daemon(const Options *o) {
 		 * must account for every record the daemon receives. */
 		r = subscriber_fence(o->socket_path);
 		if (r < 0) {
-			fprintf(stderr, "perfrelay-bench: fence connection to %s failed: %s\n", o->socket_path,
-			        strerror(-r));
+			fprintf(stderr,
+				"perfrelay-bench: fence connection to %s failed: %s\n",
+				o->socket_path,
+				strerror(-r));
 			goto finish;
 		}
 	}
 	if (o->daemon_pid > 0) {
 		r = process_cpu_ns(o->daemon_pid, &cpu0);
 		if (r < 0) {
-			fprintf(stderr, "perfrelay-bench: cannot read the CPU time of pid %d: %s\n", o->daemon_pid,
-			        strerror(-r));
+			fprintf(stderr,
+				"perfrelay-bench: cannot read the CPU time of pid %d: %s\n",
+				o->daemon_pid,
+				strerror(-r));
 			goto finish;
 		}
 	}
@@ -501,19 +555,25 @@ static int run_daemon(const Options *o) {
 		complete &= res[i].complete;
 		histogram_merge(latency, &res[i].latency);
 		if (res[i].error < 0)
-			fprintf(stderr, "perfrelay-bench: subscriber %u failed: %s\n", i, strerror(-res[i].error));
+			fprintf(stderr,
+				"perfrelay-bench: subscriber %u failed: %s\n",
+				i,
+				strerror(-res[i].error));
 	}
 	if (o->clients == 0 && o->settle_ms > 0) {
 		/* Records below the watermark wait for the daemon's flush timer. */
-		struct timespec ts = { .tv_sec = o->settle_ms / 1000, .tv_nsec = (long) (o->settle_ms % 1000) * 1000000 };
+		struct timespec ts = { .tv_sec = o->settle_ms / 1000,
+				       .tv_nsec = (long) (o->settle_ms % 1000) * 1000000 };
 
 		nanosleep(&ts, NULL);
 	}
 	if (o->daemon_pid > 0) {
 		r = process_cpu_ns(o->daemon_pid, &cpu1);
 		if (r < 0) {
-			fprintf(stderr, "perfrelay-bench: cannot read the CPU time of pid %d: %s\n", o->daemon_pid,
-			        strerror(-r));
+			fprintf(stderr,
+				"perfrelay-bench: cannot read the CPU time of pid %d: %s\n",
+				o->daemon_pid,
+				strerror(-r));
 			goto finish;
 		}
 	}
@@ -521,26 +581,41 @@ static int run_daemon(const Options *o) {
 	/* Per client: every subscriber gets every event, so a row's rate is what one client gets. */
 	delivered = o->clients ? (double) events / o->clients : (double) expected;
 	print_common(o, &run);
-	printf(",\"format\":\"%s\",\"received\":%" PRIu64 ",\"delivered\":%.0f,\"events_per_s\":%.0f"
-	       ",\"lost\":%" PRIu64 ",\"client_lost\":%" PRIu64 ",\"accounted\":%s,\"consumer_cpu_ns\":%" PRIu64,
-	       o->format == PERFRELAY_FORMAT_BINARY ? "binary" : "json", expected, delivered,
-	       run.load.elapsed_ns ? delivered * 1e9 / (double) run.load.elapsed_ns : 0.0, run.failures + client_lost,
-	       client_lost, complete ? "true" : "false", client_cpu);
+	printf(",\"format\":\"%s\",\"received\":%" PRIu64
+	       ",\"delivered\":%.0f,\"events_per_s\":%.0f"
+	       ",\"lost\":%" PRIu64 ",\"client_lost\":%" PRIu64
+	       ",\"accounted\":%s,\"consumer_cpu_ns\":%" PRIu64,
+	       o->format == PERFRELAY_FORMAT_BINARY ? "binary" : "json",
+	       expected,
+	       delivered,
+	       run.load.elapsed_ns ? delivered * 1e9 / (double) run.load.elapsed_ns : 0.0,
+	       run.failures + client_lost,
+	       client_lost,
+	       complete ? "true" : "false",
+	       client_cpu);
 	if (o->daemon_pid > 0)
-		printf(",\"daemon_cpu_ns\":%" PRIu64 ",\"cpu_ns_per_event\":%.1f", cpu1 - cpu0,
+		printf(",\"daemon_cpu_ns\":%" PRIu64 ",\"cpu_ns_per_event\":%.1f",
+		       cpu1 - cpu0,
 		       delivered > 0 ? (double) (cpu1 - cpu0) / delivered : 0.0);
 	printf(",\"subscribers\":[");
 	for (unsigned i = 0; i < o->clients; i++)
 		printf("%s{\"client_id\":%" PRIu64 ",\"events\":%" PRIu64 ",\"lost\":%" PRIu64
 		       ",\"complete\":%s,\"cpu_ns\":%" PRIu64 "}",
-		       i ? "," : "", subscriber_client_id(subs[i]), res[i].events, res[i].lost,
-		       res[i].complete ? "true" : "false", res[i].cpu_ns);
+		       i ? "," : "",
+		       subscriber_client_id(subs[i]),
+		       res[i].events,
+		       res[i].lost,
+		       res[i].complete ? "true" : "false",
+		       res[i].cpu_ns);
 	printf("]");
 	print_latency(latency);
 	printf("}\n");
 	if (!complete) {
-		fprintf(stderr, "perfrelay-bench: a subscriber did not account for all %" PRIu64 " events within %.1fs\n",
-		        expected, o->drain_timeout_s);
+		fprintf(stderr,
+			"perfrelay-bench: a subscriber did not account for all %" PRIu64
+			" events within %.1fs\n",
+			expected,
+			o->drain_timeout_s);
 		r = -ETIMEDOUT;
 	}
 finish:

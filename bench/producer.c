@@ -44,8 +44,9 @@ int bench_producer_new(const BenchProducerOptions *o, BenchProducer **ret, bool 
 	bool existed;
 	int r;
 
-	if (o->records_per_call < 1 || o->records_per_call > 256 || o->record_size < sizeof(struct perfrelay_bench) ||
-	    o->record_size > 1024 || o->record_size % 8 != 0)
+	if (o->records_per_call < 1 || o->records_per_call > 256 ||
+	    o->record_size < sizeof(struct perfrelay_bench) || o->record_size > 1024 ||
+	    o->record_size % 8 != 0)
 		return -EINVAL;
 
 	p = calloc(1, sizeof(*p));

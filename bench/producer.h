@@ -10,10 +10,10 @@
 typedef struct BenchProducer BenchProducer;
 
 typedef struct BenchProducerOptions {
-	const char *pin_root;       /* bpffs directory of "events" and "counters" */
-	uint32_t target_tgid;       /* the process whose getpgid() calls emit */
-	uint32_t records_per_call;  /* K, 1..256 */
-	uint32_t record_size;       /* bytes per record, header included: 40..1024, multiple of 8 */
+	const char *pin_root;      /* bpffs directory of "events" and "counters" */
+	uint32_t target_tgid;      /* the process whose getpgid() calls emit */
+	uint32_t records_per_call; /* K, 1..256 */
+	uint32_t record_size;      /* bytes per record, header included: 40..1024, multiple of 8 */
 } BenchProducerOptions;
 
 /* Opens, configures, loads and attaches the producer. The pins under pin_root are reused when

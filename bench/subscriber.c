@@ -23,7 +23,7 @@ struct Subscriber {
 	/* Set by the main thread after the load: UINT64_MAX until then. */
 	_Atomic uint64_t expected;
 	_Atomic uint64_t deadline_ns;
-	ConsumerResult result;       /* written by the thread, read after the join */
+	ConsumerResult result; /* written by the thread, read after the join */
 };
 
 /* The decimal number after `key` in a JSON line, or 0. The daemon writes "type" then "ts" first,
@@ -73,7 +73,8 @@ static bool subscriber_done(Subscriber *s) {
 		s->result.complete = s->result.events + s->result.lost == expected;
 		return true;
 	}
-	return expected != UINT64_MAX && now_ns() >= atomic_load_explicit(&s->deadline_ns, memory_order_relaxed);
+	return expected != UINT64_MAX &&
+		now_ns() >= atomic_load_explicit(&s->deadline_ns, memory_order_relaxed);
 }
 
 static void *subscriber_thread(void *userdata) {

@@ -8,14 +8,14 @@
 
 /* Largest record the benchmark builds: the scratch buffer's size, and a bound the verifier
  * can check the output size against. Power of two so sizes can be masked. */
-#define BENCH_RECORD_MAX 1024u
+#define BENCH_RECORD_MAX  1024u
 /* Upper bound of records_per_call, so the loop is bounded for the verifier. */
 #define BENCH_RECORDS_MAX 256u
 
 /* Set before load. target_tgid 0 matches nothing, so a bench object loaded without
  * configuration stays silent instead of flooding the rings with every process's calls. */
 const volatile __u32 target_tgid = 0;
-const volatile __u32 records_per_call = 1;            /* K, 1..BENCH_RECORDS_MAX */
+const volatile __u32 records_per_call = 1;                          /* K, 1..BENCH_RECORDS_MAX */
 const volatile __u32 payload_size = sizeof(struct perfrelay_bench); /* 40..1024, multiple of 8 */
 
 struct bench_buf {
@@ -37,8 +37,7 @@ struct {
 } bench_scratch SEC(".maps");
 
 SEC("tp/syscalls/sys_enter_getpgid")
-int handle_getpgid(void *ctx)
-{
+int handle_getpgid(void *ctx) {
 	struct bench_buf *b;
 	__u32 zero = 0, size, n, i;
 

@@ -20,47 +20,47 @@
 #define PERFRELAY_VERSION 1u      /* bumped on any incompatible change of this file */
 
 /* Producer ids index the pinned per-CPU "counters" array, so they are bounded. */
-#define PERFRELAY_MAX_PRODUCERS  1024u
-#define PERFRELAY_PRODUCER_EXEC     1u
-#define PERFRELAY_PRODUCER_EXIT     2u
-#define PERFRELAY_PRODUCER_FORK     3u
-#define PERFRELAY_PRODUCER_OPEN     4u
-#define PERFRELAY_PRODUCER_CONNECT  5u
-#define PERFRELAY_PRODUCER_BENCH   16u
+#define PERFRELAY_MAX_PRODUCERS            1024u
+#define PERFRELAY_PRODUCER_EXEC            1u
+#define PERFRELAY_PRODUCER_EXIT            2u
+#define PERFRELAY_PRODUCER_FORK            3u
+#define PERFRELAY_PRODUCER_OPEN            4u
+#define PERFRELAY_PRODUCER_CONNECT         5u
+#define PERFRELAY_PRODUCER_BENCH           16u
 #define PERFRELAY_PRODUCER_THIRD_PARTY_MIN 256u /* ids below are reserved for perfrelay */
 
 /* Record types. Third-party producers use ids >= PERFRELAY_TYPE_THIRD_PARTY_MIN. */
-#define PERFRELAY_TYPE_EXEC     1u
-#define PERFRELAY_TYPE_EXIT     2u
-#define PERFRELAY_TYPE_FORK     3u
-#define PERFRELAY_TYPE_OPEN     4u
-#define PERFRELAY_TYPE_CONNECT  5u
-#define PERFRELAY_TYPE_BENCH   16u
+#define PERFRELAY_TYPE_EXEC            1u
+#define PERFRELAY_TYPE_EXIT            2u
+#define PERFRELAY_TYPE_FORK            3u
+#define PERFRELAY_TYPE_OPEN            4u
+#define PERFRELAY_TYPE_CONNECT         5u
+#define PERFRELAY_TYPE_BENCH           16u
 /* Reserved: made only by perfrelayd, in binary streams to clients, to report how many of the
  * client's events were dropped (the payload is a __u64 count). The decoder rejects it from
  * producers. */
-#define PERFRELAY_TYPE_LOST    0x7fffu
+#define PERFRELAY_TYPE_LOST            0x7fffu
 #define PERFRELAY_TYPE_THIRD_PARTY_MIN 0x8000u
 
 /* perf_event_header.size is a __u16, so no record can be larger than this. */
 #define PERFRELAY_RECORD_MAX 65535u
 
-#define PERFRELAY_COMM_LEN     16  /* TASK_COMM_LEN */
-#define PERFRELAY_PATH_LEN    256  /* bounded copy of a path; longer paths are truncated */
-#define PERFRELAY_ARGV_LEN    512  /* argv strings back to back, each NUL-terminated */
-#define PERFRELAY_ADDR_LEN     16  /* room for an IPv6 address; IPv4 uses the first 4 bytes */
+#define PERFRELAY_COMM_LEN 16  /* TASK_COMM_LEN */
+#define PERFRELAY_PATH_LEN 256 /* bounded copy of a path; longer paths are truncated */
+#define PERFRELAY_ARGV_LEN 512 /* argv strings back to back, each NUL-terminated */
+#define PERFRELAY_ADDR_LEN 16  /* room for an IPv6 address; IPv4 uses the first 4 bytes */
 
 /* Common header, 32 bytes, naturally aligned fields. */
 struct perfrelay_hdr {
-	__u16 magic;       /* PERFRELAY_MAGIC */
-	__u8  version;     /* PERFRELAY_VERSION */
-	__u8  flags;       /* reserved, 0 */
-	__u16 type;        /* PERFRELAY_TYPE_* */
-	__u16 size;        /* whole record in bytes, <= PERFRELAY_RECORD_MAX like the perf header */
-	__u32 producer;    /* producer id, < PERFRELAY_MAX_PRODUCERS, indexes "counters" */
-	__u32 cpu;         /* bpf_get_smp_processor_id() at emit time */
-	__u64 seq;         /* per (producer, CPU) attempt number: gaps prove loss */
-	__u64 ts_ns;       /* bpf_ktime_get_boot_ns(): comparable with CLOCK_BOOTTIME */
+	__u16 magic;    /* PERFRELAY_MAGIC */
+	__u8 version;   /* PERFRELAY_VERSION */
+	__u8 flags;     /* reserved, 0 */
+	__u16 type;     /* PERFRELAY_TYPE_* */
+	__u16 size;     /* whole record in bytes, <= PERFRELAY_RECORD_MAX like the perf header */
+	__u32 producer; /* producer id, < PERFRELAY_MAX_PRODUCERS, indexes "counters" */
+	__u32 cpu;      /* bpf_get_smp_processor_id() at emit time */
+	__u64 seq;      /* per (producer, CPU) attempt number: gaps prove loss */
+	__u64 ts_ns;    /* bpf_ktime_get_boot_ns(): comparable with CLOCK_BOOTTIME */
 };
 
 /* Value of the pinned per-CPU "counters" array, indexed by producer id. Every emit
@@ -76,28 +76,28 @@ struct perfrelay_counters {
  * the next daemon can count what a dead one's rings took with them:
  *   attempts = received + malformed + failures + crash_lost   per (producer, CPU). */
 struct perfrelay_received {
-	__u64 received;    /* valid records read from this CPU's rings, over every daemon */
-	__u64 malformed;   /* records naming this producer that the decoder rejected */
-	__u64 crash_lost;  /* accepted into the rings of a daemon that died before reading them */
-	__u64 seq_next;    /* highest hdr.seq read + 1; 0 before the first record */
-	__u64 seq_gaps;    /* seqs below seq_next never read (see docs/pipeline.md) */
-	__u64 _reserved;   /* 0: room for one later field without a new pin */
+	__u64 received;   /* valid records read from this CPU's rings, over every daemon */
+	__u64 malformed;  /* records naming this producer that the decoder rejected */
+	__u64 crash_lost; /* accepted into the rings of a daemon that died before reading them */
+	__u64 seq_next;   /* highest hdr.seq read + 1; 0 before the first record */
+	__u64 seq_gaps;   /* seqs below seq_next never read (see docs/pipeline.md) */
+	__u64 _reserved;  /* 0: room for one later field without a new pin */
 };
 
 struct perfrelay_exec {
 	struct perfrelay_hdr hdr;
-	__u32 pid;                          /* tgid */
-	__u32 ppid;                         /* real parent's tgid */
+	__u32 pid;  /* tgid */
+	__u32 ppid; /* real parent's tgid */
 	__u32 uid;
 	__u32 gid;
-	__u64 cgroup_id;                    /* cgroup v2 id: resolves to the systemd unit */
-	__u16 argc;                         /* NUL-terminated arguments in argv[] (those that fit) */
-	__u16 argv_len;                     /* bytes of argv[] in use, <= PERFRELAY_ARGV_LEN */
-	__u8  argv_truncated;               /* 1 if arguments did not fit */
-	__u8  _pad[3];
-	char  comm[PERFRELAY_COMM_LEN];
-	char  filename[PERFRELAY_PATH_LEN];
-	char  argv[PERFRELAY_ARGV_LEN];
+	__u64 cgroup_id;     /* cgroup v2 id: resolves to the systemd unit */
+	__u16 argc;          /* NUL-terminated arguments in argv[] (those that fit) */
+	__u16 argv_len;      /* bytes of argv[] in use, <= PERFRELAY_ARGV_LEN */
+	__u8 argv_truncated; /* 1 if arguments did not fit */
+	__u8 _pad[3];
+	char comm[PERFRELAY_COMM_LEN];
+	char filename[PERFRELAY_PATH_LEN];
+	char argv[PERFRELAY_ARGV_LEN];
 };
 
 struct perfrelay_exit {
@@ -105,47 +105,47 @@ struct perfrelay_exit {
 	__u32 pid;
 	__u32 ppid;
 	__u32 uid;
-	__s32 exit_code;                    /* the status's exit code (0..255) */
-	__u32 signal;                       /* terminating signal, 0 if none */
+	__s32 exit_code; /* the status's exit code (0..255) */
+	__u32 signal;    /* terminating signal, 0 if none */
 	__u32 _pad;
-	__u64 runtime_ns;                   /* from task start to exit */
-	char  comm[PERFRELAY_COMM_LEN];
+	__u64 runtime_ns; /* from task start to exit */
+	char comm[PERFRELAY_COMM_LEN];
 };
 
 struct perfrelay_fork {
 	struct perfrelay_hdr hdr;
-	__u32 parent_pid;                   /* tgid of the parent */
-	__u32 child_pid;                    /* tid of the new task */
-	__u32 child_tgid;                   /* == child_pid unless a thread was created */
+	__u32 parent_pid; /* tgid of the parent */
+	__u32 child_pid;  /* tid of the new task */
+	__u32 child_tgid; /* == child_pid unless a thread was created */
 	__u32 uid;
-	char  comm[PERFRELAY_COMM_LEN];     /* parent's comm (the child inherits it) */
+	char comm[PERFRELAY_COMM_LEN]; /* parent's comm (the child inherits it) */
 };
 
 struct perfrelay_open {
 	struct perfrelay_hdr hdr;
 	__u32 pid;
 	__u32 uid;
-	__s32 flags;                        /* open(2) flags */
-	__s32 result;                       /* fd or -errno */
-	char  comm[PERFRELAY_COMM_LEN];
-	char  path[PERFRELAY_PATH_LEN];
+	__s32 flags;  /* open(2) flags */
+	__s32 result; /* fd or -errno */
+	char comm[PERFRELAY_COMM_LEN];
+	char path[PERFRELAY_PATH_LEN];
 };
 
 struct perfrelay_connect {
 	struct perfrelay_hdr hdr;
 	__u32 pid;
 	__u32 uid;
-	__s32 result;                       /* 0 or -errno (-EINPROGRESS for non-blocking) */
-	__u16 family;                       /* AF_INET, AF_INET6, AF_UNIX, ... */
-	__u16 port;                         /* host byte order; 0 for families without ports */
-	__u8  addr[PERFRELAY_ADDR_LEN];     /* network byte order, as in the sockaddr */
-	char  comm[PERFRELAY_COMM_LEN];
+	__s32 result;                  /* 0 or -errno (-EINPROGRESS for non-blocking) */
+	__u16 family;                  /* AF_INET, AF_INET6, AF_UNIX, ... */
+	__u16 port;                    /* host byte order; 0 for families without ports */
+	__u8 addr[PERFRELAY_ADDR_LEN]; /* network byte order, as in the sockaddr */
+	char comm[PERFRELAY_COMM_LEN];
 };
 
 /* The benchmark producer: a sequence number and a payload of configurable size. */
 struct perfrelay_bench {
 	struct perfrelay_hdr hdr;
-	__u64 call;                         /* running record count of the producer on this CPU */
+	__u64 call; /* running record count of the producer on this CPU */
 };
 
 _Static_assert(sizeof(struct perfrelay_hdr) == 32, "perfrelay_hdr ABI");

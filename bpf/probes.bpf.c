@@ -22,7 +22,7 @@
 
 /* A signal_struct flag (<linux/sched/signal.h>): a #define, which vmlinux.h cannot carry. */
 #define PERFRELAY_SIGNAL_GROUP_EXIT 0x00000004
-#define PERFRELAY_EEXIST 17
+#define PERFRELAY_EEXIST            17
 
 /* Scratch slots, one per record kind. The kernel keeps one instance of each program from
  * nesting on a CPU, but not different programs: where a tracepoint program can be preempted,
@@ -87,8 +87,7 @@ struct {
 
 /* Zeroed before use: records reach clients as raw bytes (format "binary"), and stale bytes
  * behind a NUL or in padding would leak another process's paths and arguments. */
-static __always_inline void *scratch_get(__u32 slot)
-{
+static __always_inline void *scratch_get(__u32 slot) {
 	void *p = bpf_map_lookup_elem(&probes_scratch, &slot);
 
 	if (p)
@@ -98,8 +97,7 @@ static __always_inline void *scratch_get(__u32 slot)
 
 /* Counts a record that will never be emitted as an attempt that failed, so that
  * attempts = received + failures holds and the seq gap it leaves is explained. */
-static __always_inline void count_lost_attempt(__u32 producer)
-{
+static __always_inline void count_lost_attempt(__u32 producer) {
 	struct perfrelay_counters *c = bpf_map_lookup_elem(&counters, &producer);
 
 	if (!c)
@@ -111,8 +109,7 @@ static __always_inline void count_lost_attempt(__u32 producer)
 /* Stores a syscall's half-built record until its exit tracepoint; a full map is a lost record.
  * An entry the thread left before is a syscall whose exit was not traced (its program was not
  * attached yet, or no longer): its record is lost too, and counted, as it is overwritten. */
-static __always_inline void pending_put(void *map, __u64 *pid_tgid, void *rec, __u32 producer)
-{
+static __always_inline void pending_put(void *map, __u64 *pid_tgid, void *rec, __u32 producer) {
 	long r = bpf_map_update_elem(map, pid_tgid, rec, BPF_NOEXIST);
 
 	if (r == -PERFRELAY_EEXIST) {
@@ -126,8 +123,7 @@ static __always_inline void pending_put(void *map, __u64 *pid_tgid, void *rec, _
 /* Copies the thread's pending record into its per-CPU scratch slot and removes the entry. Never
  * emitted from the map value itself: once deleted (or were it ever evicted) the element goes back
  * to the map's free list and another CPU may fill it while perf copies it into the ring. */
-static __always_inline void *pending_take(void *map, __u64 *pid_tgid, __u32 slot, __u32 size)
-{
+static __always_inline void *pending_take(void *map, __u64 *pid_tgid, __u32 slot, __u32 size) {
 	void *v = bpf_map_lookup_elem(map, pid_tgid), *copy;
 
 	if (!v)
@@ -140,9 +136,8 @@ static __always_inline void *pending_take(void *map, __u64 *pid_tgid, __u32 slot
 }
 
 SEC("tp/sched/sched_process_exec")
-int handle_exec(struct trace_event_raw_sched_process_exec *ctx)
-{
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+int handle_exec(struct trace_event_raw_sched_process_exec *ctx) {
+	struct task_struct *task = (struct task_struct *) bpf_get_current_task();
 	struct perfrelay_exec *e;
 	unsigned long arg_start, arg_end, len;
 	__u64 uid_gid = bpf_get_current_uid_gid();
@@ -157,14 +152,14 @@ int handle_exec(struct trace_event_raw_sched_process_exec *ctx)
 
 	e->pid = bpf_get_current_pid_tgid() >> 32;
 	e->ppid = BPF_CORE_READ(task, real_parent, tgid);
-	e->uid = (__u32)uid_gid;
+	e->uid = (__u32) uid_gid;
 	e->gid = uid_gid >> 32;
 	e->cgroup_id = bpf_get_current_cgroup_id();
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 
 	/* __data_loc: low 16 bits are the offset of the string inside the trace record. */
 	fname_off = ctx->__data_loc_filename & 0xFFFF;
-	bpf_probe_read_kernel_str(e->filename, sizeof(e->filename), (void *)ctx + fname_off);
+	bpf_probe_read_kernel_str(e->filename, sizeof(e->filename), (void *) ctx + fname_off);
 
 	/* The new image's argument strings lie back to back, NUL-terminated, between arg_start
 	 * and arg_end on the user stack, written by execve just before this tracepoint. */
@@ -179,7 +174,7 @@ int handle_exec(struct trace_event_raw_sched_process_exec *ctx)
 	 * without it, but a compiler that spills len, or an older verifier that loses a
 	 * scalar's range across a spill, would reject the variable-size read. */
 	len &= PERFRELAY_ARGV_LEN - 1;
-	if (len > 0 && bpf_probe_read_user(e->argv, len, (const void *)arg_start) < 0) {
+	if (len > 0 && bpf_probe_read_user(e->argv, len, (const void *) arg_start) < 0) {
 		/* Arguments exist but could not be read: say so rather than report none. */
 		len = 0;
 		e->argv_truncated = 1;
@@ -209,9 +204,8 @@ int handle_exec(struct trace_event_raw_sched_process_exec *ctx)
  * (6.16+) serves every kernel. signal->live is decremented before the tracepoint in do_exit() on
  * every kernel, so the thread that sees 0 is the last one. */
 SEC("tp/sched/sched_process_exit")
-int handle_exit(void *ctx)
-{
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+int handle_exit(void *ctx) {
+	struct task_struct *task = (struct task_struct *) bpf_get_current_task();
 	struct task_struct *leader;
 	struct perfrelay_exit *e;
 	unsigned int sig_flags;
@@ -239,7 +233,7 @@ int handle_exit(void *ctx)
 		code = BPF_CORE_READ(task, exit_code);
 	e->pid = BPF_CORE_READ(task, tgid);
 	e->ppid = BPF_CORE_READ(task, real_parent, tgid);
-	e->uid = (__u32)bpf_get_current_uid_gid();
+	e->uid = (__u32) bpf_get_current_uid_gid();
 	e->exit_code = (code >> 8) & 0xff;
 	e->signal = code & 0x7f;
 	/* start_time is CLOCK_MONOTONIC, like bpf_ktime_get_ns(); the process started with its
@@ -254,8 +248,7 @@ int handle_exit(void *ctx)
 /* tp_btf: the raw tracepoint hands us both task_structs, where the classic tracepoint only
  * has the child's pid and would lose its tgid (thread vs process). */
 SEC("tp_btf/sched_process_fork")
-int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child)
-{
+int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child) {
 	struct perfrelay_fork *e;
 
 	if (perfrelay_idle(PERFRELAY_PRODUCER_FORK))
@@ -267,7 +260,7 @@ int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child)
 	e->parent_pid = BPF_CORE_READ(parent, tgid);
 	e->child_pid = BPF_CORE_READ(child, pid);
 	e->child_tgid = BPF_CORE_READ(child, tgid);
-	e->uid = (__u32)bpf_get_current_uid_gid();
+	e->uid = (__u32) bpf_get_current_uid_gid();
 	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), parent->comm);
 
 	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_FORK, PERFRELAY_PRODUCER_FORK);
@@ -275,8 +268,7 @@ int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child)
 }
 
 SEC("tp/syscalls/sys_enter_openat")
-int handle_open_enter(struct trace_event_raw_sys_enter *ctx)
-{
+int handle_open_enter(struct trace_event_raw_sys_enter *ctx) {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct perfrelay_open *e;
 
@@ -288,19 +280,18 @@ int handle_open_enter(struct trace_event_raw_sys_enter *ctx)
 		return 0;
 
 	e->pid = pid_tgid >> 32;
-	e->uid = (__u32)bpf_get_current_uid_gid();
-	e->flags = (int)ctx->args[2];
+	e->uid = (__u32) bpf_get_current_uid_gid();
+	e->flags = (int) ctx->args[2];
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	/* Read now: the user buffer may be reused or freed by the time the syscall returns. */
-	bpf_probe_read_user_str(e->path, sizeof(e->path), (const char *)ctx->args[1]);
+	bpf_probe_read_user_str(e->path, sizeof(e->path), (const char *) ctx->args[1]);
 
 	pending_put(&open_args, &pid_tgid, e, PERFRELAY_PRODUCER_OPEN);
 	return 0;
 }
 
 SEC("tp/syscalls/sys_exit_openat")
-int handle_open_exit(struct trace_event_raw_sys_exit *ctx)
-{
+int handle_open_exit(struct trace_event_raw_sys_exit *ctx) {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct perfrelay_open *e;
 
@@ -311,17 +302,16 @@ int handle_open_exit(struct trace_event_raw_sys_exit *ctx)
 	if (!e)
 		return 0;
 
-	e->result = (int)ctx->ret;
+	e->result = (int) ctx->ret;
 	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_OPEN, PERFRELAY_PRODUCER_OPEN);
 	return 0;
 }
 
 SEC("tp/syscalls/sys_enter_connect")
-int handle_connect_enter(struct trace_event_raw_sys_enter *ctx)
-{
+int handle_connect_enter(struct trace_event_raw_sys_enter *ctx) {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	const void *uaddr = (const void *)ctx->args[1];
-	__u32 addrlen = (__u32)ctx->args[2];
+	const void *uaddr = (const void *) ctx->args[1];
+	__u32 addrlen = (__u32) ctx->args[2];
 	struct perfrelay_connect *e;
 	__u16 family = 0;
 	__be16 port;
@@ -333,7 +323,7 @@ int handle_connect_enter(struct trace_event_raw_sys_enter *ctx)
 		return 0;
 
 	e->pid = pid_tgid >> 32;
-	e->uid = (__u32)bpf_get_current_uid_gid();
+	e->uid = (__u32) bpf_get_current_uid_gid();
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 
 	/* A short or unreadable sockaddr still yields a record (family 0 or family only): the
@@ -342,20 +332,17 @@ int handle_connect_enter(struct trace_event_raw_sys_enter *ctx)
 	if (addrlen >= sizeof(family) && bpf_probe_read_user(&family, sizeof(family), uaddr) == 0) {
 		e->family = family;
 		if (family == AF_INET && addrlen >= sizeof(struct sockaddr_in)) {
-			if (bpf_probe_read_user(&port, sizeof(port),
-						uaddr + offsetof(struct sockaddr_in, sin_port)) == 0)
+			if (bpf_probe_read_user(
+				    &port, sizeof(port), uaddr + offsetof(struct sockaddr_in, sin_port)) == 0)
 				e->port = bpf_ntohs(port);
-			bpf_probe_read_user(e->addr, 4,
-					    uaddr + offsetof(struct sockaddr_in, sin_addr));
-		} else if (family == AF_INET6 &&
-			   addrlen >= offsetof(struct sockaddr_in6, sin6_scope_id)) {
+			bpf_probe_read_user(e->addr, 4, uaddr + offsetof(struct sockaddr_in, sin_addr));
+		} else if (family == AF_INET6 && addrlen >= offsetof(struct sockaddr_in6, sin6_scope_id)) {
 			/* The kernel accepts the 24-byte RFC 2133 sockaddr_in6 without
 			 * sin6_scope_id, so that is the minimum length to read. */
-			if (bpf_probe_read_user(&port, sizeof(port),
-						uaddr + offsetof(struct sockaddr_in6, sin6_port)) == 0)
+			if (bpf_probe_read_user(
+				    &port, sizeof(port), uaddr + offsetof(struct sockaddr_in6, sin6_port)) == 0)
 				e->port = bpf_ntohs(port);
-			bpf_probe_read_user(e->addr, 16,
-					    uaddr + offsetof(struct sockaddr_in6, sin6_addr));
+			bpf_probe_read_user(e->addr, 16, uaddr + offsetof(struct sockaddr_in6, sin6_addr));
 		}
 	}
 
@@ -364,8 +351,7 @@ int handle_connect_enter(struct trace_event_raw_sys_enter *ctx)
 }
 
 SEC("tp/syscalls/sys_exit_connect")
-int handle_connect_exit(struct trace_event_raw_sys_exit *ctx)
-{
+int handle_connect_exit(struct trace_event_raw_sys_exit *ctx) {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct perfrelay_connect *e;
 
@@ -376,7 +362,7 @@ int handle_connect_exit(struct trace_event_raw_sys_exit *ctx)
 	if (!e)
 		return 0;
 
-	e->result = (int)ctx->ret;
+	e->result = (int) ctx->ret;
 	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_CONNECT, PERFRELAY_PRODUCER_CONNECT);
 	return 0;
 }
@@ -386,8 +372,7 @@ int handle_connect_exit(struct trace_event_raw_sys_exit *ctx)
  * the syscall ran): drop the entry, so it cannot fill the map, and count its record as lost.
  * One program per probe, attached with it, so that Probes= without "exit" still cleans up. */
 SEC("tp/sched/sched_process_exit")
-int handle_open_reap(void *ctx)
-{
+int handle_open_reap(void *ctx) {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 
 	if (bpf_map_delete_elem(&open_args, &pid_tgid) == 0)
@@ -396,8 +381,7 @@ int handle_open_reap(void *ctx)
 }
 
 SEC("tp/sched/sched_process_exit")
-int handle_connect_reap(void *ctx)
-{
+int handle_connect_reap(void *ctx) {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 
 	if (bpf_map_delete_elem(&connect_args, &pid_tgid) == 0)

@@ -90,13 +90,11 @@ struct {
  * 65528 - 8 - 4. Larger outputs would fail in the kernel, or wrap the size. */
 #define PERFRELAY_EMIT_MAX 65516u
 
-static __always_inline struct perfrelay_counters *perfrelay_counters_of(__u32 producer)
-{
+static __always_inline struct perfrelay_counters *perfrelay_counters_of(__u32 producer) {
 	return bpf_map_lookup_elem(&counters, &producer);
 }
 
-static __always_inline int perfrelay_is_idle(void)
-{
+static __always_inline int perfrelay_is_idle(void) {
 	__u32 zero = 0, *v = bpf_map_lookup_elem(&idle, &zero);
 
 	return v && *v;
@@ -105,8 +103,7 @@ static __always_inline int perfrelay_is_idle(void)
 /* True (and the attempt and its failure counted) while no daemon serves: the caller returns
  * without building its record. False while a daemon serves, or for an unknown producer id
  * (perfrelay_emit() reports that one). */
-static __always_inline int perfrelay_idle(__u32 producer)
-{
+static __always_inline int perfrelay_idle(__u32 producer) {
 	struct perfrelay_counters *c;
 
 	if (!perfrelay_is_idle())
@@ -124,9 +121,7 @@ static __always_inline int perfrelay_idle(__u32 producer)
  * for a size that cannot hold a header or exceeds a perf sample (PERFRELAY_EMIT_MAX), -ENOENT
  * while no daemon serves (see idle), otherwise the result of bpf_perf_event_output()
  * (-ENOENT when no ring is mapped, -ENOSPC when the ring is full). */
-static __always_inline int perfrelay_emit(void *ctx, void *rec, __u32 size, __u16 type,
-					  __u32 producer)
-{
+static __always_inline int perfrelay_emit(void *ctx, void *rec, __u32 size, __u16 type, __u32 producer) {
 	struct perfrelay_hdr *hdr = rec;
 	struct perfrelay_counters *c;
 	__u64 seq;
@@ -158,7 +153,7 @@ static __always_inline int perfrelay_emit(void *ctx, void *rec, __u32 size, __u1
 	hdr->version = PERFRELAY_VERSION;
 	hdr->flags = 0;
 	hdr->type = type;
-	hdr->size = (__u16)size;
+	hdr->size = (__u16) size;
 	hdr->producer = producer;
 	hdr->cpu = bpf_get_smp_processor_id();
 	hdr->seq = seq;
@@ -167,7 +162,7 @@ static __always_inline int perfrelay_emit(void *ctx, void *rec, __u32 size, __u1
 	r = bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, rec, size);
 	if (r < 0)
 		__sync_fetch_and_add(&c->failures, 1);
-	return (int)r;
+	return (int) r;
 }
 
 #endif
@@ -189,13 +184,14 @@ static __always_inline int perfrelay_emit(void *ctx, void *rec, __u32 size, __u1
  * functions use, so a struct that lives on the stack would otherwise not be in the program's
  * BTF at all. The tags travel with the BTF into the kernel, where the daemon reads them;
  * nothing happens at run time (see docs/producers.md). */
-#define PERFRELAY__STR(x) #x
-#define PERFRELAY__XSTR(x) PERFRELAY__STR(x)
+#define PERFRELAY__STR(x)     #x
+#define PERFRELAY__XSTR(x)    PERFRELAY__STR(x)
 #define PERFRELAY__CAT2(a, b) a##b
-#define PERFRELAY__CAT(a, b) PERFRELAY__CAT2(a, b)
-#define PERFRELAY_RECORD(type, rec, name)                                                   \
-	rec *const volatile PERFRELAY__CAT(perfrelay__record_, __LINE__)                      \
-		__attribute__((used, btf_decl_tag("perfrelay.type=" PERFRELAY__XSTR(type)),   \
-			       btf_decl_tag("perfrelay.name=" name))) = 0
+#define PERFRELAY__CAT(a, b)  PERFRELAY__CAT2(a, b)
+#define PERFRELAY_RECORD(type, rec, name)                                                \
+	rec *const volatile PERFRELAY__CAT(perfrelay__record_, __LINE__) __attribute__(( \
+		used,                                                                    \
+		btf_decl_tag("perfrelay.type=" PERFRELAY__XSTR(type)),                   \
+		btf_decl_tag("perfrelay.name=" name))) = 0
 
 #endif

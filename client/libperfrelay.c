@@ -23,7 +23,7 @@
 
 /* One buffer holds the unread bytes: it must fit the longest line or frame, plus room to read
  * ahead so that a batch of events costs one read(). */
-#define FRAME_MAX (4u + PERFRELAY_RECORD_MAX)
+#define FRAME_MAX   (4u + PERFRELAY_RECORD_MAX)
 #define BUFFER_SIZE (PERFRELAY_LINE_MAX + 32u * 1024u)
 _Static_assert(BUFFER_SIZE >= FRAME_MAX + 4096u, "the buffer must hold the largest frame");
 /* Compact the buffer (move the unread bytes to its start) when less than this is left to read
@@ -102,12 +102,7 @@ const char *perfrelay_client_socket_path(const perfrelay_client *c) {
 
 /* ---- the request ---- */
 
-static int add_string_array(
-		json_object *obj,
-		const char *key,
-		const char *const *v,
-		size_t n,
-		bool numbers) {
+static int add_string_array(json_object *obj, const char *key, const char *const *v, size_t n, bool numbers) {
 	json_object *a;
 
 	if (n == 0)
@@ -221,8 +216,8 @@ static int build_request(const struct perfrelay_subscription *sub, char **ret, s
 	r = add_string(req, "format", sub->format == PERFRELAY_FORMAT_BINARY ? "binary" : "json");
 	if (r < 0)
 		return r;
-	r = add_string(req, "on_overflow",
-		       sub->on_overflow == PERFRELAY_OVERFLOW_DISCONNECT ? "disconnect" : "drop");
+	r = add_string(
+		req, "on_overflow", sub->on_overflow == PERFRELAY_OVERFLOW_DISCONNECT ? "disconnect" : "drop");
 	if (r < 0)
 		return r;
 
@@ -401,12 +396,8 @@ static const struct {
 	const char *code;
 	int error;
 } error_codes[] = {
-	{ "bad-request", EINVAL },
-	{ "too-large", E2BIG },
-	{ "too-deep", EINVAL },
-	{ "timeout", ETIMEDOUT },
-	{ "too-many-clients", EUSERS },
-	{ "overflow", ENOBUFS },
+	{ "bad-request", EINVAL },    { "too-large", E2BIG },         { "too-deep", EINVAL },
+	{ "timeout", ETIMEDOUT },     { "too-many-clients", EUSERS }, { "overflow", ENOBUFS },
 	{ "access-revoked", EACCES },
 };
 
@@ -433,9 +424,9 @@ static bool peek_type(const char *p, const char *end, const char **ret, size_t *
 	static const char key[] = "\"type\"";
 	const char *name;
 
-#define SKIP_SPACE()                                                                    \
-	while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))       \
-		p++
+#define SKIP_SPACE()                                                             \
+	while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) \
+	p++
 	SKIP_SPACE();
 	if (p >= end || *p++ != '{')
 		return false;
@@ -504,7 +495,7 @@ static int parse_hello(perfrelay_client *c, const char *line, size_t len, enum p
 	c->version = strndup_printable(version, MESSAGE_MAX);
 	if (!c->version)
 		return -ENOMEM;
-	c->hello = (struct perfrelay_hello) {
+	c->hello = (struct perfrelay_hello){
 		.protocol = (unsigned) protocol,
 		.schema = (unsigned) schema,
 		.client_id = id,
@@ -545,7 +536,8 @@ static int connect_socket(const char *path, int *ret) {
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	if (connect(fd, (const struct sockaddr *) &sa,
+	if (connect(fd,
+		    (const struct sockaddr *) &sa,
 		    (socklen_t) (offsetof(struct sockaddr_un, sun_path) + len + 1)) < 0)
 		return -errno;
 	*ret = TAKE_FD(fd);
@@ -591,10 +583,7 @@ static int do_connect(perfrelay_client *c, const struct perfrelay_subscription *
 	return parse_hello(c, line, len, sub->format);
 }
 
-int perfrelay_connect(
-		perfrelay_client *c,
-		const char *socket_path,
-		const struct perfrelay_subscription *sub) {
+int perfrelay_connect(perfrelay_client *c, const char *socket_path, const struct perfrelay_subscription *sub) {
 	static const struct perfrelay_subscription everything = {};
 	int r;
 
@@ -675,11 +664,11 @@ int perfrelay_next_json(perfrelay_client *c, const char **line, size_t *len, int
 }
 
 int perfrelay_next_record(
-		perfrelay_client *c,
-		const struct perfrelay_hdr **hdr,
-		const void **payload,
-		size_t *payload_size,
-		int timeout_ms) {
+	perfrelay_client *c,
+	const struct perfrelay_hdr **hdr,
+	const void **payload,
+	size_t *payload_size,
+	int timeout_ms) {
 	uint64_t deadline = timeout_ms > 0 ? now_ms() + (uint64_t) timeout_ms : 0;
 	struct perfrelay_hdr h;
 	uint32_t length;
@@ -701,7 +690,7 @@ int perfrelay_next_record(
 
 			memcpy(le, c->buf + c->start, 4);
 			length = (uint32_t) le[0] | (uint32_t) le[1] << 8 | (uint32_t) le[2] << 16 |
-				 (uint32_t) le[3] << 24;
+				(uint32_t) le[3] << 24;
 			if (length < sizeof(struct perfrelay_hdr) || length > PERFRELAY_RECORD_MAX)
 				return fail(c, -EBADMSG);
 			if (have >= 4 + (size_t) length)

@@ -113,7 +113,8 @@ int monitor_nats_run(const MonitorNatsArgs *a, monitor_nats_emit_t emit, void *u
 		ssize_t n;
 		bool last = false;
 
-		if (poll(&(struct pollfd) { .fd = signal_fd, .events = POLLIN }, 1, 0) > 0 && signalled(signal_fd))
+		if (poll(&(struct pollfd){ .fd = signal_fd, .events = POLLIN }, 1, 0) > 0 &&
+		    signalled(signal_fd))
 			break;
 		s = natsSubscription_NextMsg(&m, sub, POLL_MS);
 		if (s == NATS_TIMEOUT) {
@@ -135,7 +136,8 @@ int monitor_nats_run(const MonitorNatsArgs *a, monitor_nats_emit_t emit, void *u
 
 			r = emit(line, (size_t) n - 1, offset, userdata);
 		} else
-			fprintf(stderr, "perfrelayctl: skipping a message on %s that is not a perfrelay record\n",
+			fprintf(stderr,
+				"perfrelayctl: skipping a message on %s that is not a perfrelay record\n",
 				natsMsg_GetSubject(m));
 		jsMsgMetaData_Destroy(meta);
 		natsMsg_Destroy(m);

@@ -8,11 +8,11 @@
 #include <stdint.h>
 
 typedef struct MonitorNatsArgs {
-	const char *url;      /* nats://host:port[,...] */
-	const char *stream;   /* default PERFRELAY */
-	const char *host;     /* only this host's subjects (perfrelay.<host>.>), or NULL */
-	int64_t since_ns;     /* > 0: only events stored in the last since_ns */
-	bool no_follow;       /* exit once the stream's end is reached */
+	const char *url;    /* nats://host:port[,...] */
+	const char *stream; /* default PERFRELAY */
+	const char *host;   /* only this host's subjects (perfrelay.<host>.>), or NULL */
+	int64_t since_ns;   /* > 0: only events stored in the last since_ns */
+	bool no_follow;     /* exit once the stream's end is reached */
 } MonitorNatsArgs;
 
 /* Called per event: line is a JSON event line (without '\n'); store_minus_ts_ns, added to the

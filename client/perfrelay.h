@@ -68,9 +68,9 @@ struct perfrelay_subscription {
 
 /* The daemon's hello, valid while the client lives. */
 struct perfrelay_hello {
-	unsigned protocol;  /* socket protocol version (1) */
-	unsigned schema;    /* event schema version (docs/schema/) */
-	uint64_t client_id; /* the daemon's id for this connection (D-Bus ListClients) */
+	unsigned protocol;   /* socket protocol version (1) */
+	unsigned schema;     /* event schema version (docs/schema/) */
+	uint64_t client_id;  /* the daemon's id for this connection (D-Bus ListClients) */
 	const char *version; /* perfrelayd's version string */
 	enum perfrelay_format format;
 };
@@ -91,10 +91,7 @@ int perfrelay_client_new(perfrelay_client **ret);
  * request with an error line, its code is mapped (bad-request and too-deep: -EINVAL,
  * too-large: -E2BIG, timeout: -ETIMEDOUT, too-many-clients: -EUSERS, anything else: -EPROTO)
  * and its message is available from perfrelay_client_error(). */
-int perfrelay_connect(
-		perfrelay_client *c,
-		const char *socket_path,
-		const struct perfrelay_subscription *sub);
+int perfrelay_connect(perfrelay_client *c, const char *socket_path, const struct perfrelay_subscription *sub);
 
 /* The next event line of a JSON-format client, without its '\n' but NUL-terminated, in *line
  * and *len; the memory is the client's and valid until the next call on c. Lost-event
@@ -122,11 +119,11 @@ int perfrelay_next_json(perfrelay_client *c, const char **line, size_t *len, int
  * client), except that the daemon sends no goodbye or error in binary format: the end of the
  * stream, for whatever reason, is -ECONNRESET. */
 int perfrelay_next_record(
-		perfrelay_client *c,
-		const struct perfrelay_hdr **hdr,
-		const void **payload,
-		size_t *payload_size,
-		int timeout_ms);
+	perfrelay_client *c,
+	const struct perfrelay_hdr **hdr,
+	const void **payload,
+	size_t *payload_size,
+	int timeout_ms);
 
 /* The connected socket, for poll()/epoll (POLLIN). Events may already be buffered in the
  * client when the socket is not readable, so after a wakeup call perfrelay_next_json() or

@@ -124,7 +124,7 @@ static size_t print_escaped(FILE *f, const char *s, bool quote) {
 		q = !*p;
 		for (const unsigned char *t = p; *t && !q; t++)
 			q = *t <= ' ' || *t == '"' || *t == '\\' || *t == '\'' || *t == 0x7f ||
-			    (t[0] == 0xc2 && t[1] >= 0x80 && t[1] <= 0x9f);
+				(t[0] == 0xc2 && t[1] >= 0x80 && t[1] <= 0x9f);
 	}
 	if (q) {
 		fputc('"', f);
@@ -181,11 +181,11 @@ static void print_open_flags(FILE *f, int64_t flags) {
 		int64_t flag;
 		const char *name;
 	} names[] = {
-		{ O_SYNC, "O_SYNC" },         { O_TMPFILE, "O_TMPFILE" },     { O_CREAT, "O_CREAT" },
-		{ O_EXCL, "O_EXCL" },         { O_NOCTTY, "O_NOCTTY" },       { O_TRUNC, "O_TRUNC" },
-		{ O_APPEND, "O_APPEND" },     { O_NONBLOCK, "O_NONBLOCK" },   { O_DSYNC, "O_DSYNC" },
-		{ O_DIRECT, "O_DIRECT" },     { O_DIRECTORY, "O_DIRECTORY" }, { O_NOFOLLOW, "O_NOFOLLOW" },
-		{ O_NOATIME, "O_NOATIME" },   { O_CLOEXEC, "O_CLOEXEC" },     { O_PATH, "O_PATH" },
+		{ O_SYNC, "O_SYNC" },       { O_TMPFILE, "O_TMPFILE" },     { O_CREAT, "O_CREAT" },
+		{ O_EXCL, "O_EXCL" },       { O_NOCTTY, "O_NOCTTY" },       { O_TRUNC, "O_TRUNC" },
+		{ O_APPEND, "O_APPEND" },   { O_NONBLOCK, "O_NONBLOCK" },   { O_DSYNC, "O_DSYNC" },
+		{ O_DIRECT, "O_DIRECT" },   { O_DIRECTORY, "O_DIRECTORY" }, { O_NOFOLLOW, "O_NOFOLLOW" },
+		{ O_NOATIME, "O_NOATIME" }, { O_CLOEXEC, "O_CLOEXEC" },     { O_PATH, "O_PATH" },
 	};
 	int64_t rest = flags & ~(int64_t) O_ACCMODE;
 
@@ -232,8 +232,7 @@ static void print_details(FILE *f, const char *type, json_object *ev, const char
 		json_object *argv, *truncated;
 
 		print_escaped(f, jstr(ev, "filename") ?: "?", true);
-		if (json_object_object_get_ex(ev, "argv", &argv) &&
-		    json_object_is_type(argv, json_type_array))
+		if (json_object_object_get_ex(ev, "argv", &argv) && json_object_is_type(argv, json_type_array))
 			for (size_t i = 1; i < json_object_array_length(argv); i++) {
 				json_object *a = json_object_array_get_idx(argv, i);
 				bool is_string = json_object_is_type(a, json_type_string);
@@ -329,8 +328,7 @@ static void print_time(FILE *f, json_object *ev, int64_t boot_to_realtime_ns) {
 		fputs("??:??:??.???", f);
 		return;
 	}
-	fprintf(f, "%02d:%02d:%02d.%03d", tm.tm_hour, tm.tm_min, tm.tm_sec,
-		(int) (ns % 1000000000 / 1000000));
+	fprintf(f, "%02d:%02d:%02d.%03d", tm.tm_hour, tm.tm_min, tm.tm_sec, (int) (ns % 1000000000 / 1000000));
 }
 
 static void print_header(FILE *f) {
@@ -347,12 +345,7 @@ static void print_column_int(FILE *f, json_object *ev, const char *key, int widt
 }
 
 /* One line for one event; returns -EBADMSG for a line that is not a JSON object with a type. */
-static int print_event(
-		FILE *f,
-		json_tokener *tok,
-		const char *line,
-		size_t len,
-		int64_t boot_to_realtime_ns) {
+static int print_event(FILE *f, json_tokener *tok, const char *line, size_t len, int64_t boot_to_realtime_ns) {
 	json_object *ev;
 	const char *type, *comm;
 
@@ -485,14 +478,15 @@ static int monitor_run(perfrelay_client *c, bool json, int signal_fd) {
 		}
 		fflush(stdout);
 		if (r == -ESHUTDOWN)
-			return error_msg("perfrelayd shut down (%s)",
-					 perfrelay_client_error(c) ?: "no reason given");
+			return error_msg(
+				"perfrelayd shut down (%s)", perfrelay_client_error(c) ?: "no reason given");
 		if (r == -ECONNRESET)
-			return error_msg("perfrelayd closed the connection on %s",
-					 perfrelay_client_socket_path(c));
+			return error_msg(
+				"perfrelayd closed the connection on %s", perfrelay_client_socket_path(c));
 		if (r == -ENOBUFS)
-			return error_msg("perfrelayd disconnected this client: %s",
-				     perfrelay_client_error(c) ?: "it fell behind");
+			return error_msg(
+				"perfrelayd disconnected this client: %s",
+				perfrelay_client_error(c) ?: "it fell behind");
 		if (perfrelay_client_error(c))
 			return error_errno(r, "perfrelayd ended the stream: %s", perfrelay_client_error(c));
 		return error_errno(r, "Failed to read events from %s", perfrelay_client_socket_path(c));
@@ -520,22 +514,20 @@ static int nats_print_event(const char *line, size_t len, int64_t store_minus_ts
 
 static int verb_monitor(int argc, char *argv[]) {
 	enum { ARG_UNIT = 0x100, ARG_SOCKET, ARG_NATS, ARG_STREAM, ARG_HOST, ARG_SINCE, ARG_NO_FOLLOW };
-	static const struct option options[] = {
-		{ "help", no_argument, NULL, 'h' },
-		{ "type", required_argument, NULL, 't' },
-		{ "pid", required_argument, NULL, 'p' },
-		{ "uid", required_argument, NULL, 'u' },
-		{ "comm", required_argument, NULL, 'c' },
-		{ "unit", required_argument, NULL, ARG_UNIT },
-		{ "json", no_argument, NULL, 'j' },
-		{ "socket", required_argument, NULL, ARG_SOCKET },
-		{ "nats", required_argument, NULL, ARG_NATS },
-		{ "stream", required_argument, NULL, ARG_STREAM },
-		{ "host", required_argument, NULL, ARG_HOST },
-		{ "since", required_argument, NULL, ARG_SINCE },
-		{ "no-follow", no_argument, NULL, ARG_NO_FOLLOW },
-		{}
-	};
+	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
+						 { "type", required_argument, NULL, 't' },
+						 { "pid", required_argument, NULL, 'p' },
+						 { "uid", required_argument, NULL, 'u' },
+						 { "comm", required_argument, NULL, 'c' },
+						 { "unit", required_argument, NULL, ARG_UNIT },
+						 { "json", no_argument, NULL, 'j' },
+						 { "socket", required_argument, NULL, ARG_SOCKET },
+						 { "nats", required_argument, NULL, ARG_NATS },
+						 { "stream", required_argument, NULL, ARG_STREAM },
+						 { "host", required_argument, NULL, ARG_HOST },
+						 { "since", required_argument, NULL, ARG_SINCE },
+						 { "no-follow", no_argument, NULL, ARG_NO_FOLLOW },
+						 {} };
 	/* No option can occur more often than there are arguments. */
 	_cleanup_free_ const char **types = calloc((size_t) argc, sizeof(char *));
 	_cleanup_free_ const char **comms = calloc((size_t) argc, sizeof(char *));
@@ -601,7 +593,8 @@ static int verb_monitor(int argc, char *argv[]) {
 			nats_since = -1;
 #if HAVE_NATS
 			if (monitor_nats_parse_since(optarg, &nats_since) < 0)
-				return error_msg("--since=%s: expected a number followed by s, m, h or d", optarg);
+				return error_msg(
+					"--since=%s: expected a number followed by s, m, h or d", optarg);
 #endif
 			break;
 		case ARG_NO_FOLLOW:
@@ -618,13 +611,17 @@ static int verb_monitor(int argc, char *argv[]) {
 #if HAVE_NATS
 		_cleanup_(json_tokener_freep) json_tokener *tok = json_tokener_new();
 		struct nats_print p = { .tok = tok, .json = json };
-		MonitorNatsArgs a = { .url = nats_url, .stream = nats_stream, .host = nats_host,
-				      .since_ns = nats_since, .no_follow = nats_no_follow };
+		MonitorNatsArgs a = { .url = nats_url,
+				      .stream = nats_stream,
+				      .host = nats_host,
+				      .since_ns = nats_since,
+				      .no_follow = nats_no_follow };
 
 		if (!tok)
 			return error_errno(-ENOMEM, "Failed to allocate a JSON parser");
 		if (sub.n_types || sub.n_pids || sub.n_uids || sub.n_comms || sub.n_units)
-			return error_msg("monitor --nats: filter with --host (the stream holds what the exporters sent)");
+			return error_msg(
+				"monitor --nats: filter with --host (the stream holds what the exporters sent)");
 		sigemptyset(&mask);
 		sigaddset(&mask, SIGINT);
 		sigaddset(&mask, SIGTERM);
@@ -660,8 +657,10 @@ static int verb_monitor(int argc, char *argv[]) {
 		const char *path = perfrelay_client_socket_path(c) ?: "the event socket";
 
 		if (perfrelay_client_error(c))
-			return error_msg("perfrelayd on %s refused the subscription: %s", path,
-					 perfrelay_client_error(c));
+			return error_msg(
+				"perfrelayd on %s refused the subscription: %s",
+				path,
+				perfrelay_client_error(c));
 		return error_errno(r, "Failed to connect to %s", path);
 	}
 
@@ -684,11 +683,11 @@ static int verb_monitor(int argc, char *argv[]) {
 
 /* ---- D-Bus: status, probes, clients, probe ---- */
 
-#define BUS_NAME "org.perfrelay1"
-#define BUS_PATH "/org/perfrelay1"
-#define BUS_INTERFACE "org.perfrelay1.Manager"
+#define BUS_NAME           "org.perfrelay1"
+#define BUS_PATH           "/org/perfrelay1"
+#define BUS_INTERFACE      "org.perfrelay1.Manager"
 #define DEFAULT_SYSTEM_BUS "unix:path=/run/dbus/system_bus_socket"
-#define USEC_PER_SEC 1000000ULL
+#define USEC_PER_SEC       1000000ULL
 
 
 static const char *system_bus_address(void) {
@@ -715,8 +714,14 @@ static int bus_call_error(const char *method, const sd_bus_error *e, int r) {
 		hint = " (is perfrelayd running, and was it started with a system bus?)";
 	else if (sd_bus_error_has_name(e, SD_BUS_ERROR_ACCESS_DENIED))
 		hint = " (this needs root)";
-	fprintf(stderr, "%s: %s.%s() on the system bus failed: %s: %s%s\n", program, BUS_NAME, method,
-	        e->name, e->message ?: "", hint);
+	fprintf(stderr,
+		"%s: %s.%s() on the system bus failed: %s: %s%s\n",
+		program,
+		BUS_NAME,
+		method,
+		e->name,
+		e->message ?: "",
+		hint);
 	return r < 0 ? r : -EIO;
 }
 
@@ -805,16 +810,20 @@ static int status_read_property(sd_bus_message *m, const char *name, Status *st)
 		r = sd_bus_message_enter_container(m, 'v', "a(sbbss)");
 		if (r >= 0)
 			r = sd_bus_message_enter_container(m, 'a', "(sbbss)");
-		while (r >= 0 && (r = sd_bus_message_read(m, "(sbbss)", &n, &available, &required, &since,
-		                                          &without)) > 0) {
+		while (r >= 0 &&
+		       (r = sd_bus_message_read(m, "(sbbss)", &n, &available, &required, &since, &without)) >
+			       0) {
 			KernelFeature *a = realloc(st->features, sizeof(KernelFeature) * (st->n_features + 1));
 
 			if (!a)
 				return -ENOMEM;
 			st->features = a;
-			a[st->n_features] = (KernelFeature) {
-				.name = strdup(n), .since = strdup(since), .without = strdup(without),
-				.available = available, .required = required,
+			a[st->n_features] = (KernelFeature){
+				.name = strdup(n),
+				.since = strdup(since),
+				.without = strdup(without),
+				.available = available,
+				.required = required,
 			};
 			st->n_features++;
 			if (!a[st->n_features - 1].name || !a[st->n_features - 1].since ||
@@ -876,8 +885,8 @@ static int status_get(sd_bus *bus, Status *st) {
 	sd_bus_error e = SD_BUS_ERROR_NULL;
 	int r;
 
-	r = sd_bus_call_method(bus, BUS_NAME, BUS_PATH, "org.freedesktop.DBus.Properties", "GetAll", &e, &reply,
-	                       "s", BUS_INTERFACE);
+	r = sd_bus_call_method(
+		bus, BUS_NAME, BUS_PATH, "org.freedesktop.DBus.Properties", "GetAll", &e, &reply, "s", BUS_INTERFACE);
 	if (r < 0) {
 		r = bus_call_error("GetAll", &e, r);
 		sd_bus_error_free(&e);
@@ -911,8 +920,13 @@ static void format_duration(uint64_t usec, char *buf, size_t size) {
 	uint64_t s = usec / USEC_PER_SEC;
 
 	if (s >= 86400)
-		snprintf(buf, size, "%" PRIu64 "d %" PRIu64 "h %" PRIu64 "min", s / 86400, s % 86400 / 3600,
-		         s % 3600 / 60);
+		snprintf(
+			buf,
+			size,
+			"%" PRIu64 "d %" PRIu64 "h %" PRIu64 "min",
+			s / 86400,
+			s % 86400 / 3600,
+			s % 3600 / 60);
 	else if (s >= 3600)
 		snprintf(buf, size, "%" PRIu64 "h %" PRIu64 "min", s / 3600, s % 3600 / 60);
 	else if (s >= 60)
@@ -931,11 +945,9 @@ static void status_help(void) {
 }
 
 static int verb_status(int argc, char *argv[]) {
-	static const struct option options[] = {
-		{ "help", no_argument, NULL, 'h' },
-		{ "json", no_argument, NULL, 'j' },
-		{}
-	};
+	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
+						 { "json", no_argument, NULL, 'j' },
+						 {} };
 	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
 	Status st = {};
 	uint64_t t0, t1, received1 = 0, uptime, now;
@@ -968,16 +980,16 @@ static int verb_status(int argc, char *argv[]) {
 
 	/* The rate over one second, from two reads of the counter. */
 	usleep(USEC_PER_SEC);
-	r = sd_bus_get_property_trivial(bus, BUS_NAME, BUS_PATH, BUS_INTERFACE, "EventsReceived", NULL, 't',
-	                                &received1);
+	r = sd_bus_get_property_trivial(
+		bus, BUS_NAME, BUS_PATH, BUS_INTERFACE, "EventsReceived", NULL, 't', &received1);
 	t1 = now_usec(CLOCK_MONOTONIC);
 	if (r < 0) {
 		r = error_errno(r, "Failed to read EventsReceived from %s", BUS_NAME);
 		goto finish;
 	}
 	rate = received1 >= st.received && t1 > t0 ?
-	               (double) (received1 - st.received) * USEC_PER_SEC / (double) (t1 - t0) :
-	               0;
+		(double) (received1 - st.received) * USEC_PER_SEC / (double) (t1 - t0) :
+		0;
 	now = now_usec(CLOCK_REALTIME);
 	uptime = now > st.started_at ? now - st.started_at : 0;
 
@@ -1006,15 +1018,16 @@ static int verb_status(int argc, char *argv[]) {
 			json_object *f = json_object_new_object();
 
 			json_object_object_add(f, "name", json_object_new_string(st.features[i].name));
-			json_object_object_add(f, "available", json_object_new_boolean(st.features[i].available));
+			json_object_object_add(
+				f, "available", json_object_new_boolean(st.features[i].available));
 			json_object_object_add(f, "required", json_object_new_boolean(st.features[i].required));
 			json_object_object_add(f, "since", json_object_new_string(st.features[i].since));
 			json_object_object_add(f, "without", json_object_new_string(st.features[i].without));
 			json_object_array_add(features, f);
 		}
 		json_object_object_add(o, "kernel_features", features);
-		puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
-		                                               JSON_C_TO_STRING_NOSLASHESCAPE));
+		puts(json_object_to_json_string_ext(
+			o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
 		json_object_put(o);
 	} else {
 		char since[64] = "?", up[64];
@@ -1028,19 +1041,29 @@ static int verb_status(int argc, char *argv[]) {
 		print_escaped(stdout, st.state, false);
 		printf("\n   Started: %s (uptime %s)\n  Pin path: ", since, up);
 		print_escaped(stdout, st.pin_path, false);
-		printf("\n      CPUs: %" PRIu32 ", %" PRIu32 " reader thread%s\n    Probes:", st.cpus,
-		       st.readers, st.readers == 1 ? "" : "s");
+		printf("\n      CPUs: %" PRIu32 ", %" PRIu32 " reader thread%s\n    Probes:",
+		       st.cpus,
+		       st.readers,
+		       st.readers == 1 ? "" : "s");
 		if (st.n_probes == 0)
 			fputs(" none", stdout);
 		for (size_t i = 0; i < st.n_probes; i++) {
 			fputc(' ', stdout);
 			print_escaped(stdout, st.probes[i], false);
 		}
-		printf("\n   Clients: %" PRIu32 "\n"
-		       "    Events: %" PRIu64 " received (%.1f/s), %" PRIu64 " delivered\n"
+		printf("\n   Clients: %" PRIu32
+		       "\n"
+		       "    Events: %" PRIu64 " received (%.1f/s), %" PRIu64
+		       " delivered\n"
 		       "      Loss: %" PRIu64 " lost in rings, %" PRIu64 " producer failures, %" PRIu64
 		       " dropped for clients\n",
-		       st.clients, st.received, rate, st.delivered, st.lost, st.failures, st.drops);
+		       st.clients,
+		       st.received,
+		       rate,
+		       st.delivered,
+		       st.lost,
+		       st.failures,
+		       st.drops);
 		if (st.n_features > 0) {
 			fputs("    Kernel:", stdout);
 			for (size_t i = 0; i < st.n_features; i++) {
@@ -1126,8 +1149,16 @@ static int verb_clients(int argc, char *argv[]) {
 		ClientRow *a;
 
 		if (r >= 0)
-			r = sd_bus_message_read(reply, "(tuusttt)", &row.id, &row.uid, &row.pid, &filter,
-			                        &row.sent, &row.dropped, &row.queued);
+			r = sd_bus_message_read(
+				reply,
+				"(tuusttt)",
+				&row.id,
+				&row.uid,
+				&row.pid,
+				&filter,
+				&row.sent,
+				&row.dropped,
+				&row.queued);
 		if (r <= 0)
 			break;
 		a = realloc(rows, sizeof(*rows) * (n + 1));
@@ -1143,7 +1174,12 @@ static int verb_clients(int argc, char *argv[]) {
 	printf("%6s %7s %8s %10s %8s %10s %s\n", "ID", "UID", "PID", "SENT", "DROPPED", "QUEUED", "FILTER");
 	for (size_t i = 0; i < n; i++) {
 		printf("%6" PRIu64 " %7" PRIu32 " %8" PRIu32 " %10" PRIu64 " %8" PRIu64 " %10" PRIu64 " ",
-		       rows[i].id, rows[i].uid, rows[i].pid, rows[i].sent, rows[i].dropped, rows[i].queued);
+		       rows[i].id,
+		       rows[i].uid,
+		       rows[i].pid,
+		       rows[i].sent,
+		       rows[i].dropped,
+		       rows[i].queued);
 		print_escaped(stdout, rows[i].filter, false);
 		fputc('\n', stdout);
 	}
@@ -1175,18 +1211,32 @@ static uint64_t juint_or0(json_object *o, const char *key) {
 }
 
 static void stats_print_producer(json_object *p, const char *name) {
-	printf("%-8s %12" PRIu64 " %12" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64
-	       " %10" PRIu64 "\n",
-	       name, juint_or0(p, "attempts"), juint_or0(p, "received"), juint_or0(p, "failures_serving"),
-	       juint_or0(p, "failures_downtime"), juint_or0(p, "crash_lost"), juint_or0(p, "malformed"),
-	       juint_or0(p, "seq_gaps"), juint_or0(p, "received_session"));
+	printf("%-8s %12" PRIu64 " %12" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64
+	       " %10" PRIu64 " %10" PRIu64 "\n",
+	       name,
+	       juint_or0(p, "attempts"),
+	       juint_or0(p, "received"),
+	       juint_or0(p, "failures_serving"),
+	       juint_or0(p, "failures_downtime"),
+	       juint_or0(p, "crash_lost"),
+	       juint_or0(p, "malformed"),
+	       juint_or0(p, "seq_gaps"),
+	       juint_or0(p, "received_session"));
 }
 
 static void stats_print(json_object *o) {
 	json_object *list, *total, *clients;
 
-	printf("%-8s %12s %12s %10s %10s %10s %10s %10s %10s\n", "PRODUCER", "ATTEMPTS", "RECEIVED", "FAILED",
-	       "FAILED-DOWN", "CRASH-LOST", "MALFORMED", "SEQ-GAPS", "SESSION");
+	printf("%-8s %12s %12s %10s %10s %10s %10s %10s %10s\n",
+	       "PRODUCER",
+	       "ATTEMPTS",
+	       "RECEIVED",
+	       "FAILED",
+	       "FAILED-DOWN",
+	       "CRASH-LOST",
+	       "MALFORMED",
+	       "SEQ-GAPS",
+	       "SESSION");
 	if (json_object_object_get_ex(o, "producers", &list) && json_object_is_type(list, json_type_array))
 		for (size_t i = 0; i < json_object_array_length(list); i++) {
 			json_object *p = json_object_array_get_idx(list, i);
@@ -1202,14 +1252,21 @@ static void stats_print(json_object *o) {
 		for (size_t i = 0; i < json_object_array_length(list); i++) {
 			json_object *c = json_object_array_get_idx(list, i);
 
-			printf("%-6" PRIu64 " %12" PRIu64 " %12" PRIu64 " %10" PRIu64 " %10" PRIu64 " %12" PRIu64 "\n",
-			       juint_or0(c, "cpu"), juint_or0(c, "received"), juint_or0(c, "lost"),
-			       juint_or0(c, "malformed"), juint_or0(c, "corrupt"), juint_or0(c, "bytes"));
+			printf("%-6" PRIu64 " %12" PRIu64 " %12" PRIu64 " %10" PRIu64 " %10" PRIu64
+			       " %12" PRIu64 "\n",
+			       juint_or0(c, "cpu"),
+			       juint_or0(c, "received"),
+			       juint_or0(c, "lost"),
+			       juint_or0(c, "malformed"),
+			       juint_or0(c, "corrupt"),
+			       juint_or0(c, "bytes"));
 		}
 	if (json_object_object_get_ex(o, "clients", &clients))
-		printf("\nClients: %" PRIu64 " connected; %" PRIu64 " events offered, %" PRIu64 " delivered, %" PRIu64
-		       " dropped\n",
-		       juint_or0(clients, "connected"), juint_or0(clients, "offered"), juint_or0(clients, "delivered"),
+		printf("\nClients: %" PRIu64 " connected; %" PRIu64 " events offered, %" PRIu64
+		       " delivered, %" PRIu64 " dropped\n",
+		       juint_or0(clients, "connected"),
+		       juint_or0(clients, "offered"),
+		       juint_or0(clients, "delivered"),
 		       juint_or0(clients, "dropped"));
 }
 
@@ -1224,11 +1281,9 @@ static void stats_help(void) {
 }
 
 static int verb_stats(int argc, char *argv[]) {
-	static const struct option options[] = {
-		{ "help", no_argument, NULL, 'h' },
-		{ "json", no_argument, NULL, 'j' },
-		{}
-	};
+	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
+						 { "json", no_argument, NULL, 'j' },
+						 {} };
 	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
 	json_object *o = NULL;
@@ -1260,7 +1315,8 @@ static int verb_stats(int argc, char *argv[]) {
 	if (r < 0)
 		return error_errno(r, "Failed to parse the GetStats() reply");
 	if (json)
-		puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+		puts(json_object_to_json_string_ext(
+			o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
 	else
 		stats_print(o);
 	json_object_put(o);
@@ -1306,11 +1362,9 @@ static int verb_help(int argc, char *argv[]) {
 
 int main(int argc, char *argv[]) {
 	enum { ARG_VERSION = 0x100 };
-	static const struct option options[] = {
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, ARG_VERSION },
-		{}
-	};
+	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
+						 { "version", no_argument, NULL, ARG_VERSION },
+						 {} };
 	int opt;
 
 	/* '+': options after the command belong to the command. */

@@ -14,11 +14,11 @@
 #include "event.h"
 #include "macro.h"
 
-#define NO_NAME UINT32_MAX
+#define NO_NAME                   UINT32_MAX
 /* Worst-case JSON of n bytes: as an escaped string (encode.c: 6 bytes per input byte) and as
  * quoted base64. */
 #define ENCODE_JSON_STRING_MAX(n) (2u + 6u * (size_t) (n))
-#define BASE64_JSON_MAX(n) (2u + 4u * (((size_t) (n) + 2u) / 3u))
+#define BASE64_JSON_MAX(n)        (2u + 4u * (((size_t) (n) + 2u) / 3u))
 
 /* One step of the flat description: the walk over the BTF happens once, at build time, so
  * decoding is a loop over this array with no BTF, no recursion and no allocation. */

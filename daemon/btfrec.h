@@ -15,14 +15,14 @@ struct btf;
 
 /* Bounds on what one producer's BTF may make us build. A record type exceeding any of them
  * gets no decoder (its records stay "unknown" events) and the refusal is counted. */
-#define BTFREC_MAX_DEPTH 8u           /* nested structs/arrays below the record struct */
-#define BTFREC_MAX_FIELDS 512u        /* flat decoder steps: leaves + struct/array brackets */
-#define BTFREC_MAX_ARRAY 256u         /* elements of one non-char array */
-#define BTFREC_MAX_NAME 63u           /* field, enumerator and type names: C identifiers */
-#define BTFREC_MAX_ENUMS 1024u        /* enumerators over the whole record type */
-#define BTFREC_MAX_RESOLVE 16u        /* typedef/const/volatile links followed per member */
-#define BTFREC_JSON_MAX (60u * 1024u) /* worst-case JSON of one record's fields */
-#define BTFREC_MAX_DECLS 64u          /* record declarations taken from one producer's BTF */
+#define BTFREC_MAX_DEPTH   8u            /* nested structs/arrays below the record struct */
+#define BTFREC_MAX_FIELDS  512u          /* flat decoder steps: leaves + struct/array brackets */
+#define BTFREC_MAX_ARRAY   256u          /* elements of one non-char array */
+#define BTFREC_MAX_NAME    63u           /* field, enumerator and type names: C identifiers */
+#define BTFREC_MAX_ENUMS   1024u         /* enumerators over the whole record type */
+#define BTFREC_MAX_RESOLVE 16u           /* typedef/const/volatile links followed per member */
+#define BTFREC_JSON_MAX    (60u * 1024u) /* worst-case JSON of one record's fields */
+#define BTFREC_MAX_DECLS   64u           /* record declarations taken from one producer's BTF */
 
 /* The declaration tags a producer puts on its record struct (see docs/producers.md). */
 #define BTFREC_TAG_TYPE "perfrelay.type="

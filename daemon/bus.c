@@ -19,21 +19,21 @@
 #include "request.h"
 #include "stats.h"
 
-#define USEC_PER_SEC 1000000ULL
-#define USEC_PER_MSEC 1000ULL
+#define USEC_PER_SEC           1000000ULL
+#define USEC_PER_MSEC          1000ULL
 /* Counters are compared, and PropertiesChanged and EventsLost emitted, at most this often. */
-#define STATS_INTERVAL_USEC USEC_PER_SEC
+#define STATS_INTERVAL_USEC    USEC_PER_SEC
 /* The window of BusEventsPerSecond=: at most that many Event signals per subscriber in it. */
-#define RATE_WINDOW_USEC USEC_PER_SEC
+#define RATE_WINDOW_USEC       USEC_PER_SEC
 /* A subscriber's output is read from its socket pair at most this much per wakeup, so that
  * one busy subscriber cannot keep the main thread from everything else. */
 #define SUBSCRIBER_READ_BUDGET (256u * 1024u)
 /* Room for the longest line the encoder writes plus one read's worth of the next ones. */
 #define SUBSCRIBER_BUFFER_SIZE (ENCODE_JSON_MAX + 64u * 1024u)
 /* Type names are short identifiers (encode.c allows 32 bytes). */
-#define TYPE_NAME_MAX 32u
+#define TYPE_NAME_MAX          32u
 /* A Subscribe() filter becomes a request of depth 3 ({"subscribe":{"pid":[1]}}). */
-#define FILTER_JSON_DEPTH 4u
+#define FILTER_JSON_DEPTH      4u
 
 typedef struct BusSubscriber BusSubscriber;
 
@@ -236,8 +236,14 @@ static int property_get_kernel_features(
 	if (r < 0)
 		return r;
 	for (unsigned i = 0; i < _FEATURE_MAX; i++) {
-		r = sd_bus_message_append(reply, "(sbbss)", feature_to_string(i), (int) features_has(f, i),
-		                          (int) feature_required(i), feature_since(i), feature_without(i));
+		r = sd_bus_message_append(
+			reply,
+			"(sbbss)",
+			feature_to_string(i),
+			(int) features_has(f, i),
+			(int) feature_required(i),
+			feature_since(i),
+			feature_without(i));
 		if (r < 0)
 			return r;
 	}
@@ -1782,11 +1788,15 @@ void bus_set_config(Bus *b, const Config *config) {
 			continue;
 		if (config->n_allow_groups > 0 && (n = sender_groups(b, s->sender, &groups)) < 0)
 			n = 0;
-		if (filter_access(s->uid, (gid_t) -1, groups, (size_t) n, config->allow_groups,
-		                  config->n_allow_groups) == SUBSCRIPTION_ACCESS_ALL)
+		if (filter_access(
+			    s->uid, (gid_t) -1, groups, (size_t) n, config->allow_groups, config->n_allow_groups) ==
+		    SUBSCRIPTION_ACCESS_ALL)
 			continue;
-		log_info("Bus subscriber %s (%s, uid %u): AllowGroups= no longer grants it every event, removing it",
-		         s->path, s->sender, (unsigned) s->uid);
+		log_info(
+			"Bus subscriber %s (%s, uid %u): AllowGroups= no longer grants it every event, removing it",
+			s->path,
+			s->sender,
+			(unsigned) s->uid);
 		subscriber_free(s);
 	}
 }

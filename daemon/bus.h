@@ -16,11 +16,11 @@
 typedef struct Manager Manager;
 typedef struct Bus Bus;
 
-#define BUS_NAME "org.perfrelay1"
-#define BUS_PATH "/org/perfrelay1"
-#define BUS_MONITOR_PATH_PREFIX "/org/perfrelay1/monitor"
-#define BUS_INTERFACE_MANAGER "org.perfrelay1.Manager"
-#define BUS_INTERFACE_MONITOR "org.perfrelay1.Monitor"
+#define BUS_NAME                 "org.perfrelay1"
+#define BUS_PATH                 "/org/perfrelay1"
+#define BUS_MONITOR_PATH_PREFIX  "/org/perfrelay1/monitor"
+#define BUS_INTERFACE_MANAGER    "org.perfrelay1.Manager"
+#define BUS_INTERFACE_MONITOR    "org.perfrelay1.Monitor"
 #define BUS_ERROR_INVALID_CONFIG "org.perfrelay1.Error.InvalidConfig"
 #define BUS_ERROR_NO_SUCH_CLIENT "org.perfrelay1.Error.NoSuchClient"
 

@@ -23,7 +23,7 @@
  * tried again after this many lookups rather than on every event. */
 #define CGROUP_RETRY_LOOKUPS 4096u
 /* Entries probed from an id's home slot before one is evicted. */
-#define CGROUP_PROBE 8u
+#define CGROUP_PROBE         8u
 
 struct CgroupFs {
 	int root_fd;
@@ -151,7 +151,9 @@ CgroupFs *cgroup_fs_free(CgroupFs *fs) {
 	return NULL;
 }
 
-const char *cgroup_fs_path(const CgroupFs *fs) { return fs->path; }
+const char *cgroup_fs_path(const CgroupFs *fs) {
+	return fs->path;
+}
 
 ssize_t cgroup_fs_resolve(void *userdata, uint64_t id, char *unit, size_t size) {
 	const CgroupFs *fs = userdata;
@@ -188,9 +190,9 @@ ssize_t cgroup_fs_resolve(void *userdata, uint64_t id, char *unit, size_t size) 
 /* The cache ------------------------------------------------------------------------------ */
 
 typedef struct CgroupEntry {
-	uint64_t id;       /* 0: free slot */
-	char *unit;        /* NULL: no unit */
-	uint32_t retry;    /* lookups left before a failed resolution is tried again; 0: final */
+	uint64_t id;    /* 0: free slot */
+	char *unit;     /* NULL: no unit */
+	uint32_t retry; /* lookups left before a failed resolution is tried again; 0: final */
 } CgroupEntry;
 
 struct CgroupCache {
@@ -198,7 +200,7 @@ struct CgroupCache {
 	uint64_t mask;
 	CgroupResolveFn resolve;
 	void *userdata;
-	unsigned victim;   /* round-robin eviction within the probe window */
+	unsigned victim; /* round-robin eviction within the probe window */
 	CgroupCacheStats stats;
 };
 
@@ -252,7 +254,7 @@ static void cache_fill(CgroupCache *c, CgroupEntry *e, uint64_t id) {
 
 	STAT_ADD(c->stats.misses, 1);
 	free(e->unit);
-	*e = (CgroupEntry) { .id = id };
+	*e = (CgroupEntry){ .id = id };
 	r = c->resolve(c->userdata, id, unit, sizeof(unit));
 	if (r > 0)
 		e->unit = strndup(unit, (size_t) r); /* NULL on ENOMEM: no unit, tried again later */
@@ -292,7 +294,7 @@ const char *cgroup_cache_lookup(CgroupCache *c, uint64_t id) {
 }
 
 void cgroup_cache_get_stats(const CgroupCache *c, CgroupCacheStats *ret) {
-	*ret = (CgroupCacheStats) {
+	*ret = (CgroupCacheStats){
 		.hits = STAT_LOAD(c->stats.hits),
 		.misses = STAT_LOAD(c->stats.misses),
 		.failures = STAT_LOAD(c->stats.failures),

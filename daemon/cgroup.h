@@ -32,9 +32,9 @@ typedef struct CgroupCache CgroupCache;
 
 typedef struct CgroupCacheStats {
 	uint64_t hits;
-	uint64_t misses;     /* calls of the resolver */
-	uint64_t failures;   /* resolver errors (the id is then cached as "no unit") */
-	uint64_t evictions;  /* entries replaced because their probe window was full */
+	uint64_t misses;    /* calls of the resolver */
+	uint64_t failures;  /* resolver errors (the id is then cached as "no unit") */
+	uint64_t evictions; /* entries replaced because their probe window was full */
 } CgroupCacheStats;
 
 /* n_entries is rounded up to a power of two (at least 8). */

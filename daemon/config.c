@@ -21,11 +21,11 @@
 #include "config.h"
 #include "macro.h"
 
-#define DEFAULT_PIN_PATH "/sys/fs/bpf/perfrelay"
+#define DEFAULT_PIN_PATH    "/sys/fs/bpf/perfrelay"
 #define DEFAULT_SOCKET_PATH "/run/perfrelay/events.sock"
 
 /* Pins live below PinPath= ("events", "links/<probe>"): keep room for their names. */
-#define PIN_PATH_MAX (PATH_MAX - 64)
+#define PIN_PATH_MAX    (PATH_MAX - 64)
 #define SOCKET_PATH_MAX (sizeof(((struct sockaddr_un *) NULL)->sun_path) - 1)
 
 /* Values quoted back in error messages are cut here: a message is one log line, not a dump. */

@@ -11,11 +11,11 @@
 
 #include "cpuset.h"
 
-#define CONFIG_DEFAULT_FILE "/etc/perfrelay/perfrelay.conf"
+#define CONFIG_DEFAULT_FILE       "/etc/perfrelay/perfrelay.conf"
 #define CONFIG_DEFAULT_DROPIN_DIR "/etc/perfrelay/perfrelay.conf.d"
-#define CONFIG_MAX_CPU_GROUPS 256u
-#define CONFIG_MAX_ALLOW_GROUPS 64u
-#define CONFIG_MAX_FILE_BYTES (1u << 20) /* a config file larger than this is an error */
+#define CONFIG_MAX_CPU_GROUPS     256u
+#define CONFIG_MAX_ALLOW_GROUPS   64u
+#define CONFIG_MAX_FILE_BYTES     (1u << 20) /* a config file larger than this is an error */
 
 /* Built-in probes, as bits of Config.probes. */
 enum {
@@ -27,8 +27,8 @@ enum {
 	_PROBE_MAX,
 };
 #define PROBES_ALL ((1u << _PROBE_MAX) - 1)
-const char *probe_to_string(unsigned probe);   /* "exec", ... or NULL */
-int probe_from_string(const char *s);          /* PROBE_* or -EINVAL */
+const char *probe_to_string(unsigned probe); /* "exec", ... or NULL */
+int probe_from_string(const char *s);        /* PROBE_* or -EINVAL */
 
 typedef struct Config {
 	/* [Daemon] */
@@ -36,37 +36,37 @@ typedef struct Config {
 	bool replace_incompatible_pins; /* ReplaceIncompatiblePins=, default no */
 
 	/* [Ring] */
-	unsigned pages_per_cpu;         /* PagesPerCpu=, power of two 1..65536, default 64 */
-	uint32_t watermark;             /* Watermark= bytes (K/M suffix), default 0 = auto (1/4 ring) */
-	uint32_t wakeup_events;         /* WakeupEvents=, default 0; used when set and Watermark= is 0 */
-	unsigned flush_interval_ms;     /* FlushIntervalMs=, 1..1000, default 50 */
+	unsigned pages_per_cpu;     /* PagesPerCpu=, power of two 1..65536, default 64 */
+	uint32_t watermark;         /* Watermark= bytes (K/M suffix), default 0 = auto (1/4 ring) */
+	uint32_t wakeup_events;     /* WakeupEvents=, default 0; used when set and Watermark= is 0 */
+	unsigned flush_interval_ms; /* FlushIntervalMs=, 1..1000, default 50 */
 
 	/* [Readers] */
-	CpuSet *cpu_groups;             /* CpuGroups= "0-3 4-7" (space-separated CPU lists) */
-	size_t n_cpu_groups;            /* 0 = not set */
-	unsigned cpus_per_reader;       /* CpusPerReader=, 0 = not set; exclusive with CpuGroups= */
+	CpuSet *cpu_groups;       /* CpuGroups= "0-3 4-7" (space-separated CPU lists) */
+	size_t n_cpu_groups;      /* 0 = not set */
+	unsigned cpus_per_reader; /* CpusPerReader=, 0 = not set; exclusive with CpuGroups= */
 
 	/* [Probes] */
-	uint32_t probes;                /* Probes= list of names or "all", default all */
-	uint32_t pending_syscalls;      /* PendingSyscalls=, default 10240, 16..1048576 */
+	uint32_t probes;           /* Probes= list of names or "all", default all */
+	uint32_t pending_syscalls; /* PendingSyscalls=, default 10240, 16..1048576 */
 
 	/* [Socket] */
-	char *socket_path;              /* SocketPath=, default /run/perfrelay/events.sock */
-	uint64_t client_queue_bytes;    /* ClientQueueBytes=, default 4M, 64K..1G */
-	unsigned max_clients;           /* MaxClients=, default 256, 1..65536 */
-	unsigned max_clients_per_uid;   /* MaxClientsPerUid=, default 32, 1..65536 */
-	uint32_t max_request_bytes;     /* MaxRequestBytes=, default 65536, 256..1M */
-	unsigned request_timeout_ms;    /* RequestTimeoutMs=, default 5000, 10..600000 */
-	unsigned max_json_depth;        /* MaxJsonDepth=, default 8, 2..64 */
-	gid_t *allow_groups;            /* AllowGroups= group names or numeric gids (resolved at load) */
+	char *socket_path;            /* SocketPath=, default /run/perfrelay/events.sock */
+	uint64_t client_queue_bytes;  /* ClientQueueBytes=, default 4M, 64K..1G */
+	unsigned max_clients;         /* MaxClients=, default 256, 1..65536 */
+	unsigned max_clients_per_uid; /* MaxClientsPerUid=, default 32, 1..65536 */
+	uint32_t max_request_bytes;   /* MaxRequestBytes=, default 65536, 256..1M */
+	unsigned request_timeout_ms;  /* RequestTimeoutMs=, default 5000, 10..600000 */
+	unsigned max_json_depth;      /* MaxJsonDepth=, default 8, 2..64 */
+	gid_t *allow_groups;          /* AllowGroups= group names or numeric gids (resolved at load) */
 	size_t n_allow_groups;
 
 	/* [Bus] */
 	unsigned bus_events_per_second; /* BusEventsPerSecond=, default 100, 1..100000 */
 } Config;
 
-int config_new(Config **ret);    /* all defaults */
-Config *config_free(Config *c);  /* accepts NULL; returns NULL */
+int config_new(Config **ret);   /* all defaults */
+Config *config_free(Config *c); /* accepts NULL; returns NULL */
 
 /* Parses INI text (sections and keys above, case-sensitive, '#' or ';' comments, blank lines,
  * "Key=Value" with whitespace around the value trimmed; a key may appear again and the last

@@ -13,8 +13,8 @@ typedef struct CpuSet {
 } CpuSet;
 
 void cpuset_clear(CpuSet *s);
-int cpuset_add(CpuSet *s, unsigned cpu);                 /* -ERANGE if cpu >= PERFRELAY_MAX_CPUS */
-void cpuset_remove(CpuSet *s, unsigned cpu);            /* no-op if absent or out of range */
+int cpuset_add(CpuSet *s, unsigned cpu);     /* -ERANGE if cpu >= PERFRELAY_MAX_CPUS */
+void cpuset_remove(CpuSet *s, unsigned cpu); /* no-op if absent or out of range */
 bool cpuset_contains(const CpuSet *s, unsigned cpu);
 unsigned cpuset_count(const CpuSet *s);
 bool cpuset_is_empty(const CpuSet *s);

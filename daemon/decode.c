@@ -10,28 +10,28 @@
 /* The raw data of a sample sits at offset 12 of an 8-aligned perf record, so every multi-byte
  * field is read with memcpy into a local: casting to a struct pointer would be undefined
  * behaviour and traps on strict-alignment architectures. */
-#define READ_FIELD(base, type, member)                                                  \
-	({                                                                              \
-		__typeof__(((type *)0)->member) _v;                                     \
-		memcpy(&_v, (const uint8_t *)(base) + offsetof(type, member), sizeof(_v)); \
-		_v;                                                                     \
+#define READ_FIELD(base, type, member)                                                      \
+	({                                                                                  \
+		__typeof__(((type *) 0)->member) _v;                                        \
+		memcpy(&_v, (const uint8_t *) (base) + offsetof(type, member), sizeof(_v)); \
+		_v;                                                                         \
 	})
 
 /* Address of a char array inside an unaligned record: char has no alignment requirement. */
-#define FIELD_PTR(base, type, member) ((const char *)(base) + offsetof(type, member))
-#define FIELD_SIZE(type, member) sizeof(((type *)0)->member)
+#define FIELD_PTR(base, type, member) ((const char *) (base) + offsetof(type, member))
+#define FIELD_SIZE(type, member)      sizeof(((type *) 0)->member)
 
 /* perf_event_header is followed by a u32 size for PERF_SAMPLE_RAW (the only sample_type the
  * daemon opens its rings with), and by {u64 id; u64 lost;} for PERF_RECORD_LOST. */
 #define PERF_SAMPLE_RAW_OFFSET (sizeof(struct perf_event_header) + sizeof(uint32_t))
-#define PERF_LOST_MIN_SIZE (sizeof(struct perf_event_header) + 2 * sizeof(uint64_t))
+#define PERF_LOST_MIN_SIZE     (sizeof(struct perf_event_header) + 2 * sizeof(uint64_t))
 
 void decode_perf_record(const void *rec, size_t size, PerfRecordView *ret) {
 	const uint8_t *p = rec;
 	struct perf_event_header h;
 	uint32_t raw_size;
 
-	*ret = (PerfRecordView) { .kind = PERF_REC_MALFORMED };
+	*ret = (PerfRecordView){ .kind = PERF_REC_MALFORMED };
 
 	if (size < sizeof(h))
 		return;
@@ -85,12 +85,9 @@ const char *decode_error_to_string(DecodeError e) {
 }
 
 static const char *const event_type_table[] = {
-	[PERFRELAY_TYPE_EXEC] = "exec",
-	[PERFRELAY_TYPE_EXIT] = "exit",
-	[PERFRELAY_TYPE_FORK] = "fork",
-	[PERFRELAY_TYPE_OPEN] = "open",
-	[PERFRELAY_TYPE_CONNECT] = "connect",
-	[PERFRELAY_TYPE_BENCH] = "bench",
+	[PERFRELAY_TYPE_EXEC] = "exec",       [PERFRELAY_TYPE_EXIT] = "exit",
+	[PERFRELAY_TYPE_FORK] = "fork",       [PERFRELAY_TYPE_OPEN] = "open",
+	[PERFRELAY_TYPE_CONNECT] = "connect", [PERFRELAY_TYPE_BENCH] = "bench",
 };
 
 const char *event_type_to_string(uint16_t type) {
@@ -105,10 +102,10 @@ static bool has_nul(const char *s, size_t n) {
 
 /* The strings of every built-in type must end inside their arrays: the encoder and filters
  * use them as C strings and must never run past the record. */
-#define CHECK_STRING(rec, type, member)                                                 \
-	do {                                                                            \
-		if (!has_nul(FIELD_PTR(rec, type, member), FIELD_SIZE(type, member)))   \
-			return DECODE_BAD_STRING;                                       \
+#define CHECK_STRING(rec, type, member)                                               \
+	do {                                                                          \
+		if (!has_nul(FIELD_PTR(rec, type, member), FIELD_SIZE(type, member))) \
+			return DECODE_BAD_STRING;                                     \
 	} while (0)
 
 /* Validation of the built-in types' payloads; nothing is written until all of it passed. */
@@ -152,7 +149,13 @@ static DecodeError check_connect(const uint8_t *rec) {
 
 /* The fields filters use: pid, uid and comm of the built-in types that have them, the cgroup
  * of exec. Every field is written, so nothing of a previous event survives in *ev. */
-#define FILL_PID_UID_COMM(ev, rec, type, pid_member)                                    	do {                                                                            		(ev)->has_pid = (ev)->has_uid = true;                                   		(ev)->pid = READ_FIELD(rec, type, pid_member);                          		(ev)->uid = READ_FIELD(rec, type, uid);                                 		(ev)->comm = FIELD_PTR(rec, type, comm);                                	} while (0)
+#define FILL_PID_UID_COMM(ev, rec, type, pid_member)           \
+	do {                                                   \
+		(ev)->has_pid = (ev)->has_uid = true;          \
+		(ev)->pid = READ_FIELD(rec, type, pid_member); \
+		(ev)->uid = READ_FIELD(rec, type, uid);        \
+		(ev)->comm = FIELD_PTR(rec, type, comm);       \
+	} while (0)
 
 static void fill_fields(const uint8_t *rec, uint16_t type, bool known, DecodedEvent *ev) {
 	ev->has_pid = ev->has_uid = false;

@@ -12,17 +12,17 @@
 
 /* What a perf record in the ring is, after decode_perf_record(). */
 typedef enum PerfRecordKind {
-	PERF_REC_SAMPLE,  /* PERF_RECORD_SAMPLE with PERF_SAMPLE_RAW: raw/raw_size are set */
-	PERF_REC_LOST,    /* PERF_RECORD_LOST: lost is set */
-	PERF_REC_OTHER,   /* any other record type: skipped (counted by the caller) */
+	PERF_REC_SAMPLE, /* PERF_RECORD_SAMPLE with PERF_SAMPLE_RAW: raw/raw_size are set */
+	PERF_REC_LOST,   /* PERF_RECORD_LOST: lost is set */
+	PERF_REC_OTHER,  /* any other record type: skipped (counted by the caller) */
 	PERF_REC_MALFORMED,
 } PerfRecordKind;
 
 typedef struct PerfRecordView {
 	PerfRecordKind kind;
-	const uint8_t *raw;  /* PERF_REC_SAMPLE: the raw data (the producer's bytes + kernel padding) */
+	const uint8_t *raw; /* PERF_REC_SAMPLE: the raw data (the producer's bytes + kernel padding) */
 	uint32_t raw_size;
-	uint64_t lost;       /* PERF_REC_LOST */
+	uint64_t lost; /* PERF_REC_LOST */
 } PerfRecordView;
 
 /* rec points at a whole perf record of `size` bytes (size == perf_event_header.size, already
@@ -32,13 +32,13 @@ void decode_perf_record(const void *rec, size_t size, PerfRecordView *ret);
 /* Why a raw sample was rejected; the daemon counts each reason per producer. */
 typedef enum DecodeError {
 	DECODE_OK = 0,
-	DECODE_TRUNCATED,      /* shorter than the header, or than hdr.size */
+	DECODE_TRUNCATED, /* shorter than the header, or than hdr.size */
 	DECODE_BAD_MAGIC,
 	DECODE_BAD_VERSION,
-	DECODE_BAD_SIZE,       /* hdr.size wrong for a known type, < header, or far below raw size */
-	DECODE_BAD_STRING,     /* a string field without its NUL, or argv_len out of bounds */
-	DECODE_BAD_PRODUCER,   /* producer id >= PERFRELAY_MAX_PRODUCERS */
-	DECODE_RESERVED_TYPE,  /* PERFRELAY_TYPE_LOST: only the daemon may make it */
+	DECODE_BAD_SIZE,      /* hdr.size wrong for a known type, < header, or far below raw size */
+	DECODE_BAD_STRING,    /* a string field without its NUL, or argv_len out of bounds */
+	DECODE_BAD_PRODUCER,  /* producer id >= PERFRELAY_MAX_PRODUCERS */
+	DECODE_RESERVED_TYPE, /* PERFRELAY_TYPE_LOST: only the daemon may make it */
 	_DECODE_ERROR_MAX,
 } DecodeError;
 const char *decode_error_to_string(DecodeError e);
@@ -46,16 +46,16 @@ const char *decode_error_to_string(DecodeError e);
 /* A validated perfrelay record. Pointers point into the caller's buffer, which must outlive
  * the view. Fields a type does not have are 0 / NULL and has_* false. */
 typedef struct DecodedEvent {
-	struct perfrelay_hdr hdr;   /* aligned copy of the header */
-	const uint8_t *record;      /* the whole record (hdr.size bytes), possibly unaligned */
-	const uint8_t *payload;     /* record + sizeof(hdr) */
-	uint32_t payload_size;      /* hdr.size - sizeof(hdr) */
-	bool known;                 /* a built-in type whose payload was validated */
+	struct perfrelay_hdr hdr; /* aligned copy of the header */
+	const uint8_t *record;    /* the whole record (hdr.size bytes), possibly unaligned */
+	const uint8_t *payload;   /* record + sizeof(hdr) */
+	uint32_t payload_size;    /* hdr.size - sizeof(hdr) */
+	bool known;               /* a built-in type whose payload was validated */
 	bool has_pid, has_uid;
-	uint32_t pid;               /* for filters */
+	uint32_t pid; /* for filters */
 	uint32_t uid;
-	const char *comm;           /* NUL-terminated within the record, or NULL */
-	uint64_t cgroup_id;         /* 0 when the type has none */
+	const char *comm;   /* NUL-terminated within the record, or NULL */
+	uint64_t cgroup_id; /* 0 when the type has none */
 } DecodedEvent;
 
 /* Validates raw sample bytes as a perfrelay record. Known types must have exactly their

@@ -15,35 +15,35 @@
 
 /* Records come from possibly unaligned ring memory: copy fields out, never dereference a cast
  * struct pointer. */
-#define READ_FIELD(base, type, member)                                                  \
-	({                                                                              \
-		__typeof__(((type *)0)->member) _v;                                     \
-		memcpy(&_v, (const uint8_t *)(base) + offsetof(type, member), sizeof(_v)); \
-		_v;                                                                     \
+#define READ_FIELD(base, type, member)                                                      \
+	({                                                                                  \
+		__typeof__(((type *) 0)->member) _v;                                        \
+		memcpy(&_v, (const uint8_t *) (base) + offsetof(type, member), sizeof(_v)); \
+		_v;                                                                         \
 	})
-#define FIELD_PTR(base, type, member) ((const char *)(base) + offsetof(type, member))
-#define FIELD_SIZE(type, member) sizeof(((type *)0)->member)
+#define FIELD_PTR(base, type, member) ((const char *) (base) + offsetof(type, member))
+#define FIELD_SIZE(type, member)      sizeof(((type *) 0)->member)
 
 /* Unit names longer than systemd's UNIT_NAME_MAX - 1 cannot exist; refusing them keeps
  * ENCODE_JSON_MAX a real bound whatever the caller passes. */
 #define ENCODE_UNIT_MAX 255u
 
-#define KEY(name) ",\"" name "\":"
+#define KEY(name)    ",\"" name "\":"
 #define KEYLEN(name) (sizeof(KEY(name)) - 1)
-#define LITLEN(lit) (sizeof(lit) - 1)
+#define LITLEN(lit)  (sizeof(lit) - 1)
 
 /* One input byte becomes at most 6 output bytes: \u00XX for control bytes, \ufffd for an
  * invalid byte. Valid multi-byte UTF-8 is copied as is (1 output byte per input byte). */
-#define ESCAPE_MAX_PER_BYTE 6u
-#define JSON_STRING_MAX(len) (2u + ESCAPE_MAX_PER_BYTE * (size_t)(len))
+#define ESCAPE_MAX_PER_BYTE  6u
+#define JSON_STRING_MAX(len) (2u + ESCAPE_MAX_PER_BYTE * (size_t) (len))
 /* Above this the size arithmetic could wrap; such strings take the checked path. */
-#define ESCAPE_FAST_LEN_MAX (SIZE_MAX / 8)
+#define ESCAPE_FAST_LEN_MAX  (SIZE_MAX / 8)
 
-#define TRY(expr)                                                                       \
-	do {                                                                            \
-		int _r = (expr);                                                        \
-		if (_unlikely_(_r < 0))                                                 \
-			return _r;                                                      \
+#define TRY(expr)                       \
+	do {                            \
+		int _r = (expr);        \
+		if (_unlikely_(_r < 0)) \
+			return _r;      \
 	} while (0)
 
 typedef struct Out {
@@ -52,7 +52,7 @@ typedef struct Out {
 } Out;
 
 static inline size_t out_room(const Out *o) {
-	return (size_t)(o->end - o->p);
+	return (size_t) (o->end - o->p);
 }
 
 static inline int out_put(Out *o, const void *s, size_t n) {
@@ -233,18 +233,9 @@ static _always_inline_ int out_key_s32(Out *o, const char *key, size_t klen, int
  * anything else: the letter after the backslash. NUL is 'u' here but ends the string before
  * the table's answer is used. */
 static const char escape_table[256] = {
-	[0x00 ... 0x07] = 'u',
-	[0x08] = 'b',
-	[0x09] = 't',
-	[0x0a] = 'n',
-	[0x0b] = 'u',
-	[0x0c] = 'f',
-	[0x0d] = 'r',
-	[0x0e ... 0x1f] = 'u',
-	['"'] = '"',
-	['\\'] = '\\',
-	[0x7f] = 'u',
-	[0x80 ... 0xff] = 1,
+	[0x00 ... 0x07] = 'u', [0x08] = 'b',  [0x09] = 't', [0x0a] = 'n',
+	[0x0b] = 'u',          [0x0c] = 'f',  [0x0d] = 'r', [0x0e ... 0x1f] = 'u',
+	['"'] = '"',           ['\\'] = '\\', [0x7f] = 'u', [0x80 ... 0xff] = 1,
 };
 
 static const char hex_digits[16] = "0123456789abcdef";
@@ -315,15 +306,15 @@ static inline size_t utf8_sequence_len(const uint8_t *s, size_t n) {
  * is just big enough. Always inlined into the two wrappers below so that each is compiled
  * with the checks folded away or kept. The 16-byte store is speculative in both modes: it
  * lands inside the buffer (end - p >= 16) and only the plain bytes in it are kept. */
-static inline __attribute__((always_inline)) ssize_t escape_impl(Out *o, const uint8_t *s, size_t limit,
-								  size_t readable, const bool checked) {
+static inline __attribute__((always_inline))
+ssize_t escape_impl(Out *o, const uint8_t *s, size_t limit, size_t readable, const bool checked) {
 	char *p = o->p, *const end = o->end;
 	size_t i = 0;
 
-#define NEED(n)                                                                         \
-	do {                                                                            \
-		if (checked && _unlikely_((size_t) (end - p) < (n)))                    \
-			return -ENOBUFS;                                                \
+#define NEED(n)                                                      \
+	do {                                                         \
+		if (checked && _unlikely_((size_t) (end - p) < (n))) \
+			return -ENOBUFS;                             \
 	} while (0)
 
 	NEED(1);
@@ -422,9 +413,8 @@ static inline int out_key_field(Out *o, const char *key, size_t klen, const char
 	TRY(out_put(o, key, klen));
 	return escape_checked(o, s, size, size) < 0 ? -ENOBUFS : 0;
 }
-#define PUT_FIELD(o, name, rec, type, member)                                           \
-	TRY(out_key_field(o, KEY(name), KEYLEN(name), FIELD_PTR(rec, type, member),     \
-			  FIELD_SIZE(type, member)))
+#define PUT_FIELD(o, name, rec, type, member) \
+	TRY(out_key_field(o, KEY(name), KEYLEN(name), FIELD_PTR(rec, type, member), FIELD_SIZE(type, member)))
 
 /* Strings that are known to need no escaping (inet_ntop output). */
 static inline int out_key_plain_string(Out *o, const char *key, size_t klen, const char *s, size_t len) {
@@ -441,7 +431,7 @@ static inline int out_key_plain_string(Out *o, const char *key, size_t klen, con
 /* argv[] holds the arguments back to back, each ending in a NUL. An argument of k bytes costs
  * at most 6k + 2 quotes + 1 comma and consumes k + 1 input bytes, so the whole array stays
  * within 2 + 6 * len (plus slack for a last argument without its NUL). */
-#define ARGV_JSON_MAX(len) (2u + ESCAPE_MAX_PER_BYTE * (size_t)(len) + 3u)
+#define ARGV_JSON_MAX(len) (2u + ESCAPE_MAX_PER_BYTE * (size_t) (len) + 3u)
 
 /* len: the bytes in use (argv_len); readable: the size of the array holding them. */
 static int out_argv(Out *o, const char *argv, size_t len, size_t readable) {
@@ -462,10 +452,9 @@ static int out_argv(Out *o, const char *argv, size_t len, size_t readable) {
 
 /* ---- base64 ---- */
 
-#define BASE64_LEN(n) (((size_t)(n) / 3 + ((size_t)(n) % 3 != 0)) * 4)
+#define BASE64_LEN(n) (((size_t) (n) / 3 + ((size_t) (n) % 3 != 0)) * 4)
 
-static const char base64_alphabet[64] =
-	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+static const char base64_alphabet[64] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 static int out_key_base64(Out *o, const char *key, size_t klen, const uint8_t *s, size_t n) {
 	size_t i = 0;
@@ -527,8 +516,8 @@ static int encode_common(Out *o, const DecodedEvent *ev) {
 
 static int encode_exec(Out *o, const uint8_t *rec) {
 	/* Clamped again so that a DecodedEvent not made by decode_event() cannot walk past argv. */
-	size_t argv_len = MIN((size_t) READ_FIELD(rec, struct perfrelay_exec, argv_len),
-			      (size_t) PERFRELAY_ARGV_LEN);
+	size_t argv_len = MIN(
+		(size_t) READ_FIELD(rec, struct perfrelay_exec, argv_len), (size_t) PERFRELAY_ARGV_LEN);
 
 	PUT_U32(o, "pid", READ_FIELD(rec, struct perfrelay_exec, pid));
 	PUT_U32(o, "ppid", READ_FIELD(rec, struct perfrelay_exec, ppid));
@@ -536,8 +525,11 @@ static int encode_exec(Out *o, const uint8_t *rec) {
 	PUT_U32(o, "gid", READ_FIELD(rec, struct perfrelay_exec, gid));
 	PUT_FIELD(o, "comm", rec, struct perfrelay_exec, comm);
 	PUT_FIELD(o, "filename", rec, struct perfrelay_exec, filename);
-	TRY(out_argv(o, FIELD_PTR(rec, struct perfrelay_exec, argv), argv_len,
-		       FIELD_SIZE(struct perfrelay_exec, argv)));
+	TRY(out_argv(
+		o,
+		FIELD_PTR(rec, struct perfrelay_exec, argv),
+		argv_len,
+		FIELD_SIZE(struct perfrelay_exec, argv)));
 	PUT_U32(o, "argc", READ_FIELD(rec, struct perfrelay_exec, argc));
 	if (READ_FIELD(rec, struct perfrelay_exec, argv_truncated))
 		PUT_LIT(o, KEY("argv_truncated") "true");
@@ -631,8 +623,8 @@ static int encode_connect(Out *o, const uint8_t *rec) {
 	PUT_FIELD(o, "comm", rec, struct perfrelay_connect, comm);
 	PUT_U32(o, "family", family);
 	if (family_name)
-		TRY(out_key_plain_string(o, KEY("family_name"), KEYLEN("family_name"), family_name,
-					 strlen(family_name)));
+		TRY(out_key_plain_string(
+			o, KEY("family_name"), KEYLEN("family_name"), family_name, strlen(family_name)));
 	if (text_len > 0)
 		TRY(out_key_plain_string(o, KEY("address"), KEYLEN("address"), text, text_len));
 	PUT_U32(o, "port", READ_FIELD(rec, struct perfrelay_connect, port));
@@ -708,8 +700,13 @@ ssize_t encode_json(const DecodedEvent *ev, const char *unit, char *buf, size_t 
 /* Producer names are kernel program names (16 bytes) or C identifiers from BTF (63). */
 #define ENCODE_PRODUCER_NAME_MAX 63u
 
-ssize_t encode_json_btf(const DecodedEvent *ev, const BtfRec *rec, const char *producer_name,
-                        const char *unit, char *buf, size_t size) {
+ssize_t encode_json_btf(
+	const DecodedEvent *ev,
+	const BtfRec *rec,
+	const char *producer_name,
+	const char *unit,
+	char *buf,
+	size_t size) {
 	Out o = { .p = buf, .end = buf + MIN(size, (size_t) SSIZE_MAX) };
 	const char *name = btfrec_name(rec);
 	ssize_t k;
@@ -816,47 +813,42 @@ ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size) {
 
 /* Every number is counted at the longest any 64-bit value can take ("18446744073709551615",
  * "-9223372036854775808"): loose for the 32-bit fields, but obviously an upper bound. */
-#define NUM_MAX 20u
+#define NUM_MAX                      20u
 #define ARRAY_JSON_MAX(type, member) JSON_STRING_MAX(FIELD_SIZE(type, member) - 1)
 
 /* Type names are short identifiers ("connect", "unknown"); 32 leaves room for new ones. */
 #define TYPE_NAME_MAX 32u
-#define COMMON_JSON_MAX                                                                 \
-	(LITLEN("{\"type\":\"") + TYPE_NAME_MAX + 1 + KEYLEN("ts") + NUM_MAX +          \
-	 KEYLEN("cpu") + NUM_MAX + KEYLEN("seq") + NUM_MAX +                            \
-	 KEYLEN("producer") + NUM_MAX)
+#define COMMON_JSON_MAX                                                                                  \
+	(LITLEN("{\"type\":\"") + TYPE_NAME_MAX + 1 + KEYLEN("ts") + NUM_MAX + KEYLEN("cpu") + NUM_MAX + \
+	 KEYLEN("seq") + NUM_MAX + KEYLEN("producer") + NUM_MAX)
 #define TAIL_JSON_MAX (KEYLEN("unit") + JSON_STRING_MAX(ENCODE_UNIT_MAX) + LITLEN("}\n"))
 
-#define EXEC_JSON_MAX                                                                   \
-	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("ppid") + KEYLEN("uid") + KEYLEN("gid") + \
-	 4 * NUM_MAX + KEYLEN("comm") + ARRAY_JSON_MAX(struct perfrelay_exec, comm) +   \
-	 KEYLEN("filename") + ARRAY_JSON_MAX(struct perfrelay_exec, filename) +         \
-	 KEYLEN("argv") + ARGV_JSON_MAX(PERFRELAY_ARGV_LEN) + KEYLEN("argc") +          \
-	 NUM_MAX + KEYLEN("argv_truncated") + LITLEN("false") + KEYLEN("cgroup_id") +   \
-	 NUM_MAX + TAIL_JSON_MAX)
-#define EXIT_JSON_MAX                                                                   \
-	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("ppid") + KEYLEN("uid") +             \
-	 KEYLEN("exit_code") + KEYLEN("signal") + KEYLEN("runtime_ns") + 6 * NUM_MAX +  \
-	 KEYLEN("comm") + ARRAY_JSON_MAX(struct perfrelay_exit, comm) + TAIL_JSON_MAX)
-#define FORK_JSON_MAX                                                                   \
-	(COMMON_JSON_MAX + KEYLEN("parent_pid") + KEYLEN("child_pid") +                 \
-	 KEYLEN("child_tgid") + KEYLEN("uid") + 4 * NUM_MAX + KEYLEN("comm") +          \
-	 ARRAY_JSON_MAX(struct perfrelay_fork, comm) + TAIL_JSON_MAX)
-#define OPEN_JSON_MAX                                                                   \
-	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("uid") + KEYLEN("flags") +            \
-	 KEYLEN("result") + 4 * NUM_MAX + KEYLEN("comm") +                              \
-	 ARRAY_JSON_MAX(struct perfrelay_open, comm) + KEYLEN("path") +                 \
+#define EXEC_JSON_MAX                                                                                     \
+	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("ppid") + KEYLEN("uid") + KEYLEN("gid") + 4 * NUM_MAX + \
+	 KEYLEN("comm") + ARRAY_JSON_MAX(struct perfrelay_exec, comm) + KEYLEN("filename") +              \
+	 ARRAY_JSON_MAX(struct perfrelay_exec, filename) + KEYLEN("argv") +                               \
+	 ARGV_JSON_MAX(PERFRELAY_ARGV_LEN) + KEYLEN("argc") + NUM_MAX + KEYLEN("argv_truncated") +        \
+	 LITLEN("false") + KEYLEN("cgroup_id") + NUM_MAX + TAIL_JSON_MAX)
+#define EXIT_JSON_MAX                                                                             \
+	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("ppid") + KEYLEN("uid") + KEYLEN("exit_code") + \
+	 KEYLEN("signal") + KEYLEN("runtime_ns") + 6 * NUM_MAX + KEYLEN("comm") +                 \
+	 ARRAY_JSON_MAX(struct perfrelay_exit, comm) + TAIL_JSON_MAX)
+#define FORK_JSON_MAX                                                                                          \
+	(COMMON_JSON_MAX + KEYLEN("parent_pid") + KEYLEN("child_pid") + KEYLEN("child_tgid") + KEYLEN("uid") + \
+	 4 * NUM_MAX + KEYLEN("comm") + ARRAY_JSON_MAX(struct perfrelay_fork, comm) + TAIL_JSON_MAX)
+#define OPEN_JSON_MAX                                                                                  \
+	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("uid") + KEYLEN("flags") + KEYLEN("result") +        \
+	 4 * NUM_MAX + KEYLEN("comm") + ARRAY_JSON_MAX(struct perfrelay_open, comm) + KEYLEN("path") + \
 	 ARRAY_JSON_MAX(struct perfrelay_open, path) + TAIL_JSON_MAX)
-#define CONNECT_JSON_MAX                                                                \
-	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("uid") + KEYLEN("family") +           \
-	 KEYLEN("port") + KEYLEN("result") + 5 * NUM_MAX + KEYLEN("comm") +             \
-	 ARRAY_JSON_MAX(struct perfrelay_connect, comm) + KEYLEN("family_name") +       \
-	 LITLEN("\"inet6\"") + KEYLEN("address") + 2 + INET6_ADDRSTRLEN + TAIL_JSON_MAX)
-#define BENCH_JSON_MAX                                                                  \
-	(COMMON_JSON_MAX + KEYLEN("call") + KEYLEN("size") + 2 * NUM_MAX + TAIL_JSON_MAX)
+#define CONNECT_JSON_MAX                                                                                    \
+	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("uid") + KEYLEN("family") + KEYLEN("port") +              \
+	 KEYLEN("result") + 5 * NUM_MAX + KEYLEN("comm") + ARRAY_JSON_MAX(struct perfrelay_connect, comm) + \
+	 KEYLEN("family_name") + LITLEN("\"inet6\"") + KEYLEN("address") + 2 + INET6_ADDRSTRLEN +           \
+	 TAIL_JSON_MAX)
+#define BENCH_JSON_MAX (COMMON_JSON_MAX + KEYLEN("call") + KEYLEN("size") + 2 * NUM_MAX + TAIL_JSON_MAX)
 /* hdr.size is a u16, so the payload is at most PERFRELAY_RECORD_MAX minus the header. */
-#define UNKNOWN_JSON_MAX                                                                \
-	(COMMON_JSON_MAX + KEYLEN("type_id") + NUM_MAX + KEYLEN("payload") + 2 +        \
+#define UNKNOWN_JSON_MAX                                                         \
+	(COMMON_JSON_MAX + KEYLEN("type_id") + NUM_MAX + KEYLEN("payload") + 2 + \
 	 BASE64_LEN(PERFRELAY_RECORD_MAX - sizeof(struct perfrelay_hdr)) + TAIL_JSON_MAX)
 
 _Static_assert(EXEC_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for exec");
@@ -866,7 +858,8 @@ _Static_assert(OPEN_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for 
 _Static_assert(CONNECT_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for connect");
 _Static_assert(BENCH_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for bench");
 _Static_assert(UNKNOWN_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for unknown types");
-_Static_assert(COMMON_JSON_MAX - TYPE_NAME_MAX + BTFREC_MAX_NAME + KEYLEN("producer_name") +
-                       JSON_STRING_MAX(ENCODE_PRODUCER_NAME_MAX) + BTFREC_JSON_MAX + TAIL_JSON_MAX <=
-               ENCODE_JSON_MAX,
-               "ENCODE_JSON_MAX too small for BTF-decoded records");
+_Static_assert(
+	COMMON_JSON_MAX - TYPE_NAME_MAX + BTFREC_MAX_NAME + KEYLEN("producer_name") +
+			JSON_STRING_MAX(ENCODE_PRODUCER_NAME_MAX) + BTFREC_JSON_MAX + TAIL_JSON_MAX <=
+		ENCODE_JSON_MAX,
+	"ENCODE_JSON_MAX too small for BTF-decoded records");

@@ -42,5 +42,10 @@ char *encode_u64_digits(char *p, uint64_t v);
  * record is shorter than rec's struct (the caller publishes it as "unknown" and counts it
  * malformed), or -ENOBUFS. Fits in ENCODE_JSON_MAX. */
 typedef struct BtfRec BtfRec;
-ssize_t encode_json_btf(const DecodedEvent *ev, const BtfRec *rec, const char *producer_name,
-                        const char *unit, char *buf, size_t size);
+ssize_t encode_json_btf(
+	const DecodedEvent *ev,
+	const BtfRec *rec,
+	const char *producer_name,
+	const char *unit,
+	char *buf,
+	size_t size);

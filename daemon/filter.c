@@ -4,8 +4,8 @@
 
 #include "filter.h"
 
-SubscriptionAccess filter_access(uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups, const gid_t *allowed,
-                                 size_t n_allowed) {
+SubscriptionAccess filter_access(
+	uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups, const gid_t *allowed, size_t n_allowed) {
 	if (uid == 0)
 		return SUBSCRIPTION_ACCESS_ALL;
 	for (size_t i = 0; i < n_allowed; i++) {

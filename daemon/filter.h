@@ -14,8 +14,8 @@
 /* The access rule of docs/protocol.md from a peer's credentials (SO_PEERCRED's uid and gid and
  * the supplementary groups from SO_PEERGROUPS): root and members of an allowed group see every
  * event, everybody else only events that carry their own uid. */
-SubscriptionAccess filter_access(uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups, const gid_t *allowed,
-                                 size_t n_allowed);
+SubscriptionAccess filter_access(
+	uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups, const gid_t *allowed, size_t n_allowed);
 
 /* True if the client with subscription s receives ev. `unit` is the unit of the event's cgroup,
  * or NULL if the event has no cgroup id or it belongs to no unit. */

@@ -13,7 +13,7 @@
 /* The kernel's uevent multicast group (udev's own events go to group 2). */
 #define UEVENT_GROUP_KERNEL 1u
 /* A uevent is at most UEVENT_BUFFER_SIZE (2048) bytes in the kernel. */
-#define UEVENT_MAX 2048
+#define UEVENT_MAX          2048
 
 struct HotplugWatch {
 	int fd;
@@ -31,12 +31,12 @@ int hotplug_parse_uevent(const char *buf, size_t size, unsigned *ret_cpu, bool *
 
 	if (!end)
 		return -EINVAL;
-	at = memchr(buf, '@', (size_t)(end - buf));
+	at = memchr(buf, '@', (size_t) (end - buf));
 	if (!at)
 		return -EINVAL;
-	if ((size_t)(at - buf) == strlen("online") && memcmp(buf, "online", strlen("online")) == 0)
+	if ((size_t) (at - buf) == strlen("online") && memcmp(buf, "online", strlen("online")) == 0)
 		online = true;
-	else if ((size_t)(at - buf) == strlen("offline") && memcmp(buf, "offline", strlen("offline")) == 0)
+	else if ((size_t) (at - buf) == strlen("offline") && memcmp(buf, "offline", strlen("offline")) == 0)
 		online = false;
 	else
 		return 0;
@@ -49,7 +49,7 @@ int hotplug_parse_uevent(const char *buf, size_t size, unsigned *ret_cpu, bool *
 	cpu = strtoul(num, &e, 10);
 	if (errno != 0 || *e != '\0' || cpu > 1u << 20)
 		return 0;
-	*ret_cpu = (unsigned)cpu;
+	*ret_cpu = (unsigned) cpu;
 	*ret_online = online;
 	return 1;
 }
@@ -61,7 +61,9 @@ static int on_uevent(sd_event_source *s, int fd, uint32_t revents, void *userdat
 	for (;;) {
 		struct sockaddr_nl sa = {};
 		struct iovec iov = { .iov_base = buf, .iov_len = UEVENT_MAX };
-		struct msghdr mh = { .msg_name = &sa, .msg_namelen = sizeof(sa), .msg_iov = &iov, .msg_iovlen = 1 };
+		struct msghdr mh = {
+			.msg_name = &sa, .msg_namelen = sizeof(sa), .msg_iov = &iov, .msg_iovlen = 1
+		};
 		ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT);
 		unsigned cpu;
 		bool online;
@@ -72,7 +74,7 @@ static int on_uevent(sd_event_source *s, int fd, uint32_t revents, void *userdat
 		if (sa.nl_pid != 0 || n == 0)
 			continue;
 		buf[n] = '\0';
-		if (hotplug_parse_uevent(buf, (size_t)n + 1, &cpu, &online) > 0)
+		if (hotplug_parse_uevent(buf, (size_t) n + 1, &cpu, &online) > 0)
 			w->fn(w->userdata, cpu, online);
 	}
 }
@@ -88,7 +90,7 @@ int hotplug_watch_new(sd_event *event, HotplugFn fn, void *userdata, HotplugWatc
 	w->fn = fn;
 	w->userdata = userdata;
 	w->fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_KOBJECT_UEVENT);
-	if (w->fd < 0 || bind(w->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+	if (w->fd < 0 || bind(w->fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
 		r = negative_errno();
 		hotplug_watch_free(w);
 		return r;

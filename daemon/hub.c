@@ -15,9 +15,9 @@
 #include "perfring.h"
 #include "stats.h"
 
-#define HUB_QUEUE_MIN (64u * 1024u)
+#define HUB_QUEUE_MIN        (64u * 1024u)
 /* The binary lost notice: u32 length, header, u64 count. The JSON one is far shorter. */
-#define HUB_LOST_MAX 64u
+#define HUB_LOST_MAX         64u
 #define HUB_BINARY_LOST_SIZE (sizeof(struct perfrelay_hdr) + sizeof(uint64_t))
 _Static_assert(sizeof(uint32_t) + HUB_BINARY_LOST_SIZE <= HUB_LOST_MAX, "binary lost notice fits");
 
@@ -28,9 +28,9 @@ typedef struct HubQueue {
 	/* Written by the reader (release) once per batch; read by the main thread (acquire). */
 	_Alignas(64) uint64_t head;
 	/* Reader-private. */
-	uint64_t head_local;      /* bytes written, published as head at the end of the batch */
-	uint64_t tail_cache;      /* last tail seen: reloaded only when the queue looks full */
-	uint64_t pending_lost;    /* drops not yet reported to the client by a "lost" line */
+	uint64_t head_local;   /* bytes written, published as head at the end of the batch */
+	uint64_t tail_cache;   /* last tail seen: reloaded only when the queue looks full */
+	uint64_t pending_lost; /* drops not yet reported to the client by a "lost" line */
 	/* Written by the reader (STAT_*), read by the main thread. */
 	uint64_t offered, queued, dropped;
 	/* Main thread: start of the first frame not yet wholly written (a frame boundary, <= tail
@@ -41,40 +41,40 @@ typedef struct HubQueue {
 	uint64_t frame_end;
 	bool frame_event;
 	uint64_t sent;
-	uint64_t unsent;          /* main thread: events left in the queue by hub_client_discard() */
+	uint64_t unsent; /* main thread: events left in the queue by hub_client_discard() */
 	uint8_t *buf;
 	uint64_t mask;
 } HubQueue;
 
 struct HubClient {
 	Hub *hub;
-	int fd;                   /* not owned */
+	int fd; /* not owned */
 	HubClientOptions o;
-	HubQueue *q;              /* one per reader */
-	struct iovec *iov;        /* main thread: flush scratch, 2 per reader */
-	uint64_t *avail;          /* main thread: flush scratch, 1 per reader */
-	unsigned *order;          /* main thread: flush scratch, 1 per reader */
-	int partial;              /* main thread: queue whose data was partly written, or -1 */
-	uint64_t bytes_sent;      /* main thread */
-	atomic_bool overflowed;   /* set by a reader, read by the main thread */
-	bool blocked;             /* main thread: the fd would block; waiting for EPOLLOUT */
+	HubQueue *q;            /* one per reader */
+	struct iovec *iov;      /* main thread: flush scratch, 2 per reader */
+	uint64_t *avail;        /* main thread: flush scratch, 1 per reader */
+	unsigned *order;        /* main thread: flush scratch, 1 per reader */
+	int partial;            /* main thread: queue whose data was partly written, or -1 */
+	uint64_t bytes_sent;    /* main thread */
+	atomic_bool overflowed; /* set by a reader, read by the main thread */
+	bool blocked;           /* main thread: the fd would block; waiting for EPOLLOUT */
 	bool attached;
 };
 
 typedef struct HubSlot {
 	_Alignas(64) pthread_mutex_t lock; /* held by the reader for a batch, by the main thread to edit */
-	HubClient **clients;      /* guarded by lock */
+	HubClient **clients;               /* guarded by lock */
 	size_t n_clients;
-	char *json;               /* reader-private scratch: the current event, encoded once */
-	bool wrote;               /* reader-private: this batch queued output */
+	char *json; /* reader-private scratch: the current event, encoded once */
+	bool wrote; /* reader-private: this batch queued output */
 } HubSlot;
 
 struct Hub {
 	unsigned n_readers;
 	HubSlot *slots;
 	int notify_fd;
-	atomic_int sleeping;      /* main thread sets it before sleeping; readers clear it and signal */
-	HubClient **clients;      /* main thread's list of attached clients */
+	atomic_int sleeping; /* main thread sets it before sleeping; readers clear it and signal */
+	HubClient **clients; /* main thread's list of attached clients */
 	size_t n_clients;
 };
 
@@ -125,7 +125,9 @@ Hub *hub_free(Hub *h) {
 	return NULL;
 }
 
-int hub_notify_fd(const Hub *h) { return h->notify_fd; }
+int hub_notify_fd(const Hub *h) {
+	return h->notify_fd;
+}
 
 int hub_client_new(Hub *h, int fd, const HubClientOptions *o, HubClient **ret) {
 	HubClient *c;
@@ -235,17 +237,29 @@ void hub_client_detach(Hub *h, HubClient *c) {
 	c->attached = false;
 }
 
-int hub_client_fd(const HubClient *c) { return c->fd; }
+int hub_client_fd(const HubClient *c) {
+	return c->fd;
+}
 
-void *hub_client_userdata(const HubClient *c) { return c->o.userdata; }
+void *hub_client_userdata(const HubClient *c) {
+	return c->o.userdata;
+}
 
-const void *hub_client_owner(const HubClient *c) { return c->o.owner; }
+const void *hub_client_owner(const HubClient *c) {
+	return c->o.owner;
+}
 
-HubFormat hub_client_format(const HubClient *c) { return c->o.format; }
+HubFormat hub_client_format(const HubClient *c) {
+	return c->o.format;
+}
 
-bool hub_client_blocked(const HubClient *c) { return c->blocked; }
+bool hub_client_blocked(const HubClient *c) {
+	return c->blocked;
+}
 
-bool hub_client_overflowed(const HubClient *c) { return atomic_load_explicit(&c->overflowed, memory_order_relaxed); }
+bool hub_client_overflowed(const HubClient *c) {
+	return atomic_load_explicit(&c->overflowed, memory_order_relaxed);
+}
 
 void hub_client_get_stats(const HubClient *c, HubClientStats *ret) {
 	HubClientStats s = { .bytes_sent = c->bytes_sent };
@@ -280,7 +294,7 @@ static inline void queue_write(HubQueue *q, const void *src, size_t n) {
 		memcpy(q->buf + off, src, n);
 	else {
 		memcpy(q->buf + off, src, first);
-		memcpy(q->buf, (const uint8_t *)src + first, n - first);
+		memcpy(q->buf, (const uint8_t *) src + first, n - first);
 	}
 	q->head_local += n;
 }
@@ -290,7 +304,7 @@ static inline void queue_write(HubQueue *q, const void *src, size_t n) {
 static void hub_wake(Hub *h) {
 	if (atomic_exchange(&h->sleeping, 0)) {
 		uint64_t one = 1;
-		(void)!write(h->notify_fd, &one, sizeof(one));
+		(void) !write(h->notify_fd, &one, sizeof(one));
 	}
 }
 
@@ -437,7 +451,7 @@ void hub_reader_end(Hub *h, unsigned reader) {
 bool hub_prepare_sleep(Hub *h) {
 	uint64_t drain;
 
-	(void)!read(h->notify_fd, &drain, sizeof(drain));
+	(void) !read(h->notify_fd, &drain, sizeof(drain));
 	atomic_store(&h->sleeping, 1);
 	/* Dekker with hub_reader_end(): either a reader sees sleeping=1 and signals, or we see
 	 * its head here. */
@@ -562,9 +576,9 @@ int hub_client_flush(HubClient *c) {
 		avail[qi] = len;
 		if (len == 0)
 			continue;
-		iov[n_iov++] = (struct iovec) { q->buf + off, first };
+		iov[n_iov++] = (struct iovec){ q->buf + off, first };
 		if (len > first)
-			iov[n_iov++] = (struct iovec) { q->buf, len - first };
+			iov[n_iov++] = (struct iovec){ q->buf, len - first };
 		total += len;
 	}
 	if (total == 0) {
@@ -583,10 +597,10 @@ int hub_client_flush(HubClient *c) {
 
 	c->bytes_sent += k;
 	c->partial = -1;
-	bool all = (uint64_t)k == total;
+	bool all = (uint64_t) k == total;
 	for (unsigned j = 0; j < n && k > 0; j++) {
 		HubQueue *q = &c->q[order[j]];
-		uint64_t take = MIN((uint64_t)k, avail[order[j]]);
+		uint64_t take = MIN((uint64_t) k, avail[order[j]]);
 
 		if (take < avail[order[j]])
 			c->partial = order[j];

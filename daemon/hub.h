@@ -32,8 +32,8 @@ typedef enum HubFormat {
 } HubFormat;
 
 typedef enum HubOverflow {
-	HUB_OVERFLOW_DROP,        /* lose the client's own events, then tell it how many */
-	HUB_OVERFLOW_DISCONNECT,  /* close the client on its first loss */
+	HUB_OVERFLOW_DROP,       /* lose the client's own events, then tell it how many */
+	HUB_OVERFLOW_DISCONNECT, /* close the client on its first loss */
 } HubOverflow;
 
 /* Decides on a reader thread whether a client wants an event. `unit` is the systemd unit of
@@ -43,26 +43,26 @@ typedef bool (*HubMatchFn)(const void *filter, const DecodedEvent *ev, const cha
 typedef struct HubClientOptions {
 	HubFormat format;
 	HubOverflow overflow;
-	uint64_t queue_bytes;     /* per client, split between the reader queues */
-	HubMatchFn match;         /* NULL: every event */
-	const void *filter;       /* owned by the caller; must outlive the client */
-	void *userdata;           /* the caller's, for hub_client_userdata() (main thread) */
-	const void *owner;        /* the subsystem that writes it out (hub_client_owner()); NULL: the server */
+	uint64_t queue_bytes; /* per client, split between the reader queues */
+	HubMatchFn match;     /* NULL: every event */
+	const void *filter;   /* owned by the caller; must outlive the client */
+	void *userdata;       /* the caller's, for hub_client_userdata() (main thread) */
+	const void *owner;    /* the subsystem that writes it out (hub_client_owner()); NULL: the server */
 } HubClientOptions;
 
 /* offered = sent + dropped + the events in the queues; after hub_client_discard() the queues
  * are empty and offered = sent + dropped exactly. */
 typedef struct HubClientStats {
-	uint64_t offered;         /* events that matched the client */
-	uint64_t queued;          /* events put in its queues */
-	uint64_t sent;            /* events whose frame was wholly written to its fd */
-	uint64_t dropped;         /* events lost: a full queue, or left queued by hub_client_discard() */
+	uint64_t offered; /* events that matched the client */
+	uint64_t queued;  /* events put in its queues */
+	uint64_t sent;    /* events whose frame was wholly written to its fd */
+	uint64_t dropped; /* events lost: a full queue, or left queued by hub_client_discard() */
 	uint64_t bytes_sent;
-	uint64_t queued_bytes;    /* bytes waiting in the queues now */
+	uint64_t queued_bytes; /* bytes waiting in the queues now */
 } HubClientStats;
 
 int hub_new(unsigned n_readers, Hub **ret);
-Hub *hub_free(Hub *h);  /* clients must have been removed */
+Hub *hub_free(Hub *h); /* clients must have been removed */
 
 /* An eventfd the readers signal when they queued output (at the end of a batch, and within a
  * batch each time a client's queue received a quarter of its size), only when the main thread

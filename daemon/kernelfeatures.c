@@ -29,29 +29,51 @@ static const struct {
 	const char *since;
 	const char *without;
 } feature_table[_FEATURE_MAX] = {
-	[FEATURE_PERF_EVENT_ARRAY] = { "perf_event_array", true, "4.3",
-		"no perf event array: there is nothing to relay" },
-	[FEATURE_PRESERVE_ELEMS] = { "preserve_elems", true, "5.10",
-		"the pinned array's contract (BPF_F_PRESERVE_ELEMS) cannot be kept for third-party producers" },
-	[FEATURE_BTF] = { "btf", true, "5.4",
-		"no kernel BTF (/sys/kernel/btf/vmlinux): the CO-RE probes cannot be relocated" },
-	[FEATURE_TRACEPOINT] = { "tracepoint", true, "4.7",
-		"tracepoint programs cannot be loaded: no built-in probe" },
-	[FEATURE_PERF_EVENT_OUTPUT] = { "perf_event_output", true, "4.7",
-		"tracepoint programs cannot call bpf_perf_event_output(): no built-in probe" },
-	[FEATURE_KTIME_BOOT_NS] = { "ktime_get_boot_ns", true, "5.8",
-		"no bpf_ktime_get_boot_ns(): the record header's timestamp cannot be taken" },
-	[FEATURE_TP_BTF] = { "tp_btf", true, "5.5",
-		"no BTF-typed tracepoints (tp_btf): the fork probe cannot be loaded" },
-	[FEATURE_LINK_PIN] = { "link_pin", false, "5.15",
-		"probes are attached without pinned links: they detach while the daemon restarts, "
-		"and events of that gap are neither emitted nor counted" },
-	[FEATURE_MMAPABLE] = { "mmapable", false, "5.5",
-		"no BPF_F_MMAPABLE arrays: persistent received totals (<PinPath>/received) are off" },
-	[FEATURE_TASK_STORAGE] = { "task_storage", false, "5.11",
-		"no task storage maps: reported only, no built-in probe needs them" },
-	[FEATURE_MEMBARRIER] = { "membarrier", false, "4.14",
-		"no private expedited membarrier: reported only, readers use ordinary barriers" },
+	[FEATURE_PERF_EVENT_ARRAY] = { "perf_event_array",
+				       true,
+				       "4.3",
+				       "no perf event array: there is nothing to relay" },
+	[FEATURE_PRESERVE_ELEMS] = { "preserve_elems",
+				     true,
+				     "5.10",
+				     "the pinned array's contract (BPF_F_PRESERVE_ELEMS) cannot be kept for third-party producers" },
+	[FEATURE_BTF] = { "btf",
+			  true,
+			  "5.4",
+			  "no kernel BTF (/sys/kernel/btf/vmlinux): the CO-RE probes cannot be relocated" },
+	[FEATURE_TRACEPOINT] = { "tracepoint",
+				 true,
+				 "4.7",
+				 "tracepoint programs cannot be loaded: no built-in probe" },
+	[FEATURE_PERF_EVENT_OUTPUT] = { "perf_event_output",
+					true,
+					"4.7",
+					"tracepoint programs cannot call bpf_perf_event_output(): no built-in probe" },
+	[FEATURE_KTIME_BOOT_NS] = { "ktime_get_boot_ns",
+				    true,
+				    "5.8",
+				    "no bpf_ktime_get_boot_ns(): the record header's timestamp cannot be taken" },
+	[FEATURE_TP_BTF] = { "tp_btf",
+			     true,
+			     "5.5",
+			     "no BTF-typed tracepoints (tp_btf): the fork probe cannot be loaded" },
+	[FEATURE_LINK_PIN] = { "link_pin",
+			       false,
+			       "5.15",
+			       "probes are attached without pinned links: they detach while the daemon restarts, "
+			       "and events of that gap are neither emitted nor counted" },
+	[FEATURE_MMAPABLE] = { "mmapable",
+			       false,
+			       "5.5",
+			       "no BPF_F_MMAPABLE arrays: persistent received totals (<PinPath>/received) are off" },
+	[FEATURE_TASK_STORAGE] = { "task_storage",
+				   false,
+				   "5.11",
+				   "no task storage maps: reported only, no built-in probe needs them" },
+	[FEATURE_MEMBARRIER] = { "membarrier",
+				 false,
+				 "4.14",
+				 "no private expedited membarrier: reported only, readers use ordinary barriers" },
 };
 
 const char *feature_to_string(Feature x) {
@@ -110,7 +132,8 @@ static bool probe_btf(bool *ret_tp_btf) {
 		if (first) {
 			if (have < 2)
 				continue;
-			if ((uint8_t) buf[0] != 0x9f || (uint8_t) buf[1] != 0xeb) /* BTF_MAGIC 0xeB9F, little endian */
+			if ((uint8_t) buf[0] != 0x9f ||
+			    (uint8_t) buf[1] != 0xeb) /* BTF_MAGIC 0xeB9F, little endian */
 				return false;
 			first = false;
 		}
@@ -154,7 +177,7 @@ static int tracepoint_id(const char *category, const char *name) {
 static bool probe_link_pin(const char *pin_dir) {
 	static const struct bpf_insn insns[] = {
 		{ .code = 0xb7, .dst_reg = 0, .imm = 0 }, /* r0 = 0 */
-		{ .code = 0x95 },                          /* exit */
+		{ .code = 0x95 },                         /* exit */
 	};
 	struct perf_event_attr attr = {
 		.type = PERF_TYPE_TRACEPOINT,
@@ -170,7 +193,8 @@ static bool probe_link_pin(const char *pin_dir) {
 	if (id < 0)
 		return false;
 	attr.config = (uint64_t) id;
-	prog_fd = bpf_prog_load(BPF_PROG_TYPE_TRACEPOINT, "perfrelay_probe", "GPL", insns, ELEMENTSOF(insns), NULL);
+	prog_fd = bpf_prog_load(
+		BPF_PROG_TYPE_TRACEPOINT, "perfrelay_probe", "GPL", insns, ELEMENTSOF(insns), NULL);
 	if (prog_fd < 0)
 		return false;
 	perf_fd = (int) syscall(__NR_perf_event_open, &attr, -1, 0, -1, PERF_FLAG_FD_CLOEXEC);
@@ -179,7 +203,12 @@ static bool probe_link_pin(const char *pin_dir) {
 	link_fd = bpf_link_create(prog_fd, perf_fd, BPF_PERF_EVENT, NULL);
 	if (link_fd < 0)
 		return false;
-	snprintf(path, sizeof(path), "%s/feature-link-pin-%d" /* bpffs refuses names with a dot */, pin_dir, (int) getpid());
+	snprintf(
+		path,
+		sizeof(path),
+		"%s/feature-link-pin-%d" /* bpffs refuses names with a dot */,
+		pin_dir,
+		(int) getpid());
 	if (bpf_obj_pin(link_fd, path) < 0)
 		return false;
 	(void) unlink(path);
@@ -202,7 +231,8 @@ int features_probe(const char *pin_dir, Features **ret) {
 		return -ENOMEM;
 
 	f->has[FEATURE_PERF_EVENT_ARRAY] = libbpf_probe_bpf_map_type(BPF_MAP_TYPE_PERF_EVENT_ARRAY, NULL) == 1;
-	f->has[FEATURE_PRESERVE_ELEMS] = probe_map_create(BPF_MAP_TYPE_PERF_EVENT_ARRAY, 4, BPF_F_PRESERVE_ELEMS);
+	f->has[FEATURE_PRESERVE_ELEMS] = probe_map_create(
+		BPF_MAP_TYPE_PERF_EVENT_ARRAY, 4, BPF_F_PRESERVE_ELEMS);
 	f->has[FEATURE_BTF] = probe_btf(&tp_btf);
 	f->has[FEATURE_TP_BTF] = tp_btf;
 	f->has[FEATURE_TRACEPOINT] = libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_TRACEPOINT, NULL) == 1;

@@ -7,32 +7,34 @@
 #include <string.h>
 #include <unistd.h>
 
-#define _cleanup_(f) __attribute__((cleanup(f)))
-#define _unused_ __attribute__((unused))
-#define _likely_(x) __builtin_expect(!!(x), 1)
-#define _unlikely_(x) __builtin_expect(!!(x), 0)
+#define _cleanup_(f)   __attribute__((cleanup(f)))
+#define _unused_       __attribute__((unused))
+#define _likely_(x)    __builtin_expect(!!(x), 1)
+#define _unlikely_(x)  __builtin_expect(!!(x), 0)
 #define _printf_(a, b) __attribute__((format(printf, a, b)))
 
-#define ELEMENTSOF(a) (sizeof(a) / sizeof((a)[0]))
-#define MIN(a, b) ((a) < (b) ? (a) : (b))
-#define MAX(a, b) ((a) > (b) ? (a) : (b))
-#define ALIGN_TO(x, a) (((x) + (a) - 1) & ~((__typeof__(x))(a) - 1))
+#define ELEMENTSOF(a)  (sizeof(a) / sizeof((a)[0]))
+#define MIN(a, b)      ((a) < (b) ? (a) : (b))
+#define MAX(a, b)      ((a) > (b) ? (a) : (b))
+#define ALIGN_TO(x, a) (((x) + (a) -1) & ~((__typeof__(x)) (a) -1))
 
 /* Moves ownership out of a variable that has a cleanup attribute. */
-#define TAKE_PTR(p)                                     \
-	({                                              \
-		__typeof__(p) _p = (p);                 \
-		(p) = NULL;                             \
-		_p;                                     \
+#define TAKE_PTR(p)                     \
+	({                              \
+		__typeof__(p) _p = (p); \
+		(p) = NULL;             \
+		_p;                     \
 	})
-#define TAKE_FD(fd)                                     \
-	({                                              \
-		int _fd = (fd);                         \
-		(fd) = -EBADF;                          \
-		_fd;                                    \
+#define TAKE_FD(fd)             \
+	({                      \
+		int _fd = (fd); \
+		(fd) = -EBADF;  \
+		_fd;            \
 	})
 
-static inline void freep(void *p) { free(*(void **)p); }
+static inline void freep(void *p) {
+	free(*(void **) p);
+}
 #define _cleanup_free_ _cleanup_(freep)
 
 static inline int safe_close(int fd) {
@@ -43,14 +45,16 @@ static inline int safe_close(int fd) {
 	}
 	return -EBADF;
 }
-static inline void closep(int *fd) { safe_close(*fd); }
+static inline void closep(int *fd) {
+	safe_close(*fd);
+}
 #define _cleanup_close_ _cleanup_(closep)
 
 /* Declares foo_freep() for use with _cleanup_(foo_freep). */
-#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func)         \
-	static inline void func##p(type *p) {           \
-		if (*p)                                 \
-			func(*p);                       \
+#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func) \
+	static inline void func##p(type *p) {   \
+		if (*p)                         \
+			func(*p);               \
 	}
 
 static inline int negative_errno(void) {
@@ -58,4 +62,6 @@ static inline int negative_errno(void) {
 	return errno > 0 ? -errno : -EIO;
 }
 
-static inline int streq(const char *a, const char *b) { return strcmp(a, b) == 0; }
+static inline int streq(const char *a, const char *b) {
+	return strcmp(a, b) == 0;
+}

@@ -29,16 +29,14 @@ static void help(void) {
 
 int main(int argc, char *argv[]) {
 	enum { ARG_VERSION = 0x100, ARG_PIN_PATH, ARG_STDOUT, ARG_CLEANUP };
-	static const struct option options[] = {
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, ARG_VERSION },
-		{ "config", required_argument, NULL, 'c' },
-		{ "pin-path", required_argument, NULL, ARG_PIN_PATH },
-		{ "stdout", no_argument, NULL, ARG_STDOUT },
-		{ "cleanup", no_argument, NULL, ARG_CLEANUP },
-		{ "verbose", no_argument, NULL, 'v' },
-		{}
-	};
+	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
+						 { "version", no_argument, NULL, ARG_VERSION },
+						 { "config", required_argument, NULL, 'c' },
+						 { "pin-path", required_argument, NULL, ARG_PIN_PATH },
+						 { "stdout", no_argument, NULL, ARG_STDOUT },
+						 { "cleanup", no_argument, NULL, ARG_CLEANUP },
+						 { "verbose", no_argument, NULL, 'v' },
+						 {} };
 	ManagerOptions o = { .config_path = CONFIG_DEFAULT_FILE };
 	bool cleanup = false;
 	Manager *m = NULL;
@@ -62,7 +60,7 @@ int main(int argc, char *argv[]) {
 	 * glibc raises its mmap threshold each time a larger mmapped block is freed (the stats
 	 * snapshot is one), after which queues would come from the heap and stay resident after
 	 * client churn; a fixed threshold keeps them mmapped. */
-	(void)mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+	(void) mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 
 	while ((c = getopt_long(argc, argv, "hc:v", options, NULL)) >= 0)
 		switch (c) {

@@ -29,57 +29,57 @@
 #include "topology.h"
 
 typedef uint64_t usec_t;
-#define USEC_PER_SEC 1000000ULL
+#define USEC_PER_SEC  1000000ULL
 #define USEC_PER_MSEC 1000ULL
 
 static usec_t now(clockid_t clock) {
 	struct timespec ts;
 
 	clock_gettime(clock, &ts);
-	return (usec_t)ts.tv_sec * USEC_PER_SEC + (usec_t)ts.tv_nsec / 1000;
+	return (usec_t) ts.tv_sec * USEC_PER_SEC + (usec_t) ts.tv_nsec / 1000;
 }
 
 struct Manager {
 	ManagerOptions o;
 	ManagerState state;
-	uint64_t started_at;        /* CLOCK_REALTIME usec */
+	uint64_t started_at; /* CLOCK_REALTIME usec */
 	char *dropin_dir;
 	Config *config;
 	sd_event *event;
 	Probes *probes;
-	Ledger *ledger;             /* the pinned "received" map, mmapped */
+	Ledger *ledger; /* the pinned "received" map, mmapped */
 	/* Per producer: its pinned failure count when this daemon began serving (the failures of
 	 * the downtime before it), and what ledger_settle() found lost with a dead daemon. */
 	uint64_t failures_at_start[PERFRELAY_MAX_PRODUCERS];
 	uint64_t crash_lost_at_start[PERFRELAY_MAX_PRODUCERS];
-	bool serving;               /* our rings may be in the array: quiesce before the last drain */
-	bool quiesced;              /* slots cleared and a grace period waited out: nothing writes */
-	Features *features;         /* what the running kernel offers, probed at start */
-	bool kernel_unsupported;    /* start failed: a required kernel feature is missing */
+	bool serving;            /* our rings may be in the array: quiesce before the last drain */
+	bool quiesced;           /* slots cleared and a grace period waited out: nothing writes */
+	Features *features;      /* what the running kernel offers, probed at start */
+	bool kernel_unsupported; /* start failed: a required kernel feature is missing */
 	Hub *hub;
 	Reader **readers;
 	size_t n_readers;
-	CpuSet cpus;                /* CPUs with a ring */
-	CgroupFs *cgroups;          /* cgroup2 mount for unit names; NULL if there is none */
-	Server *server;             /* the event socket and its subscribers */
-	Bus *bus;                   /* NULL without a system bus */
+	CpuSet cpus;       /* CPUs with a ring */
+	CgroupFs *cgroups; /* cgroup2 mount for unit names; NULL if there is none */
+	Server *server;    /* the event socket and its subscribers */
+	Bus *bus;          /* NULL without a system bus */
 
 	HubClient *stdout_client;
-	HubClientStats stdout_gone; /* the standard output client's counters after it went away */
+	HubClientStats stdout_gone;     /* the standard output client's counters after it went away */
 	sd_event_source *stdout_source; /* EPOLLOUT wait on fd 1, NULL for files */
 	sd_event_source *notify_source;
 
 	/* Health: STATUS= every second, and WATCHDOG=1 while every reader makes progress. */
 	sd_event_source *health_source;
-	uint64_t watchdog_usec;     /* from $WATCHDOG_USEC, 0 when systemd does not watch us */
+	uint64_t watchdog_usec; /* from $WATCHDOG_USEC, 0 when systemd does not watch us */
 	uint64_t health_last_usec;
 	uint64_t health_last_events;
 	bool watchdog_withheld;
 
 	/* CPU hotplug (manager_hotplug_*()). */
-	HotplugWatch *hotplug;      /* kernel uevents; NULL where they cannot be had (the tick remains) */
-	CpuSet cpus_parked;         /* CPUs of `cpus` that are offline: slot empty, ring drained or none yet */
-	CpuSet cpus_unserved_seen;  /* CPUs outside every group already reported as online */
+	HotplugWatch *hotplug; /* kernel uevents; NULL where they cannot be had (the tick remains) */
+	CpuSet cpus_parked;    /* CPUs of `cpus` that are offline: slot empty, ring drained or none yet */
+	CpuSet cpus_unserved_seen; /* CPUs outside every group already reported as online */
 };
 
 int manager_new(const ManagerOptions *o, Manager **ret) {
@@ -125,7 +125,9 @@ int manager_new(const ManagerOptions *o, Manager **ret) {
 	return 0;
 }
 
-const char *manager_pin_path(const Manager *m) { return m->config->pin_path; }
+const char *manager_pin_path(const Manager *m) {
+	return m->config->pin_path;
+}
 
 static const char *const manager_state_table[_MANAGER_STATE_MAX] = {
 	[MANAGER_STARTING] = "starting",
@@ -137,25 +139,50 @@ const char *manager_state_to_string(ManagerState s) {
 	return (unsigned) s < _MANAGER_STATE_MAX ? manager_state_table[s] : NULL;
 }
 
-ManagerState manager_state(const Manager *m) { return m->state; }
-uint64_t manager_started_at(const Manager *m) { return m->started_at; }
-const Config *manager_config(const Manager *m) { return m->config; }
-const CpuSet *manager_cpus(const Manager *m) { return &m->cpus; }
-size_t manager_n_readers(const Manager *m) { return m->n_readers; }
-const Reader *manager_reader(const Manager *m, size_t i) { return m->readers[i]; }
-Probes *manager_probes(Manager *m) { return m->probes; }
-const Features *manager_features(const Manager *m) { return m->features; }
-bool manager_kernel_unsupported(const Manager *m) { return m->kernel_unsupported; }
-Server *manager_server(Manager *m) { return m->server; }
-Hub *manager_hub(Manager *m) { return m->hub; }
+ManagerState manager_state(const Manager *m) {
+	return m->state;
+}
+uint64_t manager_started_at(const Manager *m) {
+	return m->started_at;
+}
+const Config *manager_config(const Manager *m) {
+	return m->config;
+}
+const CpuSet *manager_cpus(const Manager *m) {
+	return &m->cpus;
+}
+size_t manager_n_readers(const Manager *m) {
+	return m->n_readers;
+}
+const Reader *manager_reader(const Manager *m, size_t i) {
+	return m->readers[i];
+}
+Probes *manager_probes(Manager *m) {
+	return m->probes;
+}
+const Features *manager_features(const Manager *m) {
+	return m->features;
+}
+bool manager_kernel_unsupported(const Manager *m) {
+	return m->kernel_unsupported;
+}
+Server *manager_server(Manager *m) {
+	return m->server;
+}
+Hub *manager_hub(Manager *m) {
+	return m->hub;
+}
 
 /* Writes the pinned "idle" flag that producers check before they build a record. */
 static int manager_set_idle(Manager *m, bool idle) {
 	uint32_t key = 0, v = idle;
 
 	if (bpf_map_update_elem(probes_idle_fd(m->probes), &key, &v, BPF_ANY) < 0)
-		return log_warning_errno(negative_errno(), "Failed to %s the idle flag under %s: %m",
-		                         idle ? "set" : "clear", m->config->pin_path);
+		return log_warning_errno(
+			negative_errno(),
+			"Failed to %s the idle flag under %s: %m",
+			idle ? "set" : "clear",
+			m->config->pin_path);
 	return 0;
 }
 
@@ -169,17 +196,24 @@ static int manager_clear_slots(Manager *m) {
 		uint32_t key = cpu;
 
 		if (bpf_map_delete_elem(events_fd, &key) < 0 && errno != ENOENT)
-			r = log_error_errno(negative_errno(), "Failed to clear slot %u of %s/events: %m", cpu,
-			                    m->config->pin_path);
+			r = log_error_errno(
+				negative_errno(),
+				"Failed to clear slot %u of %s/events: %m",
+				cpu,
+				m->config->pin_path);
 	}
 	if (r < 0)
 		return r;
 	r = grace_period(&how);
 	if (r < 0)
-		return log_error_errno(r, "Failed to wait for the BPF programs in flight (membarrier and a "
-		                       "map-in-map update both failed): %m");
-	log_debug("Cleared the slots of %s/events and waited out the emitters in flight (%s)",
-	          m->config->pin_path, how);
+		return log_error_errno(
+			r,
+			"Failed to wait for the BPF programs in flight (membarrier and a "
+			"map-in-map update both failed): %m");
+	log_debug(
+		"Cleared the slots of %s/events and waited out the emitters in flight (%s)",
+		m->config->pin_path,
+		how);
 	return 0;
 }
 
@@ -191,7 +225,7 @@ static int manager_clear_slots(Manager *m) {
 static void manager_quiesce(Manager *m) {
 	if (!m->serving)
 		return;
-	(void)manager_set_idle(m, true);
+	(void) manager_set_idle(m, true);
 	m->quiesced = manager_clear_slots(m) >= 0;
 	m->serving = false;
 }
@@ -332,7 +366,7 @@ static RingOptions manager_ring_options(const Manager *m) {
 	/* Default wakeup: a quarter of the ring, so the reader is woken while three quarters are
 	 * still free; the flush interval bounds the latency of anything below it. */
 	if (ro.watermark == 0 && ro.wakeup_events == 0)
-		ro.watermark = (uint32_t)((uint64_t)page * c->pages_per_cpu / 4);
+		ro.watermark = (uint32_t) ((uint64_t) page * c->pages_per_cpu / 4);
 	return ro;
 }
 
@@ -367,8 +401,11 @@ static int manager_open_rings(Manager *m, const CpuSet *groups, size_t n_groups)
 				for (unsigned k = 0; k < i; k++)
 					ring_free(rings[k]);
 				free(rings);
-				return log_error_errno(r, "Failed to open the perf ring of CPU %d (%u pages): %m",
-				                       cpu, ro.pages);
+				return log_error_errno(
+					r,
+					"Failed to open the perf ring of CPU %d (%u pages): %m",
+					cpu,
+					ro.pages);
 			}
 			fd = ring_fd(rings[i]);
 			i++;
@@ -379,13 +416,24 @@ static int manager_open_rings(Manager *m, const CpuSet *groups, size_t n_groups)
 				for (unsigned k = 0; k < i; k++)
 					ring_free(rings[k]);
 				free(rings);
-				return log_error_errno(r, "Failed to store the ring of CPU %d in %s/events: %m",
-				                       cpu, c->pin_path);
+				return log_error_errno(
+					r,
+					"Failed to store the ring of CPU %d in %s/events: %m",
+					cpu,
+					c->pin_path);
 			}
 			cpuset_add(&m->cpus, cpu);
 		}
-		r = reader_new(g, &groups[g], rings, n, m->hub, m->cgroups, m->ledger, c->flush_interval_ms,
-		               &m->readers[g]);
+		r = reader_new(
+			g,
+			&groups[g],
+			rings,
+			n,
+			m->hub,
+			m->cgroups,
+			m->ledger,
+			c->flush_interval_ms,
+			&m->readers[g]);
 		if (r < 0)
 			return log_error_errno(r, "Failed to set up reader %zu: %m", g);
 		m->n_readers++;
@@ -411,24 +459,35 @@ static int manager_settle(Manager *m) {
 	if (r < 0)
 		return r;
 	if (probes_counters_created(m->probes) && !probes_received_created(m->probes)) {
-		log_notice("%s/counters was made anew: resetting %s/received, whose figures matched the old one",
-		           m->config->pin_path, m->config->pin_path);
+		log_notice(
+			"%s/counters was made anew: resetting %s/received, whose figures matched the old one",
+			m->config->pin_path,
+			m->config->pin_path);
 		ledger_reset(m->ledger);
 	} else if (probes_received_created(m->probes) && !probes_counters_created(m->probes)) {
 		total = ledger_adopt(m->ledger, probes_counters_fd(m->probes));
 		if (total < 0)
-			return log_error_errno((int)total, "Failed to read %s/counters: %m", m->config->pin_path);
-		log_notice("Made %s/received beside existing counters: the %" PRIi64 " records they say were "
-		           "accepted before are taken as received", m->config->pin_path, total);
+			return log_error_errno(
+				(int) total, "Failed to read %s/counters: %m", m->config->pin_path);
+		log_notice(
+			"Made %s/received beside existing counters: the %" PRIi64
+			" records they say were "
+			"accepted before are taken as received",
+			m->config->pin_path,
+			total);
 	}
 	total = ledger_settle(m->ledger, probes_counters_fd(m->probes), lost);
 	if (total < 0)
-		return log_error_errno((int)total, "Failed to read %s/counters: %m", m->config->pin_path);
+		return log_error_errno((int) total, "Failed to read %s/counters: %m", m->config->pin_path);
 	for (uint32_t id = 0; id < PERFRELAY_MAX_PRODUCERS; id++) {
 		m->crash_lost_at_start[id] = lost[id];
 		if (lost[id] > 0)
-			log_warning("Producer %u: %" PRIu64 " records were lost in the rings of a daemon that "
-			            "ended without reading them (crash_lost)", id, lost[id]);
+			log_warning(
+				"Producer %u: %" PRIu64
+				" records were lost in the rings of a daemon that "
+				"ended without reading them (crash_lost)",
+				id,
+				lost[id]);
 	}
 	return 0;
 }
@@ -436,7 +495,7 @@ static int manager_settle(Manager *m) {
 /* The pinned failure counts when we begin to serve: what fails from now on fails while this
  * daemon serves, what failed before is the downtime's. */
 static void manager_mark_serving(Manager *m) {
-	(void)manager_set_idle(m, false);
+	(void) manager_set_idle(m, false);
 	for (uint32_t id = 0; id < PERFRELAY_MAX_PRODUCERS; id++) {
 		struct perfrelay_counters sum;
 
@@ -453,7 +512,9 @@ uint64_t manager_crash_lost_at_start(const Manager *m, uint32_t producer) {
 	return producer < PERFRELAY_MAX_PRODUCERS ? m->crash_lost_at_start[producer] : 0;
 }
 
-Ledger *manager_ledger(Manager *m) { return m->ledger; }
+Ledger *manager_ledger(Manager *m) {
+	return m->ledger;
+}
 
 static void manager_drop_stdout(Manager *m, int error) {
 	log_warning_errno(error, "Standard output is gone (%m), no longer printing events");
@@ -520,15 +581,19 @@ static void manager_raise_fd_limit(Manager *m) {
 		return;
 	rl.rlim_cur = rl.rlim_max;
 	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
-		log_debug("Failed to raise the file descriptor limit to %llu: %m", (unsigned long long) rl.rlim_max);
+		log_debug(
+			"Failed to raise the file descriptor limit to %llu: %m",
+			(unsigned long long) rl.rlim_max);
 }
 
 static void manager_open_cgroups(Manager *m) {
 	int r = cgroup_fs_open("/proc/self/mountinfo", &m->cgroups);
 
 	if (r < 0)
-		log_warning_errno(r, "No cgroup2 hierarchy (%m): events will carry no systemd unit and unit filters "
-		                  "will match nothing");
+		log_warning_errno(
+			r,
+			"No cgroup2 hierarchy (%m): events will carry no systemd unit and unit filters "
+			"will match nothing");
 	else
 		log_debug("Resolving units from the cgroup2 hierarchy at %s", cgroup_fs_path(m->cgroups));
 }
@@ -579,18 +644,31 @@ static void manager_notify_status(Manager *m, uint64_t rate, uint64_t ring_lost,
 	_cleanup_(stats_snapshot_freep) StatsSnapshot *s = NULL;
 
 	if (stats_snapshot(m, &s) < 0) {
-		(void)sd_notifyf(false, "STATUS=%s: %zu readers, %" PRIu64 " events/s, %" PRIu64 " lost in rings%s",
-		                 m->state == MANAGER_RUNNING ? "Running" : "Stopping", m->n_readers, rate, ring_lost,
-		                 alive ? "" : "; a reader is stalled");
+		(void) sd_notifyf(
+			false,
+			"STATUS=%s: %zu readers, %" PRIu64 " events/s, %" PRIu64 " lost in rings%s",
+			m->state == MANAGER_RUNNING ? "Running" : "Stopping",
+			m->n_readers,
+			rate,
+			ring_lost,
+			alive ? "" : "; a reader is stalled");
 		return;
 	}
-	(void)sd_notifyf(false,
-	                 "STATUS=%s: %zu readers, %" PRIu64 " events/s, %" PRIu64 " lost in rings; producers: %" PRIu64
-	                 " failures while serving, %" PRIu64 " before, %" PRIu64 " crash_lost, %" PRIu64
-	                 " seq_gaps; clients: %" PRIu64 " dropped%s",
-	                 m->state == MANAGER_RUNNING ? "Running" : "Stopping", m->n_readers, rate, ring_lost,
-	                 s->total.failures_serving, s->total.failures_downtime, s->total.crash_lost,
-	                 s->total.seq_gaps, s->clients_dropped, alive ? "" : "; a reader is stalled");
+	(void) sd_notifyf(
+		false,
+		"STATUS=%s: %zu readers, %" PRIu64 " events/s, %" PRIu64
+		" lost in rings; producers: %" PRIu64 " failures while serving, %" PRIu64 " before, %" PRIu64
+		" crash_lost, %" PRIu64 " seq_gaps; clients: %" PRIu64 " dropped%s",
+		m->state == MANAGER_RUNNING ? "Running" : "Stopping",
+		m->n_readers,
+		rate,
+		ring_lost,
+		s->total.failures_serving,
+		s->total.failures_downtime,
+		s->total.crash_lost,
+		s->total.seq_gaps,
+		s->clients_dropped,
+		alive ? "" : "; a reader is stalled");
 }
 
 /* Slack on top of two flush intervals before a quiet reader counts as stalled: one drain of
@@ -611,8 +689,11 @@ static bool manager_readers_alive(Manager *m, uint64_t now_usec) {
 
 		if (now_usec > last && now_usec - last > limit) {
 			if (!m->watchdog_withheld)
-				log_error("Reader %zu made no progress for %" PRIu64 " ms: withholding WATCHDOG=1",
-				          i, (now_usec - last) / 1000);
+				log_error(
+					"Reader %zu made no progress for %" PRIu64
+					" ms: withholding WATCHDOG=1",
+					i,
+					(now_usec - last) / 1000);
 			alive = false;
 		}
 	}
@@ -622,7 +703,8 @@ static bool manager_readers_alive(Manager *m, uint64_t now_usec) {
 static int on_health(sd_event_source *s, uint64_t usec, void *userdata) {
 	Manager *m = userdata;
 	uint64_t t = now(CLOCK_MONOTONIC), events = 0, lost = 0, elapsed = t - m->health_last_usec;
-	uint64_t interval = m->watchdog_usec ? MIN(m->watchdog_usec / 2, HEALTH_INTERVAL_USEC) : HEALTH_INTERVAL_USEC;
+	uint64_t interval = m->watchdog_usec ? MIN(m->watchdog_usec / 2, HEALTH_INTERVAL_USEC) :
+					       HEALTH_INTERVAL_USEC;
 	bool alive;
 
 	for (size_t i = 0; i < m->n_readers; i++) {
@@ -634,12 +716,13 @@ static int on_health(sd_event_source *s, uint64_t usec, void *userdata) {
 	manager_hotplug_tick(m);
 
 	if (m->watchdog_usec && alive)
-		(void)sd_notify(false, "WATCHDOG=1");
+		(void) sd_notify(false, "WATCHDOG=1");
 	if (alive && m->watchdog_withheld)
 		log_notice("Every reader makes progress again");
 	m->watchdog_withheld = !alive;
 
-	manager_notify_status(m, elapsed ? (events - m->health_last_events) * 1000000ULL / elapsed : 0, lost, alive);
+	manager_notify_status(
+		m, elapsed ? (events - m->health_last_events) * 1000000ULL / elapsed : 0, lost, alive);
 	m->health_last_usec = t;
 	m->health_last_events = events;
 	return sd_event_source_set_time(s, usec + interval);
@@ -653,10 +736,14 @@ static int manager_setup_health(Manager *m) {
 	if (sd_watchdog_enabled(false, &wd) > 0)
 		m->watchdog_usec = wd;
 	m->health_last_usec = now(CLOCK_MONOTONIC);
-	r = sd_event_add_time_relative(m->event, &m->health_source, CLOCK_MONOTONIC,
-	                               m->watchdog_usec ? MIN(m->watchdog_usec / 2, HEALTH_INTERVAL_USEC)
-	                                                : HEALTH_INTERVAL_USEC,
-	                               0, on_health, m);
+	r = sd_event_add_time_relative(
+		m->event,
+		&m->health_source,
+		CLOCK_MONOTONIC,
+		m->watchdog_usec ? MIN(m->watchdog_usec / 2, HEALTH_INTERVAL_USEC) : HEALTH_INTERVAL_USEC,
+		0,
+		on_health,
+		m);
 	if (r < 0)
 		return log_error_errno(r, "Failed to set up the health timer: %m");
 	return sd_event_source_set_enabled(m->health_source, SD_EVENT_ON);
@@ -721,8 +808,10 @@ static void manager_cpu_online(Manager *m, unsigned cpu) {
 	if (!rd || !cpuset_contains(&m->cpus, cpu)) {
 		if (!cpuset_contains(&m->cpus_unserved_seen, cpu)) {
 			cpuset_add(&m->cpus_unserved_seen, cpu);
-			log_notice("CPU %u came online; it is in no reader group (CpuGroups=) until perfrelayd restarts (its emits "
-			           "fail and are counted)", cpu);
+			log_notice(
+				"CPU %u came online; it is in no reader group (CpuGroups=) until perfrelayd restarts (its emits "
+				"fail and are counted)",
+				cpu);
 		}
 		return;
 	}
@@ -745,8 +834,11 @@ static void manager_cpu_online(Manager *m, unsigned cpu) {
 	if (r < 0) {
 		/* The slot holds a ring nobody will read: empty it, emits fail and are counted. */
 		(void) bpf_map_delete_elem(probes_events_fd(m->probes), &key);
-		log_warning_errno(r, "CPU %u came online; failed to hand its ring to reader %u (retrying): %m",
-		                  cpu, reader_id(rd));
+		log_warning_errno(
+			r,
+			"CPU %u came online; failed to hand its ring to reader %u (retrying): %m",
+			cpu,
+			reader_id(rd));
 		cpuset_add(&m->cpus_parked, cpu);
 		return;
 	}
@@ -784,8 +876,10 @@ static void manager_hotplug_setup(Manager *m) {
 	int r = hotplug_watch_new(m->event, on_cpu_hotplug, m, &m->hotplug);
 
 	if (r < 0)
-		log_warning_errno(r, "Cannot watch CPU hotplug uevents (%m): a CPU taken offline and back "
-		                  "within a second may stay without a ring");
+		log_warning_errno(
+			r,
+			"Cannot watch CPU hotplug uevents (%m): a CPU taken offline and back "
+			"within a second may stay without a ring");
 }
 
 /* Probes the kernel; refuses to go on without a required feature (main() exits with
@@ -799,17 +893,24 @@ static int manager_probe_features(Manager *m) {
 		return log_error_errno(r, "Failed to probe the kernel's BPF features: %m");
 	for (unsigned i = 0; i < _FEATURE_MAX; i++) {
 		if (features_forced_off(m->features, i))
-			log_warning("Kernel feature %s forced off by $PERFRELAY_TEST_DISABLE_FEATURES (test-only)",
-			            feature_to_string(i));
+			log_warning(
+				"Kernel feature %s forced off by $PERFRELAY_TEST_DISABLE_FEATURES (test-only)",
+				feature_to_string(i));
 		if (!feature_required(i) && !features_has(m->features, i))
-			log_warning("Kernel feature %s is unavailable (Linux %s has it): %s", feature_to_string(i),
-			            feature_since(i), feature_without(i));
+			log_warning(
+				"Kernel feature %s is unavailable (Linux %s has it): %s",
+				feature_to_string(i),
+				feature_since(i),
+				feature_without(i));
 	}
 	missing = features_first_missing_required(m->features);
 	if (missing != _FEATURE_MAX) {
 		m->kernel_unsupported = true;
-		log_error("The running kernel lacks the required feature %s (Linux %s or newer has it): %s",
-		          feature_to_string(missing), feature_since(missing), feature_without(missing));
+		log_error(
+			"The running kernel lacks the required feature %s (Linux %s or newer has it): %s",
+			feature_to_string(missing),
+			feature_since(missing),
+			feature_without(missing));
 		return -EOPNOTSUPP;
 	}
 	return 0;
@@ -878,22 +979,38 @@ int manager_start(Manager *m) {
 		return r;
 
 	snprintf(events_pin, sizeof(events_pin), "%s/events", c->pin_path);
-	(void)pins_get_map_id(events_pin, &map_id);
+	(void) pins_get_map_id(events_pin, &map_id);
 	if (cpuset_format(&m->cpus, cpus, sizeof(cpus)) < 0)
 		strcpy(cpus, "?");
-	log_info("Pinned perf event array at %s (map id %u, %u possible CPUs, BPF_F_PRESERVE_ELEMS)",
-	         events_pin, map_id, probes_possible_cpus(m->probes));
+	log_info(
+		"Pinned perf event array at %s (map id %u, %u possible CPUs, BPF_F_PRESERVE_ELEMS)",
+		events_pin,
+		map_id,
+		probes_possible_cpus(m->probes));
 	if (cpuset_is_empty(&m->cpus_parked))
-		log_info("%zu reader thread%s serving %u CPUs (%s), %u pages per ring", m->n_readers,
-		         m->n_readers == 1 ? "" : "s", cpuset_count(&m->cpus), cpus, c->pages_per_cpu);
+		log_info(
+			"%zu reader thread%s serving %u CPUs (%s), %u pages per ring",
+			m->n_readers,
+			m->n_readers == 1 ? "" : "s",
+			cpuset_count(&m->cpus),
+			cpus,
+			c->pages_per_cpu);
 	else
-		log_info("%zu reader thread%s serving %u CPUs (%s; %u offline, served when they come online), "
-		         "%u pages per ring", m->n_readers, m->n_readers == 1 ? "" : "s", cpuset_count(&m->cpus),
-		         cpus, cpuset_count(&m->cpus_parked), c->pages_per_cpu);
+		log_info(
+			"%zu reader thread%s serving %u CPUs (%s; %u offline, served when they come online), "
+			"%u pages per ring",
+			m->n_readers,
+			m->n_readers == 1 ? "" : "s",
+			cpuset_count(&m->cpus),
+			cpus,
+			cpuset_count(&m->cpus_parked),
+			c->pages_per_cpu);
 	for (unsigned i = 0; i < _PROBE_MAX; i++)
 		if (probes_is_enabled(m->probes, i))
-			log_info("Probe %s attached%s", probe_to_string(i),
-			         probes_was_reused(m->probes, i) ? " (pinned links reused)" : "");
+			log_info(
+				"Probe %s attached%s",
+				probe_to_string(i),
+				probes_was_reused(m->probes, i) ? " (pinned links reused)" : "");
 
 	/* Before READY=1, so that the name is on the bus when systemd says the service is up.
 	 * Without a bus this logs a warning and leaves m->bus NULL. */
@@ -906,7 +1023,7 @@ int manager_start(Manager *m) {
 	r = manager_setup_health(m);
 	if (r < 0)
 		return r;
-	(void)sd_notify(false, "READY=1\nSTATUS=Running");
+	(void) sd_notify(false, "READY=1\nSTATUS=Running");
 	return 0;
 }
 
@@ -971,8 +1088,8 @@ int manager_set_probe_enabled(Manager *m, unsigned probe, bool enabled) {
 	/* Detaching can fail half way (a pin that cannot be removed): tell the bus either way. */
 	bus_emit_probes_changed(m->bus);
 	if (r < 0)
-		return log_error_errno(r, "Failed to %s probe %s: %m", enabled ? "attach" : "detach",
-		                       probe_to_string(probe));
+		return log_error_errno(
+			r, "Failed to %s probe %s: %m", enabled ? "attach" : "detach", probe_to_string(probe));
 	log_info("Probe %s %s", probe_to_string(probe), enabled ? "attached" : "detached");
 	return 0;
 }
@@ -999,11 +1116,11 @@ static int note_restart_key(char **list, const char *key) {
 	return 0;
 }
 
-#define SWAP_FIELD(a, b, f)                                     \
-	do {                                                    \
-		__typeof__((a)->f) _t = (a)->f;                 \
-		(a)->f = (b)->f;                                \
-		(b)->f = _t;                                    \
+#define SWAP_FIELD(a, b, f)                     \
+	do {                                    \
+		__typeof__((a)->f) _t = (a)->f; \
+		(a)->f = (b)->f;                \
+		(b)->f = _t;                    \
 	} while (0)
 
 /* Settings used only at start keep their running values in `new`, so that the active config
@@ -1012,23 +1129,23 @@ static int keep_start_settings(Config *new, Config *old, char **ret_list) {
 	_cleanup_free_ char *list = NULL;
 	int r = 0;
 
-#define KEEP_SCALAR(field, key)                                                 \
-	do {                                                                    \
-		if (new->field != old->field) {                                 \
-			r = note_restart_key(&list, key);                       \
-			if (r < 0)                                              \
-				return r;                                       \
-			new->field = old->field;                                \
-		}                                                               \
+#define KEEP_SCALAR(field, key)                           \
+	do {                                              \
+		if (new->field != old->field) {           \
+			r = note_restart_key(&list, key); \
+			if (r < 0)                        \
+				return r;                 \
+			new->field = old->field;          \
+		}                                         \
 	} while (0)
-#define KEEP_STRING(field, key)                                                 \
-	do {                                                                    \
-		if (!streq(new->field, old->field)) {                           \
-			r = note_restart_key(&list, key);                       \
-			if (r < 0)                                              \
-				return r;                                       \
-			SWAP_FIELD(new, old, field);                            \
-		}                                                               \
+#define KEEP_STRING(field, key)                           \
+	do {                                              \
+		if (!streq(new->field, old->field)) {     \
+			r = note_restart_key(&list, key); \
+			if (r < 0)                        \
+				return r;                 \
+			SWAP_FIELD(new, old, field);      \
+		}                                         \
 	} while (0)
 
 	KEEP_STRING(pin_path, "PinPath");
@@ -1099,8 +1216,10 @@ int manager_reload(Manager *m, char **ret_error) {
 	config_free(old);
 
 	if (restart)
-		log_warning("Reload: changes to %s take effect only after a restart "
-		            "(systemctl restart perfrelay)", restart);
+		log_warning(
+			"Reload: changes to %s take effect only after a restart "
+			"(systemctl restart perfrelay)",
+			restart);
 
 	attached = manager_probe_mask(m);
 	r = probes_apply(m->probes, m->config->probes);
@@ -1125,7 +1244,7 @@ static void manager_finish_stdout(Manager *m) {
 		struct pollfd p = { .fd = STDOUT_FILENO, .events = POLLOUT };
 		usec_t t = now(CLOCK_MONOTONIC);
 
-		if (t >= deadline || poll(&p, 1, (int)((deadline - t) / USEC_PER_MSEC) + 1) <= 0) {
+		if (t >= deadline || poll(&p, 1, (int) ((deadline - t) / USEC_PER_MSEC) + 1) <= 0) {
 			log_warning("Standard output did not take the last events within 5s, giving up");
 			break;
 		}
@@ -1152,46 +1271,81 @@ static void manager_log_stats(Manager *m) {
 	for (size_t i = 0; i < s->n_readers; i++) {
 		const ReaderSnapshot *rd = &s->readers[i];
 
-		log_info("Reader %u (CPUs %s): %" PRIu64 " events, %" PRIu64 " wakeups, %" PRIu64 " batches",
-		         rd->id, rd->cpus, rd->events, rd->wakeups, rd->batches);
+		log_info(
+			"Reader %u (CPUs %s): %" PRIu64 " events, %" PRIu64 " wakeups, %" PRIu64 " batches",
+			rd->id,
+			rd->cpus,
+			rd->events,
+			rd->wakeups,
+			rd->batches);
 		for (unsigned e = 1; e < _DECODE_ERROR_MAX; e++)
 			if (rd->malformed_by_reason[e])
-				log_info("Reader %u: %" PRIu64 " records rejected: %s", rd->id, rd->malformed_by_reason[e],
-				         decode_error_to_string(e));
+				log_info(
+					"Reader %u: %" PRIu64 " records rejected: %s",
+					rd->id,
+					rd->malformed_by_reason[e],
+					decode_error_to_string(e));
 	}
 	for (size_t i = 0; i < s->n_cpus; i++) {
 		const CpuSnapshot *c = &s->cpus[i];
 
-		log_info("CPU %u: %" PRIu64 " received, %" PRIu64 " lost, %" PRIu64 " malformed, %" PRIu64 " bytes",
-		         c->cpu, c->ring.received, c->ring.lost, c->ring.malformed, c->ring.bytes);
+		log_info(
+			"CPU %u: %" PRIu64 " received, %" PRIu64 " lost, %" PRIu64 " malformed, %" PRIu64
+			" bytes",
+			c->cpu,
+			c->ring.received,
+			c->ring.lost,
+			c->ring.malformed,
+			c->ring.bytes);
 		if (c->ring.corrupt)
-			log_warning("CPU %u: ring framing broken %" PRIu64 " times, %" PRIu64 " bytes skipped", c->cpu,
-			            c->ring.corrupt, c->ring.corrupt_bytes);
+			log_warning(
+				"CPU %u: ring framing broken %" PRIu64 " times, %" PRIu64 " bytes skipped",
+				c->cpu,
+				c->ring.corrupt,
+				c->ring.corrupt_bytes);
 	}
 	for (size_t i = 0; i < s->n_producers; i++) {
 		const ProducerSnapshot *p = &s->producers[i];
 
-		log_info("Producer %u: %" PRIu64 " attempts, %" PRIu64 " received, %" PRIu64 " malformed, %" PRIu64
-		         " failures (%" PRIu64 " before this daemon served), %" PRIu64 " crash_lost, %" PRIu64
-		         " seq_gaps; this daemon: %" PRIu64 " received, %" PRIu64 " malformed",
-		         p->id, p->attempts, p->received, p->malformed, p->failures, p->failures_downtime, p->crash_lost,
-		         p->seq_gaps, p->received_session, p->malformed_session);
+		log_info(
+			"Producer %u: %" PRIu64 " attempts, %" PRIu64 " received, %" PRIu64
+			" malformed, %" PRIu64 " failures (%" PRIu64 " before this daemon served), %" PRIu64
+			" crash_lost, %" PRIu64 " seq_gaps; this daemon: %" PRIu64 " received, %" PRIu64
+			" malformed",
+			p->id,
+			p->attempts,
+			p->received,
+			p->malformed,
+			p->failures,
+			p->failures_downtime,
+			p->crash_lost,
+			p->seq_gaps,
+			p->received_session,
+			p->malformed_session);
 	}
 	for (size_t i = 0; i < m->n_readers; i++) {
 		CgroupCacheStats us;
 
 		reader_unit_cache_stats(m->readers[i], &us);
 		if (us.misses > 0)
-			log_info("Reader %u: units: %" PRIu64 " cache hits, %" PRIu64 " resolved, %" PRIu64
-			         " failed, %" PRIu64 " evicted", reader_id(m->readers[i]), us.hits, us.misses,
-			         us.failures, us.evictions);
+			log_info(
+				"Reader %u: units: %" PRIu64 " cache hits, %" PRIu64 " resolved, %" PRIu64
+				" failed, %" PRIu64 " evicted",
+				reader_id(m->readers[i]),
+				us.hits,
+				us.misses,
+				us.failures,
+				us.evictions);
 	}
 	if (m->stdout_client) {
 		HubClientStats cs;
 
 		hub_client_get_stats(m->stdout_client, &cs);
-		log_info("Standard output: %" PRIu64 " offered, %" PRIu64 " sent, %" PRIu64 " dropped",
-		         cs.offered, cs.sent, cs.dropped);
+		log_info(
+			"Standard output: %" PRIu64 " offered, %" PRIu64 " sent, %" PRIu64 " dropped",
+			cs.offered,
+			cs.sent,
+			cs.dropped);
 	}
 	if (m->server) {
 		ServerStats ss;
@@ -1200,14 +1354,23 @@ static void manager_log_stats(Manager *m) {
 		server_get_stats(m->server, &ss);
 		for (unsigned e = 0; e < _PROTOCOL_ERROR_MAX; e++)
 			refused += ss.refused[e];
-		log_info("Socket clients: %" PRIu64 " connections, %" PRIu64 " subscribed, %" PRIu64
-		         " refused with an error; %" PRIu64 " events offered, %" PRIu64 " sent, %" PRIu64
-		         " dropped; %" PRIu64 " passed fds closed",
-		         ss.accepted, ss.subscribed, refused, ss.gone_offered, ss.gone_sent, ss.gone_dropped,
-		         ss.fds_closed);
+		log_info(
+			"Socket clients: %" PRIu64 " connections, %" PRIu64 " subscribed, %" PRIu64
+			" refused with an error; %" PRIu64 " events offered, %" PRIu64 " sent, %" PRIu64
+			" dropped; %" PRIu64 " passed fds closed",
+			ss.accepted,
+			ss.subscribed,
+			refused,
+			ss.gone_offered,
+			ss.gone_sent,
+			ss.gone_dropped,
+			ss.fds_closed);
 	}
-	log_info("All clients: %" PRIu64 " offered, %" PRIu64 " delivered, %" PRIu64 " dropped", s->clients_offered,
-	         s->clients_delivered, s->clients_dropped);
+	log_info(
+		"All clients: %" PRIu64 " offered, %" PRIu64 " delivered, %" PRIu64 " dropped",
+		s->clients_offered,
+		s->clients_delivered,
+		s->clients_dropped);
 }
 
 static int on_exit_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
@@ -1244,7 +1407,7 @@ int manager_run(Manager *m) {
 	if (r < 0)
 		return log_error_errno(r, "Event loop failed: %m");
 
-	(void)sd_notify(false, "STOPPING=1\nSTATUS=Draining rings");
+	(void) sd_notify(false, "STOPPING=1\nSTATUS=Draining rings");
 	/* No silent window: the slots are cleared and the emitters in flight waited out first,
 	 * then the readers drain the rings to empty, then the last output goes out. A blocked
 	 * stdout is not waited for. The rings are unmapped with the readers (manager_free()). */

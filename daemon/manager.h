@@ -18,9 +18,9 @@
 typedef struct Manager Manager;
 
 typedef enum ManagerState {
-	MANAGER_STARTING,   /* until READY=1 */
+	MANAGER_STARTING, /* until READY=1 */
 	MANAGER_RUNNING,
-	MANAGER_STOPPING,   /* SIGTERM/SIGINT: draining the rings */
+	MANAGER_STOPPING, /* SIGTERM/SIGINT: draining the rings */
 	_MANAGER_STATE_MAX,
 } ManagerState;
 const char *manager_state_to_string(ManagerState s); /* "starting", ... */
@@ -29,19 +29,19 @@ const char *manager_state_to_string(ManagerState s); /* "starting", ... */
 typedef struct ManagerCounters {
 	uint64_t events_received;   /* valid records the readers took from the rings */
 	uint64_t events_delivered;  /* events written whole to a socket client or standard output, or
-	                             * sent as a bus Event signal */
+				     * sent as a bus Event signal */
 	uint64_t events_lost;       /* PERF_RECORD_LOST counts: the kernel found a ring full */
 	uint64_t producer_failures; /* bpf_perf_event_output() failures counted by the producers */
 	uint64_t client_drops;      /* events a client was offered and did not get (queue full, bus rate,
-	                             * left in its queue when it went) */
+				     * left in its queue when it went) */
 	uint64_t events_offered;    /* events that matched a client: delivered + dropped + still queued */
 	uint64_t clients;           /* socket subscribers connected now */
 } ManagerCounters;
 
 typedef struct ManagerOptions {
-	const char *config_path;    /* main config file; drop-ins in "<config_path>.d" */
-	const char *pin_path;       /* overrides PinPath= when set */
-	bool stdout_events;         /* --stdout: a JSON-lines client on fd 1 */
+	const char *config_path; /* main config file; drop-ins in "<config_path>.d" */
+	const char *pin_path;    /* overrides PinPath= when set */
+	bool stdout_events;      /* --stdout: a JSON-lines client on fd 1 */
 } ManagerOptions;
 
 int manager_new(const ManagerOptions *o, Manager **ret);
@@ -58,7 +58,7 @@ const char *manager_pin_path(const Manager *m);
 ManagerState manager_state(const Manager *m);
 uint64_t manager_started_at(const Manager *m); /* CLOCK_REALTIME usec of manager_new() */
 const Config *manager_config(const Manager *m);
-const CpuSet *manager_cpus(const Manager *m);  /* CPUs with a ring */
+const CpuSet *manager_cpus(const Manager *m); /* CPUs with a ring */
 size_t manager_n_readers(const Manager *m);
 const Reader *manager_reader(const Manager *m, size_t i);
 Probes *manager_probes(Manager *m);

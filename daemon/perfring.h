@@ -13,10 +13,10 @@
 #define PERFRING_RECORD_MAX 65535u
 
 typedef enum PerfringStatus {
-	PERFRING_EMPTY = 0,  /* tail == head */
-	PERFRING_RECORD = 1, /* ret_rec and ret_size describe a whole record */
+	PERFRING_EMPTY = 0,    /* tail == head */
+	PERFRING_RECORD = 1,   /* ret_rec and ret_size describe a whole record */
 	PERFRING_CORRUPT = -1, /* header size < 8, not a multiple of 8, beyond head or larger than the
-	                        * ring; or head more than the ring's size ahead of tail */
+				* ring; or head more than the ring's size ahead of tail */
 } PerfringStatus;
 
 /* Copies n bytes starting at ring offset `pos` (taken modulo the power-of-two size), wrapping
@@ -29,15 +29,21 @@ static inline void perfring_copy(const uint8_t *data, uint64_t mask, uint64_t po
 		memcpy(dst, data + off, n);
 	else {
 		memcpy(dst, data + off, first);
-		memcpy((uint8_t *)dst + first, data, n - first);
+		memcpy((uint8_t *) dst + first, data, n - first);
 	}
 }
 
 /* Returns the record at `tail`. A record that wraps the end of the data area is copied into
  * `scratch` (PERFRING_RECORD_MAX bytes, 8-aligned) so the caller always sees contiguous bytes;
  * others are returned in place (zero copy). `data` is the data area, `mask` its size - 1. */
-static inline PerfringStatus perfring_next(const uint8_t *data, uint64_t mask, uint64_t tail, uint64_t head,
-                                           uint8_t *scratch, const uint8_t **ret_rec, uint32_t *ret_size) {
+static inline PerfringStatus perfring_next(
+	const uint8_t *data,
+	uint64_t mask,
+	uint64_t tail,
+	uint64_t head,
+	uint8_t *scratch,
+	const uint8_t **ret_rec,
+	uint32_t *ret_size) {
 	struct perf_event_header h;
 	uint64_t off;
 

@@ -17,8 +17,8 @@
 #include "pins.h"
 
 /* Maps perfrelay creates under the pin root (the probes object's maps, pinned by name). */
-static const char *const owned_maps[] = { "events", "counters", "open_args", "connect_args", "probes_scratch",
-                                          "received", "idle" };
+static const char *const owned_maps[] = { "events",         "counters", "open_args", "connect_args",
+					  "probes_scratch", "received", "idle" };
 
 static int mkdir_bpffs(const char *path) {
 	if (mkdir(path, 0755) < 0 && errno != EEXIST)
@@ -40,11 +40,19 @@ int pins_prepare(const char *pin_path) {
 		strcpy(parent, "/");
 
 	if (statfs(parent, &fs) < 0)
-		return log_error_errno(-errno, "PinPath=%s: cannot access %s: %m (is bpffs mounted? "
-		                       "mount -t bpf bpf /sys/fs/bpf)", pin_path, parent);
+		return log_error_errno(
+			-errno,
+			"PinPath=%s: cannot access %s: %m (is bpffs mounted? "
+			"mount -t bpf bpf /sys/fs/bpf)",
+			pin_path,
+			parent);
 	if (fs.f_type != BPF_FS_MAGIC)
-		return log_error_errno(-ENOTSUP, "PinPath=%s: %s is not a bpffs mount "
-		                       "(mount -t bpf bpf /sys/fs/bpf)", pin_path, parent);
+		return log_error_errno(
+			-ENOTSUP,
+			"PinPath=%s: %s is not a bpffs mount "
+			"(mount -t bpf bpf /sys/fs/bpf)",
+			pin_path,
+			parent);
 	if (mkdir_bpffs(pin_path) < 0)
 		return -errno;
 	if (asprintf(&links, "%s/links", pin_path) < 0)
@@ -131,11 +139,16 @@ int pins_check_map(const char *path, const struct bpf_map *expected, bool replac
 	if (bpf_obj_get_info_by_fd(fd, &info, &len) < 0)
 		return log_error_errno(-errno, "Pin %s is not a BPF map (%m)", path);
 
-#define CHECK(field, want)                                                                          \
-	if ((uint64_t)info.field != (uint64_t)(want))                                               \
-		n += snprintf(diff + n, sizeof(diff) - MIN(n, sizeof(diff)), "%s%s is %llu, expected %llu", \
-		              n ? ", " : "", #field, (unsigned long long)info.field,                        \
-		              (unsigned long long)(want));
+#define CHECK(field, want)                                   \
+	if ((uint64_t) info.field != (uint64_t) (want))      \
+		n += snprintf(                               \
+			diff + n,                            \
+			sizeof(diff) - MIN(n, sizeof(diff)), \
+			"%s%s is %llu, expected %llu",       \
+			n ? ", " : "",                       \
+			#field,                              \
+			(unsigned long long) info.field,     \
+			(unsigned long long) (want));
 	CHECK(type, bpf_map__type(expected));
 	CHECK(key_size, bpf_map__key_size(expected));
 	CHECK(value_size, bpf_map__value_size(expected));
@@ -146,8 +159,12 @@ int pins_check_map(const char *path, const struct bpf_map *expected, bool replac
 		return 0;
 
 	if (!replace)
-		return log_error_errno(-EEXIST, "Pinned map %s is incompatible: %s. Remove it (perfrelayd "
-		                       "--cleanup) or set ReplaceIncompatiblePins=yes", path, diff);
+		return log_error_errno(
+			-EEXIST,
+			"Pinned map %s is incompatible: %s. Remove it (perfrelayd "
+			"--cleanup) or set ReplaceIncompatiblePins=yes",
+			path,
+			diff);
 	log_warning("Replacing incompatible pinned map %s: %s", path, diff);
 	if (unlink(path) < 0)
 		return log_error_errno(-errno, "Failed to remove pin %s: %m", path);

@@ -22,15 +22,15 @@
 struct Probes {
 	struct probes_bpf *skel;
 	char *pin_path;
-	int lock_fd;                /* the pin root, flock()ed for as long as we serve it */
+	int lock_fd; /* the pin root, flock()ed for as long as we serve it */
 	unsigned n_cpus;
 	/* Per probe and program: the link fd we hold (pinned), or -EBADF. */
 	int link_fd[_PROBE_MAX][MAX_PROGS_PER_PROBE];
 	bool enabled[_PROBE_MAX];
 	bool reused[_PROBE_MAX];
-	bool counters_created;  /* no "counters" pin existed: this load made it */
-	bool received_created;  /* no "received" pin existed: this load made it */
-	bool no_pin_links;          /* the kernel cannot pin these links (kernelfeatures.h: link_pin) */
+	bool counters_created; /* no "counters" pin existed: this load made it */
+	bool received_created; /* no "received" pin existed: this load made it */
+	bool no_pin_links;     /* the kernel cannot pin these links (kernelfeatures.h: link_pin) */
 };
 
 /* The programs of each probe, in attach order. For open and connect the reaper (thread exit)
@@ -84,11 +84,14 @@ static int probes_prune_stale_links(Probes *p) {
 		if (de->d_name[0] == '.' || is_probe_prog_name(de->d_name))
 			continue;
 		if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT) {
-			r = log_error_errno(-errno, "Failed to remove the stale link %s/%s: %m", links, de->d_name);
+			r = log_error_errno(
+				-errno, "Failed to remove the stale link %s/%s: %m", links, de->d_name);
 			continue;
 		}
-		log_notice("Removed the stale link %s/%s: this build has no program of that name", links,
-		           de->d_name);
+		log_notice(
+			"Removed the stale link %s/%s: this build has no program of that name",
+			links,
+			de->d_name);
 	}
 	closedir(d);
 	return r;
@@ -110,7 +113,7 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 
 static bool tracefs_mounted(void) {
 	return access("/sys/kernel/tracing/events", F_OK) == 0 ||
-	       access("/sys/kernel/debug/tracing/events", F_OK) == 0;
+		access("/sys/kernel/debug/tracing/events", F_OK) == 0;
 }
 
 int probes_new(const char *pin_path, bool replace_incompatible, uint32_t pending_syscalls, Probes **ret) {
@@ -138,8 +141,11 @@ int probes_new(const char *pin_path, bool replace_incompatible, uint32_t pending
 	r = pins_lock(pin_path);
 	if (r == -EWOULDBLOCK) {
 		probes_free(p);
-		return log_error_errno(r, "Another perfrelayd serves %s; refusing to start a second one on the "
-		                       "same PinPath=", pin_path);
+		return log_error_errno(
+			r,
+			"Another perfrelayd serves %s; refusing to start a second one on the "
+			"same PinPath=",
+			pin_path);
 	}
 	if (r < 0) {
 		probes_free(p);
@@ -191,7 +197,8 @@ int probes_new(const char *pin_path, bool replace_incompatible, uint32_t pending
 	r = probes_bpf__load(p->skel);
 	if (r < 0) {
 		probes_free(p);
-		return log_error_errno(r, "Failed to load the probes BPF object (maps pinned under %s): %m", pin_path);
+		return log_error_errno(
+			r, "Failed to load the probes BPF object (maps pinned under %s): %m", pin_path);
 	}
 	r = probes_prune_stale_links(p);
 	if (r < 0) {
@@ -215,15 +222,33 @@ Probes *probes_free(Probes *p) {
 	return NULL;
 }
 
-int probes_events_fd(const Probes *p) { return bpf_map__fd(p->skel->maps.events); }
-int probes_counters_fd(const Probes *p) { return bpf_map__fd(p->skel->maps.counters); }
-int probes_received_fd(const Probes *p) { return bpf_map__fd(p->skel->maps.received); }
-int probes_idle_fd(const Probes *p) { return bpf_map__fd(p->skel->maps.idle); }
-bool probes_counters_created(const Probes *p) { return p->counters_created; }
-bool probes_received_created(const Probes *p) { return p->received_created; }
-unsigned probes_possible_cpus(const Probes *p) { return p->n_cpus; }
-bool probes_is_enabled(const Probes *p, unsigned probe) { return probe < _PROBE_MAX && p->enabled[probe]; }
-bool probes_was_reused(const Probes *p, unsigned probe) { return probe < _PROBE_MAX && p->reused[probe]; }
+int probes_events_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.events);
+}
+int probes_counters_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.counters);
+}
+int probes_received_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.received);
+}
+int probes_idle_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.idle);
+}
+bool probes_counters_created(const Probes *p) {
+	return p->counters_created;
+}
+bool probes_received_created(const Probes *p) {
+	return p->received_created;
+}
+unsigned probes_possible_cpus(const Probes *p) {
+	return p->n_cpus;
+}
+bool probes_is_enabled(const Probes *p, unsigned probe) {
+	return probe < _PROBE_MAX && p->enabled[probe];
+}
+bool probes_was_reused(const Probes *p, unsigned probe) {
+	return probe < _PROBE_MAX && p->reused[probe];
+}
 
 #define PROG_MAPS_MAX 64u
 
@@ -234,7 +259,7 @@ typedef struct ProgIdentity {
 } ProgIdentity;
 
 static int cmp_u32(const void *a, const void *b) {
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	uint32_t x = *(const uint32_t *) a, y = *(const uint32_t *) b;
 
 	return x < y ? -1 : x > y;
 }
@@ -245,7 +270,7 @@ static int prog_identity(int prog_fd, ProgIdentity *ret) {
 	ProgIdentity id = {};
 
 	info.nr_map_ids = PROG_MAPS_MAX;
-	info.map_ids = (uint64_t)(uintptr_t)id.map_ids;
+	info.map_ids = (uint64_t) (uintptr_t) id.map_ids;
 	if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) < 0)
 		return negative_errno();
 	if (info.nr_map_ids > PROG_MAPS_MAX)
@@ -277,7 +302,7 @@ static bool link_runs_same_program(int link_fd, const struct bpf_program *prog) 
 	if (prog_identity(fd, &a) < 0 || prog_identity(bpf_program__fd(prog), &b) < 0)
 		return false;
 	return memcmp(a.tag, b.tag, BPF_TAG_SIZE) == 0 && a.n_maps == b.n_maps &&
-	       memcmp(a.map_ids, b.map_ids, sizeof(uint32_t) * a.n_maps) == 0;
+		memcmp(a.map_ids, b.map_ids, sizeof(uint32_t) * a.n_maps) == 0;
 }
 
 static int attach_prog(Probes *p, unsigned probe, unsigned i, const struct bpf_program *prog) {
@@ -295,17 +320,25 @@ static int attach_prog(Probes *p, unsigned probe, unsigned i, const struct bpf_p
 	}
 
 	if (!tracefs_mounted())
-		return log_error_errno(-ENOENT, "Probe %s: tracefs is not mounted (mount -t tracefs tracefs "
-		                       "/sys/kernel/tracing)", probe_to_string(probe));
+		return log_error_errno(
+			-ENOENT,
+			"Probe %s: tracefs is not mounted (mount -t tracefs tracefs "
+			"/sys/kernel/tracing)",
+			probe_to_string(probe));
 	link = bpf_program__attach(prog);
 	if (!link)
-		return log_error_errno(negative_errno(), "Probe %s: failed to attach %s: %m",
-		                       probe_to_string(probe), bpf_program__name(prog));
+		return log_error_errno(
+			negative_errno(),
+			"Probe %s: failed to attach %s: %m",
+			probe_to_string(probe),
+			bpf_program__name(prog));
 	if (old >= 0) {
 		/* A different program (an upgrade) holds the pin: the new one is attached already,
 		 * so swapping the pin leaves no gap, at worst a few duplicate events. */
-		log_notice("Probe %s: replacing the pinned link %s (program or its maps changed)",
-		           probe_to_string(probe), path);
+		log_notice(
+			"Probe %s: replacing the pinned link %s (program or its maps changed)",
+			probe_to_string(probe),
+			path);
 		if (unlink(path) < 0 && errno != ENOENT) {
 			r = log_error_errno(-errno, "Failed to remove pin %s: %m", path);
 			bpf_link__destroy(link);
@@ -315,7 +348,8 @@ static int attach_prog(Probes *p, unsigned probe, unsigned i, const struct bpf_p
 	r = p->no_pin_links ? 0 : bpf_link__pin(link, path);
 	if (r < 0) {
 		bpf_link__destroy(link);
-		return log_error_errno(r, "Probe %s: failed to pin link at %s: %m", probe_to_string(probe), path);
+		return log_error_errno(
+			r, "Probe %s: failed to pin link at %s: %m", probe_to_string(probe), path);
 	}
 	p->link_fd[probe][i] = fcntl(bpf_link__fd(link), F_DUPFD_CLOEXEC, 3);
 	r = p->link_fd[probe][i] < 0 ? negative_errno() : 0;
@@ -402,10 +436,8 @@ int probes_apply(Probes *p, uint32_t mask) {
 
 uint32_t probe_producer(unsigned probe) {
 	static const uint32_t producers[_PROBE_MAX] = {
-		[PROBE_EXEC] = PERFRELAY_PRODUCER_EXEC,
-		[PROBE_EXIT] = PERFRELAY_PRODUCER_EXIT,
-		[PROBE_FORK] = PERFRELAY_PRODUCER_FORK,
-		[PROBE_OPEN] = PERFRELAY_PRODUCER_OPEN,
+		[PROBE_EXEC] = PERFRELAY_PRODUCER_EXEC,       [PROBE_EXIT] = PERFRELAY_PRODUCER_EXIT,
+		[PROBE_FORK] = PERFRELAY_PRODUCER_FORK,       [PROBE_OPEN] = PERFRELAY_PRODUCER_OPEN,
 		[PROBE_CONNECT] = PERFRELAY_PRODUCER_CONNECT,
 	};
 
@@ -415,8 +447,11 @@ uint32_t probe_producer(unsigned probe) {
 /* Producer ids read per batch syscall: 64 ids of 16 bytes per possible CPU. */
 #define COUNTERS_BATCH 64u
 
-static void add_counters(const struct perfrelay_counters *v, unsigned n_cpus, struct perfrelay_counters *sum,
-                         struct perfrelay_counters *per_cpu) {
+static void add_counters(
+	const struct perfrelay_counters *v,
+	unsigned n_cpus,
+	struct perfrelay_counters *sum,
+	struct perfrelay_counters *per_cpu) {
 	for (unsigned c = 0; c < n_cpus; c++) {
 		sum->attempts += v[c].attempts;
 		sum->failures += v[c].failures;
@@ -427,8 +462,8 @@ static void add_counters(const struct perfrelay_counters *v, unsigned n_cpus, st
 	}
 }
 
-int probes_read_all_counters(const Probes *p, struct perfrelay_counters *ret_sum,
-                             struct perfrelay_counters *per_cpu) {
+int probes_read_all_counters(
+	const Probes *p, struct perfrelay_counters *ret_sum, struct perfrelay_counters *per_cpu) {
 	LIBBPF_OPTS(bpf_map_batch_opts, opts);
 	_cleanup_free_ struct perfrelay_counters *v = NULL, *cpus = NULL;
 	struct perfrelay_counters sum = {};
@@ -475,8 +510,11 @@ int probes_read_all_counters(const Probes *p, struct perfrelay_counters *ret_sum
 	return 0;
 }
 
-int probes_read_counters(const Probes *p, uint32_t producer, struct perfrelay_counters *ret_sum,
-                         struct perfrelay_counters *per_cpu) {
+int probes_read_counters(
+	const Probes *p,
+	uint32_t producer,
+	struct perfrelay_counters *ret_sum,
+	struct perfrelay_counters *per_cpu) {
 	_cleanup_free_ struct perfrelay_counters *v = NULL;
 	struct perfrelay_counters sum = {};
 

@@ -31,8 +31,8 @@ bool probes_received_created(const Probes *p);
 unsigned probes_possible_cpus(const Probes *p);
 
 /* Makes the set of attached probes equal to `mask` (bits PROBE_*): reuses pinned links whose
- * program is identical to the loaded one and uses the same maps, attaches and pins the others, and unpins and detaches
- * probes outside the mask. */
+ * program is identical to the loaded one and uses the same maps, attaches and pins the others, and unpins
+ * and detaches probes outside the mask. */
 int probes_apply(Probes *p, uint32_t mask);
 /* Whether probes_apply() pins the links it creates (default: yes). Without pins (kernels before
  * 5.15 for tracepoint/ programs) the probes detach when the daemon exits. */
@@ -47,9 +47,12 @@ uint32_t probe_producer(unsigned probe);
 
 /* Sums the counters of every producer id: *ret_sum over all CPUs, and per_cpu[cpu] (possible
  * CPUs entries; may be NULL) over producers. Reads the whole pinned array at once. */
-int probes_read_all_counters(const Probes *p, struct perfrelay_counters *ret_sum,
-                             struct perfrelay_counters *per_cpu);
+int probes_read_all_counters(
+	const Probes *p, struct perfrelay_counters *ret_sum, struct perfrelay_counters *per_cpu);
 
 /* Sums a producer's per-CPU counters; per_cpu (possible CPUs entries) may be NULL. */
-int probes_read_counters(const Probes *p, uint32_t producer, struct perfrelay_counters *ret_sum,
-                         struct perfrelay_counters *per_cpu);
+int probes_read_counters(
+	const Probes *p,
+	uint32_t producer,
+	struct perfrelay_counters *ret_sum,
+	struct perfrelay_counters *per_cpu);

@@ -40,18 +40,18 @@ typedef struct RingSeq {
 struct Reader {
 	unsigned id;
 	CpuSet cpus;
-	Ring **rings;             /* NULL: a CPU offline since the start, parked until it comes online */
-	unsigned *slot_cpu;       /* the CPU of each ring slot, in the order of `cpus` */
+	Ring **rings;       /* NULL: a CPU offline since the start, parked until it comes online */
+	unsigned *slot_cpu; /* the CPU of each ring slot, in the order of `cpus` */
 	size_t n_rings;
-	CpuStats *cpu_stats;      /* one per ring; written by the thread */
-	RingSeq *seqs;            /* one per ring; the thread's (its ledger entries: see ledger.h) */
-	uint64_t *drained_usec;   /* one per ring; the thread's: when it last consumed records */
-	ReaderStats *stats;       /* written by the thread */
+	CpuStats *cpu_stats;    /* one per ring; written by the thread */
+	RingSeq *seqs;          /* one per ring; the thread's (its ledger entries: see ledger.h) */
+	uint64_t *drained_usec; /* one per ring; the thread's: when it last consumed records */
+	ReaderStats *stats;     /* written by the thread */
 	Hub *hub;
-	CgroupCache *units;       /* the thread's own: cgroup id -> unit; NULL without cgroup2 */
+	CgroupCache *units; /* the thread's own: cgroup id -> unit; NULL without cgroup2 */
 	unsigned flush_interval_ms;
 	int epoll_fd;
-	int stop_fd;              /* eventfd: the main thread asks the thread to finish */
+	int stop_fd; /* eventfd: the main thread asks the thread to finish */
 	/* CPU hotplug hand-over (reader_replace_ring()): the main thread queues commands under
 	 * cmd_lock and signals cmd_fd; the thread runs them and queues the rings it let go in
 	 * `retired`, under the same lock, for the main thread to free. rings[i] is stored by the
@@ -62,12 +62,12 @@ struct Reader {
 	size_t n_cmds;
 	Ring **retired;
 	size_t n_retired;
-	cpu_set_t allowed;        /* the daemon's CPUs when the thread started, for re-pinning */
+	cpu_set_t allowed; /* the daemon's CPUs when the thread started, for re-pinning */
 	bool has_allowed;
 	pthread_t thread;
 	bool started;
-	atomic_int frozen;        /* fault injection only */
-	atomic_bool until_empty;  /* set by the main thread before the stop request */
+	atomic_int frozen;       /* fault injection only */
+	atomic_bool until_empty; /* set by the main thread before the stop request */
 };
 
 /* What the record callback needs; lives on the thread's stack for one drain. */
@@ -85,8 +85,16 @@ static void reader_hotplug_free(Reader *r);
 static void reader_run_commands(Reader *r);
 static int drain_all(Reader *r, uint64_t now_usec, bool *ret_any, bool *ret_trickle);
 
-int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hub *hub, CgroupFs *cgroups,
-               Ledger *ledger, unsigned flush_interval_ms, Reader **ret) {
+int reader_new(
+	unsigned id,
+	const CpuSet *cpus,
+	Ring **rings,
+	size_t n_rings,
+	Hub *hub,
+	CgroupFs *cgroups,
+	Ledger *ledger,
+	unsigned flush_interval_ms,
+	Reader **ret) {
 	Reader *r = calloc(1, sizeof(*r));
 
 	if (!r) {
@@ -130,7 +138,7 @@ int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hu
 		rs->ledger = ledger_entry(ledger, 0, r->slot_cpu[i]);
 		rs->stride = ledger_n_cpus(ledger);
 		for (uint32_t p = 0; p < PERFRELAY_MAX_PRODUCERS; p++) {
-			const struct perfrelay_received *e = rs->ledger + (size_t)p * rs->stride;
+			const struct perfrelay_received *e = rs->ledger + (size_t) p * rs->stride;
 
 			seqgap_init(&rs->seq[p].gap, STAT_LOAD(e->seq_next), STAT_LOAD(e->seq_gaps));
 		}
@@ -190,19 +198,33 @@ Reader *reader_free(Reader *r) {
 	return NULL;
 }
 
-unsigned reader_id(const Reader *r) { return r->id; }
-const CpuSet *reader_cpus(const Reader *r) { return &r->cpus; }
-size_t reader_n_rings(const Reader *r) { return r->n_rings; }
-const Ring *reader_ring(const Reader *r, size_t i) { return __atomic_load_n(&r->rings[i], __ATOMIC_ACQUIRE); }
-unsigned reader_slot_cpu(const Reader *r, size_t i) { return r->slot_cpu[i]; }
-const CpuStats *reader_cpu_stats(const Reader *r, size_t i) { return &r->cpu_stats[i]; }
-const ReaderStats *reader_stats(const Reader *r) { return r->stats; }
+unsigned reader_id(const Reader *r) {
+	return r->id;
+}
+const CpuSet *reader_cpus(const Reader *r) {
+	return &r->cpus;
+}
+size_t reader_n_rings(const Reader *r) {
+	return r->n_rings;
+}
+const Ring *reader_ring(const Reader *r, size_t i) {
+	return __atomic_load_n(&r->rings[i], __ATOMIC_ACQUIRE);
+}
+unsigned reader_slot_cpu(const Reader *r, size_t i) {
+	return r->slot_cpu[i];
+}
+const CpuStats *reader_cpu_stats(const Reader *r, size_t i) {
+	return &r->cpu_stats[i];
+}
+const ReaderStats *reader_stats(const Reader *r) {
+	return r->stats;
+}
 
 void reader_unit_cache_stats(const Reader *r, CgroupCacheStats *ret) {
 	if (r->units)
 		cgroup_cache_get_stats(r->units, ret);
 	else
-		*ret = (CgroupCacheStats) {};
+		*ret = (CgroupCacheStats){};
 }
 
 void reader_set_frozen(Reader *r, int frozen) {
@@ -212,7 +234,7 @@ void reader_set_frozen(Reader *r, int frozen) {
 static inline SeqState *seq_touch(RingSeq *rs, uint32_t producer) {
 	if (!rs->is_dirty[producer]) {
 		rs->is_dirty[producer] = 1;
-		rs->dirty[rs->n_dirty++] = (uint16_t)producer;
+		rs->dirty[rs->n_dirty++] = (uint16_t) producer;
 	}
 	return &rs->seq[producer];
 }
@@ -222,7 +244,7 @@ static void seq_flush(RingSeq *rs) {
 	for (uint32_t i = 0; i < rs->n_dirty; i++) {
 		uint32_t p = rs->dirty[i];
 		SeqState *s = &rs->seq[p];
-		struct perfrelay_received *e = rs->ledger + (size_t)p * rs->stride;
+		struct perfrelay_received *e = rs->ledger + (size_t) p * rs->stride;
 
 		if (s->received)
 			STAT_ADD(e->received, s->received);
@@ -335,11 +357,12 @@ static int drain_all(Reader *r, uint64_t now_usec, bool *ret_any, bool *ret_tric
 			seq_flush(d.seq);
 		if (n > 0) {
 			any = true;
-			more |= (uint64_t)n >= budget;
-			trickle |= ring_trickles(r->rings[i], (uint64_t) n, d.records, now_usec - r->drained_usec[i]);
+			more |= (uint64_t) n >= budget;
+			trickle |= ring_trickles(
+				r->rings[i], (uint64_t) n, d.records, now_usec - r->drained_usec[i]);
 			r->drained_usec[i] = now_usec;
 			STAT_ADD(r->stats->batches, 1);
-			STAT_ADD(d.cpu->bytes, (uint64_t)n);
+			STAT_ADD(d.cpu->bytes, (uint64_t) n);
 		}
 		if (d.received) {
 			STAT_ADD(d.cpu->received, d.received);
@@ -369,7 +392,7 @@ static void *reader_thread(void *userdata) {
 	Reader *r = userdata;
 	struct epoll_event evs[64];
 	bool stopping = false, any, trickle;
-	int timeout = (int)r->flush_interval_ms;
+	int timeout = (int) r->flush_interval_ms;
 	uint64_t now, trickled_usec = 0; /* when a drain last found a ring trickling */
 	char name[16];
 
@@ -469,7 +492,7 @@ void reader_stop(Reader *r, bool until_empty) {
 	if (!r->started)
 		return;
 	atomic_store(&r->until_empty, until_empty);
-	(void)!write(r->stop_fd, &one, sizeof(one));
+	(void) !write(r->stop_fd, &one, sizeof(one));
 	pthread_join(r->thread, NULL);
 	r->started = false;
 }
@@ -542,7 +565,7 @@ int reader_replace_ring(Reader *r, unsigned cpu, Ring *ring) {
 		return -ENOMEM;
 	}
 	r->cmds = cmds;
-	r->cmds[r->n_cmds++] = (ReaderCmd) { .cpu = cpu, .ring = ring };
+	r->cmds[r->n_cmds++] = (ReaderCmd){ .cpu = cpu, .ring = ring };
 	pthread_mutex_unlock(&r->cmd_lock);
 	(void) !write(r->cmd_fd, &one, sizeof(one));
 	return 0;

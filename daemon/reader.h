@@ -29,16 +29,24 @@ typedef struct Reader Reader;
  * scheduler tick reprograms the timer at every sleep, the dearer the shorter: hence 2 ms, not
  * 1); slower rings (below 64k records/s) are left to FlushIntervalMs=, where a wakeup of their
  * own would cost more than their records. */
-#define READER_BUSY_FLUSH_MS 2u
-#define READER_BUSY_MIN_RECORDS 128u
-#define READER_BUSY_HOLD_MS 10u
+#define READER_BUSY_FLUSH_MS      2u
+#define READER_BUSY_MIN_RECORDS   128u
+#define READER_BUSY_HOLD_MS       10u
 
 /* Takes ownership of the rings (on success and on failure), one per CPU of `cpus` in their
- * order; a NULL ring parks a CPU that is offline: reader_replace_ring() gives it one later. `id` is the reader's index in the
- * hub. `cgroups` (NULL: events get no unit) and `ledger` must outlive the reader; the reader
- * continues the ledger's sequence-gap state of its CPUs, so it is made after ledger_settle(). */
-int reader_new(unsigned id, const CpuSet *cpus, Ring **rings, size_t n_rings, Hub *hub, CgroupFs *cgroups,
-               Ledger *ledger, unsigned flush_interval_ms, Reader **ret);
+ * order; a NULL ring parks a CPU that is offline: reader_replace_ring() gives it one later. `id` is the
+ * reader's index in the hub. `cgroups` (NULL: events get no unit) and `ledger` must outlive the reader; the
+ * reader continues the ledger's sequence-gap state of its CPUs, so it is made after ledger_settle(). */
+int reader_new(
+	unsigned id,
+	const CpuSet *cpus,
+	Ring **rings,
+	size_t n_rings,
+	Hub *hub,
+	CgroupFs *cgroups,
+	Ledger *ledger,
+	unsigned flush_interval_ms,
+	Reader **ret);
 Reader *reader_free(Reader *r); /* stops the thread first if it runs (bounded last drain) */
 
 int reader_start(Reader *r);

@@ -154,7 +154,7 @@ _printf_(3, 4) static int fail(RequestError *e, ProtocolError code, const char *
 	/* Quoted client text may hold control bytes: the message stays one printable line,
 	 * wherever it is shown or logged. */
 	for (char *p = e->message; *p; p++)
-		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+		if ((unsigned char) *p < 0x20 || *p == 0x7f)
 			*p = '?';
 	return -EINVAL;
 }
@@ -178,8 +178,8 @@ static int cmp_str_ptr(const void *a, const void *b) {
 }
 
 /* Sorts and removes duplicates; returns the new count. */
-static size_t sort_unique(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *),
-                          void (*drop)(void *)) {
+static size_t sort_unique(
+	void *base, size_t n, size_t size, int (*cmp)(const void *, const void *), void (*drop)(void *)) {
 	uint8_t *b = base;
 	size_t k = 0;
 
@@ -211,33 +211,52 @@ static int get_array(json_object *v, const char *key, RequestError *e, size_t *r
 		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s: expected an array", key);
 	n = json_object_array_length(v);
 	if (n > SUBSCRIPTION_MAX_ENTRIES)
-		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s: %zu entries, at most %u are allowed", key, n,
-		            SUBSCRIPTION_MAX_ENTRIES);
+		return fail(
+			e,
+			PROTOCOL_BAD_REQUEST,
+			"subscribe.%s: %zu entries, at most %u are allowed",
+			key,
+			n,
+			SUBSCRIPTION_MAX_ENTRIES);
 	*ret_n = n;
 	return 0;
 }
 
 /* An integer in 0..max; json-c keeps integers as int64 or, above INT64_MAX, as uint64. */
-static int get_uint(json_object *v, const char *key, size_t i, uint64_t min, uint64_t max, RequestError *e,
-                    uint64_t *ret) {
+static int get_uint(
+	json_object *v, const char *key, size_t i, uint64_t min, uint64_t max, RequestError *e, uint64_t *ret) {
 	uint64_t u;
 
 	if (!json_object_is_type(v, json_type_int))
 		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s[%zu]: expected an integer", key, i);
 	if (json_object_get_int64(v) < 0)
-		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s[%zu]: %" PRId64 " is out of range (%" PRIu64
-		            "..%" PRIu64 ")", key, i, json_object_get_int64(v), min, max);
+		return fail(
+			e,
+			PROTOCOL_BAD_REQUEST,
+			"subscribe.%s[%zu]: %" PRId64 " is out of range (%" PRIu64 "..%" PRIu64 ")",
+			key,
+			i,
+			json_object_get_int64(v),
+			min,
+			max);
 	u = json_object_get_uint64(v);
 	if (u < min || u > max)
-		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s[%zu]: %" PRIu64 " is out of range (%" PRIu64
-		            "..%" PRIu64 ")", key, i, u, min, max);
+		return fail(
+			e,
+			PROTOCOL_BAD_REQUEST,
+			"subscribe.%s[%zu]: %" PRIu64 " is out of range (%" PRIu64 "..%" PRIu64 ")",
+			key,
+			i,
+			u,
+			min,
+			max);
 	*ret = u;
 	return 0;
 }
 
 /* A string without NUL bytes of 0..max bytes (json-c already checked it is UTF-8). */
-static int get_string(json_object *v, const char *key, size_t i, size_t max, RequestError *e, const char **ret,
-                      size_t *ret_len) {
+static int get_string(
+	json_object *v, const char *key, size_t i, size_t max, RequestError *e, const char **ret, size_t *ret_len) {
 	const char *s;
 	size_t len;
 
@@ -248,8 +267,15 @@ static int get_string(json_object *v, const char *key, size_t i, size_t max, Req
 	if (strlen(s) != len)
 		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s[%zu]: contains a NUL character", key, i);
 	if (len > max)
-		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s[%zu]: \"%.*s...\" is longer than %zu bytes", key,
-		            i, QUOTE_MAX, s, max);
+		return fail(
+			e,
+			PROTOCOL_BAD_REQUEST,
+			"subscribe.%s[%zu]: \"%.*s...\" is longer than %zu bytes",
+			key,
+			i,
+			QUOTE_MAX,
+			s,
+			max);
 	*ret = s;
 	*ret_len = len;
 	return 0;
@@ -270,7 +296,11 @@ static int parse_types(Subscription *s, json_object *v, RequestError *e) {
 			const char *name = json_object_get_string(t);
 
 			if (strlen(name) != (size_t) json_object_get_string_len(t))
-				return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.types[%zu]: contains a NUL character", i);
+				return fail(
+					e,
+					PROTOCOL_BAD_REQUEST,
+					"subscribe.types[%zu]: contains a NUL character",
+					i);
 			for (uint16_t k = 1; k < SUBSCRIPTION_TYPE_MASK_BITS; k++) {
 				const char *known = event_type_to_string(k);
 
@@ -280,17 +310,24 @@ static int parse_types(Subscription *s, json_object *v, RequestError *e) {
 				}
 			}
 			if (id == 0)
-				return fail(e, PROTOCOL_BAD_REQUEST,
-				            "subscribe.types[%zu]: unknown event type \"%.*s\" (known: exec, exit, "
-				            "fork, open, connect, bench, or a numeric type id)",
-				            i, QUOTE_MAX, name);
+				return fail(
+					e,
+					PROTOCOL_BAD_REQUEST,
+					"subscribe.types[%zu]: unknown event type \"%.*s\" (known: exec, exit, "
+					"fork, open, connect, bench, or a numeric type id)",
+					i,
+					QUOTE_MAX,
+					name);
 		} else if (json_object_is_type(t, json_type_int)) {
 			r = get_uint(t, "types", i, 1, UINT16_MAX, e, &id);
 			if (r < 0)
 				return r;
 		} else
-			return fail(e, PROTOCOL_BAD_REQUEST,
-			            "subscribe.types[%zu]: expected a type name or a numeric type id", i);
+			return fail(
+				e,
+				PROTOCOL_BAD_REQUEST,
+				"subscribe.types[%zu]: expected a type name or a numeric type id",
+				i);
 
 		if (id < SUBSCRIPTION_TYPE_MASK_BITS)
 			s->type_mask |= UINT64_C(1) << id;
@@ -355,10 +392,14 @@ static int parse_units(Subscription *s, json_object *v, RequestError *e) {
 		if (r < 0)
 			return r;
 		if (!unit_name_is_attributable(u, len))
-			return fail(e, PROTOCOL_BAD_REQUEST,
-			            "subscribe.unit[%zu]: \"%.*s\" is not a unit events can belong to (a name "
-			            "like sshd.service or session-1.scope; slices own no events)",
-			            i, QUOTE_MAX, u);
+			return fail(
+				e,
+				PROTOCOL_BAD_REQUEST,
+				"subscribe.unit[%zu]: \"%.*s\" is not a unit events can belong to (a name "
+				"like sshd.service or session-1.scope; slices own no events)",
+				i,
+				QUOTE_MAX,
+				u);
 		s->units[s->n_units] = strdup(u);
 		if (!s->units[s->n_units])
 			return -ENOMEM;
@@ -386,16 +427,19 @@ static int parse_subscribe(Subscription *s, json_object *sub, RequestError *e) {
 		else if (streq(key, "unit"))
 			r = parse_units(s, v, e);
 		else
-			r = fail(e, PROTOCOL_BAD_REQUEST,
-			         "subscribe: unknown key \"%.*s\" (known: types, pid, uid, comm, unit)", QUOTE_MAX, key);
+			r = fail(
+				e,
+				PROTOCOL_BAD_REQUEST,
+				"subscribe: unknown key \"%.*s\" (known: types, pid, uid, comm, unit)",
+				QUOTE_MAX,
+				key);
 		if (r < 0)
 			return r;
 	}
 	return 0;
 }
 
-static int parse_enum(json_object *v, const char *key, const char *a, const char *b, RequestError *e,
-                      int *ret) {
+static int parse_enum(json_object *v, const char *key, const char *a, const char *b, RequestError *e, int *ret) {
 	const char *s;
 
 	if (!json_object_is_type(v, json_type_string))
@@ -406,8 +450,15 @@ static int parse_enum(json_object *v, const char *key, const char *a, const char
 	else if (streq(s, b))
 		*ret = 1;
 	else
-		return fail(e, PROTOCOL_BAD_REQUEST, "%s: \"%.*s\" is neither \"%s\" nor \"%s\"", key, QUOTE_MAX, s,
-		            a, b);
+		return fail(
+			e,
+			PROTOCOL_BAD_REQUEST,
+			"%s: \"%.*s\" is neither \"%s\" nor \"%s\"",
+			key,
+			QUOTE_MAX,
+			s,
+			a,
+			b);
 	return 0;
 }
 
@@ -443,8 +494,8 @@ static bool only_whitespace(const char *s, size_t n) {
 	return true;
 }
 
-int request_parse(const char *text, size_t len, const RequestLimits *limits, Subscription **ret,
-                  RequestError *ret_error) {
+int request_parse(
+	const char *text, size_t len, const RequestLimits *limits, Subscription **ret, RequestError *ret_error) {
 	_cleanup_(json_tokener_freep) struct json_tokener *tok = NULL;
 	_cleanup_(json_object_putp) json_object *root = NULL;
 	_cleanup_(subscription_freep) Subscription *s = NULL;
@@ -455,7 +506,9 @@ int request_parse(const char *text, size_t len, const RequestLimits *limits, Sub
 	/* Before json-c sees a byte: the limit is what bounds the parser's work and memory. The
 	 * line's '\n' counts too. */
 	if (len >= limits->max_bytes) {
-		fail(&e, PROTOCOL_TOO_LARGE, "the request is longer than %zu bytes (MaxRequestBytes=)",
+		fail(&e,
+		     PROTOCOL_TOO_LARGE,
+		     "the request is longer than %zu bytes (MaxRequestBytes=)",
 		     limits->max_bytes);
 		*ret_error = e;
 		return -EINVAL;
@@ -466,7 +519,9 @@ int request_parse(const char *text, size_t len, const RequestLimits *limits, Sub
 	 * container one level deeper through: its limit is only the backstop that bounds the
 	 * parser's stack, this scan is the rule. */
 	if (nesting_depth(text, len, limits->max_depth) > limits->max_depth) {
-		fail(&e, PROTOCOL_TOO_DEEP, "the request is nested deeper than %u levels (MaxJsonDepth=)",
+		fail(&e,
+		     PROTOCOL_TOO_DEEP,
+		     "the request is nested deeper than %u levels (MaxJsonDepth=)",
 		     limits->max_depth);
 		*ret_error = e;
 		return -EINVAL;
@@ -479,18 +534,27 @@ int request_parse(const char *text, size_t len, const RequestLimits *limits, Sub
 	je = json_tokener_get_error(tok);
 	if (!root || je != json_tokener_success) {
 		if (je == json_tokener_error_depth)
-			fail(&e, PROTOCOL_TOO_DEEP, "the request is nested deeper than %u levels (MaxJsonDepth=)",
+			fail(&e,
+			     PROTOCOL_TOO_DEEP,
+			     "the request is nested deeper than %u levels (MaxJsonDepth=)",
 			     limits->max_depth);
 		else if (je == json_tokener_continue || je == json_tokener_success)
-			fail(&e, PROTOCOL_BAD_REQUEST, "malformed JSON: the request line is not a complete JSON object");
+			fail(&e,
+			     PROTOCOL_BAD_REQUEST,
+			     "malformed JSON: the request line is not a complete JSON object");
 		else
-			fail(&e, PROTOCOL_BAD_REQUEST, "malformed JSON at byte %zu: %s", json_tokener_get_parse_end(tok),
+			fail(&e,
+			     PROTOCOL_BAD_REQUEST,
+			     "malformed JSON at byte %zu: %s",
+			     json_tokener_get_parse_end(tok),
 			     json_tokener_error_desc(je));
 		*ret_error = e;
 		return -EINVAL;
 	}
 	if (!only_whitespace(text + json_tokener_get_parse_end(tok), len - json_tokener_get_parse_end(tok))) {
-		fail(&e, PROTOCOL_BAD_REQUEST, "malformed JSON: text after the request object at byte %zu",
+		fail(&e,
+		     PROTOCOL_BAD_REQUEST,
+		     "malformed JSON: text after the request object at byte %zu",
 		     json_tokener_get_parse_end(tok));
 		*ret_error = e;
 		return -EINVAL;
@@ -518,10 +582,15 @@ int request_parse(const char *text, size_t len, const RequestLimits *limits, Sub
 		} else if (streq(key, "on_overflow")) {
 			r = parse_enum(v, "on_overflow", "drop", "disconnect", &e, &x);
 			if (r >= 0)
-				s->overflow = x ? SUBSCRIPTION_OVERFLOW_DISCONNECT : SUBSCRIPTION_OVERFLOW_DROP;
+				s->overflow = x ? SUBSCRIPTION_OVERFLOW_DISCONNECT :
+						  SUBSCRIPTION_OVERFLOW_DROP;
 		} else
-			r = fail(&e, PROTOCOL_BAD_REQUEST,
-			         "unknown key \"%.*s\" (known: subscribe, format, on_overflow)", QUOTE_MAX, key);
+			r = fail(
+				&e,
+				PROTOCOL_BAD_REQUEST,
+				"unknown key \"%.*s\" (known: subscribe, format, on_overflow)",
+				QUOTE_MAX,
+				key);
 		if (r == -ENOMEM)
 			return r;
 		if (r < 0) {

@@ -9,15 +9,15 @@
 #include <stdint.h>
 
 /* Each filter list holds at most this many entries, so matching stays a short scan. */
-#define SUBSCRIPTION_MAX_ENTRIES 64u
+#define SUBSCRIPTION_MAX_ENTRIES    64u
 /* TASK_COMM_LEN - 1: a longer name can never equal a task's comm. */
-#define SUBSCRIPTION_COMM_MAX 15u
+#define SUBSCRIPTION_COMM_MAX       15u
 /* systemd's UNIT_NAME_MAX - 1. */
-#define SUBSCRIPTION_UNIT_MAX 255u
+#define SUBSCRIPTION_UNIT_MAX       255u
 /* Type ids below this are kept in a bitmask (every built-in type is); others in a list. */
 #define SUBSCRIPTION_TYPE_MASK_BITS 64u
 /* Room for a message naming the field at fault and a cut-down copy of the bad value. */
-#define REQUEST_MESSAGE_MAX 256u
+#define REQUEST_MESSAGE_MAX         256u
 
 /* The "error" values of error lines. The first ones come from request_parse(); the others are
  * decided by the server and listed here so that every code has one spelling. */
@@ -54,8 +54,8 @@ typedef enum SubscriptionOverflow {
  * the request. NONE is the default so that a subscription nobody vetted matches nothing. */
 typedef enum SubscriptionAccess {
 	SUBSCRIPTION_ACCESS_NONE,
-	SUBSCRIPTION_ACCESS_UID,   /* events whose uid is access_uid */
-	SUBSCRIPTION_ACCESS_ALL,   /* root and members of AllowGroups= */
+	SUBSCRIPTION_ACCESS_UID, /* events whose uid is access_uid */
+	SUBSCRIPTION_ACCESS_ALL, /* root and members of AllowGroups= */
 } SubscriptionAccess;
 
 /* A parsed request. Lists are sorted and without duplicates; an empty list means the field
@@ -64,7 +64,7 @@ typedef struct Subscription {
 	SubscriptionAccess access;
 	uint32_t access_uid;
 
-	uint64_t type_mask;                  /* bit t: type id t < SUBSCRIPTION_TYPE_MASK_BITS */
+	uint64_t type_mask;                       /* bit t: type id t < SUBSCRIPTION_TYPE_MASK_BITS */
 	uint16_t types[SUBSCRIPTION_MAX_ENTRIES]; /* type ids >= SUBSCRIPTION_TYPE_MASK_BITS */
 	size_t n_types;
 	uint32_t pids[SUBSCRIPTION_MAX_ENTRIES];
@@ -81,15 +81,15 @@ typedef struct Subscription {
 } Subscription;
 
 typedef struct RequestLimits {
-	size_t max_bytes;    /* MaxRequestBytes=: the whole line, its '\n' included */
-	unsigned max_depth;  /* MaxJsonDepth=: `{}` is depth 1, {"subscribe":{"pid":[1]}} depth 3 */
+	size_t max_bytes;   /* MaxRequestBytes=: the whole line, its '\n' included */
+	unsigned max_depth; /* MaxJsonDepth=: `{}` is depth 1, {"subscribe":{"pid":[1]}} depth 3 */
 } RequestLimits;
 
 /* Parses one request line: `text` is the line without its '\n' (len bytes, need not be
  * NUL-terminated). Returns 0 and a new Subscription in *ret (access NONE: the caller sets it),
  * -EINVAL with *ret_error filled for anything the client got wrong, or -ENOMEM. */
-int request_parse(const char *text, size_t len, const RequestLimits *limits, Subscription **ret,
-                  RequestError *ret_error);
+int request_parse(
+	const char *text, size_t len, const RequestLimits *limits, Subscription **ret, RequestError *ret_error);
 
 Subscription *subscription_free(Subscription *s); /* accepts NULL; returns NULL */
 static inline void subscription_freep(Subscription **s) {

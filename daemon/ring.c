@@ -19,10 +19,10 @@ struct Ring {
 	struct perf_event_mmap_page *meta; /* the first mapped page: data_head/data_tail */
 	size_t map_size;
 	uint8_t *data;
-	uint64_t mask;                     /* data size - 1 */
-	uint8_t *scratch;                  /* PERFRING_RECORD_MAX bytes for records that wrap */
-	uint32_t watermark;                /* as opened: wakeup after this many bytes, or 0 */
-	uint32_t wakeup_events;            /* as opened: wakeup after this many records (watermark 0) */
+	uint64_t mask;          /* data size - 1 */
+	uint8_t *scratch;       /* PERFRING_RECORD_MAX bytes for records that wrap */
+	uint32_t watermark;     /* as opened: wakeup after this many bytes, or 0 */
+	uint32_t wakeup_events; /* as opened: wakeup after this many records (watermark 0) */
 };
 
 int ring_open(unsigned cpu, const RingOptions *o, Ring **ret) {
@@ -53,7 +53,7 @@ int ring_open(unsigned cpu, const RingOptions *o, Ring **ret) {
 	r->watermark = o->watermark;
 	r->wakeup_events = o->watermark > 0 ? 0 : attr.wakeup_events;
 
-	r->fd = syscall(SYS_perf_event_open, &attr, -1, (int)cpu, -1, PERF_FLAG_FD_CLOEXEC);
+	r->fd = syscall(SYS_perf_event_open, &attr, -1, (int) cpu, -1, PERF_FLAG_FD_CLOEXEC);
 	if (r->fd < 0)
 		return negative_errno();
 	if (fcntl(r->fd, F_SETFL, O_NONBLOCK) < 0) {
@@ -62,7 +62,7 @@ int ring_open(unsigned cpu, const RingOptions *o, Ring **ret) {
 		return k;
 	}
 
-	r->map_size = (size_t)page * (1 + o->pages);
+	r->map_size = (size_t) page * (1 + o->pages);
 	/* PROT_WRITE makes this a non-overwrite ring: the kernel never passes our data_tail. */
 	map = mmap(NULL, r->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
 	if (map == MAP_FAILED) {
@@ -71,8 +71,8 @@ int ring_open(unsigned cpu, const RingOptions *o, Ring **ret) {
 		return k;
 	}
 	r->meta = map;
-	r->data = (uint8_t *)map + page;
-	r->mask = (uint64_t)page * o->pages - 1;
+	r->data = (uint8_t *) map + page;
+	r->mask = (uint64_t) page * o->pages - 1;
 
 	r->scratch = aligned_alloc(8, ALIGN_TO(PERFRING_RECORD_MAX, 8u));
 	if (!r->scratch) {
@@ -104,16 +104,26 @@ Ring *ring_free(Ring *r) {
 	return NULL;
 }
 
-int ring_fd(const Ring *r) { return r->fd; }
-unsigned ring_cpu(const Ring *r) { return r->cpu; }
-uint64_t ring_data_size(const Ring *r) { return r->mask + 1; }
-uint32_t ring_watermark(const Ring *r) { return r->watermark; }
-uint32_t ring_wakeup_events(const Ring *r) { return r->wakeup_events; }
+int ring_fd(const Ring *r) {
+	return r->fd;
+}
+unsigned ring_cpu(const Ring *r) {
+	return r->cpu;
+}
+uint64_t ring_data_size(const Ring *r) {
+	return r->mask + 1;
+}
+uint32_t ring_watermark(const Ring *r) {
+	return r->watermark;
+}
+uint32_t ring_wakeup_events(const Ring *r) {
+	return r->wakeup_events;
+}
 
 int ring_pending(const Ring *r) {
 	/* A relaxed load is enough for a hint; ring_drain() does the ordered load. */
 	return __atomic_load_n(&r->meta->data_head, __ATOMIC_RELAXED) !=
-	       __atomic_load_n(&r->meta->data_tail, __ATOMIC_RELAXED);
+		__atomic_load_n(&r->meta->data_tail, __ATOMIC_RELAXED);
 }
 
 int64_t ring_drain(Ring *r, uint64_t budget, RingRecordFn fn, void *userdata, uint64_t *ret_skipped) {
@@ -156,5 +166,5 @@ int64_t ring_drain(Ring *r, uint64_t budget, RingRecordFn fn, void *userdata, ui
 		__atomic_store_n(&r->meta->data_tail, tail, __ATOMIC_RELAXED);
 	}
 	*ret_skipped = skipped;
-	return (int64_t)(tail - start - skipped);
+	return (int64_t) (tail - start - skipped);
 }

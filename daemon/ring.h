@@ -9,9 +9,9 @@
 typedef struct Ring Ring;
 
 typedef struct RingOptions {
-	unsigned pages;          /* data pages, a power of two */
-	uint32_t watermark;      /* wake up after this many bytes; 0 = use wakeup_events */
-	uint32_t wakeup_events;  /* wake up after this many records (when watermark is 0); 0 = 1 */
+	unsigned pages;         /* data pages, a power of two */
+	uint32_t watermark;     /* wake up after this many bytes; 0 = use wakeup_events */
+	uint32_t wakeup_events; /* wake up after this many records (when watermark is 0); 0 = 1 */
 } RingOptions;
 
 /* Opens the perf event for `cpu` (non-blocking, close-on-exec) and maps 1 + pages pages. */

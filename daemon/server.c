@@ -18,24 +18,24 @@
 #include "log.h"
 #include "server.h"
 
-#define USEC_PER_MSEC 1000ULL
+#define USEC_PER_MSEC                1000ULL
 /* The kernel's SCM_MAX_FD: the most descriptors one message can carry. */
-#define SERVER_SCM_MAX_FD 253
+#define SERVER_SCM_MAX_FD            253
 /* A request buffer starts this small and doubles up to MaxRequestBytes=. */
-#define REQUEST_BUFFER_MIN 1024u
+#define REQUEST_BUFFER_MIN           1024u
 /* Input a subscriber sends is read and thrown away, at most this much per wakeup. */
-#define DISCARD_PER_WAKEUP (64u * 1024u)
+#define DISCARD_PER_WAKEUP           (64u * 1024u)
 /* accept() stops this long after running out of file descriptors, instead of spinning. */
-#define ACCEPT_PAUSE_USEC (100 * USEC_PER_MSEC)
+#define ACCEPT_PAUSE_USEC            (100 * USEC_PER_MSEC)
 /* A daemon out of descriptors would otherwise log ten times a second. */
 #define ACCEPT_WARNING_INTERVAL_USEC (60 * 1000 * USEC_PER_MSEC)
 /* Connections accepted per wakeup, so that a connection storm cannot starve the flush loop. */
-#define ACCEPT_BATCH 64
+#define ACCEPT_BATCH                 64
 /* An error line: the fixed part and a message of REQUEST_MESSAGE_MAX bytes, each of which may
  * become a 6-byte escape. */
-#define ERROR_LINE_MAX (128u + 6u * REQUEST_MESSAGE_MAX)
-#define PERFRELAY_GROUP "perfrelay"
-#define SOCKET_MODE 0660
+#define ERROR_LINE_MAX               (128u + 6u * REQUEST_MESSAGE_MAX)
+#define PERFRELAY_GROUP              "perfrelay"
+#define SOCKET_MODE                  0660
 
 typedef struct Connection Connection;
 
@@ -44,16 +44,16 @@ struct Connection {
 	Connection *prev, *next;
 	uint64_t id;
 	int fd;
-	struct ucred cred;           /* SO_PEERCRED: the peer at connect() time */
+	struct ucred cred; /* SO_PEERCRED: the peer at connect() time */
 	sd_event_source *io;
-	sd_event_source *timer;      /* until the request line is read */
-	char *buf;                   /* the request line so far */
+	sd_event_source *timer; /* until the request line is read */
+	char *buf;              /* the request line so far */
 	size_t len, size;
-	Subscription *sub;           /* after the request: read by reader threads via the hub */
-	HubClient *client;           /* after the request */
-	bool input_open;             /* false after the client shut down its sending side */
-	bool draining;               /* overflowed: detached, writing what is queued, then closed */
-	ProtocolError drain_error;   /* why it is draining: the error line it gets at the end */
+	Subscription *sub;         /* after the request: read by reader threads via the hub */
+	HubClient *client;         /* after the request */
+	bool input_open;           /* false after the client shut down its sending side */
+	bool draining;             /* overflowed: detached, writing what is queued, then closed */
+	ProtocolError drain_error; /* why it is draining: the error line it gets at the end */
 };
 
 struct Server {
@@ -63,8 +63,8 @@ struct Server {
 	ServerFlushFn flush;
 	void *userdata;
 	int listen_fd;
-	char *path;                  /* what we listen on, for messages */
-	char *created_path;          /* the socket file we bound ourselves: removed at exit */
+	char *path;         /* what we listen on, for messages */
+	char *created_path; /* the socket file we bound ourselves: removed at exit */
 	sd_event_source *accept_source;
 	sd_event_source *accept_pause;
 	uint64_t accept_warned_usec; /* CLOCK_MONOTONIC of the last accept failure logged */
@@ -88,7 +88,8 @@ static int send_line(int fd, const char *line, size_t len) {
 }
 
 static size_t format_error(ProtocolError code, const char *message, char *buf, size_t size) {
-	int k = snprintf(buf, size, "{\"type\":\"error\",\"error\":\"%s\",\"message\":", protocol_error_to_string(code));
+	int k = snprintf(
+		buf, size, "{\"type\":\"error\",\"error\":\"%s\",\"message\":", protocol_error_to_string(code));
 	ssize_t m;
 
 	if (k < 0 || (size_t) k >= size)
@@ -120,8 +121,13 @@ static void connection_free(Connection *c) {
 		s->stats.gone_offered += st.offered;
 		s->stats.gone_sent += st.sent;
 		s->stats.gone_dropped += st.dropped;
-		log_debug("Client %" PRIu64 " disconnected: %" PRIu64 " events offered, %" PRIu64 " sent, %" PRIu64
-		          " dropped", c->id, st.offered, st.sent, st.dropped);
+		log_debug(
+			"Client %" PRIu64 " disconnected: %" PRIu64 " events offered, %" PRIu64
+			" sent, %" PRIu64 " dropped",
+			c->id,
+			st.offered,
+			st.sent,
+			st.dropped);
 		hub_client_free(c->client);
 		s->stats.clients--;
 	} else
@@ -148,8 +154,13 @@ static void connection_refuse(Connection *c, ProtocolError code, const char *mes
 	size_t n = format_error(code, message, line, sizeof(line));
 
 	c->server->stats.refused[code]++;
-	log_debug("Client %" PRIu64 " (pid %d, uid %u) refused: %s: %s", c->id, (int) c->cred.pid,
-	          (unsigned) c->cred.uid, protocol_error_to_string(code), message);
+	log_debug(
+		"Client %" PRIu64 " (pid %d, uid %u) refused: %s: %s",
+		c->id,
+		(int) c->cred.pid,
+		(unsigned) c->cred.uid,
+		protocol_error_to_string(code),
+		message);
 	if (n > 0)
 		(void) send_line(c->fd, line, n);
 	connection_free(c);
@@ -169,7 +180,8 @@ static int connection_update_events(Connection *c) {
 		events |= EPOLLOUT;
 	r = sd_event_source_set_io_events(c->io, events);
 	if (r < 0)
-		log_warning_errno(r, "Client %" PRIu64 ": failed to update its event watch, closing: %m", c->id);
+		log_warning_errno(
+			r, "Client %" PRIu64 ": failed to update its event watch, closing: %m", c->id);
 	return r;
 }
 
@@ -231,8 +243,8 @@ static int connection_access(Connection *c, SubscriptionAccess *ret) {
 		if (errno != ERANGE)
 			return negative_errno();
 	}
-	*ret = filter_access(c->cred.uid, c->cred.gid, groups, len / sizeof(gid_t), cfg->allow_groups,
-	                     cfg->n_allow_groups);
+	*ret = filter_access(
+		c->cred.uid, c->cred.gid, groups, len / sizeof(gid_t), cfg->allow_groups, cfg->n_allow_groups);
 	return 0;
 }
 
@@ -242,7 +254,7 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 	HubClientOptions o = {
 		.format = sub->format == SUBSCRIPTION_FORMAT_BINARY ? HUB_FORMAT_BINARY : HUB_FORMAT_JSON,
 		.overflow = sub->overflow == SUBSCRIPTION_OVERFLOW_DISCONNECT ? HUB_OVERFLOW_DISCONNECT :
-		                                                               HUB_OVERFLOW_DROP,
+										HUB_OVERFLOW_DROP,
 		.queue_bytes = s->config->client_queue_bytes,
 		.match = match_subscription,
 		.filter = sub,
@@ -253,7 +265,8 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 
 	r = connection_access(c, &sub->access);
 	if (r < 0) {
-		log_warning_errno(r, "Client %" PRIu64 ": failed to read the peer's groups, closing: %m", c->id);
+		log_warning_errno(
+			r, "Client %" PRIu64 ": failed to read the peer's groups, closing: %m", c->id);
 		connection_free(c);
 		return;
 	}
@@ -268,12 +281,17 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 	s->stats.pending--;
 	s->stats.clients++;
 
-	n = snprintf(hello, sizeof(hello),
-	             "{\"type\":\"hello\",\"protocol\":%u,\"schema\":%u,\"version\":\"%s\",\"client_id\":%" PRIu64
-	             ",\"format\":\"%s\",\"access\":\"%s\"}\n",
-	             PROTOCOL_VERSION, SCHEMA_VERSION, PERFRELAY_VERSION_STRING, c->id,
-	             subscription_format_to_string(sub->format),
-	             sub->access == SUBSCRIPTION_ACCESS_ALL ? "all" : "uid");
+	n = snprintf(
+		hello,
+		sizeof(hello),
+		"{\"type\":\"hello\",\"protocol\":%u,\"schema\":%u,\"version\":\"%s\",\"client_id\":%" PRIu64
+		",\"format\":\"%s\",\"access\":\"%s\"}\n",
+		PROTOCOL_VERSION,
+		SCHEMA_VERSION,
+		PERFRELAY_VERSION_STRING,
+		c->id,
+		subscription_format_to_string(sub->format),
+		sub->access == SUBSCRIPTION_ACCESS_ALL ? "all" : "uid");
 	/* Before attaching: the hello line is always the first thing the client reads. */
 	r = send_line(c->fd, hello, (size_t) n);
 	if (r < 0) {
@@ -285,7 +303,8 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 	c->sub = TAKE_PTR(sub);
 	r = hub_client_attach(s->hub, c->client);
 	if (r < 0) {
-		log_warning_errno(r, "Client %" PRIu64 ": failed to attach it to the readers, closing: %m", c->id);
+		log_warning_errno(
+			r, "Client %" PRIu64 ": failed to attach it to the readers, closing: %m", c->id);
 		connection_free(c);
 		return;
 	}
@@ -294,9 +313,13 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 	free(c->buf);
 	c->buf = NULL;
 	c->len = c->size = 0;
-	log_debug("Client %" PRIu64 " (pid %d, uid %u) subscribed, format %s, access %s", c->id, (int) c->cred.pid,
-	          (unsigned) c->cred.uid, subscription_format_to_string(c->sub->format),
-	          c->sub->access == SUBSCRIPTION_ACCESS_ALL ? "all" : "own uid");
+	log_debug(
+		"Client %" PRIu64 " (pid %d, uid %u) subscribed, format %s, access %s",
+		c->id,
+		(int) c->cred.pid,
+		(unsigned) c->cred.uid,
+		subscription_format_to_string(c->sub->format),
+		c->sub->access == SUBSCRIPTION_ACCESS_ALL ? "all" : "own uid");
 	if (connection_update_events(c) < 0)
 		connection_free(c);
 }
@@ -338,13 +361,19 @@ static void connection_read_request(Connection *c) {
 			if (c->len >= max) {
 				char m[REQUEST_MESSAGE_MAX];
 
-				snprintf(m, sizeof(m), "the request line is longer than %zu bytes (MaxRequestBytes=)", max);
+				snprintf(
+					m,
+					sizeof(m),
+					"the request line is longer than %zu bytes (MaxRequestBytes=)",
+					max);
 				connection_refuse(c, PROTOCOL_TOO_LARGE, m);
 				return;
 			}
 			b = realloc(c->buf, size);
 			if (!b) {
-				log_warning("Client %" PRIu64 ": out of memory reading its request, closing", c->id);
+				log_warning(
+					"Client %" PRIu64 ": out of memory reading its request, closing",
+					c->id);
 				connection_free(c);
 				return;
 			}
@@ -354,8 +383,10 @@ static void connection_read_request(Connection *c) {
 
 		n = connection_recv(c, c->buf + c->len, c->size - c->len, &fds);
 		if (fds) {
-			connection_refuse(c, PROTOCOL_FD_PASSED,
-			                  "file descriptors are not accepted; the ones sent were closed");
+			connection_refuse(
+				c,
+				PROTOCOL_FD_PASSED,
+				"file descriptors are not accepted; the ones sent were closed");
 			return;
 		}
 		if (n == -EAGAIN || n == -EINTR)
@@ -370,14 +401,20 @@ static void connection_read_request(Connection *c) {
 			 * '\n': the end of its input ends the line too. */
 			c->input_open = false;
 			if (c->len == 0) {
-				connection_refuse(c, PROTOCOL_BAD_REQUEST,
-				                  "the connection was closed before a request line was sent");
+				connection_refuse(
+					c,
+					PROTOCOL_BAD_REQUEST,
+					"the connection was closed before a request line was sent");
 				return;
 			}
 			if (c->len >= max) {
 				char m[REQUEST_MESSAGE_MAX];
 
-				snprintf(m, sizeof(m), "the request line is longer than %zu bytes (MaxRequestBytes=)", max);
+				snprintf(
+					m,
+					sizeof(m),
+					"the request line is longer than %zu bytes (MaxRequestBytes=)",
+					max);
 				connection_refuse(c, PROTOCOL_TOO_LARGE, m);
 				return;
 			}
@@ -451,8 +488,11 @@ static int on_request_timeout(sd_event_source *es, uint64_t usec, void *userdata
 	Connection *c = userdata;
 	char m[REQUEST_MESSAGE_MAX];
 
-	snprintf(m, sizeof(m), "no complete request line within %u ms (RequestTimeoutMs=)",
-	         c->server->config->request_timeout_ms);
+	snprintf(
+		m,
+		sizeof(m),
+		"no complete request line within %u ms (RequestTimeoutMs=)",
+		c->server->config->request_timeout_ms);
 	connection_refuse(c, PROTOCOL_TIMEOUT, m);
 	return 0;
 }
@@ -496,23 +536,35 @@ static void server_add_connection(Server *s, int fd_in) {
 	s->n_connections++;
 	s->stats.pending++;
 
-	log_debug("Client %" PRIu64 " connected (pid %d, uid %u, gid %u)", c->id, (int) cred.pid,
-	          (unsigned) cred.uid, (unsigned) cred.gid);
+	log_debug(
+		"Client %" PRIu64 " connected (pid %d, uid %u, gid %u)",
+		c->id,
+		(int) cred.pid,
+		(unsigned) cred.uid,
+		(unsigned) cred.gid);
 
 	/* Counted with the new one: pending connections hold a slot too, so that clients that
 	 * never send a request cannot get around the limit. */
 	if (s->n_connections > cfg->max_clients) {
 		char m[REQUEST_MESSAGE_MAX];
 
-		snprintf(m, sizeof(m), "the daemon serves at most %u clients at once (MaxClients=)", cfg->max_clients);
+		snprintf(
+			m,
+			sizeof(m),
+			"the daemon serves at most %u clients at once (MaxClients=)",
+			cfg->max_clients);
 		connection_refuse(c, PROTOCOL_TOO_MANY_CLIENTS, m);
 		return;
 	}
 	if (server_count_uid(s, cred.uid) > cfg->max_clients_per_uid) {
 		char m[REQUEST_MESSAGE_MAX];
 
-		snprintf(m, sizeof(m), "uid %u has %u clients already (MaxClientsPerUid=)", (unsigned) cred.uid,
-		         cfg->max_clients_per_uid);
+		snprintf(
+			m,
+			sizeof(m),
+			"uid %u has %u clients already (MaxClientsPerUid=)",
+			(unsigned) cred.uid,
+			cfg->max_clients_per_uid);
 		connection_refuse(c, PROTOCOL_TOO_MANY_CLIENTS, m);
 		return;
 	}
@@ -520,9 +572,14 @@ static void server_add_connection(Server *s, int fd_in) {
 	r = sd_event_add_io(s->event, &c->io, c->fd, EPOLLIN, on_connection_io, c);
 	if (r >= 0)
 		/* Accuracy of 1 ms: the default (250 ms) would dwarf short timeouts. */
-		r = sd_event_add_time_relative(s->event, &c->timer, CLOCK_MONOTONIC,
-		                               (uint64_t) cfg->request_timeout_ms * USEC_PER_MSEC, USEC_PER_MSEC,
-		                               on_request_timeout, c);
+		r = sd_event_add_time_relative(
+			s->event,
+			&c->timer,
+			CLOCK_MONOTONIC,
+			(uint64_t) cfg->request_timeout_ms * USEC_PER_MSEC,
+			USEC_PER_MSEC,
+			on_request_timeout,
+			c);
 	if (r < 0) {
 		log_warning_errno(r, "Failed to watch client %" PRIu64 ", closing it: %m", c->id);
 		connection_free(c);
@@ -560,14 +617,24 @@ static int on_accept(sd_event_source *es, int fd, uint32_t revents, void *userda
 		(void) sd_event_now(s->event, CLOCK_MONOTONIC, &now);
 		if (s->accept_warned_usec == 0 || now >= s->accept_warned_usec + ACCEPT_WARNING_INTERVAL_USEC) {
 			s->accept_warned_usec = now ?: 1;
-			log_warning_errno(r, "Failed to accept a connection on %s, pausing for %llu ms (%" PRIu64
-			                  " times so far): %m", s->path, ACCEPT_PAUSE_USEC / USEC_PER_MSEC,
-			                  s->stats.accept_errors);
+			log_warning_errno(
+				r,
+				"Failed to accept a connection on %s, pausing for %llu ms (%" PRIu64
+				" times so far): %m",
+				s->path,
+				ACCEPT_PAUSE_USEC / USEC_PER_MSEC,
+				s->stats.accept_errors);
 		}
 		(void) sd_event_source_set_enabled(s->accept_source, SD_EVENT_OFF);
 		if (!s->accept_pause &&
-		    sd_event_add_time_relative(s->event, &s->accept_pause, CLOCK_MONOTONIC, ACCEPT_PAUSE_USEC,
-		                               USEC_PER_MSEC, on_accept_resume, s) < 0)
+		    sd_event_add_time_relative(
+			    s->event,
+			    &s->accept_pause,
+			    CLOCK_MONOTONIC,
+			    ACCEPT_PAUSE_USEC,
+			    USEC_PER_MSEC,
+			    on_accept_resume,
+			    s) < 0)
 			(void) sd_event_source_set_enabled(s->accept_source, SD_EVENT_ON);
 		return 0;
 	}
@@ -603,8 +670,10 @@ static int remove_stale_socket(const char *path, const struct sockaddr_un *sa, s
 	if (fd < 0)
 		return negative_errno();
 	if (connect(fd, (const struct sockaddr *) sa, sa_len) >= 0 || errno == EAGAIN)
-		return log_error_errno(-EADDRINUSE, "Another process is listening on %s (is perfrelayd already running?)",
-		                       path);
+		return log_error_errno(
+			-EADDRINUSE,
+			"Another process is listening on %s (is perfrelayd already running?)",
+			path);
 	if (errno != ECONNREFUSED)
 		return log_error_errno(-errno, "Failed to check whether %s is in use: %m", path);
 	if (unlink(path) < 0 && errno != ENOENT)
@@ -621,7 +690,8 @@ static int server_create_socket(Server *s, const char *path) {
 	int r;
 
 	if (strlen(path) >= sizeof(sa.sun_path))
-		return log_error_errno(-ENAMETOOLONG, "SocketPath=%s: longer than a socket address can hold", path);
+		return log_error_errno(
+			-ENAMETOOLONG, "SocketPath=%s: longer than a socket address can hold", path);
 	memcpy(sa.sun_path, path, strlen(path));
 	sa_len = (socklen_t) (offsetof(struct sockaddr_un, sun_path) + strlen(path) + 1);
 
@@ -648,7 +718,8 @@ static int server_create_socket(Server *s, const char *path) {
 	g = getgrnam(PERFRELAY_GROUP);
 	if (g) {
 		if (chown(path, (uid_t) -1, g->gr_gid) < 0)
-			return log_error_errno(-errno, "Failed to give %s to group %s: %m", path, PERFRELAY_GROUP);
+			return log_error_errno(
+				-errno, "Failed to give %s to group %s: %m", path, PERFRELAY_GROUP);
 	} else
 		log_debug("No group %s: %s is accessible to root only", PERFRELAY_GROUP, path);
 	if (listen(fd, SOMAXCONN) < 0)
@@ -668,12 +739,14 @@ static int server_take_activated_socket(Server *s, int *ret_found) {
 		return 0;
 	}
 	if (n > 1)
-		return log_error_errno(-EINVAL, "systemd passed %d sockets; perfrelayd takes exactly one (ListenStream=)", n);
+		return log_error_errno(
+			-EINVAL, "systemd passed %d sockets; perfrelayd takes exactly one (ListenStream=)", n);
 	r = sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_STREAM, 1, NULL, 0);
 	if (r < 0)
 		return log_error_errno(r, "Failed to check the socket passed by systemd: %m");
 	if (r == 0)
-		return log_error_errno(-EINVAL, "The socket passed by systemd is not a listening AF_UNIX stream socket");
+		return log_error_errno(
+			-EINVAL, "The socket passed by systemd is not a listening AF_UNIX stream socket");
 	flags = fcntl(SD_LISTEN_FDS_START, F_GETFL);
 	if (flags < 0 || fcntl(SD_LISTEN_FDS_START, F_SETFL, flags | O_NONBLOCK) < 0)
 		return log_error_errno(-errno, "Failed to make the socket passed by systemd non-blocking: %m");
@@ -682,8 +755,8 @@ static int server_take_activated_socket(Server *s, int *ret_found) {
 	return 0;
 }
 
-int server_new(sd_event *event, Hub *hub, const Config *config, ServerFlushFn flush, void *userdata,
-               Server **ret) {
+int server_new(
+	sd_event *event, Hub *hub, const Config *config, ServerFlushFn flush, void *userdata, Server **ret) {
 	Server *s;
 	int r, activated = 0;
 
@@ -759,8 +832,13 @@ void server_set_config(Server *s, const Config *config) {
 			continue;
 		if (connection_access(c, &a) >= 0 && a == SUBSCRIPTION_ACCESS_ALL)
 			continue;
-		log_info("Client %" PRIu64 " (pid %d, uid %u): AllowGroups= no longer grants it every event, "
-		         "disconnecting", c->id, (int) c->cred.pid, (unsigned) c->cred.uid);
+		log_info(
+			"Client %" PRIu64
+			" (pid %d, uid %u): AllowGroups= no longer grants it every event, "
+			"disconnecting",
+			c->id,
+			(int) c->cred.pid,
+			(unsigned) c->cred.uid);
 		/* After this no reader offers it an event. */
 		hub_client_detach(s->hub, c->client);
 		c->draining = true;
@@ -791,8 +869,8 @@ void server_flush_client(Server *s, HubClient *hc) {
 	if (c->draining && r > 0) {
 		/* At a line boundary now. Binary streams have no place for a JSON line. */
 		const char *why = c->drain_error == PROTOCOL_ACCESS_REVOKED ?
-		                  "a reload removed the AllowGroups= group that gave this client every event" :
-		                  "the client's queue overflowed (on_overflow=disconnect)";
+			"a reload removed the AllowGroups= group that gave this client every event" :
+			"the client's queue overflowed (on_overflow=disconnect)";
 
 		if (c->sub->format == SUBSCRIPTION_FORMAT_JSON)
 			connection_refuse(c, c->drain_error, why);
@@ -848,7 +926,7 @@ int server_foreach_client(Server *s, int (*fn)(const ServerClientInfo *info, voi
 
 		if (!c->client || !c->sub)
 			continue;
-		info = (ServerClientInfo) {
+		info = (ServerClientInfo){
 			.id = c->id,
 			.uid = c->cred.uid,
 			.pid = c->cred.pid,
@@ -865,8 +943,11 @@ int server_foreach_client(Server *s, int (*fn)(const ServerClientInfo *info, voi
 int server_disconnect_client(Server *s, uint64_t id) {
 	for (Connection *c = s->connections; c; c = c->next)
 		if (c->id == id) {
-			log_info("Client %" PRIu64 " (pid %d, uid %u) disconnected on request", c->id, (int) c->cred.pid,
-			         (unsigned) c->cred.uid);
+			log_info(
+				"Client %" PRIu64 " (pid %d, uid %u) disconnected on request",
+				c->id,
+				(int) c->cred.pid,
+				(unsigned) c->cred.uid);
 			connection_free(c);
 			return 0;
 		}

@@ -14,18 +14,18 @@
 #include "request.h"
 
 #define PROTOCOL_VERSION 1u
-#define SCHEMA_VERSION 1u
+#define SCHEMA_VERSION   1u
 
 typedef struct Server Server;
 
 typedef struct ServerStats {
-	uint64_t clients;            /* subscribed now */
-	uint64_t pending;            /* connected, request line not read yet */
-	uint64_t accepted;           /* connections accepted since start */
-	uint64_t subscribed;         /* of which sent a valid request */
+	uint64_t clients;                      /* subscribed now */
+	uint64_t pending;                      /* connected, request line not read yet */
+	uint64_t accepted;                     /* connections accepted since start */
+	uint64_t subscribed;                   /* of which sent a valid request */
 	uint64_t refused[_PROTOCOL_ERROR_MAX]; /* connections closed with each error line */
-	uint64_t fds_closed;         /* file descriptors clients passed us, closed unread */
-	uint64_t accept_errors;      /* accept() failures other than "try again" (EMFILE, ...) */
+	uint64_t fds_closed;                   /* file descriptors clients passed us, closed unread */
+	uint64_t accept_errors;                /* accept() failures other than "try again" (EMFILE, ...) */
 	/* Per-client event counters (offered = sent + dropped for each client), summed over the
 	 * subscribers that have gone and over those connected now: D-Bus ClientDrops is
 	 * gone_dropped + live_dropped. "sent" counts events written whole to the client; what
@@ -45,8 +45,8 @@ typedef void (*ServerFlushFn)(void *userdata);
 
 /* Takes the socket systemd passed (sd_listen_fds) or creates config->socket_path, and starts
  * accepting. The config must stay valid until server_set_config() or server_free(). */
-int server_new(sd_event *event, Hub *hub, const Config *config, ServerFlushFn flush, void *userdata,
-               Server **ret);
+int server_new(
+	sd_event *event, Hub *hub, const Config *config, ServerFlushFn flush, void *userdata, Server **ret);
 /* Closes every connection (without a goodbye) and the listening socket; removes the socket
  * file if this server created it. */
 Server *server_free(Server *s);
@@ -67,8 +67,8 @@ void server_get_stats(const Server *s, ServerStats *ret);
 
 /* One subscribed client, for D-Bus ListClients. Valid during the callback only. */
 typedef struct ServerClientInfo {
-	uint64_t id;                 /* the hello line's client_id */
-	uid_t uid;                   /* SO_PEERCRED at connect() */
+	uint64_t id; /* the hello line's client_id */
+	uid_t uid;   /* SO_PEERCRED at connect() */
 	pid_t pid;
 	const Subscription *sub;
 	HubClientStats stats;

@@ -9,14 +9,14 @@
 
 /* Every unit type except "slice", which systemd's cg_path_get_unit() never returns. */
 static const char *const attributable_suffixes[] = {
-	".service", ".socket", ".target", ".device", ".mount", ".automount",
-	".swap",    ".timer",  ".path",   ".scope",
+	".service",   ".socket", ".target", ".device", ".mount",
+	".automount", ".swap",   ".timer",  ".path",   ".scope",
 };
 
 static bool unit_char_ok(char c) {
 	/* systemd's VALID_CHARS plus '@' for template instances. */
 	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == ':' ||
-	       c == '-' || c == '_' || c == '.' || c == '\\' || c == '@';
+		c == '-' || c == '_' || c == '.' || c == '\\' || c == '@';
 }
 
 static bool has_suffix(const char *s, size_t len, const char *suffix) {

@@ -14,13 +14,15 @@ export PERFRELAY_ROOT
 # (systemd-nspawn) and debootstrap run the system suite under a real systemd. libnats-dev builds
 # perfrelay-export; nats-server and prometheus (with promtool) run in the export/metrics tests;
 # qemu-system-x86 and busybox-static boot Debian's kernel packages for the kernels suite
-# (tests/kernels).
+# (tests/kernels); clang-format (and git, for the file list) checks the formatting
+# (tests/style).
 PERFRELAY_PACKAGES=(
 	libbpf-dev bpftool clang llvm libsystemd-dev libjson-c-dev libelf-dev zlib1g-dev
 	meson ninja-build pkg-config dbus python3 gcc libc6-dev
 	libclang-rt-14-dev libdbus-1-dev systemd-container debootstrap
 	libnats-dev nats-server prometheus
 	qemu-system-x86 busybox-static
+	clang-format git
 )
 
 log() {

@@ -187,7 +187,8 @@ static char *strip(char *s) {
 	return s;
 }
 
-int export_config_parse_text(ExportConfig *c, const char *text, size_t size, const char *filename, char **ret_error) {
+int export_config_parse_text(
+	ExportConfig *c, const char *text, size_t size, const char *filename, char **ret_error) {
 	char section[64] = "";
 	unsigned lineno = 0;
 	size_t pos = 0;

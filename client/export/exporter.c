@@ -72,8 +72,12 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
 	} else {
 		pthread_mutex_lock(&e->lock);
 		e->failed[e->n_failed++] = msg; /* consumed: the main thread retries or drops it */
-		snprintf(e->last_error, sizeof(e->last_error), "%s (%d)",
-			 pae->ErrText ?: natsStatus_GetText(pae->Err), (int) pae->ErrCode);
+		snprintf(
+			e->last_error,
+			sizeof(e->last_error),
+			"%s (%d)",
+			pae->ErrText ?: natsStatus_GetText(pae->Err),
+			(int) pae->ErrCode);
 		pthread_mutex_unlock(&e->lock);
 	}
 	atomic_store(&e->last_progress_ms, now_ms());
@@ -124,7 +128,8 @@ static int nats_errno(natsStatus s) {
 	}
 }
 
-int exporter_new(const ExportConfig *cfg, const char *hostname, const char *boot_id, unsigned schema, Exporter **ret) {
+int exporter_new(
+	const ExportConfig *cfg, const char *hostname, const char *boot_id, unsigned schema, Exporter **ret) {
 	Exporter *e;
 	jsOptions jso;
 	natsStatus s;
@@ -402,7 +407,8 @@ void exporter_run(Exporter *e, uint64_t now) {
 	}
 
 	if (atomic_exchange(&e->reclaim, false) ||
-	    (atomic_load(&e->in_flight) > 0 && now > atomic_load(&e->last_progress_ms) + e->cfg->ack_timeout_ms)) {
+	    (atomic_load(&e->in_flight) > 0 &&
+	     now > atomic_load(&e->last_progress_ms) + e->cfg->ack_timeout_ms)) {
 		reclaim_in_flight(e);
 		back_off(e, now);
 	}
@@ -455,7 +461,7 @@ void exporter_abandon(Exporter *e) {
 }
 
 void exporter_get_stats(Exporter *e, ExportStats *ret) {
-	*ret = (ExportStats) {
+	*ret = (ExportStats){
 		.offered = e->offered,
 		.exported = atomic_load(&e->exported),
 		.duplicates = atomic_load(&e->duplicates),
@@ -474,7 +480,8 @@ void exporter_get_stats(Exporter *e, ExportStats *ret) {
 	pthread_mutex_lock(&e->lock);
 	snprintf(ret->last_error, sizeof(ret->last_error), "%s", e->last_error);
 	pthread_mutex_unlock(&e->lock);
-	if (!ret->connected || natsConnection_GetConnectedUrl(e->nc, ret->server, sizeof(ret->server)) != NATS_OK)
+	if (!ret->connected ||
+	    natsConnection_GetConnectedUrl(e->nc, ret->server, sizeof(ret->server)) != NATS_OK)
 		ret->server[0] = 0;
 }
 
@@ -485,9 +492,21 @@ int export_stats_write_json(const ExportStats *s, FILE *f) {
 		",\"dropped_shutdown\":%" PRIu64 ",\"export_retried\":%" PRIu64 ",\"daemon_lost\":%" PRIu64
 		",\"queued\":%" PRIu64 ",\"in_flight\":%" PRIu64 ",\"reconnects\":%" PRIu64
 		",\"connected\":%s,\"stream_ready\":%s,\"server\":\"%s\",\"last_error\":\"",
-		s->offered, s->exported, s->duplicates, s->dropped, s->dropped_queue_full, s->dropped_retries,
-		s->dropped_shutdown, s->retried, s->daemon_lost, s->queued, s->in_flight, s->reconnects,
-		s->connected ? "true" : "false", s->stream_ready ? "true" : "false", s->server);
+		s->offered,
+		s->exported,
+		s->duplicates,
+		s->dropped,
+		s->dropped_queue_full,
+		s->dropped_retries,
+		s->dropped_shutdown,
+		s->retried,
+		s->daemon_lost,
+		s->queued,
+		s->in_flight,
+		s->reconnects,
+		s->connected ? "true" : "false",
+		s->stream_ready ? "true" : "false",
+		s->server);
 	/* JSON-safe: the server's text is ASCII prose; anything else becomes '?'. */
 	for (const char *p = s->last_error; *p; p++)
 		fputc(*p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\' ? *p : '?', f);

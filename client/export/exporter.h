@@ -16,15 +16,15 @@ typedef struct Exporter Exporter;
 
 /* Counters as users see them (docs/export.md). At exit, exported + dropped = offered. */
 typedef struct ExportStats {
-	uint64_t offered;      /* events read from the socket (or --input) */
-	uint64_t exported;     /* acknowledged by JetStream (duplicates included) */
-	uint64_t duplicates;   /* acknowledged as duplicates of a message id already stored */
-	uint64_t dropped;      /* given up: the sum of the three below */
+	uint64_t offered;    /* events read from the socket (or --input) */
+	uint64_t exported;   /* acknowledged by JetStream (duplicates included) */
+	uint64_t duplicates; /* acknowledged as duplicates of a message id already stored */
+	uint64_t dropped;    /* given up: the sum of the three below */
 	uint64_t dropped_queue_full;
 	uint64_t dropped_retries;  /* MaxRetries republishes without an ack */
 	uint64_t dropped_shutdown; /* still unacknowledged when DrainTimeoutMSec ran out */
-	uint64_t retried;      /* republishes */
-	uint64_t daemon_lost;  /* events the daemon dropped for this client (its own counter too) */
+	uint64_t retried;          /* republishes */
+	uint64_t daemon_lost;      /* events the daemon dropped for this client (its own counter too) */
 	uint64_t queued;
 	uint64_t in_flight;
 	uint64_t reconnects;
@@ -34,7 +34,8 @@ typedef struct ExportStats {
 	char last_error[128]; /* JetStream's reason for the last refusal, "" if none */
 } ExportStats;
 
-int exporter_new(const ExportConfig *cfg, const char *hostname, const char *boot_id, unsigned schema, Exporter **ret);
+int exporter_new(
+	const ExportConfig *cfg, const char *hostname, const char *boot_id, unsigned schema, Exporter **ret);
 Exporter *exporter_free(Exporter *e);
 
 /* Offers one record (hdr->size bytes at rec) for export: queued, or dropped and counted. */

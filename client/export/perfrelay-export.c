@@ -21,7 +21,7 @@
 #include "macro.h"
 #include "perfrelay.h"
 
-#define CONFIG_DEFAULT "/etc/perfrelay/export.conf"
+#define CONFIG_DEFAULT    "/etc/perfrelay/export.conf"
 #define STATS_INTERVAL_MS 1000
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(perfrelay_client *, perfrelay_close);
@@ -46,7 +46,8 @@ static void help(void) {
 	       "     --stats-json      Print the counters of the running (or last) exporter from\n"
 	       "                       its stats file and exit\n"
 	       "  -h --help           Show this help\n",
-	       program, CONFIG_DEFAULT);
+	       program,
+	       CONFIG_DEFAULT);
 }
 
 /* Writes the counters atomically (temporary file + rename) so a reader never sees half. */
@@ -101,7 +102,8 @@ static void drain(Exporter *e, const ExportConfig *cfg, const char *stats_file, 
 			stats_save(e, stats_file);
 			last = now_ms();
 		}
-		if (poll(&(struct pollfd) { .fd = signal_fd, .events = POLLIN }, 1, 5) > 0 && signal_pending(signal_fd))
+		if (poll(&(struct pollfd){ .fd = signal_fd, .events = POLLIN }, 1, 5) > 0 &&
+		    signal_pending(signal_fd))
 			break; /* a second signal: stop waiting */
 	}
 	exporter_abandon(e);
@@ -144,7 +146,7 @@ static int run_input(Exporter *e, const char *input, const char *stats_file, int
 		/* Waits for room instead of dropping: a file can wait, unlike the daemon. */
 		while (!exporter_has_room(e)) {
 			exporter_run(e, now_ms());
-			if (poll(&(struct pollfd) { .fd = signal_fd, .events = POLLIN }, 1, 1) > 0) {
+			if (poll(&(struct pollfd){ .fd = signal_fd, .events = POLLIN }, 1, 1) > 0) {
 				munmap((void *) map, (size_t) st.st_size);
 				return 0;
 			}
@@ -161,8 +163,8 @@ static int run_input(Exporter *e, const char *input, const char *stats_file, int
 	return r;
 }
 
-static int run_socket(Exporter *e, const ExportConfig *cfg, const char *socket_path, const char *stats_file,
-		      int signal_fd) {
+static int run_socket(
+	Exporter *e, const ExportConfig *cfg, const char *socket_path, const char *stats_file, int signal_fd) {
 	_cleanup_(perfrelay_closep) perfrelay_client *c = NULL;
 	struct perfrelay_subscription sub = {
 		.types = (const char *const *) cfg->types,
@@ -180,7 +182,9 @@ static int run_socket(Exporter *e, const ExportConfig *cfg, const char *socket_p
 		return r;
 	r = perfrelay_connect(c, socket_path, &sub);
 	if (r < 0) {
-		fprintf(stderr, "%s: cannot subscribe on %s: %s\n", program,
+		fprintf(stderr,
+			"%s: cannot subscribe on %s: %s\n",
+			program,
 			perfrelay_client_socket_path(c) ?: "the event socket",
 			perfrelay_client_error(c) ?: strerror(-r));
 		return r;
@@ -236,15 +240,13 @@ static int run_socket(Exporter *e, const ExportConfig *cfg, const char *socket_p
 
 int main(int argc, char *argv[]) {
 	enum { ARG_CONFIG = 0x100, ARG_SOCKET, ARG_STATS_FILE, ARG_INPUT, ARG_STATS_JSON };
-	static const struct option options[] = {
-		{ "help", no_argument, NULL, 'h' },
-		{ "config", required_argument, NULL, ARG_CONFIG },
-		{ "socket", required_argument, NULL, ARG_SOCKET },
-		{ "stats-file", required_argument, NULL, ARG_STATS_FILE },
-		{ "input", required_argument, NULL, ARG_INPUT },
-		{ "stats-json", no_argument, NULL, ARG_STATS_JSON },
-		{}
-	};
+	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
+						 { "config", required_argument, NULL, ARG_CONFIG },
+						 { "socket", required_argument, NULL, ARG_SOCKET },
+						 { "stats-file", required_argument, NULL, ARG_STATS_FILE },
+						 { "input", required_argument, NULL, ARG_INPUT },
+						 { "stats-json", no_argument, NULL, ARG_STATS_JSON },
+						 {} };
 	const char *config_path = CONFIG_DEFAULT, *socket_path = NULL, *stats_file = NULL, *input = NULL;
 	_cleanup_free_ char *error = NULL, *dropin = NULL;
 	_cleanup_close_ int signal_fd = -EBADF;
@@ -354,15 +356,23 @@ int main(int argc, char *argv[]) {
 		export_config_free(cfg);
 		return 1;
 	}
-	r = input ? run_input(e, input, stats_file, signal_fd) : run_socket(e, cfg, socket_path, stats_file, signal_fd);
+	r = input ? run_input(e, input, stats_file, signal_fd) :
+		    run_socket(e, cfg, socket_path, stats_file, signal_fd);
 	drain(e, cfg, stats_file, signal_fd);
 	stats_save(e, stats_file);
 	{
 		ExportStats s;
 
 		exporter_get_stats(e, &s);
-		fprintf(stderr, "%s: offered %" PRIu64 ", exported %" PRIu64 " (%" PRIu64 " duplicates), dropped %" PRIu64
-			", retried %" PRIu64 "\n", program, s.offered, s.exported, s.duplicates, s.dropped, s.retried);
+		fprintf(stderr,
+			"%s: offered %" PRIu64 ", exported %" PRIu64 " (%" PRIu64
+			" duplicates), dropped %" PRIu64 ", retried %" PRIu64 "\n",
+			program,
+			s.offered,
+			s.exported,
+			s.duplicates,
+			s.dropped,
+			s.retried);
 	}
 	exporter_free(e);
 	export_config_free(cfg);

@@ -10,17 +10,17 @@
 #define HTTP_REQUEST_MAX 8192
 
 typedef enum HttpVerdict {
-	HTTP_INCOMPLETE,     /* no empty line yet: read more (up to HTTP_REQUEST_MAX) */
-	HTTP_METRICS,        /* GET or HEAD /metrics (query string ignored) */
-	HTTP_NOT_FOUND,      /* another path */
-	HTTP_BAD_METHOD,     /* not GET/HEAD */
-	HTTP_BAD_REQUEST,    /* not an HTTP/1.x request line, or control bytes */
-	HTTP_TOO_LARGE,      /* no end of headers within HTTP_REQUEST_MAX */
+	HTTP_INCOMPLETE,  /* no empty line yet: read more (up to HTTP_REQUEST_MAX) */
+	HTTP_METRICS,     /* GET or HEAD /metrics (query string ignored) */
+	HTTP_NOT_FOUND,   /* another path */
+	HTTP_BAD_METHOD,  /* not GET/HEAD */
+	HTTP_BAD_REQUEST, /* not an HTTP/1.x request line, or control bytes */
+	HTTP_TOO_LARGE,   /* no end of headers within HTTP_REQUEST_MAX */
 } HttpVerdict;
 
 typedef struct HttpRequest {
-	bool head;         /* HEAD: headers only */
-	bool openmetrics;  /* the Accept header asks for application/openmetrics-text */
+	bool head;        /* HEAD: headers only */
+	bool openmetrics; /* the Accept header asks for application/openmetrics-text */
 } HttpRequest;
 
 /* Judges the first len bytes received on a connection. */

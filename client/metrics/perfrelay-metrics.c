@@ -23,9 +23,9 @@
 #include "http-request.h"
 #include "macro.h"
 
-#define BUS_NAME "org.perfrelay1"
-#define BUS_PATH "/org/perfrelay1"
-#define BUS_IFACE "org.perfrelay1.Manager"
+#define BUS_NAME           "org.perfrelay1"
+#define BUS_PATH           "/org/perfrelay1"
+#define BUS_IFACE          "org.perfrelay1.Manager"
 /* A scraper that does not send its request within this is cut off: one slow peer must not
  * hold the single-threaded server. */
 #define REQUEST_TIMEOUT_MS 5000
@@ -42,8 +42,14 @@ typedef struct Out {
 static void family(Out *o, const char *name, const char *type, const char *help) {
 	bool counter = streq(type, "counter");
 
-	fprintf(o->f, "# TYPE %s%s %s\n# HELP %s%s %s\n", name, counter && !o->om ? "_total" : "", type, name,
-		counter && !o->om ? "_total" : "", help);
+	fprintf(o->f,
+		"# TYPE %s%s %s\n# HELP %s%s %s\n",
+		name,
+		counter && !o->om ? "_total" : "",
+		type,
+		name,
+		counter && !o->om ? "_total" : "",
+		help);
 }
 
 static void sample(Out *o, const char *name, bool counter, const char *labels, uint64_t v) {
@@ -69,12 +75,12 @@ static uint64_t jget_u64(json_object *o, const char *key) {
 /* One family per field, one sample per element of the GetStats() array `list`, labelled by the
  * element's `label_key` (a number): e.g. per producer id, per CPU. */
 static void collect_list(
-		Out *o,
-		json_object *list,
-		const char *label_key,
-		const char *label,
-		const char *const (*fields)[3],
-		size_t n_fields) {
+	Out *o,
+	json_object *list,
+	const char *label_key,
+	const char *label,
+	const char *const (*fields)[3],
+	size_t n_fields) {
 	size_t n = json_object_is_type(list, json_type_array) ? json_object_array_length(list) : 0;
 
 	for (size_t k = 0; k < n_fields; k++) {
@@ -98,33 +104,57 @@ static int collect_daemon(sd_bus *bus, Out *o) {
 	static const struct {
 		const char *prop, *name, *help;
 	} counters[] = {
-		{ "EventsReceived", "perfrelay_events_received", "Valid records the readers took from the rings." },
+		{ "EventsReceived",
+		  "perfrelay_events_received",
+		  "Valid records the readers took from the rings." },
 		{ "EventsDelivered", "perfrelay_events_delivered", "Events given to a client." },
 		{ "EventsLost", "perfrelay_events_lost", "Records the kernel reported lost (ring full)." },
-		{ "ProducerFailures", "perfrelay_producer_failures", "bpf_perf_event_output() failures of all producers." },
+		{ "ProducerFailures",
+		  "perfrelay_producer_failures",
+		  "bpf_perf_event_output() failures of all producers." },
 		{ "ClientDrops", "perfrelay_client_drops", "Events dropped for clients whose queue was full." },
 	};
 	/* GetStats() key, metric name, help (docs/dbus.md "GetStats" says what each counts). */
 	static const char *const producer_fields[][3] = {
-		{ "attempts", "perfrelay_producer_attempts", "Emits attempted by the producer (pinned counters), since the pins were made." },
-		{ "received", "perfrelay_producer_received", "Valid records of the producer read by every daemon, since the pins were made." },
-		{ "failures", "perfrelay_producer_emit_failures", "Attempts the kernel did not take, since the pins were made." },
-		{ "failures_downtime", "perfrelay_producer_emit_failures_downtime", "The part of the failures counted while no daemon served." },
+		{ "attempts",
+		  "perfrelay_producer_attempts",
+		  "Emits attempted by the producer (pinned counters), since the pins were made." },
+		{ "received",
+		  "perfrelay_producer_received",
+		  "Valid records of the producer read by every daemon, since the pins were made." },
+		{ "failures",
+		  "perfrelay_producer_emit_failures",
+		  "Attempts the kernel did not take, since the pins were made." },
+		{ "failures_downtime",
+		  "perfrelay_producer_emit_failures_downtime",
+		  "The part of the failures counted while no daemon served." },
 		{ "malformed", "perfrelay_producer_malformed", "Records of the producer the decoder rejected." },
-		{ "crash_lost", "perfrelay_producer_crash_lost", "Records accepted into the rings of a daemon that died before reading them." },
-		{ "seq_gaps", "perfrelay_producer_seq_gaps", "Attempt numbers no record carried (the independent gap detector)." },
+		{ "crash_lost",
+		  "perfrelay_producer_crash_lost",
+		  "Records accepted into the rings of a daemon that died before reading them." },
+		{ "seq_gaps",
+		  "perfrelay_producer_seq_gaps",
+		  "Attempt numbers no record carried (the independent gap detector)." },
 	};
 	static const char *const cpu_fields[][3] = {
-		{ "received", "perfrelay_cpu_events_received", "Valid records this daemon read from the CPU's ring." },
+		{ "received",
+		  "perfrelay_cpu_events_received",
+		  "Valid records this daemon read from the CPU's ring." },
 		{ "lost", "perfrelay_cpu_events_lost", "PERF_RECORD_LOST counts of the CPU's ring." },
 		{ "malformed", "perfrelay_cpu_malformed", "Records of the CPU's ring the decoder rejected." },
-		{ "failures", "perfrelay_cpu_producer_failures", "Emit failures on the CPU, every producer, since the pins were made." },
+		{ "failures",
+		  "perfrelay_cpu_producer_failures",
+		  "Emit failures on the CPU, every producer, since the pins were made." },
 		{ "corrupt", "perfrelay_cpu_corrupt", "Times the ring's framing was broken and skipped." },
 	};
 	static const char *const client_fields[][3] = {
-		{ "offered", "perfrelay_client_events_offered", "Events offered to every client of this daemon." },
+		{ "offered",
+		  "perfrelay_client_events_offered",
+		  "Events offered to every client of this daemon." },
 		{ "delivered", "perfrelay_client_events_sent", "Events written to every client of this daemon." },
-		{ "dropped", "perfrelay_client_events_dropped", "Events dropped for every client of this daemon (queue full, gone)." },
+		{ "dropped",
+		  "perfrelay_client_events_dropped",
+		  "Events dropped for every client of this daemon (queue full, gone)." },
 	};
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
 	json_object *stats = NULL, *list = NULL, *clients = NULL;
@@ -190,7 +220,9 @@ static void collect_export(Out *o) {
 	} counters[] = {
 		{ "offered", "perfrelay_export_offered", "Events perfrelay-export read from the socket." },
 		{ "exported", "perfrelay_export_acked", "Events JetStream acknowledged." },
-		{ "export_dropped", "perfrelay_export_dropped", "Events perfrelay-export gave up (queue full, retries, shutdown)." },
+		{ "export_dropped",
+		  "perfrelay_export_dropped",
+		  "Events perfrelay-export gave up (queue full, retries, shutdown)." },
 		{ "export_retried", "perfrelay_export_retried", "Republishes after a refusal or a missing ack." },
 		{ "duplicates", "perfrelay_export_duplicates", "Acks for message ids the stream already held." },
 		{ "daemon_lost", "perfrelay_export_daemon_lost", "Events the daemon dropped for the exporter." },
@@ -205,7 +237,10 @@ static void collect_export(Out *o) {
 			sample(o, counters[i].name, true, NULL, (uint64_t) json_object_get_int64(v));
 		}
 	if (json_object_object_get_ex(j, "connected", &v)) {
-		family(o, "perfrelay_export_connected", "gauge", "1 while perfrelay-export is connected to NATS.");
+		family(o,
+		       "perfrelay_export_connected",
+		       "gauge",
+		       "1 while perfrelay-export is connected to NATS.");
 		sample(o, "perfrelay_export_connected", false, NULL, json_object_get_boolean(v) ? 1 : 0);
 	}
 	json_object_put(j);
@@ -254,9 +289,13 @@ static void send_all(int fd, const char *p, size_t n) {
 
 static void respond(int fd, const char *status, const char *type, const char *body, size_t len, bool head) {
 	char hdr[512];
-	int n = snprintf(hdr, sizeof(hdr),
-			 "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", status,
-			 type, len);
+	int n = snprintf(
+		hdr,
+		sizeof(hdr),
+		"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+		status,
+		type,
+		len);
 
 	send_all(fd, hdr, (size_t) n);
 	if (!head)
@@ -278,8 +317,9 @@ static void serve(int fd) {
 		ssize_t k;
 
 		clock_gettime(CLOCK_MONOTONIC, &now);
-		left = REQUEST_TIMEOUT_MS - (int) ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000);
-		if (left <= 0 || poll(&(struct pollfd) { .fd = fd, .events = POLLIN }, 1, left) <= 0)
+		left = REQUEST_TIMEOUT_MS -
+			(int) ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000);
+		if (left <= 0 || poll(&(struct pollfd){ .fd = fd, .events = POLLIN }, 1, left) <= 0)
 			goto out;
 		k = recv(fd, buf + len, sizeof(buf) - len, 0);
 		if (k <= 0)
@@ -296,10 +336,13 @@ static void serve(int fd) {
 			respond(fd, "500 Internal Server Error", "text/plain", "out of memory\n", 14, req.head);
 			break;
 		}
-		respond(fd, "200 OK",
-			req.openmetrics ? "application/openmetrics-text; version=1.0.0; charset=utf-8"
-					: "text/plain; version=0.0.4; charset=utf-8",
-			text, size, req.head);
+		respond(fd,
+			"200 OK",
+			req.openmetrics ? "application/openmetrics-text; version=1.0.0; charset=utf-8" :
+					  "text/plain; version=0.0.4; charset=utf-8",
+			text,
+			size,
+			req.head);
 		free(text);
 		break;
 	}
@@ -355,7 +398,8 @@ static int listen_on(const char *addr) {
 	if (fd < 0)
 		return -errno;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if ((v6 ? bind(fd, (struct sockaddr *) &sa6, sizeof(sa6)) : bind(fd, (struct sockaddr *) &sa4, sizeof(sa4))) < 0 ||
+	if ((v6 ? bind(fd, (struct sockaddr *) &sa6, sizeof(sa6)) :
+		  bind(fd, (struct sockaddr *) &sa4, sizeof(sa4))) < 0 ||
 	    listen(fd, 16) < 0) {
 		int r = -errno;
 
@@ -372,17 +416,16 @@ static void help(void) {
 	       "                         (e.g. 127.0.0.1:9471 or [::1]:9471)\n"
 	       "     --export-stats=FILE perfrelay-export's stats file (default %s)\n"
 	       "  -h --help             Show this help\n",
-	       program, export_stats_file);
+	       program,
+	       export_stats_file);
 }
 
 int main(int argc, char *argv[]) {
 	enum { ARG_LISTEN = 0x100, ARG_EXPORT_STATS };
-	static const struct option options[] = {
-		{ "help", no_argument, NULL, 'h' },
-		{ "listen", required_argument, NULL, ARG_LISTEN },
-		{ "export-stats", required_argument, NULL, ARG_EXPORT_STATS },
-		{}
-	};
+	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
+						 { "listen", required_argument, NULL, ARG_LISTEN },
+						 { "export-stats", required_argument, NULL, ARG_EXPORT_STATS },
+						 {} };
 	const char *listen_addr = NULL;
 	int opt, fd, n, acceptconn = 0;
 	socklen_t l = sizeof(acceptconn);
@@ -412,7 +455,9 @@ int main(int argc, char *argv[]) {
 	} else {
 		n = sd_listen_fds(true);
 		if (n != 1) {
-			fprintf(stderr, "%s: expected one socket from systemd (got %d); use --listen=ADDR:PORT\n", program,
+			fprintf(stderr,
+				"%s: expected one socket from systemd (got %d); use --listen=ADDR:PORT\n",
+				program,
 				n);
 			return 1;
 		}

@@ -5,8 +5,8 @@
 #ifndef EXAMPLE_H
 #define EXAMPLE_H
 
-#define EXAMPLE_PRODUCER 300     /* >= PERFRELAY_PRODUCER_THIRD_PARTY_MIN */
-#define EXAMPLE_TYPE     0x8001  /* >= PERFRELAY_TYPE_THIRD_PARTY_MIN */
+#define EXAMPLE_PRODUCER 300    /* >= PERFRELAY_PRODUCER_THIRD_PARTY_MIN */
+#define EXAMPLE_TYPE     0x8001 /* >= PERFRELAY_TYPE_THIRD_PARTY_MIN */
 
 enum example_color {
 	EXAMPLE_RED = 0,
@@ -22,8 +22,8 @@ struct example_point {
 
 struct example_rec {
 	struct perfrelay_hdr hdr;
-	__u8  u8v;
-	__s8  s8v;
+	__u8 u8v;
+	__s8 s8v;
 	__u16 u16v;
 	__s16 s16v;
 	__u16 _pad;
@@ -31,10 +31,10 @@ struct example_rec {
 	__s32 s32v;
 	__u64 u64v;
 	__s64 s64v;
-	enum example_color color;         /* 4 bytes, published as its enumerator's name */
-	char  name[16];                   /* NUL-terminated: published as a string */
-	struct example_point point;       /* published as an object */
-	__u32 values[3];                  /* published as an array */
+	enum example_color color;   /* 4 bytes, published as its enumerator's name */
+	char name[16];              /* NUL-terminated: published as a string */
+	struct example_point point; /* published as an object */
+	__u32 values[3];            /* published as an array */
 	__u32 _pad2;
 };
 

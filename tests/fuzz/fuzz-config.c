@@ -14,11 +14,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
 	if (config_new(&c) < 0)
 		return 0;
-	r = config_parse_text(c, (const char *)data, size, "fuzz.conf", &error);
+	r = config_parse_text(c, (const char *) data, size, "fuzz.conf", &error);
 	if (r < 0 && error && strncmp(error, "fuzz.conf:", 10) != 0)
 		abort(); /* a text error always names file:line */
 	if (r >= 0)
-		(void)config_validate(c, &error) ;
+		(void) config_validate(c, &error);
 	free(error);
 	config_free(c);
 	return 0;

@@ -16,12 +16,12 @@
 
 static char line[ENCODE_JSON_MAX];
 
-#define CHECK(x)                                                                              \
-	do {                                                                                  \
-		if (!(x)) {                                                                   \
+#define CHECK(x)                                                                                        \
+	do {                                                                                            \
+		if (!(x)) {                                                                             \
 			fprintf(stderr, "%s:%d: %s\nline: %.*s\n", __FILE__, __LINE__, #x, 2000, line); \
-			abort();                                                              \
-		}                                                                             \
+			abort();                                                                        \
+		}                                                                                       \
 	} while (0)
 
 /* The reference: the length of the valid UTF-8 sequence at s (n bytes left), or 0. Written
@@ -59,7 +59,7 @@ static char *expected_string(const char *s, size_t max) {
 	char *out = malloc(n * 3 + 1);
 
 	for (size_t i = 0; i < n;) {
-		size_t k = utf8_valid_len((const uint8_t *)s + i, n - i);
+		size_t k = utf8_valid_len((const uint8_t *) s + i, n - i);
 
 		if (k == 0) {
 			memcpy(out + o, "\xef\xbf\xbd", 3);
@@ -108,11 +108,11 @@ static size_t base64_decode(const char *in, uint8_t *out) {
 		const char *p = strchr(alphabet, *in);
 
 		CHECK(p);
-		acc = acc << 6 | (uint32_t)(p - alphabet);
+		acc = acc << 6 | (uint32_t) (p - alphabet);
 		bits += 6;
 		if (bits >= 8) {
 			bits -= 8;
-			out[o++] = (uint8_t)(acc >> bits);
+			out[o++] = (uint8_t) (acc >> bits);
 		}
 	}
 	return o;
@@ -120,11 +120,11 @@ static size_t base64_decode(const char *in, uint8_t *out) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-	static const uint16_t types[] = { PERFRELAY_TYPE_EXEC, PERFRELAY_TYPE_EXIT, PERFRELAY_TYPE_FORK,
-		                          PERFRELAY_TYPE_OPEN, PERFRELAY_TYPE_CONNECT, 0x9000 };
-	static const uint16_t sizes[] = { sizeof(struct perfrelay_exec), sizeof(struct perfrelay_exit),
-		                          sizeof(struct perfrelay_fork), sizeof(struct perfrelay_open),
-		                          sizeof(struct perfrelay_connect), 0 };
+	static const uint16_t types[] = { PERFRELAY_TYPE_EXEC, PERFRELAY_TYPE_EXIT,    PERFRELAY_TYPE_FORK,
+					  PERFRELAY_TYPE_OPEN, PERFRELAY_TYPE_CONNECT, 0x9000 };
+	static const uint16_t sizes[] = { sizeof(struct perfrelay_exec),    sizeof(struct perfrelay_exit),
+					  sizeof(struct perfrelay_fork),    sizeof(struct perfrelay_open),
+					  sizeof(struct perfrelay_connect), 0 };
 	static _Alignas(8) uint8_t rec[2048];
 	struct perfrelay_hdr h = { .magic = PERFRELAY_MAGIC, .version = PERFRELAY_VERSION, .producer = 300 };
 	struct json_tokener *tok;
@@ -139,30 +139,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 	data++;
 	size--;
 	h.type = types[k];
-	h.size = sizes[k] ? sizes[k] : (uint16_t)(sizeof(h) + (size < 1000 ? size : 1000));
+	h.size = sizes[k] ? sizes[k] : (uint16_t) (sizeof(h) + (size < 1000 ? size : 1000));
 	memset(rec, 0, sizeof(rec));
-	memcpy(rec + sizeof(h), data, (size < (size_t)h.size - sizeof(h) ? size : (size_t)h.size - sizeof(h)));
+	memcpy(rec + sizeof(h),
+	       data,
+	       (size < (size_t) h.size - sizeof(h) ? size : (size_t) h.size - sizeof(h)));
 	memcpy(rec, &h, sizeof(h));
 
 	/* Make the record valid where the decoder insists (strings terminated, argv bounds): the
 	 * target is the encoder, the decoder has its own fuzzer. */
 	switch (h.type) {
 	case PERFRELAY_TYPE_EXEC: {
-		struct perfrelay_exec *e = (struct perfrelay_exec *)rec;
-		e->comm[sizeof(e->comm) - 1] = e->filename[sizeof(e->filename) - 1] = e->argv[sizeof(e->argv) - 1] = 0;
+		struct perfrelay_exec *e = (struct perfrelay_exec *) rec;
+		e->comm[sizeof(e->comm) - 1] = e->filename[sizeof(e->filename) - 1] =
+			e->argv[sizeof(e->argv) - 1] = 0;
 		e->argv_len %= PERFRELAY_ARGV_LEN + 1;
 		if (e->argv_len)
 			e->argv[e->argv_len - 1] = 0;
 		break;
 	}
-	case PERFRELAY_TYPE_EXIT: ((struct perfrelay_exit *)rec)->comm[PERFRELAY_COMM_LEN - 1] = 0; break;
-	case PERFRELAY_TYPE_FORK: ((struct perfrelay_fork *)rec)->comm[PERFRELAY_COMM_LEN - 1] = 0; break;
+	case PERFRELAY_TYPE_EXIT:
+		((struct perfrelay_exit *) rec)->comm[PERFRELAY_COMM_LEN - 1] = 0;
+		break;
+	case PERFRELAY_TYPE_FORK:
+		((struct perfrelay_fork *) rec)->comm[PERFRELAY_COMM_LEN - 1] = 0;
+		break;
 	case PERFRELAY_TYPE_OPEN: {
-		struct perfrelay_open *e = (struct perfrelay_open *)rec;
+		struct perfrelay_open *e = (struct perfrelay_open *) rec;
 		e->comm[sizeof(e->comm) - 1] = e->path[sizeof(e->path) - 1] = 0;
 		break;
 	}
-	case PERFRELAY_TYPE_CONNECT: ((struct perfrelay_connect *)rec)->comm[PERFRELAY_COMM_LEN - 1] = 0; break;
+	case PERFRELAY_TYPE_CONNECT:
+		((struct perfrelay_connect *) rec)->comm[PERFRELAY_COMM_LEN - 1] = 0;
+		break;
 	}
 	CHECK(decode_event(rec, h.size, &ev) == DECODE_OK);
 
@@ -170,13 +179,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 	CHECK(n > 0 && line[n - 1] == '\n');
 	tok = json_tokener_new();
 	json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
-	o = json_tokener_parse_ex(tok, line, (int)n - 1);
-	CHECK(o && json_tokener_get_error(tok) == json_tokener_success && json_object_is_type(o, json_type_object));
+	o = json_tokener_parse_ex(tok, line, (int) n - 1);
+	CHECK(o && json_tokener_get_error(tok) == json_tokener_success &&
+	      json_object_is_type(o, json_type_object));
 
 	check_u64(o, "producer", 300);
 	switch (h.type) {
 	case PERFRELAY_TYPE_EXEC: {
-		const struct perfrelay_exec *e = (const void *)rec;
+		const struct perfrelay_exec *e = (const void *) rec;
 		size_t i = 0, idx = 0;
 
 		check_u64(o, "pid", e->pid);
@@ -197,7 +207,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 		break;
 	}
 	case PERFRELAY_TYPE_EXIT: {
-		const struct perfrelay_exit *e = (const void *)rec;
+		const struct perfrelay_exit *e = (const void *) rec;
 		check_u64(o, "pid", e->pid);
 		check_s64(o, "exit_code", e->exit_code);
 		check_u64(o, "runtime_ns", e->runtime_ns);
@@ -205,14 +215,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 		break;
 	}
 	case PERFRELAY_TYPE_FORK: {
-		const struct perfrelay_fork *e = (const void *)rec;
+		const struct perfrelay_fork *e = (const void *) rec;
 		check_u64(o, "parent_pid", e->parent_pid);
 		check_u64(o, "child_pid", e->child_pid);
 		check_string(o, "comm", e->comm, sizeof(e->comm));
 		break;
 	}
 	case PERFRELAY_TYPE_OPEN: {
-		const struct perfrelay_open *e = (const void *)rec;
+		const struct perfrelay_open *e = (const void *) rec;
 		check_u64(o, "pid", e->pid);
 		check_s64(o, "flags", e->flags);
 		check_s64(o, "result", e->result);
@@ -221,7 +231,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 		break;
 	}
 	case PERFRELAY_TYPE_CONNECT: {
-		const struct perfrelay_connect *e = (const void *)rec;
+		const struct perfrelay_connect *e = (const void *) rec;
 		check_u64(o, "pid", e->pid);
 		check_u64(o, "port", e->port);
 		check_s64(o, "result", e->result);

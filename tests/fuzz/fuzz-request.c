@@ -15,7 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 	int r;
 
 	memset(&e, 0x5a, sizeof(e));
-	r = request_parse((const char *)data, size, l, &s, &e);
+	r = request_parse((const char *) data, size, l, &s, &e);
 	if (r >= 0) {
 		if (!s || s->n_types > SUBSCRIPTION_MAX_ENTRIES || s->n_pids > SUBSCRIPTION_MAX_ENTRIES ||
 		    s->n_uids > SUBSCRIPTION_MAX_ENTRIES || s->n_comms > SUBSCRIPTION_MAX_ENTRIES ||

@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 		return 0;
 	ring_size = 64u << (data[0] % 11); /* 64 B .. 64 KiB */
 	mask = ring_size - 1;
-	start = ((uint64_t)data[1] << 8 | data[2]) * 8; /* records are 8-aligned, as in the kernel */
+	start = ((uint64_t) data[1] << 8 | data[2]) * 8; /* records are 8-aligned, as in the kernel */
 	data += 3;
 	size -= 3;
 	if (size > ring_size)
@@ -59,8 +59,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 				abort();
 			tok = json_tokener_new();
 			json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
-			o = json_tokener_parse_ex(tok, line, (int)n - 1);
-			if (!o || json_tokener_get_error(tok) != json_tokener_success || !json_object_is_type(o, json_type_object))
+			o = json_tokener_parse_ex(tok, line, (int) n - 1);
+			if (!o || json_tokener_get_error(tok) != json_tokener_success ||
+			    !json_object_is_type(o, json_type_object))
 				abort(); /* every line the daemon publishes is one JSON object */
 			json_object_put(o);
 			json_tokener_free(tok);

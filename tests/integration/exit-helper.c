@@ -23,7 +23,7 @@ static void *exec_from_thread(void *arg) {
 	char code[16];
 
 	snprintf(code, sizeof(code), "%d", status);
-	execl("/proc/self/exe", "exit-helper", "exit", code, (char *)NULL);
+	execl("/proc/self/exe", "exit-helper", "exit", code, (char *) NULL);
 	perror("execl");
 	_exit(127);
 }
@@ -34,10 +34,10 @@ enum { END_GROUP, END_THREAD, END_NEVER };
  * with exit() (exit_group), with a plain thread exit (the last thread's), or not at all (the
  * test kills it). */
 static void *outlive_leader(void *arg) {
-	int how = *(int *)arg;
+	int how = *(int *) arg;
 	char path[64], buf[256];
 
-	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)getpid());
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int) getpid());
 	for (;;) {
 		FILE *f = fopen(path, "re");
 		char *p;
@@ -62,7 +62,8 @@ int main(int argc, char *argv[]) {
 	static int how;
 
 	if (argc != 3) {
-		fprintf(stderr, "usage: exit-helper exit|dethread|leader-exit|leader-exit-thread|leader-exit-park STATUS\n");
+		fprintf(stderr,
+			"usage: exit-helper exit|dethread|leader-exit|leader-exit-thread|leader-exit-park STATUS\n");
 		return 2;
 	}
 	status = atoi(argv[2]);
@@ -70,14 +71,15 @@ int main(int argc, char *argv[]) {
 		return status;
 	if (strcmp(argv[1], "dethread") == 0) {
 		/* A second bystander thread, so that de_thread() has more than the leader to kill. */
-		if (pthread_create(&t, NULL, park, NULL) != 0 || pthread_create(&t, NULL, exec_from_thread, NULL) != 0)
+		if (pthread_create(&t, NULL, park, NULL) != 0 ||
+		    pthread_create(&t, NULL, exec_from_thread, NULL) != 0)
 			return 3;
 		park(NULL);
 	}
 	if (strncmp(argv[1], "leader-exit", strlen("leader-exit")) == 0) {
-		how = strcmp(argv[1], "leader-exit-thread") == 0 ? END_THREAD
-		    : strcmp(argv[1], "leader-exit-park") == 0   ? END_NEVER
-		                                                 : END_GROUP;
+		how = strcmp(argv[1], "leader-exit-thread") == 0 ? END_THREAD :
+			strcmp(argv[1], "leader-exit-park") == 0 ? END_NEVER :
+								   END_GROUP;
 		if (pthread_create(&t, NULL, outlive_leader, &how) != 0)
 			return 3;
 		pthread_exit(NULL);

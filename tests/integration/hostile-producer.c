@@ -52,10 +52,10 @@ int main(int argc, char *argv[]) {
 
 	printf("{\"sent\":[");
 	for (int k = 0; k < 9; k++)
-		printf("%s%llu", k ? "," : "", (unsigned long long)skel->bss->sent[k]);
+		printf("%s%llu", k ? "," : "", (unsigned long long) skel->bss->sent[k]);
 	printf("],\"failed\":[");
 	for (int k = 0; k < 9; k++)
-		printf("%s%llu", k ? "," : "", (unsigned long long)skel->bss->failed[k]);
+		printf("%s%llu", k ? "," : "", (unsigned long long) skel->bss->failed[k]);
 	printf("]}\n");
 	hostile_bpf__destroy(skel);
 	return 0;

@@ -9,10 +9,10 @@
 #include "event.h"
 #include "producer.bpf.h"
 
-#define HOSTILE_KINDS 9
-#define HOSTILE_PRODUCER 301        /* named by the malformed records, so they count per producer */
-#define VALID_PRODUCER 300
-#define VALID_TYPE 0x8123
+#define HOSTILE_KINDS    9
+#define HOSTILE_PRODUCER 301 /* named by the malformed records, so they count per producer */
+#define VALID_PRODUCER   300
+#define VALID_TYPE       0x8123
 
 const volatile __u32 target_tgid = 0;
 
@@ -28,8 +28,8 @@ struct {
 	__type(value, __u8[128]);
 } hostile_scratch SEC(".maps");
 
-static __always_inline void header(struct perfrelay_hdr *h, __u16 magic, __u8 version, __u16 type, __u16 size,
-                                   __u32 producer, __u64 seq) {
+static __always_inline void header(
+	struct perfrelay_hdr *h, __u16 magic, __u8 version, __u16 type, __u16 size, __u32 producer, __u64 seq) {
 	h->magic = magic;
 	h->version = version;
 	h->flags = 0;
@@ -59,7 +59,7 @@ int hostile(void *ctx) {
 	for (int i = 0; i < 128; i++)
 		buf[i] = 0xab; /* the payload pattern the test checks, and the garbage */
 
-	struct perfrelay_hdr *h = (void *)buf;
+	struct perfrelay_hdr *h = (void *) buf;
 	switch (kind) {
 	case 0: /* garbage: no header at all */
 		r = bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, buf, 64);

@@ -53,12 +53,16 @@ int main(int argc, char *argv[]) {
 	if (r >= 0)
 		r = perfrelay_connect(c, argv[1], &sub);
 	if (r < 0) {
-		fprintf(stderr, "connect %s: %s (%s)\n", argv[1], strerror(-r),
+		fprintf(stderr,
+			"connect %s: %s (%s)\n",
+			argv[1],
+			strerror(-r),
 			perfrelay_client_error(c) ? perfrelay_client_error(c) : "-");
 		perfrelay_close(c);
 		return 1;
 	}
-	printf("READY protocol=%u schema=%u\n", perfrelay_client_hello(c)->protocol,
+	printf("READY protocol=%u schema=%u\n",
+	       perfrelay_client_hello(c)->protocol,
 	       perfrelay_client_hello(c)->schema);
 	fflush(stdout);
 
@@ -97,7 +101,7 @@ int main(int argc, char *argv[]) {
 			}
 		}
 		continue;
-	next:
+next:
 		if (r < 0 && r != -EINTR) {
 			fprintf(stderr, "read: %s\n", strerror(-r));
 			perfrelay_close(c);

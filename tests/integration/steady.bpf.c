@@ -9,7 +9,7 @@
 #include "producer.bpf.h"
 
 #define STEADY_PRODUCER 310
-#define STEADY_TYPE 0x8310
+#define STEADY_TYPE     0x8310
 
 const volatile __u32 target_tgid = 0;
 
@@ -31,8 +31,7 @@ struct steady_rec {
 };
 
 SEC("tp/syscalls/sys_enter_getppid")
-int steady(void *ctx)
-{
+int steady(void *ctx) {
 	struct steady_rec r = {};
 	__u32 size = big_size, zero = 0;
 	__u8 *buf;

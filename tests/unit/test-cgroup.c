@@ -18,13 +18,24 @@
 
 static void test_unit_names(void) {
 	static const char *const good[] = {
-		"sshd.service", "user@1000.service", "session-1.scope", "-.mount", "dev-sda1.device",
-		"a.socket", "a.target", "a.swap", "a.timer", "a.path", "proc-sys-fs-binfmt_misc.automount",
-		"foo\\x2dbar.service", "a:b.service",
+		"sshd.service",
+		"user@1000.service",
+		"session-1.scope",
+		"-.mount",
+		"dev-sda1.device",
+		"a.socket",
+		"a.target",
+		"a.swap",
+		"a.timer",
+		"a.path",
+		"proc-sys-fs-binfmt_misc.automount",
+		"foo\\x2dbar.service",
+		"a:b.service",
 	};
 	static const char *const bad[] = {
-		"", "sshd", ".service", "system.slice", "a.slice", "a b.service", "a/b.service", "@x.service",
-		"a.servic", "a.SERVICE", "a.service\n", "é.service",
+		"",         "sshd",        ".service",    "system.slice",
+		"a.slice",  "a b.service", "a/b.service", "@x.service",
+		"a.servic", "a.SERVICE",   "a.service\n", "é.service",
 	};
 	char longname[300];
 
@@ -78,8 +89,12 @@ static void test_path_to_unit(void) {
 		ssize_t r = unit_from_cgroup_path(t[i].path, buf, sizeof(buf));
 
 		if (t[i].unit ? (r != (ssize_t) strlen(t[i].unit) || strcmp(buf, t[i].unit) != 0) : r != 0) {
-			fprintf(stderr, "unit_from_cgroup_path(%s) = %zd (%s), expected %s\n", t[i].path, r,
-			        r > 0 ? buf : "-", t[i].unit ?: "none");
+			fprintf(stderr,
+				"unit_from_cgroup_path(%s) = %zd (%s), expected %s\n",
+				t[i].path,
+				r,
+				r > 0 ? buf : "-",
+				t[i].unit ?: "none");
 			failures++;
 		}
 	}
@@ -92,24 +107,25 @@ static void test_mountinfo(void) {
 
 	/* A hybrid hierarchy: cgroup v1 controllers and the unified one. */
 	const char *hybrid =
-	        "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
-	        "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
-	        "40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime shared:9 - cgroup cgroup rw,name=systemd\n"
-	        "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime shared:10 - cgroup2 cgroup2 rw\n";
+		"31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+		"32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+		"40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime shared:9 - cgroup cgroup rw,name=systemd\n"
+		"41 31 0:38 / /sys/fs/cgroup/unified rw,relatime shared:10 - cgroup2 cgroup2 rw\n";
 	ASSERT(cgroup2_mount_from_mountinfo(hybrid, &p) == 0 && p && streq(p, "/sys/fs/cgroup/unified"));
 	free(p);
 	p = NULL;
 
 	/* Optional fields and an escaped space; a non-root bind mount of cgroup2 is skipped. */
 	const char *unified =
-	        "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
-	        "50 22 0:26 /system.slice /mnt/cg rw - cgroup2 cgroup2 rw\n"
-	        "30 22 0:26 / /sys/fs/cgroup\\040x rw,nosuid shared:4 master:1 - cgroup2 cgroup2 rw,nsdelegate";
+		"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
+		"50 22 0:26 /system.slice /mnt/cg rw - cgroup2 cgroup2 rw\n"
+		"30 22 0:26 / /sys/fs/cgroup\\040x rw,nosuid shared:4 master:1 - cgroup2 cgroup2 rw,nsdelegate";
 	ASSERT(cgroup2_mount_from_mountinfo(unified, &p) == 0 && p && streq(p, "/sys/fs/cgroup x"));
 	free(p);
 	p = NULL;
 
-	ASSERT(cgroup2_mount_from_mountinfo("31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n", &p) == -ENOENT);
+	ASSERT(cgroup2_mount_from_mountinfo("31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n", &p) ==
+	       -ENOENT);
 	ASSERT(cgroup2_mount_from_mountinfo("", &p) == -ENOENT);
 	ASSERT(cgroup2_mount_from_mountinfo("garbage - cgroup2 x\n\n\n", &p) == -ENOENT);
 	/* "cgroup2" must be the file system type, not a source or an option. */
@@ -167,7 +183,7 @@ static void test_cache(void) {
 	cgroup_cache_free(c);
 
 	/* Far more ids than entries: every answer stays right, the table stays bounded. */
-	f = (Fake) {};
+	f = (Fake){};
 	ASSERT(cgroup_cache_new(64, fake_resolve, &f, &c) == 0);
 	for (int round = 0; round < 3; round++)
 		for (uint64_t id = 2; id < 2000; id += 2) {
@@ -208,7 +224,9 @@ static void test_kernfs(void) {
 	snprintf(dir, sizeof(dir), "%s/perfrelay-unit-test-%d.scope", cgroup_fs_path(fs), (int) getpid());
 	snprintf(sub, sizeof(sub), "%s/inner", dir);
 	if (mkdir(dir, 0755) < 0) {
-		printf("test-cgroup: cannot create %s (%s), skipping the kernfs resolver test\n", dir, strerror(errno));
+		printf("test-cgroup: cannot create %s (%s), skipping the kernfs resolver test\n",
+		       dir,
+		       strerror(errno));
 		cgroup_fs_free(fs);
 		return;
 	}

@@ -139,7 +139,7 @@ static void test_ops(void) {
 	cpuset_remove(&b, 64);
 	ASSERT(!cpuset_contains(&b, 64));
 	ASSERT(cpuset_contains(&b, 1) && cpuset_contains(&b, 62));
-	cpuset_remove(&b, 64); /* absent: no-op */
+	cpuset_remove(&b, 64);                 /* absent: no-op */
 	cpuset_remove(&b, PERFRELAY_MAX_CPUS); /* out of range: no-op */
 	ASSERT(cpuset_count(&b) == 62);
 }

@@ -12,20 +12,24 @@
 /* Keeps going after a failure so that one run shows every broken case. */
 #include "unit-test.h"
 
-#define ASSERT_DECODE(raw, size, expected)                                              \
-	do {                                                                            \
-		DecodedEvent _ev;                                                       \
-		DecodeError _e = decode_event((raw), (size), &_ev);                     \
-		if (_e != (expected)) {                                                 \
-			fprintf(stderr, "%s:%d: %s: decode_event() = %s, expected %s\n", \
-				__FILE__, __LINE__, __func__, decode_error_to_string(_e), \
-				decode_error_to_string(expected));                      \
-			failures++;                                                     \
-		}                                                                       \
+#define ASSERT_DECODE(raw, size, expected)                                       \
+	do {                                                                     \
+		DecodedEvent _ev;                                                \
+		DecodeError _e = decode_event((raw), (size), &_ev);              \
+		if (_e != (expected)) {                                          \
+			fprintf(stderr,                                          \
+				"%s:%d: %s: decode_event() = %s, expected %s\n", \
+				__FILE__,                                        \
+				__LINE__,                                        \
+				__func__,                                        \
+				decode_error_to_string(_e),                      \
+				decode_error_to_string(expected));               \
+			failures++;                                              \
+		}                                                                \
 	} while (0)
 
 static struct perfrelay_hdr make_hdr(uint16_t type, uint16_t size, uint32_t producer) {
-	return (struct perfrelay_hdr) {
+	return (struct perfrelay_hdr){
 		.magic = PERFRELAY_MAGIC,
 		.version = PERFRELAY_VERSION,
 		.type = type,
@@ -91,7 +95,9 @@ static struct perfrelay_open make_open(void) {
 }
 
 static struct perfrelay_connect make_connect(void) {
-	struct perfrelay_connect r = { .hdr = make_hdr(PERFRELAY_TYPE_CONNECT, sizeof(r), PERFRELAY_PRODUCER_CONNECT) };
+	struct perfrelay_connect r = {
+		.hdr = make_hdr(PERFRELAY_TYPE_CONNECT, sizeof(r), PERFRELAY_PRODUCER_CONNECT)
+	};
 
 	r.pid = 999;
 	r.uid = 33;
@@ -105,7 +111,8 @@ static struct perfrelay_connect make_connect(void) {
 }
 
 static struct perfrelay_bench make_bench(void) {
-	struct perfrelay_bench r = { .hdr = make_hdr(PERFRELAY_TYPE_BENCH, sizeof(r), PERFRELAY_PRODUCER_BENCH) };
+	struct perfrelay_bench r = { .hdr = make_hdr(
+					     PERFRELAY_TYPE_BENCH, sizeof(r), PERFRELAY_PRODUCER_BENCH) };
 
 	r.call = 31337;
 	return r;
@@ -248,7 +255,12 @@ static void check_truncation(const void *rec, size_t size) {
 		DecodeError e = decode_exact(rec, n, &ev);
 
 		if (e != DECODE_TRUNCATED) {
-			fprintf(stderr, "%s:%d: length %zu of %zu: %s\n", __FILE__, __LINE__, n, size,
+			fprintf(stderr,
+				"%s:%d: length %zu of %zu: %s\n",
+				__FILE__,
+				__LINE__,
+				n,
+				size,
 				decode_error_to_string(e));
 			failures++;
 		}
@@ -446,8 +458,8 @@ static void check_unterminated(const void *rec, size_t size, size_t off, size_t 
 	free(copy);
 }
 
-#define CHECK_UNTERMINATED(rec, type, member)                                           \
-	check_unterminated(&(rec), sizeof(rec), offsetof(type, member), sizeof(((type *)0)->member))
+#define CHECK_UNTERMINATED(rec, type, member) \
+	check_unterminated(&(rec), sizeof(rec), offsetof(type, member), sizeof(((type *) 0)->member))
 
 static void test_unterminated_strings(void) {
 	struct perfrelay_exec a = make_exec();
@@ -504,11 +516,11 @@ static void test_argv_len(void) {
 	ASSERT_DECODE(&r, sizeof(r), DECODE_BAD_STRING);
 
 	r = make_exec(); /* "ls\0-l\0/tmp\0", 11 bytes */
-	r.argv_len = 10;  /* ends inside "/tmp" */
+	r.argv_len = 10; /* ends inside "/tmp" */
 	ASSERT_DECODE(&r, sizeof(r), DECODE_BAD_STRING);
-	r.argv_len = 3;   /* just "ls\0" */
+	r.argv_len = 3; /* just "ls\0" */
 	ASSERT_DECODE(&r, sizeof(r), DECODE_OK);
-	r.argv_len = 1;   /* "l" */
+	r.argv_len = 1; /* "l" */
 	ASSERT_DECODE(&r, sizeof(r), DECODE_BAD_STRING);
 }
 
@@ -677,8 +689,10 @@ static void test_perf_lost(void) {
 
 static void test_perf_other(void) {
 	uint8_t buf[64] = {};
-	static const uint32_t types[] = { PERF_RECORD_MMAP, PERF_RECORD_THROTTLE, PERF_RECORD_UNTHROTTLE,
-					  PERF_RECORD_COMM, 0, 1000, UINT32_MAX };
+	static const uint32_t types[] = {
+		PERF_RECORD_MMAP, PERF_RECORD_THROTTLE, PERF_RECORD_UNTHROTTLE, PERF_RECORD_COMM, 0, 1000,
+		UINT32_MAX
+	};
 	PerfRecordView v;
 
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {

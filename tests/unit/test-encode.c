@@ -22,7 +22,7 @@
 /* ---- helpers: records ---- */
 
 static struct perfrelay_hdr make_hdr(uint16_t type, uint16_t size) {
-	return (struct perfrelay_hdr) {
+	return (struct perfrelay_hdr){
 		.magic = PERFRELAY_MAGIC,
 		.version = PERFRELAY_VERSION,
 		.type = type,
@@ -200,8 +200,7 @@ static json_object *parse_line_at(const char *buf, ssize_t n, const char *file, 
 		if ((uint8_t) buf[i] < 0x20 || buf[i] == 0x7f)
 			ok = false;
 	if (!ok || !utf8_valid((const uint8_t *) buf, (size_t) n - 1)) {
-		fprintf(stderr, "%s:%d: raw control byte or invalid UTF-8 in: %.*s\n", file, line,
-			(int) n, buf);
+		fprintf(stderr, "%s:%d: raw control byte or invalid UTF-8 in: %.*s\n", file, line, (int) n, buf);
 		failures++;
 		return NULL;
 	}
@@ -212,9 +211,15 @@ static json_object *parse_line_at(const char *buf, ssize_t n, const char *file, 
 	json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
 	obj = json_tokener_parse_ex(tok, buf, (int) (n - 1));
 	if (!obj || json_tokener_get_error(tok) != json_tokener_success ||
-	    json_tokener_get_parse_end(tok) != (size_t) (n - 1) || !json_object_is_type(obj, json_type_object)) {
-		fprintf(stderr, "%s:%d: json-c: %s in: %.*s\n", file, line,
-			json_tokener_error_desc(json_tokener_get_error(tok)), (int) n, buf);
+	    json_tokener_get_parse_end(tok) != (size_t) (n - 1) ||
+	    !json_object_is_type(obj, json_type_object)) {
+		fprintf(stderr,
+			"%s:%d: json-c: %s in: %.*s\n",
+			file,
+			line,
+			json_tokener_error_desc(json_tokener_get_error(tok)),
+			(int) n,
+			buf);
 		failures++;
 		json_object_put(obj);
 		obj = NULL;
@@ -234,7 +239,12 @@ static void expect_keys_at(json_object *obj, const char *const *keys, const char
 	json_object_object_foreach(obj, k, v) {
 		(void) v;
 		if (!keys[i] || strcmp(keys[i], k) != 0) {
-			fprintf(stderr, "%s:%d: key %zu is \"%s\", expected \"%s\"\n", file, line, i, k,
+			fprintf(stderr,
+				"%s:%d: key %zu is \"%s\", expected \"%s\"\n",
+				file,
+				line,
+				i,
+				k,
 				keys[i] ? keys[i] : "(end)");
 			failures++;
 			return;
@@ -246,7 +256,8 @@ static void expect_keys_at(json_object *obj, const char *const *keys, const char
 		failures++;
 	}
 }
-#define expect_keys(obj, ...) expect_keys_at(obj, (const char *const[]) { __VA_ARGS__, NULL }, __FILE__, __LINE__)
+#define expect_keys(obj, ...) \
+	expect_keys_at(obj, (const char *const[]){ __VA_ARGS__, NULL }, __FILE__, __LINE__)
 
 static json_object *get_at(json_object *obj, const char *key, json_type type, const char *file, int line) {
 	json_object *v = NULL;
@@ -265,8 +276,13 @@ static void expect_u64_at(json_object *obj, const char *key, uint64_t want, cons
 	json_object *v = get_at(obj, key, json_type_int, file, line);
 
 	if (v && json_object_get_uint64(v) != want) {
-		fprintf(stderr, "%s:%d: \"%s\" is %" PRIu64 ", expected %" PRIu64 "\n", file, line, key,
-			json_object_get_uint64(v), want);
+		fprintf(stderr,
+			"%s:%d: \"%s\" is %" PRIu64 ", expected %" PRIu64 "\n",
+			file,
+			line,
+			key,
+			json_object_get_uint64(v),
+			want);
 		failures++;
 	}
 }
@@ -276,8 +292,13 @@ static void expect_s64_at(json_object *obj, const char *key, int64_t want, const
 	json_object *v = get_at(obj, key, json_type_int, file, line);
 
 	if (v && json_object_get_int64(v) != want) {
-		fprintf(stderr, "%s:%d: \"%s\" is %" PRId64 ", expected %" PRId64 "\n", file, line, key,
-			json_object_get_int64(v), want);
+		fprintf(stderr,
+			"%s:%d: \"%s\" is %" PRId64 ", expected %" PRId64 "\n",
+			file,
+			line,
+			key,
+			json_object_get_int64(v),
+			want);
 		failures++;
 	}
 }
@@ -294,14 +315,20 @@ static void expect_bool_at(json_object *obj, const char *key, bool want, const c
 #define expect_bool(obj, key, want) expect_bool_at(obj, key, want, __FILE__, __LINE__)
 
 /* Compares a JSON string with exactly the bytes want[0..n). */
-static void expect_bytes_at(json_object *v, const char *what, const void *want, size_t n, const char *file,
-			    int line) {
+static void expect_bytes_at(
+	json_object *v, const char *what, const void *want, size_t n, const char *file, int line) {
 	if (!v)
 		return;
 	if (!json_object_is_type(v, json_type_string) || (size_t) json_object_get_string_len(v) != n ||
 	    memcmp(json_object_get_string(v), want, n) != 0) {
-		fprintf(stderr, "%s:%d: %s is \"%s\", expected \"%.*s\"\n", file, line, what,
-			json_object_get_string(v), (int) n, (const char *) want);
+		fprintf(stderr,
+			"%s:%d: %s is \"%s\", expected \"%.*s\"\n",
+			file,
+			line,
+			what,
+			json_object_get_string(v),
+			(int) n,
+			(const char *) want);
 		failures++;
 	}
 }
@@ -312,8 +339,8 @@ static void expect_str_at(json_object *obj, const char *key, const char *want, c
 #define expect_str(obj, key, want) expect_str_at(obj, key, want, __FILE__, __LINE__)
 
 /* A string field must come back as the reference sanitization of the record's bytes. */
-static void expect_sanitized_at(json_object *v, const char *what, const char *raw, size_t n, const char *file,
-				int line) {
+static void expect_sanitized_at(
+	json_object *v, const char *what, const char *raw, size_t n, const char *file, int line) {
 	uint8_t *want = malloc(3 * n + 1);
 	size_t wn;
 
@@ -323,12 +350,17 @@ static void expect_sanitized_at(json_object *v, const char *what, const char *ra
 	expect_bytes_at(v, what, want, wn, file, line);
 	free(want);
 }
-#define expect_sanitized(obj, key, raw)                                                 \
-	expect_sanitized_at(get_at(obj, key, json_type_string, __FILE__, __LINE__), key, raw, \
-			    strnlen(raw, sizeof(raw)), __FILE__, __LINE__)
+#define expect_sanitized(obj, key, raw)                                 \
+	expect_sanitized_at(                                            \
+		get_at(obj, key, json_type_string, __FILE__, __LINE__), \
+		key,                                                    \
+		raw,                                                    \
+		strnlen(raw, sizeof(raw)),                              \
+		__FILE__,                                               \
+		__LINE__)
 
-static void expect_common_at(json_object *obj, const struct perfrelay_hdr *h, const char *type, const char *file,
-			     int line) {
+static void expect_common_at(
+	json_object *obj, const struct perfrelay_hdr *h, const char *type, const char *file, int line) {
 	expect_str_at(obj, "type", type, file, line);
 	expect_u64_at(obj, "ts", h->ts_ns, file, line);
 	expect_u64_at(obj, "cpu", h->cpu, file, line);
@@ -391,7 +423,8 @@ static ssize_t b64_decode(const char *s, size_t n, uint8_t *out) {
 			if (v[k] < 0)
 				return -1;
 		}
-		uint32_t w = (uint32_t) v[0] << 18 | (uint32_t) v[1] << 12 | (uint32_t) v[2] << 6 | (uint32_t) v[3];
+		uint32_t w = (uint32_t) v[0] << 18 | (uint32_t) v[1] << 12 | (uint32_t) v[2] << 6 |
+			(uint32_t) v[3];
 		out[o++] = (uint8_t) (w >> 16);
 		if (pad < 2)
 			out[o++] = (uint8_t) (w >> 8);
@@ -413,8 +446,24 @@ static void test_exec(void) {
 	json_object *obj, *argv;
 
 	obj = encode_parse(&ev, "sshd.service");
-	expect_keys(obj, "type", "ts", "cpu", "seq", "producer", "pid", "ppid", "uid", "gid", "comm", "filename",
-		    "argv", "argc", "argv_truncated", "cgroup_id", "unit");
+	expect_keys(
+		obj,
+		"type",
+		"ts",
+		"cpu",
+		"seq",
+		"producer",
+		"pid",
+		"ppid",
+		"uid",
+		"gid",
+		"comm",
+		"filename",
+		"argv",
+		"argc",
+		"argv_truncated",
+		"cgroup_id",
+		"unit");
 	expect_common(obj, &r.hdr, "exec");
 	expect_u64(obj, "pid", 4242);
 	expect_u64(obj, "ppid", 1);
@@ -445,8 +494,23 @@ static void test_exec(void) {
 	r.argv_truncated = 1;
 	ev = decode_ok(&r, sizeof(r));
 	obj = encode_parse(&ev, NULL);
-	expect_keys(obj, "type", "ts", "cpu", "seq", "producer", "pid", "ppid", "uid", "gid", "comm", "filename",
-		    "argv", "argc", "argv_truncated", "cgroup_id");
+	expect_keys(
+		obj,
+		"type",
+		"ts",
+		"cpu",
+		"seq",
+		"producer",
+		"pid",
+		"ppid",
+		"uid",
+		"gid",
+		"comm",
+		"filename",
+		"argv",
+		"argc",
+		"argv_truncated",
+		"cgroup_id");
 	expect_u64(obj, "argc", 40);
 	expect_bool(obj, "argv_truncated", true);
 	argv = get_at(obj, "argv", json_type_array, __FILE__, __LINE__);
@@ -454,10 +518,17 @@ static void test_exec(void) {
 		ASSERT(json_object_array_length(argv) == 5);
 		expect_bytes_at(json_object_array_get_idx(argv, 0), "argv[0]", "a", 1, __FILE__, __LINE__);
 		expect_bytes_at(json_object_array_get_idx(argv, 1), "argv[1]", "", 0, __FILE__, __LINE__);
-		expect_bytes_at(json_object_array_get_idx(argv, 2), "argv[2]", "b \"q\"", 5, __FILE__, __LINE__);
-		expect_bytes_at(json_object_array_get_idx(argv, 3), "argv[3]", "tab\there", 8, __FILE__, __LINE__);
-		expect_bytes_at(json_object_array_get_idx(argv, 4), "argv[4]", "\xc3\xa9\xef\xbf\xbd", 5, __FILE__,
-				__LINE__);
+		expect_bytes_at(
+			json_object_array_get_idx(argv, 2), "argv[2]", "b \"q\"", 5, __FILE__, __LINE__);
+		expect_bytes_at(
+			json_object_array_get_idx(argv, 3), "argv[3]", "tab\there", 8, __FILE__, __LINE__);
+		expect_bytes_at(
+			json_object_array_get_idx(argv, 4),
+			"argv[4]",
+			"\xc3\xa9\xef\xbf\xbd",
+			5,
+			__FILE__,
+			__LINE__);
 	}
 	json_object_put(obj);
 
@@ -494,10 +565,15 @@ static void test_exec(void) {
 		argv = get_at(obj, "argv", json_type_array, __FILE__, __LINE__);
 		ASSERT(argv && json_object_array_length(argv) == 2);
 		if (argv && json_object_array_length(argv) == 2) {
-			expect_sanitized_at(json_object_array_get_idx(argv, 0), "argv[0]", r.argv, cut, __FILE__,
-					    __LINE__);
-			expect_sanitized_at(json_object_array_get_idx(argv, 1), "argv[1]", r.argv + cut + 1,
-					    split - 1, __FILE__, __LINE__);
+			expect_sanitized_at(
+				json_object_array_get_idx(argv, 0), "argv[0]", r.argv, cut, __FILE__, __LINE__);
+			expect_sanitized_at(
+				json_object_array_get_idx(argv, 1),
+				"argv[1]",
+				r.argv + cut + 1,
+				split - 1,
+				__FILE__,
+				__LINE__);
 		}
 		json_object_put(obj);
 	}
@@ -518,8 +594,20 @@ static void test_exit(void) {
 	DecodedEvent ev = decode_ok(&r, sizeof(r));
 	json_object *obj = encode_parse(&ev, NULL);
 
-	expect_keys(obj, "type", "ts", "cpu", "seq", "producer", "pid", "ppid", "uid", "exit_code", "signal",
-		    "runtime_ns", "comm");
+	expect_keys(
+		obj,
+		"type",
+		"ts",
+		"cpu",
+		"seq",
+		"producer",
+		"pid",
+		"ppid",
+		"uid",
+		"exit_code",
+		"signal",
+		"runtime_ns",
+		"comm");
 	expect_common(obj, &r.hdr, "exit");
 	expect_u64(obj, "pid", 777);
 	expect_u64(obj, "ppid", 776);
@@ -561,8 +649,8 @@ static void test_fork(void) {
 	DecodedEvent ev = decode_ok(&r, sizeof(r));
 	json_object *obj = encode_parse(&ev, NULL);
 
-	expect_keys(obj, "type", "ts", "cpu", "seq", "producer", "parent_pid", "child_pid", "child_tgid", "uid",
-		    "comm");
+	expect_keys(
+		obj, "type", "ts", "cpu", "seq", "producer", "parent_pid", "child_pid", "child_tgid", "uid", "comm");
 	expect_common(obj, &r.hdr, "fork");
 	expect_u64(obj, "parent_pid", 100);
 	expect_u64(obj, "child_pid", 102);
@@ -577,7 +665,8 @@ static void test_open(void) {
 	DecodedEvent ev = decode_ok(&r, sizeof(r));
 	json_object *obj = encode_parse(&ev, NULL);
 
-	expect_keys(obj, "type", "ts", "cpu", "seq", "producer", "pid", "uid", "comm", "path", "flags", "result");
+	expect_keys(
+		obj, "type", "ts", "cpu", "seq", "producer", "pid", "uid", "comm", "path", "flags", "result");
 	expect_common(obj, &r.hdr, "open");
 	expect_u64(obj, "pid", 555);
 	expect_u64(obj, "uid", 1001);
@@ -612,17 +701,17 @@ static void test_connect(void) {
 		/* RFC 5952 4.2.2: a single zero group is not compressed. */
 		{ { 0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1 }, "2001:db8:0:1:1:1:1:1" },
 		/* 4.2.3: the first of two equal zero runs; 4.3: lowercase. */
-		{ { 0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0xab, 0xcd }, "2001:db8::1:0:0:abcd" },
-		{ { 0xfe, 0x80, [8] = 0x02, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55 }, "fe80::211:22ff:fe33:4455" },
+		{ { 0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0xab, 0xcd },
+		  "2001:db8::1:0:0:abcd" },
+		{ { 0xfe, 0x80, [8] = 0x02, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55 },
+		  "fe80::211:22ff:fe33:4455" },
 	};
 	static const struct {
 		uint8_t addr[4];
 		const char *text;
 	} v4[] = {
-		{ { 192, 168, 0, 42 }, "192.168.0.42" },
-		{ { 0, 0, 0, 0 }, "0.0.0.0" },
-		{ { 255, 255, 255, 255 }, "255.255.255.255" },
-		{ { 10, 0, 100, 9 }, "10.0.100.9" },
+		{ { 192, 168, 0, 42 }, "192.168.0.42" },       { { 0, 0, 0, 0 }, "0.0.0.0" },
+		{ { 255, 255, 255, 255 }, "255.255.255.255" }, { { 10, 0, 100, 9 }, "10.0.100.9" },
 		{ { 1, 22, 199, 200 }, "1.22.199.200" },
 	};
 	struct perfrelay_connect r;
@@ -635,8 +724,21 @@ static void test_connect(void) {
 		memcpy(r.addr, v4[i].addr, 4);
 		ev = decode_ok(&r, sizeof(r));
 		obj = encode_parse(&ev, NULL);
-		expect_keys(obj, "type", "ts", "cpu", "seq", "producer", "pid", "uid", "comm", "family",
-			    "family_name", "address", "port", "result");
+		expect_keys(
+			obj,
+			"type",
+			"ts",
+			"cpu",
+			"seq",
+			"producer",
+			"pid",
+			"uid",
+			"comm",
+			"family",
+			"family_name",
+			"address",
+			"port",
+			"result");
 		expect_common(obj, &r.hdr, "connect");
 		expect_u64(obj, "pid", 999);
 		expect_u64(obj, "uid", 33);
@@ -657,8 +759,21 @@ static void test_connect(void) {
 		memcpy(r.addr, v6[i].addr, 16);
 		ev = decode_ok(&r, sizeof(r));
 		obj = encode_parse(&ev, NULL);
-		expect_keys(obj, "type", "ts", "cpu", "seq", "producer", "pid", "uid", "comm", "family",
-			    "family_name", "address", "port", "result");
+		expect_keys(
+			obj,
+			"type",
+			"ts",
+			"cpu",
+			"seq",
+			"producer",
+			"pid",
+			"uid",
+			"comm",
+			"family",
+			"family_name",
+			"address",
+			"port",
+			"result");
 		expect_u64(obj, "family", AF_INET6);
 		expect_str(obj, "family_name", "inet6");
 		expect_str(obj, "address", v6[i].text);
@@ -673,8 +788,20 @@ static void test_connect(void) {
 	r.port = 0;
 	ev = decode_ok(&r, sizeof(r));
 	obj = encode_parse(&ev, NULL);
-	expect_keys(obj, "type", "ts", "cpu", "seq", "producer", "pid", "uid", "comm", "family", "family_name",
-		    "port", "result");
+	expect_keys(
+		obj,
+		"type",
+		"ts",
+		"cpu",
+		"seq",
+		"producer",
+		"pid",
+		"uid",
+		"comm",
+		"family",
+		"family_name",
+		"port",
+		"result");
 	expect_str(obj, "family_name", "unix");
 	expect_u64(obj, "family", AF_UNIX);
 	json_object_put(obj);
@@ -683,7 +810,8 @@ static void test_connect(void) {
 	r.family = AF_NETLINK;
 	ev = decode_ok(&r, sizeof(r));
 	obj = encode_parse(&ev, NULL);
-	expect_keys(obj, "type", "ts", "cpu", "seq", "producer", "pid", "uid", "comm", "family", "port", "result");
+	expect_keys(
+		obj, "type", "ts", "cpu", "seq", "producer", "pid", "uid", "comm", "family", "port", "result");
 	expect_u64(obj, "family", AF_NETLINK);
 	json_object_put(obj);
 }
@@ -735,8 +863,13 @@ static void check_unknown_payload(const uint8_t *payload, size_t n, uint16_t typ
 static void test_unknown(void) {
 	/* RFC 4648 section 10 test vectors, as exact text. */
 	static const char *const vectors[][2] = {
-		{ "", "" },	    { "f", "Zg==" },	     { "fo", "Zm8=" },		{ "foo", "Zm9v" },
-		{ "foob", "Zm9vYg==" }, { "fooba", "Zm9vYmE=" }, { "foobar", "Zm9vYmFy" },
+		{ "", "" },
+		{ "f", "Zg==" },
+		{ "fo", "Zm8=" },
+		{ "foo", "Zm9v" },
+		{ "foob", "Zm9vYg==" },
+		{ "fooba", "Zm9vYmE=" },
+		{ "foobar", "Zm9vYmFy" },
 	};
 	uint8_t rec[64], *big;
 	size_t max = PERFRELAY_RECORD_MAX - sizeof(struct perfrelay_hdr);
@@ -824,8 +957,13 @@ static void test_undecoded_bounds(void) {
 	/* Unterminated fields stop at the end of their arrays. */
 	memset(r.comm, 'c', sizeof(r.comm));
 	obj = encode_parse(&ev, NULL);
-	expect_bytes_at(get_at(obj, "comm", json_type_string, __FILE__, __LINE__), "comm", r.comm, sizeof(r.comm),
-			__FILE__, __LINE__);
+	expect_bytes_at(
+		get_at(obj, "comm", json_type_string, __FILE__, __LINE__),
+		"comm",
+		r.comm,
+		sizeof(r.comm),
+		__FILE__,
+		__LINE__);
 	json_object_put(obj);
 }
 
@@ -844,23 +982,27 @@ static void test_escape_text(void) {
 		{ "\x01\x1f\x7f\x0b", "\"\\u0001\\u001f\\u007f\\u000b\"" },
 		{ "\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80", "\"\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80\"" },
 		{ "\x80", "\"\\ufffd\"" },
-		{ "\xc0\xaf", "\"\\ufffd\\ufffd\"" },		    /* overlong '/' */
-		{ "\xe0\x80\xaf", "\"\\ufffd\\ufffd\\ufffd\"" },	    /* overlong, 3 bytes */
+		{ "\xc0\xaf", "\"\\ufffd\\ufffd\"" },                       /* overlong '/' */
+		{ "\xe0\x80\xaf", "\"\\ufffd\\ufffd\\ufffd\"" },            /* overlong, 3 bytes */
 		{ "\xf0\x80\x80\xaf", "\"\\ufffd\\ufffd\\ufffd\\ufffd\"" }, /* overlong, 4 bytes */
-		{ "\xed\xa0\x80", "\"\\ufffd\\ufffd\\ufffd\"" },	    /* U+D800 */
-		{ "\xed\xbf\xbf", "\"\\ufffd\\ufffd\\ufffd\"" },	    /* U+DFFF */
+		{ "\xed\xa0\x80", "\"\\ufffd\\ufffd\\ufffd\"" },            /* U+D800 */
+		{ "\xed\xbf\xbf", "\"\\ufffd\\ufffd\\ufffd\"" },            /* U+DFFF */
 		{ "\xf4\x90\x80\x80", "\"\\ufffd\\ufffd\\ufffd\\ufffd\"" }, /* U+110000 */
-		{ "\xe4\xb8", "\"\\ufffd\\ufffd\"" },		    /* truncated at the end */
-		{ "\xe4\xb8x", "\"\\ufffd\\ufffdx\"" },		    /* truncated by ASCII */
+		{ "\xe4\xb8", "\"\\ufffd\\ufffd\"" },                       /* truncated at the end */
+		{ "\xe4\xb8x", "\"\\ufffd\\ufffdx\"" },                     /* truncated by ASCII */
 		{ "\xf5\xff\xfe", "\"\\ufffd\\ufffd\\ufffd\"" },
 		{ "a\xc3", "\"a\\ufffd\"" },
 		/* The boundaries of each well-formed range pass through. */
 		{ "\xc2\x80\xdf\xbf", "\"\xc2\x80\xdf\xbf\"" },
-		{ "\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\xef\xbf\xbf", "\"\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\xef\xbf\xbf\"" },
+		{ "\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\xef\xbf\xbf",
+		  "\"\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\xef\xbf\xbf\"" },
 		{ "\xf0\x90\x80\x80\xf4\x8f\xbf\xbf", "\"\xf0\x90\x80\x80\xf4\x8f\xbf\xbf\"" },
 		/* Long plain runs around a special byte (the 8-byte fast path). */
 		{ "0123456789abcdef\"0123456789abcdef", "\"0123456789abcdef\\\"0123456789abcdef\"" },
-		{ "01234567\xc3\xa9""89abcdefghij", "\"01234567\xc3\xa9""89abcdefghij\"" },
+		{ "01234567\xc3\xa9"
+		  "89abcdefghij",
+		  "\"01234567\xc3\xa9"
+		  "89abcdefghij\"" },
 	};
 	char out[512];
 
@@ -868,8 +1010,14 @@ static void test_escape_text(void) {
 		ssize_t n = encode_json_string(cases[i].in, strlen(cases[i].in), out, sizeof(out));
 
 		if (n != (ssize_t) strlen(cases[i].out) || memcmp(out, cases[i].out, (size_t) n) != 0) {
-			fprintf(stderr, "%s:%d: case %zu: got %.*s, expected %s\n", __FILE__, __LINE__, i,
-				(int) (n > 0 ? n : 0), out, cases[i].out);
+			fprintf(stderr,
+				"%s:%d: case %zu: got %.*s, expected %s\n",
+				__FILE__,
+				__LINE__,
+				i,
+				(int) (n > 0 ? n : 0),
+				out,
+				cases[i].out);
 			failures++;
 		}
 	}
@@ -918,14 +1066,16 @@ static void test_strings_roundtrip(void) {
 		check_open_strings(s, 1, s, strlen(s));
 	}
 	for (size_t i = 0; i < ELEMENTS(samples); i++)
-		check_open_strings(samples[i], strnlen(samples[i], PERFRELAY_COMM_LEN - 1), samples[i],
-				   strlen(samples[i]));
+		check_open_strings(
+			samples[i], strnlen(samples[i], PERFRELAY_COMM_LEN - 1), samples[i], strlen(samples[i]));
 
 	/* One special byte (or sequence) at every position of a plain string, so that it falls
 	 * at every place of a 16-byte chunk and of the tail after the last chunk. */
 	{
-		static const char *const specials[] = { "\"", "\\", "\x01", "\x7f", "\xc3\xa9", "\xe4\xb8\xad",
-							"\xf0\x9f\x98\x80", "\xff", "\xe4\xb8" };
+		static const char *const specials[] = {
+			"\"",   "\\",      "\x01", "\x7f", "\xc3\xa9", "\xe4\xb8\xad", "\xf0\x9f\x98\x80",
+			"\xff", "\xe4\xb8"
+		};
 
 		for (size_t sp = 0; sp < ELEMENTS(specials); sp++)
 			for (size_t pos = 0; pos + strlen(specials[sp]) < PERFRELAY_PATH_LEN; pos++) {
@@ -933,8 +1083,11 @@ static void test_strings_roundtrip(void) {
 
 				memset(s, 'a', sizeof(s));
 				memcpy(s + pos, specials[sp], n);
-				check_open_strings(s, pos + n < PERFRELAY_COMM_LEN ? pos + n : PERFRELAY_COMM_LEN - 1, s,
-						   pos + n);
+				check_open_strings(
+					s,
+					pos + n < PERFRELAY_COMM_LEN ? pos + n : PERFRELAY_COMM_LEN - 1,
+					s,
+					pos + n);
 				check_open_strings(s, PERFRELAY_COMM_LEN - 1, s, PERFRELAY_PATH_LEN - 1);
 			}
 	}
@@ -951,10 +1104,16 @@ static void test_strings_roundtrip(void) {
 		DecodedEvent ev;
 		json_object *obj;
 
-		strcpy(r.comm, "a\xff" "b\xe9");
+		strcpy(r.comm,
+		       "a\xff"
+		       "b\xe9");
 		ev = decode_ok(&r, sizeof(r));
 		obj = encode_parse(&ev, NULL);
-		expect_str(obj, "comm", "a\xef\xbf\xbd" "b\xef\xbf\xbd");
+		expect_str(
+			obj,
+			"comm",
+			"a\xef\xbf\xbd"
+			"b\xef\xbf\xbd");
 		json_object_put(obj);
 
 		strcpy(r.comm, "\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80");
@@ -984,8 +1143,20 @@ static void test_strings_roundtrip(void) {
 		unit[255] = 'u';
 		unit[256] = 0;
 		obj = encode_parse(&ev, unit);
-		expect_keys(obj, "type", "ts", "cpu", "seq", "producer", "pid", "ppid", "uid", "exit_code",
-			    "signal", "runtime_ns", "comm");
+		expect_keys(
+			obj,
+			"type",
+			"ts",
+			"cpu",
+			"seq",
+			"producer",
+			"pid",
+			"ppid",
+			"uid",
+			"exit_code",
+			"signal",
+			"runtime_ns",
+			"comm");
 		json_object_put(obj);
 	}
 }
@@ -1016,8 +1187,13 @@ static void test_numbers(void) {
 		int wl = snprintf(want, sizeof(want), "{\"type\":\"lost\",\"count\":%" PRIu64 "}\n", values[i]);
 
 		if (len != wl || memcmp(out, want, (size_t) wl) != 0) {
-			fprintf(stderr, "%s:%d: %" PRIu64 " encoded as %.*s\n", __FILE__, __LINE__, values[i],
-				(int) (len > 0 ? len : 0), out);
+			fprintf(stderr,
+				"%s:%d: %" PRIu64 " encoded as %.*s\n",
+				__FILE__,
+				__LINE__,
+				values[i],
+				(int) (len > 0 ? len : 0),
+				out);
 			failures++;
 		}
 	}
@@ -1056,7 +1232,8 @@ static void check_all_sizes(const DecodedEvent *ev, const char *unit) {
 static void test_sizes(void) {
 	/* Strings mixing every kind of output (plain runs, 2- and 6-byte escapes, valid multi-byte,
 	 * replacements) so that the buffer ends inside each of them for some size. */
-	static const char mix[] = "ab\"\\\n\x01\x7f\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80\xff\xe4\xb8xyz01234567890123";
+	static const char mix[] =
+		"ab\"\\\n\x01\x7f\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80\xff\xe4\xb8xyz01234567890123";
 	DecodedEvent ev;
 
 	{
@@ -1173,21 +1350,21 @@ static void test_worst_case(void) {
 	memset(unit, 0x01, 255);
 	unit[255] = 0;
 
-#define WORST_HDR(h)                                                                    \
-	do {                                                                            \
-		(h).ts_ns = UINT64_MAX;                                                 \
-		(h).seq = UINT64_MAX;                                                   \
-		(h).cpu = UINT32_MAX;                                                   \
-		(h).producer = PERFRELAY_MAX_PRODUCERS - 1;                             \
+#define WORST_HDR(h)                                        \
+	do {                                                \
+		(h).ts_ns = UINT64_MAX;                     \
+		(h).seq = UINT64_MAX;                       \
+		(h).cpu = UINT32_MAX;                       \
+		(h).producer = PERFRELAY_MAX_PRODUCERS - 1; \
 	} while (0)
-#define CHECK_WORST(ev, what)                                                           \
-	do {                                                                            \
-		n = encode_json(&(ev), unit, linebuf, sizeof(linebuf));                 \
-		ASSERT(n > 0 && (size_t) n <= ENCODE_JSON_MAX);                         \
-		json_object_put(parse_line(linebuf, n));                                \
-		if (n > 0 && (size_t) n > worst)                                        \
-			worst = (size_t) n;                                             \
-		printf("  worst %-8s %zd bytes\n", what, n);                            \
+#define CHECK_WORST(ev, what)                                           \
+	do {                                                            \
+		n = encode_json(&(ev), unit, linebuf, sizeof(linebuf)); \
+		ASSERT(n > 0 && (size_t) n <= ENCODE_JSON_MAX);         \
+		json_object_put(parse_line(linebuf, n));                \
+		if (n > 0 && (size_t) n > worst)                        \
+			worst = (size_t) n;                             \
+		printf("  worst %-8s %zd bytes\n", what, n);            \
 	} while (0)
 
 	for (int pattern = 0; pattern < 4; pattern++) {
@@ -1427,8 +1604,13 @@ static void test_random(void) {
 				for (size_t a = 0; a < nargs && a < json_object_array_length(argv); a++) {
 					size_t k = strlen(r->argv + pos);
 
-					expect_sanitized_at(json_object_array_get_idx(argv, a), "argv[]",
-							    r->argv + pos, k, __FILE__, __LINE__);
+					expect_sanitized_at(
+						json_object_array_get_idx(argv, a),
+						"argv[]",
+						r->argv + pos,
+						k,
+						__FILE__,
+						__LINE__);
 					pos += k + 1;
 				}
 			}
@@ -1532,9 +1714,16 @@ static void test_peek(void) {
 
 	/* Anything that is not this encoder's layout. */
 	static const char *const bad[] = {
-		"", "{", "{\"type\":\"exec\"}", "{\"type\":\"exec\",\"ts\":}", "{\"type\":\"exec\",\"ts\":-1,",
-		"{\"type\":\"exec\",\"ts\":18446744073709551616,", "{\"type\":\"lost\",\"ts\":1}",
-		"{\"type\":\"\",\"ts\":1,", "{\"ts\":1,\"type\":\"exec\"}", "{\"type\":\"ex\\\"ec\",\"ts\":1,",
+		"",
+		"{",
+		"{\"type\":\"exec\"}",
+		"{\"type\":\"exec\",\"ts\":}",
+		"{\"type\":\"exec\",\"ts\":-1,",
+		"{\"type\":\"exec\",\"ts\":18446744073709551616,",
+		"{\"type\":\"lost\",\"ts\":1}",
+		"{\"type\":\"\",\"ts\":1,",
+		"{\"ts\":1,\"type\":\"exec\"}",
+		"{\"type\":\"ex\\\"ec\",\"ts\":1,",
 		"{\"type\":\"exec\",\"ts\":12",
 	};
 	for (size_t i = 0; i < ELEMENTS(bad); i++) {

@@ -27,7 +27,7 @@ static Subscription *sub(const char *json, SubscriptionAccess access, uint32_t u
 }
 
 static DecodedEvent event(uint16_t type, uint32_t pid, uint32_t uid, const char *comm) {
-	return (DecodedEvent) {
+	return (DecodedEvent){
 		.hdr = { .type = type },
 		.known = type < 0x8000,
 		.has_pid = true,
@@ -40,7 +40,7 @@ static DecodedEvent event(uint16_t type, uint32_t pid, uint32_t uid, const char 
 
 /* A third-party record: no pid, uid or comm. */
 static DecodedEvent opaque(uint16_t type) {
-	return (DecodedEvent) { .hdr = { .type = type } };
+	return (DecodedEvent){ .hdr = { .type = type } };
 }
 
 static void test_everything(void) {
@@ -54,8 +54,10 @@ static void test_everything(void) {
 }
 
 static void test_types(void) {
-	Subscription *s = sub("{\"subscribe\":{\"types\":[\"exec\",\"open\",40000]}}", SUBSCRIPTION_ACCESS_ALL, 0);
-	DecodedEvent exec = event(PERFRELAY_TYPE_EXEC, 1, 0, "a"), open = event(PERFRELAY_TYPE_OPEN, 1, 0, "a");
+	Subscription *s = sub(
+		"{\"subscribe\":{\"types\":[\"exec\",\"open\",40000]}}", SUBSCRIPTION_ACCESS_ALL, 0);
+	DecodedEvent exec = event(PERFRELAY_TYPE_EXEC, 1, 0, "a"),
+		     open = event(PERFRELAY_TYPE_OPEN, 1, 0, "a");
 	DecodedEvent fork = event(PERFRELAY_TYPE_FORK, 1, 0, "a"), bench = opaque(PERFRELAY_TYPE_BENCH);
 	DecodedEvent t40000 = opaque(40000), t40001 = opaque(40001), t39999 = opaque(39999), t63 = opaque(63);
 
@@ -118,16 +120,20 @@ static void test_pid_uid_comm(void) {
 	subscription_free(s);
 
 	s = sub("{\"subscribe\":{\"uid\":[1000, 0]}}", SUBSCRIPTION_ACCESS_ALL, 0);
-	DecodedEvent u0 = event(PERFRELAY_TYPE_EXIT, 1, 0, "x"), u1000 = event(PERFRELAY_TYPE_EXIT, 1, 1000, "x");
+	DecodedEvent u0 = event(PERFRELAY_TYPE_EXIT, 1, 0, "x"),
+		     u1000 = event(PERFRELAY_TYPE_EXIT, 1, 1000, "x");
 	DecodedEvent u1 = event(PERFRELAY_TYPE_EXIT, 1, 1, "x");
 	ASSERT(filter_match(s, &u0, NULL) && filter_match(s, &u1000, NULL) && !filter_match(s, &u1, NULL));
 	ASSERT(!filter_match(s, &o, NULL));
 	subscription_free(s);
 
 	s = sub("{\"subscribe\":{\"comm\":[\"bash\", \"\", \"sshd\"]}}", SUBSCRIPTION_ACCESS_ALL, 0);
-	DecodedEvent bash = event(PERFRELAY_TYPE_EXEC, 1, 0, "bash"), bas = event(PERFRELAY_TYPE_EXEC, 1, 0, "bas");
-	DecodedEvent bashx = event(PERFRELAY_TYPE_EXEC, 1, 0, "bashx"), empty = event(PERFRELAY_TYPE_EXEC, 1, 0, "");
-	DecodedEvent sshd = event(PERFRELAY_TYPE_EXEC, 1, 0, "sshd"), nocomm = event(PERFRELAY_TYPE_EXEC, 1, 0, NULL);
+	DecodedEvent bash = event(PERFRELAY_TYPE_EXEC, 1, 0, "bash"),
+		     bas = event(PERFRELAY_TYPE_EXEC, 1, 0, "bas");
+	DecodedEvent bashx = event(PERFRELAY_TYPE_EXEC, 1, 0, "bashx"),
+		     empty = event(PERFRELAY_TYPE_EXEC, 1, 0, "");
+	DecodedEvent sshd = event(PERFRELAY_TYPE_EXEC, 1, 0, "sshd"),
+		     nocomm = event(PERFRELAY_TYPE_EXEC, 1, 0, NULL);
 	ASSERT(filter_match(s, &bash, NULL) && filter_match(s, &sshd, NULL) && filter_match(s, &empty, NULL));
 	ASSERT(!filter_match(s, &bas, NULL) && !filter_match(s, &bashx, NULL));
 	ASSERT(!filter_match(s, &nocomm, NULL) && !filter_match(s, &o, NULL));
@@ -135,7 +141,8 @@ static void test_pid_uid_comm(void) {
 }
 
 static void test_unit(void) {
-	Subscription *s = sub("{\"subscribe\":{\"unit\":[\"sshd.service\",\"session-1.scope\"]}}", SUBSCRIPTION_ACCESS_ALL, 0);
+	Subscription *s = sub(
+		"{\"subscribe\":{\"unit\":[\"sshd.service\",\"session-1.scope\"]}}", SUBSCRIPTION_ACCESS_ALL, 0);
 	DecodedEvent e = event(PERFRELAY_TYPE_EXEC, 1, 0, "x");
 
 	ASSERT(filter_match(s, &e, "sshd.service"));
@@ -149,9 +156,11 @@ static void test_unit(void) {
 
 static void test_combined(void) {
 	/* OR within a field, AND across fields. */
-	Subscription *s = sub("{\"subscribe\":{\"types\":[\"exec\",\"exit\"],\"pid\":[10,11],\"uid\":[1000],"
-	                      "\"comm\":[\"bash\"],\"unit\":[\"a.service\"]}}",
-	                      SUBSCRIPTION_ACCESS_ALL, 0);
+	Subscription *s = sub(
+		"{\"subscribe\":{\"types\":[\"exec\",\"exit\"],\"pid\":[10,11],\"uid\":[1000],"
+		"\"comm\":[\"bash\"],\"unit\":[\"a.service\"]}}",
+		SUBSCRIPTION_ACCESS_ALL,
+		0);
 	DecodedEvent ok = event(PERFRELAY_TYPE_EXIT, 11, 1000, "bash");
 	DecodedEvent bad_type = event(PERFRELAY_TYPE_OPEN, 11, 1000, "bash");
 	DecodedEvent bad_pid = event(PERFRELAY_TYPE_EXIT, 12, 1000, "bash");
@@ -172,7 +181,8 @@ static void test_access_match(void) {
 	Subscription *own = sub("{}", SUBSCRIPTION_ACCESS_UID, 1000);
 	Subscription *none = sub("{}", SUBSCRIPTION_ACCESS_NONE, 0);
 	Subscription *all = sub("{}", SUBSCRIPTION_ACCESS_ALL, 1000);
-	DecodedEvent mine = event(PERFRELAY_TYPE_EXEC, 1, 1000, "x"), roots = event(PERFRELAY_TYPE_EXEC, 1, 0, "x");
+	DecodedEvent mine = event(PERFRELAY_TYPE_EXEC, 1, 1000, "x"),
+		     roots = event(PERFRELAY_TYPE_EXEC, 1, 0, "x");
 	DecodedEvent other = event(PERFRELAY_TYPE_OPEN, 1, 1001, "x"), o = opaque(0x8000);
 	DecodedEvent bench = opaque(PERFRELAY_TYPE_BENCH);
 
@@ -182,7 +192,8 @@ static void test_access_match(void) {
 	/* No uid in the event: root and allowed groups only. */
 	ASSERT(!filter_match(own, &o, NULL));
 	ASSERT(!filter_match(own, &bench, NULL));
-	ASSERT(filter_match(all, &o, NULL) && filter_match(all, &roots, NULL) && filter_match(all, &other, NULL));
+	ASSERT(filter_match(all, &o, NULL) && filter_match(all, &roots, NULL) &&
+	       filter_match(all, &other, NULL));
 	/* A subscription the server never vetted sees nothing. */
 	ASSERT(!filter_match(none, &mine, NULL) && !filter_match(none, &o, NULL));
 

@@ -12,11 +12,14 @@ static void test_cpu_events(void) {
 	unsigned cpu = 99;
 	bool online = true;
 
-	ASSERT(hotplug_parse_uevent(UEVENT("offline@/devices/system/cpu/cpu1\0ACTION=offline\0"
-	                                   "DEVPATH=/devices/system/cpu/cpu1\0SUBSYSTEM=cpu\0SEQNUM=7"),
-	                            &cpu, &online) == 1);
+	ASSERT(hotplug_parse_uevent(
+		       UEVENT("offline@/devices/system/cpu/cpu1\0ACTION=offline\0"
+			      "DEVPATH=/devices/system/cpu/cpu1\0SUBSYSTEM=cpu\0SEQNUM=7"),
+		       &cpu,
+		       &online) == 1);
 	ASSERT(cpu == 1 && !online);
-	ASSERT(hotplug_parse_uevent(UEVENT("online@/devices/system/cpu/cpu127\0ACTION=online"), &cpu, &online) == 1);
+	ASSERT(hotplug_parse_uevent(
+		       UEVENT("online@/devices/system/cpu/cpu127\0ACTION=online"), &cpu, &online) == 1);
 	ASSERT(cpu == 127 && online);
 }
 
@@ -25,7 +28,8 @@ static void test_other_events(void) {
 	bool online = false;
 
 	/* Not hotplug, or not a CPU: 0 and the outputs untouched. */
-	ASSERT(hotplug_parse_uevent(UEVENT("change@/devices/system/cpu/cpu1\0ACTION=change"), &cpu, &online) == 0);
+	ASSERT(hotplug_parse_uevent(UEVENT("change@/devices/system/cpu/cpu1\0ACTION=change"), &cpu, &online) ==
+	       0);
 	ASSERT(hotplug_parse_uevent(UEVENT("online@/devices/system/memory/memory3\0"), &cpu, &online) == 0);
 	ASSERT(hotplug_parse_uevent(UEVENT("online@/devices/system/cpu/cpufreq\0"), &cpu, &online) == 0);
 	ASSERT(hotplug_parse_uevent(UEVENT("online@/devices/system/cpu/cpu1/cache\0"), &cpu, &online) == 0);

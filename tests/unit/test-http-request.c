@@ -13,11 +13,12 @@ int main(void) {
 	HttpRequest r;
 	char big[HTTP_REQUEST_MAX + 16];
 
-	ASSERT(parse("GET /metrics HTTP/1.1\r\nHost: h\r\n\r\n", &r) == HTTP_METRICS && !r.head && !r.openmetrics);
+	ASSERT(parse("GET /metrics HTTP/1.1\r\nHost: h\r\n\r\n", &r) == HTTP_METRICS && !r.head &&
+	       !r.openmetrics);
 	ASSERT(parse("GET /metrics?x=1 HTTP/1.0\r\n\r\n", &r) == HTTP_METRICS);
 	ASSERT(parse("HEAD /metrics HTTP/1.1\r\n\r\n", &r) == HTTP_METRICS && r.head);
-	ASSERT(parse("GET /metrics HTTP/1.1\r\naccept: application/openmetrics-text;version=1.0.0\r\n\r\n", &r) ==
-		       HTTP_METRICS &&
+	ASSERT(parse("GET /metrics HTTP/1.1\r\naccept: application/openmetrics-text;version=1.0.0\r\n\r\n",
+		     &r) == HTTP_METRICS &&
 	       r.openmetrics);
 	ASSERT(parse("GET /metrics HTTP/1.1\r\nHost: h\r\n", &r) == HTTP_INCOMPLETE);
 	ASSERT(parse("", &r) == HTTP_INCOMPLETE);

@@ -25,15 +25,15 @@
 
 #include "unit-test.h"
 
-#define N_READERS 2u
+#define N_READERS         2u
 #define EVENTS_PER_READER 20000u
-#define BATCH 64u
-#define MIN_CHURNED 20u
+#define BATCH             64u
+#define MIN_CHURNED       20u
 
 static Hub *hub;
 static atomic_uint readers_done;
-static atomic_bool enough_churn;          /* main: readers may stop once they published their share */
-static atomic_uint_fast64_t published;    /* events, all readers */
+static atomic_bool enough_churn;       /* main: readers may stop once they published their share */
+static atomic_uint_fast64_t published; /* events, all readers */
 
 typedef struct Peer {
 	HubClient *c;
@@ -47,7 +47,7 @@ typedef struct Peer {
 static void peer_new(Peer *p, HubFormat format, HubOverflow overflow, uint64_t queue_bytes) {
 	HubClientOptions o = { .format = format, .overflow = overflow, .queue_bytes = queue_bytes };
 
-	*p = (Peer) { .format = format, .overflow = overflow, .size = 64u << 20 };
+	*p = (Peer){ .format = format, .overflow = overflow, .size = 64u << 20 };
 	p->buf = malloc(p->size);
 	ASSERT(p->buf);
 	ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, p->fds) == 0);
@@ -137,7 +137,10 @@ static Seen peer_parse(const Peer *p) {
 
 			ASSERT(json_object_object_get_ex(o, "cpu", &cpu));
 			ASSERT(json_object_object_get_ex(o, "seq", &seq));
-			seen_event(&s, (uint32_t) json_object_get_int64(cpu), (uint64_t) json_object_get_int64(seq));
+			seen_event(
+				&s,
+				(uint32_t) json_object_get_int64(cpu),
+				(uint64_t) json_object_get_int64(seq));
 		}
 		json_object_put(o);
 		pos = (size_t) (nl - p->buf) + 1;
@@ -155,9 +158,18 @@ static Seen peer_finish(Peer *p) {
 	hub_client_get_stats(p->c, &st);
 	s = peer_parse(p);
 	if (st.offered != st.sent + st.dropped || st.sent != s.events)
-		fprintf(stderr, "format %d overflow %d: offered %" PRIu64 " queued %" PRIu64 " sent %" PRIu64
-		        " dropped %" PRIu64 ", read %" PRIu64 " events %" PRIu64 " notices %" PRIu64 " lost\n", p->format, p->overflow, st.offered, st.queued,
-		        st.sent, st.dropped, s.events, s.lost_notices, s.lost);
+		fprintf(stderr,
+			"format %d overflow %d: offered %" PRIu64 " queued %" PRIu64 " sent %" PRIu64
+			" dropped %" PRIu64 ", read %" PRIu64 " events %" PRIu64 " notices %" PRIu64 " lost\n",
+			p->format,
+			p->overflow,
+			st.offered,
+			st.queued,
+			st.sent,
+			st.dropped,
+			s.events,
+			s.lost_notices,
+			s.lost);
 	ASSERT(st.offered == st.sent + st.dropped);
 	ASSERT(st.sent == s.events);
 	ASSERT(st.queued_bytes == 0);
@@ -267,7 +279,11 @@ int main(void) {
 				if (++churned >= MIN_CHURNED)
 					atomic_store(&enough_churn, true);
 			} else
-				peer_new(&churn, churned % 2 ? HUB_FORMAT_BINARY : HUB_FORMAT_JSON, HUB_OVERFLOW_DROP, 0);
+				peer_new(
+					&churn,
+					churned % 2 ? HUB_FORMAT_BINARY : HUB_FORMAT_JSON,
+					HUB_OVERFLOW_DROP,
+					0);
 		}
 	}
 	for (unsigned i = 0; i < N_READERS; i++)
@@ -293,7 +309,7 @@ int main(void) {
 
 		hub_client_get_stats(slow.c, &st);
 		s = peer_finish(&slow);
-		ASSERT(st.dropped > 0);   /* the path under test ran */
+		ASSERT(st.dropped > 0);       /* the path under test ran */
 		ASSERT(s.lost == st.dropped); /* every drop was told */
 		ASSERT(st.offered == atomic_load(&published));
 	}
@@ -307,7 +323,9 @@ int main(void) {
 		peer_finish(&churn);
 	ASSERT(churned >= MIN_CHURNED);
 	hub_free(hub);
-	printf("%u events per reader, %" PRIu64 " churned clients, %d failures\n", EVENTS_PER_READER, churned,
+	printf("%u events per reader, %" PRIu64 " churned clients, %d failures\n",
+	       EVENTS_PER_READER,
+	       churned,
 	       failures);
 	return failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }

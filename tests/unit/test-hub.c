@@ -60,13 +60,13 @@ static bool match_pid(const void *filter, const DecodedEvent *ev, const char *un
 }
 
 typedef struct Peer {
-	int fds[2];      /* [0]: the hub writes, [1]: the test reads */
+	int fds[2]; /* [0]: the hub writes, [1]: the test reads */
 	uint8_t *buf;
 	size_t len, size;
 } Peer;
 
 static void peer_open(Peer *p) {
-	*p = (Peer) { .size = 64 << 20 };
+	*p = (Peer){ .size = 64 << 20 };
 	p->buf = malloc(p->size);
 	if (!p->buf || socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, p->fds) < 0) {
 		perror("socketpair");
@@ -112,8 +112,11 @@ static void test_formats(void) {
 	peer_open(&pj);
 	peer_open(&pb);
 	ASSERT(hub_new(1, &h) == 0);
-	HubClientOptions oj = { .format = HUB_FORMAT_JSON, .queue_bytes = 1 << 20, .match = match_pid, .filter = &pid,
-		                .userdata = &pj };
+	HubClientOptions oj = { .format = HUB_FORMAT_JSON,
+				.queue_bytes = 1 << 20,
+				.match = match_pid,
+				.filter = &pid,
+				.userdata = &pj };
 	HubClientOptions ob = { .format = HUB_FORMAT_BINARY, .queue_bytes = 1 << 20 };
 	ASSERT(hub_client_new(h, pj.fds[0], &oj, &json) == 0);
 	ASSERT(hub_client_new(h, pb.fds[0], &ob, &bin) == 0);
@@ -138,12 +141,15 @@ static void test_formats(void) {
 	ASSERT(pj.len > 0 && pj.buf[pj.len - 1] == '\n' && memchr(pj.buf, '\n', pj.len) == pj.buf + pj.len - 1);
 	pj.buf[pj.len - 1] = '\0';
 	json_object *o = json_tokener_parse((char *) pj.buf), *v;
-	ASSERT(o && json_object_object_get_ex(o, "unit", &v) && streq(json_object_get_string(v), "cat.service"));
-	ASSERT(o && json_object_object_get_ex(o, "path", &v) && streq(json_object_get_string(v), "/etc/passwd"));
+	ASSERT(o && json_object_object_get_ex(o, "unit", &v) &&
+	       streq(json_object_get_string(v), "cat.service"));
+	ASSERT(o && json_object_object_get_ex(o, "path", &v) &&
+	       streq(json_object_get_string(v), "/etc/passwd"));
 	ASSERT(o && json_object_object_get_ex(o, "seq", &v) && json_object_get_int64(v) == 7);
 	json_object_put(o);
 	hub_client_get_stats(json, &st);
-	ASSERT(st.offered == 1 && st.queued == 1 && st.dropped == 0 && st.bytes_sent == pj.len && st.queued_bytes == 0);
+	ASSERT(st.offered == 1 && st.queued == 1 && st.dropped == 0 && st.bytes_sent == pj.len &&
+	       st.queued_bytes == 0);
 
 	/* Binary: two frames of a little-endian length and the record as it was. */
 	ASSERT(pb.len == 2 * (4 + sizeof(rec)));
@@ -297,7 +303,9 @@ static void test_disconnect(void) {
 
 	peer_open(&p);
 	ASSERT(hub_new(2, &h) == 0);
-	HubClientOptions o = { .format = HUB_FORMAT_JSON, .overflow = HUB_OVERFLOW_DISCONNECT, .queue_bytes = 64 * 1024 };
+	HubClientOptions o = { .format = HUB_FORMAT_JSON,
+			       .overflow = HUB_OVERFLOW_DISCONNECT,
+			       .queue_bytes = 64 * 1024 };
 	ASSERT(hub_client_new(h, p.fds[0], &o, &c) == 0 && hub_client_attach(h, c) == 0);
 
 	hub_reader_begin(h, 1);

@@ -27,14 +27,20 @@ static int failures;
 			failures++;                                                               \
 		}                                                                                 \
 	} while (0)
-#define ASSERT_EQ_INT(a, b)                                                                              \
-	do {                                                                                             \
-		long long _a = (a), _b = (b);                                                            \
-		if (_a != _b) {                                                                          \
-			fprintf(stderr, "%s:%d: %s == %lld, want %s == %lld\n", __FILE__, __LINE__, #a, \
-				_a, #b, _b);                                                             \
-			failures++;                                                                      \
-		}                                                                                        \
+#define ASSERT_EQ_INT(a, b)                                             \
+	do {                                                            \
+		long long _a = (a), _b = (b);                           \
+		if (_a != _b) {                                         \
+			fprintf(stderr,                                 \
+				"%s:%d: %s == %lld, want %s == %lld\n", \
+				__FILE__,                               \
+				__LINE__,                               \
+				#a,                                     \
+				_a,                                     \
+				#b,                                     \
+				_b);                                    \
+			failures++;                                     \
+		}                                                       \
 	} while (0)
 
 static bool streq_safe(const char *a, const char *b) {
@@ -42,10 +48,10 @@ static bool streq_safe(const char *a, const char *b) {
 }
 
 /* A hello line with these fields after "type". */
-#define HELLO(fields) "{\"type\":\"hello\"," fields "}\n"
-#define V1 "\"protocol\":1,\"schema\":1,\"version\":\"0.1.0\","
-#define HELLO_JSON HELLO(V1 "\"client_id\":7,\"format\":\"json\"")
-#define HELLO_BINARY HELLO(V1 "\"client_id\":8,\"format\":\"binary\"")
+#define HELLO(fields)             "{\"type\":\"hello\"," fields "}\n"
+#define V1                        "\"protocol\":1,\"schema\":1,\"version\":\"0.1.0\","
+#define HELLO_JSON                HELLO(V1 "\"client_id\":7,\"format\":\"json\"")
+#define HELLO_BINARY              HELLO(V1 "\"client_id\":8,\"format\":\"binary\"")
 #define ERROR_LINE(code, message) "{\"type\":\"error\",\"error\":\"" code "\",\"message\":\"" message "\"}\n"
 
 /* ---- the fake daemon ---- */
@@ -177,8 +183,16 @@ static void test_request_and_hello(void) {
 	static const char *const comms[] = { "a\"b\\c\n" };
 	static const char *const units[] = { "sshd.service" };
 	struct perfrelay_subscription sub = {
-		.types = types, .n_types = 2, .pids = pids, .n_pids = 2, .uids = uids, .n_uids = 1,
-		.comms = comms, .n_comms = 1, .units = units, .n_units = 1,
+		.types = types,
+		.n_types = 2,
+		.pids = pids,
+		.n_pids = 2,
+		.uids = uids,
+		.n_uids = 1,
+		.comms = comms,
+		.n_comms = 1,
+		.units = units,
+		.n_units = 1,
 		.on_overflow = PERFRELAY_OVERFLOW_DISCONNECT,
 	};
 	const struct perfrelay_hello *h;
@@ -188,8 +202,10 @@ static void test_request_and_hello(void) {
 	perfrelay_client *c;
 	Server s;
 
-	server_start(&s, script_send_arg,
-		     HELLO_JSON "{\"type\":\"exec\",\"pid\":1}\n{\"type\":\"lost\",\"count\":3}\n");
+	server_start(
+		&s,
+		script_send_arg,
+		HELLO_JSON "{\"type\":\"exec\",\"pid\":1}\n{\"type\":\"lost\",\"count\":3}\n");
 	c = connect_to(&s, &sub, 0);
 
 	/* The request is one JSON line that json-c reads back as what was asked. */
@@ -271,7 +287,8 @@ static void test_error_lines(void) {
 		int error;
 		const char *message;
 	} cases[] = {
-		{ ERROR_LINE("bad-request", "subscribe.pid: expected an array of integers"), -EINVAL,
+		{ ERROR_LINE("bad-request", "subscribe.pid: expected an array of integers"),
+		  -EINVAL,
 		  "subscribe.pid: expected an array of integers" },
 		{ ERROR_LINE("too-large", "request over 65536 bytes"), -E2BIG, "request over 65536 bytes" },
 		{ ERROR_LINE("too-deep", "nested too deep"), -EINVAL, "nested too deep" },
@@ -287,7 +304,8 @@ static void test_error_lines(void) {
 		{ "[1,2]\n", -EBADMSG, NULL },
 		{ "{\"type\":\"event\"}\n", -EPROTO, NULL },
 		{ HELLO("\"protocol\":2,\"schema\":1,\"version\":\"9\",\"client_id\":1,\"format\":\"json\""),
-		  -EPROTONOSUPPORT, NULL },
+		  -EPROTONOSUPPORT,
+		  NULL },
 		{ HELLO(V1 "\"format\":\"json\""), -EPROTO, NULL },
 		{ HELLO(V1 "\"client_id\":-1,\"format\":\"json\""), -EPROTO, NULL },
 		/* Fields the library does not know are fine. */
@@ -388,7 +406,7 @@ static void test_split_lines(void) {
 	}
 	/* Nothing more, and poll() on the fd agrees. */
 	ASSERT_EQ_INT(perfrelay_next_json(c, &line, &len, 0), 0);
-	ASSERT_EQ_INT(poll(&(struct pollfd) { .fd = perfrelay_fd(c), .events = POLLIN }, 1, 0), 0);
+	ASSERT_EQ_INT(poll(&(struct pollfd){ .fd = perfrelay_fd(c), .events = POLLIN }, 1, 0), 0);
 	test_go(&s);
 	ASSERT_EQ_INT(perfrelay_next_json(c, &line, &len, 5000), -ECONNRESET);
 	perfrelay_close(c);
@@ -439,8 +457,10 @@ static void test_goodbye_and_overflow(void) {
 	perfrelay_client *c;
 	Server s;
 
-	server_start(&s, script_send_arg,
-		     HELLO_JSON "{\"type\":\"exec\"}\n{\"type\":\"goodbye\",\"reason\":\"shutdown\"}\n");
+	server_start(
+		&s,
+		script_send_arg,
+		HELLO_JSON "{\"type\":\"exec\"}\n{\"type\":\"goodbye\",\"reason\":\"shutdown\"}\n");
 	c = connect_to(&s, NULL, 0);
 	ASSERT_EQ_INT(perfrelay_next_json(c, &line, &len, 5000), 1);
 	ASSERT_EQ_INT(perfrelay_next_json(c, &line, &len, 5000), -ESHUTDOWN);
@@ -450,9 +470,12 @@ static void test_goodbye_and_overflow(void) {
 	server_stop(&s);
 
 	/* Spaces where the daemon's writer puts none still make it an error line. */
-	server_start(&s, script_send_arg,
-		     HELLO_JSON "{ \"type\" : \"error\", \"error\": \"overflow\", "
-				"\"message\": \"queue full\"}\n");
+	server_start(
+		&s,
+		script_send_arg,
+		HELLO_JSON
+		"{ \"type\" : \"error\", \"error\": \"overflow\", "
+		"\"message\": \"queue full\"}\n");
 	c = connect_to(&s, NULL, 0);
 	ASSERT_EQ_INT(perfrelay_next_json(c, &line, &len, 5000), -ENOBUFS);
 	ASSERT(streq_safe(perfrelay_client_error(c), "queue full"));
@@ -460,9 +483,12 @@ static void test_goodbye_and_overflow(void) {
 	server_stop(&s);
 
 	/* "type" need not come first: an error line is an error line, an event an event. */
-	server_start(&s, script_send_arg,
-		     HELLO_JSON "{\"pid\":1,\"type\":\"exec\"}\n"
-				"{\"error\":\"too-many-clients\",\"type\":\"error\"}\n");
+	server_start(
+		&s,
+		script_send_arg,
+		HELLO_JSON
+		"{\"pid\":1,\"type\":\"exec\"}\n"
+		"{\"error\":\"too-many-clients\",\"type\":\"error\"}\n");
 	c = connect_to(&s, NULL, 0);
 	ASSERT_EQ_INT(perfrelay_next_json(c, &line, &len, 5000), 1);
 	ASSERT(streq_safe(line, "{\"pid\":1,\"type\":\"exec\"}"));
@@ -473,8 +499,10 @@ static void test_goodbye_and_overflow(void) {
 
 	/* A line that is not JSON is handed on (the caller's parser judges it), the stream goes on;
 	 * an error line too broken to read is the end. */
-	server_start(&s, script_send_arg,
-		     HELLO_JSON "garbage\n{\"type\":\"exec\"}\n{\"type\":\"error\",\"error\":\n");
+	server_start(
+		&s,
+		script_send_arg,
+		HELLO_JSON "garbage\n{\"type\":\"exec\"}\n{\"type\":\"error\",\"error\":\n");
 	c = connect_to(&s, NULL, 0);
 	ASSERT_EQ_INT(perfrelay_next_json(c, &line, &len, 5000), 1);
 	ASSERT(streq_safe(line, "garbage"));
@@ -498,9 +526,15 @@ static size_t put_frame(uint8_t *p, uint32_t length, const void *rec, size_t rec
 }
 
 static struct perfrelay_hdr make_hdr(uint16_t type, uint16_t size, uint64_t seq) {
-	return (struct perfrelay_hdr) {
-		.magic = PERFRELAY_MAGIC, .version = PERFRELAY_VERSION, .type = type, .size = size,
-		.producer = PERFRELAY_PRODUCER_EXEC, .cpu = 3, .seq = seq, .ts_ns = 123456789,
+	return (struct perfrelay_hdr){
+		.magic = PERFRELAY_MAGIC,
+		.version = PERFRELAY_VERSION,
+		.type = type,
+		.size = size,
+		.producer = PERFRELAY_PRODUCER_EXEC,
+		.cpu = 3,
+		.seq = seq,
+		.ts_ns = 123456789,
 	};
 }
 
@@ -508,7 +542,9 @@ static struct perfrelay_hdr make_hdr(uint16_t type, uint16_t size, uint64_t seq)
 static void script_binary(Server *s, int fd) {
 	static uint8_t buf[4096];
 	struct perfrelay_exec ex = {
-		.hdr = make_hdr(PERFRELAY_TYPE_EXEC, sizeof(ex), 1), .pid = 42, .uid = 1000,
+		.hdr = make_hdr(PERFRELAY_TYPE_EXEC, sizeof(ex), 1),
+		.pid = 42,
+		.uid = 1000,
 	};
 	struct {
 		struct perfrelay_hdr hdr;
@@ -665,12 +701,12 @@ static void test_arguments(void) {
 	ASSERT_EQ_INT(perfrelay_connect(c, "/nonexistent/events.sock", &sub), -EINVAL);
 	c = perfrelay_close(c);
 
-	sub = (struct perfrelay_subscription) { .n_pids = 1 }; /* count without an array */
+	sub = (struct perfrelay_subscription){ .n_pids = 1 }; /* count without an array */
 	ASSERT_EQ_INT(perfrelay_client_new(&c), 0);
 	ASSERT_EQ_INT(perfrelay_connect(c, "/nonexistent/events.sock", &sub), -EINVAL);
 	c = perfrelay_close(c);
 
-	sub = (struct perfrelay_subscription) { .comms = comms, .n_comms = 1, .format = 7 };
+	sub = (struct perfrelay_subscription){ .comms = comms, .n_comms = 1, .format = 7 };
 	ASSERT_EQ_INT(perfrelay_client_new(&c), 0);
 	ASSERT_EQ_INT(perfrelay_connect(c, "/nonexistent/events.sock", &sub), -EINVAL);
 	c = perfrelay_close(c);

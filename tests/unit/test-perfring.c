@@ -24,8 +24,12 @@ static uint32_t put_sample(uint64_t pos, uint16_t type, uint32_t producer, uint6
 	uint8_t rec[512] = {};
 	struct perf_event_header h = { .type = PERF_RECORD_SAMPLE };
 	struct perfrelay_hdr ph = {
-		.magic = PERFRELAY_MAGIC, .version = PERFRELAY_VERSION, .type = type,
-		.size = sizeof(ph) + payload, .producer = producer, .seq = seq,
+		.magic = PERFRELAY_MAGIC,
+		.version = PERFRELAY_VERSION,
+		.type = type,
+		.size = sizeof(ph) + payload,
+		.producer = producer,
+		.seq = seq,
 	};
 	uint32_t raw = sizeof(ph) + payload;
 	uint32_t raw_padded = ((raw + 4 + 7) & ~7u) - 4; /* the kernel pads size+raw to 8 bytes */
@@ -35,7 +39,7 @@ static uint32_t put_sample(uint64_t pos, uint16_t type, uint32_t producer, uint6
 	memcpy(rec + 8, &raw_padded, 4);
 	memcpy(rec + 12, &ph, sizeof(ph));
 	for (uint32_t i = 0; i < payload; i++)
-		rec[12 + sizeof(ph) + i] = (uint8_t)(seq + i);
+		rec[12 + sizeof(ph) + i] = (uint8_t) (seq + i);
 	for (uint32_t i = 0; i < h.size; i++)
 		ring[(pos + i) % RING] = rec[i];
 	return h.size;
@@ -63,10 +67,14 @@ static void test_walk_with_wrap(void) {
 	uint32_t size;
 	int wrapped = 0;
 
-	sizes[0] = put_sample(pos, PERFRELAY_TYPE_BENCH, PERFRELAY_PRODUCER_BENCH, 1, 24); pos += sizes[0];
-	sizes[1] = put_sample(pos, PERFRELAY_TYPE_BENCH, PERFRELAY_PRODUCER_BENCH, 2, 40); pos += sizes[1];
-	sizes[2] = put_lost(pos, 12345);                                                    pos += sizes[2];
-	sizes[3] = put_sample(pos, PERFRELAY_TYPE_BENCH, PERFRELAY_PRODUCER_BENCH, 3, 16); pos += sizes[3];
+	sizes[0] = put_sample(pos, PERFRELAY_TYPE_BENCH, PERFRELAY_PRODUCER_BENCH, 1, 24);
+	pos += sizes[0];
+	sizes[1] = put_sample(pos, PERFRELAY_TYPE_BENCH, PERFRELAY_PRODUCER_BENCH, 2, 40);
+	pos += sizes[1];
+	sizes[2] = put_lost(pos, 12345);
+	pos += sizes[2];
+	sizes[3] = put_sample(pos, PERFRELAY_TYPE_BENCH, PERFRELAY_PRODUCER_BENCH, 3, 16);
+	pos += sizes[3];
 
 	tail = start;
 	for (int i = 0; i < 4; i++) {
@@ -83,10 +91,10 @@ static void test_walk_with_wrap(void) {
 		} else {
 			ASSERT(v.kind == PERF_REC_SAMPLE);
 			ASSERT(decode_event(v.raw, v.raw_size, &ev) == DECODE_OK);
-			ASSERT(ev.hdr.seq == (uint64_t)(i < 2 ? i + 1 : 3));
+			ASSERT(ev.hdr.seq == (uint64_t) (i < 2 ? i + 1 : 3));
 			/* The payload bytes survive the copy across the end of the ring. */
 			for (uint32_t k = 0; k < ev.payload_size - 8; k++)
-				ASSERT(ev.payload[8 + k] == (uint8_t)(ev.hdr.seq + 8 + k));
+				ASSERT(ev.payload[8 + k] == (uint8_t) (ev.hdr.seq + 8 + k));
 		}
 		tail += size;
 	}

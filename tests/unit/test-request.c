@@ -20,8 +20,14 @@ static Subscription *parse_ok_limits(const char *text, const RequestLimits *l, i
 	int r = request_parse(text, strlen(text), l, &s, &e);
 
 	if (r < 0 || !s) {
-		fprintf(stderr, "%s:%d: request_parse(%.200s) = %d (%s: %s), expected success\n", __FILE__, line, text, r,
-		        protocol_error_to_string(e.code), e.message);
+		fprintf(stderr,
+			"%s:%d: request_parse(%.200s) = %d (%s: %s), expected success\n",
+			__FILE__,
+			line,
+			text,
+			r,
+			protocol_error_to_string(e.code),
+			e.message);
 		failures++;
 		return NULL;
 	}
@@ -30,21 +36,29 @@ static Subscription *parse_ok_limits(const char *text, const RequestLimits *l, i
 #define PARSE_OK(text) parse_ok_limits((text), &limits, __LINE__)
 
 /* Expects failure with `code` and a message containing `needle`. */
-static void parse_fail_limits(const char *text, size_t len, const RequestLimits *l, ProtocolError code,
-                              const char *needle, int line) {
+static void parse_fail_limits(
+	const char *text, size_t len, const RequestLimits *l, ProtocolError code, const char *needle, int line) {
 	Subscription *s = NULL;
 	RequestError e = {};
 	int r = request_parse(text, len, l, &s, &e);
 
 	if (r != -EINVAL || s || e.code != code || !strstr(e.message, needle)) {
-		fprintf(stderr, "%s:%d: request_parse(%.200s) = %d (%s: \"%s\"), expected %s with \"%s\"\n", __FILE__,
-		        line, text, r, protocol_error_to_string(e.code), e.message, protocol_error_to_string(code),
-		        needle);
+		fprintf(stderr,
+			"%s:%d: request_parse(%.200s) = %d (%s: \"%s\"), expected %s with \"%s\"\n",
+			__FILE__,
+			line,
+			text,
+			r,
+			protocol_error_to_string(e.code),
+			e.message,
+			protocol_error_to_string(code),
+			needle);
 		failures++;
 	}
 	subscription_free(s);
 }
-#define PARSE_FAIL(text, code, needle) parse_fail_limits((text), strlen(text), &limits, (code), (needle), __LINE__)
+#define PARSE_FAIL(text, code, needle) \
+	parse_fail_limits((text), strlen(text), &limits, (code), (needle), __LINE__)
 
 static void test_error_names(void) {
 	ASSERT(streq(protocol_error_to_string(PROTOCOL_BAD_REQUEST), "bad-request"));
@@ -84,10 +98,10 @@ static void test_empty(void) {
 
 static void test_full(void) {
 	Subscription *s = PARSE_OK(
-	        "{\"subscribe\": {\"types\": [\"exec\", \"open\", 40000, 16, \"exec\", 33000],"
-	        " \"pid\": [30, 1, 4294967295, 1], \"uid\": [1000, 0],"
-	        " \"comm\": [\"bash\", \"sshd\", \"bash\"], \"unit\": [\"sshd.service\", \"user@1000.service\", \"sshd.service\"]},"
-	        " \"format\": \"binary\", \"on_overflow\": \"disconnect\"}");
+		"{\"subscribe\": {\"types\": [\"exec\", \"open\", 40000, 16, \"exec\", 33000],"
+		" \"pid\": [30, 1, 4294967295, 1], \"uid\": [1000, 0],"
+		" \"comm\": [\"bash\", \"sshd\", \"bash\"], \"unit\": [\"sshd.service\", \"user@1000.service\", \"sshd.service\"]},"
+		" \"format\": \"binary\", \"on_overflow\": \"disconnect\"}");
 
 	if (!s)
 		return;
@@ -96,7 +110,8 @@ static void test_full(void) {
 	ASSERT(s->n_pids == 3 && s->pids[0] == 1 && s->pids[1] == 30 && s->pids[2] == 4294967295u);
 	ASSERT(s->n_uids == 2 && s->uids[0] == 0 && s->uids[1] == 1000);
 	ASSERT(s->n_comms == 2 && streq(s->comms[0], "bash") && streq(s->comms[1], "sshd"));
-	ASSERT(s->n_units == 2 && streq(s->units[0], "sshd.service") && streq(s->units[1], "user@1000.service"));
+	ASSERT(s->n_units == 2 && streq(s->units[0], "sshd.service") &&
+	       streq(s->units[1], "user@1000.service"));
 	ASSERT(subscription_wants_unit(s));
 	ASSERT(s->format == SUBSCRIPTION_FORMAT_BINARY);
 	ASSERT(s->overflow == SUBSCRIPTION_OVERFLOW_DISCONNECT);
@@ -113,7 +128,8 @@ static void test_type_names(void) {
 	static const struct {
 		const char *name;
 		unsigned id;
-	} t[] = { { "exec", 1 }, { "exit", 2 }, { "fork", 3 }, { "open", 4 }, { "connect", 5 }, { "bench", 16 } };
+	} t[] = { { "exec", 1 }, { "exit", 2 },    { "fork", 3 },
+		  { "open", 4 }, { "connect", 5 }, { "bench", 16 } };
 	char buf[128];
 
 	for (size_t i = 0; i < ELEMENTSOF(t); i++) {
@@ -130,31 +146,53 @@ static void test_type_names(void) {
 	ASSERT(s && s->n_types == 2 && s->types[0] == 64 && s->types[1] == 65535);
 	subscription_free(s);
 
-	PARSE_FAIL("{\"subscribe\":{\"types\":[\"exc\"]}}", PROTOCOL_BAD_REQUEST,
-	           "subscribe.types[0]: unknown event type \"exc\"");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"types\":[\"exc\"]}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.types[0]: unknown event type \"exc\"");
 	PARSE_FAIL("{\"subscribe\":{\"types\":[\"EXEC\"]}}", PROTOCOL_BAD_REQUEST, "unknown event type");
 	PARSE_FAIL("{\"subscribe\":{\"types\":[\"lost\"]}}", PROTOCOL_BAD_REQUEST, "unknown event type");
 	PARSE_FAIL("{\"subscribe\":{\"types\":[\"unknown\"]}}", PROTOCOL_BAD_REQUEST, "unknown event type");
 	PARSE_FAIL("{\"subscribe\":{\"types\":[\"exec\\u0000x\"]}}", PROTOCOL_BAD_REQUEST, "NUL");
-	PARSE_FAIL("{\"subscribe\":{\"types\":[0]}}", PROTOCOL_BAD_REQUEST, "subscribe.types[0]: 0 is out of range (1..65535)");
-	PARSE_FAIL("{\"subscribe\":{\"types\":[\"exec\", 65536]}}", PROTOCOL_BAD_REQUEST,
-	           "subscribe.types[1]: 65536 is out of range");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"types\":[0]}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.types[0]: 0 is out of range (1..65535)");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"types\":[\"exec\", 65536]}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.types[1]: 65536 is out of range");
 	PARSE_FAIL("{\"subscribe\":{\"types\":[-1]}}", PROTOCOL_BAD_REQUEST, "out of range");
-	PARSE_FAIL("{\"subscribe\":{\"types\":[1.5]}}", PROTOCOL_BAD_REQUEST, "expected a type name or a numeric type id");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"types\":[1.5]}}",
+		PROTOCOL_BAD_REQUEST,
+		"expected a type name or a numeric type id");
 	PARSE_FAIL("{\"subscribe\":{\"types\":[true]}}", PROTOCOL_BAD_REQUEST, "expected a type name");
 	PARSE_FAIL("{\"subscribe\":{\"types\":[null]}}", PROTOCOL_BAD_REQUEST, "expected a type name");
-	PARSE_FAIL("{\"subscribe\":{\"types\":\"exec\"}}", PROTOCOL_BAD_REQUEST, "subscribe.types: expected an array");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"types\":\"exec\"}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.types: expected an array");
 }
 
 static void test_ids(void) {
-	PARSE_FAIL("{\"subscribe\":{\"pid\":[-1]}}", PROTOCOL_BAD_REQUEST,
-	           "subscribe.pid[0]: -1 is out of range (0..4294967295)");
-	PARSE_FAIL("{\"subscribe\":{\"pid\":[1, 4294967296]}}", PROTOCOL_BAD_REQUEST,
-	           "subscribe.pid[1]: 4294967296 is out of range");
-	PARSE_FAIL("{\"subscribe\":{\"uid\":[18446744073709551615]}}", PROTOCOL_BAD_REQUEST, "subscribe.uid[0]");
-	PARSE_FAIL("{\"subscribe\":{\"uid\":[99999999999999999999999]}}", PROTOCOL_BAD_REQUEST, "subscribe.uid[0]");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"pid\":[-1]}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.pid[0]: -1 is out of range (0..4294967295)");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"pid\":[1, 4294967296]}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.pid[1]: 4294967296 is out of range");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"uid\":[18446744073709551615]}}", PROTOCOL_BAD_REQUEST, "subscribe.uid[0]");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"uid\":[99999999999999999999999]}}", PROTOCOL_BAD_REQUEST, "subscribe.uid[0]");
 	PARSE_FAIL("{\"subscribe\":{\"uid\":[-9223372036854775808]}}", PROTOCOL_BAD_REQUEST, "out of range");
-	PARSE_FAIL("{\"subscribe\":{\"pid\":[\"1\"]}}", PROTOCOL_BAD_REQUEST, "subscribe.pid[0]: expected an integer");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"pid\":[\"1\"]}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.pid[0]: expected an integer");
 	PARSE_FAIL("{\"subscribe\":{\"pid\":[1e3]}}", PROTOCOL_BAD_REQUEST, "expected an integer");
 	PARSE_FAIL("{\"subscribe\":{\"pid\":[1.0]}}", PROTOCOL_BAD_REQUEST, "expected an integer");
 	PARSE_FAIL("{\"subscribe\":{\"pid\":[[1]]}}", PROTOCOL_BAD_REQUEST, "expected an integer");
@@ -206,16 +244,22 @@ static void test_list_bounds(void) {
 	static const struct {
 		const char *key;
 		void (*entry)(char *, size_t, size_t);
-	} lists[] = { { "types", type_entry }, { "pid", pid_entry }, { "uid", pid_entry }, { "comm", comm_entry },
-	              { "unit", unit_entry } };
+	} lists[] = { { "types", type_entry },
+		      { "pid", pid_entry },
+		      { "uid", pid_entry },
+		      { "comm", comm_entry },
+		      { "unit", unit_entry } };
 
 	for (size_t k = 0; k < ELEMENTSOF(lists); k++) {
 		_cleanup_free_ char *ok = make_list(lists[k].key, SUBSCRIPTION_MAX_ENTRIES, lists[k].entry);
-		_cleanup_free_ char *bad = make_list(lists[k].key, SUBSCRIPTION_MAX_ENTRIES + 1, lists[k].entry);
+		_cleanup_free_ char *bad = make_list(
+			lists[k].key, SUBSCRIPTION_MAX_ENTRIES + 1, lists[k].entry);
 		char needle[128];
 		Subscription *s = PARSE_OK(ok);
 
-		ASSERT(s && s->n_types + s->n_pids + s->n_uids + s->n_comms + s->n_units == SUBSCRIPTION_MAX_ENTRIES);
+		ASSERT(s &&
+		       s->n_types + s->n_pids + s->n_uids + s->n_comms + s->n_units ==
+			       SUBSCRIPTION_MAX_ENTRIES);
 		subscription_free(s);
 		snprintf(needle, sizeof(needle), "subscribe.%s: 65 entries, at most 64 are allowed", lists[k].key);
 		PARSE_FAIL(bad, PROTOCOL_BAD_REQUEST, needle);
@@ -226,22 +270,33 @@ static void test_comm(void) {
 	Subscription *s = PARSE_OK("{\"subscribe\":{\"comm\":[\"123456789012345\", \"\", \"k\\u00e9\"]}}");
 
 	ASSERT(s && s->n_comms == 3);
-	ASSERT(s && streq(s->comms[0], "") && streq(s->comms[1], "123456789012345") && streq(s->comms[2], "k\xc3\xa9"));
+	ASSERT(s && streq(s->comms[0], "") && streq(s->comms[1], "123456789012345") &&
+	       streq(s->comms[2], "k\xc3\xa9"));
 	subscription_free(s);
 
-	PARSE_FAIL("{\"subscribe\":{\"comm\":[\"1234567890123456\"]}}", PROTOCOL_BAD_REQUEST,
-	           "subscribe.comm[0]: \"1234567890123456...\" is longer than 15 bytes");
-	PARSE_FAIL("{\"subscribe\":{\"comm\":[\"a\\u0000b\"]}}", PROTOCOL_BAD_REQUEST, "subscribe.comm[0]: contains a NUL");
-	PARSE_FAIL("{\"subscribe\":{\"comm\":[1]}}", PROTOCOL_BAD_REQUEST, "subscribe.comm[0]: expected a string");
-	PARSE_FAIL("{\"subscribe\":{\"comm\":\"bash\"}}", PROTOCOL_BAD_REQUEST, "subscribe.comm: expected an array");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"comm\":[\"1234567890123456\"]}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.comm[0]: \"1234567890123456...\" is longer than 15 bytes");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"comm\":[\"a\\u0000b\"]}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.comm[0]: contains a NUL");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"comm\":[1]}}", PROTOCOL_BAD_REQUEST, "subscribe.comm[0]: expected a string");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"comm\":\"bash\"}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.comm: expected an array");
 }
 
 static void test_unit(void) {
 	char buf[600], name[300];
 	Subscription *s;
 
-	s = PARSE_OK("{\"subscribe\":{\"unit\":[\"a.scope\", \"x@y.service\", \"dev-sda.device\", \"-.mount\", "
-	             "\"a.socket\", \"a.target\", \"a.swap\", \"a.timer\", \"a.path\", \"a.automount\", \"a\\\\x2d.service\"]}}");
+	s = PARSE_OK(
+		"{\"subscribe\":{\"unit\":[\"a.scope\", \"x@y.service\", \"dev-sda.device\", \"-.mount\", "
+		"\"a.socket\", \"a.target\", \"a.swap\", \"a.timer\", \"a.path\", \"a.automount\", \"a\\\\x2d.service\"]}}");
 	ASSERT(s && s->n_units == 11);
 	subscription_free(s);
 
@@ -257,36 +312,51 @@ static void test_unit(void) {
 	snprintf(buf, sizeof(buf), "{\"subscribe\":{\"unit\":[\"%s\"]}}", name);
 	PARSE_FAIL(buf, PROTOCOL_BAD_REQUEST, "is longer than 255 bytes");
 
-	PARSE_FAIL("{\"subscribe\":{\"unit\":[\"sshd\"]}}", PROTOCOL_BAD_REQUEST,
-	           "subscribe.unit[0]: \"sshd\" is not a unit events can belong to");
-	PARSE_FAIL("{\"subscribe\":{\"unit\":[\"system.slice\"]}}", PROTOCOL_BAD_REQUEST, "slices own no events");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"unit\":[\"sshd\"]}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.unit[0]: \"sshd\" is not a unit events can belong to");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"unit\":[\"system.slice\"]}}", PROTOCOL_BAD_REQUEST, "slices own no events");
 	PARSE_FAIL("{\"subscribe\":{\"unit\":[\".service\"]}}", PROTOCOL_BAD_REQUEST, "is not a unit");
 	PARSE_FAIL("{\"subscribe\":{\"unit\":[\"\"]}}", PROTOCOL_BAD_REQUEST, "is not a unit");
 	PARSE_FAIL("{\"subscribe\":{\"unit\":[\"a b.service\"]}}", PROTOCOL_BAD_REQUEST, "is not a unit");
 	PARSE_FAIL("{\"subscribe\":{\"unit\":[\"a/b.service\"]}}", PROTOCOL_BAD_REQUEST, "is not a unit");
 	PARSE_FAIL("{\"subscribe\":{\"unit\":[\"@x.service\"]}}", PROTOCOL_BAD_REQUEST, "is not a unit");
 	PARSE_FAIL("{\"subscribe\":{\"unit\":[\"a.service\\u0000\"]}}", PROTOCOL_BAD_REQUEST, "NUL");
-	PARSE_FAIL("{\"subscribe\":{\"unit\":[5]}}", PROTOCOL_BAD_REQUEST, "subscribe.unit[0]: expected a string");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"unit\":[5]}}", PROTOCOL_BAD_REQUEST, "subscribe.unit[0]: expected a string");
 }
 
 static void test_enums(void) {
-	PARSE_FAIL("{\"format\":\"xml\"}", PROTOCOL_BAD_REQUEST, "format: \"xml\" is neither \"json\" nor \"binary\"");
+	PARSE_FAIL(
+		"{\"format\":\"xml\"}",
+		PROTOCOL_BAD_REQUEST,
+		"format: \"xml\" is neither \"json\" nor \"binary\"");
 	PARSE_FAIL("{\"format\":1}", PROTOCOL_BAD_REQUEST, "format: expected \"json\" or \"binary\"");
 	PARSE_FAIL("{\"format\":null}", PROTOCOL_BAD_REQUEST, "format: expected");
 	PARSE_FAIL("{\"format\":\"JSON\"}", PROTOCOL_BAD_REQUEST, "is neither");
-	PARSE_FAIL("{\"on_overflow\":\"block\"}", PROTOCOL_BAD_REQUEST,
-	           "on_overflow: \"block\" is neither \"drop\" nor \"disconnect\"");
+	PARSE_FAIL(
+		"{\"on_overflow\":\"block\"}",
+		PROTOCOL_BAD_REQUEST,
+		"on_overflow: \"block\" is neither \"drop\" nor \"disconnect\"");
 	PARSE_FAIL("{\"on_overflow\":[]}", PROTOCOL_BAD_REQUEST, "on_overflow: expected");
 }
 
 static void test_structure(void) {
-	PARSE_FAIL("{\"subscribe\":{\"types\":[\"exec\"]},\"extra\":1}", PROTOCOL_BAD_REQUEST,
-	           "unknown key \"extra\" (known: subscribe, format, on_overflow)");
-	PARSE_FAIL("{\"subscribe\":{\"pids\":[1]}}", PROTOCOL_BAD_REQUEST,
-	           "subscribe: unknown key \"pids\" (known: types, pid, uid, comm, unit)");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"types\":[\"exec\"]},\"extra\":1}",
+		PROTOCOL_BAD_REQUEST,
+		"unknown key \"extra\" (known: subscribe, format, on_overflow)");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"pids\":[1]}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe: unknown key \"pids\" (known: types, pid, uid, comm, unit)");
 	/* Control bytes the client quoted come back as '?': the message stays one line. */
-	PARSE_FAIL("{\"subscribe\":{\"pi\\nd\\u0001\":[1]}}", PROTOCOL_BAD_REQUEST,
-	           "subscribe: unknown key \"pi?d?\" (known: types, pid, uid, comm, unit)");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"pi\\nd\\u0001\":[1]}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe: unknown key \"pi?d?\" (known: types, pid, uid, comm, unit)");
 	PARSE_FAIL("{\"subscribe\":[]}", PROTOCOL_BAD_REQUEST, "subscribe: expected an object");
 	PARSE_FAIL("{\"subscribe\":null}", PROTOCOL_BAD_REQUEST, "subscribe: expected an object");
 	PARSE_FAIL("[]", PROTOCOL_BAD_REQUEST, "the request must be a JSON object");
@@ -326,7 +396,8 @@ static void test_size(void) {
 	Subscription *s = parse_ok_limits(buf, &l, __LINE__);
 	subscription_free(s);
 	buf[255] = ' ';
-	parse_fail_limits(buf, 256, &l, PROTOCOL_TOO_LARGE, "longer than 256 bytes (MaxRequestBytes=)", __LINE__);
+	parse_fail_limits(
+		buf, 256, &l, PROTOCOL_TOO_LARGE, "longer than 256 bytes (MaxRequestBytes=)", __LINE__);
 	/* Rejected before parsing: even garbage is "too-large", not "bad-request". */
 	memset(buf, 'x', sizeof(buf));
 	parse_fail_limits(buf, sizeof(buf), &l, PROTOCOL_TOO_LARGE, "MaxRequestBytes", __LINE__);
@@ -338,11 +409,23 @@ static void test_depth(void) {
 	char deep[1024], *p = deep;
 
 	/* Depth counts objects and arrays: the usual request is depth 3. */
-	subscription_free(parse_ok_limits("{\"subscribe\":{\"pid\":[1,2]},\"format\":\"json\"}", &l3, __LINE__));
-	parse_fail_limits("{\"subscribe\":{\"pid\":[[1]]}}", strlen("{\"subscribe\":{\"pid\":[[1]]}}"), &l3, PROTOCOL_TOO_DEEP,
-	                  "nested deeper than 3 levels (MaxJsonDepth=)", __LINE__);
+	subscription_free(
+		parse_ok_limits("{\"subscribe\":{\"pid\":[1,2]},\"format\":\"json\"}", &l3, __LINE__));
+	parse_fail_limits(
+		"{\"subscribe\":{\"pid\":[[1]]}}",
+		strlen("{\"subscribe\":{\"pid\":[[1]]}}"),
+		&l3,
+		PROTOCOL_TOO_DEEP,
+		"nested deeper than 3 levels (MaxJsonDepth=)",
+		__LINE__);
 	subscription_free(parse_ok_limits("{\"subscribe\":{}}", &l2, __LINE__));
-	parse_fail_limits("{\"subscribe\":{\"pid\":[]}}", strlen("{\"subscribe\":{\"pid\":[]}}"), &l2, PROTOCOL_TOO_DEEP, "deeper than 2", __LINE__);
+	parse_fail_limits(
+		"{\"subscribe\":{\"pid\":[]}}",
+		strlen("{\"subscribe\":{\"pid\":[]}}"),
+		&l2,
+		PROTOCOL_TOO_DEEP,
+		"deeper than 2",
+		__LINE__);
 
 	/* Far deeper than the limit: refused as too deep, wherever it is. */
 	for (int i = 0; i < 200; i++)
@@ -354,14 +437,23 @@ static void test_depth(void) {
 	snprintf(deep, sizeof(deep), "{\"subscribe\":{\"x\":[[[[[[[[[[[[1]]]]]]]]]]]]}}");
 	PARSE_FAIL(deep, PROTOCOL_TOO_DEEP, "deeper than 8");
 	/* Brackets in strings do not count. */
-	PARSE_FAIL("{\"subscribe\":{\"comm\":[\"[[[[[[[[[[[[[[[[[[[[\"]}}", PROTOCOL_BAD_REQUEST, "longer than 15 bytes");
-	PARSE_FAIL("{\"subscribe\":{\"comm\":[\"\\\"[[[[[[[[[[[[[[[[[[[[\"]}}", PROTOCOL_BAD_REQUEST, "longer than 15 bytes");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"comm\":[\"[[[[[[[[[[[[[[[[[[[[\"]}}",
+		PROTOCOL_BAD_REQUEST,
+		"longer than 15 bytes");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"comm\":[\"\\\"[[[[[[[[[[[[[[[[[[[[\"]}}",
+		PROTOCOL_BAD_REQUEST,
+		"longer than 15 bytes");
 	PARSE_FAIL("{'x[[[[[[[[[[[[':1}", PROTOCOL_BAD_REQUEST, "");
 	/* Empty containers count as much as full ones. */
 	PARSE_FAIL("{\"a\":[[[[[[[[]]]]]]]]}", PROTOCOL_TOO_DEEP, "deeper than 8");
 	PARSE_FAIL("{\"a\":[[[[[[[]]]]]]]}", PROTOCOL_BAD_REQUEST, "unknown key");
 	/* Exactly at the limit of 8 it parses (and fails on content). */
-	PARSE_FAIL("{\"subscribe\":{\"pid\":[[[[[[1]]]]]]}}", PROTOCOL_BAD_REQUEST, "subscribe.pid[0]: expected an integer");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"pid\":[[[[[[1]]]]]]}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.pid[0]: expected an integer");
 	PARSE_FAIL("{\"subscribe\":{\"pid\":[[[[[[[1]]]]]]]}}", PROTOCOL_TOO_DEEP, "deeper than 8");
 }
 
@@ -388,8 +480,13 @@ static void test_to_json(void) {
 			continue;
 		ASSERT(subscription_to_json(s, &json) == 0);
 		if (json && !streq(json, cases[i].json)) {
-			fprintf(stderr, "%s:%d: subscription_to_json(%s) = %s, expected %s\n", __FILE__, __LINE__,
-			        cases[i].request, json, cases[i].json);
+			fprintf(stderr,
+				"%s:%d: subscription_to_json(%s) = %s, expected %s\n",
+				__FILE__,
+				__LINE__,
+				cases[i].request,
+				json,
+				cases[i].json);
 			failures++;
 		}
 		if (json && asprintf(&request, "{\"subscribe\":%s}", json) > 0) {

@@ -7,11 +7,10 @@
 
 static int failures;
 
-#define ASSERT(cond)                                                                    \
-	do {                                                                            \
-		if (!(cond)) {                                                          \
-			fprintf(stderr, "%s:%d: %s: assertion failed: %s\n", __FILE__,  \
-			        __LINE__, __func__, #cond);                             \
-			failures++;                                                     \
-		}                                                                       \
+#define ASSERT(cond)                                                                                               \
+	do {                                                                                                       \
+		if (!(cond)) {                                                                                     \
+			fprintf(stderr, "%s:%d: %s: assertion failed: %s\n", __FILE__, __LINE__, __func__, #cond); \
+			failures++;                                                                                \
+		}                                                                                                  \
 	} while (0)
