@@ -235,6 +235,89 @@ def _():
     state["pid"] = show("MainPID")
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def export_stats():
+    try:
+        with open("/run/perfrelay-export/stats.json") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+@step("export and metrics units verify; their exposure")
+def _():
+    r = run("systemd-analyze", "verify", "--man=no", "/lib/systemd/system/perfrelay-export.service",
+            "/lib/systemd/system/perfrelay-metrics.socket", check=False)
+    assert r.returncode == 0 and not r.stderr.strip(), f"systemd-analyze verify: {r.stderr}"
+    for unit in ("perfrelay-export.service", "perfrelay-metrics@0.service"):
+        out = run("systemd-analyze", "security", "--no-pager", unit).stdout
+        m = re.search(r"Overall exposure level for \S+: ([\d.]+)", out)
+        assert m, out[-500:]
+        print(f"{unit} exposure {m.group(1)}")
+        assert float(m.group(1)) <= 2.5, f"{unit} exposure {m.group(1)}"
+
+
+@step("perfrelay-export.service publishes the marker's exec to JetStream, as a dynamic user")
+def _():
+    port = free_port()
+    state["nats"] = f"nats://127.0.0.1:{port}"
+    run("systemd-run", "--unit=prtest-nats", "--property=Type=exec", "/usr/sbin/nats-server", "-js",
+        "-a", "127.0.0.1", "-p", str(port), "-sd", "/var/tmp/prtest-nats")
+
+    def listening():
+        with socket.socket() as c:
+            return c.connect_ex(("127.0.0.1", port)) == 0
+    wait_for(listening, "nats-server listening")
+    os.makedirs("/etc/perfrelay/export.conf.d", exist_ok=True)
+    with open("/etc/perfrelay/export.conf.d/50-test.conf", "w") as f:
+        f.write(f"[NATS]\nServers={state['nats']}\n[Export]\nTypes=exec\n")
+    run("systemctl", "start", "perfrelay-export.service")
+    wait_for(lambda: (export_stats() or {}).get("stream_ready"), "the exporter made its stream")
+    user = run("systemctl", "show", "-p", "User", "--value", "perfrelay-export.service").stdout.strip()
+    pid = run("systemctl", "show", "-p", "MainPID", "--value", "perfrelay-export.service").stdout.strip()
+    with open(f"/proc/{pid}/status") as f:
+        uid = int(next(l for l in f if l.startswith("Uid:")).split()[1])
+    assert uid != 0, f"perfrelay-export runs as uid {uid} (User={user})"
+    marker("exported")
+
+    def in_stream():
+        out = run("perfrelayctl", "monitor", "--nats", state["nats"], "--since", "10m", "--no-follow", "--json").stdout
+        evs = [json.loads(l) for l in out.splitlines() if l.strip()]
+        return any(e.get("type") == "exec" and e.get("argv", [None])[1:] == ["exported"] for e in evs)
+    wait_for(in_stream, "the marker's exec in the JetStream stream (perfrelayctl monitor --nats)")
+    wait_for(lambda: (lambda st: st and st["queued"] == 0 and st["in_flight"] == 0)(export_stats()),
+             "the exporter idle")
+    st = export_stats()
+    assert st["export_dropped"] == 0, f"nothing dropped: {st}"
+
+
+@step("perfrelay-metrics.socket serves /metrics from GetStats() and the exporter's stats")
+def _():
+    port = free_port()
+    os.makedirs("/etc/systemd/system/perfrelay-metrics.socket.d", exist_ok=True)
+    with open("/etc/systemd/system/perfrelay-metrics.socket.d/50-test.conf", "w") as f:
+        f.write(f"[Socket]\nListenStream=\nListenStream=127.0.0.1:{port}\n")
+    run("systemctl", "daemon-reload")
+    run("systemctl", "start", "perfrelay-metrics.socket")
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as c:
+        c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while chunk := c.recv(65536):
+            data += chunk
+    head, _, body = data.decode().partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 200"), head
+    samples = dict(l.rsplit(" ", 1) for l in body.splitlines() if l and not l.startswith("#"))
+    assert samples.get("perfrelay_up") == "1", f"perfrelay_up: {samples.get('perfrelay_up')} (the dynamic user reads D-Bus)"
+    assert int(samples.get('perfrelay_producer_received_total{producer="1"}', 0)) > 0, "the probes' received"
+    assert int(samples.get("perfrelay_export_acked_total", 0)) >= 1, "the exporter's acknowledged events"
+    run("systemctl", "stop", "perfrelay-metrics.socket", "perfrelay-export.service", "prtest-nats.service")
+
+
 @step("stop: exit 0, the array stays pinned")
 def _():
     map_id = events_map_id()

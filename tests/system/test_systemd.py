@@ -3,7 +3,9 @@
 """perfrelay under a real systemd: a Debian 12 rootfs (debootstrapped once, cached in the build
 tree) with this build installed by `meson install --destdir`, booted with systemd-nspawn and
 bpffs bound in; inside.py then checks socket activation, the bus, reload, restart, SIGKILL,
-the watchdog and stop. Skips (77) only where nspawn cannot run at all."""
+the watchdog, perfrelay-export.service against a nats-server in the container,
+perfrelay-metrics.socket scraped, and stop. Skips (77) only where nspawn cannot run at all."""
+import hashlib
 import os
 import shutil
 import signal
@@ -15,8 +17,9 @@ import time
 SOURCE, BUILD = sys.argv[1], sys.argv[2]
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOTFS = os.path.join(BUILD, "system-rootfs")
-STAMP = "perfrelay-rootfs-1"  # bump when PACKAGES changes
-PACKAGES = "systemd,systemd-sysv,dbus,libbpf1,libjson-c5,libelf1,zlib1g,bpftool,python3"
+# The stamp names the package list: a cached rootfs made from another list is made again.
+PACKAGES = "systemd,systemd-sysv,dbus,libbpf1,libjson-c5,libelf1,zlib1g,bpftool,python3,libnats3.4,nats-server"
+STAMP = "perfrelay-rootfs-" + hashlib.sha256(PACKAGES.encode()).hexdigest()[:12]
 SYSBUILD = os.path.join(BUILD, "system-build")
 PIN = f"/sys/fs/bpf/perfrelay-system-{os.getpid()}"
 
