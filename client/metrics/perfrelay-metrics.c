@@ -260,6 +260,8 @@ static int metrics_collect(bool openmetrics, char **ret, size_t *ret_size) {
 	r = sd_bus_open_system(&bus);
 	if (r >= 0)
 		r = collect_daemon(bus, &o);
+	if (r < 0) /* the scrape still answers, with perfrelay_up 0; the journal says why */
+		fprintf(stderr, "%s: cannot read perfrelayd's counters over D-Bus: %s\n", program, strerror(-r));
 	family(&o, "perfrelay_up", "gauge", "1 if perfrelayd answered on D-Bus for this scrape.");
 	sample(&o, "perfrelay_up", false, NULL, r >= 0);
 	collect_export(&o);

@@ -46,8 +46,8 @@ def step(name):
             fn()
         except Exception as e:
             print(f"FAIL {name}: {e}")
-            print(run("journalctl", "-u", "perfrelay.service", "-u", "perfrelay.socket", "--no-pager",
-                      "-n", "60", check=False).stdout)
+            print(run("journalctl", "-u", "perfrelay.service", "-u", "perfrelay.socket", "-u", "perfrelay-export.service",
+                      "-u", "perfrelay-metrics@*", "-u", "dbus.service", "--no-pager", "-n", "60", check=False).stdout)
             print(f"{passed} passed, 1 failed")
             sys.exit(1)
         passed += 1
@@ -290,8 +290,9 @@ def _():
         evs = [json.loads(l) for l in out.splitlines() if l.strip()]
         return any(e.get("type") == "exec" and e.get("argv", [None])[1:] == ["exported"] for e in evs)
     wait_for(in_stream, "the marker's exec in the JetStream stream (perfrelayctl monitor --nats)")
-    wait_for(lambda: (lambda st: st and st["queued"] == 0 and st["in_flight"] == 0)(export_stats()),
-             "the exporter idle")
+    # The stats file is rewritten every second: wait until it has caught up with the stream.
+    wait_for(lambda: (lambda st: st and st["exported"] >= 1 and st["queued"] == 0 and st["in_flight"] == 0)(
+        export_stats()), "the exporter's stats file shows the export, idle")
     st = export_stats()
     assert st["export_dropped"] == 0, f"nothing dropped: {st}"
 
@@ -314,7 +315,8 @@ def _():
     samples = dict(l.rsplit(" ", 1) for l in body.splitlines() if l and not l.startswith("#"))
     assert samples.get("perfrelay_up") == "1", f"perfrelay_up: {samples.get('perfrelay_up')} (the dynamic user reads D-Bus)"
     assert int(samples.get('perfrelay_producer_received_total{producer="1"}', 0)) > 0, "the probes' received"
-    assert int(samples.get("perfrelay_export_acked_total", 0)) >= 1, "the exporter's acknowledged events"
+    assert int(samples.get("perfrelay_export_acked_total", 0)) >= 1, \
+        f"the exporter's acknowledged events: {samples.get('perfrelay_export_acked_total')} (stats file: {export_stats()})"
     run("systemctl", "stop", "perfrelay-metrics.socket", "perfrelay-export.service", "prtest-nats.service")
 
 
