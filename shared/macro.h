@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Small helpers shared by every part of perfrelay: cleanup attributes and ownership moves. */
+/* Small helpers shared by every part of perfrelay (daemon, clients, tests; never installed):
+ * cleanup attributes and ownership moves. */
 #pragma once
 
 #include <errno.h>
