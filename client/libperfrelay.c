@@ -18,6 +18,7 @@
 
 #include "macro.h"
 #include "perfrelay.h"
+#include "time-util.h"
 
 #define PERFRELAY_PROTOCOL 1u
 
@@ -249,16 +250,9 @@ static int check_subscription(const struct perfrelay_subscription *sub) {
 
 /* ---- reading ---- */
 
-static uint64_t now_ms(void) {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
-}
-
 /* Reads more bytes into the buffer. Returns 1 when bytes arrived, 0 when timeout_ms passed
  * (or, for 0, nothing is readable now), or a negative errno (-ECONNRESET at a clean EOF,
- * -EBADMSG at an EOF inside a line or frame). deadline is in now_ms() time, used when
+ * -EBADMSG at an EOF inside a line or frame). deadline is in now_msec(CLOCK_MONOTONIC) time, used when
  * timeout_ms > 0. */
 static int fill(perfrelay_client *c, int timeout_ms, uint64_t deadline) {
 	if (c->start == c->end)
@@ -292,7 +286,7 @@ static int fill(perfrelay_client *c, int timeout_ms, uint64_t deadline) {
 		if (timeout_ms < 0)
 			wait = -1;
 		else {
-			uint64_t now = now_ms();
+			uint64_t now = now_msec(CLOCK_MONOTONIC);
 
 			if (now >= deadline)
 				return 0;
@@ -301,7 +295,7 @@ static int fill(perfrelay_client *c, int timeout_ms, uint64_t deadline) {
 		k = poll(&p, 1, wait);
 		if (k < 0)
 			return -errno; /* -EINTR: the caller's signal handler wants to run */
-		if (k == 0 && timeout_ms > 0 && now_ms() >= deadline)
+		if (k == 0 && timeout_ms > 0 && now_msec(CLOCK_MONOTONIC) >= deadline)
 			return 0;
 	}
 }
@@ -314,7 +308,7 @@ static int fail(perfrelay_client *c, int error) {
 /* Takes the next complete line out of the buffer, NUL-terminated in place. Returns 1 with a
  * line, 0 on timeout, or a negative errno (not made sticky: the caller decides). */
 static int read_line(perfrelay_client *c, char **ret, size_t *ret_len, int timeout_ms) {
-	uint64_t deadline = timeout_ms > 0 ? now_ms() + (uint64_t) timeout_ms : 0;
+	uint64_t deadline = timeout_ms > 0 ? now_msec(CLOCK_MONOTONIC) + (uint64_t) timeout_ms : 0;
 
 	for (;;) {
 		char *nl = memchr(c->buf + c->scanned, '\n', c->end - c->scanned);
@@ -669,7 +663,7 @@ int perfrelay_next_record(
 	const void **payload,
 	size_t *payload_size,
 	int timeout_ms) {
-	uint64_t deadline = timeout_ms > 0 ? now_ms() + (uint64_t) timeout_ms : 0;
+	uint64_t deadline = timeout_ms > 0 ? now_msec(CLOCK_MONOTONIC) + (uint64_t) timeout_ms : 0;
 	struct perfrelay_hdr h;
 	uint32_t length;
 	const char *rec;

@@ -30,6 +30,7 @@
 #include "bus-json.h"
 #if HAVE_NATS
 #include "monitor-nats.h"
+#include "time-util.h"
 #endif
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(perfrelay_client *, perfrelay_close);
@@ -687,7 +688,6 @@ static int verb_monitor(int argc, char *argv[]) {
 #define BUS_PATH           "/org/perfrelay1"
 #define BUS_INTERFACE      "org.perfrelay1.Manager"
 #define DEFAULT_SYSTEM_BUS "unix:path=/run/dbus/system_bus_socket"
-#define USEC_PER_SEC       1000000ULL
 
 
 static const char *system_bus_address(void) {
@@ -907,13 +907,6 @@ static int status_get(sd_bus *bus, Status *st) {
 	if (!st->version || !st->state || !st->pin_path)
 		return error_msg("%s did not report Version, State and PinPath", BUS_PATH);
 	return 0;
-}
-
-static uint64_t now_usec(clockid_t clock) {
-	struct timespec ts;
-
-	clock_gettime(clock, &ts);
-	return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
 }
 
 static void format_duration(uint64_t usec, char *buf, size_t size) {

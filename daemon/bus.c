@@ -18,9 +18,8 @@
 #include "manager.h"
 #include "request.h"
 #include "stats.h"
+#include "time-util.h"
 
-#define USEC_PER_SEC           1000000ULL
-#define USEC_PER_MSEC          1000ULL
 /* Counters are compared, and PropertiesChanged and EventsLost emitted, at most this often. */
 #define STATS_INTERVAL_USEC    USEC_PER_SEC
 /* The window of BusEventsPerSecond=: at most that many Event signals per subscriber in it. */

@@ -27,17 +27,8 @@
 #include "server.h"
 #include "stats.h"
 #include "topology.h"
+#include "time-util.h"
 
-typedef uint64_t usec_t;
-#define USEC_PER_SEC  1000000ULL
-#define USEC_PER_MSEC 1000ULL
-
-static usec_t now(clockid_t clock) {
-	struct timespec ts;
-
-	clock_gettime(clock, &ts);
-	return (usec_t) ts.tv_sec * USEC_PER_SEC + (usec_t) ts.tv_nsec / 1000;
-}
 
 struct Manager {
 	ManagerOptions o;
@@ -92,7 +83,7 @@ int manager_new(const ManagerOptions *o, Manager **ret) {
 		return -ENOMEM;
 	m->o = *o;
 	m->state = MANAGER_STARTING;
-	m->started_at = now(CLOCK_REALTIME);
+	m->started_at = now_usec(CLOCK_REALTIME);
 	if (asprintf(&m->dropin_dir, "%s.d", o->config_path) < 0) {
 		free(m);
 		return -ENOMEM;
@@ -680,20 +671,20 @@ static void manager_notify_status(Manager *m, uint64_t rate, uint64_t ring_lost,
  * twice the flush interval plus the slack: a limit in time, so that it holds whatever the health
  * tick is (shorter or longer than the flush interval, which a count of rounds per tick cannot
  * judge). */
-static bool manager_readers_alive(Manager *m, uint64_t now_usec) {
+static bool manager_readers_alive(Manager *m, uint64_t now) {
 	uint64_t limit = 2ULL * m->config->flush_interval_ms * 1000ULL + READER_STALL_SLACK_USEC;
 	bool alive = true;
 
 	for (size_t i = 0; i < m->n_readers; i++) {
 		uint64_t last = STAT_LOAD(reader_stats(m->readers[i])->alive_usec);
 
-		if (now_usec > last && now_usec - last > limit) {
+		if (now > last && now - last > limit) {
 			if (!m->watchdog_withheld)
 				log_error(
 					"Reader %zu made no progress for %" PRIu64
 					" ms: withholding WATCHDOG=1",
 					i,
-					(now_usec - last) / 1000);
+					(now - last) / 1000);
 			alive = false;
 		}
 	}
@@ -702,7 +693,7 @@ static bool manager_readers_alive(Manager *m, uint64_t now_usec) {
 
 static int on_health(sd_event_source *s, uint64_t usec, void *userdata) {
 	Manager *m = userdata;
-	uint64_t t = now(CLOCK_MONOTONIC), events = 0, lost = 0, elapsed = t - m->health_last_usec;
+	uint64_t t = now_usec(CLOCK_MONOTONIC), events = 0, lost = 0, elapsed = t - m->health_last_usec;
 	uint64_t interval = m->watchdog_usec ? MIN(m->watchdog_usec / 2, HEALTH_INTERVAL_USEC) :
 					       HEALTH_INTERVAL_USEC;
 	bool alive;
@@ -735,7 +726,7 @@ static int manager_setup_health(Manager *m) {
 	/* sd_watchdog_enabled() checks $WATCHDOG_PID too; 0 when not watched. */
 	if (sd_watchdog_enabled(false, &wd) > 0)
 		m->watchdog_usec = wd;
-	m->health_last_usec = now(CLOCK_MONOTONIC);
+	m->health_last_usec = now_usec(CLOCK_MONOTONIC);
 	r = sd_event_add_time_relative(
 		m->event,
 		&m->health_source,
@@ -1235,14 +1226,14 @@ int manager_reload(Manager *m, char **ret_error) {
 /* At exit, standard output gets everything it was offered (and no cut line), unless it does
  * not take it within a bounded time. */
 static void manager_finish_stdout(Manager *m) {
-	usec_t deadline = now(CLOCK_MONOTONIC) + 5 * USEC_PER_SEC;
+	usec_t deadline = now_usec(CLOCK_MONOTONIC) + 5 * USEC_PER_SEC;
 	int r;
 
 	if (!m->stdout_client)
 		return;
 	while ((r = hub_client_flush(m->stdout_client)) == 0) {
 		struct pollfd p = { .fd = STDOUT_FILENO, .events = POLLOUT };
-		usec_t t = now(CLOCK_MONOTONIC);
+		usec_t t = now_usec(CLOCK_MONOTONIC);
 
 		if (t >= deadline || poll(&p, 1, (int) ((deadline - t) / USEC_PER_MSEC) + 1) <= 0) {
 			log_warning("Standard output did not take the last events within 5s, giving up");

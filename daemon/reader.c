@@ -18,6 +18,7 @@
 #include "macro.h"
 #include "reader.h"
 #include "seqgap.h"
+#include "time-util.h"
 
 /* Per (ring, producer): the sequence-gap detector (seqgap.h) and what the current batch read,
  * not yet in the ledger. The reader thread's own. */
@@ -83,7 +84,7 @@ typedef struct DrainCtx {
 static int reader_hotplug_init(Reader *r);
 static void reader_hotplug_free(Reader *r);
 static void reader_run_commands(Reader *r);
-static int drain_all(Reader *r, uint64_t now_usec, bool *ret_any, bool *ret_trickle);
+static int drain_all(Reader *r, uint64_t now, bool *ret_any, bool *ret_trickle);
 
 int reader_new(
 	unsigned id,
@@ -330,7 +331,7 @@ static bool ring_trickles(const Ring *ring, uint64_t bytes, uint64_t records, ui
 /* Drains every ring of the group that has data, once. Returns 1 if a ring was left with data
  * (its budget ran out), 0 if all were drained; *ret_any tells whether anything was consumed and
  * *ret_trickle whether a ring fills too slowly to wake the reader soon (see ring_trickles()). */
-static int drain_all(Reader *r, uint64_t now_usec, bool *ret_any, bool *ret_trickle) {
+static int drain_all(Reader *r, uint64_t now, bool *ret_any, bool *ret_trickle) {
 	bool any = false, more = false, trickle = false;
 
 	hub_reader_begin(r->hub, r->id);
@@ -359,8 +360,8 @@ static int drain_all(Reader *r, uint64_t now_usec, bool *ret_any, bool *ret_tric
 			any = true;
 			more |= (uint64_t) n >= budget;
 			trickle |= ring_trickles(
-				r->rings[i], (uint64_t) n, d.records, now_usec - r->drained_usec[i]);
-			r->drained_usec[i] = now_usec;
+				r->rings[i], (uint64_t) n, d.records, now - r->drained_usec[i]);
+			r->drained_usec[i] = now;
 			STAT_ADD(r->stats->batches, 1);
 			STAT_ADD(d.cpu->bytes, (uint64_t) n);
 		}
@@ -379,13 +380,6 @@ static int drain_all(Reader *r, uint64_t now_usec, bool *ret_any, bool *ret_tric
 	*ret_any = any;
 	*ret_trickle = trickle;
 	return more;
-}
-
-static uint64_t now_usec(void) {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000000u + (uint64_t) ts.tv_nsec / 1000u;
 }
 
 static void *reader_thread(void *userdata) {
@@ -422,7 +416,7 @@ static void *reader_thread(void *userdata) {
 		 * READER_BUSY_FLUSH_MS away instead of the idle flush interval, for as long as
 		 * trickles keep coming within READER_BUSY_HOLD_MS (producers emit in bursts, and a
 		 * look between two bursts finds nothing). */
-		now = now_usec();
+		now = now_usec(CLOCK_MONOTONIC);
 		if (drain_all(r, now, &any, &trickle))
 			timeout = 0;
 		else {
@@ -436,14 +430,14 @@ static void *reader_thread(void *userdata) {
 		if (any)
 			STAT_ADD(r->stats->wakeups, 1);
 		STAT_ADD(r->stats->progress, 1);
-		STAT_STORE(r->stats->alive_usec, now_usec());
+		STAT_STORE(r->stats->alive_usec, now_usec(CLOCK_MONOTONIC));
 	}
 	/* Last drain after the stop request. Once the manager cleared the array's slots and waited
 	 * out the emitters in flight (r->until_empty), nothing can write into the rings any more:
 	 * drain them to empty. Otherwise bounded, because producers that keep emitting would keep
 	 * us here forever. */
 	for (unsigned pass = 0; atomic_load(&r->until_empty) || pass < 64; pass++)
-		if (!drain_all(r, now_usec(), &any, &trickle) && !any)
+		if (!drain_all(r, now_usec(CLOCK_MONOTONIC), &any, &trickle) && !any)
 			break;
 	return NULL;
 }
@@ -453,7 +447,7 @@ static void reader_affinity(const Reader *r, const cpu_set_t *allowed, cpu_set_t
 	cpu_set_t set, both;
 
 	/* Alive from the start: the watchdog measures from here until the first loop ends. */
-	STAT_STORE(r->stats->alive_usec, now_usec());
+	STAT_STORE(r->stats->alive_usec, now_usec(CLOCK_MONOTONIC));
 	CPU_ZERO(&set);
 	for (int c = cpuset_next(&r->cpus, 0); c >= 0 && c < CPU_SETSIZE; c = cpuset_next(&r->cpus, c + 1))
 		CPU_SET(c, &set);
@@ -586,7 +580,7 @@ static void reader_run_command(Reader *r, const ReaderCmd *c, Ring ***retired, s
 		return;
 	}
 	for (unsigned pass = 0; pass < 64; pass++)
-		if (!drain_all(r, now_usec(), &any, &trickle) && !any)
+		if (!drain_all(r, now_usec(CLOCK_MONOTONIC), &any, &trickle) && !any)
 			break;
 	/* Its perf event is dead or going; a stale EPOLLHUP would wake us for nothing. */
 	if (r->rings[i])
@@ -600,7 +594,7 @@ static void reader_run_command(Reader *r, const ReaderCmd *c, Ring ***retired, s
 	if (r->rings[i]) /* NULL: the CPU was parked since the start */
 		(*retired)[(*n_retired)++] = r->rings[i];
 	__atomic_store_n(&r->rings[i], c->ring, __ATOMIC_RELEASE);
-	r->drained_usec[i] = now_usec();
+	r->drained_usec[i] = now_usec(CLOCK_MONOTONIC);
 
 	/* While all of our CPUs were offline the kernel moved us elsewhere and widened our
 	 * affinity: pin the thread to its group again. */

@@ -17,8 +17,8 @@
 #include "filter.h"
 #include "log.h"
 #include "server.h"
+#include "time-util.h"
 
-#define USEC_PER_MSEC                1000ULL
 /* The kernel's SCM_MAX_FD: the most descriptors one message can carry. */
 #define SERVER_SCM_MAX_FD            253
 /* A request buffer starts this small and doubles up to MaxRequestBytes=. */

@@ -13,6 +13,7 @@
 
 #include "decode.h"
 #include "macro.h"
+#include "time-util.h"
 
 /* The header that carries how often a message was published; absent on the first try. It is
  * only read and written on the retry path. */
@@ -54,13 +55,6 @@ struct Exporter {
 	uint64_t backoff_ms, pause_until_ms, exported_seen;
 };
 
-static uint64_t now_ms(void) {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
-}
-
 static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *userdata) {
 	Exporter *e = userdata;
 
@@ -80,7 +74,7 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
 			(int) pae->ErrCode);
 		pthread_mutex_unlock(&e->lock);
 	}
-	atomic_store(&e->last_progress_ms, now_ms());
+	atomic_store(&e->last_progress_ms, now_msec(CLOCK_MONOTONIC));
 	if (pa)
 		atomic_fetch_sub(&e->in_flight, 1);
 }

@@ -20,6 +20,7 @@
 #include "exporter.h"
 #include "macro.h"
 #include "perfrelay.h"
+#include "time-util.h"
 
 #define CONFIG_DEFAULT    "/etc/perfrelay/export.conf"
 #define STATS_INTERVAL_MS 1000
@@ -27,13 +28,6 @@
 DEFINE_TRIVIAL_CLEANUP_FUNC(perfrelay_client *, perfrelay_close);
 
 static const char *program = "perfrelay-export";
-
-static uint64_t now_ms(void) {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
-}
 
 static void help(void) {
 	printf("%s [OPTIONS...]\n\n"
@@ -94,13 +88,13 @@ static bool signal_pending(int signal_fd) {
 
 /* Publishes until asked to stop; then drains for DrainTimeoutMSec and counts what is left. */
 static void drain(Exporter *e, const ExportConfig *cfg, const char *stats_file, int signal_fd) {
-	uint64_t deadline = now_ms() + cfg->drain_timeout_ms, last = 0;
+	uint64_t deadline = now_msec(CLOCK_MONOTONIC) + cfg->drain_timeout_ms, last = 0;
 
-	while (!exporter_idle(e) && now_ms() < deadline) {
-		exporter_run(e, now_ms());
-		if (now_ms() >= last + STATS_INTERVAL_MS) {
+	while (!exporter_idle(e) && now_msec(CLOCK_MONOTONIC) < deadline) {
+		exporter_run(e, now_msec(CLOCK_MONOTONIC));
+		if (now_msec(CLOCK_MONOTONIC) >= last + STATS_INTERVAL_MS) {
 			stats_save(e, stats_file);
-			last = now_ms();
+			last = now_msec(CLOCK_MONOTONIC);
 		}
 		if (poll(&(struct pollfd){ .fd = signal_fd, .events = POLLIN }, 1, 5) > 0 &&
 		    signal_pending(signal_fd))
@@ -145,7 +139,7 @@ static int run_input(Exporter *e, const char *input, const char *stats_file, int
 		}
 		/* Waits for room instead of dropping: a file can wait, unlike the daemon. */
 		while (!exporter_has_room(e)) {
-			exporter_run(e, now_ms());
+			exporter_run(e, now_msec(CLOCK_MONOTONIC));
 			if (poll(&(struct pollfd){ .fd = signal_fd, .events = POLLIN }, 1, 1) > 0) {
 				munmap((void *) map, (size_t) st.st_size);
 				return 0;
@@ -153,10 +147,10 @@ static int run_input(Exporter *e, const char *input, const char *stats_file, int
 		}
 		exporter_offer(e, &hdr, map + pos + 4);
 		pos += 4 + len;
-		exporter_run(e, now_ms());
-		if (now_ms() >= last + STATS_INTERVAL_MS) {
+		exporter_run(e, now_msec(CLOCK_MONOTONIC));
+		if (now_msec(CLOCK_MONOTONIC) >= last + STATS_INTERVAL_MS) {
 			stats_save(e, stats_file);
-			last = now_ms();
+			last = now_msec(CLOCK_MONOTONIC);
 		}
 	}
 	munmap((void *) map, (size_t) st.st_size);
@@ -222,10 +216,10 @@ static int run_socket(
 			fprintf(stderr, "%s: the event stream ended: %s\n", program, strerror(-r));
 			return r;
 		}
-		exporter_run(e, now_ms());
-		if (now_ms() >= last + STATS_INTERVAL_MS) {
+		exporter_run(e, now_msec(CLOCK_MONOTONIC));
+		if (now_msec(CLOCK_MONOTONIC) >= last + STATS_INTERVAL_MS) {
 			stats_save(e, stats_file);
-			last = now_ms();
+			last = now_msec(CLOCK_MONOTONIC);
 		}
 		if (r > 0)
 			continue; /* more was buffered than one round takes */
