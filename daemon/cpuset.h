@@ -19,8 +19,11 @@ bool cpuset_contains(const CpuSet *s, unsigned cpu);
 unsigned cpuset_count(const CpuSet *s);
 bool cpuset_is_empty(const CpuSet *s);
 bool cpuset_intersects(const CpuSet *a, const CpuSet *b);
-/* Next CPU >= from in the set, or -1. Iterate: for (int c = cpuset_next(s, 0); c >= 0; c = cpuset_next(s, c + 1)) */
+/* Next CPU >= from in the set, or -1. */
 int cpuset_next(const CpuSet *s, unsigned from);
+/* Every CPU of the set, ascending: FOREACH_CPU(cpu, set) { ... } declares int cpu. */
+#define FOREACH_CPU(cpu, set) \
+	for (int cpu = cpuset_next((set), 0); cpu >= 0; cpu = cpuset_next((set), (unsigned) cpu + 1))
 
 /* Parses a kernel CPU list: comma-separated numbers and ranges "a-b" (a <= b), optional
  * surrounding whitespace and a trailing newline (as sysfs writes it). An empty string is an

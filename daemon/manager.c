@@ -315,8 +315,7 @@ static int manager_cpu_groups(Manager *m, CpuSet **ret, size_t *ret_n) {
 		for (size_t i = 0; i < c->n_cpu_groups; i++) {
 			CpuSet g = {};
 
-			for (int cpu = cpuset_next(&c->cpu_groups[i], 0); cpu >= 0;
-			     cpu = cpuset_next(&c->cpu_groups[i], cpu + 1)) {
+			FOREACH_CPU(cpu, &c->cpu_groups[i]) {
 				if (cpuset_contains(&online, cpu))
 					cpuset_add(&g, cpu);
 				else if ((unsigned) cpu >= probes_possible_cpus(m->probes))
@@ -377,7 +376,7 @@ static int manager_open_rings(Manager *m, const CpuSet *groups, size_t n_groups)
 
 		if (!rings)
 			return -ENOMEM;
-		for (int cpu = cpuset_next(&groups[g], 0); cpu >= 0; cpu = cpuset_next(&groups[g], cpu + 1)) {
+		FOREACH_CPU(cpu, &groups[g]) {
 			uint32_t key = cpu;
 			int fd;
 
@@ -853,7 +852,7 @@ static void manager_hotplug_tick(Manager *m) {
 		reader_free_retired_rings(m->readers[i]);
 	if (topology_online_cpus("/sys", &online) < 0)
 		return;
-	for (int cpu = cpuset_next(&m->cpus, 0); cpu >= 0; cpu = cpuset_next(&m->cpus, cpu + 1)) {
+	FOREACH_CPU(cpu, &m->cpus) {
 		bool parked = cpuset_contains(&m->cpus_parked, cpu);
 
 		if (!cpuset_contains(&online, cpu) && !parked)

@@ -104,7 +104,7 @@ int topology_possible_cpu_count(const char *sysfs_root, unsigned *ret) {
 	r = read_cpu_list(sysfs_root, "possible", &set);
 	if (r < 0)
 		return r;
-	for (int c = cpuset_next(&set, 0); c >= 0; c = cpuset_next(&set, (unsigned) c + 1))
+	FOREACH_CPU(c, &set)
 		last = c;
 	if (last < 0)
 		return -ENODATA;
@@ -236,7 +236,7 @@ static int group_by(const char *sysfs_root, const CpuSet *cpus, CpuSharingFunc f
 		return -ENOMEM;
 	cpuset_clear(&assigned);
 
-	for (int c = cpuset_next(cpus, 0); c >= 0; c = cpuset_next(cpus, (unsigned) c + 1)) {
+	FOREACH_CPU(c, cpus) {
 		CpuSet shared, *g;
 
 		if (cpuset_contains(&assigned, (unsigned) c))

@@ -126,7 +126,7 @@ static void test_ops(void) {
 	ASSERT(cpuset_next(&a, 100000) == -1);
 
 	unsigned n = 0;
-	for (int c = cpuset_next(&a, 0); c >= 0; c = cpuset_next(&a, (unsigned) c + 1))
+	FOREACH_CPU(c, &a)
 		n++;
 	ASSERT(n == 4);
 
