@@ -21,23 +21,17 @@
 #include "time-util.h"
 
 /* Counters are compared, and PropertiesChanged and EventsLost emitted, at most this often. */
-#define STATS_INTERVAL_USEC    USEC_PER_SEC
+#define STATS_INTERVAL_USEC USEC_PER_SEC
 /* The window of BusEventsPerSecond=: at most that many Event signals per subscriber in it. */
-#define RATE_WINDOW_USEC       USEC_PER_SEC
-/* A subscriber's output is read from its socket pair at most this much per wakeup, so that
- * one busy subscriber cannot keep the main thread from everything else. */
-#define SUBSCRIBER_READ_BUDGET (256u * 1024u)
-/* Room for the longest line the encoder writes plus one read's worth of the next ones. */
-#define SUBSCRIBER_BUFFER_SIZE (ENCODE_JSON_MAX + 64u * 1024u)
-/* Type names are short identifiers (encode.c allows 32 bytes). */
-#define TYPE_NAME_MAX          32u
+#define RATE_WINDOW_USEC    USEC_PER_SEC
 /* A Subscribe() filter becomes a request of depth 3 ({"subscribe":{"pid":[1]}}). */
-#define FILTER_JSON_DEPTH      4u
+#define FILTER_JSON_DEPTH   4u
 
 typedef struct BusSubscriber BusSubscriber;
 
-/* One Subscribe() call: a hub client that writes JSON lines into one end of a socket pair; the
- * main thread reads them from the other end and sends them to `sender` as signals. */
+/* One Subscribe() call: a hub client whose JSON lines the main thread takes from the hub
+ * (hub_client_consume(), with each event's type and timestamp) and sends to `sender` as
+ * signals. */
 struct BusSubscriber {
 	Bus *bus;
 	BusSubscriber *prev, *next;
@@ -48,22 +42,15 @@ struct BusSubscriber {
 	Subscription *sub; /* read by reader threads through the hub while attached */
 	char *filter_text; /* subscription_to_json(sub): the Filter property */
 	HubClient *client;
-	int write_fd; /* the hub client writes here */
-	int read_fd;  /* and the main thread reads here */
-	sd_event_source *read_source;
-	sd_event_source *write_source; /* EPOLLOUT, on while the hub client is blocked */
 	sd_event_source *window_timer; /* on while drops wait to be told in a Dropped signal */
 	sd_bus_slot *slot;             /* the monitor object */
 	sd_bus_track *track;           /* the subscriber's name: when it goes, so does the monitor */
-	char *buf;                     /* bytes read, at most one partial line */
-	size_t len;
-	uint64_t window_start;  /* CLOCK_MONOTONIC usec; 0: no window yet */
-	uint64_t tokens;        /* Event signals left in the window */
-	uint64_t pending_drops; /* dropped since the last Dropped signal */
-	uint64_t dropped_at;    /* CLOCK_MONOTONIC usec of the last Dropped signal; 0: none */
-	uint64_t delivered;     /* Event signals sent */
-	uint64_t dropped;       /* lines read but not sent: over the rate, or sd-bus refused */
-	uint64_t lines;         /* event lines read (lost notices not counted) */
+	uint64_t window_start;         /* CLOCK_MONOTONIC usec; 0: no window yet */
+	uint64_t tokens;               /* Event signals left in the window */
+	uint64_t pending_drops;        /* dropped since the last Dropped signal */
+	uint64_t dropped_at;           /* CLOCK_MONOTONIC usec of the last Dropped signal; 0: none */
+	uint64_t delivered;            /* Event signals sent */
+	uint64_t dropped; /* events taken from the hub but not sent: over the rate, or sd-bus refused */
 };
 
 struct Bus {
@@ -581,10 +568,7 @@ static BusSubscriber *subscriber_free(BusSubscriber *s) {
 		hub_client_detach(manager_hub(b->manager), s->client);
 		hub_client_discard(s->client);
 		hub_client_get_stats(s->client, &st);
-		/* Events left in the hub queue are in st.dropped now; those written to the pipe
-		 * and never read were not sent as signals either: drops too. */
-		if (st.sent > s->lines)
-			s->dropped += st.sent - s->lines;
+		/* Events left in the hub queue are in st.dropped now. */
 		b->gone_delivered += s->delivered;
 		b->gone_dropped += s->dropped + st.dropped;
 		log_debug(
@@ -598,14 +582,9 @@ static BusSubscriber *subscriber_free(BusSubscriber *s) {
 		hub_client_free(s->client);
 	}
 	subscription_free(s->sub);
-	sd_event_source_disable_unref(s->read_source);
-	sd_event_source_disable_unref(s->write_source);
 	sd_event_source_disable_unref(s->window_timer);
 	sd_bus_slot_unref(s->slot);
 	sd_bus_track_unref(s->track);
-	safe_close(s->read_fd);
-	safe_close(s->write_fd);
-	free(s->buf);
 	free(s->filter_text);
 	free(s->sender);
 	free(s->path);
@@ -696,37 +675,30 @@ static void subscriber_drop(BusSubscriber *s, uint64_t n) {
 	subscriber_arm_window_timer(s, MAX(s->window_start, s->dropped_at) + RATE_WINDOW_USEC);
 }
 
-/* One line of the hub client's output: `line` is NUL-terminated where its '\n' was. */
-static void subscriber_line(BusSubscriber *s, char *line, size_t len) {
+/* One frame the hub hands over: an event, or a notice of events dropped in the hub queue. */
+static void subscriber_frame(const HubFrame *f, void *userdata) {
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *msg = NULL;
-	char type[TYPE_NAME_MAX];
-	uint64_t value;
+	BusSubscriber *s = userdata;
+	const char *type;
 	int r;
 
-	if (encode_json_peek(line, len, type, sizeof(type), &value) < 0) {
-		/* Cannot happen: the encoder wrote it. Counted so it is never silent. */
-		log_debug("Bus subscriber %s: skipping a line that is not an encoded event", s->path);
-		s->lines++;
-		s->dropped++;
-		subscriber_drop(s, 1);
-		return;
-	}
-	if (streq(type, "lost")) {
+	if (f->type == PERFRELAY_TYPE_LOST) {
 		/* Dropped in the hub queue: already in the hub client's stats, told here. */
-		subscriber_drop(s, value);
+		subscriber_drop(s, f->value);
 		return;
 	}
 
-	s->lines++;
 	subscriber_refill(s, bus_now(s->bus));
 	if (s->tokens == 0) {
 		s->dropped++;
 		subscriber_drop(s, 1);
 		return;
 	}
+	/* The name the JSON line's "type" carries (encode.c). */
+	type = f->known ? event_type_to_string(f->type) : NULL;
 	r = subscriber_signal(s, &msg, "Event");
 	if (r >= 0)
-		r = sd_bus_message_append(msg, "sts", type, value, line);
+		r = sd_bus_message_append(msg, "sts", type ?: "unknown", f->value, f->line);
 	if (r >= 0)
 		r = sd_bus_send(s->bus->bus, msg, NULL);
 	if (r < 0) {
@@ -739,73 +711,10 @@ static void subscriber_line(BusSubscriber *s, char *line, size_t len) {
 	s->delivered++;
 }
 
-static int on_subscriber_readable(sd_event_source *es, int fd, uint32_t revents, void *userdata) {
-	BusSubscriber *s = userdata;
-
-	for (size_t total = 0; total < SUBSCRIBER_READ_BUDGET;) {
-		ssize_t n = read(s->read_fd, s->buf + s->len, SUBSCRIBER_BUFFER_SIZE - s->len);
-		char *p, *end, *nl;
-
-		if (n < 0 && (errno == EAGAIN || errno == EINTR))
-			break;
-		if (n <= 0) {
-			/* We hold the other end: cannot happen. */
-			log_warning_errno(
-				n < 0 ? -errno : -EPIPE,
-				"Bus subscriber %s: its event pipe failed, "
-				"removing it: %m",
-				s->path);
-			subscriber_free(s);
-			return 0;
-		}
-		total += (size_t) n;
-		s->len += (size_t) n;
-
-		p = s->buf;
-		end = s->buf + s->len;
-		while ((nl = memchr(p, '\n', (size_t) (end - p)))) {
-			*nl = 0;
-			subscriber_line(s, p, (size_t) (nl - p));
-			p = nl + 1;
-		}
-		s->len = (size_t) (end - p);
-		if (s->len == SUBSCRIBER_BUFFER_SIZE) {
-			/* A line longer than any the encoder writes: cannot happen. */
-			log_warning(
-				"Bus subscriber %s: a line over %u bytes, discarding it",
-				s->path,
-				SUBSCRIBER_BUFFER_SIZE);
-			s->len = 0;
-		}
-		memmove(s->buf, p, s->len);
-	}
-	/* A hub client the pipe blocked resumes through EPOLLOUT on the other end. */
-	return 0;
-}
-
-static int on_subscriber_writable(sd_event_source *es, int fd, uint32_t revents, void *userdata) {
-	BusSubscriber *s = userdata;
-
-	/* The flush loop flushes this client too, and re-arms the hub's notification. */
-	manager_flush_clients(s->bus->manager);
-	return 0;
-}
-
-void bus_flush_client(Bus *b, HubClient *c) {
-	BusSubscriber *s = hub_client_userdata(c);
-	int r;
-
-	r = hub_client_flush(c);
-	if (r < 0) {
-		log_warning_errno(
-			r, "Bus subscriber %s: failed to write to its event pipe, removing it: %m", s->path);
-		subscriber_free(s);
-		return;
-	}
-	/* The last flush at shutdown runs after the loop finished; nothing waits any more. */
-	if (sd_event_get_state(b->event) == SD_EVENT_FINISHED)
-		return;
-	(void) sd_event_source_set_enabled(s->write_source, r == 0 ? SD_EVENT_ON : SD_EVENT_OFF);
+/* The subscriber's consumer (HubClientOptions.flush): every frame queued now becomes a signal
+ * (or a counted drop) at once, so the client never blocks the hub. */
+static void subscriber_flush(HubClient *c, void *userdata) {
+	hub_client_consume(c, subscriber_frame, userdata);
 }
 
 static int on_subscriber_gone(sd_bus_track *track, void *userdata) {
@@ -1096,20 +1005,19 @@ static int sender_access(
 static int subscriber_new(Bus *b, const char *sender, uid_t uid, Subscription *sub_in, BusSubscriber **ret) {
 	_cleanup_(subscription_freep) Subscription *sub = sub_in;
 	HubClientOptions o = {
-		.format = HUB_FORMAT_JSON,
+		.format = HUB_FORMAT_JSON_TAGGED,
 		.overflow = HUB_OVERFLOW_DROP,
 		.queue_bytes = b->config->client_queue_bytes,
 		.match = subscriber_match,
-		.owner = b,
+		.flush = subscriber_flush,
 	};
-	int fds[2], r;
+	int r;
 	BusSubscriber *s;
 
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->bus = b;
-	s->read_fd = s->write_fd = -EBADF;
 	s->id = ++b->next_id;
 	s->uid = uid;
 	s->next = b->subscribers;
@@ -1124,29 +1032,12 @@ static int subscriber_new(Bus *b, const char *sender, uid_t uid, Subscription *s
 		return -ENOMEM;
 	}
 	s->sender = strdup(sender);
-	s->buf = malloc(SUBSCRIBER_BUFFER_SIZE);
 	r = subscription_to_json(sub, &s->filter_text);
-	if (!s->sender || !s->buf || r < 0) {
+	if (!s->sender || r < 0) {
 		subscriber_free(s);
 		return -ENOMEM;
 	}
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) < 0) {
-		r = negative_errno();
-		subscriber_free(s);
-		return r;
-	}
-	s->write_fd = fds[0];
-	s->read_fd = fds[1];
-
-	r = sd_event_add_io(b->event, &s->read_source, s->read_fd, EPOLLIN, on_subscriber_readable, s);
-	if (r >= 0)
-		r = sd_event_add_io(
-			b->event, &s->write_source, s->write_fd, EPOLLOUT, on_subscriber_writable, s);
-	if (r >= 0)
-		r = sd_event_source_set_enabled(s->write_source, SD_EVENT_OFF);
-	if (r >= 0)
-		r = sd_event_add_time(
-			b->event, &s->window_timer, CLOCK_MONOTONIC, 0, USEC_PER_MSEC, on_window_end, s);
+	r = sd_event_add_time(b->event, &s->window_timer, CLOCK_MONOTONIC, 0, USEC_PER_MSEC, on_window_end, s);
 	if (r >= 0)
 		r = sd_event_source_set_enabled(s->window_timer, SD_EVENT_OFF);
 	if (r >= 0)
@@ -1163,7 +1054,7 @@ static int subscriber_new(Bus *b, const char *sender, uid_t uid, Subscription *s
 
 	o.filter = sub;
 	o.userdata = s;
-	r = hub_client_new(manager_hub(b->manager), s->write_fd, &o, &s->client);
+	r = hub_client_new(manager_hub(b->manager), -EBADF, &o, &s->client);
 	if (r < 0) {
 		subscriber_free(s);
 		return r;

@@ -48,7 +48,5 @@ void bus_emit_probes_changed(Bus *b);
 /* Writes queued messages out, for the last ones before the daemon exits. Accepts NULL. */
 void bus_flush(Bus *b);
 
-/* The manager's flush loop hands over hub clients whose hub_client_owner() is b. */
-void bus_flush_client(Bus *b, HubClient *c);
 
 void bus_get_stats(const Bus *b, BusStats *ret); /* zeros for NULL */

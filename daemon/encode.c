@@ -751,55 +751,6 @@ ssize_t encode_lost_json(uint64_t count, char *buf, size_t size) {
 	return o.p - buf;
 }
 
-/* The decimal digits at *p (at most 20, no sign, no leading '+'); advances *p. */
-static int peek_u64(const char **p, const char *end, uint64_t *ret) {
-	uint64_t v = 0;
-	const char *q = *p;
-
-	if (q >= end || *q < '0' || *q > '9')
-		return -EBADMSG;
-	for (; q < end && *q >= '0' && *q <= '9'; q++) {
-		unsigned d = (unsigned) (*q - '0');
-
-		if (v > (UINT64_MAX - d) / 10)
-			return -EBADMSG;
-		v = v * 10 + d;
-	}
-	*p = q;
-	*ret = v;
-	return 0;
-}
-
-int encode_json_peek(const char *line, size_t len, char *ret_type, size_t type_size, uint64_t *ret_value) {
-	static const char head[] = "{\"type\":\"";
-	const char *p = line, *end = line + len, *name, *key;
-	size_t n, key_len;
-	uint64_t v;
-
-	if (len < sizeof(head) - 1 || memcmp(p, head, sizeof(head) - 1) != 0)
-		return -EBADMSG;
-	p += sizeof(head) - 1;
-	/* Type names are identifiers: no escapes to undo. */
-	name = p;
-	while (p < end && *p != '"' && *p != '\\')
-		p++;
-	n = (size_t) (p - name);
-	if (p >= end || *p != '"' || n == 0 || n >= type_size)
-		return -EBADMSG;
-	p++;
-	key = n == 4 && memcmp(name, "lost", 4) == 0 ? ",\"count\":" : ",\"ts\":";
-	key_len = strlen(key);
-	if ((size_t) (end - p) < key_len || memcmp(p, key, key_len) != 0)
-		return -EBADMSG;
-	p += key_len;
-	if (peek_u64(&p, end, &v) < 0 || p >= end || (*p != ',' && *p != '}'))
-		return -EBADMSG;
-	memcpy(ret_type, name, n);
-	ret_type[n] = 0;
-	*ret_value = v;
-	return 0;
-}
-
 ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size) {
 	Out o = { .p = buf, .end = buf + MIN(size, (size_t) SSIZE_MAX) };
 	size_t n = strnlen(s, len);

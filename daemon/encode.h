@@ -23,13 +23,6 @@ ssize_t encode_json(const DecodedEvent *ev, const char *unit, char *buf, size_t 
 /* {"type":"lost","count":N}\n */
 ssize_t encode_lost_json(uint64_t count, char *buf, size_t size);
 
-/* Reads back the head of a line made by encode_json() or encode_lost_json(), for the D-Bus
- * glue that republishes lines as signals: the type name into ret_type (NUL-terminated, at most
- * type_size - 1 bytes) and the "ts" value, or for a "lost" line its "count". Only this
- * encoder's fixed layout is understood ({"type":"NAME","ts":N,... / {"type":"lost","count":N});
- * anything else is -EBADMSG. */
-int encode_json_peek(const char *line, size_t len, char *ret_type, size_t type_size, uint64_t *ret_value);
-
 /* Escapes s (up to len bytes or its NUL) as a JSON string with quotes; returns bytes or -ENOBUFS. */
 ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size);
 

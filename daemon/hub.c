@@ -21,6 +21,21 @@
 #define HUB_BINARY_LOST_SIZE (sizeof(struct perfrelay_hdr) + sizeof(uint64_t))
 _Static_assert(sizeof(uint32_t) + HUB_BINARY_LOST_SIZE <= HUB_LOST_MAX, "binary lost notice fits");
 
+/* What precedes each JSON line of a HUB_FORMAT_JSON_TAGGED client in its queues: what the
+ * consumer needs to know about the event without parsing the line. */
+typedef struct HubTag {
+	uint32_t len;   /* of the JSON line that follows, newline included */
+	uint16_t type;  /* the record's type id; PERFRELAY_TYPE_LOST for a lost notice */
+	uint8_t flags;  /* HUB_TAG_* */
+	uint8_t pad;    /* 0 */
+	uint64_t value; /* the event's hdr.ts_ns, or the notice's count */
+} HubTag;
+_Static_assert(sizeof(HubTag) == 16, "no implicit padding");
+#define HUB_TAG_KNOWN 0x1u /* a built-in type */
+#define HUB_TAG_LOST  0x2u /* a "lost" notice, not an event */
+/* The JSON lost notice, 45 bytes at most ({"type":"lost","count":<20 digits>}\n), behind a tag. */
+_Static_assert(sizeof(HubTag) + 48 <= HUB_LOST_MAX, "tagged lost notice fits");
+
 /* One client's queue for one reader: a byte ring of whole encoded events. */
 typedef struct HubQueue {
 	/* Written by the main thread (release) as it consumes; read by the reader (acquire). */
@@ -56,6 +71,7 @@ struct HubClient {
 	unsigned *order;        /* main thread: flush scratch, 1 per reader */
 	int partial;            /* main thread: queue whose data was partly written, or -1 */
 	uint64_t bytes_sent;    /* main thread */
+	char *line;             /* main thread, HUB_FORMAT_JSON_TAGGED: the frame handed to the consumer */
 	atomic_bool overflowed; /* set by a reader, read by the main thread */
 	bool blocked;           /* main thread: the fd would block; waiting for EPOLLOUT */
 	bool attached;
@@ -160,6 +176,13 @@ int hub_client_new(Hub *h, int fd, const HubClientOptions *o, HubClient **ret) {
 		hub_client_free(c);
 		return -ENOMEM;
 	}
+	if (o->format == HUB_FORMAT_JSON_TAGGED) {
+		c->line = malloc(ENCODE_JSON_MAX + 1);
+		if (!c->line) {
+			hub_client_free(c);
+			return -ENOMEM;
+		}
+	}
 	for (unsigned i = 0; i < h->n_readers; i++) {
 		c->q[i].buf = malloc(per_queue);
 		if (!c->q[i].buf) {
@@ -181,6 +204,7 @@ HubClient *hub_client_free(HubClient *c) {
 	free(c->iov);
 	free(c->avail);
 	free(c->order);
+	free(c->line);
 	free(c);
 	return NULL;
 }
@@ -245,8 +269,11 @@ void *hub_client_userdata(const HubClient *c) {
 	return c->o.userdata;
 }
 
-const void *hub_client_owner(const HubClient *c) {
-	return c->o.owner;
+void hub_client_run_flush(HubClient *c) {
+	if (c->o.flush)
+		c->o.flush(c, c->o.userdata);
+	else
+		(void) hub_client_flush(c);
 }
 
 HubFormat hub_client_format(const HubClient *c) {
@@ -337,6 +364,18 @@ static size_t encode_lost(HubFormat format, uint64_t count, char buf[static HUB_
 		memcpy(buf + sizeof(len) + sizeof(hdr), &count, sizeof(count));
 		return sizeof(len) + HUB_BINARY_LOST_SIZE;
 	}
+	if (format == HUB_FORMAT_JSON_TAGGED) {
+		/* Cannot fail: 45 bytes at most. */
+		HubTag tag = {
+			.type = PERFRELAY_TYPE_LOST,
+			.flags = HUB_TAG_LOST,
+			.value = count,
+		};
+
+		tag.len = (uint32_t) encode_lost_json(count, buf + sizeof(tag), HUB_LOST_MAX - sizeof(tag));
+		memcpy(buf, &tag, sizeof(tag));
+		return sizeof(tag) + tag.len;
+	}
 	return (size_t) encode_lost_json(count, buf, HUB_LOST_MAX); /* cannot fail: < 64 bytes */
 }
 
@@ -345,6 +384,7 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 	/* Binary frames are the record itself behind a length: nothing to encode. */
 	uint32_t frame_len = htole32(ev->hdr.size);
 	ssize_t json_len = -1;
+	HubTag tag;
 
 	for (size_t i = 0; i < s->n_clients; i++) {
 		HubClient *c = s->clients[i];
@@ -380,6 +420,16 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 			}
 			data = s->json;
 			len = (size_t) json_len;
+			if (c->o.format == HUB_FORMAT_JSON_TAGGED) {
+				tag = (HubTag){
+					.len = (uint32_t) len,
+					.type = ev->hdr.type,
+					.flags = ev->known ? HUB_TAG_KNOWN : 0,
+					.value = ev->hdr.ts_ns,
+				};
+				prefix = &tag;
+				prefix_len = sizeof(tag);
+			}
 		}
 		if (q->pending_lost > 0)
 			lost_len = encode_lost(c->o.format, q->pending_lost, lost);
@@ -483,6 +533,11 @@ static bool frame_is_lost(const HubClient *c, const HubQueue *q, uint64_t pos) {
 		/* Decoded records never carry this type (decode.c rejects it). */
 		perfring_copy(q->buf, q->mask, pos + sizeof(uint32_t), &hdr, sizeof(hdr));
 		return hdr.type == PERFRELAY_TYPE_LOST;
+	} else if (c->o.format == HUB_FORMAT_JSON_TAGGED) {
+		HubTag tag;
+
+		perfring_copy(q->buf, q->mask, pos, &tag, sizeof(tag));
+		return tag.flags & HUB_TAG_LOST;
 	} else {
 		static const char prefix[] = "{\"type\":\"lost\"";
 		char b[sizeof(prefix) - 1];
@@ -505,6 +560,14 @@ static uint64_t frame_length(const HubClient *c, const HubQueue *q, uint64_t pos
 		perfring_copy(q->buf, q->mask, pos, &len, sizeof(len));
 		len = le32toh(len);
 		return end - pos >= sizeof(uint32_t) + (uint64_t) len ? sizeof(uint32_t) + (uint64_t) len : 0;
+	}
+	if (c->o.format == HUB_FORMAT_JSON_TAGGED) {
+		HubTag tag;
+
+		if (end - pos < sizeof(tag))
+			return 0;
+		perfring_copy(q->buf, q->mask, pos, &tag, sizeof(tag));
+		return end - pos >= sizeof(tag) + (uint64_t) tag.len ? sizeof(tag) + (uint64_t) tag.len : 0;
 	}
 	/* A JSON line ends at its newline, the only one in it (JSON escapes newlines). */
 	for (uint64_t p = pos; p < end;) {
@@ -565,6 +628,8 @@ int hub_client_flush(HubClient *c) {
 	unsigned *order = c->order;
 	ssize_t k;
 
+	assert(c->o.format != HUB_FORMAT_JSON_TAGGED); /* its frames go to hub_client_consume() */
+
 	/* A partly written queue goes first so no line is ever interleaved with another. */
 	for (unsigned i = 0, j = 0; i < n; i++) {
 		unsigned qi = (c->partial >= 0) ? (c->partial + i) % n : i;
@@ -612,4 +677,46 @@ int hub_client_flush(HubClient *c) {
 	/* A short write means the fd's buffer is full: wait for EPOLLOUT. */
 	c->blocked = !all;
 	return all ? 1 : 0;
+}
+
+void hub_client_consume(HubClient *c, void (*fn)(const HubFrame *f, void *userdata), void *userdata) {
+	assert(c->o.format == HUB_FORMAT_JSON_TAGGED);
+	for (unsigned i = 0; i < c->hub->n_readers; i++) {
+		HubQueue *q = &c->q[i];
+		uint64_t head = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE), pos = q->tail;
+
+		/* The reader publishes head only at frame boundaries: [tail, head) is whole frames. */
+		while (pos < head) {
+			HubTag tag;
+			HubFrame f;
+
+			perfring_copy(q->buf, q->mask, pos, &tag, sizeof(tag));
+			if (_unlikely_(
+				    tag.len == 0 || tag.len > ENCODE_JSON_MAX ||
+				    head - pos < sizeof(tag) + tag.len)) {
+				/* Cannot happen: the reader wrote it. Never read past head. */
+				assert(!"a broken tagged frame");
+				break;
+			}
+			perfring_copy(q->buf, q->mask, pos + sizeof(tag), c->line, tag.len);
+			c->line[tag.len - 1] = 0; /* the newline */
+			f = (HubFrame){
+				.type = tag.type,
+				.known = tag.flags & HUB_TAG_KNOWN,
+				.value = tag.value,
+				.line = c->line,
+				.len = tag.len - 1,
+			};
+			fn(&f, userdata);
+			if (!(tag.flags & HUB_TAG_LOST))
+				q->sent++;
+			c->bytes_sent += sizeof(tag) + tag.len;
+			pos += sizeof(tag) + tag.len;
+		}
+		/* Whole frames only: the frame walk of hub_client_discard() starts here. */
+		q->frame = pos;
+		q->frame_end = 0;
+		__atomic_store_n(&q->tail, pos, __ATOMIC_RELEASE);
+	}
+	c->blocked = false;
 }

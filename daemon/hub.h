@@ -28,6 +28,10 @@ typedef struct HubClient HubClient;
 typedef enum HubFormat {
 	HUB_FORMAT_JSON,
 	HUB_FORMAT_BINARY,
+	/* JSON lines for a consumer inside the daemon (the D-Bus monitors): each behind a small
+	 * tag with its type and timestamp, handed over by hub_client_consume(), never written to
+	 * an fd. */
+	HUB_FORMAT_JSON_TAGGED,
 	_HUB_FORMAT_MAX,
 } HubFormat;
 
@@ -47,8 +51,20 @@ typedef struct HubClientOptions {
 	HubMatchFn match;     /* NULL: every event */
 	const void *filter;   /* owned by the caller; must outlive the client */
 	void *userdata;       /* the caller's, for hub_client_userdata() (main thread) */
-	const void *owner;    /* the subsystem that writes it out (hub_client_owner()); NULL: the server */
+	/* The client's consumer: the main thread's flush loop calls it (with userdata) when the
+	 * client may have output; it writes the queues out (hub_client_flush()) or takes them
+	 * (hub_client_consume()). NULL: hub_client_flush() to the fd. */
+	void (*flush)(HubClient *c, void *userdata);
 } HubClientOptions;
+
+/* One whole frame of a HUB_FORMAT_JSON_TAGGED client, as hub_client_consume() hands it over. */
+typedef struct HubFrame {
+	uint16_t type;    /* the record's type id, or PERFRELAY_TYPE_LOST for a "lost" notice */
+	bool known;       /* a built-in type: its name is event_type_to_string(type) */
+	uint64_t value;   /* the event's ts (hdr.ts_ns), or the notice's count */
+	const char *line; /* the JSON line without its newline, NUL-terminated */
+	size_t len;
+} HubFrame;
 
 /* offered = sent + dropped + the events in the queues; after hub_client_discard() the queues
  * are empty and offered = sent + dropped exactly. */
@@ -82,8 +98,8 @@ HubClient *hub_client_free(HubClient *c); /* detached clients only; does not clo
 
 int hub_client_fd(const HubClient *c);
 void *hub_client_userdata(const HubClient *c);
-/* The main thread's flush loop asks this to hand a client to the subsystem that writes it out. */
-const void *hub_client_owner(const HubClient *c);
+/* Runs the client's consumer (HubClientOptions.flush). Main thread. */
+void hub_client_run_flush(HubClient *c);
 HubFormat hub_client_format(const HubClient *c);
 void hub_client_get_stats(const HubClient *c, HubClientStats *ret);
 /* True after hub_client_flush() found the fd full; the next flush clears it. */
@@ -96,6 +112,10 @@ bool hub_client_overflowed(const HubClient *c);
  * would block (the caller waits for EPOLLOUT and calls again), negative errno on write errors
  * (EPIPE etc.: the caller drops the client). */
 int hub_client_flush(HubClient *c);
+/* HUB_FORMAT_JSON_TAGGED clients: hands every whole frame queued now to fn, reader queue by
+ * reader queue in order, and frees their room; the events among them count as sent. fn must
+ * not free or detach the client. Main thread. */
+void hub_client_consume(HubClient *c, void (*fn)(const HubFrame *f, void *userdata), void *userdata);
 
 /* Reader side. Between begin and end the reader holds its slot's client list. */
 void hub_reader_begin(Hub *h, unsigned reader);

@@ -515,32 +515,26 @@ static void manager_drop_stdout(Manager *m, int error) {
 	m->stdout_source = sd_event_source_disable_unref(m->stdout_source);
 }
 
-static void manager_flush_client(Manager *m, HubClient *c) {
+/* The --stdout client's consumer (HubClientOptions.flush). */
+static void manager_flush_stdout(HubClient *c, void *userdata) {
+	Manager *m = userdata;
 	int r;
 
-	if (m->bus && hub_client_owner(c) == m->bus) {
-		bus_flush_client(m->bus, c);
-		return;
-	}
-	if (c != m->stdout_client) {
-		server_flush_client(m->server, c);
-		return;
-	}
 	r = hub_client_flush(c);
 	if (r < 0) {
-		if (c == m->stdout_client)
-			manager_drop_stdout(m, r);
+		manager_drop_stdout(m, r);
 		return;
 	}
-	if (c == m->stdout_client && m->stdout_source)
+	if (m->stdout_source)
 		sd_event_source_set_enabled(m->stdout_source, r == 0 ? SD_EVENT_ONESHOT : SD_EVENT_OFF);
 }
 
 static void flush_one(HubClient *c, void *userdata) {
 	/* An overflowed client is closed even while it blocks: hub_prepare_sleep() does not let
-	 * the loop sleep until it is gone. */
+	 * the loop sleep until it is gone. Each client's own consumer writes it out: the socket
+	 * server, the bus monitors, standard output. */
 	if (!hub_client_blocked(c) || hub_client_overflowed(c))
-		manager_flush_client(userdata, c);
+		hub_client_run_flush(c);
 }
 
 static void manager_flush(Manager *m) {
@@ -556,10 +550,6 @@ static int on_hub_notify(sd_event_source *s, int fd, uint32_t revents, void *use
 
 static void manager_flush_all(void *userdata) {
 	manager_flush(userdata);
-}
-
-void manager_flush_clients(Manager *m) {
-	manager_flush(m);
 }
 
 /* Every subscriber holds a descriptor: MaxClients= may be far above the soft limit of 1024
@@ -592,7 +582,7 @@ static int on_stdout_writable(sd_event_source *s, int fd, uint32_t revents, void
 	Manager *m = userdata;
 
 	if (m->stdout_client)
-		manager_flush_client(m, m->stdout_client);
+		hub_client_run_flush(m->stdout_client);
 	manager_flush(m);
 	return 0;
 }
@@ -602,6 +592,8 @@ static int manager_setup_stdout(Manager *m) {
 		.format = HUB_FORMAT_JSON,
 		.overflow = HUB_OVERFLOW_DROP,
 		.queue_bytes = m->config->client_queue_bytes,
+		.userdata = m,
+		.flush = manager_flush_stdout,
 	};
 	int r, flags;
 

@@ -82,10 +82,6 @@ uint64_t manager_crash_lost_at_start(const Manager *m, uint32_t producer);
  * returned, with every other field filled. */
 int manager_get_counters(Manager *m, bool with_failures, ManagerCounters *ret);
 
-/* The main thread's flush loop: writes every client's queues out and re-arms the readers'
- * notification. For subsystems that wrote to a client outside of it. */
-void manager_flush_clients(Manager *m);
-
 /* Attaches or detaches a built-in probe until the next reload or restart (which apply
  * Probes= again). */
 int manager_set_probe_enabled(Manager *m, unsigned probe, bool enabled);

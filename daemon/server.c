@@ -248,6 +248,15 @@ static int connection_access(Connection *c, SubscriptionAccess *ret) {
 	return 0;
 }
 
+static void server_flush_client(Server *s, HubClient *hc);
+
+/* The connection's consumer (HubClientOptions.flush), called by the manager's flush loop. */
+static void connection_flush(HubClient *hc, void *userdata) {
+	Connection *c = userdata;
+
+	server_flush_client(c->server, hc);
+}
+
 static void connection_subscribe(Connection *c, Subscription *sub_in) {
 	_cleanup_(subscription_freep) Subscription *sub = sub_in;
 	Server *s = c->server;
@@ -259,6 +268,7 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 		.match = match_subscription,
 		.filter = sub,
 		.userdata = c,
+		.flush = connection_flush,
 	};
 	char hello[256];
 	int r, n;
@@ -847,7 +857,10 @@ void server_set_config(Server *s, const Config *config) {
 	}
 }
 
-void server_flush_client(Server *s, HubClient *hc) {
+/* Writes what the client's queues hold and acts on the result: waits for EPOLLOUT when the
+ * socket is full, drops the client when it is gone, closes it (with an "overflow" error line if
+ * it can) when it asked to be disconnected on overflow. The connection may be freed on return. */
+static void server_flush_client(Server *s, HubClient *hc) {
 	Connection *c = hub_client_userdata(hc);
 	int r;
 

@@ -54,10 +54,6 @@ Server *server_free(Server *s);
 /* The limits of [Socket] apply to connections accepted from now on. */
 void server_set_config(Server *s, const Config *config);
 
-/* Writes what c's queues hold and acts on the result: waits for EPOLLOUT when the socket is
- * full, drops the client when it is gone, closes it (with an "overflow" error line if it can)
- * when it asked to be disconnected on overflow. c may be freed on return. */
-void server_flush_client(Server *s, HubClient *c);
 
 /* Shutdown: stops accepting, sends each subscriber what is queued and a goodbye line if its
  * socket takes them without blocking, and closes every connection. */

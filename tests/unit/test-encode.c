@@ -1690,51 +1690,7 @@ static void test_random(void) {
 	}
 }
 
-/* encode_json_peek() reads back exactly what encode_json() and encode_lost_json() wrote. */
-static void test_peek(void) {
-	struct perfrelay_exec r = make_exec();
-	DecodedEvent ev = decode_ok(&r, sizeof(r));
-	char line[ENCODE_JSON_MAX], type[32];
-	uint64_t v = 0;
-	ssize_t n;
-
-	n = encode_json(&ev, "sshd.service", line, sizeof(line));
-	ASSERT(n > 0);
-	ASSERT(encode_json_peek(line, (size_t) n, type, sizeof(type), &v) == 0);
-	ASSERT(strcmp(type, "exec") == 0);
-	ASSERT(v == r.hdr.ts_ns);
-	/* Too small for the name: refused, not cut. */
-	ASSERT(encode_json_peek(line, (size_t) n, type, 4, &v) == -EBADMSG);
-
-	n = encode_lost_json(UINT64_MAX, line, sizeof(line));
-	ASSERT(n > 0);
-	ASSERT(encode_json_peek(line, (size_t) n, type, sizeof(type), &v) == 0);
-	ASSERT(strcmp(type, "lost") == 0);
-	ASSERT(v == UINT64_MAX);
-
-	/* Anything that is not this encoder's layout. */
-	static const char *const bad[] = {
-		"",
-		"{",
-		"{\"type\":\"exec\"}",
-		"{\"type\":\"exec\",\"ts\":}",
-		"{\"type\":\"exec\",\"ts\":-1,",
-		"{\"type\":\"exec\",\"ts\":18446744073709551616,",
-		"{\"type\":\"lost\",\"ts\":1}",
-		"{\"type\":\"\",\"ts\":1,",
-		"{\"ts\":1,\"type\":\"exec\"}",
-		"{\"type\":\"ex\\\"ec\",\"ts\":1,",
-		"{\"type\":\"exec\",\"ts\":12",
-	};
-	for (size_t i = 0; i < ELEMENTS(bad); i++) {
-		v = 7;
-		ASSERT(encode_json_peek(bad[i], strlen(bad[i]), type, sizeof(type), &v) == -EBADMSG);
-		ASSERT(v == 7);
-	}
-}
-
 int main(void) {
-	test_peek();
 	test_exec();
 	test_exit();
 	test_fork();

@@ -14,6 +14,7 @@
 
 #include <json-c/json.h>
 
+#include "encode.h"
 #include "hub.h"
 #include "macro.h"
 
@@ -336,11 +337,110 @@ static void test_disconnect(void) {
 	peer_close(&p);
 }
 
+/* What a consumer in the daemon (the D-Bus monitors) collects from hub_client_consume(). */
+typedef struct Consumed {
+	uint64_t events, lost, last_seq, first_ts;
+	bool lines_match, known;
+	uint16_t type;
+} Consumed;
+
+static void consume_frame(const HubFrame *f, void *userdata) {
+	Consumed *c = userdata;
+	char want[ENCODE_JSON_MAX];
+
+	if (f->type == PERFRELAY_TYPE_LOST) {
+		ssize_t n = encode_lost_json(f->value, want, sizeof(want));
+
+		c->lost += f->value;
+		c->lines_match &= n > 0 && (size_t) n == f->len + 1 && memcmp(want, f->line, f->len) == 0;
+		return;
+	}
+	/* The line is the JSON line any JSON client gets, without its newline; type and ts are
+	 * the record's, without parsing the line. */
+	c->lines_match &= strlen(f->line) == f->len && f->len > 0 && f->line[0] == '{' &&
+		strstr(f->line, "\"type\":\"open\"") != NULL;
+	if (c->events == 0)
+		c->first_ts = f->value;
+	c->type = f->type;
+	c->known = f->known;
+	c->events++;
+	{
+		const char *p = strstr(f->line, "\"seq\":");
+
+		if (p)
+			c->last_seq = strtoull(p + 6, NULL, 10);
+	}
+}
+
+/* HUB_FORMAT_JSON_TAGGED: frames handed over whole, in order, with the record's type and
+ * timestamp; after an overflow the lost notice carries the exact count; sent = events taken. */
+static void test_consume(void) {
+	Hub *h;
+	HubClient *c;
+	HubClientStats st;
+	Consumed got = { .lines_match = true };
+	const unsigned n = 5000;
+
+	ASSERT(hub_new(2, &h) == 0);
+	HubClientOptions o = { .format = HUB_FORMAT_JSON_TAGGED, .queue_bytes = 64 * 1024 };
+	ASSERT(hub_client_new(h, -EBADF, &o, &c) == 0 && hub_client_attach(h, c) == 0);
+
+	/* Reader 1 publishes a burst its queue cannot hold. */
+	hub_reader_begin(h, 1);
+	for (unsigned i = 1; i <= n; i++) {
+		struct perfrelay_open rec = make_open(1, i, "/burst");
+		DecodedEvent ev = decode(&rec, sizeof(rec));
+
+		hub_publish(h, 1, &ev, NULL);
+	}
+	hub_reader_end(h, 1);
+	hub_client_consume(c, consume_frame, &got);
+	hub_client_get_stats(c, &st);
+	ASSERT(st.offered == n && st.dropped > 0 && st.sent == got.events && st.queued == got.events);
+	ASSERT(st.queued_bytes == 0);
+	ASSERT(got.type == PERFRELAY_TYPE_OPEN && got.known && got.first_ts != 0);
+
+	/* The next batch end queues the notice, then events follow it in order. */
+	hub_reader_begin(h, 1);
+	hub_reader_end(h, 1);
+	for (unsigned i = n + 1; i <= n + 10; i++) {
+		struct perfrelay_open rec = make_open(1, i, "/after");
+		DecodedEvent ev = decode(&rec, sizeof(rec));
+
+		hub_reader_begin(h, 1);
+		hub_publish(h, 1, &ev, NULL);
+		hub_reader_end(h, 1);
+	}
+	hub_client_consume(c, consume_frame, &got);
+	hub_client_get_stats(c, &st);
+	ASSERT(got.lines_match);
+	ASSERT(got.last_seq == n + 10);
+	ASSERT(got.lost == st.dropped && got.events == st.sent && got.events + got.lost == n + 10);
+
+	/* Queued but never consumed: counted as dropped when the client goes. */
+	{
+		struct perfrelay_open rec = make_open(1, n + 11, "/left");
+		DecodedEvent ev = decode(&rec, sizeof(rec));
+
+		hub_reader_begin(h, 0);
+		hub_publish(h, 0, &ev, NULL);
+		hub_reader_end(h, 0);
+	}
+	hub_client_detach(h, c);
+	hub_client_discard(c);
+	hub_client_get_stats(c, &st);
+	ASSERT(st.offered == n + 11 && st.offered == st.sent + st.dropped);
+
+	hub_client_free(c);
+	hub_free(h);
+}
+
 int main(void) {
 	test_formats();
 	test_overflow(HUB_FORMAT_JSON);
 	test_overflow(HUB_FORMAT_BINARY);
 	test_disconnect();
+	test_consume();
 
 	if (failures) {
 		fprintf(stderr, "%d failures\n", failures);
