@@ -287,81 +287,38 @@ static int property_get_started_at(
 
 /* Manager methods --------------------------------------------------------------------------- */
 
-typedef struct CpuRow {
-	uint32_t cpu, reader;
-	uint64_t received, lost, bytes, malformed, failures, corrupt, corrupt_bytes;
-} CpuRow;
-
-static int cpu_row_compare(const void *a, const void *b) {
-	const CpuRow *x = a, *y = b;
-
-	return (x->cpu > y->cpu) - (x->cpu < y->cpu);
-}
-
+/* GetCpuStats() and GetReaderStats() are views of the one snapshot GetStats() returns. */
 static int method_get_cpu_stats(sd_bus_message *message, void *userdata, sd_bus_error *error) {
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-	_cleanup_free_ struct perfrelay_counters *per_cpu = NULL;
-	_cleanup_free_ CpuRow *rows = NULL;
+	_cleanup_(stats_snapshot_freep) StatsSnapshot *st = NULL;
 	Bus *b = userdata;
-	Manager *m = b->manager;
-	Probes *p = manager_probes(m);
-	unsigned n_cpus = probes_possible_cpus(p);
-	struct perfrelay_counters sum;
-	size_t n = 0;
 	int r;
 
-	per_cpu = calloc(n_cpus, sizeof(*per_cpu));
-	rows = calloc(b->n_rings ?: 1, sizeof(*rows));
-	if (!per_cpu || !rows)
-		return -ENOMEM;
-	r = probes_read_all_counters(p, &sum, per_cpu);
+	r = stats_snapshot(b->manager, &st);
 	if (r < 0)
 		return sd_bus_error_set_errnof(
-			error, r, "Failed to read the producers' counters under %s: %m", manager_pin_path(m));
-	for (size_t i = 0; i < manager_n_readers(m); i++) {
-		const Reader *rd = manager_reader(m, i);
-
-		for (size_t k = 0; k < reader_n_rings(rd) && n < b->n_rings; k++) {
-			const CpuStats *cs = reader_cpu_stats(rd, k);
-			unsigned cpu = reader_slot_cpu(rd, k);
-
-			if (!reader_ring(rd, k))
-				continue; /* offline since the start: listed once it has a ring */
-
-			rows[n++] = (CpuRow){
-				.cpu = cpu,
-				.reader = reader_id(rd),
-				.received = STAT_LOAD(cs->received),
-				.lost = STAT_LOAD(cs->lost),
-				.bytes = STAT_LOAD(cs->bytes),
-				.malformed = STAT_LOAD(cs->malformed),
-				.failures = cpu < n_cpus ? per_cpu[cpu].failures : 0,
-				.corrupt = STAT_LOAD(cs->corrupt),
-				.corrupt_bytes = STAT_LOAD(cs->corrupt_bytes),
-			};
-		}
-	}
-	qsort(rows, n, sizeof(*rows), cpu_row_compare);
-
+			error, r, "Failed to read the counters under %s: %m", manager_pin_path(b->manager));
 	r = sd_bus_message_new_method_return(message, &reply);
 	if (r < 0)
 		return r;
 	r = sd_bus_message_open_container(reply, 'a', "(uuttttttt)");
 	if (r < 0)
 		return r;
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < st->n_cpus; i++) {
+		const CpuSnapshot *c = &st->cpus[i];
+
 		r = sd_bus_message_append(
 			reply,
 			"(uuttttttt)",
-			rows[i].cpu,
-			rows[i].reader,
-			rows[i].received,
-			rows[i].lost,
-			rows[i].bytes,
-			rows[i].malformed,
-			rows[i].failures,
-			rows[i].corrupt,
-			rows[i].corrupt_bytes);
+			(uint32_t) c->cpu,
+			(uint32_t) c->reader,
+			c->ring.received,
+			c->ring.lost,
+			c->ring.bytes,
+			c->ring.malformed,
+			c->failures,
+			c->ring.corrupt,
+			c->ring.corrupt_bytes);
 		if (r < 0)
 			return r;
 	}
@@ -373,37 +330,40 @@ static int method_get_cpu_stats(sd_bus_message *message, void *userdata, sd_bus_
 
 static int method_get_reader_stats(sd_bus_message *message, void *userdata, sd_bus_error *error) {
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	_cleanup_(stats_snapshot_freep) StatsSnapshot *st = NULL;
 	Bus *b = userdata;
-	Manager *m = b->manager;
 	int r;
 
+	r = stats_snapshot(b->manager, &st);
+	if (r < 0)
+		return sd_bus_error_set_errnof(
+			error, r, "Failed to read the counters under %s: %m", manager_pin_path(b->manager));
 	r = sd_bus_message_new_method_return(message, &reply);
 	if (r < 0)
 		return r;
 	r = sd_bus_message_open_container(reply, 'a', "(uauttt)");
 	if (r < 0)
 		return r;
-	for (size_t i = 0; i < manager_n_readers(m); i++) {
-		const Reader *rd = manager_reader(m, i);
-		const ReaderStats *rs = reader_stats(rd);
-		const CpuSet *cpus = reader_cpus(rd);
+	for (size_t i = 0; i < st->n_readers; i++) {
+		const ReaderSnapshot *rd = &st->readers[i];
+		CpuSet cpus;
 
-		r = sd_bus_message_open_container(reply, 'r', "uauttt");
+		r = cpuset_parse(rd->cpus, &cpus);
 		if (r >= 0)
-			r = sd_bus_message_append(reply, "u", reader_id(rd));
+			r = sd_bus_message_open_container(reply, 'r', "uauttt");
+		if (r >= 0)
+			r = sd_bus_message_append(reply, "u", (uint32_t) rd->id);
 		if (r >= 0)
 			r = sd_bus_message_open_container(reply, 'a', "u");
-		for (int cpu = cpuset_next(cpus, 0); r >= 0 && cpu >= 0; cpu = cpuset_next(cpus, cpu + 1))
+		FOREACH_CPU(cpu, &cpus) {
+			if (r < 0)
+				break;
 			r = sd_bus_message_append(reply, "u", (uint32_t) cpu);
+		}
 		if (r >= 0)
 			r = sd_bus_message_close_container(reply);
 		if (r >= 0)
-			r = sd_bus_message_append(
-				reply,
-				"ttt",
-				STAT_LOAD(rs->wakeups),
-				STAT_LOAD(rs->batches),
-				STAT_LOAD(rs->events));
+			r = sd_bus_message_append(reply, "ttt", rd->wakeups, rd->batches, rd->events);
 		if (r >= 0)
 			r = sd_bus_message_close_container(reply);
 		if (r < 0)
