@@ -2,7 +2,8 @@
 /* The D-Bus glue of the manager (docs/dbus.md): org.perfrelay1.Manager on /org/perfrelay1 and one
  * org.perfrelay1.Monitor object per event subscriber, on the system bus. Main thread only:
  * reader threads never see sd-bus; bus subscribers get their events through ordinary hub clients
- * whose output the main thread reads back and turns into signals. */
+ * whose frames the main thread takes from the hub (hub_client_consume()) and sends as signals.
+ * The parts: bus.c (connection, timers), bus-manager.c, bus-monitor.c, bus-stats.c. */
 #pragma once
 
 #include <stdbool.h>

@@ -1,0 +1,651 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Subscribe() and Unsubscribe(): each subscription is an org.perfrelay1.Monitor object and a hub
+ * client whose events the main thread takes from the hub (hub_client_consume()) and sends to
+ * the subscriber as Event signals, at most BusEventsPerSecond= a second, drops told in Dropped. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bus-internal.h"
+#include "decode.h"
+#include "filter.h"
+#include "log.h"
+
+/* Subscriptions ----------------------------------------------------------------------------- */
+
+static bool subscriber_match(const void *filter, const DecodedEvent *ev, const char *unit) {
+	return filter_match(filter, ev, unit);
+}
+
+static BusSubscriber *subscriber_free(BusSubscriber *s) {
+	Bus *b;
+
+	if (!s)
+		return NULL;
+	b = s->bus;
+	if (s->client) {
+		HubClientStats st;
+
+		/* After this no reader touches the client or its subscription. */
+		hub_client_detach(manager_hub(b->manager), s->client);
+		hub_client_discard(s->client);
+		hub_client_get_stats(s->client, &st);
+		/* Events left in the hub queue are in st.dropped now. */
+		b->gone_delivered += s->delivered;
+		b->gone_dropped += s->dropped + st.dropped;
+		log_debug(
+			"Bus subscriber %s (%s) gone: %" PRIu64 " events offered, %" PRIu64 " sent, %" PRIu64
+			" dropped",
+			s->path,
+			s->sender,
+			st.offered,
+			s->delivered,
+			s->dropped + st.dropped);
+		hub_client_free(s->client);
+	}
+	subscription_free(s->sub);
+	sd_event_source_disable_unref(s->window_timer);
+	sd_bus_slot_unref(s->slot);
+	sd_bus_track_unref(s->track);
+	free(s->filter_text);
+	free(s->sender);
+	free(s->path);
+	if (s->prev)
+		s->prev->next = s->next;
+	else if (b->subscribers == s)
+		b->subscribers = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	b->n_subscribers--;
+	free(s);
+	return NULL;
+}
+
+/* A signal on the monitor object, to its subscriber only. */
+static int subscriber_signal(BusSubscriber *s, sd_bus_message **ret, const char *member) {
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *msg = NULL;
+	int r;
+
+	r = sd_bus_message_new_signal(s->bus->bus, &msg, s->path, BUS_INTERFACE_MONITOR, member);
+	if (r < 0)
+		return r;
+	r = sd_bus_message_set_destination(msg, s->sender);
+	if (r < 0)
+		return r;
+	*ret = TAKE_PTR(msg);
+	return 0;
+}
+
+/* Arms the timer that tells pending drops: when the window ends, and never sooner than a
+ * second after the last Dropped. */
+static void subscriber_arm_window_timer(BusSubscriber *s, uint64_t when) {
+	int r;
+
+	r = sd_event_source_set_time(s->window_timer, when);
+	if (r >= 0)
+		r = sd_event_source_set_enabled(s->window_timer, SD_EVENT_ONESHOT);
+	if (r < 0)
+		log_debug_errno(r, "Bus subscriber %s: failed to arm its window timer: %m", s->path);
+}
+
+static void subscriber_send_dropped(BusSubscriber *s, uint64_t now) {
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *msg = NULL;
+	int r;
+
+	if (s->pending_drops == 0)
+		return;
+	if (s->dropped_at != 0 && now < s->dropped_at + RATE_WINDOW_USEC) {
+		subscriber_arm_window_timer(s, s->dropped_at + RATE_WINDOW_USEC);
+		return;
+	}
+	r = subscriber_signal(s, &msg, "Dropped");
+	if (r >= 0)
+		r = sd_bus_message_append(msg, "t", s->pending_drops);
+	if (r >= 0)
+		r = sd_bus_send(s->bus->bus, msg, NULL);
+	if (r < 0) {
+		/* Kept: told a window later. */
+		log_debug_errno(r, "Bus subscriber %s: failed to send Dropped: %m", s->path);
+		subscriber_arm_window_timer(s, now + RATE_WINDOW_USEC);
+		return;
+	}
+	s->pending_drops = 0;
+	s->dropped_at = now;
+}
+
+/* Starts a new window if the last one is over, telling the subscriber first what it lost in
+ * the last one. */
+static void subscriber_refill(BusSubscriber *s, uint64_t now) {
+	if (!ratelimit_window_over(&s->rate, now))
+		return;
+	subscriber_send_dropped(s, now);
+	ratelimit_start(&s->rate, now, s->bus->config->bus_events_per_second);
+}
+
+static int on_window_end(sd_event_source *es, uint64_t usec, void *userdata) {
+	BusSubscriber *s = userdata;
+
+	/* The window is over: its drops are told now, without waiting for another event. The
+	 * next window starts with the next event. */
+	subscriber_send_dropped(s, bus_now(s->bus));
+	return 0;
+}
+
+static void subscriber_drop(BusSubscriber *s, uint64_t n) {
+	s->pending_drops += n;
+	subscriber_arm_window_timer(s, MAX(ratelimit_end(&s->rate), s->dropped_at + RATE_WINDOW_USEC));
+}
+
+/* One frame the hub hands over: an event, or a notice of events dropped in the hub queue. */
+static void subscriber_frame(const HubFrame *f, void *userdata) {
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *msg = NULL;
+	BusSubscriber *s = userdata;
+	const char *type;
+	int r;
+
+	if (f->type == PERFRELAY_TYPE_LOST) {
+		/* Dropped in the hub queue: already in the hub client's stats, told here. */
+		subscriber_drop(s, f->value);
+		return;
+	}
+
+	subscriber_refill(s, bus_now(s->bus));
+	if (s->rate.left == 0) {
+		s->dropped++;
+		subscriber_drop(s, 1);
+		return;
+	}
+	/* The name the JSON line's "type" carries (encode.c). */
+	type = f->known ? event_type_to_string(f->type) : NULL;
+	r = subscriber_signal(s, &msg, "Event");
+	if (r >= 0)
+		r = sd_bus_message_append(msg, "sts", type ?: "unknown", f->value, f->line);
+	if (r >= 0)
+		r = sd_bus_send(s->bus->bus, msg, NULL);
+	if (r < 0) {
+		log_debug_errno(r, "Bus subscriber %s: failed to send an Event: %m", s->path);
+		s->dropped++;
+		subscriber_drop(s, 1);
+		return;
+	}
+	(void) ratelimit_take(&s->rate);
+	s->delivered++;
+}
+
+/* The subscriber's consumer (HubClientOptions.flush): every frame queued now becomes a signal
+ * (or a counted drop) at once, so the client never blocks the hub. */
+static void subscriber_flush(HubClient *c, void *userdata) {
+	hub_client_consume(c, subscriber_frame, userdata);
+}
+
+static int on_subscriber_gone(sd_bus_track *track, void *userdata) {
+	BusSubscriber *s = userdata;
+
+	log_debug("Bus subscriber %s left the bus, removing %s", s->sender, s->path);
+	subscriber_free(s);
+	return 0;
+}
+
+static int monitor_property_get_filter(
+	sd_bus *bus,
+	const char *path,
+	const char *interface,
+	const char *property,
+	sd_bus_message *reply,
+	void *userdata,
+	sd_bus_error *error) {
+	BusSubscriber *s = userdata;
+
+	return sd_bus_message_append(reply, "s", s->filter_text);
+}
+
+static int monitor_property_get_counter(
+	sd_bus *bus,
+	const char *path,
+	const char *interface,
+	const char *property,
+	sd_bus_message *reply,
+	void *userdata,
+	sd_bus_error *error) {
+	BusSubscriber *s = userdata;
+	HubClientStats st;
+
+	if (streq(property, "EventsDelivered"))
+		return sd_bus_message_append(reply, "t", s->delivered);
+	hub_client_get_stats(s->client, &st);
+	return sd_bus_message_append(reply, "t", s->dropped + st.dropped);
+}
+
+static const sd_bus_vtable monitor_vtable[] = {
+	SD_BUS_VTABLE_START(0),
+	SD_BUS_PROPERTY("Filter", "s", monitor_property_get_filter, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("EventsDelivered", "t", monitor_property_get_counter, 0, 0),
+	SD_BUS_PROPERTY("EventsDropped", "t", monitor_property_get_counter, 0, 0),
+	SD_BUS_SIGNAL_WITH_NAMES(
+		"Event", "sts", SD_BUS_PARAM(type) SD_BUS_PARAM(timestamp) SD_BUS_PARAM(json), 0),
+	SD_BUS_SIGNAL_WITH_NAMES("Dropped", "t", SD_BUS_PARAM(count), 0),
+	SD_BUS_VTABLE_END
+};
+
+/* Reads one a{sv} filter value: an array of strings or of uint32 into a JSON array. */
+static int read_filter_list(
+	sd_bus_message *message, const char *key, char kind, json_object **ret, sd_bus_error *error) {
+	_cleanup_(json_object_putp) json_object *a = json_object_new_array();
+	const char *contents = NULL, *want = kind == 's' ? "as" : "au";
+	char type;
+	size_t n = 0;
+	int r;
+
+	if (!a)
+		return -ENOMEM;
+	r = sd_bus_message_peek_type(message, &type, &contents);
+	if (r < 0)
+		return r;
+	if (type != 'v' || !contents || !streq(contents, want))
+		return sd_bus_error_setf(
+			error,
+			SD_BUS_ERROR_INVALID_ARGS,
+			"filter \"%s\": expected a variant of type %s, "
+			"got %s",
+			key,
+			want,
+			strna(contents));
+	r = sd_bus_message_enter_container(message, 'v', want);
+	if (r >= 0)
+		r = sd_bus_message_enter_container(message, 'a', want + 1);
+	if (r < 0)
+		return r;
+	for (;;) {
+		json_object *v;
+
+		if (kind == 's') {
+			const char *s;
+
+			r = sd_bus_message_read(message, "s", &s);
+			if (r <= 0)
+				break;
+			/* Types may be given by number too, as on the socket ("32768"). */
+			if (streq(key, "types") && s[0] >= '0' && s[0] <= '9' &&
+			    strspn(s, "0123456789") == strlen(s) && strlen(s) <= 10)
+				v = json_object_new_int64(strtoll(s, NULL, 10));
+			else
+				v = json_object_new_string(s);
+		} else {
+			uint32_t u;
+
+			r = sd_bus_message_read(message, "u", &u);
+			if (r <= 0)
+				break;
+			v = json_object_new_int64(u);
+		}
+		if (!v || json_object_array_add(a, v) < 0) {
+			json_object_put(v);
+			return -ENOMEM;
+		}
+		/* Bounded before it is all copied; request_parse() names the limit. */
+		if (++n > SUBSCRIPTION_MAX_ENTRIES)
+			return sd_bus_error_setf(
+				error,
+				SD_BUS_ERROR_INVALID_ARGS,
+				"filter \"%s\": more than %u entries",
+				key,
+				SUBSCRIPTION_MAX_ENTRIES);
+	}
+	if (r < 0)
+		return r;
+	r = sd_bus_message_exit_container(message);
+	if (r >= 0)
+		r = sd_bus_message_exit_container(message);
+	if (r < 0)
+		return r;
+	*ret = TAKE_PTR(a);
+	return 0;
+}
+
+/* The a{sv} filter in the socket protocol's terms, checked by the socket's own parser. */
+static int read_filter(Bus *b, sd_bus_message *message, Subscription **ret, sd_bus_error *error) {
+	_cleanup_(json_object_putp) json_object *root = json_object_new_object(),
+						*sub = json_object_new_object();
+	RequestLimits limits = { .max_bytes = b->config->max_request_bytes, .max_depth = FILTER_JSON_DEPTH };
+	RequestError e;
+	const char *text;
+	int r;
+
+	if (!root || !sub)
+		return -ENOMEM;
+	r = sd_bus_message_enter_container(message, 'a', "{sv}");
+	if (r < 0)
+		return r;
+	while ((r = sd_bus_message_enter_container(message, 'e', "sv")) > 0) {
+		json_object *list = NULL;
+		const char *key;
+		char kind;
+
+		r = sd_bus_message_read(message, "s", &key);
+		if (r < 0)
+			return r;
+		if (streq(key, "types") || streq(key, "comm") || streq(key, "unit"))
+			kind = 's';
+		else if (streq(key, "pid") || streq(key, "uid"))
+			kind = 'u';
+		else
+			return sd_bus_error_setf(
+				error,
+				SD_BUS_ERROR_INVALID_ARGS,
+				"unknown filter \"%s\" (known: types as, pid au, uid au, comm as, unit as)",
+				key);
+		r = read_filter_list(message, key, kind, &list, error);
+		if (r < 0)
+			return r;
+		if (json_object_object_add(sub, key, list) < 0) {
+			json_object_put(list);
+			return -ENOMEM;
+		}
+		r = sd_bus_message_exit_container(message);
+		if (r < 0)
+			return r;
+	}
+	if (r < 0)
+		return r;
+	r = sd_bus_message_exit_container(message);
+	if (r < 0)
+		return r;
+
+	if (json_object_object_add(root, "subscribe", sub) < 0)
+		return -ENOMEM;
+	sub = NULL; /* owned by root now */
+	text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN);
+	if (!text)
+		return -ENOMEM;
+	r = request_parse(text, strlen(text), &limits, ret, &e);
+	if (r == -ENOMEM)
+		return r;
+	if (r < 0)
+		return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "%s", e.message);
+	return 0;
+}
+
+/* The caller's supplementary groups as the bus recorded them when it connected (SO_PEERGROUPS,
+ * "UnixGroupIDs" of GetConnectionCredentials; sd-bus does not ask for them). Returns the count,
+ * 0 if the bus does not say, or a negative errno. */
+static int sender_groups(Bus *b, const char *sender, gid_t **ret) {
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	_cleanup_free_ gid_t *groups = NULL;
+	size_t n = 0;
+	int r;
+
+	r = sd_bus_call_method(
+		b->bus,
+		"org.freedesktop.DBus",
+		"/org/freedesktop/DBus",
+		"org.freedesktop.DBus",
+		"GetConnectionCredentials",
+		NULL,
+		&reply,
+		"s",
+		sender);
+	if (r < 0)
+		return r;
+	r = sd_bus_message_enter_container(reply, 'a', "{sv}");
+	while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'e', "sv")) > 0) {
+		const char *key, *contents = NULL;
+		char type;
+
+		r = sd_bus_message_read(reply, "s", &key);
+		if (r >= 0)
+			r = sd_bus_message_peek_type(reply, &type, &contents);
+		if (r < 0)
+			return r;
+		if (!streq(key, "UnixGroupIDs") || !contents || !streq(contents, "au")) {
+			r = sd_bus_message_skip(reply, "v");
+		} else {
+			const void *a;
+			size_t size;
+
+			r = sd_bus_message_enter_container(reply, 'v', "au");
+			if (r >= 0)
+				r = sd_bus_message_read_array(reply, 'u', &a, &size);
+			if (r >= 0) {
+				free(groups);
+				n = size / sizeof(uint32_t);
+				groups = n > 0 ? malloc(size) : NULL;
+				if (n > 0 && !groups)
+					return -ENOMEM;
+				if (n > 0)
+					memcpy(groups, a, size); /* gid_t is uint32_t on Linux */
+				r = sd_bus_message_exit_container(reply);
+			}
+		}
+		if (r >= 0)
+			r = sd_bus_message_exit_container(reply);
+	}
+	if (r < 0)
+		return r;
+	*ret = TAKE_PTR(groups);
+	return (int) MIN(n, (size_t) INT32_MAX);
+}
+
+/* Root and AllowGroups= members see everything, others their own uid, as on the socket. The
+ * uid and groups are what the bus recorded when the caller connected, never read from /proc,
+ * where a caller that execs a set-uid or set-gid program right after its call could pass for
+ * someone else. */
+static int sender_access(
+	Bus *b, sd_bus_message *message, uid_t *ret_uid, SubscriptionAccess *ret_access, sd_bus_error *error) {
+	_cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
+	_cleanup_free_ gid_t *groups = NULL;
+	const char *sender = sd_bus_message_get_sender(message);
+	uid_t uid;
+	int r, n = 0;
+
+	r = sd_bus_query_sender_creds(message, SD_BUS_CREDS_EUID, &creds);
+	if (r >= 0)
+		r = sd_bus_creds_get_euid(creds, &uid);
+	if (r < 0)
+		return sd_bus_error_setf(
+			error,
+			SD_BUS_ERROR_ACCESS_DENIED,
+			"Subscribe: the caller's user id could not be determined");
+	if (uid != 0 && b->config->n_allow_groups > 0) {
+		n = sender_groups(b, sender, &groups);
+		if (n < 0) {
+			/* Without the groups, AllowGroups= cannot grant more than the caller's own events. */
+			log_debug_errno(
+				n,
+				"Subscribe from %s: no supplementary groups from the bus (%m), AllowGroups= does not apply",
+				strna(sender));
+			n = 0;
+		}
+	}
+	_Static_assert(sizeof(gid_t) == sizeof(uint32_t), "gid_t is 32 bits");
+	*ret_uid = uid;
+	*ret_access = filter_access(
+		uid, (gid_t) -1, groups, (size_t) n, b->config->allow_groups, b->config->n_allow_groups);
+	return 0;
+}
+
+static int subscriber_new(Bus *b, const char *sender, uid_t uid, Subscription *sub_in, BusSubscriber **ret) {
+	_cleanup_(subscription_freep) Subscription *sub = sub_in;
+	HubClientOptions o = {
+		.format = HUB_FORMAT_JSON_TAGGED,
+		.overflow = HUB_OVERFLOW_DROP,
+		.queue_bytes = b->config->client_queue_bytes,
+		.match = subscriber_match,
+		.flush = subscriber_flush,
+	};
+	int r;
+	BusSubscriber *s;
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->bus = b;
+	s->id = ++b->next_id;
+	s->rate.interval = RATE_WINDOW_USEC;
+	s->uid = uid;
+	s->next = b->subscribers;
+	if (b->subscribers)
+		b->subscribers->prev = s;
+	b->subscribers = s;
+	b->n_subscribers++;
+
+	if (asprintf(&s->path, BUS_MONITOR_PATH_PREFIX "/%" PRIu64, s->id) < 0) {
+		s->path = NULL;
+		subscriber_free(s);
+		return -ENOMEM;
+	}
+	s->sender = strdup(sender);
+	r = subscription_to_json(sub, &s->filter_text);
+	if (!s->sender || r < 0) {
+		subscriber_free(s);
+		return -ENOMEM;
+	}
+	r = sd_event_add_time(b->event, &s->window_timer, CLOCK_MONOTONIC, 0, USEC_PER_MSEC, on_window_end, s);
+	if (r >= 0)
+		r = sd_event_source_set_enabled(s->window_timer, SD_EVENT_OFF);
+	if (r >= 0)
+		r = sd_bus_add_object_vtable(
+			b->bus, &s->slot, s->path, BUS_INTERFACE_MONITOR, monitor_vtable, s);
+	if (r >= 0)
+		r = sd_bus_track_new(b->bus, &s->track, on_subscriber_gone, s);
+	if (r >= 0)
+		r = sd_bus_track_add_name(s->track, sender);
+	if (r < 0) {
+		subscriber_free(s);
+		return r;
+	}
+
+	o.filter = sub;
+	o.userdata = s;
+	r = hub_client_new(manager_hub(b->manager), -EBADF, &o, &s->client);
+	if (r < 0) {
+		subscriber_free(s);
+		return r;
+	}
+	s->sub = TAKE_PTR(sub);
+	r = hub_client_attach(manager_hub(b->manager), s->client);
+	if (r < 0) {
+		subscriber_free(s);
+		return r;
+	}
+	*ret = s;
+	return 0;
+}
+
+int bus_method_subscribe(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+	_cleanup_(subscription_freep) Subscription *sub = NULL;
+	Bus *b = userdata;
+	const char *sender = sd_bus_message_get_sender(message);
+	SubscriptionAccess access = SUBSCRIPTION_ACCESS_NONE;
+	BusSubscriber *s;
+	size_t same_uid = 0;
+	uid_t uid = (uid_t) -1;
+	int r;
+
+	if (!sender)
+		return sd_bus_error_set(error, SD_BUS_ERROR_NOT_SUPPORTED, "Subscribe needs a bus connection");
+	r = sender_access(b, message, &uid, &access, error);
+	if (r < 0)
+		return r;
+	r = read_filter(b, message, &sub, error);
+	if (r < 0)
+		return r;
+
+	for (BusSubscriber *i = b->subscribers; i; i = i->next)
+		same_uid += i->uid == uid;
+	if (b->n_subscribers >= b->config->max_clients)
+		return sd_bus_error_setf(
+			error,
+			SD_BUS_ERROR_LIMITS_EXCEEDED,
+			"The daemon serves at most %u bus subscribers at once (MaxClients=)",
+			b->config->max_clients);
+	if (same_uid >= b->config->max_clients_per_uid)
+		return sd_bus_error_setf(
+			error,
+			SD_BUS_ERROR_LIMITS_EXCEEDED,
+			"uid %u has %zu bus subscribers already (MaxClientsPerUid=)",
+			(unsigned) uid,
+			same_uid);
+
+	sub->access = access;
+	sub->access_uid = uid;
+	r = subscriber_new(b, sender, uid, TAKE_PTR(sub), &s);
+	if (r < 0)
+		return sd_bus_error_set_errnof(error, r, "Failed to set up the subscription: %m");
+	log_debug(
+		"Bus subscriber %s (uid %u) subscribed as %s, filter %s, access %s",
+		sender,
+		(unsigned) uid,
+		s->path,
+		s->filter_text,
+		access == SUBSCRIPTION_ACCESS_ALL ? "all" : "own uid");
+	return sd_bus_reply_method_return(message, "o", s->path);
+}
+
+int bus_method_unsubscribe(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+	Bus *b = userdata;
+	const char *path, *sender = sd_bus_message_get_sender(message);
+	BusSubscriber *s;
+	int r;
+
+	r = sd_bus_message_read(message, "o", &path);
+	if (r < 0)
+		return r;
+	for (s = b->subscribers; s; s = s->next)
+		if (streq(s->path, path))
+			break;
+	if (!s)
+		return sd_bus_error_setf(error, SD_BUS_ERROR_UNKNOWN_OBJECT, "No monitor %s", path);
+	/* Its subscriber, or root. */
+	if (!sender || !streq(sender, s->sender)) {
+		r = bus_check_root(message, "Unsubscribing another connection's monitor", error);
+		if (r < 0)
+			return r;
+	}
+	log_debug("Bus subscriber %s unsubscribed %s", s->sender, s->path);
+	subscriber_free(s);
+	return sd_bus_reply_method_return(message, NULL);
+}
+
+void bus_monitors_free_all(Bus *b) {
+	while (b->subscribers)
+		subscriber_free(b->subscribers);
+}
+
+void bus_monitors_revoke(Bus *b, const Config *config) {
+	/* As on the socket: a group taken out of AllowGroups= takes along the access it gave.
+	 * Such a monitor is removed (its events still queued count as dropped); the subscriber
+	 * may subscribe again and then sees its own uid's events. */
+	for (BusSubscriber *s = b->subscribers, *next; s; s = next) {
+		_cleanup_free_ gid_t *groups = NULL;
+		int n = 0;
+
+		next = s->next;
+		if (s->uid == 0 || s->sub->access != SUBSCRIPTION_ACCESS_ALL)
+			continue;
+		if (config->n_allow_groups > 0 && (n = sender_groups(b, s->sender, &groups)) < 0)
+			n = 0;
+		if (filter_access(
+			    s->uid, (gid_t) -1, groups, (size_t) n, config->allow_groups, config->n_allow_groups) ==
+		    SUBSCRIPTION_ACCESS_ALL)
+			continue;
+		log_info(
+			"Bus subscriber %s (%s, uid %u): AllowGroups= no longer grants it every event, removing it",
+			s->path,
+			s->sender,
+			(unsigned) s->uid);
+		subscriber_free(s);
+	}
+}
+
+void bus_monitors_add_stats(const Bus *b, BusStats *st) {
+	for (const BusSubscriber *s = b->subscribers; s; s = s->next) {
+		HubClientStats hs;
+
+		st->delivered += s->delivered;
+		st->dropped += s->dropped;
+		if (s->client) {
+			hub_client_get_stats(s->client, &hs);
+			st->dropped += hs.dropped;
+		}
+	}
+}
