@@ -101,35 +101,36 @@ typedef struct ConfigKey {
 	size_t width;               /* sizeof the field, for integer and bool types */
 	uint64_t min, max;          /* bounds for integer types; max length for paths */
 	const char *default_string; /* VALUE_PATH */
+	bool live;                  /* a reload applies it; otherwise it takes a restart */
 } ConfigKey;
 
 #define FIELD(f) offsetof(Config, f), sizeof(((Config *) NULL)->f)
 
 static const ConfigKey config_keys[] = {
-	{ "Daemon", "PinPath", VALUE_PATH, FIELD(pin_path), 0, PIN_PATH_MAX, DEFAULT_PIN_PATH },
-	{ "Daemon", "ReplaceIncompatiblePins", VALUE_BOOL, FIELD(replace_incompatible_pins), 0, 0, NULL },
+	{ "Daemon", "PinPath", VALUE_PATH, FIELD(pin_path), 0, PIN_PATH_MAX, DEFAULT_PIN_PATH, false },
+	{ "Daemon", "ReplaceIncompatiblePins", VALUE_BOOL, FIELD(replace_incompatible_pins), 0, 0, NULL, false },
 
-	{ "Ring", "PagesPerCpu", VALUE_POW2, FIELD(pages_per_cpu), 1, 65536, NULL },
-	{ "Ring", "Watermark", VALUE_SIZE, FIELD(watermark), 0, UINT32_MAX, NULL },
-	{ "Ring", "WakeupEvents", VALUE_UINT, FIELD(wakeup_events), 0, UINT32_MAX, NULL },
-	{ "Ring", "FlushIntervalMs", VALUE_UINT, FIELD(flush_interval_ms), 1, 1000, NULL },
+	{ "Ring", "PagesPerCpu", VALUE_POW2, FIELD(pages_per_cpu), 1, 65536, NULL, false },
+	{ "Ring", "Watermark", VALUE_SIZE, FIELD(watermark), 0, UINT32_MAX, NULL, false },
+	{ "Ring", "WakeupEvents", VALUE_UINT, FIELD(wakeup_events), 0, UINT32_MAX, NULL, false },
+	{ "Ring", "FlushIntervalMs", VALUE_UINT, FIELD(flush_interval_ms), 1, 1000, NULL, false },
 
-	{ "Readers", "CpuGroups", VALUE_CPU_GROUPS, 0, 0, 0, 0, NULL },
-	{ "Readers", "CpusPerReader", VALUE_UINT, FIELD(cpus_per_reader), 0, PERFRELAY_MAX_CPUS, NULL },
+	{ "Readers", "CpuGroups", VALUE_CPU_GROUPS, 0, 0, 0, 0, NULL, false },
+	{ "Readers", "CpusPerReader", VALUE_UINT, FIELD(cpus_per_reader), 0, PERFRELAY_MAX_CPUS, NULL, false },
 
-	{ "Probes", "Probes", VALUE_PROBES, FIELD(probes), 0, 0, NULL },
-	{ "Probes", "PendingSyscalls", VALUE_UINT, FIELD(pending_syscalls), 16, 1048576, NULL },
+	{ "Probes", "Probes", VALUE_PROBES, FIELD(probes), 0, 0, NULL, true },
+	{ "Probes", "PendingSyscalls", VALUE_UINT, FIELD(pending_syscalls), 16, 1048576, NULL, false },
 
-	{ "Socket", "SocketPath", VALUE_PATH, FIELD(socket_path), 0, SOCKET_PATH_MAX, DEFAULT_SOCKET_PATH },
-	{ "Socket", "ClientQueueBytes", VALUE_SIZE, FIELD(client_queue_bytes), 64 * KIB, GIB, NULL },
-	{ "Socket", "MaxClients", VALUE_UINT, FIELD(max_clients), 1, 65536, NULL },
-	{ "Socket", "MaxClientsPerUid", VALUE_UINT, FIELD(max_clients_per_uid), 1, 65536, NULL },
-	{ "Socket", "MaxRequestBytes", VALUE_SIZE, FIELD(max_request_bytes), 256, MIB, NULL },
-	{ "Socket", "RequestTimeoutMs", VALUE_UINT, FIELD(request_timeout_ms), 10, 600000, NULL },
-	{ "Socket", "MaxJsonDepth", VALUE_UINT, FIELD(max_json_depth), 2, 64, NULL },
-	{ "Socket", "AllowGroups", VALUE_ALLOW_GROUPS, 0, 0, 0, 0, NULL },
+	{ "Socket", "SocketPath", VALUE_PATH, FIELD(socket_path), 0, SOCKET_PATH_MAX, DEFAULT_SOCKET_PATH, false },
+	{ "Socket", "ClientQueueBytes", VALUE_SIZE, FIELD(client_queue_bytes), 64 * KIB, GIB, NULL, true },
+	{ "Socket", "MaxClients", VALUE_UINT, FIELD(max_clients), 1, 65536, NULL, true },
+	{ "Socket", "MaxClientsPerUid", VALUE_UINT, FIELD(max_clients_per_uid), 1, 65536, NULL, true },
+	{ "Socket", "MaxRequestBytes", VALUE_SIZE, FIELD(max_request_bytes), 256, MIB, NULL, true },
+	{ "Socket", "RequestTimeoutMs", VALUE_UINT, FIELD(request_timeout_ms), 10, 600000, NULL, true },
+	{ "Socket", "MaxJsonDepth", VALUE_UINT, FIELD(max_json_depth), 2, 64, NULL, true },
+	{ "Socket", "AllowGroups", VALUE_ALLOW_GROUPS, 0, 0, 0, 0, NULL, true },
 
-	{ "Bus", "BusEventsPerSecond", VALUE_UINT, FIELD(bus_events_per_second), 1, 100000, NULL },
+	{ "Bus", "BusEventsPerSecond", VALUE_UINT, FIELD(bus_events_per_second), 1, 100000, NULL, true },
 };
 
 static const char *const config_sections[] = { "Daemon", "Ring", "Readers", "Probes", "Socket", "Bus" };
@@ -886,6 +887,82 @@ static void config_replace(Config *c, Config **from) {
 	*c = *f;
 	free(f);
 	*from = NULL;
+}
+
+/* Appends "Key=" to a comma-separated list. */
+static int list_key(char **list, const char *key) {
+	char *n;
+
+	if (asprintf(&n, "%s%s%s=", *list ? *list : "", *list ? ", " : "", key) < 0)
+		return -ENOMEM;
+	free(*list);
+	*list = n;
+	return 0;
+}
+
+static bool same_array(const void *a, size_t n_a, const void *b, size_t n_b, size_t size) {
+	return n_a == n_b && (n_a == 0 || memcmp(a, b, n_a * size) == 0);
+}
+
+int config_keep_restart_keys(Config *new, Config *running, char **ret_list) {
+	_cleanup_free_ char *list = NULL;
+
+	for (size_t i = 0; i < ELEMENTSOF(config_keys); i++) {
+		const ConfigKey *k = &config_keys[i];
+		uint8_t *n = (uint8_t *) new + k->offset, *o = (uint8_t *) running + k->offset;
+		bool same;
+		int r;
+
+		if (k->live)
+			continue;
+		switch (k->type) {
+		case VALUE_PATH:
+			same = streq(*(char **) n, *(char **) o);
+			break;
+		case VALUE_CPU_GROUPS:
+			same = same_array(
+				new->cpu_groups,
+				new->n_cpu_groups,
+				running->cpu_groups,
+				running->n_cpu_groups,
+				sizeof(CpuSet));
+			break;
+		case VALUE_ALLOW_GROUPS:
+			same = same_array(
+				new->allow_groups,
+				new->n_allow_groups,
+				running->allow_groups,
+				running->n_allow_groups,
+				sizeof(gid_t));
+			break;
+		default:
+			same = memcmp(n, o, k->width) == 0;
+		}
+		if (same)
+			continue;
+		r = list_key(&list, k->name);
+		if (r < 0)
+			return r;
+		/* The running value goes into `new`; `running` gets the one from the files, and
+		 * frees it with itself. */
+		switch (k->type) {
+		case VALUE_PATH:
+			SWAP_TWO(*(char **) n, *(char **) o);
+			break;
+		case VALUE_CPU_GROUPS:
+			SWAP_TWO(new->cpu_groups, running->cpu_groups);
+			SWAP_TWO(new->n_cpu_groups, running->n_cpu_groups);
+			break;
+		case VALUE_ALLOW_GROUPS:
+			SWAP_TWO(new->allow_groups, running->allow_groups);
+			SWAP_TWO(new->n_allow_groups, running->n_allow_groups);
+			break;
+		default:
+			memcpy(n, o, k->width);
+		}
+	}
+	*ret_list = TAKE_PTR(list);
+	return 0;
 }
 
 int config_parse_text(Config *c, const char *text, size_t size, const char *filename, char **ret_error) {

@@ -81,3 +81,9 @@ int config_load(Config *c, const char *main_path, const char *dropin_dir, char *
 
 /* Checks cross-key constraints; called by config_load() and usable after config_parse_text(). */
 int config_validate(const Config *c, char **ret_error);
+
+/* Reload: the keys a reload cannot apply (documented as "restart" in docs/config.md) keep their
+ * running values. For each that `new` changes, the running value goes into `new` (so that the
+ * active configuration says what is in effect; `running` gets the other, to free with it) and
+ * "Key=" is added to *ret_list, a comma-separated list (NULL when none). */
+int config_keep_restart_keys(Config *new, Config *running, char **ret_list);

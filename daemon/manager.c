@@ -1087,74 +1087,6 @@ static uint32_t manager_probe_mask(const Manager *m) {
 	return mask;
 }
 
-/* Appends "Key=" to the list of settings a reload cannot apply. */
-static int note_restart_key(char **list, const char *key) {
-	char *n;
-
-	if (asprintf(&n, "%s%s%s=", *list ? *list : "", *list ? ", " : "", key) < 0)
-		return -ENOMEM;
-	free(*list);
-	*list = n;
-	return 0;
-}
-
-#define SWAP_FIELD(a, b, f)                     \
-	do {                                    \
-		__typeof__((a)->f) _t = (a)->f; \
-		(a)->f = (b)->f;                \
-		(b)->f = _t;                    \
-	} while (0)
-
-/* Settings used only at start keep their running values in `new`, so that the active config
- * always says what is in effect; the ones the files changed are listed in *ret_list. */
-static int keep_start_settings(Config *new, Config *old, char **ret_list) {
-	_cleanup_free_ char *list = NULL;
-	int r = 0;
-
-#define KEEP_SCALAR(field, key)                           \
-	do {                                              \
-		if (new->field != old->field) {           \
-			r = note_restart_key(&list, key); \
-			if (r < 0)                        \
-				return r;                 \
-			new->field = old->field;          \
-		}                                         \
-	} while (0)
-#define KEEP_STRING(field, key)                           \
-	do {                                              \
-		if (!streq(new->field, old->field)) {     \
-			r = note_restart_key(&list, key); \
-			if (r < 0)                        \
-				return r;                 \
-			SWAP_FIELD(new, old, field);      \
-		}                                         \
-	} while (0)
-
-	KEEP_STRING(pin_path, "PinPath");
-	KEEP_SCALAR(replace_incompatible_pins, "ReplaceIncompatiblePins");
-	KEEP_SCALAR(pending_syscalls, "PendingSyscalls");
-	KEEP_SCALAR(pages_per_cpu, "PagesPerCpu");
-	KEEP_SCALAR(watermark, "Watermark");
-	KEEP_SCALAR(wakeup_events, "WakeupEvents");
-	KEEP_SCALAR(flush_interval_ms, "FlushIntervalMs");
-	if (new->n_cpu_groups != old->n_cpu_groups ||
-	    (new->n_cpu_groups > 0 &&
-	     memcmp(new->cpu_groups, old->cpu_groups, sizeof(CpuSet) * new->n_cpu_groups) != 0)) {
-		r = note_restart_key(&list, "CpuGroups");
-		if (r < 0)
-			return r;
-		SWAP_FIELD(new, old, cpu_groups);
-		SWAP_FIELD(new, old, n_cpu_groups);
-	}
-	KEEP_SCALAR(cpus_per_reader, "CpusPerReader");
-	KEEP_STRING(socket_path, "SocketPath");
-#undef KEEP_SCALAR
-#undef KEEP_STRING
-
-	*ret_list = TAKE_PTR(list);
-	return 0;
-}
-
 int manager_reload(Manager *m, char **ret_error) {
 	_cleanup_(config_freep) Config *c = NULL;
 	_cleanup_free_ char *error = NULL, *restart = NULL;
@@ -1187,7 +1119,7 @@ int manager_reload(Manager *m, char **ret_error) {
 		free(c->pin_path);
 		c->pin_path = p;
 	}
-	r = keep_start_settings(c, m->config, &restart);
+	r = config_keep_restart_keys(c, m->config, &restart);
 	if (r < 0)
 		return log_error_errno(r, "Failed to compare the configurations: %m");
 

@@ -20,6 +20,14 @@
 #define ALIGN_TO(x, a) (((x) + (a) -1) & ~((__typeof__(x)) (a) -1))
 
 /* Moves ownership out of a variable that has a cleanup attribute. */
+/* Exchanges the values of two lvalues of the same type. */
+#define SWAP_TWO(a, b)                  \
+	do {                            \
+		__typeof__(a) _t = (a); \
+		(a) = (b);              \
+		(b) = _t;               \
+	} while (0)
+
 #define TAKE_PTR(p)                     \
 	({                              \
 		__typeof__(p) _p = (p); \

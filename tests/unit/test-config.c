@@ -921,8 +921,35 @@ static void test_shipped_config(void) {
 	ASSERT(config_equal(u, d));
 }
 
+/* Reload: keys marked restart keep their running values and are listed; live keys change. */
+static void test_keep_restart_keys(void) {
+	Config *running = parse_ok("[Ring]\nPagesPerCpu=64\n[Readers]\nCpuGroups=0\n[Socket]\nMaxClients=10\n");
+	Config *files = parse_ok(
+		"[Daemon]\nPinPath=/sys/fs/bpf/other\n[Ring]\nPagesPerCpu=128\n[Readers]\nCpuGroups=0-1\n"
+		"[Socket]\nMaxClients=20\n");
+	Config *same = parse_ok("[Ring]\nPagesPerCpu=64\n[Readers]\nCpuGroups=0\n[Socket]\nMaxClients=30\n");
+	char *list = NULL;
+
+	if (!running || !files || !same)
+		return;
+	ASSERT(config_keep_restart_keys(files, running, &list) == 0);
+	ASSERT(list && streq(list, "PinPath=, PagesPerCpu=, CpuGroups="));
+	/* What is in effect: the running values of restart keys, the files' live keys. */
+	ASSERT(files->pages_per_cpu == 64 && files->max_clients == 20);
+	ASSERT(streq(files->pin_path, "/sys/fs/bpf/perfrelay"));
+	ASSERT(files->n_cpu_groups == 1 && cpuset_count(&files->cpu_groups[0]) == 1);
+	free(list);
+	list = (char *) 1;
+	ASSERT(config_keep_restart_keys(same, files, &list) == 0 && list == NULL);
+	ASSERT(same->max_clients == 30);
+	config_free(running);
+	config_free(files);
+	config_free(same);
+}
+
 int main(void) {
 	test_defaults();
+	test_keep_restart_keys();
 	test_probe_names();
 	test_integer_bounds();
 	test_values();
