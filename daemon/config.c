@@ -840,7 +840,6 @@ Config *config_free(Config *c) {
 	return NULL;
 }
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(Config *, config_free);
 
 static void *memdup_array(const void *p, size_t n, size_t size) {
 	void *q;

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "cpuset.h"
+#include "macro.h"
 
 #define CONFIG_DEFAULT_FILE       "/etc/perfrelay/perfrelay.conf"
 #define CONFIG_DEFAULT_DROPIN_DIR "/etc/perfrelay/perfrelay.conf.d"
@@ -67,6 +68,7 @@ typedef struct Config {
 
 int config_new(Config **ret);   /* all defaults */
 Config *config_free(Config *c); /* accepts NULL; returns NULL */
+DEFINE_TRIVIAL_CLEANUP_FUNC(Config *, config_free);
 
 /* Parses INI text (sections and keys above, case-sensitive, '#' or ';' comments, blank lines,
  * "Key=Value" with whitespace around the value trimmed; a key may appear again and the last

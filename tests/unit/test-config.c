@@ -33,7 +33,6 @@
 		}                                                                                    \
 	} while (0)
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(Config *, config_free);
 
 static Config *new_default(void) {
 	Config *c = NULL;

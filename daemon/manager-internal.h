@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The manager's state, shared by its files (manager.c and manager-*.c) and nobody else.
+ * Main thread only, except where a field says otherwise. */
+#pragma once
+
+#include <systemd/sd-event.h>
+
+#include "bus.h"
+#include "cgroup.h"
+#include "hotplug.h"
+#include "hub.h"
+#include "kernelfeatures.h"
+#include "ledger.h"
+#include "manager.h"
+#include "probes.h"
+#include "reader.h"
+#include "ring.h"
+#include "server.h"
+
+struct Manager {
+	ManagerOptions o;
+	ManagerState state;
+	uint64_t started_at; /* CLOCK_REALTIME usec */
+	char *dropin_dir;
+	Config *config;
+	sd_event *event;
+	Probes *probes;
+	Ledger *ledger; /* the pinned "received" map, mmapped */
+	/* Per producer: its pinned failure count when this daemon began serving (the failures of
+	 * the downtime before it), and what ledger_settle() found lost with a dead daemon. */
+	uint64_t failures_at_start[PERFRELAY_MAX_PRODUCERS];
+	uint64_t crash_lost_at_start[PERFRELAY_MAX_PRODUCERS];
+	bool serving;            /* our rings may be in the array: quiesce before the last drain */
+	bool quiesced;           /* slots cleared and a grace period waited out: nothing writes */
+	Features *features;      /* what the running kernel offers, probed at start */
+	bool kernel_unsupported; /* start failed: a required kernel feature is missing */
+	Hub *hub;
+	Reader **readers;
+	size_t n_readers;
+	CpuSet cpus;       /* CPUs with a ring */
+	CgroupFs *cgroups; /* cgroup2 mount for unit names; NULL if there is none */
+	Server *server;    /* the event socket and its subscribers */
+	Bus *bus;          /* NULL without a system bus */
+
+	HubClient *stdout_client;
+	HubClientStats stdout_gone;     /* the standard output client's counters after it went away */
+	sd_event_source *stdout_source; /* EPOLLOUT wait on fd 1, NULL for files */
+	sd_event_source *notify_source;
+
+	/* Health: STATUS= every second, and WATCHDOG=1 while every reader makes progress. */
+	sd_event_source *health_source;
+	uint64_t watchdog_usec; /* from $WATCHDOG_USEC, 0 when systemd does not watch us */
+	uint64_t health_last_usec;
+	uint64_t health_last_events;
+	bool watchdog_withheld;
+
+	/* CPU hotplug (manager_hotplug_*()). */
+	HotplugWatch *hotplug; /* kernel uevents; NULL where they cannot be had (the tick remains) */
+	CpuSet cpus_parked;    /* CPUs of `cpus` that are offline: slot empty, ring drained or none yet */
+	CpuSet cpus_unserved_seen; /* CPUs outside every group already reported as online */
+};
+
+/* manager.c */
+void manager_flush(Manager *m); /* the flush loop: every client's consumer, until nothing is left */
+RingOptions manager_ring_options(const Manager *m);
+void manager_park_offline_cpus(Manager *m, const CpuSet *online, CpuSet *groups, size_t n_groups);
+
+/* manager-health.c: STATUS= and WATCHDOG=1 every second */
+int manager_setup_health(Manager *m);
+#if PERFRELAY_FAULT_INJECTION
+int manager_on_fault_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata);
+#endif
+
+/* manager-hotplug.c */
+void manager_hotplug_setup(Manager *m);
+void manager_hotplug_tick(Manager *m);
+
+/* manager-stats.c */
+void manager_log_stats(Manager *m);
+
+/* manager-stdout.c: --stdout */
+int manager_setup_stdout(Manager *m);
+void manager_finish_stdout(Manager *m);
