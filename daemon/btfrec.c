@@ -216,7 +216,11 @@ static int64_t type_size(const struct btf *btf, uint32_t id, unsigned depth) {
 		es = type_size(btf, btf_array(t)->type, depth + 1);
 		if (es < 0)
 			return es;
-		/* Both factors are < 2^32, so the product fits; the caller bounds it. */
+		/* Nested arrays multiply: a size beyond 4 GiB is no record's field (records are at
+		 * most 64 KiB), so it is refused before the product can overflow (the fuzzer found
+		 * [0xffffffff][0xfd000010]...). */
+		if (es > UINT32_MAX || (es > 0 && btf_array(t)->nelems > UINT32_MAX / (uint64_t) es))
+			return -E2BIG;
 		return es * (int64_t) btf_array(t)->nelems;
 	}
 	return -EINVAL;

@@ -314,6 +314,16 @@ static void test_hostile(void) {
 	btf__add_field(btf, "a", arr, 256, 0);
 	ASSERT(refusal(btf, rec) == BTFREC_ARRAY_TOO_LARGE);
 
+	/* Nested arrays whose size overflows 64 bits (found by fuzz-btf: signed overflow in the
+	 * size computation): refused, not multiplied. */
+	arr = btf__add_array(btf, ids.u32, ids.u32, 0xffffffffu);
+	arr = btf__add_array(btf, ids.u32, arr, 0xfd000010u);
+	arr = btf__add_array(btf, ids.u32, arr, 0xffffffffu);
+	rec = btf__add_struct(btf, "overflow", 40);
+	btf__add_field(btf, "hdr", ids.hdr, 0, 0);
+	btf__add_field(btf, "a", arr, 256, 0);
+	ASSERT(refusal(btf, rec) != BTFREC_OK);
+
 	/* A char array beyond the struct. */
 	arr = btf__add_array(btf, ids.u32, ids.chr, 1000);
 	rec = btf__add_struct(btf, "beyond", 40);
