@@ -1,0 +1,609 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* One client of the event socket: its credentials and limits, the request line read and
+ * answered (hello or error line), its hub client and how its output is written, until it goes. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "perfrelay-config.h"
+
+#include "encode.h"
+#include "filter.h"
+#include "log.h"
+#include "server-internal.h"
+#include "time-util.h"
+
+/* Lines written directly, outside the hub ------------------------------------------------- */
+
+/* Never blocks. A Unix stream socket takes a line this short whole (one skb) or not at all, so
+ * a line is never cut; the socket buffer of a new connection is empty, so hello and error
+ * lines always go out. */
+int send_line(int fd, const char *line, size_t len) {
+	ssize_t n = send(fd, line, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+	if (n < 0)
+		return negative_errno();
+	return (size_t) n == len ? 0 : -EAGAIN;
+}
+
+static size_t format_error(ProtocolError code, const char *message, char *buf, size_t size) {
+	int k = snprintf(
+		buf, size, "{\"type\":\"error\",\"error\":\"%s\",\"message\":", protocol_error_to_string(code));
+	ssize_t m;
+
+	if (k < 0 || (size_t) k >= size)
+		return 0;
+	m = encode_json_string(message, strlen(message), buf + k, size - (size_t) k - 2);
+	if (m < 0)
+		return 0; /* cannot happen: ERROR_LINE_MAX bounds the escaped message */
+	memcpy(buf + k + m, "}\n", 2);
+	return (size_t) k + (size_t) m + 2;
+}
+
+/* Connections ----------------------------------------------------------------------------- */
+
+static bool match_subscription(const void *filter, const DecodedEvent *ev, const char *unit) {
+	return filter_match(filter, ev, unit);
+}
+
+void connection_free(Connection *c) {
+	Server *s = c->server;
+
+	if (c->client) {
+		HubClientStats st;
+
+		/* After this no reader touches the client or its subscription. */
+		hub_client_detach(s->hub, c->client);
+		/* What it was never written is dropped: offered = sent + dropped from here on. */
+		hub_client_discard(c->client);
+		hub_client_get_stats(c->client, &st);
+		s->stats.gone_offered += st.offered;
+		s->stats.gone_sent += st.sent;
+		s->stats.gone_dropped += st.dropped;
+		log_debug(
+			"Client %" PRIu64 " disconnected: %" PRIu64 " events offered, %" PRIu64
+			" sent, %" PRIu64 " dropped",
+			c->id,
+			st.offered,
+			st.sent,
+			st.dropped);
+		hub_client_free(c->client);
+		s->stats.clients--;
+	} else
+		s->stats.pending--;
+	subscription_free(c->sub);
+	sd_event_source_disable_unref(c->io);
+	sd_event_source_disable_unref(c->timer);
+	safe_close(c->fd);
+	free(c->buf);
+
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->connections = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	s->n_connections--;
+	free(c);
+}
+
+/* Answers with an error line (if the socket takes it) and closes. */
+static void connection_refuse(Connection *c, ProtocolError code, const char *message) {
+	char line[ERROR_LINE_MAX];
+	size_t n = format_error(code, message, line, sizeof(line));
+
+	c->server->stats.refused[code]++;
+	log_debug(
+		"Client %" PRIu64 " (pid %d, uid %u) refused: %s: %s",
+		c->id,
+		(int) c->cred.pid,
+		(unsigned) c->cred.uid,
+		protocol_error_to_string(code),
+		message);
+	if (n > 0)
+		(void) send_line(c->fd, line, n);
+	connection_free(c);
+}
+
+/* EPOLLIN while input is open, EPOLLOUT while the hub client waits for room; with neither,
+ * epoll still reports EPOLLHUP/EPOLLERR, which is how a full close is noticed. */
+static int connection_update_events(Connection *c) {
+	uint32_t events = c->input_open ? EPOLLIN : 0;
+	int r;
+
+	/* The last flush at shutdown runs after the loop finished, when sd-event refuses any
+	 * change (-ESTALE) and nothing waits for events any more. */
+	if (sd_event_get_state(c->server->event) == SD_EVENT_FINISHED)
+		return 0;
+	if (c->client && hub_client_blocked(c->client))
+		events |= EPOLLOUT;
+	r = sd_event_source_set_io_events(c->io, events);
+	if (r < 0)
+		log_warning_errno(
+			r, "Client %" PRIu64 ": failed to update its event watch, closing: %m", c->id);
+	return r;
+}
+
+/* recv() that closes any descriptor the peer passed. Returns bytes, 0 at EOF, negative errno;
+ * *ret_fds is set if descriptors came with the data (or were cut off by the kernel). */
+static ssize_t connection_recv(Connection *c, void *buf, size_t size, bool *ret_fds) {
+	union {
+		struct cmsghdr h;
+		uint8_t raw[CMSG_SPACE(sizeof(int) * SERVER_SCM_MAX_FD)];
+	} control;
+	struct iovec iov = { .iov_base = buf, .iov_len = size };
+	struct msghdr mh = {
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+		.msg_control = &control,
+		.msg_controllen = sizeof(control),
+	};
+	ssize_t n;
+
+	*ret_fds = false;
+	n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return negative_errno();
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+			size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			int fds[SERVER_SCM_MAX_FD];
+
+			memcpy(fds, CMSG_DATA(cm), MIN(k, (size_t) SERVER_SCM_MAX_FD) * sizeof(int));
+			for (size_t i = 0; i < k && i < SERVER_SCM_MAX_FD; i++)
+				safe_close(fds[i]);
+			c->server->stats.fds_closed += k;
+			*ret_fds = true;
+		}
+	/* Descriptors that did not fit were dropped by the kernel, never installed. */
+	if (mh.msg_flags & MSG_CTRUNC)
+		*ret_fds = true;
+	return n;
+}
+
+static int connection_access(Connection *c, SubscriptionAccess *ret) {
+	const Config *cfg = c->server->config;
+	_cleanup_free_ gid_t *groups = NULL;
+	socklen_t len = 64 * sizeof(gid_t);
+
+	if (c->cred.uid == 0 || cfg->n_allow_groups == 0) {
+		*ret = filter_access(c->cred.uid, c->cred.gid, NULL, 0, cfg->allow_groups, cfg->n_allow_groups);
+		return 0;
+	}
+	/* Supplementary groups as they were at connect(), like SO_PEERCRED. */
+	for (;;) {
+		gid_t *g = realloc(groups, len);
+
+		if (!g)
+			return -ENOMEM;
+		groups = g;
+		if (getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) >= 0)
+			break;
+		if (errno != ERANGE)
+			return negative_errno();
+	}
+	*ret = filter_access(
+		c->cred.uid, c->cred.gid, groups, len / sizeof(gid_t), cfg->allow_groups, cfg->n_allow_groups);
+	return 0;
+}
+
+/* The connection's consumer (HubClientOptions.flush), called by the manager's flush loop. */
+static void connection_flush(HubClient *hc, void *userdata) {
+	Connection *c = userdata;
+
+	server_flush_client(c->server, hc);
+}
+
+static void connection_subscribe(Connection *c, Subscription *sub_in) {
+	_cleanup_(subscription_freep) Subscription *sub = sub_in;
+	Server *s = c->server;
+	HubClientOptions o = {
+		.format = sub->format == SUBSCRIPTION_FORMAT_BINARY ? HUB_FORMAT_BINARY : HUB_FORMAT_JSON,
+		.overflow = sub->overflow == SUBSCRIPTION_OVERFLOW_DISCONNECT ? HUB_OVERFLOW_DISCONNECT :
+										HUB_OVERFLOW_DROP,
+		.queue_bytes = s->config->client_queue_bytes,
+		.match = match_subscription,
+		.filter = sub,
+		.userdata = c,
+		.flush = connection_flush,
+	};
+	char hello[256];
+	int r, n;
+
+	r = connection_access(c, &sub->access);
+	if (r < 0) {
+		log_warning_errno(
+			r, "Client %" PRIu64 ": failed to read the peer's groups, closing: %m", c->id);
+		connection_free(c);
+		return;
+	}
+	sub->access_uid = c->cred.uid;
+
+	r = hub_client_new(s->hub, c->fd, &o, &c->client);
+	if (r < 0) {
+		log_warning_errno(r, "Client %" PRIu64 ": failed to allocate its queues, closing: %m", c->id);
+		connection_free(c);
+		return;
+	}
+	s->stats.pending--;
+	s->stats.clients++;
+
+	n = snprintf(
+		hello,
+		sizeof(hello),
+		"{\"type\":\"hello\",\"protocol\":%u,\"schema\":%u,\"version\":\"%s\",\"client_id\":%" PRIu64
+		",\"format\":\"%s\",\"access\":\"%s\"}\n",
+		PROTOCOL_VERSION,
+		SCHEMA_VERSION,
+		PERFRELAY_VERSION_STRING,
+		c->id,
+		subscription_format_to_string(sub->format),
+		sub->access == SUBSCRIPTION_ACCESS_ALL ? "all" : "uid");
+	/* Before attaching: the hello line is always the first thing the client reads. */
+	r = send_line(c->fd, hello, (size_t) n);
+	if (r < 0) {
+		log_debug_errno(r, "Client %" PRIu64 ": could not send the hello line: %m", c->id);
+		connection_free(c);
+		return;
+	}
+
+	c->sub = TAKE_PTR(sub);
+	r = hub_client_attach(s->hub, c->client);
+	if (r < 0) {
+		log_warning_errno(
+			r, "Client %" PRIu64 ": failed to attach it to the readers, closing: %m", c->id);
+		connection_free(c);
+		return;
+	}
+	s->stats.subscribed++;
+	c->timer = sd_event_source_disable_unref(c->timer);
+	free(c->buf);
+	c->buf = NULL;
+	c->len = c->size = 0;
+	log_debug(
+		"Client %" PRIu64 " (pid %d, uid %u) subscribed, format %s, access %s",
+		c->id,
+		(int) c->cred.pid,
+		(unsigned) c->cred.uid,
+		subscription_format_to_string(c->sub->format),
+		c->sub->access == SUBSCRIPTION_ACCESS_ALL ? "all" : "own uid");
+	if (connection_update_events(c) < 0)
+		connection_free(c);
+}
+
+static void connection_process_request(Connection *c, size_t line_len) {
+	const Config *cfg = c->server->config;
+	RequestLimits limits = { .max_bytes = cfg->max_request_bytes, .max_depth = cfg->max_json_depth };
+	Subscription *sub = NULL;
+	RequestError e;
+	int r;
+
+	r = request_parse(c->buf, line_len, &limits, &sub, &e);
+	if (r == -ENOMEM) {
+		log_warning_errno(r, "Client %" PRIu64 ": out of memory parsing its request, closing", c->id);
+		connection_free(c);
+		return;
+	}
+	if (r < 0) {
+		connection_refuse(c, e.code, e.message);
+		return;
+	}
+	connection_subscribe(c, sub);
+}
+
+/* Reads until the request line is complete; returns after acting on it or when the socket
+ * has nothing more to read. */
+static void connection_read_request(Connection *c) {
+	size_t max = c->server->config->max_request_bytes;
+
+	for (;;) {
+		const char *nl;
+		bool fds;
+		ssize_t n;
+
+		if (c->len == c->size) {
+			size_t size = MIN(MAX(c->size * 2, (size_t) REQUEST_BUFFER_MIN), max);
+			char *b;
+
+			if (c->len >= max) {
+				char m[REQUEST_MESSAGE_MAX];
+
+				snprintf(
+					m,
+					sizeof(m),
+					"the request line is longer than %zu bytes (MaxRequestBytes=)",
+					max);
+				connection_refuse(c, PROTOCOL_TOO_LARGE, m);
+				return;
+			}
+			b = realloc(c->buf, size);
+			if (!b) {
+				log_warning(
+					"Client %" PRIu64 ": out of memory reading its request, closing",
+					c->id);
+				connection_free(c);
+				return;
+			}
+			c->buf = b;
+			c->size = size;
+		}
+
+		n = connection_recv(c, c->buf + c->len, c->size - c->len, &fds);
+		if (fds) {
+			connection_refuse(
+				c,
+				PROTOCOL_FD_PASSED,
+				"file descriptors are not accepted; the ones sent were closed");
+			return;
+		}
+		if (n == -EAGAIN || n == -EINTR)
+			return;
+		if (n < 0) {
+			log_debug_errno((int) n, "Client %" PRIu64 ": read failed: %m", c->id);
+			connection_free(c);
+			return;
+		}
+		if (n == 0) {
+			/* A client that shuts down its side after the request may leave out the
+			 * '\n': the end of its input ends the line too. */
+			c->input_open = false;
+			if (c->len == 0) {
+				connection_refuse(
+					c,
+					PROTOCOL_BAD_REQUEST,
+					"the connection was closed before a request line was sent");
+				return;
+			}
+			if (c->len >= max) {
+				char m[REQUEST_MESSAGE_MAX];
+
+				snprintf(
+					m,
+					sizeof(m),
+					"the request line is longer than %zu bytes (MaxRequestBytes=)",
+					max);
+				connection_refuse(c, PROTOCOL_TOO_LARGE, m);
+				return;
+			}
+			connection_process_request(c, c->len);
+			return;
+		}
+		nl = memchr(c->buf + c->len, '\n', (size_t) n);
+		c->len += (size_t) n;
+		if (nl) {
+			/* Bytes after the line are input after the request: ignored. */
+			connection_process_request(c, (size_t) (nl - c->buf));
+			return;
+		}
+	}
+}
+
+/* A subscriber's input is read and discarded; returns false if the connection was freed. */
+static bool connection_discard_input(Connection *c) {
+	char buf[4096];
+
+	for (size_t total = 0; total < DISCARD_PER_WAKEUP;) {
+		bool fds;
+		ssize_t n = connection_recv(c, buf, sizeof(buf), &fds);
+
+		if (n == -EAGAIN || n == -EINTR)
+			return true;
+		if (n < 0) {
+			log_debug_errno((int) n, "Client %" PRIu64 ": read failed: %m", c->id);
+			connection_free(c);
+			return false;
+		}
+		if (n == 0) {
+			/* Half-closed: it keeps receiving until it closes for good (EPOLLHUP). */
+			c->input_open = false;
+			if (connection_update_events(c) < 0) {
+				connection_free(c);
+				return false;
+			}
+			return true;
+		}
+		total += (size_t) n;
+	}
+	return true;
+}
+
+static int on_connection_io(sd_event_source *es, int fd, uint32_t revents, void *userdata) {
+	Connection *c = userdata;
+	Server *s = c->server;
+
+	if (!c->client) {
+		/* Reading first: a request followed by a close is still answered. */
+		connection_read_request(c);
+		return 0;
+	}
+	if (revents & (EPOLLHUP | EPOLLERR)) {
+		log_debug("Client %" PRIu64 " hung up", c->id);
+		connection_free(c);
+		return 0;
+	}
+	if ((revents & EPOLLIN) && !connection_discard_input(c))
+		return 0;
+	if (revents & EPOLLOUT) {
+		server_flush_client(s, c->client);
+		/* Other clients and the hub's notification: the manager's flush loop. */
+		s->flush(s->userdata);
+	}
+	return 0;
+}
+
+static int on_request_timeout(sd_event_source *es, uint64_t usec, void *userdata) {
+	Connection *c = userdata;
+	char m[REQUEST_MESSAGE_MAX];
+
+	snprintf(
+		m,
+		sizeof(m),
+		"no complete request line within %u ms (RequestTimeoutMs=)",
+		c->server->config->request_timeout_ms);
+	connection_refuse(c, PROTOCOL_TIMEOUT, m);
+	return 0;
+}
+
+static size_t server_count_uid(const Server *s, uid_t uid) {
+	size_t n = 0;
+
+	for (const Connection *c = s->connections; c; c = c->next)
+		n += c->cred.uid == uid;
+	return n;
+}
+
+void connection_new(Server *s, int fd_in) {
+	_cleanup_close_ int fd = fd_in;
+	const Config *cfg = s->config;
+	socklen_t len = sizeof(struct ucred);
+	struct ucred cred;
+	Connection *c;
+	int r;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+		log_debug("Failed to read the credentials of a new connection, closing it: %m");
+		return;
+	}
+	s->stats.accepted++;
+
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		log_warning("Out of memory accepting a connection, closing it");
+		return;
+	}
+	c->server = s;
+	c->id = ++s->next_id;
+	c->fd = TAKE_FD(fd);
+	c->cred = cred;
+	c->input_open = true;
+	c->next = s->connections;
+	if (s->connections)
+		s->connections->prev = c;
+	s->connections = c;
+	s->n_connections++;
+	s->stats.pending++;
+
+	log_debug(
+		"Client %" PRIu64 " connected (pid %d, uid %u, gid %u)",
+		c->id,
+		(int) cred.pid,
+		(unsigned) cred.uid,
+		(unsigned) cred.gid);
+
+	/* Counted with the new one: pending connections hold a slot too, so that clients that
+	 * never send a request cannot get around the limit. */
+	if (s->n_connections > cfg->max_clients) {
+		char m[REQUEST_MESSAGE_MAX];
+
+		snprintf(
+			m,
+			sizeof(m),
+			"the daemon serves at most %u clients at once (MaxClients=)",
+			cfg->max_clients);
+		connection_refuse(c, PROTOCOL_TOO_MANY_CLIENTS, m);
+		return;
+	}
+	if (server_count_uid(s, cred.uid) > cfg->max_clients_per_uid) {
+		char m[REQUEST_MESSAGE_MAX];
+
+		snprintf(
+			m,
+			sizeof(m),
+			"uid %u has %u clients already (MaxClientsPerUid=)",
+			(unsigned) cred.uid,
+			cfg->max_clients_per_uid);
+		connection_refuse(c, PROTOCOL_TOO_MANY_CLIENTS, m);
+		return;
+	}
+
+	r = sd_event_add_io(s->event, &c->io, c->fd, EPOLLIN, on_connection_io, c);
+	if (r >= 0)
+		/* Accuracy of 1 ms: the default (250 ms) would dwarf short timeouts. */
+		r = sd_event_add_time_relative(
+			s->event,
+			&c->timer,
+			CLOCK_MONOTONIC,
+			(uint64_t) cfg->request_timeout_ms * USEC_PER_MSEC,
+			USEC_PER_MSEC,
+			on_request_timeout,
+			c);
+	if (r < 0) {
+		log_warning_errno(r, "Failed to watch client %" PRIu64 ", closing it: %m", c->id);
+		connection_free(c);
+	}
+}
+
+/* Writes what the client's queues hold and acts on the result: waits for EPOLLOUT when the
+ * socket is full, drops the client when it is gone, closes it (with an "overflow" error line if
+ * it can) when it asked to be disconnected on overflow. The connection may be freed on return. */
+void server_flush_client(Server *s, HubClient *hc) {
+	Connection *c = hub_client_userdata(hc);
+	int r;
+
+	if (!c->draining && hub_client_overflowed(hc)) {
+		/* It asked to be disconnected when it falls behind: no more events, but what was
+		 * queued before the loss still goes out, so that the stream ends at a line
+		 * boundary, then the error line. Until it has read that, it keeps its slot and its
+		 * queue, as any client that does not read does. */
+		hub_client_detach(s->hub, hc);
+		c->draining = true;
+		c->drain_error = PROTOCOL_OVERFLOW;
+	}
+	r = hub_client_flush(hc);
+	if (r < 0) {
+		log_debug_errno(r, "Client %" PRIu64 ": write failed: %m", c->id);
+		connection_free(c);
+		return;
+	}
+	if (c->draining && r > 0) {
+		/* At a line boundary now. Binary streams have no place for a JSON line. */
+		const char *why = c->drain_error == PROTOCOL_ACCESS_REVOKED ?
+			"a reload removed the AllowGroups= group that gave this client every event" :
+			"the client's queue overflowed (on_overflow=disconnect)";
+
+		if (c->sub->format == SUBSCRIPTION_FORMAT_JSON)
+			connection_refuse(c, c->drain_error, why);
+		else {
+			s->stats.refused[c->drain_error]++;
+			log_debug("Client %" PRIu64 " closing: %s", c->id, why);
+			connection_free(c);
+		}
+		return;
+	}
+	if (connection_update_events(c) < 0)
+		connection_free(c);
+}
+
+/* Reload: a group taken out of AllowGroups= takes its access along. A client that saw
+ * everything only through it is closed like an overflowed client (what was queued before goes
+ * out, then the error line), so that none keeps more than its hello line would now say. */
+void connection_recheck_access(Connection *c) {
+	SubscriptionAccess a;
+
+	if (!c->client || c->draining || c->cred.uid == 0 || c->sub->access != SUBSCRIPTION_ACCESS_ALL)
+		return;
+	if (connection_access(c, &a) >= 0 && a == SUBSCRIPTION_ACCESS_ALL)
+		return;
+	log_info(
+		"Client %" PRIu64
+		" (pid %d, uid %u): AllowGroups= no longer grants it every event, "
+		"disconnecting",
+		c->id,
+		(int) c->cred.pid,
+		(unsigned) c->cred.uid);
+	/* After this no reader offers it an event. */
+	hub_client_detach(c->server->hub, c->client);
+	c->draining = true;
+	c->drain_error = PROTOCOL_ACCESS_REVOKED;
+	server_flush_client(c->server, c->client); /* may free c */
+}
+
+/* Never waits: a client that does not keep up loses the tail, as it would have lost events
+ * while the daemon ran. */
+void connection_close_for_shutdown(Connection *c) {
+	static const char goodbye[] = "{\"type\":\"goodbye\",\"reason\":\"shutdown\"}\n";
+
+	if (c->client && hub_client_flush(c->client) > 0 && c->sub->format == SUBSCRIPTION_FORMAT_JSON)
+		(void) send_line(c->fd, goodbye, sizeof(goodbye) - 1);
+	connection_free(c);
+}

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* What the event socket's two files share: server.c (the listening socket: accept under
+ * limits, back-off, the socket file) and connection.c (one client: its request line, its hub
+ * client, its lines outside the hub). Main thread only. */
+#pragma once
+
+#include <sys/socket.h>
+
+#include "request.h"
+#include "server.h"
+
+/* The kernel's SCM_MAX_FD: the most descriptors one message can carry. */
+#define SERVER_SCM_MAX_FD            253
+/* A request buffer starts this small and doubles up to MaxRequestBytes=. */
+#define REQUEST_BUFFER_MIN           1024u
+/* Input a subscriber sends is read and thrown away, at most this much per wakeup. */
+#define DISCARD_PER_WAKEUP           (64u * 1024u)
+/* accept() stops this long after running out of file descriptors, instead of spinning. */
+#define ACCEPT_PAUSE_USEC            (100 * USEC_PER_MSEC)
+/* A daemon out of descriptors would otherwise log ten times a second. */
+#define ACCEPT_WARNING_INTERVAL_USEC (60 * 1000 * USEC_PER_MSEC)
+/* Connections accepted per wakeup, so that a connection storm cannot starve the flush loop. */
+#define ACCEPT_BATCH                 64
+/* An error line: the fixed part and a message of REQUEST_MESSAGE_MAX bytes, each of which may
+ * become a 6-byte escape. */
+#define ERROR_LINE_MAX               (128u + 6u * REQUEST_MESSAGE_MAX)
+#define PERFRELAY_GROUP              "perfrelay"
+#define SOCKET_MODE                  0660
+
+typedef struct Connection Connection;
+
+struct Connection {
+	Server *server;
+	Connection *prev, *next;
+	uint64_t id;
+	int fd;
+	struct ucred cred; /* SO_PEERCRED: the peer at connect() time */
+	sd_event_source *io;
+	sd_event_source *timer; /* until the request line is read */
+	char *buf;              /* the request line so far */
+	size_t len, size;
+	Subscription *sub;         /* after the request: read by reader threads via the hub */
+	HubClient *client;         /* after the request */
+	bool input_open;           /* false after the client shut down its sending side */
+	bool draining;             /* overflowed: detached, writing what is queued, then closed */
+	ProtocolError drain_error; /* why it is draining: the error line it gets at the end */
+};
+
+struct Server {
+	sd_event *event;
+	Hub *hub;
+	const Config *config;
+	ServerFlushFn flush;
+	void *userdata;
+	int listen_fd;
+	char *path;         /* what we listen on, for messages */
+	char *created_path; /* the socket file we bound ourselves: removed at exit */
+	sd_event_source *accept_source;
+	sd_event_source *accept_pause;
+	uint64_t accept_warned_usec; /* CLOCK_MONOTONIC of the last accept failure logged */
+	Connection *connections;
+	size_t n_connections;
+	uint64_t next_id;
+	ServerStats stats;
+};
+
+/* connection.c */
+/* Takes fd: a new connection, refused at once (with an error line) if over MaxClients= or
+ * MaxClientsPerUid=. */
+void connection_new(Server *s, int fd);
+void connection_free(Connection *c);
+void connection_recheck_access(Connection *c);     /* may free c */
+void connection_close_for_shutdown(Connection *c); /* frees c */
+/* Writes a short line outside the hub; never blocks. */
+int send_line(int fd, const char *line, size_t len);
+/* Writes what the client's queues hold and acts on the result (see connection.c). */
+void server_flush_client(Server *s, HubClient *hc);
