@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* perfrelayctl stats: every counter of the daemon (D-Bus GetStats()) as tables, or as JSON. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <json-c/json.h>
+#include <systemd/sd-bus.h>
+
+#include "bus-json.h"
+#include "ctl.h"
+#include "format.h"
+
+static uint64_t juint_or0(json_object *o, const char *key) {
+	uint64_t v = 0;
+
+	return juint(o, key, &v) ? v : 0;
+}
+
+static void stats_print_producer(json_object *p, const char *name) {
+	printf("%-8s %12" PRIu64 " %12" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64
+	       " %10" PRIu64 " %10" PRIu64 "\n",
+	       name,
+	       juint_or0(p, "attempts"),
+	       juint_or0(p, "received"),
+	       juint_or0(p, "failures_serving"),
+	       juint_or0(p, "failures_downtime"),
+	       juint_or0(p, "crash_lost"),
+	       juint_or0(p, "malformed"),
+	       juint_or0(p, "seq_gaps"),
+	       juint_or0(p, "received_session"));
+}
+
+static void stats_print(json_object *o) {
+	json_object *list, *total, *clients;
+
+	printf("%-8s %12s %12s %10s %10s %10s %10s %10s %10s\n",
+	       "PRODUCER",
+	       "ATTEMPTS",
+	       "RECEIVED",
+	       "FAILED",
+	       "FAILED-DOWN",
+	       "CRASH-LOST",
+	       "MALFORMED",
+	       "SEQ-GAPS",
+	       "SESSION");
+	if (json_object_object_get_ex(o, "producers", &list) && json_object_is_type(list, json_type_array))
+		for (size_t i = 0; i < json_object_array_length(list); i++) {
+			json_object *p = json_object_array_get_idx(list, i);
+			char id[16];
+
+			snprintf(id, sizeof(id), "%" PRIu64, juint_or0(p, "id"));
+			stats_print_producer(p, id);
+		}
+	if (json_object_object_get_ex(o, "total", &total))
+		stats_print_producer(total, "total");
+	printf("\n%-6s %12s %12s %10s %10s %12s\n", "CPU", "RECEIVED", "RING-LOST", "MALFORMED", "CORRUPT", "BYTES");
+	if (json_object_object_get_ex(o, "cpus", &list) && json_object_is_type(list, json_type_array))
+		for (size_t i = 0; i < json_object_array_length(list); i++) {
+			json_object *c = json_object_array_get_idx(list, i);
+
+			printf("%-6" PRIu64 " %12" PRIu64 " %12" PRIu64 " %10" PRIu64 " %10" PRIu64
+			       " %12" PRIu64 "\n",
+			       juint_or0(c, "cpu"),
+			       juint_or0(c, "received"),
+			       juint_or0(c, "lost"),
+			       juint_or0(c, "malformed"),
+			       juint_or0(c, "corrupt"),
+			       juint_or0(c, "bytes"));
+		}
+	if (json_object_object_get_ex(o, "clients", &clients))
+		printf("\nClients: %" PRIu64 " connected; %" PRIu64 " events offered, %" PRIu64
+		       " delivered, %" PRIu64 " dropped\n",
+		       juint_or0(clients, "connected"),
+		       juint_or0(clients, "offered"),
+		       juint_or0(clients, "delivered"),
+		       juint_or0(clients, "dropped"));
+}
+
+static void stats_help(void) {
+	printf("%s stats [OPTIONS...]\n\n"
+	       "Show every counter of perfrelayd (D-Bus GetStats()): per producer the accounting\n"
+	       "attempts = received + malformed + failures + crash_lost, per CPU ring, per reader and\n"
+	       "for the clients. See docs/dbus.md for what each number means.\n\n"
+	       "  -j --json   One JSON object, the GetStats() dictionary as is\n"
+	       "  -h --help   Show this help\n",
+	       program);
+}
+
+int verb_stats(int argc, char *argv[]) {
+	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
+						 { "json", no_argument, NULL, 'j' },
+						 {} };
+	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	json_object *o = NULL;
+	bool json = false;
+	int opt, r;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "hj", options, NULL)) >= 0)
+		switch (opt) {
+		case 'h':
+			stats_help();
+			return 0;
+		case 'j':
+			json = true;
+			break;
+		default:
+			return -EINVAL;
+		}
+	if (optind < argc)
+		return error_msg("stats: unexpected argument '%s'", argv[optind]);
+
+	r = bus_connect(&bus);
+	if (r < 0)
+		return r;
+	r = bus_call(bus, "GetStats", &reply, NULL);
+	if (r < 0)
+		return r;
+	r = bus_value_to_json(reply, &o);
+	if (r < 0)
+		return error_errno(r, "Failed to parse the GetStats() reply");
+	if (json)
+		puts(json_object_to_json_string_ext(
+			o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+	else
+		stats_print(o);
+	json_object_put(o);
+	return 0;
+}

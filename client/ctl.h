@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* What perfrelayctl's verb files share: the program name and error messages, option parsing,
+ * the D-Bus helpers and the verbs themselves (perfrelayctl.c dispatches). */
+#pragma once
+
+#include <stdint.h>
+
+#include <systemd/sd-bus.h>
+
+#include "macro.h"
+
+#define BUS_NAME           "org.perfrelay1"
+#define BUS_PATH           "/org/perfrelay1"
+#define BUS_INTERFACE      "org.perfrelay1.Manager"
+#define DEFAULT_SYSTEM_BUS "unix:path=/run/dbus/system_bus_socket"
+
+extern const char *program;
+
+/* "perfrelayctl: MESSAGE[: strerror(-r)]" on stderr; returns r, or -EINVAL for r >= 0. */
+int _printf_(2, 3) error_errno(int r, const char *fmt, ...);
+#define error_msg(...) error_errno(0, __VA_ARGS__)
+
+int parse_u32(const char *s, uint32_t *ret);
+int parse_uid(const char *s, uint32_t *ret); /* a number or a user name */
+
+/* ctl-bus.c */
+int bus_connect(sd_bus **ret);
+int bus_call(sd_bus *bus, const char *method, sd_bus_message **ret_reply, const char *types, ...);
+
+int verb_monitor(int argc, char *argv[]); /* ctl-monitor.c */
+int verb_status(int argc, char *argv[]);  /* ctl-bus.c */
+int verb_probes(int argc, char *argv[]);  /* ctl-bus.c */
+int verb_clients(int argc, char *argv[]); /* ctl-bus.c */
+int verb_probe(int argc, char *argv[]);   /* ctl-bus.c */
+int verb_stats(int argc, char *argv[]);   /* ctl-stats.c */
