@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The daemon's configuration: defaults, a strict INI parser for perfrelay.conf and drop-ins. */
+/* The daemon's configuration: its keys (sections, types, bounds, defaults, live or restart),
+ * how each value is checked and applied, and validation; the file syntax is conf-parser.c's. */
 
 #include <dirent.h>
 #include <errno.h>
@@ -18,6 +19,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "conf-parser.h"
 #include "config.h"
 #include "macro.h"
 
@@ -28,15 +30,9 @@
 #define PIN_PATH_MAX    (PATH_MAX - 64)
 #define SOCKET_PATH_MAX (sizeof(((struct sockaddr_un *) NULL)->sun_path) - 1)
 
-/* Values quoted back in error messages are cut here: a message is one log line, not a dump. */
-#define ERROR_VALUE_MAX 200u
-
 /* getgrnam_r() buffers grow up to this; a group entry larger than this is an error. */
 #define GROUP_BUFFER_MAX (1u << 20)
 
-#define KIB UINT64_C(1024)
-#define MIB (KIB * 1024)
-#define GIB (MIB * 1024)
 
 static const Config config_defaults = {
 	.pin_path = NULL, /* strings come from ConfigKey.default_string */
@@ -135,183 +131,6 @@ static const ConfigKey config_keys[] = {
 
 static const char *const config_sections[] = { "Daemon", "Ring", "Readers", "Probes", "Socket", "Bus" };
 
-/* Where the parser is, for error messages. */
-typedef struct ParseState {
-	const char *filename;
-	unsigned line;
-	const char *key; /* set while a Key=Value line is being applied */
-	const char *value;
-	char **ret_error;
-} ParseState;
-
-/* Copies s (at most max bytes of it, then "...") with control bytes and backslashes escaped as
- * \xNN, so that whatever a file contains, the message stays one printable log line. */
-static char *escape_for_message(const char *s, size_t max) {
-	size_t n = strlen(s), cut = MIN(n, max);
-	char *buf, *p;
-
-	buf = malloc(cut * 4 + 4);
-	if (!buf)
-		return NULL;
-	p = buf;
-	for (size_t i = 0; i < cut; i++) {
-		unsigned char c = (unsigned char) s[i];
-		if (c < 0x20 || c == 0x7f || c == '\\')
-			p += sprintf(p, "\\x%02x", c);
-		else
-			*p++ = (char) c;
-	}
-	if (cut < n)
-		p = stpcpy(p, "...");
-	*p = 0;
-	return buf;
-}
-
-/* Sets *ret_error to "PREFIX: message" and returns r; -ENOMEM if the message cannot be built.
- * errno is set from r first, so that the format may use %m. *ret_error is written, never read:
- * each call fails at its first error, so only one message is ever made. */
-static int error_with_prefix(char **ret_error, int r, const char *prefix, const char *fmt, va_list ap) {
-	_cleanup_free_ char *msg = NULL;
-	char *full;
-
-	if (!ret_error)
-		return r;
-	errno = -r;
-	if (vasprintf(&msg, fmt, ap) < 0) {
-		msg = NULL;
-		return -ENOMEM;
-	}
-	if (asprintf(&full, "%s: %s", prefix, msg) < 0)
-		return -ENOMEM;
-	*ret_error = full;
-	return r;
-}
-
-/* "FILE: message", for errors about a whole file or directory. */
-_printf_(4, 5) static int file_error(char **ret_error, int r, const char *filename, const char *fmt, ...) {
-	_cleanup_free_ char *name = NULL;
-	va_list ap;
-
-	if (!ret_error)
-		return r;
-	name = escape_for_message(filename, PATH_MAX);
-	if (!name)
-		return -ENOMEM;
-	va_start(ap, fmt);
-	r = error_with_prefix(ret_error, r, name, fmt, ap);
-	va_end(ap);
-	return r;
-}
-
-/* "FILE:LINE: Key=Value: message" while a key is applied, else "FILE:LINE: message". */
-_printf_(3, 4) static int line_error_errno(ParseState *st, int r, const char *fmt, ...) {
-	_cleanup_free_ char *name = NULL, *value = NULL, *prefix = NULL;
-	va_list ap;
-
-	if (!st->ret_error)
-		return r;
-	name = escape_for_message(st->filename, PATH_MAX);
-	if (!name)
-		return -ENOMEM;
-	if (st->key) {
-		value = escape_for_message(st->value, ERROR_VALUE_MAX);
-		if (!value)
-			return -ENOMEM;
-		if (asprintf(&prefix, "%s:%u: %s=%s", name, st->line, st->key, value) < 0)
-			prefix = NULL;
-	} else if (asprintf(&prefix, "%s:%u", name, st->line) < 0)
-		prefix = NULL;
-	if (!prefix)
-		return -ENOMEM;
-	va_start(ap, fmt);
-	r = error_with_prefix(st->ret_error, r, prefix, fmt, ap);
-	va_end(ap);
-	return r;
-}
-
-#define line_error(st, ...) line_error_errno(st, -EINVAL, __VA_ARGS__)
-
-static bool is_space(char c) {
-	return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f' || c == '\n';
-}
-
-/* Trims [*start, *end) of surrounding whitespace. */
-static void trim(const char **start, const char **end) {
-	while (*start < *end && is_space(**start))
-		(*start)++;
-	while (*end > *start && is_space((*end)[-1]))
-		(*end)--;
-}
-
-static int parse_bool(const char *s, bool *ret) {
-	static const char *const yes[] = { "yes", "true", "1", "on" };
-	static const char *const no[] = { "no", "false", "0", "off" };
-
-	for (size_t i = 0; i < ELEMENTSOF(yes); i++) {
-		if (strcasecmp(s, yes[i]) == 0) {
-			*ret = true;
-			return 0;
-		}
-		if (strcasecmp(s, no[i]) == 0) {
-			*ret = false;
-			return 0;
-		}
-	}
-	return -EINVAL;
-}
-
-/* Decimal digits only, with an optional K/M/G (1024-based) suffix when with_suffix is set. */
-static int parse_u64(const char *s, bool with_suffix, uint64_t *ret) {
-	uint64_t v = 0, mult = 1;
-	const char *p = s;
-
-	if (*p < '0' || *p > '9')
-		return -EINVAL;
-	for (; *p >= '0' && *p <= '9'; p++) {
-		unsigned d = (unsigned) (*p - '0');
-		if (v > (UINT64_MAX - d) / 10)
-			return -ERANGE;
-		v = v * 10 + d;
-	}
-	if (with_suffix && *p) {
-		switch (*p) {
-		case 'K':
-		case 'k':
-			mult = KIB;
-			break;
-		case 'M':
-		case 'm':
-			mult = MIB;
-			break;
-		case 'G':
-		case 'g':
-			mult = GIB;
-			break;
-		default:
-			return -EINVAL;
-		}
-		p++;
-	}
-	if (*p)
-		return -EINVAL;
-	if (v > UINT64_MAX / mult)
-		return -ERANGE;
-	*ret = v * mult;
-	return 0;
-}
-
-/* "65536" or, for sizes that are a whole number of K/M/G, "64K" — as a user would write it. */
-static void format_size(uint64_t v, bool with_suffix, char *buf, size_t size) {
-	if (with_suffix && v > 0 && v % GIB == 0)
-		snprintf(buf, size, "%" PRIu64 "G", v / GIB);
-	else if (with_suffix && v > 0 && v % MIB == 0)
-		snprintf(buf, size, "%" PRIu64 "M", v / MIB);
-	else if (with_suffix && v > 0 && v % KIB == 0)
-		snprintf(buf, size, "%" PRIu64 "K", v / KIB);
-	else
-		snprintf(buf, size, "%" PRIu64, v);
-}
-
 static void store_uint(void *field, size_t width, uint64_t v) {
 	switch (width) {
 	case sizeof(uint8_t):
@@ -329,26 +148,26 @@ static void store_uint(void *field, size_t width, uint64_t v) {
 	}
 }
 
-static int apply_uint(ParseState *st, const ConfigKey *k, void *field) {
+static int apply_uint(ConfParseState *st, const ConfigKey *k, void *field) {
 	bool with_suffix = k->type == VALUE_SIZE;
 	char lo[32], hi[32];
 	uint64_t v;
 	int r;
 
-	r = parse_u64(st->value, with_suffix, &v);
+	r = conf_parse_u64(st->value, with_suffix, &v);
 	if (r >= 0 && v >= k->min && v <= k->max && (k->type != VALUE_POW2 || (v & (v - 1)) == 0)) {
 		store_uint(field, k->width, v);
 		return 0;
 	}
 
-	format_size(k->min, with_suffix, lo, sizeof(lo));
-	format_size(k->max, with_suffix, hi, sizeof(hi));
+	conf_format_size(k->min, with_suffix, lo, sizeof(lo));
+	conf_format_size(k->max, with_suffix, hi, sizeof(hi));
 	if (k->type == VALUE_POW2)
-		return line_error(st, "must be a power of two between %s and %s", lo, hi);
+		return conf_line_error(st, "must be a power of two between %s and %s", lo, hi);
 	if (with_suffix)
-		return line_error(
+		return conf_line_error(
 			st, "must be a size between %s and %s (bytes, or with a K, M or G suffix)", lo, hi);
-	return line_error(st, "must be an integer between %s and %s", lo, hi);
+	return conf_line_error(st, "must be an integer between %s and %s", lo, hi);
 }
 
 /* Absolute and normalized: no empty, "." or ".." components, no trailing slash, no control
@@ -373,16 +192,16 @@ static bool path_is_normalized_absolute(const char *p) {
 	return true;
 }
 
-static int apply_path(ParseState *st, const ConfigKey *k, char **field) {
+static int apply_path(ConfParseState *st, const ConfigKey *k, char **field) {
 	char *copy;
 
 	if (!path_is_normalized_absolute(st->value))
-		return line_error(
+		return conf_line_error(
 			st,
 			"must be an absolute, normalized path (no \".\" or \"..\" "
 			"components, no \"//\", no trailing \"/\")");
 	if (strlen(st->value) > k->max)
-		return line_error(st, "path is too long (at most %" PRIu64 " bytes)", k->max);
+		return conf_line_error(st, "path is too long (at most %" PRIu64 " bytes)", k->max);
 	copy = strdup(st->value);
 	if (!copy)
 		return -ENOMEM;
@@ -391,44 +210,13 @@ static int apply_path(ParseState *st, const ConfigKey *k, char **field) {
 	return 0;
 }
 
-static bool is_list_separator(char c, bool comma) {
-	return is_space(c) || (comma && c == ',');
-}
-
-typedef int (*WordFunc)(ParseState *st, const char *word, void *userdata);
-
-/* Calls fn for each word of the value, splitting at whitespace (and commas if comma). */
-static int for_each_word(ParseState *st, bool comma, WordFunc fn, void *userdata) {
-	const char *p = st->value;
-
-	for (;;) {
-		_cleanup_free_ char *word = NULL;
-		size_t n;
-		int r;
-
-		while (*p && is_list_separator(*p, comma))
-			p++;
-		if (!*p)
-			return 0;
-		for (n = 0; p[n] && !is_list_separator(p[n], comma); n++)
-			;
-		word = strndup(p, n);
-		if (!word)
-			return -ENOMEM;
-		r = fn(st, word, userdata);
-		if (r < 0)
-			return r;
-		p += n;
-	}
-}
-
 typedef struct ProbesState {
 	uint32_t mask;
 	unsigned n_words;
 	bool special; /* "all" or "none" was seen */
 } ProbesState;
 
-static int probes_word(ParseState *st, const char *word, void *userdata) {
+static int probes_word(ConfParseState *st, const char *word, void *userdata) {
 	ProbesState *ps = userdata;
 	_cleanup_free_ char *esc = NULL;
 	int p;
@@ -440,10 +228,10 @@ static int probes_word(ParseState *st, const char *word, void *userdata) {
 	} else {
 		p = probe_from_string(word);
 		if (p < 0) {
-			esc = escape_for_message(word, ERROR_VALUE_MAX);
+			esc = conf_escape(word, CONF_ERROR_VALUE_MAX);
 			if (!esc)
 				return -ENOMEM;
-			return line_error(
+			return conf_line_error(
 				st,
 				"unknown probe \"%s\" (known: exec exit fork open connect, "
 				"or all or none)",
@@ -452,19 +240,19 @@ static int probes_word(ParseState *st, const char *word, void *userdata) {
 		ps->mask |= 1u << p;
 	}
 	if (ps->special && ps->n_words > 1)
-		return line_error(st, "\"all\" and \"none\" cannot be combined with other probe names");
+		return conf_line_error(st, "\"all\" and \"none\" cannot be combined with other probe names");
 	return 0;
 }
 
-static int apply_probes(ParseState *st, uint32_t *field) {
+static int apply_probes(ConfParseState *st, uint32_t *field) {
 	ProbesState ps = {};
 	int r;
 
-	r = for_each_word(st, true, probes_word, &ps);
+	r = conf_for_each_word(st, true, probes_word, &ps);
 	if (r < 0)
 		return r;
 	if (ps.n_words == 0)
-		return line_error(st, "no probe names (use \"none\" to disable all probes)");
+		return conf_line_error(st, "no probe names (use \"none\" to disable all probes)");
 	*field = ps.mask;
 	return 0;
 }
@@ -474,35 +262,35 @@ typedef struct CpuGroupsState {
 	size_t n;
 } CpuGroupsState;
 
-static int cpu_groups_word(ParseState *st, const char *word, void *userdata) {
+static int cpu_groups_word(ConfParseState *st, const char *word, void *userdata) {
 	CpuGroupsState *gs = userdata;
 	_cleanup_free_ char *esc = NULL;
 	CpuSet set;
 	CpuSet *a;
 	int r;
 
-	esc = escape_for_message(word, ERROR_VALUE_MAX);
+	esc = conf_escape(word, CONF_ERROR_VALUE_MAX);
 	if (!esc)
 		return -ENOMEM;
 
 	r = cpuset_parse(word, &set);
 	if (r == -ERANGE)
-		return line_error(
+		return conf_line_error(
 			st, "CPU group \"%s\": CPU numbers must be below %u", esc, PERFRELAY_MAX_CPUS);
 	if (r < 0)
-		return line_error(st, "CPU group \"%s\": not a CPU list such as 0-3,8", esc);
+		return conf_line_error(st, "CPU group \"%s\": not a CPU list such as 0-3,8", esc);
 	if (cpuset_is_empty(&set)) /* cannot happen for a non-empty word, but keep the promise */
-		return line_error(st, "CPU group \"%s\" is empty", esc);
+		return conf_line_error(st, "CPU group \"%s\" is empty", esc);
 	for (size_t i = 0; i < gs->n; i++)
 		if (cpuset_intersects(&gs->groups[i], &set)) {
 			char other[64];
 			if (cpuset_format(&gs->groups[i], other, sizeof(other)) < 0)
 				strcpy(other, "an earlier group");
-			return line_error(
+			return conf_line_error(
 				st, "CPU group \"%s\" overlaps %s; groups must be disjoint", esc, other);
 		}
 	if (gs->n >= CONFIG_MAX_CPU_GROUPS)
-		return line_error(st, "too many CPU groups (at most %u)", CONFIG_MAX_CPU_GROUPS);
+		return conf_line_error(st, "too many CPU groups (at most %u)", CONFIG_MAX_CPU_GROUPS);
 
 	a = reallocarray(gs->groups, gs->n + 1, sizeof(CpuSet));
 	if (!a)
@@ -512,11 +300,11 @@ static int cpu_groups_word(ParseState *st, const char *word, void *userdata) {
 	return 0;
 }
 
-static int apply_cpu_groups(ParseState *st, Config *c) {
+static int apply_cpu_groups(ConfParseState *st, Config *c) {
 	CpuGroupsState gs = {};
 	int r;
 
-	r = for_each_word(st, false, cpu_groups_word, &gs);
+	r = conf_for_each_word(st, false, cpu_groups_word, &gs);
 	if (r < 0) {
 		free(gs.groups);
 		return r;
@@ -560,7 +348,7 @@ typedef struct AllowGroupsState {
 	size_t n;
 } AllowGroupsState;
 
-static int allow_groups_word(ParseState *st, const char *word, void *userdata) {
+static int allow_groups_word(ConfParseState *st, const char *word, void *userdata) {
 	AllowGroupsState *as = userdata;
 	_cleanup_free_ char *esc = NULL;
 	gid_t gid = 0;
@@ -568,31 +356,31 @@ static int allow_groups_word(ParseState *st, const char *word, void *userdata) {
 	uint64_t v;
 	int r;
 
-	esc = escape_for_message(word, ERROR_VALUE_MAX);
+	esc = conf_escape(word, CONF_ERROR_VALUE_MAX);
 	if (!esc)
 		return -ENOMEM;
 
 	if (word[0] >= '0' && word[0] <= '9') {
 		/* All digits is a gid, as for chown; (gid_t) -1 means "no group" to the kernel. */
-		r = parse_u64(word, false, &v);
+		r = conf_parse_u64(word, false, &v);
 		if (r < 0 || v >= (gid_t) -1)
-			return line_error(st, "\"%s\" is not a valid numeric group id", esc);
+			return conf_line_error(st, "\"%s\" is not a valid numeric group id", esc);
 		gid = (gid_t) v;
 	} else {
 		r = lookup_group(word, &gid);
 		if (r == -ESRCH)
-			return line_error(st, "unknown group \"%s\"", esc);
+			return conf_line_error(st, "unknown group \"%s\"", esc);
 		if (r == -ENOMEM)
 			return r;
 		if (r < 0)
-			return line_error_errno(st, r, "failed to look up group \"%s\": %m", esc);
+			return conf_line_error_errno(st, r, "failed to look up group \"%s\": %m", esc);
 	}
 
 	for (size_t i = 0; i < as->n; i++)
 		if (as->gids[i] == gid)
 			return 0; /* listed twice (or by name and by number): harmless */
 	if (as->n >= CONFIG_MAX_ALLOW_GROUPS)
-		return line_error(st, "too many groups (at most %u)", CONFIG_MAX_ALLOW_GROUPS);
+		return conf_line_error(st, "too many groups (at most %u)", CONFIG_MAX_ALLOW_GROUPS);
 
 	a = reallocarray(as->gids, as->n + 1, sizeof(gid_t));
 	if (!a)
@@ -602,13 +390,13 @@ static int allow_groups_word(ParseState *st, const char *word, void *userdata) {
 	return 0;
 }
 
-static int apply_allow_groups(ParseState *st, Config *c) {
+static int apply_allow_groups(ConfParseState *st, Config *c) {
 	AllowGroupsState as = {};
 	int r;
 
-	r = for_each_word(st, true, allow_groups_word, &as);
+	r = conf_for_each_word(st, true, allow_groups_word, &as);
 	if (r == 0 && as.n == 0)
-		r = line_error(st, "no group names");
+		r = conf_line_error(st, "no group names");
 	if (r < 0) {
 		free(as.gids);
 		return r;
@@ -647,7 +435,7 @@ static int reset_key(Config *c, const ConfigKey *k) {
 	}
 }
 
-static int apply_key(ParseState *st, Config *c, const ConfigKey *k) {
+static int apply_key(ConfParseState *st, Config *c, const ConfigKey *k) {
 	void *field = (uint8_t *) c + k->offset;
 	bool b;
 
@@ -656,8 +444,8 @@ static int apply_key(ParseState *st, Config *c, const ConfigKey *k) {
 
 	switch (k->type) {
 	case VALUE_BOOL:
-		if (parse_bool(st->value, &b) < 0)
-			return line_error(st, "must be a boolean (yes/no, true/false, on/off, 1/0)");
+		if (conf_parse_bool(st->value, &b) < 0)
+			return conf_line_error(st, "must be a boolean (yes/no, true/false, on/off, 1/0)");
 		*(bool *) field = b;
 		return 0;
 	case VALUE_UINT:
@@ -683,128 +471,28 @@ static const ConfigKey *find_key(const char *section, const char *name) {
 	return NULL;
 }
 
-/* Parses one line, [p, end), that is neither blank nor a comment. */
-static int parse_line(ParseState *st, Config *c, const char **section, const char *p, const char *end) {
-	_cleanup_free_ char *key = NULL, *value = NULL, *shown = NULL;
-	const char *eq, *kend, *vstart;
-	const ConfigKey *k;
-	int r;
+/* The schema's part of a Key=Value line (ConfSchema.apply): which key it is, and its value. */
+static int apply_line(ConfParseState *st, void *userdata) {
+	const ConfigKey *k = find_key(st->section, st->key), *elsewhere;
 
-	if (*p == '[') {
-		const char *name = p + 1, *name_end = end;
-
-		if (end[-1] != ']') {
-			shown = strndup(p, (size_t) (end - p));
-			if (!shown)
-				return -ENOMEM;
-			_cleanup_free_ char *esc = escape_for_message(shown, ERROR_VALUE_MAX);
-			if (!esc)
-				return -ENOMEM;
-			return line_error(st, "invalid section header \"%s\": expected [Name]", esc);
-		}
-		name_end--;
-		trim(&name, &name_end);
-		for (size_t i = 0; i < ELEMENTSOF(config_sections); i++)
-			if ((size_t) (name_end - name) == strlen(config_sections[i]) &&
-			    memcmp(name, config_sections[i], (size_t) (name_end - name)) == 0) {
-				*section = config_sections[i];
-				return 0;
-			}
-		shown = strndup(name, (size_t) (name_end - name));
-		if (!shown)
-			return -ENOMEM;
-		_cleanup_free_ char *esc = escape_for_message(shown, ERROR_VALUE_MAX);
-		if (!esc)
-			return -ENOMEM;
-		return line_error(
+	if (k)
+		return apply_key(st, userdata, k);
+	elsewhere = find_key(NULL, st->key);
+	if (elsewhere)
+		return conf_line_error(
 			st,
-			"unknown section [%s] (known: [Daemon] [Ring] [Readers] [Probes] [Socket] [Bus])",
-			esc);
-	}
-
-	eq = memchr(p, '=', (size_t) (end - p));
-	if (!eq) {
-		shown = strndup(p, (size_t) (end - p));
-		if (!shown)
-			return -ENOMEM;
-		_cleanup_free_ char *esc = escape_for_message(shown, ERROR_VALUE_MAX);
-		if (!esc)
-			return -ENOMEM;
-		return line_error(st, "\"%s\": expected Key=Value, a [Section] header or a comment", esc);
-	}
-
-	kend = eq;
-	trim(&p, &kend);
-	vstart = eq + 1;
-	trim(&vstart, &end);
-	key = strndup(p, (size_t) (kend - p));
-	value = strndup(vstart, (size_t) (end - vstart));
-	if (!key || !value)
-		return -ENOMEM;
-
-	st->key = key;
-	st->value = value;
-
-	if (key[0] == 0)
-		r = line_error(st, "empty key name");
-	else if (!*section)
-		r = line_error(
-			st,
-			"key outside a section; put it below one of [Daemon] [Ring] [Readers] "
-			"[Probes] [Socket] [Bus]");
-	else if (!(k = find_key(*section, key))) {
-		const ConfigKey *elsewhere = find_key(NULL, key);
-		if (elsewhere)
-			r = line_error(
-				st,
-				"unknown key in section [%s]; %s= belongs in [%s]",
-				*section,
-				elsewhere->name,
-				elsewhere->section);
-		else
-			r = line_error(st, "unknown key in section [%s]", *section);
-	} else
-		r = apply_key(st, c, k);
-
-	st->key = st->value = NULL;
-	return r;
+			"unknown key in section [%s]; %s= belongs in [%s]",
+			st->section,
+			elsewhere->name,
+			elsewhere->section);
+	return conf_line_error(st, "unknown key in section [%s]", st->section);
 }
 
-/* Parses into c directly: on failure c may be half-updated (callers work on a copy). */
-static int parse_text_into(Config *c, const char *text, size_t size, const char *filename, char **ret_error) {
-	ParseState st = {
-		.filename = filename ?: "(text)",
-		.ret_error = ret_error,
-	};
-	const char *section = NULL;
-	const char *p = text, *end = text + size;
-	int r;
-
-	if (!text && size > 0)
-		return -EINVAL;
-
-	/* A UTF-8 byte order mark, as some editors write, is not part of the first line. */
-	if (size >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0)
-		p += 3;
-
-	while (p < end) {
-		const char *nl = memchr(p, '\n', (size_t) (end - p));
-		const char *line_end = nl ?: end, *next = nl ? nl + 1 : end;
-
-		st.line++;
-		if (memchr(p, 0, (size_t) (line_end - p)))
-			return line_error(&st, "line contains a NUL byte");
-
-		trim(&p, &line_end);
-		if (p < line_end && *p != '#' && *p != ';') {
-			r = parse_line(&st, c, &section, p, line_end);
-			if (r < 0)
-				return r;
-		}
-		p = next;
-	}
-	return 0;
-}
+static const ConfSchema config_schema = {
+	.sections = config_sections,
+	.n_sections = ELEMENTSOF(config_sections),
+	.apply = apply_line,
+};
 
 static void config_clear(Config *c) {
 	free(c->pin_path);
@@ -973,127 +661,25 @@ int config_parse_text(Config *c, const char *text, size_t size, const char *file
 	r = config_dup(c, &work);
 	if (r < 0)
 		return r;
-	r = parse_text_into(work, text, size, filename, ret_error);
+	r = conf_parse_text(&config_schema, work, text, size, filename, ret_error);
 	if (r < 0)
 		return r;
 	config_replace(c, &work);
 	return 0;
 }
 
-/* Reads a whole config file, refusing anything but a regular file of at most
- * CONFIG_MAX_FILE_BYTES. Returns -ENOENT (without an error message) if it does not exist. */
-static int read_config_file(const char *path, char **ret, size_t *ret_size, char **ret_error) {
-	_cleanup_close_ int fd = -EBADF;
-	_cleanup_free_ char *buf = NULL;
-	size_t size = 0;
-	struct stat st;
-
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0) {
-		if (errno == ENOENT)
-			return -ENOENT;
-		return file_error(ret_error, negative_errno(), path, "cannot open: %m");
-	}
-	if (fstat(fd, &st) < 0)
-		return file_error(ret_error, negative_errno(), path, "cannot stat: %m");
-	if (!S_ISREG(st.st_mode))
-		return file_error(ret_error, -EINVAL, path, "not a regular file");
-
-	/* One byte more than allowed, to tell "exactly at the limit" from "too large" without
-	 * trusting st_size. */
-	buf = malloc(CONFIG_MAX_FILE_BYTES + 1);
-	if (!buf)
-		return -ENOMEM;
-	while (size <= CONFIG_MAX_FILE_BYTES) {
-		ssize_t n = read(fd, buf + size, CONFIG_MAX_FILE_BYTES + 1 - size);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return file_error(ret_error, negative_errno(), path, "cannot read: %m");
-		}
-		if (n == 0)
-			break;
-		size += (size_t) n;
-	}
-	if (size > CONFIG_MAX_FILE_BYTES)
-		return file_error(
-			ret_error, -EFBIG, path, "file is larger than %u bytes", CONFIG_MAX_FILE_BYTES);
-
-	*ret = TAKE_PTR(buf);
-	*ret_size = size;
-	return 0;
-}
-
-static int load_file(Config *c, const char *path, char **ret_error) {
-	_cleanup_free_ char *text = NULL;
-	size_t size = 0;
-	int r;
-
-	r = read_config_file(path, &text, &size, ret_error);
-	if (r == -ENOENT)
-		return 0;
-	if (r < 0)
-		return r;
-	return parse_text_into(c, text, size, path, ret_error);
-}
-
-static int dropin_filter(const struct dirent *de) {
-	size_t n = strlen(de->d_name);
-
-	/* Hidden files are editor and package manager leftovers, not configuration. */
-	return de->d_name[0] != '.' && n > 5 && streq(de->d_name + n - 5, ".conf");
-}
-
-static void free_dirents(struct dirent **list, int n) {
-	for (int i = 0; i < n; i++)
-		free(list[i]);
-	free(list);
-}
-
 int config_load(Config *c, const char *main_path, const char *dropin_dir, char **ret_error) {
 	_cleanup_(config_freep) Config *work = NULL;
-	struct dirent **list = NULL;
-	int n = 0, r;
+	int r;
 
 	if (!c)
 		return -EINVAL;
 	r = config_dup(c, &work);
 	if (r < 0)
 		return r;
-
-	if (main_path) {
-		r = load_file(work, main_path, ret_error);
-		if (r < 0)
-			return r;
-	}
-
-	if (dropin_dir) {
-		n = scandir(dropin_dir, &list, dropin_filter, alphasort);
-		if (n < 0) {
-			if (errno != ENOENT)
-				return file_error(
-					ret_error,
-					negative_errno(),
-					dropin_dir,
-					"cannot read drop-in directory: %m");
-			n = 0;
-		}
-		for (int i = 0; i < n; i++) {
-			_cleanup_free_ char *path = NULL;
-
-			if (asprintf(&path, "%s/%s", dropin_dir, list[i]->d_name) < 0) {
-				path = NULL;
-				r = -ENOMEM;
-				break;
-			}
-			r = load_file(work, path, ret_error);
-			if (r < 0)
-				break;
-		}
-		free_dirents(list, n);
-		if (r < 0)
-			return r;
-	}
+	r = conf_parse_files(&config_schema, work, main_path, dropin_dir, CONFIG_MAX_FILE_BYTES, ret_error);
+	if (r < 0)
+		return r;
 
 	r = config_validate(work, ret_error);
 	if (r < 0)
