@@ -79,6 +79,8 @@ extern const sd_bus_vtable bus_manager_vtable[];
 
 /* bus-stats.c */
 int bus_method_get_stats(sd_bus_message *message, void *userdata, sd_bus_error *error);
+int bus_method_get_cpu_stats(sd_bus_message *message, void *userdata, sd_bus_error *error);
+int bus_method_get_reader_stats(sd_bus_message *message, void *userdata, sd_bus_error *error);
 
 /* bus-monitor.c */
 int bus_method_subscribe(sd_bus_message *message, void *userdata, sd_bus_error *error);

@@ -182,94 +182,6 @@ static int property_get_started_at(
 
 /* Manager methods --------------------------------------------------------------------------- */
 
-/* GetCpuStats() and GetReaderStats() are views of the one snapshot GetStats() returns. */
-static int method_get_cpu_stats(sd_bus_message *message, void *userdata, sd_bus_error *error) {
-	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-	_cleanup_(stats_snapshot_freep) StatsSnapshot *st = NULL;
-	Bus *b = userdata;
-	int r;
-
-	r = stats_snapshot(b->manager, &st);
-	if (r < 0)
-		return sd_bus_error_set_errnof(
-			error, r, "Failed to read the counters under %s: %m", manager_pin_path(b->manager));
-	r = sd_bus_message_new_method_return(message, &reply);
-	if (r < 0)
-		return r;
-	r = sd_bus_message_open_container(reply, 'a', "(uuttttttt)");
-	if (r < 0)
-		return r;
-	for (size_t i = 0; i < st->n_cpus; i++) {
-		const CpuSnapshot *c = &st->cpus[i];
-
-		r = sd_bus_message_append(
-			reply,
-			"(uuttttttt)",
-			(uint32_t) c->cpu,
-			(uint32_t) c->reader,
-			c->ring.received,
-			c->ring.lost,
-			c->ring.bytes,
-			c->ring.malformed,
-			c->failures,
-			c->ring.corrupt,
-			c->ring.corrupt_bytes);
-		if (r < 0)
-			return r;
-	}
-	r = sd_bus_message_close_container(reply);
-	if (r < 0)
-		return r;
-	return sd_bus_send(NULL, reply, NULL);
-}
-
-static int method_get_reader_stats(sd_bus_message *message, void *userdata, sd_bus_error *error) {
-	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-	_cleanup_(stats_snapshot_freep) StatsSnapshot *st = NULL;
-	Bus *b = userdata;
-	int r;
-
-	r = stats_snapshot(b->manager, &st);
-	if (r < 0)
-		return sd_bus_error_set_errnof(
-			error, r, "Failed to read the counters under %s: %m", manager_pin_path(b->manager));
-	r = sd_bus_message_new_method_return(message, &reply);
-	if (r < 0)
-		return r;
-	r = sd_bus_message_open_container(reply, 'a', "(uauttt)");
-	if (r < 0)
-		return r;
-	for (size_t i = 0; i < st->n_readers; i++) {
-		const ReaderSnapshot *rd = &st->readers[i];
-		CpuSet cpus;
-
-		r = cpuset_parse(rd->cpus, &cpus);
-		if (r >= 0)
-			r = sd_bus_message_open_container(reply, 'r', "uauttt");
-		if (r >= 0)
-			r = sd_bus_message_append(reply, "u", (uint32_t) rd->id);
-		if (r >= 0)
-			r = sd_bus_message_open_container(reply, 'a', "u");
-		FOREACH_CPU(cpu, &cpus) {
-			if (r < 0)
-				break;
-			r = sd_bus_message_append(reply, "u", (uint32_t) cpu);
-		}
-		if (r >= 0)
-			r = sd_bus_message_close_container(reply);
-		if (r >= 0)
-			r = sd_bus_message_append(reply, "ttt", rd->wakeups, rd->batches, rd->events);
-		if (r >= 0)
-			r = sd_bus_message_close_container(reply);
-		if (r < 0)
-			return r;
-	}
-	r = sd_bus_message_close_container(reply);
-	if (r < 0)
-		return r;
-	return sd_bus_send(NULL, reply, NULL);
-}
-
 static int append_client(const ServerClientInfo *c, void *userdata) {
 	sd_bus_message *reply = userdata;
 	_cleanup_free_ char *filter = NULL;
@@ -431,11 +343,11 @@ const sd_bus_vtable bus_manager_vtable[] = {
 	SD_BUS_METHOD_WITH_NAMES("GetCpuStats",
 	                         NULL, "",
 	                         "a(uuttttttt)", SD_BUS_PARAM(cpus),
-	                         method_get_cpu_stats, SD_BUS_VTABLE_UNPRIVILEGED),
+	                         bus_method_get_cpu_stats, SD_BUS_VTABLE_UNPRIVILEGED),
 	SD_BUS_METHOD_WITH_NAMES("GetReaderStats",
 	                         NULL, "",
 	                         "a(uauttt)", SD_BUS_PARAM(readers),
-	                         method_get_reader_stats, SD_BUS_VTABLE_UNPRIVILEGED),
+	                         bus_method_get_reader_stats, SD_BUS_VTABLE_UNPRIVILEGED),
 	SD_BUS_METHOD_WITH_NAMES("GetStats",
 	                         NULL, "",
 	                         "a{sv}", SD_BUS_PARAM(stats),

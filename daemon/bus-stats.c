@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* GetStats(): the stats snapshot (stats.c) as an a{sv} tree (docs/dbus.md, "GetStats"). */
+/* The statistics methods: GetStats(), the stats snapshot (stats.c) as an a{sv} tree (docs/dbus.md,
+ * "GetStats"), and GetCpuStats() and GetReaderStats(), its per-CPU and per-reader views. */
 #include "bus-internal.h"
 #include "stats.h"
 
@@ -219,20 +220,110 @@ static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
 	return r;
 }
 
+/* The stats snapshot and an empty method return for it: the start of GetStats(),
+ * GetCpuStats() and GetReaderStats(), which are all views of the one snapshot. */
+static int stats_reply_new(
+	sd_bus_message *message, Bus *b, StatsSnapshot **ret_st, sd_bus_message **ret_reply, sd_bus_error *error) {
+	int r;
+
+	r = stats_snapshot(b->manager, ret_st);
+	if (r < 0)
+		return sd_bus_error_set_errnof(
+			error, r, "Failed to read the counters under %s: %m", manager_pin_path(b->manager));
+	return sd_bus_message_new_method_return(message, ret_reply);
+}
+
 int bus_method_get_stats(sd_bus_message *message, void *userdata, sd_bus_error *error) {
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
 	_cleanup_(stats_snapshot_freep) StatsSnapshot *s = NULL;
 	Bus *b = userdata;
 	int r;
 
-	r = stats_snapshot(b->manager, &s);
-	if (r < 0)
-		return sd_bus_error_set_errnof(
-			error, r, "Failed to read the counters under %s: %m", manager_pin_path(b->manager));
-	r = sd_bus_message_new_method_return(message, &reply);
+	r = stats_reply_new(message, b, &s, &reply, error);
 	if (r < 0)
 		return r;
 	r = append_stats(reply, s);
+	if (r < 0)
+		return r;
+	return sd_bus_send(NULL, reply, NULL);
+}
+
+/* GetCpuStats(), GetReaderStats() ------------------------------------------------------------ */
+
+int bus_method_get_cpu_stats(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	_cleanup_(stats_snapshot_freep) StatsSnapshot *st = NULL;
+	Bus *b = userdata;
+	int r;
+
+	r = stats_reply_new(message, b, &st, &reply, error);
+	if (r < 0)
+		return r;
+	r = sd_bus_message_open_container(reply, 'a', "(uuttttttt)");
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < st->n_cpus; i++) {
+		const CpuSnapshot *c = &st->cpus[i];
+
+		r = sd_bus_message_append(
+			reply,
+			"(uuttttttt)",
+			(uint32_t) c->cpu,
+			(uint32_t) c->reader,
+			c->ring.received,
+			c->ring.lost,
+			c->ring.bytes,
+			c->ring.malformed,
+			c->failures,
+			c->ring.corrupt,
+			c->ring.corrupt_bytes);
+		if (r < 0)
+			return r;
+	}
+	r = sd_bus_message_close_container(reply);
+	if (r < 0)
+		return r;
+	return sd_bus_send(NULL, reply, NULL);
+}
+
+int bus_method_get_reader_stats(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	_cleanup_(stats_snapshot_freep) StatsSnapshot *st = NULL;
+	Bus *b = userdata;
+	int r;
+
+	r = stats_reply_new(message, b, &st, &reply, error);
+	if (r < 0)
+		return r;
+	r = sd_bus_message_open_container(reply, 'a', "(uauttt)");
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < st->n_readers; i++) {
+		const ReaderSnapshot *rd = &st->readers[i];
+		CpuSet cpus;
+
+		r = cpuset_parse(rd->cpus, &cpus);
+		if (r >= 0)
+			r = sd_bus_message_open_container(reply, 'r', "uauttt");
+		if (r >= 0)
+			r = sd_bus_message_append(reply, "u", (uint32_t) rd->id);
+		if (r >= 0)
+			r = sd_bus_message_open_container(reply, 'a', "u");
+		FOREACH_CPU(cpu, &cpus) {
+			if (r < 0)
+				break;
+			r = sd_bus_message_append(reply, "u", (uint32_t) cpu);
+		}
+		if (r >= 0)
+			r = sd_bus_message_close_container(reply);
+		if (r >= 0)
+			r = sd_bus_message_append(reply, "ttt", rd->wakeups, rd->batches, rd->events);
+		if (r >= 0)
+			r = sd_bus_message_close_container(reply);
+		if (r < 0)
+			return r;
+	}
+	r = sd_bus_message_close_container(reply);
 	if (r < 0)
 		return r;
 	return sd_bus_send(NULL, reply, NULL);
