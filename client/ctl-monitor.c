@@ -92,6 +92,23 @@ static bool signal_pending(int signal_fd) {
 	return read(signal_fd, &si, sizeof(si)) == (ssize_t) sizeof(si);
 }
 
+/* Blocks SIGINT and SIGTERM and returns a signalfd for them, so that they end the monitor's
+ * loop (exit status 0) instead of killing it; a negative errno (said on stderr) on failure. */
+static int exit_signals_fd(void) {
+	sigset_t mask;
+	int fd;
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+		return error_errno(-errno, "Failed to block signals");
+	fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (fd < 0)
+		return error_errno(-errno, "Failed to create a signalfd");
+	return fd;
+}
+
 static int monitor_run(perfrelay_client *c, bool json, int signal_fd) {
 	_cleanup_(json_tokener_freep) json_tokener *tok = NULL;
 	int64_t offset = boot_to_realtime();
@@ -201,7 +218,6 @@ int verb_monitor(int argc, char *argv[]) {
 	const char *nats_url = NULL, *nats_stream = NULL, *nats_host = NULL;
 	int64_t nats_since = 0;
 	bool nats_no_follow = false;
-	sigset_t mask;
 	int opt, r;
 
 	if (!types || !comms || !units || !pids || !uids)
@@ -281,14 +297,9 @@ int verb_monitor(int argc, char *argv[]) {
 		if (sub.n_types || sub.n_pids || sub.n_uids || sub.n_comms || sub.n_units)
 			return error_msg(
 				"monitor --nats: filter with --host (the stream holds what the exporters sent)");
-		sigemptyset(&mask);
-		sigaddset(&mask, SIGINT);
-		sigaddset(&mask, SIGTERM);
-		if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
-			return error_errno(-errno, "Failed to block signals");
-		signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+		signal_fd = exit_signals_fd();
 		if (signal_fd < 0)
-			return error_errno(-errno, "Failed to create a signalfd");
+			return signal_fd;
 		if (!json)
 			format_header(stdout);
 		r = monitor_nats_run(&a, nats_print_event, &p, signal_fd);
@@ -325,14 +336,9 @@ int verb_monitor(int argc, char *argv[]) {
 
 	/* Blocked only now: until the daemon answered, ^C may simply end us. From here on the
 	 * signals arrive through the signalfd and end the loop with exit status 0. */
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGTERM);
-	if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
-		return error_errno(-errno, "Failed to block signals");
-	signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	signal_fd = exit_signals_fd();
 	if (signal_fd < 0)
-		return error_errno(-errno, "Failed to create a signalfd");
+		return signal_fd;
 
 	r = monitor_run(c, json, signal_fd);
 	if (fflush(stdout) != 0 && r >= 0)
