@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Micro-benchmark of issue 12's cost bound: JSON for a BTF-described record against JSON for the
  * built-in record of the same layout (struct perfrelay_exit, 80 bytes). The BTF side is the
- * envelope (encode_json() of a header-only record) plus btfrec_encode_json() of the fields, which
+ * envelope (encode_json() of a header-only record) plus encode_json_btf_fields() of the fields, which
  * is what an event of a declared third-party type costs. Prints one JSON line with ns per record
  * of each and their ratio. Not a test: timings depend on the machine. */
 #include <stdio.h>
@@ -95,7 +95,7 @@ int main(void) {
 		t1 = now_ns();
 		for (unsigned i = 0; i < ROUNDS; i++) {
 			sink += (size_t) encode_json(&head, NULL, out, sizeof(out));
-			sink += (size_t) btfrec_encode_json(r, &rec, sizeof(rec), out, sizeof(out));
+			sink += (size_t) encode_json_btf_fields(r, &rec, sizeof(rec), out, sizeof(out));
 		}
 		t2 = now_ns();
 		best_builtin = k == 0 || t1 - t0 < best_builtin ? t1 - t0 : best_builtin;

@@ -27,15 +27,13 @@
 #include "macro.h"
 #include "ctl.h"
 #include "format.h"
-#include "perfrelay.h"
+#include "json-util.h"
+#include "perfrelay-util.h"
 #if HAVE_NATS
 #include "monitor-nats.h"
 #include "time-util.h"
 #endif
 
-
-DEFINE_TRIVIAL_CLEANUP_FUNC(perfrelay_client *, perfrelay_close);
-DEFINE_TRIVIAL_CLEANUP_FUNC(json_tokener *, json_tokener_free);
 
 /* Under a flood next_json() always has a line ready; look for signals this often anyway. */
 #define SIGNAL_CHECK_EVERY 256u

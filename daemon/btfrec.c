@@ -9,48 +9,14 @@
 
 #include <bpf/btf.h>
 
-#include "btfrec.h"
-#include "encode.h"
+#include "btfrec-internal.h"
 #include "event.h"
 #include "macro.h"
 
-#define NO_NAME                   UINT32_MAX
 /* Worst-case JSON of n bytes: as an escaped string (encode.c: 6 bytes per input byte) and as
  * quoted base64. */
 #define ENCODE_JSON_STRING_MAX(n) (2u + 6u * (size_t) (n))
 #define BASE64_JSON_MAX(n)        (2u + 4u * (((size_t) (n) + 2u) / 3u))
-
-/* One step of the flat description: the walk over the BTF happens once, at build time, so
- * decoding is a loop over this array with no BTF, no recursion and no allocation. */
-typedef struct Step {
-	uint8_t kind; /* BtfRecKind; char arrays are STRING steps, decoded as STRING or BYTES */
-	uint8_t is_signed;
-	uint16_t depth;
-	uint32_t offset;
-	uint32_t size;
-	uint32_t name;     /* offset into names, or NO_NAME */
-	uint32_t name_len; /* so the encoder copies keys without strlen() */
-	uint32_t enum_first;
-	uint32_t enum_count;
-} Step;
-
-typedef struct EnumVal {
-	uint64_t value; /* sign-extended for signed enums */
-	uint32_t name;
-} EnumVal;
-
-struct BtfRec {
-	uint16_t type;
-	uint32_t size;
-	char name[BTFREC_MAX_NAME + 1];
-	Step *steps;
-	unsigned n_steps;
-	EnumVal *enums;
-	unsigned n_enums;
-	char *names; /* NUL-separated names, referenced by offset */
-	size_t names_len, names_cap;
-	size_t json_max;
-};
 
 typedef struct Builder {
 	const struct btf *btf;
@@ -498,34 +464,6 @@ void btfrec_describe(const BtfRec *r, unsigned i, BtfRecValue *ret) {
 	};
 }
 
-static inline uint64_t read_uint(const uint8_t *p, uint32_t size) {
-	switch (size) {
-	case 1:
-		return p[0];
-	case 2: {
-		uint16_t v;
-		memcpy(&v, p, 2);
-		return v;
-	}
-	case 4: {
-		uint32_t v;
-		memcpy(&v, p, 4);
-		return v;
-	}
-	default: {
-		uint64_t v;
-		memcpy(&v, p, 8);
-		return v;
-	}
-	}
-}
-
-static inline int64_t sign_extend(uint64_t v, uint32_t size) {
-	unsigned shift = 64 - size * 8;
-
-	return (int64_t) (v << shift) >> shift;
-}
-
 void btfrec_get(const BtfRec *r, const void *rec, unsigned i, BtfRecValue *ret) {
 	const Step *s = &r->steps[i];
 	const uint8_t *p = (const uint8_t *) rec + s->offset;
@@ -585,129 +523,6 @@ int btfrec_find_field(const BtfRec *r, const char *name) {
 			return (int) i;
 	}
 	return -ENOENT;
-}
-
-/* ---- JSON ---- */
-
-static const char b64[64] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static char *put_base64(char *p, const uint8_t *s, size_t n) {
-	size_t i = 0;
-
-	*p++ = '"';
-	for (; i + 3 <= n; i += 3) {
-		uint32_t v = (uint32_t) s[i] << 16 | (uint32_t) s[i + 1] << 8 | s[i + 2];
-
-		*p++ = b64[v >> 18];
-		*p++ = b64[(v >> 12) & 63];
-		*p++ = b64[(v >> 6) & 63];
-		*p++ = b64[v & 63];
-	}
-	if (n - i > 0) {
-		uint32_t v = (uint32_t) s[i] << 16 | (n - i == 2 ? (uint32_t) s[i + 1] << 8 : 0);
-
-		*p++ = b64[v >> 18];
-		*p++ = b64[(v >> 12) & 63];
-		*p++ = n - i == 2 ? b64[(v >> 6) & 63] : '=';
-		*p++ = '=';
-	}
-	*p++ = '"';
-	return p;
-}
-
-static inline char *put_u64(char *p, uint64_t v) {
-	return encode_u64_digits(p, v);
-}
-
-static char *put_i64(char *p, int64_t v) {
-	if (v < 0) {
-		*p++ = '-';
-		return put_u64(p, (uint64_t) 0 - (uint64_t) v);
-	}
-	return put_u64(p, (uint64_t) v);
-}
-
-ssize_t btfrec_encode_json(const BtfRec *r, const void *rec, size_t size, char *buf, size_t bufsize) {
-	bool first_in_container = false;
-	char *p = buf;
-
-	if (size < r->size)
-		return -EBADMSG;
-	/* json_max is the worst case of this record type, computed at build time, so one check
-	 * here replaces a check per field. */
-	if (bufsize < r->json_max)
-		return -ENOBUFS;
-
-	for (unsigned i = 0; i < r->n_steps; i++) {
-		const Step *s = &r->steps[i];
-		BtfRecValue v;
-
-		if (s->kind == BTFREC_STRUCT_END || s->kind == BTFREC_ARRAY_END) {
-			*p++ = s->kind == BTFREC_STRUCT_END ? '}' : ']';
-			first_in_container = false;
-			continue;
-		}
-		if (s->depth == 0 || !first_in_container)
-			*p++ = ',';
-		first_in_container = false;
-		if (s->name != NO_NAME) {
-			*p++ = '"';
-			memcpy(p, r->names + s->name, s->name_len);
-			p += s->name_len;
-			*p++ = '"';
-			*p++ = ':';
-		}
-		/* Integers, the common case, are read here directly; the rest goes through the
-		 * iterator so both views share one decoding. */
-		if (s->kind == BTFREC_UINT) {
-			p = put_u64(p, read_uint((const uint8_t *) rec + s->offset, s->size));
-			continue;
-		}
-		if (s->kind == BTFREC_INT) {
-			p = put_i64(
-				p,
-				sign_extend(read_uint((const uint8_t *) rec + s->offset, s->size), s->size));
-			continue;
-		}
-		btfrec_get(r, rec, i, &v);
-		switch (v.kind) {
-		case BTFREC_ENUM:
-			if (v.enum_name) {
-				size_t n = strlen(v.enum_name);
-
-				*p++ = '"';
-				memcpy(p, v.enum_name, n);
-				p += n;
-				*p++ = '"';
-			} else if (v.is_signed)
-				p = put_i64(p, v.value.i);
-			else
-				p = put_u64(p, v.value.u);
-			break;
-		case BTFREC_STRING: {
-			ssize_t k = encode_json_string(
-				(const char *) v.bytes, v.len, p, bufsize - (size_t) (p - buf));
-			if (k < 0)
-				return k;
-			p += k;
-			break;
-		}
-		case BTFREC_BYTES:
-			p = put_base64(p, v.bytes, v.len);
-			break;
-		case BTFREC_STRUCT_BEGIN:
-			*p++ = '{';
-			first_in_container = true;
-			break;
-		case BTFREC_ARRAY_BEGIN:
-			*p++ = '[';
-			first_in_container = true;
-			break;
-		default:
-			break;
-		}
-	}
-	return p - buf;
 }
 
 /* ---- declarations ---- */

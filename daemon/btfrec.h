@@ -108,12 +108,6 @@ void btfrec_get(const BtfRec *r, const void *rec, unsigned i, BtfRecValue *ret);
 /* The step of a top-level integer, enum or string field called name, or -ENOENT. */
 int btfrec_find_field(const BtfRec *r, const char *name);
 
-/* Appends ,"field":value for every top-level field of rec (size bytes) to buf: no braces, so
- * the caller splices it into its own object. Returns bytes written, -EBADMSG if size is
- * smaller than the record struct, -ENOBUFS if buf is too small. Never more than
- * BTFREC_JSON_MAX bytes. */
-ssize_t btfrec_encode_json(const BtfRec *r, const void *rec, size_t size, char *buf, size_t bufsize);
-
 /* A record declaration found in BTF. */
 typedef struct BtfRecDecl {
 	uint32_t type_id;               /* the struct */

@@ -4,11 +4,11 @@
  * and the org.perfrelay1.Monitor objects) and bus-stats.c (GetStats()). Main thread only. */
 #pragma once
 
-#include <json-c/json.h>
 #include <systemd/sd-bus.h>
 
 #include "bus.h"
-#include "manager.h"
+#include "json-util.h"
+#include "list.h"
 #include "ratelimit.h"
 #include "request.h"
 #include "time-util.h"
@@ -27,7 +27,7 @@ typedef struct BusSubscriber BusSubscriber;
  * signals. */
 struct BusSubscriber {
 	Bus *bus;
-	BusSubscriber *prev, *next;
+	LIST_FIELDS(BusSubscriber, subscribers);
 	uint64_t id;
 	char *path;        /* /org/perfrelay1/monitor/<id> */
 	char *sender;      /* the subscriber's unique bus name */
@@ -46,14 +46,14 @@ struct BusSubscriber {
 };
 
 struct Bus {
-	Manager *manager;
+	BusHost host;
 	const Config *config; /* the manager's; replaced by bus_set_config() on reload */
 	sd_event *event;
 	sd_bus *bus;
 	sd_event_source *stats_timer;
 	sd_event_source *gone_source; /* deferred cleanup after the connection was lost */
 	bool gone;
-	ManagerCounters last;     /* the counters as of the last PropertiesChanged (or start) */
+	StatsTotals last;         /* the counters as of the last PropertiesChanged (or start) */
 	uint64_t *lost_signalled; /* per ring, in reader order: lost count as of the last EventsLost */
 	size_t n_rings;
 
@@ -63,10 +63,16 @@ struct Bus {
 	uint64_t gone_delivered, gone_dropped; /* subscribers that left */
 };
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(json_object *, json_object_put);
-
 static inline const char *strna(const char *s) {
 	return s ?: "n/a";
+}
+
+/* The daemon's counters now (BusHost.stats_sources). */
+static inline StatsSources bus_stats_sources(Bus *b) {
+	StatsSources src = {};
+
+	b->host.stats_sources(b->host.userdata, &src);
+	return src;
 }
 
 /* The event loop's CLOCK_MONOTONIC time of this iteration, in usec. */

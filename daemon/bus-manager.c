@@ -34,7 +34,7 @@ static int property_get_state(
 	sd_bus_error *error) {
 	Bus *b = userdata;
 
-	return sd_bus_message_append(reply, "s", manager_state_to_string(manager_state(b->manager)));
+	return sd_bus_message_append(reply, "s", b->host.state(b->host.userdata));
 }
 
 static int property_get_pin_path(
@@ -47,7 +47,7 @@ static int property_get_pin_path(
 	sd_bus_error *error) {
 	Bus *b = userdata;
 
-	return sd_bus_message_append(reply, "s", manager_pin_path(b->manager));
+	return sd_bus_message_append(reply, "s", b->config->pin_path);
 }
 
 static int property_get_cpus(
@@ -60,7 +60,7 @@ static int property_get_cpus(
 	sd_bus_error *error) {
 	Bus *b = userdata;
 
-	return sd_bus_message_append(reply, "u", (uint32_t) cpuset_count(manager_cpus(b->manager)));
+	return sd_bus_message_append(reply, "u", (uint32_t) cpuset_count(b->host.cpus));
 }
 
 static int property_get_readers(
@@ -73,7 +73,7 @@ static int property_get_readers(
 	sd_bus_error *error) {
 	Bus *b = userdata;
 
-	return sd_bus_message_append(reply, "u", (uint32_t) manager_n_readers(b->manager));
+	return sd_bus_message_append(reply, "u", (uint32_t) bus_stats_sources(b).n_readers);
 }
 
 static int property_get_probes(
@@ -85,7 +85,7 @@ static int property_get_probes(
 	void *userdata,
 	sd_bus_error *error) {
 	Bus *b = userdata;
-	Probes *p = manager_probes(b->manager);
+	Probes *p = b->host.probes;
 	int r;
 
 	r = sd_bus_message_open_container(reply, 'a', "s");
@@ -110,7 +110,7 @@ static int property_get_kernel_features(
 	void *userdata,
 	sd_bus_error *error) {
 	Bus *b = userdata;
-	const Features *f = manager_features(b->manager);
+	const Features *f = b->host.features;
 	int r;
 
 	r = sd_bus_message_open_container(reply, 'a', "(sbbss)");
@@ -142,16 +142,14 @@ static int property_get_counter(
 	sd_bus_error *error) {
 	Bus *b = userdata;
 	bool failures = streq(property, "ProducerFailures");
-	ManagerCounters c;
+	StatsSources src = bus_stats_sources(b);
+	StatsTotals c;
 	int r;
 
-	r = manager_get_counters(b->manager, failures, &c);
+	r = stats_totals(&src, failures, &c);
 	if (r < 0)
 		return sd_bus_error_set_errnof(
-			error,
-			r,
-			"Failed to read the producers' counters under %s: %m",
-			manager_pin_path(b->manager));
+			error, r, "Failed to read the producers' counters under %s: %m", b->config->pin_path);
 	if (streq(property, "Clients"))
 		return sd_bus_message_append(reply, "u", (uint32_t) MIN(c.clients, (uint64_t) UINT32_MAX));
 	if (streq(property, "EventsReceived"))
@@ -177,7 +175,7 @@ static int property_get_started_at(
 	sd_bus_error *error) {
 	Bus *b = userdata;
 
-	return sd_bus_message_append(reply, "t", manager_started_at(b->manager));
+	return sd_bus_message_append(reply, "t", b->host.started_at);
 }
 
 /* Manager methods --------------------------------------------------------------------------- */
@@ -213,7 +211,7 @@ static int method_list_clients(sd_bus_message *message, void *userdata, sd_bus_e
 	r = sd_bus_message_open_container(reply, 'a', "(tuusttt)");
 	if (r < 0)
 		return r;
-	r = server_foreach_client(manager_server(b->manager), append_client, reply);
+	r = server_foreach_client(b->host.server, append_client, reply);
 	if (r < 0)
 		return r;
 	r = sd_bus_message_close_container(reply);
@@ -225,7 +223,7 @@ static int method_list_clients(sd_bus_message *message, void *userdata, sd_bus_e
 static int method_list_probes(sd_bus_message *message, void *userdata, sd_bus_error *error) {
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
 	Bus *b = userdata;
-	Probes *p = manager_probes(b->manager);
+	Probes *p = b->host.probes;
 	int r;
 
 	r = sd_bus_message_new_method_return(message, &reply);
@@ -270,7 +268,7 @@ static int method_set_probe_enabled(sd_bus_message *message, void *userdata, sd_
 			SD_BUS_ERROR_INVALID_ARGS,
 			"Unknown probe \"%s\" (known: exec exit fork open connect)",
 			name);
-	r = manager_set_probe_enabled(b->manager, (unsigned) probe, enabled);
+	r = b->host.set_probe_enabled(b->host.userdata, (unsigned) probe, enabled);
 	if (r < 0)
 		return sd_bus_error_set_errnof(
 			error, r, "Failed to %s probe %s: %m", enabled ? "attach" : "detach", name);
@@ -288,7 +286,7 @@ static int method_disconnect_client(sd_bus_message *message, void *userdata, sd_
 	r = bus_check_root(message, "DisconnectClient", error);
 	if (r < 0)
 		return r;
-	r = server_disconnect_client(manager_server(b->manager), id);
+	r = server_disconnect_client(b->host.server, id);
 	if (r == -ESRCH)
 		return sd_bus_error_setf(
 			error, BUS_ERROR_NO_SUCH_CLIENT, "No socket client with id %" PRIu64, id);
@@ -306,7 +304,7 @@ static int method_reload(sd_bus_message *message, void *userdata, sd_bus_error *
 	if (r < 0)
 		return r;
 	log_info("Reload requested by %s", strna(sd_bus_message_get_sender(message)));
-	r = manager_reload(b->manager, &text);
+	r = b->host.reload(b->host.userdata, &text);
 	/* A file that cannot be read or parsed: nothing changed, and the text says where. */
 	if (r < 0 && text)
 		return sd_bus_error_setf(error, BUS_ERROR_INVALID_CONFIG, "%s", text);

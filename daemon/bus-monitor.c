@@ -27,7 +27,7 @@ static BusSubscriber *subscriber_free(BusSubscriber *s) {
 		HubClientStats st;
 
 		/* After this no reader touches the client or its subscription. */
-		hub_client_detach(manager_hub(b->manager), s->client);
+		hub_client_detach(b->host.hub, s->client);
 		hub_client_discard(s->client);
 		hub_client_get_stats(s->client, &st);
 		/* Events left in the hub queue are in st.dropped now. */
@@ -50,16 +50,12 @@ static BusSubscriber *subscriber_free(BusSubscriber *s) {
 	free(s->filter_text);
 	free(s->sender);
 	free(s->path);
-	if (s->prev)
-		s->prev->next = s->next;
-	else if (b->subscribers == s)
-		b->subscribers = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
+	LIST_REMOVE(subscribers, b->subscribers, s);
 	b->n_subscribers--;
 	free(s);
 	return NULL;
 }
+DEFINE_TRIVIAL_CLEANUP_FUNC(BusSubscriber *, subscriber_free);
 
 /* A signal on the monitor object, to its subscriber only. */
 static int subscriber_signal(BusSubscriber *s, sd_bus_message **ret, const char *member) {
@@ -472,8 +468,8 @@ static int subscriber_new(Bus *b, const char *sender, uid_t uid, Subscription *s
 		.match = subscriber_match,
 		.flush = subscriber_flush,
 	};
+	_cleanup_(subscriber_freep) BusSubscriber *s = NULL;
 	int r;
-	BusSubscriber *s;
 
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -482,23 +478,17 @@ static int subscriber_new(Bus *b, const char *sender, uid_t uid, Subscription *s
 	s->id = ++b->next_id;
 	s->rate.interval = RATE_WINDOW_USEC;
 	s->uid = uid;
-	s->next = b->subscribers;
-	if (b->subscribers)
-		b->subscribers->prev = s;
-	b->subscribers = s;
+	LIST_PREPEND(subscribers, b->subscribers, s);
 	b->n_subscribers++;
 
 	if (asprintf(&s->path, BUS_MONITOR_PATH_PREFIX "/%" PRIu64, s->id) < 0) {
 		s->path = NULL;
-		subscriber_free(s);
 		return -ENOMEM;
 	}
 	s->sender = strdup(sender);
 	r = subscription_to_json(sub, &s->filter_text);
-	if (!s->sender || r < 0) {
-		subscriber_free(s);
+	if (!s->sender || r < 0)
 		return -ENOMEM;
-	}
 	r = sd_event_add_time(b->event, &s->window_timer, CLOCK_MONOTONIC, 0, USEC_PER_MSEC, on_window_end, s);
 	if (r >= 0)
 		r = sd_event_source_set_enabled(s->window_timer, SD_EVENT_OFF);
@@ -509,25 +499,19 @@ static int subscriber_new(Bus *b, const char *sender, uid_t uid, Subscription *s
 		r = sd_bus_track_new(b->bus, &s->track, on_subscriber_gone, s);
 	if (r >= 0)
 		r = sd_bus_track_add_name(s->track, sender);
-	if (r < 0) {
-		subscriber_free(s);
+	if (r < 0)
 		return r;
-	}
 
 	o.filter = sub;
 	o.userdata = s;
-	r = hub_client_new(manager_hub(b->manager), -EBADF, &o, &s->client);
-	if (r < 0) {
-		subscriber_free(s);
+	r = hub_client_new(b->host.hub, -EBADF, &o, &s->client);
+	if (r < 0)
 		return r;
-	}
 	s->sub = TAKE_PTR(sub);
-	r = hub_client_attach(manager_hub(b->manager), s->client);
-	if (r < 0) {
-		subscriber_free(s);
+	r = hub_client_attach(b->host.hub, s->client);
+	if (r < 0)
 		return r;
-	}
-	*ret = s;
+	*ret = TAKE_PTR(s);
 	return 0;
 }
 
@@ -550,7 +534,7 @@ int bus_method_subscribe(sd_bus_message *message, void *userdata, sd_bus_error *
 	if (r < 0)
 		return r;
 
-	for (BusSubscriber *i = b->subscribers; i; i = i->next)
+	LIST_FOREACH(subscribers, i, b->subscribers)
 		same_uid += i->uid == uid;
 	if (b->n_subscribers >= b->config->max_clients)
 		return sd_bus_error_setf(
@@ -584,15 +568,17 @@ int bus_method_subscribe(sd_bus_message *message, void *userdata, sd_bus_error *
 int bus_method_unsubscribe(sd_bus_message *message, void *userdata, sd_bus_error *error) {
 	Bus *b = userdata;
 	const char *path, *sender = sd_bus_message_get_sender(message);
-	BusSubscriber *s;
+	BusSubscriber *s = NULL;
 	int r;
 
 	r = sd_bus_message_read(message, "o", &path);
 	if (r < 0)
 		return r;
-	for (s = b->subscribers; s; s = s->next)
-		if (streq(s->path, path))
+	LIST_FOREACH(subscribers, i, b->subscribers)
+		if (streq(i->path, path)) {
+			s = i;
 			break;
+		}
 	if (!s)
 		return sd_bus_error_setf(error, SD_BUS_ERROR_UNKNOWN_OBJECT, "No monitor %s", path);
 	/* Its subscriber, or root. */
@@ -615,11 +601,10 @@ void bus_monitors_revoke(Bus *b, const Config *config) {
 	/* As on the socket: a group taken out of AllowGroups= takes along the access it gave.
 	 * Such a monitor is removed (its events still queued count as dropped); the subscriber
 	 * may subscribe again and then sees its own uid's events. */
-	for (BusSubscriber *s = b->subscribers, *next; s; s = next) {
+	LIST_FOREACH(subscribers, s, b->subscribers) {
 		_cleanup_free_ gid_t *groups = NULL;
 		int n = 0;
 
-		next = s->next;
 		if (s->uid == 0 || s->sub->access != SUBSCRIPTION_ACCESS_ALL)
 			continue;
 		if (config->n_allow_groups > 0 && (n = sender_groups(b, s->sender, &groups)) < 0)
@@ -638,7 +623,7 @@ void bus_monitors_revoke(Bus *b, const Config *config) {
 }
 
 void bus_monitors_add_stats(const Bus *b, BusStats *st) {
-	for (const BusSubscriber *s = b->subscribers; s; s = s->next) {
+	LIST_FOREACH(subscribers, s, b->subscribers) {
 		HubClientStats hs;
 
 		st->delivered += s->delivered;

@@ -224,12 +224,13 @@ static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
  * GetCpuStats() and GetReaderStats(), which are all views of the one snapshot. */
 static int stats_reply_new(
 	sd_bus_message *message, Bus *b, StatsSnapshot **ret_st, sd_bus_message **ret_reply, sd_bus_error *error) {
+	StatsSources src = bus_stats_sources(b);
 	int r;
 
-	r = stats_snapshot(b->manager, ret_st);
+	r = stats_snapshot(&src, ret_st);
 	if (r < 0)
 		return sd_bus_error_set_errnof(
-			error, r, "Failed to read the counters under %s: %m", manager_pin_path(b->manager));
+			error, r, "Failed to read the counters under %s: %m", b->config->pin_path);
 	return sd_bus_message_new_method_return(message, ret_reply);
 }
 

@@ -51,12 +51,14 @@ int bus_check_root(sd_bus_message *message, const char *what, sd_bus_error *erro
 
 /* Counters and loss, once a second ---------------------------------------------------------- */
 
-static void bus_emit_events_lost(Bus *b) {
-	Manager *m = b->manager;
+/* Takes every ring's lost count; `emit`: tells what grew since the last call in an EventsLost
+ * signal per CPU. */
+static void bus_take_events_lost(Bus *b, bool emit) {
+	StatsSources src = bus_stats_sources(b);
 	size_t idx = 0;
 
-	for (size_t i = 0; i < manager_n_readers(m); i++) {
-		const Reader *rd = manager_reader(m, i);
+	for (size_t i = 0; i < src.n_readers; i++) {
+		const Reader *rd = src.readers[i];
 
 		for (size_t k = 0; k < reader_n_rings(rd) && idx < b->n_rings; k++, idx++) {
 			uint64_t lost = STAT_LOAD(reader_cpu_stats(rd, k)->lost);
@@ -65,17 +67,19 @@ static void bus_emit_events_lost(Bus *b) {
 
 			if (lost <= b->lost_signalled[idx])
 				continue;
-			r = sd_bus_emit_signal(
-				b->bus,
-				BUS_PATH,
-				BUS_INTERFACE_MANAGER,
-				"EventsLost",
-				"ut",
-				cpu,
-				lost - b->lost_signalled[idx]);
-			if (r < 0) {
-				log_debug_errno(r, "Failed to emit EventsLost for CPU %u: %m", cpu);
-				continue;
+			if (emit) {
+				r = sd_bus_emit_signal(
+					b->bus,
+					BUS_PATH,
+					BUS_INTERFACE_MANAGER,
+					"EventsLost",
+					"ut",
+					cpu,
+					lost - b->lost_signalled[idx]);
+				if (r < 0) {
+					log_debug_errno(r, "Failed to emit EventsLost for CPU %u: %m", cpu);
+					continue;
+				}
 			}
 			b->lost_signalled[idx] = lost;
 		}
@@ -84,12 +88,13 @@ static void bus_emit_events_lost(Bus *b) {
 
 static int on_stats_timer(sd_event_source *es, uint64_t usec, void *userdata) {
 	Bus *b = userdata;
-	ManagerCounters c;
+	StatsSources src = bus_stats_sources(b);
+	StatsTotals c;
 	char *names[8];
 	size_t n = 0;
 	int r;
 
-	if (manager_get_counters(b->manager, true, &c) < 0)
+	if (stats_totals(&src, true, &c) < 0)
 		c.producer_failures = b->last.producer_failures; /* unreadable now: not a change */
 #define CHANGED(field, name)                        \
 	do {                                        \
@@ -111,7 +116,7 @@ static int on_stats_timer(sd_event_source *es, uint64_t usec, void *userdata) {
 		else
 			b->last = c;
 	}
-	bus_emit_events_lost(b);
+	bus_take_events_lost(b, true);
 
 	r = sd_event_source_set_time_relative(es, STATS_INTERVAL_USEC);
 	if (r >= 0)
@@ -157,23 +162,23 @@ static int on_bus_message(sd_bus_message *message, void *userdata, sd_bus_error 
 
 /* Life cycle ------------------------------------------------------------------------------ */
 
-int bus_new(Manager *m, sd_event *event, const Config *config, Bus **ret) {
-	Bus *b;
+int bus_new(const BusHost *host, sd_event *event, const Config *config, Bus **ret) {
+	_cleanup_(bus_freep) Bus *b = NULL;
+	StatsSources src;
 	int r;
 
 	b = calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
-	b->manager = m;
+	b->host = *host;
 	b->event = sd_event_ref(event);
 	b->config = config;
-	for (size_t i = 0; i < manager_n_readers(m); i++)
-		b->n_rings += reader_n_rings(manager_reader(m, i));
+	src = bus_stats_sources(b);
+	for (size_t i = 0; i < src.n_readers; i++)
+		b->n_rings += reader_n_rings(src.readers[i]);
 	b->lost_signalled = calloc(b->n_rings ?: 1, sizeof(uint64_t));
-	if (!b->lost_signalled) {
-		bus_free(b);
+	if (!b->lost_signalled)
 		return -ENOMEM;
-	}
 
 	r = sd_bus_open_system(&b->bus);
 	if (r < 0) {
@@ -184,7 +189,6 @@ int bus_new(Manager *m, sd_event *event, const Config *config, Bus **ret) {
 			"Cannot connect to the system bus (%s): %m; running without D-Bus (no "
 			"org.perfrelay1, no perfrelayctl status), the event socket works as usual",
 			address ?: "unix:path=/run/dbus/system_bus_socket");
-		bus_free(b);
 		*ret = NULL;
 		return 0;
 	}
@@ -194,15 +198,11 @@ int bus_new(Manager *m, sd_event *event, const Config *config, Bus **ret) {
 	if (r >= 0)
 		r = sd_bus_add_object_vtable(
 			b->bus, NULL, BUS_PATH, BUS_INTERFACE_MANAGER, bus_manager_vtable, b);
-	if (r < 0) {
-		bus_free(b);
+	if (r < 0)
 		return log_error_errno(r, "Failed to publish %s on the system bus: %m", BUS_PATH);
-	}
 	r = sd_bus_attach_event(b->bus, event, SD_EVENT_PRIORITY_NORMAL);
-	if (r < 0) {
-		bus_free(b);
+	if (r < 0)
 		return log_error_errno(r, "Failed to attach the bus to the event loop: %m");
-	}
 
 	/* Synchronous: READY=1 follows, and by then the name must answer. */
 	r = sd_bus_request_name(b->bus, BUS_NAME, 0);
@@ -218,10 +218,8 @@ int bus_new(Manager *m, sd_event *event, const Config *config, Bus **ret) {
 	else
 		log_info("Acquired %s on the system bus", BUS_NAME);
 
-	(void) manager_get_counters(m, true, &b->last);
-	for (size_t i = 0, idx = 0; i < manager_n_readers(m); i++)
-		for (size_t k = 0; k < reader_n_rings(manager_reader(m, i)) && idx < b->n_rings; k++, idx++)
-			b->lost_signalled[idx] = STAT_LOAD(reader_cpu_stats(manager_reader(m, i), k)->lost);
+	(void) stats_totals(&src, true, &b->last);
+	bus_take_events_lost(b, false);
 	r = sd_event_add_time_relative(
 		event,
 		&b->stats_timer,
@@ -230,11 +228,9 @@ int bus_new(Manager *m, sd_event *event, const Config *config, Bus **ret) {
 		10 * USEC_PER_MSEC,
 		on_stats_timer,
 		b);
-	if (r < 0) {
-		bus_free(b);
+	if (r < 0)
 		return log_error_errno(r, "Failed to set up the D-Bus counter timer: %m");
-	}
-	*ret = b;
+	*ret = TAKE_PTR(b);
 	return 0;
 }
 

@@ -12,9 +12,13 @@
 #include <systemd/sd-event.h>
 
 #include "config.h"
+#include "cpuset.h"
 #include "hub.h"
+#include "kernelfeatures.h"
+#include "probes.h"
+#include "server.h"
+#include "stats.h"
 
-typedef struct Manager Manager;
 typedef struct Bus Bus;
 
 #define BUS_NAME                 "org.perfrelay1"
@@ -32,13 +36,33 @@ typedef struct BusStats {
 			       * refused by sd-bus; subscribers gone included */
 } BusStats;
 
+/* All the bus glue sees of the daemon it serves; the manager fills it in (the bus never includes
+ * manager.h). Pointers stay valid until bus_free(); the callbacks get `userdata`. */
+typedef struct BusHost {
+	void *userdata;
+	uint64_t started_at; /* CLOCK_REALTIME usec */
+	const Features *features;
+	const CpuSet *cpus; /* CPUs with a ring */
+	Probes *probes;
+	Hub *hub;
+	Server *server;
+	const char *(*state)(void *userdata); /* "starting", "running", "stopping" */
+	/* Where the counters are now (stats.h). */
+	void (*stats_sources)(void *userdata, StatsSources *ret);
+	/* Attaches or detaches a built-in probe until the next reload or restart. */
+	int (*set_probe_enabled)(void *userdata, unsigned probe, bool enabled);
+	/* Re-reads the configuration; on a configuration error *ret_error gets "FILE:LINE: message". */
+	int (*reload)(void *userdata, char **ret_error);
+} BusHost;
+
 /* Connects to the system bus ($DBUS_SYSTEM_BUS_ADDRESS or the default socket), publishes the
  * manager object, takes the name and attaches to `event`. Without a bus it logs one warning
  * and returns 0 with *ret = NULL: the daemon runs on without D-Bus. Failing to take the name
  * is a warning too (the object stays reachable by the unique name). */
-int bus_new(Manager *m, sd_event *event, const Config *config, Bus **ret);
+int bus_new(const BusHost *host, sd_event *event, const Config *config, Bus **ret);
 /* Removes every monitor (their hub clients first), releases the name and closes. Accepts NULL. */
 Bus *bus_free(Bus *b);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Bus *, bus_free);
 
 /* [Bus] and the subscriber limits of [Socket] apply from now on. Accepts NULL. */
 void bus_set_config(Bus *b, const Config *config);

@@ -10,7 +10,7 @@
 
 #include "cgroup.h"
 #include "macro.h"
-#include "stats.h"
+#include "counters.h"
 #include "unitname.h"
 
 /* include/linux/exportfs.h: kernfs (and so cgroupfs) file handles are the 64-bit node id,
@@ -205,7 +205,7 @@ struct CgroupCache {
 };
 
 int cgroup_cache_new(unsigned n_entries, CgroupResolveFn fn, void *userdata, CgroupCache **ret) {
-	CgroupCache *c;
+	_cleanup_(cgroup_cache_freep) CgroupCache *c = NULL;
 	uint64_t n = CGROUP_PROBE;
 
 	while (n < n_entries)
@@ -214,21 +214,19 @@ int cgroup_cache_new(unsigned n_entries, CgroupResolveFn fn, void *userdata, Cgr
 	if (!c)
 		return -ENOMEM;
 	c->entries = calloc(n, sizeof(CgroupEntry));
-	if (!c->entries) {
-		free(c);
+	if (!c->entries)
 		return -ENOMEM;
-	}
 	c->mask = n - 1;
 	c->resolve = fn;
 	c->userdata = userdata;
-	*ret = c;
+	*ret = TAKE_PTR(c);
 	return 0;
 }
 
 CgroupCache *cgroup_cache_free(CgroupCache *c) {
 	if (!c)
 		return NULL;
-	for (uint64_t i = 0; i <= c->mask; i++)
+	for (uint64_t i = 0; c->entries && i <= c->mask; i++)
 		free(c->entries[i].unit);
 	free(c->entries);
 	free(c);

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "macro.h"
+
 /* The cgroup2 mount: opened once by the main thread, then only read (by every reader). */
 typedef struct CgroupFs CgroupFs;
 
@@ -40,6 +42,7 @@ typedef struct CgroupCacheStats {
 /* n_entries is rounded up to a power of two (at least 8). */
 int cgroup_cache_new(unsigned n_entries, CgroupResolveFn fn, void *userdata, CgroupCache **ret);
 CgroupCache *cgroup_cache_free(CgroupCache *c);
+DEFINE_TRIVIAL_CLEANUP_FUNC(CgroupCache *, cgroup_cache_free);
 
 /* The unit of cgroup `id`, or NULL if none (id 0 is "no cgroup": always NULL). The string
  * stays valid until the next lookup on this cache. Resolves on a miss; never allocates on a

@@ -11,25 +11,13 @@
 
 #include "cpuset.h"
 #include "macro.h"
+#include "probes.h"
 
 #define CONFIG_DEFAULT_FILE       "/etc/perfrelay/perfrelay.conf"
 #define CONFIG_DEFAULT_DROPIN_DIR "/etc/perfrelay/perfrelay.conf.d"
 #define CONFIG_MAX_CPU_GROUPS     256u
 #define CONFIG_MAX_ALLOW_GROUPS   64u
 #define CONFIG_MAX_FILE_BYTES     (1u << 20) /* a config file larger than this is an error */
-
-/* Built-in probes, as bits of Config.probes. */
-enum {
-	PROBE_EXEC = 0,
-	PROBE_EXIT,
-	PROBE_FORK,
-	PROBE_OPEN,
-	PROBE_CONNECT,
-	_PROBE_MAX,
-};
-#define PROBES_ALL ((1u << _PROBE_MAX) - 1)
-const char *probe_to_string(unsigned probe); /* "exec", ... or NULL */
-int probe_from_string(const char *s);        /* PROBE_* or -EINVAL */
 
 typedef struct Config {
 	/* [Daemon] */

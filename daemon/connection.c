@@ -77,12 +77,7 @@ void connection_free(Connection *c) {
 	safe_close(c->fd);
 	free(c->buf);
 
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		s->connections = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	LIST_REMOVE(connections, s->connections, c);
 	s->n_connections--;
 	free(c);
 }
@@ -447,7 +442,7 @@ static int on_request_timeout(sd_event_source *es, uint64_t usec, void *userdata
 static size_t server_count_uid(const Server *s, uid_t uid) {
 	size_t n = 0;
 
-	for (const Connection *c = s->connections; c; c = c->next)
+	LIST_FOREACH(connections, c, s->connections)
 		n += c->cred.uid == uid;
 	return n;
 }
@@ -476,10 +471,7 @@ void connection_new(Server *s, int fd_in) {
 	c->fd = TAKE_FD(fd);
 	c->cred = cred;
 	c->input_open = true;
-	c->next = s->connections;
-	if (s->connections)
-		s->connections->prev = c;
-	s->connections = c;
+	LIST_PREPEND(connections, s->connections, c);
 	s->n_connections++;
 	s->stats.pending++;
 

@@ -173,7 +173,7 @@ static inline unsigned u32_digits(uint32_t v) {
 	return t + (w >= pow10_table[t]);
 }
 
-/* For btfrec.c's field encoder (issue 12): the same digit writer, without a key. The caller has
+/* For encode-btf.c's field encoder: the same digit writer, without a key. The caller has
  * checked there is room for 20 bytes. */
 char *encode_u64_digits(char *p, uint64_t v) {
 	unsigned n = u64_digits(v);
@@ -456,15 +456,9 @@ static int out_argv(Out *o, const char *argv, size_t len, size_t readable) {
 
 static const char base64_alphabet[64] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-static int out_key_base64(Out *o, const char *key, size_t klen, const uint8_t *s, size_t n) {
+char *encode_base64(char *p, const uint8_t *s, size_t n) {
 	size_t i = 0;
-	char *p;
 
-	if (_unlikely_(out_room(o) < klen + 2 + BASE64_LEN(n)))
-		return -ENOBUFS;
-	p = o->p;
-	memcpy(p, key, klen);
-	p += klen;
 	*p++ = '"';
 	for (; i + 3 <= n; i += 3) {
 		uint32_t v = (uint32_t) s[i] << 16 | (uint32_t) s[i + 1] << 8 | s[i + 2];
@@ -475,25 +469,24 @@ static int out_key_base64(Out *o, const char *key, size_t klen, const uint8_t *s
 		p[3] = base64_alphabet[v & 63];
 		p += 4;
 	}
-	if (n - i == 1) {
-		uint32_t v = (uint32_t) s[i] << 16;
+	if (n - i > 0) {
+		uint32_t v = (uint32_t) s[i] << 16 | (n - i == 2 ? (uint32_t) s[i + 1] << 8 : 0);
 
 		p[0] = base64_alphabet[v >> 18];
 		p[1] = base64_alphabet[(v >> 12) & 63];
-		p[2] = '=';
-		p[3] = '=';
-		p += 4;
-	} else if (n - i == 2) {
-		uint32_t v = (uint32_t) s[i] << 16 | (uint32_t) s[i + 1] << 8;
-
-		p[0] = base64_alphabet[v >> 18];
-		p[1] = base64_alphabet[(v >> 12) & 63];
-		p[2] = base64_alphabet[(v >> 6) & 63];
+		p[2] = n - i == 2 ? base64_alphabet[(v >> 6) & 63] : '=';
 		p[3] = '=';
 		p += 4;
 	}
 	*p++ = '"';
-	o->p = p;
+	return p;
+}
+
+static int out_key_base64(Out *o, const char *key, size_t klen, const uint8_t *s, size_t n) {
+	if (_unlikely_(out_room(o) < klen + 2 + BASE64_LEN(n)))
+		return -ENOBUFS;
+	memcpy(o->p, key, klen);
+	o->p = encode_base64(o->p + klen, s, n);
 	return 0;
 }
 
@@ -725,7 +718,7 @@ ssize_t encode_json_btf(
 		if (out_string(&o, producer_name, len, len) < 0)
 			return -ENOBUFS;
 	}
-	k = btfrec_encode_json(rec, ev->record, ev->hdr.size, o.p, out_room(&o));
+	k = encode_json_btf_fields(rec, ev->record, ev->hdr.size, o.p, out_room(&o));
 	if (k < 0)
 		return k;
 	o.p += k;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "btfrec.h"
 #include "decode.h"
 
 /* Upper bound of one encoded JSON line for any record (the worst case is an unknown type with
@@ -28,6 +29,14 @@ ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size);
 
 /* Writes the decimal digits of v at p (at most 20 bytes, no NUL); returns the end. */
 char *encode_u64_digits(char *p, uint64_t v);
+/* Writes s (n bytes) at p as a quoted base64 string (2 + 4 * ceil(n / 3) bytes); returns the end. */
+char *encode_base64(char *p, const uint8_t *s, size_t n);
+
+/* Appends ,"field":value for every top-level field of rec (size bytes) to buf: no braces, so
+ * the caller splices it into its own object. Returns bytes written, -EBADMSG if size is
+ * smaller than the record struct, -ENOBUFS if buf is too small. Never more than
+ * BTFREC_JSON_MAX bytes. */
+ssize_t encode_json_btf_fields(const BtfRec *r, const void *rec, size_t size, char *buf, size_t bufsize);
 
 /* Issue 12: one JSON line for a third-party record with a decoder built from its producer's BTF:
  * {"type":<rec's name>,"ts":..,"cpu":..,"seq":..,"producer":N,"producer_name":..,<fields>,"unit":..}.

@@ -81,7 +81,7 @@ static int on_uevent(sd_event_source *s, int fd, uint32_t revents, void *userdat
 
 int hotplug_watch_new(sd_event *event, HotplugFn fn, void *userdata, HotplugWatch **ret) {
 	struct sockaddr_nl sa = { .nl_family = AF_NETLINK, .nl_groups = UEVENT_GROUP_KERNEL };
-	HotplugWatch *w;
+	_cleanup_(hotplug_watch_freep) HotplugWatch *w = NULL;
 	int r;
 
 	w = calloc(1, sizeof(*w));
@@ -90,17 +90,12 @@ int hotplug_watch_new(sd_event *event, HotplugFn fn, void *userdata, HotplugWatc
 	w->fn = fn;
 	w->userdata = userdata;
 	w->fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_KOBJECT_UEVENT);
-	if (w->fd < 0 || bind(w->fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
-		r = negative_errno();
-		hotplug_watch_free(w);
-		return r;
-	}
+	if (w->fd < 0 || bind(w->fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
+		return negative_errno();
 	r = sd_event_add_io(event, &w->source, w->fd, EPOLLIN, on_uevent, w);
-	if (r < 0) {
-		hotplug_watch_free(w);
+	if (r < 0)
 		return r;
-	}
-	*ret = w;
+	*ret = TAKE_PTR(w);
 	return 0;
 }
 

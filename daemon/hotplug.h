@@ -8,6 +8,8 @@
 
 #include <systemd/sd-event.h>
 
+#include "macro.h"
+
 typedef struct HotplugWatch HotplugWatch;
 
 /* Called for every CPU that went offline (online = false) or came online. */
@@ -18,6 +20,7 @@ typedef void (*HotplugFn)(void *userdata, unsigned cpu, bool online);
  * /sys/devices/system/cpu/online later would show no change at all. */
 int hotplug_watch_new(sd_event *event, HotplugFn fn, void *userdata, HotplugWatch **ret);
 HotplugWatch *hotplug_watch_free(HotplugWatch *w);
+DEFINE_TRIVIAL_CLEANUP_FUNC(HotplugWatch *, hotplug_watch_free);
 
 /* Parses one kernel uevent datagram ("ACTION@DEVPATH\0KEY=VALUE\0..."): 1 and *ret_cpu,
  * *ret_online for an "online"/"offline" event of /devices/system/cpu/cpuN, 0 for any other

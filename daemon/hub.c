@@ -13,7 +13,7 @@
 #include "hub.h"
 #include "macro.h"
 #include "perfring.h"
-#include "stats.h"
+#include "counters.h"
 
 #define HUB_QUEUE_MIN        (64u * 1024u)
 /* The binary lost notice: u32 length, header, u64 count. The JSON one is far shorter. */
@@ -95,7 +95,7 @@ struct Hub {
 };
 
 int hub_new(unsigned n_readers, Hub **ret) {
-	_cleanup_free_ Hub *h = NULL;
+	_cleanup_(hub_freep) Hub *h = NULL;
 
 	if (n_readers == 0)
 		return -EINVAL;
@@ -103,24 +103,21 @@ int hub_new(unsigned n_readers, Hub **ret) {
 	if (!h)
 		return -ENOMEM;
 	h->n_readers = n_readers;
+	h->notify_fd = -EBADF;
 	/* The main thread starts out waiting for the first notification. */
 	atomic_init(&h->sleeping, 1);
 	h->notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (h->notify_fd < 0)
 		return negative_errno();
 	h->slots = aligned_alloc(64, ALIGN_TO(sizeof(HubSlot) * n_readers, 64u));
-	if (!h->slots) {
-		safe_close(h->notify_fd);
+	if (!h->slots)
 		return -ENOMEM;
-	}
 	memset(h->slots, 0, sizeof(HubSlot) * n_readers);
 	for (unsigned i = 0; i < n_readers; i++) {
 		pthread_mutex_init(&h->slots[i].lock, NULL);
 		h->slots[i].json = malloc(ENCODE_JSON_MAX);
-		if (!h->slots[i].json) {
-			hub_free(TAKE_PTR(h));
+		if (!h->slots[i].json)
 			return -ENOMEM;
-		}
 	}
 	*ret = TAKE_PTR(h);
 	return 0;
@@ -146,7 +143,7 @@ int hub_notify_fd(const Hub *h) {
 }
 
 int hub_client_new(Hub *h, int fd, const HubClientOptions *o, HubClient **ret) {
-	HubClient *c;
+	_cleanup_(hub_client_freep) HubClient *c = NULL;
 	uint64_t per_queue = HUB_QUEUE_MIN;
 
 	/* The largest power of two that keeps the client within its budget, but at least room
@@ -164,34 +161,26 @@ int hub_client_new(Hub *h, int fd, const HubClientOptions *o, HubClient **ret) {
 	c->o = *o;
 	c->partial = -1;
 	c->q = aligned_alloc(64, ALIGN_TO(sizeof(HubQueue) * h->n_readers, 64u));
-	if (!c->q) {
-		free(c);
+	if (!c->q)
 		return -ENOMEM;
-	}
 	memset(c->q, 0, sizeof(HubQueue) * h->n_readers);
 	c->iov = calloc(2 * h->n_readers, sizeof(struct iovec));
 	c->avail = calloc(h->n_readers, sizeof(uint64_t));
 	c->order = calloc(h->n_readers, sizeof(unsigned));
-	if (!c->iov || !c->avail || !c->order) {
-		hub_client_free(c);
+	if (!c->iov || !c->avail || !c->order)
 		return -ENOMEM;
-	}
 	if (o->format == HUB_FORMAT_JSON_TAGGED) {
 		c->line = malloc(ENCODE_JSON_MAX + 1);
-		if (!c->line) {
-			hub_client_free(c);
+		if (!c->line)
 			return -ENOMEM;
-		}
 	}
 	for (unsigned i = 0; i < h->n_readers; i++) {
 		c->q[i].buf = malloc(per_queue);
-		if (!c->q[i].buf) {
-			hub_client_free(c);
+		if (!c->q[i].buf)
 			return -ENOMEM;
-		}
 		c->q[i].mask = per_queue - 1;
 	}
-	*ret = c;
+	*ret = TAKE_PTR(c);
 	return 0;
 }
 

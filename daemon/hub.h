@@ -21,6 +21,7 @@
 #include <sys/types.h>
 
 #include "decode.h"
+#include "macro.h"
 
 typedef struct Hub Hub;
 typedef struct HubClient HubClient;
@@ -79,6 +80,7 @@ typedef struct HubClientStats {
 
 int hub_new(unsigned n_readers, Hub **ret);
 Hub *hub_free(Hub *h); /* clients must have been removed */
+DEFINE_TRIVIAL_CLEANUP_FUNC(Hub *, hub_free);
 
 /* An eventfd the readers signal when they queued output (at the end of a batch, and within a
  * batch each time a client's queue received a quarter of its size), only when the main thread
@@ -95,6 +97,7 @@ void hub_client_detach(Hub *h, HubClient *c);
  * as dropped; the queues are emptied. */
 void hub_client_discard(HubClient *c);
 HubClient *hub_client_free(HubClient *c); /* detached clients only; does not close fd */
+DEFINE_TRIVIAL_CLEANUP_FUNC(HubClient *, hub_client_free);
 
 int hub_client_fd(const HubClient *c);
 void *hub_client_userdata(const HubClient *c);

@@ -9,7 +9,7 @@
 
 #include "ledger.h"
 #include "macro.h"
-#include "stats.h"
+#include "counters.h"
 
 struct Ledger {
 	struct perfrelay_received *entries;

@@ -21,8 +21,10 @@
  * pinned maps: see stats.h). */
 static void manager_notify_status(Manager *m, uint64_t rate, uint64_t ring_lost, bool alive) {
 	_cleanup_(stats_snapshot_freep) StatsSnapshot *s = NULL;
+	StatsSources src;
 
-	if (stats_snapshot(m, &s) < 0) {
+	manager_stats_sources(m, &src);
+	if (stats_snapshot(&src, &s) < 0) {
 		(void) sd_notifyf(
 			false,
 			"STATUS=%s: %zu readers, %" PRIu64 " events/s, %" PRIu64 " lost in rings%s",

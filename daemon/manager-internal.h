@@ -16,6 +16,14 @@
 #include "reader.h"
 #include "ring.h"
 #include "server.h"
+#include "stats.h"
+
+typedef enum ManagerState {
+	MANAGER_STARTING, /* until READY=1 */
+	MANAGER_RUNNING,
+	MANAGER_STOPPING, /* SIGTERM/SIGINT: draining the rings */
+	_MANAGER_STATE_MAX,
+} ManagerState;
 
 struct Manager {
 	ManagerOptions o;
@@ -75,7 +83,20 @@ int manager_on_fault_signal(sd_event_source *s, const struct signalfd_siginfo *s
 void manager_hotplug_setup(Manager *m);
 void manager_hotplug_tick(Manager *m);
 
+/* manager-reload.c */
+/* Re-reads the configuration (SIGHUP, D-Bus Reload()): applies Probes=, the [Socket] limits and
+ * [Bus]; settings read only at start are kept and named in a warning. On a configuration error
+ * nothing changes, and *ret_error (if given) gets the "FILE:LINE: message" text. If a probe
+ * cannot be attached or detached, everything else is applied and the error returned without a
+ * text. */
+int manager_reload(Manager *m, char **ret_error);
+/* Attaches or detaches a built-in probe until the next reload or restart (which apply
+ * Probes= again). */
+int manager_set_probe_enabled(Manager *m, unsigned probe, bool enabled);
+
 /* manager-stats.c */
+/* Where the counters are now: for stats_snapshot() and stats_totals(). */
+void manager_stats_sources(Manager *m, StatsSources *ret);
 void manager_log_stats(Manager *m);
 
 /* manager-stdout.c: --stdout */

@@ -9,63 +9,50 @@
 #include "stats.h"
 #include "time-util.h"
 
-int manager_get_counters(Manager *m, bool with_failures, ManagerCounters *ret) {
-	ManagerCounters c = {};
+void manager_stats_sources(Manager *m, StatsSources *ret) {
+	StatsClients others = {
+		.offered = m->stdout_gone.offered,
+		.delivered = m->stdout_gone.sent,
+		.dropped = m->stdout_gone.dropped,
+	};
 	BusStats bs;
-	int r = 0;
 
-	for (size_t i = 0; i < m->n_readers; i++) {
-		const Reader *rd = m->readers[i];
-
-		c.events_received += STAT_LOAD(reader_stats(rd)->events);
-		for (size_t k = 0; k < reader_n_rings(rd); k++)
-			c.events_lost += STAT_LOAD(reader_cpu_stats(rd, k)->lost);
-	}
-	if (m->server) {
-		ServerStats ss;
-
-		server_get_stats(m->server, &ss);
-		c.clients = ss.clients;
-		c.events_delivered += ss.gone_sent + ss.live_sent;
-		c.client_drops += ss.gone_dropped + ss.live_dropped;
-		c.events_offered += ss.gone_offered + ss.live_offered;
-	}
-	c.events_delivered += m->stdout_gone.sent;
-	c.client_drops += m->stdout_gone.dropped;
-	c.events_offered += m->stdout_gone.offered;
 	if (m->stdout_client) {
 		HubClientStats st;
 
 		hub_client_get_stats(m->stdout_client, &st);
-		c.events_delivered += st.sent;
-		c.client_drops += st.dropped;
-		c.events_offered += st.offered;
+		others.delivered += st.sent;
+		others.dropped += st.dropped;
+		others.offered += st.offered;
 	}
 	bus_get_stats(m->bus, &bs);
-	c.events_delivered += bs.delivered;
-	c.client_drops += bs.dropped;
+	others.delivered += bs.delivered;
+	others.dropped += bs.dropped;
 	/* A monitor's hub queue is emptied into signals on every pass of the loop: what it was
 	 * offered is what it sent or dropped. */
-	c.events_offered += bs.delivered + bs.dropped;
+	others.offered += bs.delivered + bs.dropped;
 
-	if (with_failures && m->probes) {
-		struct perfrelay_counters sum;
-
-		r = probes_read_all_counters(m->probes, &sum, NULL);
-		if (r >= 0)
-			c.producer_failures = sum.failures;
-	}
-	*ret = c;
-	return r;
+	*ret = (StatsSources){
+		.probes = m->probes,
+		.ledger = m->ledger,
+		.readers = m->readers,
+		.n_readers = m->n_readers,
+		.server = m->server,
+		.failures_at_start = m->failures_at_start,
+		.crash_lost_at_start = m->crash_lost_at_start,
+		.others = others,
+	};
 }
 
 /* The figures a user needs to see that nothing was lost uncounted, logged at exit: the same
  * snapshot as GetStats() and perfrelayctl stats (docs/dbus.md says what each means). */
 void manager_log_stats(Manager *m) {
 	_cleanup_(stats_snapshot_freep) StatsSnapshot *s = NULL;
+	StatsSources src;
 	int r;
 
-	r = stats_snapshot(m, &s);
+	manager_stats_sources(m, &src);
+	r = stats_snapshot(&src, &s);
 	if (r < 0) {
 		log_warning_errno(r, "Failed to take the exit statistics: %m");
 		return;

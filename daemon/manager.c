@@ -34,7 +34,7 @@
 
 int manager_new(const ManagerOptions *o, Manager **ret) {
 	_cleanup_free_ char *error = NULL;
-	Manager *m;
+	_cleanup_(manager_freep) Manager *m = NULL;
 	int r;
 
 	m = calloc(1, sizeof(*m));
@@ -44,7 +44,7 @@ int manager_new(const ManagerOptions *o, Manager **ret) {
 	m->state = MANAGER_STARTING;
 	m->started_at = now_usec(CLOCK_REALTIME);
 	if (asprintf(&m->dropin_dir, "%s.d", o->config_path) < 0) {
-		free(m);
+		m->dropin_dir = NULL;
 		return -ENOMEM;
 	}
 
@@ -52,7 +52,6 @@ int manager_new(const ManagerOptions *o, Manager **ret) {
 	if (r >= 0)
 		r = config_load(m->config, o->config_path, m->dropin_dir, &error);
 	if (r < 0) {
-		manager_free(m);
 		if (error)
 			log_error("%s", error);
 		return error ? r : log_error_errno(r, "Failed to load configuration %s: %m", o->config_path);
@@ -60,18 +59,14 @@ int manager_new(const ManagerOptions *o, Manager **ret) {
 	if (o->pin_path) {
 		free(m->config->pin_path);
 		m->config->pin_path = strdup(o->pin_path);
-		if (!m->config->pin_path) {
-			manager_free(m);
+		if (!m->config->pin_path)
 			return -ENOMEM;
-		}
 	}
 
 	r = sd_event_default(&m->event);
-	if (r < 0) {
-		manager_free(m);
+	if (r < 0)
 		return log_error_errno(r, "Failed to allocate event loop: %m");
-	}
-	*ret = m;
+	*ret = TAKE_PTR(m);
 	return 0;
 }
 
@@ -85,44 +80,13 @@ static const char *const manager_state_table[_MANAGER_STATE_MAX] = {
 	[MANAGER_STOPPING] = "stopping",
 };
 
-const char *manager_state_to_string(ManagerState s) {
+static const char *manager_state_to_string(ManagerState s) {
 	return (unsigned) s < _MANAGER_STATE_MAX ? manager_state_table[s] : NULL;
 }
 
-ManagerState manager_state(const Manager *m) {
-	return m->state;
-}
-uint64_t manager_started_at(const Manager *m) {
-	return m->started_at;
-}
-const Config *manager_config(const Manager *m) {
-	return m->config;
-}
-const CpuSet *manager_cpus(const Manager *m) {
-	return &m->cpus;
-}
-size_t manager_n_readers(const Manager *m) {
-	return m->n_readers;
-}
-const Reader *manager_reader(const Manager *m, size_t i) {
-	return m->readers[i];
-}
-Probes *manager_probes(Manager *m) {
-	return m->probes;
-}
-const Features *manager_features(const Manager *m) {
-	return m->features;
-}
 bool manager_kernel_unsupported(const Manager *m) {
 	return m->kernel_unsupported;
 }
-Server *manager_server(Manager *m) {
-	return m->server;
-}
-Hub *manager_hub(Manager *m) {
-	return m->hub;
-}
-
 /* Writes the pinned "idle" flag that producers check before they build a record. */
 static int manager_set_idle(Manager *m, bool idle) {
 	uint32_t key = 0, v = idle;
@@ -453,18 +417,6 @@ static void manager_mark_serving(Manager *m) {
 	}
 }
 
-uint64_t manager_failures_at_start(const Manager *m, uint32_t producer) {
-	return producer < PERFRELAY_MAX_PRODUCERS ? m->failures_at_start[producer] : 0;
-}
-
-uint64_t manager_crash_lost_at_start(const Manager *m, uint32_t producer) {
-	return producer < PERFRELAY_MAX_PRODUCERS ? m->crash_lost_at_start[producer] : 0;
-}
-
-Ledger *manager_ledger(Manager *m) {
-	return m->ledger;
-}
-
 static void flush_one(HubClient *c, void *userdata) {
 	/* An overflowed client is closed even while it blocks: hub_prepare_sleep() does not let
 	 * the loop sleep until it is gone. Each client's own consumer writes it out: the socket
@@ -546,6 +498,25 @@ static int manager_probe_features(Manager *m) {
 		return -EOPNOTSUPP;
 	}
 	return 0;
+}
+
+/* What the bus glue may do with the manager (BusHost). */
+static const char *bus_host_state(void *userdata) {
+	Manager *m = userdata;
+
+	return manager_state_to_string(m->state);
+}
+
+static void bus_host_stats_sources(void *userdata, StatsSources *ret) {
+	manager_stats_sources(userdata, ret);
+}
+
+static int bus_host_set_probe_enabled(void *userdata, unsigned probe, bool enabled) {
+	return manager_set_probe_enabled(userdata, probe, enabled);
+}
+
+static int bus_host_reload(void *userdata, char **ret_error) {
+	return manager_reload(userdata, ret_error);
 }
 
 int manager_start(Manager *m) {
@@ -646,7 +617,23 @@ int manager_start(Manager *m) {
 
 	/* Before READY=1, so that the name is on the bus when systemd says the service is up.
 	 * Without a bus this logs a warning and leaves m->bus NULL. */
-	r = bus_new(m, m->event, m->config, &m->bus);
+	r = bus_new(
+		&(const BusHost){
+			.userdata = m,
+			.started_at = m->started_at,
+			.features = m->features,
+			.cpus = &m->cpus,
+			.probes = m->probes,
+			.hub = m->hub,
+			.server = m->server,
+			.state = bus_host_state,
+			.stats_sources = bus_host_stats_sources,
+			.set_probe_enabled = bus_host_set_probe_enabled,
+			.reload = bus_host_reload,
+		},
+		m->event,
+		m->config,
+		&m->bus);
 	if (r < 0)
 		return r;
 

@@ -11,7 +11,6 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include "config.h"
 #include "log.h"
 #include "pins.h"
 #include "probes.h"
@@ -118,7 +117,7 @@ static bool tracefs_mounted(void) {
 
 int probes_new(const char *pin_path, bool replace_incompatible, uint32_t pending_syscalls, Probes **ret) {
 	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = pin_path);
-	Probes *p;
+	_cleanup_(probes_freep) Probes *p = NULL;
 	struct bpf_map *m;
 	int r;
 
@@ -132,40 +131,29 @@ int probes_new(const char *pin_path, bool replace_incompatible, uint32_t pending
 		for (unsigned k = 0; k < MAX_PROGS_PER_PROBE; k++)
 			p->link_fd[i][k] = -EBADF;
 	p->pin_path = strdup(pin_path);
-	if (!p->pin_path) {
-		probes_free(p);
+	if (!p->pin_path)
 		return -ENOMEM;
-	}
 
 	/* Before any pin is touched: two daemons on one pin root would take each other's slots. */
 	r = pins_lock(pin_path);
-	if (r == -EWOULDBLOCK) {
-		probes_free(p);
+	if (r == -EWOULDBLOCK)
 		return log_error_errno(
 			r,
 			"Another perfrelayd serves %s; refusing to start a second one on the "
 			"same PinPath=",
 			pin_path);
-	}
-	if (r < 0) {
-		probes_free(p);
+	if (r < 0)
 		return log_error_errno(r, "Failed to lock %s: %m", pin_path);
-	}
 	p->lock_fd = r;
 
 	r = libbpf_num_possible_cpus();
-	if (r <= 0) {
-		probes_free(p);
+	if (r <= 0)
 		return log_error_errno(r ?: -EINVAL, "Failed to read the number of possible CPUs: %m");
-	}
 	p->n_cpus = r;
 
 	p->skel = probes_bpf__open_opts(&opts);
-	if (!p->skel) {
-		r = negative_errno();
-		probes_free(p);
-		return log_error_errno(r, "Failed to open the probes BPF object: %m");
-	}
+	if (!p->skel)
+		return log_error_errno(negative_errno(), "Failed to open the probes BPF object: %m");
 
 	/* The array must have one slot per possible CPU whoever creates it (us or, first, a
 	 * third-party producer); set it before checking pins so the check compares it. */
@@ -181,10 +169,8 @@ int probes_new(const char *pin_path, bool replace_incompatible, uint32_t pending
 		if (!path)
 			continue;
 		r = pins_check_map(path, m, replace_incompatible || is_private_map(m));
-		if (r < 0) {
-			probes_free(p);
+		if (r < 0)
 			return r;
-		}
 	}
 
 	/* Whether the accounting pins exist before libbpf makes missing ones: the ledger's figures
@@ -195,17 +181,13 @@ int probes_new(const char *pin_path, bool replace_incompatible, uint32_t pending
 	/* Programs are loaded even when pinned links exist: attaching or replacing a probe later
 	 * (Probes= on reload, SetProbeEnabled) needs them, and comparing tags needs them. */
 	r = probes_bpf__load(p->skel);
-	if (r < 0) {
-		probes_free(p);
+	if (r < 0)
 		return log_error_errno(
 			r, "Failed to load the probes BPF object (maps pinned under %s): %m", pin_path);
-	}
 	r = probes_prune_stale_links(p);
-	if (r < 0) {
-		probes_free(p);
+	if (r < 0)
 		return r;
-	}
-	*ret = p;
+	*ret = TAKE_PTR(p);
 	return 0;
 }
 

@@ -8,6 +8,21 @@
 #include <stdint.h>
 
 #include "event.h"
+#include "macro.h"
+
+/* The built-in probes, as bits of Config.probes and Probes=; their names in probes-names.c
+ * (pure, for the configuration parser too). */
+enum {
+	PROBE_EXEC = 0,
+	PROBE_EXIT,
+	PROBE_FORK,
+	PROBE_OPEN,
+	PROBE_CONNECT,
+	_PROBE_MAX,
+};
+#define PROBES_ALL ((1u << _PROBE_MAX) - 1)
+const char *probe_to_string(unsigned probe); /* "exec", ... or NULL */
+int probe_from_string(const char *s);        /* PROBE_* or -EINVAL */
 
 typedef struct Probes Probes;
 
@@ -18,6 +33,7 @@ typedef struct Probes Probes;
 int probes_new(const char *pin_path, bool replace_incompatible, uint32_t pending_syscalls, Probes **ret);
 /* Closes everything without unpinning: pinned links keep the probes attached. */
 Probes *probes_free(Probes *p);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Probes *, probes_free);
 
 int probes_events_fd(const Probes *p);
 int probes_counters_fd(const Probes *p);

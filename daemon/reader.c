@@ -96,7 +96,9 @@ int reader_new(
 	Ledger *ledger,
 	unsigned flush_interval_ms,
 	Reader **ret) {
-	Reader *r = calloc(1, sizeof(*r));
+	_cleanup_(reader_freep) Reader *r = calloc(1, sizeof(*r));
+	size_t slot = 0;
+	int k;
 
 	if (!r) {
 		for (size_t i = 0; i < n_rings; i++)
@@ -118,21 +120,16 @@ int reader_new(
 	r->stats = calloc(1, sizeof(ReaderStats));
 	r->seqs = calloc(n_rings ?: 1, sizeof(RingSeq));
 	r->slot_cpu = calloc(n_rings ?: 1, sizeof(unsigned));
-	if (!r->cpu_stats || !r->drained_usec || !r->stats || !r->seqs || !r->slot_cpu) {
-		reader_free(r);
+	if (!r->cpu_stats || !r->drained_usec || !r->stats || !r->seqs || !r->slot_cpu)
 		return -ENOMEM;
-	}
 	/* The manager hands the rings in the order of `cpus`, parked CPUs included (as NULL). */
-	{
-		size_t i = 0;
-
-		for (int c = cpuset_next(cpus, 0); c >= 0 && i < n_rings; c = cpuset_next(cpus, c + 1))
-			r->slot_cpu[i++] = (unsigned) c;
-		if (i != n_rings) {
-			reader_free(r);
-			return -EINVAL;
-		}
+	FOREACH_CPU(c, cpus) {
+		if (slot == n_rings)
+			break;
+		r->slot_cpu[slot++] = (unsigned) c;
 	}
+	if (slot != n_rings)
+		return -EINVAL;
 	for (size_t i = 0; i < n_rings; i++) {
 		RingSeq *rs = &r->seqs[i];
 
@@ -145,37 +142,27 @@ int reader_new(
 		}
 	}
 	if (cgroups) {
-		int k = cgroup_cache_new(READER_UNIT_CACHE_ENTRIES, cgroup_fs_resolve, cgroups, &r->units);
-		if (k < 0) {
-			reader_free(r);
+		k = cgroup_cache_new(READER_UNIT_CACHE_ENTRIES, cgroup_fs_resolve, cgroups, &r->units);
+		if (k < 0)
 			return k;
-		}
 	}
 	r->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+	if (r->epoll_fd < 0)
+		return -errno;
 	r->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (r->epoll_fd < 0 || r->stop_fd < 0) {
-		int k = negative_errno();
-		reader_free(r);
-		return k;
-	}
+	if (r->stop_fd < 0)
+		return -errno;
 	for (size_t i = 0; i <= n_rings; i++) {
 		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = i };
 		int fd = i < n_rings ? (rings[i] ? ring_fd(rings[i]) : -1) : r->stop_fd;
 
-		if (fd >= 0 && epoll_ctl(r->epoll_fd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-			int k = negative_errno();
-			reader_free(r);
-			return k;
-		}
+		if (fd >= 0 && epoll_ctl(r->epoll_fd, EPOLL_CTL_ADD, fd, &ev) < 0)
+			return -errno;
 	}
-	{
-		int k = reader_hotplug_init(r);
-		if (k < 0) {
-			reader_free(r);
-			return k;
-		}
-	}
-	*ret = r;
+	k = reader_hotplug_init(r);
+	if (k < 0)
+		return k;
+	*ret = TAKE_PTR(r);
 	return 0;
 }
 

@@ -7,10 +7,11 @@
 
 #include "cgroup.h"
 #include "cpuset.h"
+#include "macro.h"
 #include "hub.h"
 #include "ledger.h"
 #include "ring.h"
-#include "stats.h"
+#include "counters.h"
 
 typedef struct Reader Reader;
 
@@ -48,6 +49,7 @@ int reader_new(
 	unsigned flush_interval_ms,
 	Reader **ret);
 Reader *reader_free(Reader *r); /* stops the thread first if it runs (bounded last drain) */
+DEFINE_TRIVIAL_CLEANUP_FUNC(Reader *, reader_free);
 
 int reader_start(Reader *r);
 /* Asks the thread to drain its rings a last time and exit, then joins it. With until_empty

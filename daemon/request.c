@@ -11,6 +11,7 @@
 #include <json-c/json.h>
 
 #include "decode.h"
+#include "json-util.h"
 #include "macro.h"
 #include "request.h"
 #include "unitname.h"
@@ -46,8 +47,6 @@ Subscription *subscription_free(Subscription *s) {
 	return NULL;
 }
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(struct json_tokener *, json_tokener_free);
-DEFINE_TRIVIAL_CLEANUP_FUNC(json_object *, json_object_put);
 
 /* Adds `value` (consumed, also on failure) under key; -ENOMEM if it is NULL or cannot be added. */
 static int object_add(json_object *o, const char *key, json_object *value) {

@@ -34,7 +34,7 @@ int ring_open(unsigned cpu, const RingOptions *o, Ring **ret) {
 		.sample_period = 1,
 	};
 	long page = sysconf(_SC_PAGESIZE);
-	_cleanup_free_ Ring *r = NULL;
+	_cleanup_(ring_freep) Ring *r = NULL;
 	void *map;
 
 	if (o->pages == 0 || (o->pages & (o->pages - 1)))
@@ -56,38 +56,24 @@ int ring_open(unsigned cpu, const RingOptions *o, Ring **ret) {
 	r->fd = syscall(SYS_perf_event_open, &attr, -1, (int) cpu, -1, PERF_FLAG_FD_CLOEXEC);
 	if (r->fd < 0)
 		return negative_errno();
-	if (fcntl(r->fd, F_SETFL, O_NONBLOCK) < 0) {
-		int k = negative_errno();
-		safe_close(r->fd);
-		return k;
-	}
+	if (fcntl(r->fd, F_SETFL, O_NONBLOCK) < 0)
+		return -errno;
 
 	r->map_size = (size_t) page * (1 + o->pages);
 	/* PROT_WRITE makes this a non-overwrite ring: the kernel never passes our data_tail. */
 	map = mmap(NULL, r->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
-	if (map == MAP_FAILED) {
-		int k = negative_errno();
-		safe_close(r->fd);
-		return k;
-	}
+	if (map == MAP_FAILED)
+		return -errno;
 	r->meta = map;
 	r->data = (uint8_t *) map + page;
 	r->mask = (uint64_t) page * o->pages - 1;
 
 	r->scratch = aligned_alloc(8, ALIGN_TO(PERFRING_RECORD_MAX, 8u));
-	if (!r->scratch) {
-		munmap(map, r->map_size);
-		safe_close(r->fd);
+	if (!r->scratch)
 		return -ENOMEM;
-	}
 
-	if (ioctl(r->fd, PERF_EVENT_IOC_ENABLE, 0) < 0) {
-		int k = negative_errno();
-		free(r->scratch);
-		munmap(map, r->map_size);
-		safe_close(r->fd);
-		return k;
-	}
+	if (ioctl(r->fd, PERF_EVENT_IOC_ENABLE, 0) < 0)
+		return -errno;
 
 	*ret = TAKE_PTR(r);
 	return 0;

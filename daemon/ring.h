@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "macro.h"
+
 typedef struct Ring Ring;
 
 typedef struct RingOptions {
@@ -17,6 +19,7 @@ typedef struct RingOptions {
 /* Opens the perf event for `cpu` (non-blocking, close-on-exec) and maps 1 + pages pages. */
 int ring_open(unsigned cpu, const RingOptions *o, Ring **ret);
 Ring *ring_free(Ring *r);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Ring *, ring_free);
 
 int ring_fd(const Ring *r);
 unsigned ring_cpu(const Ring *r);

@@ -6,6 +6,7 @@
 
 #include <sys/socket.h>
 
+#include "list.h"
 #include "request.h"
 #include "server.h"
 
@@ -31,7 +32,7 @@ typedef struct Connection Connection;
 
 struct Connection {
 	Server *server;
-	Connection *prev, *next;
+	LIST_FIELDS(Connection, connections);
 	uint64_t id;
 	int fd;
 	struct ucred cred; /* SO_PEERCRED: the peer at connect() time */

@@ -189,7 +189,7 @@ static int server_take_activated_socket(Server *s, int *ret_found) {
 
 int server_new(
 	sd_event *event, Hub *hub, const Config *config, ServerFlushFn flush, void *userdata, Server **ret) {
-	Server *s;
+	_cleanup_(server_freep) Server *s = NULL;
 	int r, activated = 0;
 
 	s = calloc(1, sizeof(*s));
@@ -205,10 +205,8 @@ int server_new(
 	r = server_take_activated_socket(s, &activated);
 	if (r >= 0 && !activated)
 		r = server_create_socket(s, config->socket_path);
-	if (r < 0) {
-		server_free(s);
+	if (r < 0)
 		return r;
-	}
 	if (activated) {
 		struct sockaddr_un sa = {};
 		socklen_t len = sizeof(sa);
@@ -219,18 +217,14 @@ int server_new(
 			s->path = strdup("(socket from systemd)");
 	} else
 		s->path = strdup(config->socket_path);
-	if (!s->path) {
-		server_free(s);
+	if (!s->path)
 		return -ENOMEM;
-	}
 
 	r = sd_event_add_io(event, &s->accept_source, s->listen_fd, EPOLLIN, on_accept, s);
-	if (r < 0) {
-		server_free(s);
+	if (r < 0)
 		return log_error_errno(r, "Failed to watch the listening socket: %m");
-	}
 	log_info("Listening on %s%s", s->path, activated ? " (from systemd)" : "");
-	*ret = s;
+	*ret = TAKE_PTR(s);
 	return 0;
 }
 
@@ -254,10 +248,8 @@ void server_set_config(Server *s, const Config *config) {
 	s->config = config;
 
 	/* A group taken out of AllowGroups= takes its access along (connection_recheck_access()). */
-	for (Connection *c = s->connections, *next; c; c = next) {
-		next = c->next;
+	LIST_FOREACH(connections, c, s->connections)
 		connection_recheck_access(c); /* may free c */
-	}
 }
 
 
@@ -273,7 +265,7 @@ void server_shutdown(Server *s) {
 
 void server_get_stats(const Server *s, ServerStats *ret) {
 	*ret = s->stats;
-	for (const Connection *c = s->connections; c; c = c->next)
+	LIST_FOREACH(connections, c, s->connections)
 		if (c->client) {
 			HubClientStats st;
 
@@ -285,12 +277,8 @@ void server_get_stats(const Server *s, ServerStats *ret) {
 }
 
 int server_foreach_client(Server *s, int (*fn)(const ServerClientInfo *info, void *userdata), void *userdata) {
-	Connection *c = s->connections;
-
 	/* The list is newest first: walk it backwards. */
-	while (c && c->next)
-		c = c->next;
-	for (; c; c = c->prev) {
+	LIST_FOREACH_BACKWARDS(connections, c, LIST_FIND_TAIL(connections, s->connections)) {
 		ServerClientInfo info;
 		int r;
 
@@ -311,7 +299,7 @@ int server_foreach_client(Server *s, int (*fn)(const ServerClientInfo *info, voi
 }
 
 int server_disconnect_client(Server *s, uint64_t id) {
-	for (Connection *c = s->connections; c; c = c->next)
+	LIST_FOREACH(connections, c, s->connections)
 		if (c->id == id) {
 			log_info(
 				"Client %" PRIu64 " (pid %d, uid %u) disconnected on request",

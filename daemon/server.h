@@ -50,6 +50,7 @@ int server_new(
 /* Closes every connection (without a goodbye) and the listening socket; removes the socket
  * file if this server created it. */
 Server *server_free(Server *s);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Server *, server_free);
 
 /* The limits of [Socket] apply to connections accepted from now on. */
 void server_set_config(Server *s, const Config *config);

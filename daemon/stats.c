@@ -3,9 +3,7 @@
  * and the clients' counters, taken in one place so that every consumer reports the same. */
 #include <stdlib.h>
 
-#include "bus.h"
 #include "macro.h"
-#include "manager.h"
 #include "stats.h"
 
 StatsSnapshot *stats_snapshot_free(StatsSnapshot *s) {
@@ -42,9 +40,9 @@ static int cpu_compare(const void *a, const void *b) {
 	return (x->cpu > y->cpu) - (x->cpu < y->cpu);
 }
 
-static int stats_producers(Manager *m, StatsSnapshot *s) {
-	Probes *probes = manager_probes(m);
-	Ledger *ledger = manager_ledger(m);
+static int stats_producers(const StatsSources *src, StatsSnapshot *s) {
+	Probes *probes = src->probes;
+	Ledger *ledger = src->ledger;
 	unsigned n_cpus = probes_possible_cpus(probes);
 	_cleanup_free_ struct perfrelay_counters *per_cpu = calloc(n_cpus, sizeof(*per_cpu));
 	_cleanup_free_ ProducerSnapshot *list = NULL;
@@ -63,7 +61,7 @@ static int stats_producers(Manager *m, StatsSnapshot *s) {
 			return r;
 		p.attempts = sum.attempts;
 		p.failures = sum.failures;
-		p.failures_downtime = MIN(manager_failures_at_start(m, id), sum.failures);
+		p.failures_downtime = MIN(src->failures_at_start[id], sum.failures);
 		p.failures_serving = sum.failures - p.failures_downtime;
 		for (unsigned cpu = 0; cpu < n_cpus; cpu++) {
 			const struct perfrelay_received *e = ledger_entry(ledger, id, cpu);
@@ -73,9 +71,9 @@ static int stats_producers(Manager *m, StatsSnapshot *s) {
 			p.crash_lost += STAT_LOAD(e->crash_lost);
 			p.seq_gaps += STAT_LOAD(e->seq_gaps);
 		}
-		p.crash_lost_at_start = manager_crash_lost_at_start(m, id);
-		for (size_t i = 0; i < manager_n_readers(m); i++) {
-			const ReaderStats *rs = reader_stats(manager_reader(m, i));
+		p.crash_lost_at_start = src->crash_lost_at_start[id];
+		for (size_t i = 0; i < src->n_readers; i++) {
+			const ReaderStats *rs = reader_stats(src->readers[i]);
 
 			p.received_session += STAT_LOAD(rs->received_by_producer[id]);
 			p.malformed_session += STAT_LOAD(rs->malformed_by_producer[id]);
@@ -103,8 +101,8 @@ static int stats_producers(Manager *m, StatsSnapshot *s) {
 	return 0;
 }
 
-static int stats_readers(Manager *m, StatsSnapshot *s) {
-	Probes *probes = manager_probes(m);
+static int stats_readers(const StatsSources *src, StatsSnapshot *s) {
+	Probes *probes = src->probes;
 	unsigned n_cpus = probes_possible_cpus(probes);
 	_cleanup_free_ struct perfrelay_counters *per_cpu = calloc(n_cpus, sizeof(*per_cpu));
 	struct perfrelay_counters sum;
@@ -116,15 +114,15 @@ static int stats_readers(Manager *m, StatsSnapshot *s) {
 	r = probes_read_all_counters(probes, &sum, per_cpu);
 	if (r < 0)
 		return r;
-	for (size_t i = 0; i < manager_n_readers(m); i++)
-		n_rings += reader_n_rings(manager_reader(m, i));
-	s->readers = calloc(manager_n_readers(m) ?: 1, sizeof(*s->readers));
+	for (size_t i = 0; i < src->n_readers; i++)
+		n_rings += reader_n_rings(src->readers[i]);
+	s->readers = calloc(src->n_readers ?: 1, sizeof(*s->readers));
 	s->cpus = calloc(n_rings ?: 1, sizeof(*s->cpus));
 	if (!s->readers || !s->cpus)
 		return -ENOMEM;
 
-	for (size_t i = 0; i < manager_n_readers(m); i++) {
-		const Reader *rd = manager_reader(m, i);
+	for (size_t i = 0; i < src->n_readers; i++) {
+		const Reader *rd = src->readers[i];
 		const ReaderStats *rs = reader_stats(rd);
 		ReaderSnapshot *out = &s->readers[s->n_readers++];
 
@@ -185,27 +183,62 @@ static int add_client(const ServerClientInfo *c, void *userdata) {
 	return 0;
 }
 
-int stats_snapshot(Manager *m, StatsSnapshot **ret) {
+int stats_totals(const StatsSources *src, bool with_failures, StatsTotals *ret) {
+	StatsTotals c = {
+		.events_delivered = src->others.delivered,
+		.client_drops = src->others.dropped,
+		.events_offered = src->others.offered,
+	};
+	int r = 0;
+
+	for (size_t i = 0; i < src->n_readers; i++) {
+		const Reader *rd = src->readers[i];
+
+		c.events_received += STAT_LOAD(reader_stats(rd)->events);
+		for (size_t k = 0; k < reader_n_rings(rd); k++)
+			c.events_lost += STAT_LOAD(reader_cpu_stats(rd, k)->lost);
+	}
+	if (src->server) {
+		ServerStats ss;
+
+		server_get_stats(src->server, &ss);
+		c.clients = ss.clients;
+		c.events_delivered += ss.gone_sent + ss.live_sent;
+		c.client_drops += ss.gone_dropped + ss.live_dropped;
+		c.events_offered += ss.gone_offered + ss.live_offered;
+	}
+	if (with_failures && src->probes) {
+		struct perfrelay_counters sum;
+
+		r = probes_read_all_counters(src->probes, &sum, NULL);
+		if (r >= 0)
+			c.producer_failures = sum.failures;
+	}
+	*ret = c;
+	return r;
+}
+
+int stats_snapshot(const StatsSources *src, StatsSnapshot **ret) {
 	_cleanup_(stats_snapshot_freep) StatsSnapshot *s = calloc(1, sizeof(*s));
-	ManagerCounters c;
+	StatsTotals c;
 	int r;
 
 	if (!s)
 		return -ENOMEM;
-	if (!manager_probes(m) || !manager_ledger(m))
+	if (!src->probes || !src->ledger)
 		return -ESRCH; /* not started */
-	r = stats_producers(m, s);
+	r = stats_producers(src, s);
 	if (r < 0)
 		return r;
-	r = stats_readers(m, s);
+	r = stats_readers(src, s);
 	if (r < 0)
 		return r;
-	if (manager_server(m)) {
-		r = server_foreach_client(manager_server(m), add_client, s);
+	if (src->server) {
+		r = server_foreach_client(src->server, add_client, s);
 		if (r < 0)
 			return r;
 	}
-	(void) manager_get_counters(m, false, &c);
+	(void) stats_totals(src, false, &c);
 	s->clients_connected = c.clients;
 	s->clients_delivered = c.events_delivered;
 	s->clients_dropped = c.client_drops;

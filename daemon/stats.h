@@ -1,51 +1,56 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The daemon's statistics: the counters shared between reader threads (the only writers) and
- * the main thread, and the one snapshot of every counter (StatsSnapshot) that D-Bus
- * GetStats(), STATUS=, the exit summary and perfrelayctl stats all read.
- * Every reader counter is written by exactly one reader thread with relaxed atomic stores,
- * once per batch, and read by the main thread with relaxed atomic loads: values are exact and
- * never torn, but two counters read one after the other may come from different batches. */
+/* The one snapshot of every counter (StatsSnapshot) that D-Bus GetStats(), STATUS=, the exit
+ * summary and perfrelayctl stats all read, and the totals the D-Bus properties show. Taken from
+ * the sources the manager names (StatsSources): this file sees neither the manager nor the bus. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "macro.h"
 
-#include "decode.h"
-#include "event.h"
+#include "counters.h"
+#include "ledger.h"
+#include "probes.h"
+#include "reader.h"
+#include "server.h"
 
-#define STAT_LOAD(x)     __atomic_load_n(&(x), __ATOMIC_RELAXED)
-#define STAT_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
-/* Single writer: a relaxed load + store is an exact increment and avoids a locked add. */
-#define STAT_ADD(x, v)   STAT_STORE(x, STAT_LOAD(x) + (v))
+/* The clients outside the event socket (standard output, bus monitors), as totals. */
+typedef struct StatsClients {
+	uint64_t offered, delivered, dropped;
+} StatsClients;
 
-/* Per CPU ring; written by the reader thread that owns the ring. */
-typedef struct CpuStats {
-	uint64_t received;      /* valid perfrelay records */
-	uint64_t bytes;         /* bytes of perf records consumed */
-	uint64_t lost;          /* sum of PERF_RECORD_LOST counts (ring full in the kernel) */
-	uint64_t malformed;     /* raw samples the decoder rejected */
-	uint64_t other;         /* perf records of other types (skipped) */
-	uint64_t corrupt;       /* times the ring's framing was broken and skipped to head */
-	uint64_t corrupt_bytes; /* bytes skipped so, not in `bytes` */
-} CpuStats;
+/* Where the counters are, as the manager has them at the time of the call. */
+typedef struct StatsSources {
+	Probes *probes;
+	Ledger *ledger;
+	Reader *const *readers;
+	size_t n_readers;
+	Server *server; /* NULL: no socket */
+	/* Per producer: its pinned failure count when this daemon began serving, and what the
+	 * start found lost with the rings of a dead daemon ([PERFRELAY_MAX_PRODUCERS]). */
+	const uint64_t *failures_at_start;
+	const uint64_t *crash_lost_at_start;
+	StatsClients others;
+} StatsSources;
 
-/* Per reader thread; written by that thread. */
-typedef struct ReaderStats {
-	uint64_t wakeups;  /* epoll_wait returns with ring activity or timeouts that found data */
-	uint64_t batches;  /* ring drains that consumed something */
-	uint64_t events;   /* valid records, all CPUs of the group */
-	uint64_t progress; /* bumped every loop iteration */
-	uint64_t alive_usec; /* CLOCK_MONOTONIC µs of the latest loop iteration: the watchdog's proof of life */
-	/* Per producer id: valid records received, and records rejected by the decoder whose
-	 * header named this producer (garbage with an id out of range counts in malformed_by_reason only). */
-	uint64_t received_by_producer[PERFRELAY_MAX_PRODUCERS];
-	uint64_t malformed_by_producer[PERFRELAY_MAX_PRODUCERS];
-	uint64_t malformed_by_reason[_DECODE_ERROR_MAX];
-	uint64_t malformed_by_producer_reason[PERFRELAY_MAX_PRODUCERS][_DECODE_ERROR_MAX];
-} ReaderStats;
+/* Totals over the whole daemon (D-Bus properties, perfrelayctl status). */
+typedef struct StatsTotals {
+	uint64_t events_received;   /* valid records the readers took from the rings */
+	uint64_t events_delivered;  /* events written whole to a socket client or standard output, or
+				     * sent as a bus Event signal */
+	uint64_t events_lost;       /* PERF_RECORD_LOST counts: the kernel found a ring full */
+	uint64_t producer_failures; /* bpf_perf_event_output() failures counted by the producers */
+	uint64_t client_drops;      /* events a client was offered and did not get (queue full, bus rate,
+				     * left in its queue when it went) */
+	uint64_t events_offered;    /* events that matched a client: delivered + dropped + still queued */
+	uint64_t clients;           /* socket subscribers connected now */
+} StatsTotals;
 
-typedef struct Manager Manager;
+/* Fills *ret. producer_failures is read from the pinned counters array only when
+ * `with_failures` is set (a map read per call); if that read fails it is 0 and the error is
+ * returned, with every other field filled. */
+int stats_totals(const StatsSources *src, bool with_failures, StatsTotals *ret);
 
 /* One producer id. "Lifetime" figures come from the pinned maps and span every daemon since
  * the pins were made; at a quiescent point (no emit in flight, rings drained)
@@ -109,6 +114,6 @@ typedef struct StatsSnapshot {
 } StatsSnapshot;
 
 /* Main thread. Reads the pinned counters (one map lookup per producer id). */
-int stats_snapshot(Manager *m, StatsSnapshot **ret);
+int stats_snapshot(const StatsSources *src, StatsSnapshot **ret);
 StatsSnapshot *stats_snapshot_free(StatsSnapshot *s);
 DEFINE_TRIVIAL_CLEANUP_FUNC(StatsSnapshot *, stats_snapshot_free);

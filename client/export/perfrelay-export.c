@@ -19,13 +19,12 @@
 #include "export-config.h"
 #include "exporter.h"
 #include "macro.h"
-#include "perfrelay.h"
+#include "perfrelay-util.h"
 #include "time-util.h"
 
 #define CONFIG_DEFAULT    "/etc/perfrelay/export.conf"
 #define STATS_INTERVAL_MS 1000
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(perfrelay_client *, perfrelay_close);
 
 static const char *program = "perfrelay-export";
 

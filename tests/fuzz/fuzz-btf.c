@@ -13,6 +13,7 @@
 #include <json-c/json.h>
 
 #include "btfrec.h"
+#include "encode.h"
 
 #define MAX_STRUCTS 64u
 
@@ -50,9 +51,9 @@ static void exercise(const struct btf *btf, uint32_t id, const uint8_t *data, si
 		CHECK(v.depth <= BTFREC_MAX_DEPTH);
 	}
 
-	ssize_t n = btfrec_encode_json(r, rec, btfrec_size(r), json, sizeof(json));
+	ssize_t n = encode_json_btf_fields(r, rec, btfrec_size(r), json, sizeof(json));
 	CHECK(n >= 0 && (size_t) n <= BTFREC_JSON_MAX);
-	CHECK(btfrec_encode_json(r, rec, btfrec_size(r) - 1, json, sizeof(json)) == -EBADMSG);
+	CHECK(encode_json_btf_fields(r, rec, btfrec_size(r) - 1, json, sizeof(json)) == -EBADMSG);
 
 	int len = snprintf(line, sizeof(line), "{\"t\":0%.*s}", (int) n, json);
 	struct json_tokener *tok = json_tokener_new_ex(BTFREC_MAX_DEPTH * 2 + 8);

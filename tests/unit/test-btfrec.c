@@ -109,7 +109,7 @@ static struct json_object *decode_json(const BtfRec *r, const void *rec, size_t 
 	char line[BTFREC_JSON_MAX + 64];
 	ssize_t n;
 
-	n = btfrec_encode_json(r, rec, size, buf, sizeof(buf));
+	n = encode_json_btf_fields(r, rec, size, buf, sizeof(buf));
 	ASSERT(n > 0);
 	if (n <= 0)
 		return NULL;
@@ -217,8 +217,8 @@ static void test_decode(void) {
 	{
 		char buf[BTFREC_JSON_MAX];
 
-		ASSERT(btfrec_encode_json(r, &rec, sizeof(rec) - 1, buf, sizeof(buf)) == -EBADMSG);
-		ASSERT(btfrec_encode_json(r, &rec, sizeof(rec), buf, 16) == -ENOBUFS);
+		ASSERT(encode_json_btf_fields(r, &rec, sizeof(rec) - 1, buf, sizeof(buf)) == -EBADMSG);
+		ASSERT(encode_json_btf_fields(r, &rec, sizeof(rec), buf, 16) == -ENOBUFS);
 	}
 }
 
