@@ -13,18 +13,8 @@
 
 /* Manager properties ------------------------------------------------------------------------ */
 
-static int property_get_version(
-	sd_bus *bus,
-	const char *path,
-	const char *interface,
-	const char *property,
-	sd_bus_message *reply,
-	void *userdata,
-	sd_bus_error *error) {
-	return sd_bus_message_append(reply, "s", PERFRELAY_VERSION_STRING);
-}
-
-static int property_get_state(
+/* The scalar properties, by name: Version, State, PinPath, Cpus, Readers, StartedAt. */
+static int property_get_scalar(
 	sd_bus *bus,
 	const char *path,
 	const char *interface,
@@ -34,46 +24,19 @@ static int property_get_state(
 	sd_bus_error *error) {
 	Bus *b = userdata;
 
-	return sd_bus_message_append(reply, "s", b->host.state(b->host.userdata));
-}
-
-static int property_get_pin_path(
-	sd_bus *bus,
-	const char *path,
-	const char *interface,
-	const char *property,
-	sd_bus_message *reply,
-	void *userdata,
-	sd_bus_error *error) {
-	Bus *b = userdata;
-
-	return sd_bus_message_append(reply, "s", b->config->pin_path);
-}
-
-static int property_get_cpus(
-	sd_bus *bus,
-	const char *path,
-	const char *interface,
-	const char *property,
-	sd_bus_message *reply,
-	void *userdata,
-	sd_bus_error *error) {
-	Bus *b = userdata;
-
-	return sd_bus_message_append(reply, "u", (uint32_t) cpuset_count(b->host.cpus));
-}
-
-static int property_get_readers(
-	sd_bus *bus,
-	const char *path,
-	const char *interface,
-	const char *property,
-	sd_bus_message *reply,
-	void *userdata,
-	sd_bus_error *error) {
-	Bus *b = userdata;
-
-	return sd_bus_message_append(reply, "u", (uint32_t) bus_stats_sources(b).n_readers);
+	if (streq(property, "Version"))
+		return sd_bus_message_append(reply, "s", PERFRELAY_VERSION_STRING);
+	if (streq(property, "State"))
+		return sd_bus_message_append(reply, "s", b->host.state(b->host.userdata));
+	if (streq(property, "PinPath"))
+		return sd_bus_message_append(reply, "s", b->config->pin_path);
+	if (streq(property, "Cpus"))
+		return sd_bus_message_append(reply, "u", (uint32_t) cpuset_count(b->host.cpus));
+	if (streq(property, "Readers"))
+		return sd_bus_message_append(reply, "u", (uint32_t) bus_stats_sources(b).n_readers);
+	if (streq(property, "StartedAt"))
+		return sd_bus_message_append(reply, "t", b->host.started_at);
+	return -EINVAL; /* a vtable entry without a case here */
 }
 
 static int property_get_probes(
@@ -163,19 +126,6 @@ static int property_get_counter(
 	if (streq(property, "ClientDrops"))
 		return sd_bus_message_append(reply, "t", c.client_drops);
 	return -EINVAL; /* a vtable entry without a case here */
-}
-
-static int property_get_started_at(
-	sd_bus *bus,
-	const char *path,
-	const char *interface,
-	const char *property,
-	sd_bus_message *reply,
-	void *userdata,
-	sd_bus_error *error) {
-	Bus *b = userdata;
-
-	return sd_bus_message_append(reply, "t", b->host.started_at);
 }
 
 /* Manager methods --------------------------------------------------------------------------- */
@@ -322,11 +272,11 @@ static int method_reload(sd_bus_message *message, void *userdata, sd_bus_error *
 const sd_bus_vtable bus_manager_vtable[] = {
 	SD_BUS_VTABLE_START(0),
 
-	SD_BUS_PROPERTY("Version", "s", property_get_version, 0, SD_BUS_VTABLE_PROPERTY_CONST),
-	SD_BUS_PROPERTY("State", "s", property_get_state, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
-	SD_BUS_PROPERTY("PinPath", "s", property_get_pin_path, 0, SD_BUS_VTABLE_PROPERTY_CONST),
-	SD_BUS_PROPERTY("Cpus", "u", property_get_cpus, 0, SD_BUS_VTABLE_PROPERTY_CONST),
-	SD_BUS_PROPERTY("Readers", "u", property_get_readers, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Version", "s", property_get_scalar, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("State", "s", property_get_scalar, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+	SD_BUS_PROPERTY("PinPath", "s", property_get_scalar, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Cpus", "u", property_get_scalar, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Readers", "u", property_get_scalar, 0, SD_BUS_VTABLE_PROPERTY_CONST),
 	SD_BUS_PROPERTY("Probes", "as", property_get_probes, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
 	/* The counters: PropertiesChanged from on_stats_timer(), at most once a second. */
 	SD_BUS_PROPERTY("Clients", "u", property_get_counter, 0, COUNTER_FLAGS),
@@ -335,7 +285,7 @@ const sd_bus_vtable bus_manager_vtable[] = {
 	SD_BUS_PROPERTY("EventsLost", "t", property_get_counter, 0, COUNTER_FLAGS),
 	SD_BUS_PROPERTY("ProducerFailures", "t", property_get_counter, 0, COUNTER_FLAGS),
 	SD_BUS_PROPERTY("ClientDrops", "t", property_get_counter, 0, COUNTER_FLAGS),
-	SD_BUS_PROPERTY("StartedAt", "t", property_get_started_at, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("StartedAt", "t", property_get_scalar, 0, SD_BUS_VTABLE_PROPERTY_CONST),
 	SD_BUS_PROPERTY("KernelFeatures", "a(sbbss)", property_get_kernel_features, 0, SD_BUS_VTABLE_PROPERTY_CONST),
 
 	SD_BUS_METHOD_WITH_NAMES("GetCpuStats",

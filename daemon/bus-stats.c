@@ -6,48 +6,61 @@
 
 /* GetStats() -------------------------------------------------------------------------------- */
 
-/* One "{sv}" entry holding a uint64. */
-static int append_t(sd_bus_message *m, const char *key, uint64_t v) {
-	return sd_bus_message_append(m, "{sv}", key, "t", v);
-}
+/* A list of uint64 figures, each appended as a "{sv}" entry. */
+typedef struct Figure {
+	const char *key;
+	uint64_t v;
+} Figure;
 
-/* Opens "{sv}" with a variant of `contents`; close with close_entry(). */
-static int open_entry(sd_bus_message *m, const char *key, const char *contents) {
+static int append_figures(sd_bus_message *m, const Figure *f, size_t n) {
+	int r = 0;
+
+	for (size_t i = 0; r >= 0 && i < n; i++)
+		r = sd_bus_message_append(m, "{sv}", f[i].key, "t", f[i].v);
+	return r;
+}
+#define APPEND_FIGURES(m, ...)                         \
+	({                                             \
+		const Figure _f[] = { __VA_ARGS__ };   \
+		append_figures(m, _f, ELEMENTSOF(_f)); \
+	})
+
+/* Opens "{sv}" with a variant of `contents` and the container inside it (`type`, `inner`);
+ * close with close_entry(). */
+static int open_entry(sd_bus_message *m, const char *key, const char *contents, char type, const char *inner) {
 	int r = sd_bus_message_open_container(m, 'e', "sv");
 
 	if (r >= 0)
 		r = sd_bus_message_append(m, "s", key);
 	if (r >= 0)
 		r = sd_bus_message_open_container(m, 'v', contents);
+	if (r >= 0)
+		r = sd_bus_message_open_container(m, type, inner);
 	return r;
 }
 
 static int close_entry(sd_bus_message *m) {
-	int r = sd_bus_message_close_container(m);
+	int r = 0;
 
-	return r < 0 ? r : sd_bus_message_close_container(m);
+	for (unsigned i = 0; r >= 0 && i < 3; i++)
+		r = sd_bus_message_close_container(m);
+	return r;
 }
 
 /* "malformed_by_reason": a{st} of the reasons with a count. */
 static int append_reasons(sd_bus_message *m, const uint64_t *by_reason) {
-	int r = open_entry(m, "malformed_by_reason", "a{st}");
+	int r = open_entry(m, "malformed_by_reason", "a{st}", 'a', "{st}");
 
-	if (r >= 0)
-		r = sd_bus_message_open_container(m, 'a', "{st}");
 	for (unsigned e = 1; r >= 0 && e < _DECODE_ERROR_MAX; e++)
 		if (by_reason[e])
 			r = sd_bus_message_append(m, "{st}", decode_error_to_string(e), by_reason[e]);
-	if (r >= 0)
-		r = sd_bus_message_close_container(m);
 	return r < 0 ? r : close_entry(m);
 }
 
 /* The fields of one producer (or of the total) as {sv} entries of an open a{sv}. */
 static int append_producer_fields(sd_bus_message *m, const ProducerSnapshot *p) {
-	const struct {
-		const char *key;
-		uint64_t v;
-	} f[] = {
+	int r = APPEND_FIGURES(
+		m,
 		{ "attempts", p->attempts },
 		{ "failures", p->failures },
 		{ "failures_downtime", p->failures_downtime },
@@ -58,163 +71,109 @@ static int append_producer_fields(sd_bus_message *m, const ProducerSnapshot *p) 
 		{ "crash_lost_at_start", p->crash_lost_at_start },
 		{ "seq_gaps", p->seq_gaps },
 		{ "received_session", p->received_session },
-		{ "malformed_session", p->malformed_session },
-	};
-	int r = 0;
+		{ "malformed_session", p->malformed_session });
 
-	for (size_t i = 0; r >= 0 && i < ELEMENTSOF(f); i++)
-		r = append_t(m, f[i].key, f[i].v);
 	return r < 0 ? r : append_reasons(m, p->malformed_by_reason);
+}
+
+static int append_producer(sd_bus_message *m, const StatsSnapshot *s, size_t i) {
+	int r = sd_bus_message_append(m, "{sv}", "id", "u", s->producers[i].id);
+
+	return r < 0 ? r : append_producer_fields(m, &s->producers[i]);
+}
+
+static int append_cpu(sd_bus_message *m, const StatsSnapshot *s, size_t i) {
+	const CpuSnapshot *c = &s->cpus[i];
+	int r = sd_bus_message_append(m, "{sv}{sv}", "cpu", "u", c->cpu, "reader", "u", c->reader);
+
+	return r < 0 ? r :
+		       APPEND_FIGURES(
+			       m,
+			       { "received", c->ring.received },
+			       { "bytes", c->ring.bytes },
+			       { "lost", c->ring.lost },
+			       { "malformed", c->ring.malformed },
+			       { "other", c->ring.other },
+			       { "corrupt", c->ring.corrupt },
+			       { "corrupt_bytes", c->ring.corrupt_bytes },
+			       { "attempts", c->attempts },
+			       { "failures", c->failures });
+}
+
+static int append_reader(sd_bus_message *m, const StatsSnapshot *s, size_t i) {
+	const ReaderSnapshot *rd = &s->readers[i];
+	int r = sd_bus_message_append(m, "{sv}{sv}", "id", "u", rd->id, "cpus", "s", rd->cpus);
+
+	if (r >= 0)
+		r = APPEND_FIGURES(
+			m, { "events", rd->events }, { "wakeups", rd->wakeups }, { "batches", rd->batches });
+	return r < 0 ? r : append_reasons(m, rd->malformed_by_reason);
+}
+
+static int append_client(sd_bus_message *m, const StatsSnapshot *s, size_t i) {
+	const ClientSnapshot *c = &s->clients[i];
+	int r = sd_bus_message_append(
+		m, "{sv}{sv}{sv}", "id", "t", c->id, "uid", "u", c->uid, "pid", "u", c->pid);
+
+	return r < 0 ? r :
+		       APPEND_FIGURES(
+			       m,
+			       { "offered", c->offered },
+			       { "sent", c->sent },
+			       { "dropped", c->dropped },
+			       { "queued_bytes", c->queued_bytes });
+}
+
+/* `key`: aa{sv}, one a{sv} per element, filled by `fn`. */
+static int append_list(
+	sd_bus_message *m,
+	const char *key,
+	const StatsSnapshot *s,
+	size_t n,
+	int (*fn)(sd_bus_message *m, const StatsSnapshot *s, size_t i)) {
+	int r = open_entry(m, key, "aa{sv}", 'a', "a{sv}");
+
+	for (size_t i = 0; r >= 0 && i < n; i++) {
+		r = sd_bus_message_open_container(m, 'a', "{sv}");
+		if (r >= 0)
+			r = fn(m, s, i);
+		if (r >= 0)
+			r = sd_bus_message_close_container(m);
+	}
+	return r < 0 ? r : close_entry(m);
 }
 
 static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
 	int r;
 
 	r = sd_bus_message_open_container(m, 'a', "{sv}");
-
-	/* producers: aa{sv} */
 	if (r >= 0)
-		r = open_entry(m, "producers", "aa{sv}");
+		r = append_list(m, "producers", s, s->n_producers, append_producer);
 	if (r >= 0)
-		r = sd_bus_message_open_container(m, 'a', "a{sv}");
-	for (size_t i = 0; r >= 0 && i < s->n_producers; i++) {
-		r = sd_bus_message_open_container(m, 'a', "{sv}");
-		if (r >= 0)
-			r = sd_bus_message_append(m, "{sv}", "id", "u", s->producers[i].id);
-		if (r >= 0)
-			r = append_producer_fields(m, &s->producers[i]);
-		if (r >= 0)
-			r = sd_bus_message_close_container(m);
-	}
-	if (r >= 0)
-		r = sd_bus_message_close_container(m);
-	if (r >= 0)
-		r = close_entry(m);
-
-	/* total: a{sv} */
-	if (r >= 0)
-		r = open_entry(m, "total", "a{sv}");
-	if (r >= 0)
-		r = sd_bus_message_open_container(m, 'a', "{sv}");
+		r = open_entry(m, "total", "a{sv}", 'a', "{sv}");
 	if (r >= 0)
 		r = append_producer_fields(m, &s->total);
 	if (r >= 0)
-		r = sd_bus_message_close_container(m);
+		r = close_entry(m);
+	if (r >= 0)
+		r = append_list(m, "cpus", s, s->n_cpus, append_cpu);
+	if (r >= 0)
+		r = append_list(m, "readers", s, s->n_readers, append_reader);
+	if (r >= 0)
+		r = open_entry(m, "clients", "a{sv}", 'a', "{sv}");
+	if (r >= 0)
+		r = APPEND_FIGURES(
+			m,
+			{ "connected", s->clients_connected },
+			{ "offered", s->clients_offered },
+			{ "delivered", s->clients_delivered },
+			{ "dropped", s->clients_dropped });
 	if (r >= 0)
 		r = close_entry(m);
-
-	/* cpus: aa{sv} */
 	if (r >= 0)
-		r = open_entry(m, "cpus", "aa{sv}");
+		r = append_list(m, "client_list", s, s->n_clients, append_client);
 	if (r >= 0)
-		r = sd_bus_message_open_container(m, 'a', "a{sv}");
-	for (size_t i = 0; r >= 0 && i < s->n_cpus; i++) {
-		const CpuSnapshot *c = &s->cpus[i];
-
-		r = sd_bus_message_open_container(m, 'a', "{sv}");
-		if (r >= 0)
-			r = sd_bus_message_append(m, "{sv}{sv}", "cpu", "u", c->cpu, "reader", "u", c->reader);
-		if (r >= 0)
-			r = append_t(m, "received", c->ring.received);
-		if (r >= 0)
-			r = append_t(m, "bytes", c->ring.bytes);
-		if (r >= 0)
-			r = append_t(m, "lost", c->ring.lost);
-		if (r >= 0)
-			r = append_t(m, "malformed", c->ring.malformed);
-		if (r >= 0)
-			r = append_t(m, "other", c->ring.other);
-		if (r >= 0)
-			r = append_t(m, "corrupt", c->ring.corrupt);
-		if (r >= 0)
-			r = append_t(m, "corrupt_bytes", c->ring.corrupt_bytes);
-		if (r >= 0)
-			r = append_t(m, "attempts", c->attempts);
-		if (r >= 0)
-			r = append_t(m, "failures", c->failures);
-		if (r >= 0)
-			r = sd_bus_message_close_container(m);
-	}
-	if (r >= 0)
-		r = sd_bus_message_close_container(m);
-	if (r >= 0)
-		r = close_entry(m);
-
-	/* readers: aa{sv} */
-	if (r >= 0)
-		r = open_entry(m, "readers", "aa{sv}");
-	if (r >= 0)
-		r = sd_bus_message_open_container(m, 'a', "a{sv}");
-	for (size_t i = 0; r >= 0 && i < s->n_readers; i++) {
-		const ReaderSnapshot *rd = &s->readers[i];
-
-		r = sd_bus_message_open_container(m, 'a', "{sv}");
-		if (r >= 0)
-			r = sd_bus_message_append(m, "{sv}{sv}", "id", "u", rd->id, "cpus", "s", rd->cpus);
-		if (r >= 0)
-			r = append_t(m, "events", rd->events);
-		if (r >= 0)
-			r = append_t(m, "wakeups", rd->wakeups);
-		if (r >= 0)
-			r = append_t(m, "batches", rd->batches);
-		if (r >= 0)
-			r = append_reasons(m, rd->malformed_by_reason);
-		if (r >= 0)
-			r = sd_bus_message_close_container(m);
-	}
-	if (r >= 0)
-		r = sd_bus_message_close_container(m);
-	if (r >= 0)
-		r = close_entry(m);
-
-	/* clients: a{sv} */
-	if (r >= 0)
-		r = open_entry(m, "clients", "a{sv}");
-	if (r >= 0)
-		r = sd_bus_message_open_container(m, 'a', "{sv}");
-	if (r >= 0)
-		r = append_t(m, "connected", s->clients_connected);
-	if (r >= 0)
-		r = append_t(m, "offered", s->clients_offered);
-	if (r >= 0)
-		r = append_t(m, "delivered", s->clients_delivered);
-	if (r >= 0)
-		r = append_t(m, "dropped", s->clients_dropped);
-	if (r >= 0)
-		r = sd_bus_message_close_container(m);
-	if (r >= 0)
-		r = close_entry(m);
-
-	/* client_list: aa{sv} */
-	if (r >= 0)
-		r = open_entry(m, "client_list", "aa{sv}");
-	if (r >= 0)
-		r = sd_bus_message_open_container(m, 'a', "a{sv}");
-	for (size_t i = 0; r >= 0 && i < s->n_clients; i++) {
-		const ClientSnapshot *c = &s->clients[i];
-
-		r = sd_bus_message_open_container(m, 'a', "{sv}");
-		if (r >= 0)
-			r = sd_bus_message_append(
-				m, "{sv}{sv}{sv}", "id", "t", c->id, "uid", "u", c->uid, "pid", "u", c->pid);
-		if (r >= 0)
-			r = append_t(m, "offered", c->offered);
-		if (r >= 0)
-			r = append_t(m, "sent", c->sent);
-		if (r >= 0)
-			r = append_t(m, "dropped", c->dropped);
-		if (r >= 0)
-			r = append_t(m, "queued_bytes", c->queued_bytes);
-		if (r >= 0)
-			r = sd_bus_message_close_container(m);
-	}
-	if (r >= 0)
-		r = sd_bus_message_close_container(m);
-	if (r >= 0)
-		r = close_entry(m);
-
-	if (r >= 0)
-		r = append_t(m, "ring_lost", s->ring_lost);
+		r = APPEND_FIGURES(m, { "ring_lost", s->ring_lost });
 	if (r >= 0)
 		r = sd_bus_message_close_container(m);
 	return r;

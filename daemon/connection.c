@@ -2,6 +2,7 @@
 /* One client of the event socket: its credentials and limits, the request line read and
  * answered (hello or error line), its hub client and how its output is written, until it goes. */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -98,6 +99,16 @@ static void connection_refuse(Connection *c, ProtocolError code, const char *mes
 	if (n > 0)
 		(void) send_line(c->fd, line, n);
 	connection_free(c);
+}
+
+_printf_(3, 4) static void connection_refusef(Connection *c, ProtocolError code, const char *fmt, ...) {
+	char m[REQUEST_MESSAGE_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	(void) vsnprintf(m, sizeof(m), fmt, ap);
+	va_end(ap);
+	connection_refuse(c, code, m);
 }
 
 /* EPOLLIN while input is open, EPOLLOUT while the hub client waits for room; with neither,
@@ -301,14 +312,11 @@ static void connection_read_request(Connection *c) {
 			char *b;
 
 			if (c->len >= max) {
-				char m[REQUEST_MESSAGE_MAX];
-
-				snprintf(
-					m,
-					sizeof(m),
+				connection_refusef(
+					c,
+					PROTOCOL_TOO_LARGE,
 					"the request line is longer than %zu bytes (MaxRequestBytes=)",
 					max);
-				connection_refuse(c, PROTOCOL_TOO_LARGE, m);
 				return;
 			}
 			b = realloc(c->buf, size);
@@ -350,14 +358,11 @@ static void connection_read_request(Connection *c) {
 				return;
 			}
 			if (c->len >= max) {
-				char m[REQUEST_MESSAGE_MAX];
-
-				snprintf(
-					m,
-					sizeof(m),
+				connection_refusef(
+					c,
+					PROTOCOL_TOO_LARGE,
 					"the request line is longer than %zu bytes (MaxRequestBytes=)",
 					max);
-				connection_refuse(c, PROTOCOL_TOO_LARGE, m);
 				return;
 			}
 			connection_process_request(c, c->len);
@@ -428,14 +433,11 @@ static int on_connection_io(sd_event_source *es, int fd, uint32_t revents, void 
 
 static int on_request_timeout(sd_event_source *es, uint64_t usec, void *userdata) {
 	Connection *c = userdata;
-	char m[REQUEST_MESSAGE_MAX];
-
-	snprintf(
-		m,
-		sizeof(m),
+	connection_refusef(
+		c,
+		PROTOCOL_TIMEOUT,
 		"no complete request line within %u ms (RequestTimeoutMs=)",
 		c->server->config->request_timeout_ms);
-	connection_refuse(c, PROTOCOL_TIMEOUT, m);
 	return 0;
 }
 
@@ -485,26 +487,20 @@ void connection_new(Server *s, int fd_in) {
 	/* Counted with the new one: pending connections hold a slot too, so that clients that
 	 * never send a request cannot get around the limit. */
 	if (s->n_connections > cfg->max_clients) {
-		char m[REQUEST_MESSAGE_MAX];
-
-		snprintf(
-			m,
-			sizeof(m),
+		connection_refusef(
+			c,
+			PROTOCOL_TOO_MANY_CLIENTS,
 			"the daemon serves at most %u clients at once (MaxClients=)",
 			cfg->max_clients);
-		connection_refuse(c, PROTOCOL_TOO_MANY_CLIENTS, m);
 		return;
 	}
 	if (server_count_uid(s, cred.uid) > cfg->max_clients_per_uid) {
-		char m[REQUEST_MESSAGE_MAX];
-
-		snprintf(
-			m,
-			sizeof(m),
+		connection_refusef(
+			c,
+			PROTOCOL_TOO_MANY_CLIENTS,
 			"uid %u has %u clients already (MaxClientsPerUid=)",
 			(unsigned) cred.uid,
 			cfg->max_clients_per_uid);
-		connection_refuse(c, PROTOCOL_TOO_MANY_CLIENTS, m);
 		return;
 	}
 
