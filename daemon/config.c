@@ -477,7 +477,7 @@ static void config_clear(Config *c) {
 }
 
 int config_new(Config **ret) {
-	Config *c;
+	_cleanup_(config_freep) Config *c = NULL;
 
 	if (!ret)
 		return -EINVAL;
@@ -487,11 +487,9 @@ int config_new(Config **ret) {
 	*c = config_defaults;
 	c->pin_path = strdup(DEFAULT_PIN_PATH);
 	c->socket_path = strdup(DEFAULT_SOCKET_PATH);
-	if (!c->pin_path || !c->socket_path) {
-		config_free(c);
+	if (!c->pin_path || !c->socket_path)
 		return -ENOMEM;
-	}
-	*ret = c;
+	*ret = TAKE_PTR(c);
 	return 0;
 }
 
@@ -517,7 +515,7 @@ static void *memdup_array(const void *p, size_t n, size_t size) {
 
 /* Deep copy, so that parsing and loading can work on a copy and leave c as it was on failure. */
 static int config_dup(const Config *c, Config **ret) {
-	Config *d;
+	_cleanup_(config_freep) Config *d = NULL;
 
 	d = malloc(sizeof(*d));
 	if (!d)
@@ -529,15 +527,13 @@ static int config_dup(const Config *c, Config **ret) {
 	d->allow_groups = memdup_array(c->allow_groups, c->n_allow_groups, sizeof(gid_t));
 	if ((c->pin_path && !d->pin_path) || (c->socket_path && !d->socket_path) ||
 	    (c->cpu_groups && c->n_cpu_groups > 0 && !d->cpu_groups) ||
-	    (c->allow_groups && c->n_allow_groups > 0 && !d->allow_groups)) {
-		config_free(d);
+	    (c->allow_groups && c->n_allow_groups > 0 && !d->allow_groups))
 		return -ENOMEM;
-	}
 	if (!d->cpu_groups)
 		d->n_cpu_groups = 0;
 	if (!d->allow_groups)
 		d->n_allow_groups = 0;
-	*ret = d;
+	*ret = TAKE_PTR(d);
 	return 0;
 }
 

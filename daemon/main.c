@@ -39,7 +39,7 @@ int main(int argc, char *argv[]) {
 						 {} };
 	ManagerOptions o = { .config_path = CONFIG_DEFAULT_FILE };
 	bool cleanup = false;
-	Manager *m = NULL;
+	_cleanup_(manager_freep) Manager *m = NULL;
 	int c, r;
 
 	log_setup();
@@ -102,17 +102,13 @@ int main(int argc, char *argv[]) {
 		return EXIT_FAILURE;
 	if (cleanup) {
 		r = pins_cleanup(o.pin_path ?: manager_pin_path(m));
-		manager_free(m);
 		return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 	}
 
 	r = manager_start(m);
-	if (r < 0 && manager_kernel_unsupported(m)) {
-		manager_free(m);
+	if (r < 0 && manager_kernel_unsupported(m))
 		return PERFRELAY_EXIT_KERNEL;
-	}
 	if (r >= 0)
 		r = manager_run(m);
-	manager_free(m);
 	return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }
