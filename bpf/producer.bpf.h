@@ -194,4 +194,17 @@ static __always_inline int perfrelay_emit(void *ctx, void *rec, __u32 size, __u1
 		btf_decl_tag("perfrelay.type=" PERFRELAY__XSTR(type)),                   \
 		btf_decl_tag("perfrelay.name=" name))) = 0
 
+/* Names the producer id this object emits with, for ListProducers(), perfrelayctl producers and
+ * the events' "producer_name" (a C identifier; without it, the kernel's name of the program
+ * that declared the record type is used):
+ *
+ *   PERFRELAY_PRODUCER(300, "my_tool");
+ *
+ * Like PERFRELAY_RECORD, a read-only global carrying BTF declaration tags, nothing at run time. */
+#define PERFRELAY_PRODUCER(id, name)                                                      \
+	const volatile int PERFRELAY__CAT(perfrelay__producer_, __LINE__) __attribute__(( \
+		used,                                                                     \
+		btf_decl_tag("perfrelay.producer=" PERFRELAY__XSTR(id)),                  \
+		btf_decl_tag("perfrelay.producer_name=" name))) = 0
+
 #endif

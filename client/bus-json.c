@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* D-Bus values (basic types, variants, arrays, a{s...} dictionaries) to json-c objects. */
+/* D-Bus values (basic types, variants, arrays, structs, a{s...} dictionaries) to json-c objects. */
 #include <errno.h>
 #include <stdbool.h>
 #include <string.h>
@@ -27,6 +27,20 @@ int bus_value_to_json(sd_bus_message *m, json_object **ret) {
 	}
 	case 'u': {
 		uint32_t v;
+
+		r = sd_bus_message_read_basic(m, type, &v);
+		*ret = json_object_new_int64(v);
+		return r;
+	}
+	case 'q': {
+		uint16_t v;
+
+		r = sd_bus_message_read_basic(m, type, &v);
+		*ret = json_object_new_int64(v);
+		return r;
+	}
+	case 'y': {
+		uint8_t v;
 
 		r = sd_bus_message_read_basic(m, type, &v);
 		*ret = json_object_new_int64(v);
@@ -124,6 +138,27 @@ int bus_value_to_json(sd_bus_message *m, json_object **ret) {
 			return r;
 		}
 		*ret = o;
+		return 1;
+	}
+	case 'r': {
+		/* A struct: a JSON array of its members. */
+		json_object *a = json_object_new_array();
+
+		r = sd_bus_message_enter_container(m, 'r', contents);
+		while (r >= 0 && (r = sd_bus_message_at_end(m, false)) == 0) {
+			json_object *v = NULL;
+
+			r = bus_value_to_json(m, &v);
+			if (r >= 0)
+				json_object_array_add(a, v);
+		}
+		if (r >= 0)
+			r = sd_bus_message_exit_container(m);
+		if (r < 0) {
+			json_object_put(a);
+			return r;
+		}
+		*ret = a;
 		return 1;
 	}
 	default:

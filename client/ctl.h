@@ -27,9 +27,10 @@ int parse_uid(const char *s, uint32_t *ret); /* a number or a user name */
 int bus_connect(sd_bus **ret);
 int bus_call(sd_bus *bus, const char *method, sd_bus_message **ret_reply, const char *types, ...);
 
-int verb_monitor(int argc, char *argv[]); /* ctl-monitor.c */
-int verb_status(int argc, char *argv[]);  /* ctl-bus.c */
-int verb_probes(int argc, char *argv[]);  /* ctl-bus.c */
-int verb_clients(int argc, char *argv[]); /* ctl-bus.c */
-int verb_probe(int argc, char *argv[]);   /* ctl-bus.c */
-int verb_stats(int argc, char *argv[]);   /* ctl-stats.c */
+int verb_monitor(int argc, char *argv[]);   /* ctl-monitor.c */
+int verb_status(int argc, char *argv[]);    /* ctl-bus.c */
+int verb_probes(int argc, char *argv[]);    /* ctl-bus.c */
+int verb_clients(int argc, char *argv[]);   /* ctl-bus.c */
+int verb_probe(int argc, char *argv[]);     /* ctl-bus.c */
+int verb_stats(int argc, char *argv[]);     /* ctl-stats.c */
+int verb_producers(int argc, char *argv[]); /* ctl-producers.c */

@@ -68,6 +68,7 @@ static const Verb verbs[] = {
 	{ "monitor", verb_monitor, "Show events as they happen" },
 	{ "status", verb_status, "Show the daemon's state, rates and loss (D-Bus)" },
 	{ "stats", verb_stats, "Show every counter: producers, CPUs, readers, clients (D-Bus)" },
+	{ "producers", verb_producers, "List the producers, their record types and counters (D-Bus)" },
 	{ "probes", verb_probes, "List the built-in probes (D-Bus)" },
 	{ "clients", verb_clients, "List the socket subscribers (D-Bus)" },
 	{ "probe", verb_probe, "probe enable|disable NAME: attach or detach a probe (root, D-Bus)" },

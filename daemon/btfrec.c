@@ -623,3 +623,50 @@ done:
 		*ret_bad = bad;
 	return n;
 }
+
+int btfrec_find_producer(const struct btf *btf, uint32_t *ret_id, char ret_name[static BTFREC_MAX_NAME + 1]) {
+	uint32_t n_types = btf__type_cnt(btf), target = 0;
+	unsigned long id = 0;
+	const char *name = NULL;
+
+	for (uint32_t i = 1; i < n_types; i++) {
+		const struct btf_type *t = btf__type_by_id(btf, i);
+		const char *v;
+
+		if (!t || !btf_is_decl_tag(t) || btf_decl_tag(t)->component_idx != -1)
+			continue;
+		v = btf__name_by_offset(btf, t->name_off);
+		if (!v || strncmp(v, BTFREC_TAG_PRODUCER, strlen(BTFREC_TAG_PRODUCER)) != 0)
+			continue;
+		if (target == 0) {
+			char *end;
+
+			v += strlen(BTFREC_TAG_PRODUCER);
+			if (!isdigit((unsigned char) v[0]))
+				return -EBADMSG;
+			errno = 0;
+			id = strtoul(v, &end, 0);
+			if (errno != 0 || *end != '\0' || id < PERFRELAY_PRODUCER_THIRD_PARTY_MIN ||
+			    id >= PERFRELAY_MAX_PRODUCERS)
+				return -EBADMSG;
+			target = t->type;
+		}
+	}
+	if (target == 0)
+		return 0;
+	for (uint32_t i = 1; i < n_types; i++) {
+		const struct btf_type *t = btf__type_by_id(btf, i);
+		const char *v;
+
+		if (!t || !btf_is_decl_tag(t) || btf_decl_tag(t)->component_idx != -1 || t->type != target)
+			continue;
+		v = btf__name_by_offset(btf, t->name_off);
+		if (v && strncmp(v, BTFREC_TAG_PRODUCER_NAME, strlen(BTFREC_TAG_PRODUCER_NAME)) == 0)
+			name = v + strlen(BTFREC_TAG_PRODUCER_NAME);
+	}
+	if (!name || !name_is_valid(name))
+		return -EBADMSG;
+	*ret_id = (uint32_t) id;
+	strcpy(ret_name, name);
+	return 1;
+}

@@ -25,8 +25,10 @@ struct btf;
 #define BTFREC_MAX_DECLS   64u           /* record declarations taken from one producer's BTF */
 
 /* The declaration tags a producer puts on its record struct (see docs/producers.md). */
-#define BTFREC_TAG_TYPE "perfrelay.type="
-#define BTFREC_TAG_NAME "perfrelay.name="
+#define BTFREC_TAG_TYPE          "perfrelay.type="
+#define BTFREC_TAG_NAME          "perfrelay.name="
+#define BTFREC_TAG_PRODUCER      "perfrelay.producer="
+#define BTFREC_TAG_PRODUCER_NAME "perfrelay.producer_name="
 
 typedef enum BtfRecKind {
 	BTFREC_UINT,         /* value.u; 1, 2, 4 or 8 bytes, also bool and plain char */
@@ -121,3 +123,8 @@ typedef struct BtfRecDecl {
  * PERFRELAY_TYPE_THIRD_PARTY_MIN) from btf. Malformed tags are skipped and counted in
  * *ret_bad (may be NULL). Returns the number found. */
 size_t btfrec_find_decls(const struct btf *btf, BtfRecDecl *decls, size_t max, unsigned *ret_bad);
+
+/* PERFRELAY_PRODUCER()'s declaration in btf: 1 with the producer id (a third-party id) and its
+ * name (a C identifier) filled in, 0 if btf has none, -EBADMSG if the declaration is malformed
+ * (its tags disagree, the id is out of range or the name not an identifier). The first one wins. */
+int btfrec_find_producer(const struct btf *btf, uint32_t *ret_id, char ret_name[static BTFREC_MAX_NAME + 1]);

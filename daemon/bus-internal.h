@@ -88,6 +88,9 @@ int bus_method_get_stats(sd_bus_message *message, void *userdata, sd_bus_error *
 int bus_method_get_cpu_stats(sd_bus_message *message, void *userdata, sd_bus_error *error);
 int bus_method_get_reader_stats(sd_bus_message *message, void *userdata, sd_bus_error *error);
 
+/* bus-producers.c */
+int bus_method_list_producers(sd_bus_message *message, void *userdata, sd_bus_error *error);
+
 /* bus-monitor.c */
 int bus_method_subscribe(sd_bus_message *message, void *userdata, sd_bus_error *error);
 int bus_method_unsubscribe(sd_bus_message *message, void *userdata, sd_bus_error *error);

@@ -106,7 +106,12 @@ static int append_reader(sd_bus_message *m, const StatsSnapshot *s, size_t i) {
 
 	if (r >= 0)
 		r = APPEND_FIGURES(
-			m, { "events", rd->events }, { "wakeups", rd->wakeups }, { "batches", rd->batches });
+			m,
+			{ "events", rd->events },
+			{ "wakeups", rd->wakeups },
+			{ "batches", rd->batches },
+			{ "btf_decoded", rd->btf_decoded },
+			{ "btf_short", rd->btf_short });
 	return r < 0 ? r : append_reasons(m, rd->malformed_by_reason);
 }
 
@@ -174,6 +179,18 @@ static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
 		r = append_list(m, "client_list", s, s->n_clients, append_client);
 	if (r >= 0)
 		r = APPEND_FIGURES(m, { "ring_lost", s->ring_lost });
+	if (r >= 0)
+		r = open_entry(m, "producer_scan", "a{sv}", 'a', "{sv}");
+	if (r >= 0)
+		r = APPEND_FIGURES(
+			m,
+			{ "scans", s->producer_scan.scans },
+			{ "programs", s->producer_scan.programs },
+			{ "types", s->producer_scan.types },
+			{ "refused", s->producer_scan.refused },
+			{ "bad_declarations", s->producer_scan.bad_declarations });
+	if (r >= 0)
+		r = close_entry(m);
 	if (r >= 0)
 		r = sd_bus_message_close_container(m);
 	return r;

@@ -16,6 +16,7 @@
 #include "hub.h"
 #include "kernelfeatures.h"
 #include "probes.h"
+#include "producers.h"
 #include "server.h"
 #include "stats.h"
 
@@ -53,6 +54,9 @@ typedef struct BusHost {
 	int (*set_probe_enabled)(void *userdata, unsigned probe, bool enabled);
 	/* Re-reads the configuration; on a configuration error *ret_error gets "FILE:LINE: message". */
 	int (*reload)(void *userdata, char **ret_error);
+	/* The third-party producers now (scanned again unless that was just done; NULL before the
+	 * first scan); valid until the next call. */
+	const ProducerScan *(*producers)(void *userdata);
 } BusHost;
 
 /* Connects to the system bus ($DBUS_SYSTEM_BUS_ADDRESS or the default socket), publishes the

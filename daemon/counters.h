@@ -39,4 +39,8 @@ typedef struct ReaderStats {
 	uint64_t malformed_by_producer[PERFRELAY_MAX_PRODUCERS];
 	uint64_t malformed_by_reason[_DECODE_ERROR_MAX];
 	uint64_t malformed_by_producer_reason[PERFRELAY_MAX_PRODUCERS][_DECODE_ERROR_MAX];
+	/* Third-party records published with named fields from their producer's BTF, and records
+	 * of a declared type shorter than its struct (published as "unknown"). */
+	uint64_t btf_decoded;
+	uint64_t btf_short;
 } ReaderStats;

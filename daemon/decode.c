@@ -266,6 +266,8 @@ DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret) {
 	ret->payload = rec + sizeof(hdr);
 	ret->payload_size = hdr.size - sizeof(hdr);
 	ret->known = known;
+	ret->btf = NULL;
+	ret->producer_name = NULL;
 	fill_fields(rec, hdr.type, known, ret);
 	return DECODE_OK;
 }

@@ -56,6 +56,10 @@ typedef struct DecodedEvent {
 	uint32_t uid;
 	const char *comm;   /* NUL-terminated within the record, or NULL */
 	uint64_t cgroup_id; /* 0 when the type has none */
+	/* A third-party record with a decoder from its producer's BTF (set by the reader, which
+	 * has checked that the record is as large as the decoder's struct), else NULL. */
+	const struct BtfRec *btf;
+	const char *producer_name; /* with btf: the events' "producer_name" */
 } DecodedEvent;
 
 /* Validates raw sample bytes as a perfrelay record. Known types must have exactly their

@@ -38,12 +38,11 @@ char *encode_base64(char *p, const uint8_t *s, size_t n);
  * BTFREC_JSON_MAX bytes. */
 ssize_t encode_json_btf_fields(const BtfRec *r, const void *rec, size_t size, char *buf, size_t bufsize);
 
-/* Issue 12: one JSON line for a third-party record with a decoder built from its producer's BTF:
+/* One JSON line for a third-party record with a decoder built from its producer's BTF:
  * {"type":<rec's name>,"ts":..,"cpu":..,"seq":..,"producer":N,"producer_name":..,<fields>,"unit":..}.
  * producer_name and unit may be NULL (then omitted). Returns bytes written, -EBADMSG when the
- * record is shorter than rec's struct (the caller publishes it as "unknown" and counts it
- * malformed), or -ENOBUFS. Fits in ENCODE_JSON_MAX. */
-typedef struct BtfRec BtfRec;
+ * record is shorter than rec's struct (the reader checks that first: it publishes such a record
+ * as "unknown" and counts it in btf_short), or -ENOBUFS. Fits in ENCODE_JSON_MAX. */
 ssize_t encode_json_btf(
 	const DecodedEvent *ev,
 	const BtfRec *rec,

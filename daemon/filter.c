@@ -2,7 +2,9 @@
 /* Event filtering for subscribers, on the readers' hot path. */
 #include <string.h>
 
+#include "btfrec.h"
 #include "filter.h"
+#include "macro.h"
 
 SubscriptionAccess filter_access(
 	uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups, const gid_t *allowed, size_t n_allowed) {
@@ -42,6 +44,58 @@ static bool u16_in(const uint16_t *a, size_t n, uint16_t v) {
 	return false;
 }
 
+static bool type_name_in(const Subscription *s, const DecodedEvent *ev) {
+	const char *name;
+
+	if (s->n_type_names == 0 || !ev->btf)
+		return false;
+	name = btfrec_name(ev->btf);
+	for (size_t i = 0; i < s->n_type_names; i++)
+		if (streq(s->type_names[i], name))
+			return true;
+	return false;
+}
+
+static bool where_one(const SubscriptionWhere *w, const BtfRecValue *v) {
+	switch (v->kind) {
+	case BTFREC_UINT:
+		return !w->is_string && !w->is_negative && v->value.u == w->value.u;
+	case BTFREC_INT:
+		if (w->is_string)
+			return false;
+		return w->is_negative ? v->value.i == w->value.i :
+					v->value.i >= 0 && (uint64_t) v->value.i == w->value.u;
+	case BTFREC_ENUM:
+		if (w->is_string)
+			return v->enum_name && streq(v->enum_name, w->string);
+		if (v->is_signed)
+			return w->is_negative ? v->value.i == w->value.i :
+						v->value.i >= 0 && (uint64_t) v->value.i == w->value.u;
+		return !w->is_negative && v->value.u == w->value.u;
+	case BTFREC_STRING:
+		return w->is_string && v->len == w->string_len && memcmp(v->bytes, w->string, v->len) == 0;
+	default:
+		return false;
+	}
+}
+
+/* Every condition names a top-level field of the event's decoder, and the record has that value. */
+static bool where_match(const Subscription *s, const DecodedEvent *ev) {
+	if (!ev->btf)
+		return false;
+	for (size_t i = 0; i < s->n_where; i++) {
+		int step = btfrec_find_field(ev->btf, s->where[i].field);
+		BtfRecValue v;
+
+		if (step < 0)
+			return false;
+		btfrec_get(ev->btf, ev->record, (unsigned) step, &v);
+		if (!where_one(&s->where[i], &v))
+			return false;
+	}
+	return true;
+}
+
 bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *unit) {
 	uint16_t type = ev->hdr.type;
 
@@ -56,13 +110,15 @@ bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *uni
 		return false;
 	}
 
-	if (s->type_mask != 0 || s->n_types > 0) {
+	if (s->type_mask != 0 || s->n_types > 0 || s->n_type_names > 0) {
 		if (type < SUBSCRIPTION_TYPE_MASK_BITS) {
 			if (!(s->type_mask & (UINT64_C(1) << type)))
 				return false;
-		} else if (!u16_in(s->types, s->n_types, type))
+		} else if (!u16_in(s->types, s->n_types, type) && !type_name_in(s, ev))
 			return false;
 	}
+	if (s->n_where > 0 && !where_match(s, ev))
+		return false;
 	if (s->n_pids > 0 && (!ev->has_pid || !u32_in(s->pids, s->n_pids, ev->pid)))
 		return false;
 	if (s->n_uids > 0 && (!ev->has_uid || !u32_in(s->uids, s->n_uids, ev->uid)))

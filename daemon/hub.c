@@ -401,7 +401,10 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 		} else {
 			if (json_len < 0) {
 				/* Encoded once, however many clients take it. */
-				json_len = encode_json(ev, unit, s->json, ENCODE_JSON_MAX);
+				json_len = ev->btf ?
+					encode_json_btf(
+						ev, ev->btf, ev->producer_name, unit, s->json, ENCODE_JSON_MAX) :
+					encode_json(ev, unit, s->json, ENCODE_JSON_MAX);
 				/* Cannot happen (ENCODE_JSON_MAX bounds every record), but if it
 				 * did, the loss would be counted and told like any other. */
 				if (_unlikely_(json_len < 0))

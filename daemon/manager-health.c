@@ -91,6 +91,7 @@ static int on_health(sd_event_source *s, uint64_t usec, void *userdata) {
 	}
 	alive = manager_readers_alive(m, t);
 	manager_hotplug_tick(m);
+	manager_producers_tick(m);
 
 	if (m->watchdog_usec && alive)
 		(void) sd_notify(false, "WATCHDOG=1");

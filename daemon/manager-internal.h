@@ -7,6 +7,7 @@
 
 #include "bus.h"
 #include "cgroup.h"
+#include "decoders.h"
 #include "hotplug.h"
 #include "hub.h"
 #include "kernelfeatures.h"
@@ -62,6 +63,12 @@ struct Manager {
 	uint64_t health_last_events;
 	bool watchdog_withheld;
 
+	/* Third-party producers (manager-producers.c). */
+	Decoders *decoders; /* the scans the readers decode third-party records with */
+	uint32_t events_map_id;
+	uint64_t producers_scanned_usec; /* CLOCK_MONOTONIC of the last scan */
+	uint64_t producer_scans;
+
 	/* CPU hotplug (manager_hotplug_*()). */
 	HotplugWatch *hotplug; /* kernel uevents; NULL where they cannot be had (the tick remains) */
 	CpuSet cpus_parked;    /* CPUs of `cpus` that are offline: slot empty, ring drained or none yet */
@@ -82,6 +89,13 @@ int manager_on_fault_signal(sd_event_source *s, const struct signalfd_siginfo *s
 /* manager-hotplug.c */
 void manager_hotplug_setup(Manager *m);
 void manager_hotplug_tick(Manager *m);
+
+/* manager-producers.c */
+int manager_setup_producers(Manager *m);
+/* Scans for producers (unless `force`, at most once per interval) and publishes what is new to
+ * the readers: 1 if something was, 0 if not. */
+int manager_scan_producers(Manager *m, bool force);
+void manager_producers_tick(Manager *m);
 
 /* manager-reload.c */
 /* Re-reads the configuration (SIGHUP, D-Bus Reload()): applies Probes=, the [Socket] limits and

@@ -41,6 +41,8 @@ void manager_stats_sources(Manager *m, StatsSources *ret) {
 		.failures_at_start = m->failures_at_start,
 		.crash_lost_at_start = m->crash_lost_at_start,
 		.others = others,
+		.scan = m->decoders ? decoders_current(m->decoders) : NULL,
+		.producer_scans = m->producer_scans,
 	};
 }
 

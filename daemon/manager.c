@@ -169,6 +169,7 @@ Manager *manager_free(Manager *m) {
 		reader_free(m->readers[i]);
 	free(m->readers);
 	cgroup_fs_free(m->cgroups);
+	decoders_free(m->decoders); /* the readers have stopped */
 	hub_free(m->hub);
 	ledger_free(m->ledger);
 	probes_free(m->probes);
@@ -433,6 +434,7 @@ void manager_flush(Manager *m) {
 
 static int on_hub_notify(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
 	manager_flush(userdata);
+	manager_producers_tick(userdata);
 	return 0;
 }
 
@@ -519,6 +521,13 @@ static int bus_host_reload(void *userdata, char **ret_error) {
 	return manager_reload(userdata, ret_error);
 }
 
+static const ProducerScan *bus_host_producers(void *userdata) {
+	Manager *m = userdata;
+
+	(void) manager_scan_producers(m, false);
+	return decoders_current(m->decoders);
+}
+
 int manager_start(Manager *m) {
 	const Config *c = m->config;
 	_cleanup_free_ CpuSet *groups = NULL;
@@ -566,6 +575,9 @@ int manager_start(Manager *m) {
 		if (r < 0)
 			return r;
 	}
+	r = manager_setup_producers(m);
+	if (r < 0)
+		return r;
 	for (size_t i = 0; i < m->n_readers; i++) {
 		r = reader_start(m->readers[i]);
 		if (r < 0)
@@ -630,6 +642,7 @@ int manager_start(Manager *m) {
 			.stats_sources = bus_host_stats_sources,
 			.set_probe_enabled = bus_host_set_probe_enabled,
 			.reload = bus_host_reload,
+			.producers = bus_host_producers,
 		},
 		m->event,
 		m->config,

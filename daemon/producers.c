@@ -22,8 +22,14 @@ ProducerScan *producers_scan_free(ProducerScan *s) {
 	free(s);
 	return NULL;
 }
-static inline void producers_scan_freep(ProducerScan **s) {
-	producers_scan_free(*s);
+
+bool producers_scan_same(const ProducerScan *a, const ProducerScan *b) {
+	if (!a || !b || a->n_progs != b->n_progs)
+		return false;
+	for (size_t i = 0; i < a->n_progs; i++)
+		if (a->progs[i].prog_id != b->progs[i].prog_id)
+			return false;
+	return true;
 }
 
 const ProducerType *producers_scan_find(const ProducerScan *s, uint16_t type) {
@@ -51,7 +57,7 @@ static int prog_uses_map(int fd, uint32_t map_id, ProducerProg *ret) {
 	return 0;
 }
 
-static void add_types(ProducerScan *s, const ProducerProg *p) {
+static void add_types(ProducerScan *s, ProducerProg *p) {
 	BtfRecDecl decls[BTFREC_MAX_DECLS];
 	struct btf *btf;
 	unsigned bad = 0;
@@ -60,6 +66,8 @@ static void add_types(ProducerScan *s, const ProducerProg *p) {
 	btf = btf__load_from_kernel_by_id(p->btf_id);
 	if (!btf)
 		return;
+	if (btfrec_find_producer(btf, &p->producer, p->producer_name) < 0)
+		s->bad_decls++;
 	n = btfrec_find_decls(btf, decls, BTFREC_MAX_DECLS, &bad);
 	s->bad_decls += bad;
 	for (size_t i = 0; i < n; i++) {
@@ -86,6 +94,13 @@ static void add_types(ProducerScan *s, const ProducerProg *p) {
 	btf__free(btf);
 }
 
+static bool declares_types(const ProducerScan *s, uint32_t prog_id) {
+	for (size_t i = 0; i < s->n_types; i++)
+		if (s->types[i].prog_id == prog_id)
+			return true;
+	return false;
+}
+
 int producers_scan(uint32_t events_map_id, ProducerScan **ret) {
 	_cleanup_(producers_scan_freep) ProducerScan *s = calloc(1, sizeof(ProducerScan));
 	uint32_t id = 0;
@@ -102,9 +117,21 @@ int producers_scan(uint32_t events_map_id, ProducerScan **ret) {
 			continue;
 		if (s->n_progs >= PRODUCERS_MAX_PROGS)
 			break;
-		s->progs[s->n_progs++] = p;
+		s->progs[s->n_progs] = p;
 		if (p.btf_id != 0)
-			add_types(s, &p);
+			add_types(s, &s->progs[s->n_progs]);
+		/* Only programs that declare something: perfrelayd's own probes (and producers
+		 * without declarations) are known by their producer ids alone. */
+		if (s->progs[s->n_progs].producer != 0 || declares_types(s, p.prog_id))
+			s->n_progs++;
+	}
+	for (size_t i = 0; i < s->n_types; i++) {
+		ProducerType *t = &s->types[i];
+
+		for (size_t k = 0; k < s->n_progs; k++)
+			if (s->progs[k].prog_id == t->prog_id)
+				t->producer_name = s->progs[k].producer_name[0] ? s->progs[k].producer_name :
+										  s->progs[k].name;
 	}
 	*ret = TAKE_PTR(s);
 	return 0;

@@ -5,18 +5,22 @@
  * handed to reader threads whole and freed once no reader uses it. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "btfrec.h"
+#include "macro.h"
 
 #define PRODUCERS_MAX_PROGS 64u  /* programs using "events" that one scan keeps */
 #define PRODUCERS_MAX_TYPES 256u /* declared record types one scan keeps */
 
 typedef struct ProducerProg {
 	uint32_t prog_id;
-	uint32_t btf_id; /* 0 if the program has no BTF */
-	char name[16];   /* BPF_OBJ_NAME_LEN, the kernel's program name */
+	uint32_t btf_id;   /* 0 if the program has no BTF */
+	char name[16];     /* BPF_OBJ_NAME_LEN, the kernel's program name */
+	uint32_t producer; /* from PERFRELAY_PRODUCER(), 0 without one */
+	char producer_name[BTFREC_MAX_NAME + 1];
 } ProducerProg;
 
 typedef struct ProducerType {
@@ -25,6 +29,9 @@ typedef struct ProducerType {
 	char name[BTFREC_MAX_NAME + 1];
 	BtfRec *rec;         /* NULL when refused */
 	BtfRecError refused; /* why rec is NULL; BTFREC_OK otherwise */
+	/* The events' "producer_name": PERFRELAY_PRODUCER()'s name of the declaring program's
+	 * object, else that program's name. Points into the scan. */
+	const char *producer_name;
 } ProducerType;
 
 typedef struct ProducerScan {
@@ -32,14 +39,19 @@ typedef struct ProducerScan {
 	size_t n_progs;
 	ProducerType types[PRODUCERS_MAX_TYPES];
 	size_t n_types;
-	unsigned bad_decls; /* malformed or duplicate declarations, over all programs */
-	unsigned refused;   /* declared types that got no decoder */
+	unsigned bad_decls;  /* malformed or duplicate declarations, over all programs */
+	unsigned refused;    /* declared types that got no decoder */
+	uint64_t generation; /* set when published (decoders.h), from 1 */
 } ProducerScan;
 
-/* Walks every loaded BPF program, keeps those whose maps include events_map_id, and builds a
- * decoder for each record type their BTF declares. Needs CAP_SYS_ADMIN. */
+/* Walks every loaded BPF program, keeps those whose maps include events_map_id and whose BTF
+ * declares a producer (PERFRELAY_PRODUCER) or record types (PERFRELAY_RECORD), and builds a
+ * decoder for each record type declared. Needs CAP_SYS_ADMIN. */
 int producers_scan(uint32_t events_map_id, ProducerScan **ret);
 ProducerScan *producers_scan_free(ProducerScan *s);
 
 /* The decoder of record type, or NULL. */
 const ProducerType *producers_scan_find(const ProducerScan *s, uint16_t type);
+/* Whether two scans found the same programs (then the newer one has nothing new). */
+bool producers_scan_same(const ProducerScan *a, const ProducerScan *b);
+DEFINE_TRIVIAL_CLEANUP_FUNC(ProducerScan *, producers_scan_free);

@@ -49,7 +49,9 @@ struct Reader {
 	uint64_t *drained_usec; /* one per ring; the thread's: when it last consumed records */
 	ReaderStats *stats;     /* written by the thread */
 	Hub *hub;
-	CgroupCache *units; /* the thread's own: cgroup id -> unit; NULL without cgroup2 */
+	Decoders *decoders;       /* third-party decoders; NULL: none */
+	const ProducerScan *scan; /* held from decoders during a batch */
+	CgroupCache *units;       /* the thread's own: cgroup id -> unit; NULL without cgroup2 */
 	unsigned flush_interval_ms;
 	int epoll_fd;
 	int stop_fd; /* eventfd: the main thread asks the thread to finish */
@@ -215,6 +217,10 @@ void reader_unit_cache_stats(const Reader *r, CgroupCacheStats *ret) {
 		*ret = (CgroupCacheStats){};
 }
 
+void reader_set_decoders(Reader *r, Decoders *d) {
+	r->decoders = d;
+}
+
 void reader_set_frozen(Reader *r, int frozen) {
 	atomic_store(&r->frozen, frozen);
 }
@@ -246,6 +252,28 @@ static void seq_flush(RingSeq *rs) {
 	rs->n_dirty = 0;
 }
 
+/* A third-party record: its decoder from the producers' BTF, if the current scan has one. */
+static void reader_attach_decoder(Reader *r, DecodedEvent *ev) {
+	const ProducerType *t;
+
+	if (ev->hdr.type < PERFRELAY_TYPE_THIRD_PARTY_MIN)
+		return;
+	t = r->scan ? producers_scan_find(r->scan, ev->hdr.type) : NULL;
+	if (!t) {
+		decoders_report_unknown(r->decoders, r->id, ev->hdr.type);
+		return;
+	}
+	if (!t->rec)
+		return; /* refused a decoder: counted when the scan was made */
+	if (ev->hdr.size < btfrec_size(t->rec)) {
+		STAT_ADD(r->stats->btf_short, 1);
+		return;
+	}
+	STAT_ADD(r->stats->btf_decoded, 1);
+	ev->btf = t->rec;
+	ev->producer_name = t->producer_name;
+}
+
 static void on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 	DrainCtx *d = userdata;
 	ReaderStats *st = d->reader->stats;
@@ -272,6 +300,8 @@ static void on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 			 * a miss a syscall pair once per cgroup. Not worth it without clients. */
 			if (ev.cgroup_id != 0 && r->units && hub_reader_has_clients(r->hub, r->id))
 				unit = cgroup_cache_lookup(r->units, ev.cgroup_id);
+			if (_unlikely_(!ev.known) && r->decoders)
+				reader_attach_decoder(r, &ev);
 			hub_publish(r->hub, r->id, &ev, unit);
 			return;
 		}
@@ -322,6 +352,8 @@ static int drain_all(Reader *r, uint64_t now, bool *ret_any, bool *ret_trickle) 
 	bool any = false, more = false, trickle = false;
 
 	hub_reader_begin(r->hub, r->id);
+	if (r->decoders)
+		r->scan = decoders_enter(r->decoders, r->id);
 	for (size_t i = 0; i < r->n_rings; i++) {
 		DrainCtx d = { .reader = r, .cpu = &r->cpu_stats[i], .seq = &r->seqs[i] };
 		uint64_t budget;
@@ -362,6 +394,10 @@ static int drain_all(Reader *r, uint64_t now, bool *ret_any, bool *ret_trickle) 
 			STAT_ADD(d.cpu->malformed, d.malformed);
 		if (d.other)
 			STAT_ADD(d.cpu->other, d.other);
+	}
+	if (r->decoders) {
+		decoders_leave(r->decoders, r->id);
+		r->scan = NULL;
 	}
 	hub_reader_end(r->hub, r->id);
 	*ret_any = any;

@@ -12,6 +12,7 @@
 #include "ledger.h"
 #include "ring.h"
 #include "counters.h"
+#include "decoders.h"
 
 typedef struct Reader Reader;
 
@@ -79,4 +80,6 @@ void reader_free_retired_rings(Reader *r);
 
 /* Test-only fault injection (compiled in with -Dfault_injection=true): the thread stops making
  * progress while frozen. */
+/* Before reader_start(): the third-party decoders (decoders.h) the thread takes each batch. */
+void reader_set_decoders(Reader *r, Decoders *d);
 void reader_set_frozen(Reader *r, int frozen);

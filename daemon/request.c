@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Parsing and validation of subscription requests: json-c does the syntax (with the depth
  * limit), this file checks every key, type and bound and names the field at fault. */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -86,7 +87,29 @@ static json_object *types_to_json(const Subscription *s) {
 	for (size_t i = 0; i < s->n_types; i++)
 		if (array_add(a, json_object_new_int(s->types[i])) < 0)
 			return NULL;
+	for (size_t i = 0; i < s->n_type_names; i++)
+		if (array_add(a, json_object_new_string(s->type_names[i])) < 0)
+			return NULL;
 	return TAKE_PTR(a);
+}
+
+static json_object *where_to_json(const Subscription *s) {
+	_cleanup_(json_object_putp) json_object *o = json_object_new_object();
+
+	if (!o)
+		return NULL;
+	for (size_t i = 0; i < s->n_where; i++) {
+		const SubscriptionWhere *w = &s->where[i];
+		json_object *v = w->is_string ? json_object_new_string_len(w->string, (int) w->string_len) :
+			w->is_negative        ? json_object_new_int64(w->value.i) :
+						json_object_new_uint64(w->value.u);
+
+		if (!v || json_object_object_add(o, w->field, v) < 0) {
+			json_object_put(v);
+			return NULL;
+		}
+	}
+	return TAKE_PTR(o);
 }
 
 static json_object *ids_to_json(const uint32_t *ids, size_t n) {
@@ -108,7 +131,10 @@ int subscription_to_json(const Subscription *s, char **ret) {
 
 	if (!o)
 		return -ENOMEM;
-	if ((s->type_mask != 0 || s->n_types > 0) && object_add(o, "types", types_to_json(s)) < 0)
+	if ((s->type_mask != 0 || s->n_types > 0 || s->n_type_names > 0) &&
+	    object_add(o, "types", types_to_json(s)) < 0)
+		return -ENOMEM;
+	if (s->n_where > 0 && object_add(o, "where", where_to_json(s)) < 0)
 		return -ENOMEM;
 	if (s->n_pids > 0 && object_add(o, "pid", ids_to_json(s->pids, s->n_pids)) < 0)
 		return -ENOMEM;
@@ -280,6 +306,17 @@ static int get_string(
 	return 0;
 }
 
+static bool identifier_is_valid(const char *s, size_t max) {
+	size_t n = strlen(s);
+
+	if (n == 0 || n > max || !(isalpha((unsigned char) s[0]) || s[0] == '_'))
+		return false;
+	for (size_t i = 1; i < n; i++)
+		if (!(isalnum((unsigned char) s[i]) || s[i] == '_'))
+			return false;
+	return true;
+}
+
 static int parse_types(Subscription *s, json_object *v, RequestError *e) {
 	size_t n;
 	int r;
@@ -308,15 +345,29 @@ static int parse_types(Subscription *s, json_object *v, RequestError *e) {
 					break;
 				}
 			}
-			if (id == 0)
-				return fail(
-					e,
-					PROTOCOL_BAD_REQUEST,
-					"subscribe.types[%zu]: unknown event type \"%.*s\" (known: exec, exit, "
-					"fork, open, connect, bench, or a numeric type id)",
-					i,
-					QUOTE_MAX,
-					name);
+			if (id == 0) {
+				/* Not built in: the name of a third-party type, matched against the
+				 * names in producers' BTF declarations as events arrive. */
+				if (!identifier_is_valid(name, SUBSCRIPTION_NAME_MAX))
+					return fail(
+						e,
+						PROTOCOL_BAD_REQUEST,
+						"subscribe.types[%zu]: \"%.*s\" is neither a built-in type (exec, "
+						"exit, fork, open, connect, bench) nor a third-party type name (a C "
+						"identifier of at most %u characters), nor a numeric type id",
+						i,
+						QUOTE_MAX,
+						name,
+						SUBSCRIPTION_NAME_MAX);
+				if (s->n_type_names >= SUBSCRIPTION_MAX_ENTRIES)
+					return fail(
+						e,
+						PROTOCOL_BAD_REQUEST,
+						"subscribe.types: more than %u type names",
+						SUBSCRIPTION_MAX_ENTRIES);
+				strcpy(s->type_names[s->n_type_names++], name);
+				continue;
+			}
 		} else if (json_object_is_type(t, json_type_int)) {
 			r = get_uint(t, "types", i, 1, UINT16_MAX, e, &id);
 			if (r < 0)
@@ -408,6 +459,68 @@ static int parse_units(Subscription *s, json_object *v, RequestError *e) {
 	return 0;
 }
 
+/* "where": {"field": value, ...}, equality on integers and strings. */
+static int parse_where(Subscription *s, json_object *v, RequestError *e) {
+	if (!json_object_is_type(v, json_type_object))
+		return fail(
+			e,
+			PROTOCOL_BAD_REQUEST,
+			"subscribe.where: expected an object of field names and values");
+	if (json_object_object_length(v) == 0)
+		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.where: no conditions");
+	if ((size_t) json_object_object_length(v) > SUBSCRIPTION_MAX_WHERE)
+		return fail(
+			e,
+			PROTOCOL_BAD_REQUEST,
+			"subscribe.where: more than %u conditions",
+			SUBSCRIPTION_MAX_WHERE);
+	json_object_object_foreach(v, key, value) {
+		SubscriptionWhere *w = &s->where[s->n_where];
+
+		if (!identifier_is_valid(key, SUBSCRIPTION_NAME_MAX))
+			return fail(
+				e,
+				PROTOCOL_BAD_REQUEST,
+				"subscribe.where: \"%.*s\" is not a field name (a C identifier of at most %u "
+				"characters)",
+				QUOTE_MAX,
+				key,
+				SUBSCRIPTION_NAME_MAX);
+		*w = (SubscriptionWhere){};
+		strcpy(w->field, key);
+		if (json_object_is_type(value, json_type_string)) {
+			size_t len = (size_t) json_object_get_string_len(value);
+			const char *str = json_object_get_string(value);
+
+			if (len > SUBSCRIPTION_WHERE_STRING_MAX || strlen(str) != len)
+				return fail(
+					e,
+					PROTOCOL_BAD_REQUEST,
+					"subscribe.where.%s: a string of at most %u bytes without NUL characters",
+					w->field,
+					SUBSCRIPTION_WHERE_STRING_MAX);
+			w->is_string = true;
+			memcpy(w->string, str, len);
+			w->string_len = len;
+		} else if (json_object_is_type(value, json_type_int)) {
+			int64_t i = json_object_get_int64(value);
+
+			if (i < 0) {
+				w->is_negative = true;
+				w->value.i = i;
+			} else
+				w->value.u = json_object_get_uint64(value);
+		} else
+			return fail(
+				e,
+				PROTOCOL_BAD_REQUEST,
+				"subscribe.where.%s: expected an integer or a string",
+				w->field);
+		s->n_where++;
+	}
+	return 0;
+}
+
 static int parse_subscribe(Subscription *s, json_object *sub, RequestError *e) {
 	int r = 0;
 
@@ -425,11 +538,13 @@ static int parse_subscribe(Subscription *s, json_object *sub, RequestError *e) {
 			r = parse_comms(s, v, e);
 		else if (streq(key, "unit"))
 			r = parse_units(s, v, e);
+		else if (streq(key, "where"))
+			r = parse_where(s, v, e);
 		else
 			r = fail(
 				e,
 				PROTOCOL_BAD_REQUEST,
-				"subscribe: unknown key \"%.*s\" (known: types, pid, uid, comm, unit)",
+				"subscribe: unknown key \"%.*s\" (known: types, pid, uid, comm, unit, where)",
 				QUOTE_MAX,
 				key);
 		if (r < 0)

@@ -9,15 +9,19 @@
 #include <stdint.h>
 
 /* Each filter list holds at most this many entries, so matching stays a short scan. */
-#define SUBSCRIPTION_MAX_ENTRIES    64u
+#define SUBSCRIPTION_MAX_ENTRIES      64u
 /* TASK_COMM_LEN - 1: a longer name can never equal a task's comm. */
-#define SUBSCRIPTION_COMM_MAX       15u
+#define SUBSCRIPTION_COMM_MAX         15u
 /* systemd's UNIT_NAME_MAX - 1. */
-#define SUBSCRIPTION_UNIT_MAX       255u
+#define SUBSCRIPTION_UNIT_MAX         255u
 /* Type ids below this are kept in a bitmask (every built-in type is); others in a list. */
-#define SUBSCRIPTION_TYPE_MASK_BITS 64u
+#define SUBSCRIPTION_TYPE_MASK_BITS   64u
+/* Third-party type names and "where" field names: C identifiers (BTFREC_MAX_NAME). */
+#define SUBSCRIPTION_NAME_MAX         63u
+#define SUBSCRIPTION_MAX_WHERE        8u   /* conditions of one "where" */
+#define SUBSCRIPTION_WHERE_STRING_MAX 255u /* bytes of a string a condition compares with */
 /* Room for a message naming the field at fault and a cut-down copy of the bad value. */
-#define REQUEST_MESSAGE_MAX         256u
+#define REQUEST_MESSAGE_MAX           256u
 
 /* The "error" values of error lines. The first ones come from request_parse(); the others are
  * decided by the server and listed here so that every code has one spelling. */
@@ -60,6 +64,19 @@ typedef enum SubscriptionAccess {
 
 /* A parsed request. Lists are sorted and without duplicates; an empty list means the field
  * does not filter. Read-only once the client is attached: reader threads match against it. */
+/* One condition of "where": the field called `field` equals the value. */
+typedef struct SubscriptionWhere {
+	char field[SUBSCRIPTION_NAME_MAX + 1];
+	bool is_string;
+	bool is_negative; /* an integer below 0: value.i; else value.u */
+	union {
+		uint64_t u;
+		int64_t i;
+	} value;
+	char string[SUBSCRIPTION_WHERE_STRING_MAX + 1];
+	size_t string_len;
+} SubscriptionWhere;
+
 typedef struct Subscription {
 	SubscriptionAccess access;
 	uint32_t access_uid;
@@ -67,6 +84,12 @@ typedef struct Subscription {
 	uint64_t type_mask;                       /* bit t: type id t < SUBSCRIPTION_TYPE_MASK_BITS */
 	uint16_t types[SUBSCRIPTION_MAX_ENTRIES]; /* type ids >= SUBSCRIPTION_TYPE_MASK_BITS */
 	size_t n_types;
+	/* Names of third-party types (from their producers' BTF), matched against decoded events. */
+	char type_names[SUBSCRIPTION_MAX_ENTRIES][SUBSCRIPTION_NAME_MAX + 1];
+	size_t n_type_names;
+	/* "where": only third-party events decoded from BTF whose fields all match. */
+	SubscriptionWhere where[SUBSCRIPTION_MAX_WHERE];
+	size_t n_where;
 	uint32_t pids[SUBSCRIPTION_MAX_ENTRIES];
 	size_t n_pids;
 	uint32_t uids[SUBSCRIPTION_MAX_ENTRIES];

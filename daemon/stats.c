@@ -132,6 +132,8 @@ static int stats_readers(const StatsSources *src, StatsSnapshot *s) {
 		out->events = STAT_LOAD(rs->events);
 		out->wakeups = STAT_LOAD(rs->wakeups);
 		out->batches = STAT_LOAD(rs->batches);
+		out->btf_decoded = STAT_LOAD(rs->btf_decoded);
+		out->btf_short = STAT_LOAD(rs->btf_short);
 		for (unsigned e = 0; e < _DECODE_ERROR_MAX; e++)
 			out->malformed_by_reason[e] = STAT_LOAD(rs->malformed_by_reason[e]);
 
@@ -237,6 +239,13 @@ int stats_snapshot(const StatsSources *src, StatsSnapshot **ret) {
 		r = server_foreach_client(src->server, add_client, s);
 		if (r < 0)
 			return r;
+	}
+	s->producer_scan.scans = src->producer_scans;
+	if (src->scan) {
+		s->producer_scan.programs = src->scan->n_progs;
+		s->producer_scan.types = src->scan->n_types;
+		s->producer_scan.refused = src->scan->refused;
+		s->producer_scan.bad_declarations = src->scan->bad_decls;
 	}
 	(void) stats_totals(src, false, &c);
 	s->clients_connected = c.clients;

@@ -12,6 +12,7 @@
 #include "counters.h"
 #include "ledger.h"
 #include "probes.h"
+#include "producers.h"
 #include "reader.h"
 #include "server.h"
 
@@ -32,6 +33,8 @@ typedef struct StatsSources {
 	const uint64_t *failures_at_start;
 	const uint64_t *crash_lost_at_start;
 	StatsClients others;
+	const ProducerScan *scan; /* the third-party producers now; NULL: not scanned yet */
+	uint64_t producer_scans;
 } StatsSources;
 
 /* Totals over the whole daemon (D-Bus properties, perfrelayctl status). */
@@ -84,6 +87,7 @@ typedef struct ReaderSnapshot {
 	unsigned id;
 	char cpus[256]; /* "0-3,8" */
 	uint64_t events, wakeups, batches;
+	uint64_t btf_decoded, btf_short; /* third-party records: see ReaderStats */
 	uint64_t malformed_by_reason[_DECODE_ERROR_MAX];
 } ReaderSnapshot;
 
@@ -111,6 +115,12 @@ typedef struct StatsSnapshot {
 	ClientSnapshot *clients; /* socket subscribers connected now, oldest first */
 	size_t n_clients;
 	uint64_t ring_lost; /* PERF_RECORD_LOST counts of this daemon's rings */
+	/* Third-party producers: scans made, and what the current one found: programs that
+	 * declare something, declared record types, how many got no decoder (refused: hostile or
+	 * unsupported BTF) and malformed or duplicate declarations. */
+	struct {
+		uint64_t scans, programs, types, refused, bad_declarations;
+	} producer_scan;
 } StatsSnapshot;
 
 /* Main thread. Reads the pinned counters (one map lookup per producer id). */

@@ -11,6 +11,8 @@
 
 /* Tells perfrelayd how to decode EXAMPLE_TYPE records: as struct example_rec, named "example". */
 PERFRELAY_RECORD(EXAMPLE_TYPE, struct example_rec, "example");
+/* And names its producer id. */
+PERFRELAY_PRODUCER(EXAMPLE_PRODUCER, "example_producer");
 
 const volatile __u32 target_tgid = 0;
 

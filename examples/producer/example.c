@@ -21,8 +21,8 @@ int main(int argc, char *argv[]) {
 	cpu_set_t set;
 	int r;
 
-	if (argc != 4 && !(argc == 5 && strcmp(argv[4], "--hold") == 0)) {
-		fprintf(stderr, "usage: %s PIN_ROOT N CPU [--hold]\n", argv[0]);
+	if (argc != 4 && !(argc == 5 && (strcmp(argv[4], "--hold") == 0 || strcmp(argv[4], "--stdin") == 0))) {
+		fprintf(stderr, "usage: %s PIN_ROOT N CPU [--hold|--stdin]\n", argv[0]);
 		return 2;
 	}
 	opts.pin_root_path = argv[1];
@@ -54,8 +54,20 @@ int main(int argc, char *argv[]) {
 	for (unsigned long i = 0; i < n; i++)
 		syscall(SYS_getppid);
 	printf("{\"emitted\":%llu}\n", (unsigned long long) skel->bss->count);
-	/* --hold keeps the program loaded until stdin closes, so it can be discovered. */
-	if (argc == 5) {
+	/* --stdin: after the first N, N more records for each number read from stdin, until it
+	 * closes; so that a test can first see the producer discovered, then have it emit. */
+	if (argc == 5 && strcmp(argv[4], "--stdin") == 0) {
+		unsigned long more;
+
+		fflush(stdout);
+		while (scanf("%lu", &more) == 1) {
+			for (unsigned long i = 0; i < more; i++)
+				syscall(SYS_getppid);
+			printf("{\"emitted\":%llu}\n", (unsigned long long) skel->bss->count);
+			fflush(stdout);
+		}
+	} else if (argc == 5) {
+		/* --hold keeps the program loaded until stdin closes, so it can be discovered. */
 		fflush(stdout);
 		while (getchar() != EOF)
 			;

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -18,8 +19,8 @@ int main(int argc, char *argv[]) {
 	cpu_set_t set;
 	int r;
 
-	if (argc != 4) {
-		fprintf(stderr, "usage: %s PIN_ROOT N_PER_KIND CPU\n", argv[0]);
+	if (argc != 4 && !(argc == 5 && strcmp(argv[4], "--hold") == 0)) {
+		fprintf(stderr, "usage: %s PIN_ROOT N_PER_KIND CPU [--hold]\n", argv[0]);
 		return 2;
 	}
 	opts.pin_root_path = argv[1];
@@ -57,6 +58,12 @@ int main(int argc, char *argv[]) {
 	for (int k = 0; k < 9; k++)
 		printf("%s%llu", k ? "," : "", (unsigned long long) skel->bss->failed[k]);
 	printf("]}\n");
+	/* --hold keeps the program loaded (its BTF discoverable) until stdin closes. */
+	if (argc == 5) {
+		fflush(stdout);
+		while (getchar() != EOF)
+			;
+	}
 	hostile_bpf__destroy(skel);
 	return 0;
 }

@@ -14,6 +14,53 @@
 #define VALID_PRODUCER   300
 #define VALID_TYPE       0x8123
 
+/* Hostile BTF (issue 12): record declarations no decoder may be built for: nesting deeper than
+ * BTFREC_MAX_DEPTH (8), an array beyond BTFREC_MAX_ARRAY (256) elements, a struct larger than
+ * any perf record. The daemon refuses each (counted, logged, listed with its reason), and the
+ * valid records of VALID_TYPE stay "unknown". */
+struct h9 {
+	__u32 v;
+};
+struct h8 {
+	struct h9 n;
+};
+struct h7 {
+	struct h8 n;
+};
+struct h6 {
+	struct h7 n;
+};
+struct h5 {
+	struct h6 n;
+};
+struct h4 {
+	struct h5 n;
+};
+struct h3 {
+	struct h4 n;
+};
+struct h2 {
+	struct h3 n;
+};
+struct h1 {
+	struct h2 n;
+};
+struct hostile_deep {
+	struct perfrelay_hdr hdr;
+	struct h1 n;
+};
+struct hostile_wide {
+	struct perfrelay_hdr hdr;
+	__u32 v[300];
+};
+struct hostile_big {
+	struct perfrelay_hdr hdr;
+	__u8 v[70000];
+};
+PERFRELAY_RECORD(0x8123, struct hostile_deep, "hostile_deep");
+PERFRELAY_RECORD(0x8124, struct hostile_wide, "hostile_wide");
+PERFRELAY_RECORD(0x8125, struct hostile_big, "hostile_big");
+
 const volatile __u32 target_tgid = 0;
 
 __u64 calls = 0;

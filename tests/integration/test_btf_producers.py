@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Third-party producers decoded from their own BTF (issue 12, docs/producers.md): the example
+producer, loaded after the daemon started, is listed by ListProducers() (perfrelayctl producers)
+with its declared producer id and name, its program and its record type's fields; its records
+then reach subscribers with named fields of every kind and the right values, "types" selects it
+by name and "where" selects exactly the matching records; the counters say so exactly."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+from prtest import Daemon, check, check_eq, read_line, require_root_and_bpf, run_tests
+from statsbus import StatsBus, wait_for
+
+BINARY = sys.argv[1]
+BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
+EXAMPLE = os.path.join(BUILDDIR, "examples", "example-producer")
+HOSTILE = os.path.join(BUILDDIR, "tests", "integration", "hostile-producer")
+PRODUCER, TYPE = 300, 0x8001
+N = 20
+
+require_root_and_bpf()
+bus = StatsBus(BINARY)
+d = Daemon(BINARY, "btfprod", stdout=False)
+
+
+def producers():
+    r = subprocess.run([bus.ctl, "producers", "--json"], capture_output=True, text=True, timeout=30)
+    check_eq(r.returncode, 0, f"perfrelayctl producers --json exit status (stderr: {r.stderr.strip()})")
+    return json.loads(r.stdout)
+
+
+def example_entry():
+    for p in producers():
+        if p["id"] == PRODUCER and any(t["type"] == TYPE for t in p["types"]):
+            return p
+    return None
+
+
+class Client:
+    """A socket subscriber reading JSON lines."""
+
+    def __init__(self, request):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(d.socket_path)
+        self.sock.sendall((json.dumps(request) + "\n").encode())
+        hello = json.loads(read_line(self.sock, 10))
+        check_eq(hello["type"], "hello", f"hello for {request}")
+        self.buf = b""
+
+    def events(self, n, timeout=20):
+        out = []
+        self.sock.settimeout(timeout)
+        while len(out) < n:
+            while b"\n" not in self.buf:
+                chunk = self.sock.recv(65536)
+                check(chunk, f"connection open while waiting for {n} events (got {len(out)})")
+                self.buf += chunk
+            line, self.buf = self.buf.split(b"\n", 1)
+            m = json.loads(line)
+            if m["type"] != "lost":
+                out.append(m)
+        return out
+
+    def close(self):
+        self.sock.close()
+
+
+def expected(n):
+    """The example producer's record number n (examples/producer/example.bpf.c)."""
+    def s8(v):
+        return v - 256 if v >= 128 else v
+
+    def s16(v):
+        return v - 65536 if v >= 32768 else v
+    return {
+        "u8v": 200 + (n & 15), "s8v": s8((-100 - (n & 15)) & 0xff),
+        "u16v": 60000 + n, "s16v": s16((-30000 + n) & 0xffff), "_pad": 0,
+        "u32v": 4000000000 + n, "s32v": -2000000000 + n,
+        "u64v": 18000000000000000000 + n, "s64v": -9000000000000000000 + n,
+        "color": "EXAMPLE_BLUE" if n & 1 else "EXAMPLE_GREEN",
+        "name": "example",
+        "point": {"x": n * 2, "y": s16((-n) & 0xffff), "_pad": 0},
+        "values": [n, n + 1, n + 2],
+        "_pad2": 0,
+    }
+
+
+def test_example_decoded():
+    p = subprocess.Popen([EXAMPLE, d.pin_path, "0", "0", "--stdin"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        check_eq(json.loads(line) if line else None, {"emitted": 0},
+                 f"example producer loaded (stderr: {p.stderr.read() if not line else ''})")
+
+        # Found without a restart: ListProducers() scans again.
+        entry = wait_for(example_entry, "ListProducers() lists the example producer")
+        check_eq(entry["name"], "example_producer", "the producer's name from PERFRELAY_PRODUCER")
+        check("example_emit" in [prog[1] for prog in entry["programs"]], f"its program: {entry['programs']}")
+        t = [t for t in entry["types"] if t["type"] == TYPE][0]
+        check_eq((t["name"], t["decoder"]), ("example", "ok"), "its record type and decoder")
+        check_eq([f[0] for f in t["fields"] if f[2] == 0],
+                 ["u8v", "s8v", "u16v", "s16v", "_pad", "u32v", "s32v", "u64v", "s64v", "color", "name",
+                  "point", "values", "_pad2"], "the type's top-level fields")
+
+        everything = Client({"subscribe": {"types": ["example"]}})
+        blue = Client({"subscribe": {"types": ["example"], "where": {"color": "EXAMPLE_BLUE", "name": "example"}}})
+        one = Client({"subscribe": {"where": {"s8v": -101, "u64v": 18000000000000000001}}})
+        builtin = Client({"subscribe": {"types": ["exec"], "where": {"u8v": 200}}})
+
+        p.stdin.write(f"{N}\n")
+        p.stdin.flush()
+        check_eq(json.loads(p.stdout.readline()), {"emitted": N}, "the example producer emitted")
+
+        got = everything.events(N)
+        for n, ev in enumerate(got):
+            want = {"type": "example", "producer": PRODUCER, "producer_name": "example_producer"} | expected(n)
+            check_eq({k: ev.get(k) for k in want}, want, f"record {n}'s fields")
+        check_eq([ev["seq"] for ev in got], sorted(ev["seq"] for ev in got), "in emit order (one CPU)")
+        check_eq([e["u16v"] for e in blue.events(N // 2)], [60000 + n for n in range(1, N, 2)],
+                 "where color and name: exactly the odd records")
+        check_eq([e["u16v"] for e in one.events(1)], [60001], "where s8v and u64v: exactly record 1")
+
+        # Exact counts: the readers published N records with named fields; every client was
+        # offered exactly what its filter selects, the built-in one with a where nothing.
+        def settled():
+            st = bus.stats()
+            clients = sorted(st["client_list"], key=lambda c: c["id"])
+            offered = [c["offered"] for c in clients]
+            return st if offered == [N, N // 2, 1, 0] and all(c["sent"] == c["offered"] for c in clients) else None
+        st = wait_for(settled, "the clients' counters")
+        check_eq(sum(r["btf_decoded"] for r in st["readers"]), N, "btf_decoded over the readers")
+        check_eq(sum(r["btf_short"] for r in st["readers"]), 0, "btf_short")
+        for c in (everything, blue, one, builtin):
+            c.close()
+    finally:
+        p.stdin.close()
+        p.wait(30)
+    check_eq(p.returncode, 0, "example producer exit status")
+
+
+def test_hostile_btf_refused():
+    """Declarations no decoder may be built for are refused with their reason, counted, and the
+    records of such a type still arrive as "unknown" with their payload (as do records of a
+    type nobody declared)."""
+    unknown = Client({"subscribe": {"types": [0x8123]}})
+    p = subprocess.Popen([HOSTILE, d.pin_path, "1", "0", "--hold"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        check(line, f"hostile producer ran (stderr: {p.stderr.read() if not line else ''})")
+        sent = json.loads(line)["sent"]
+        check_eq(sent[8], 1, "the hostile producer's valid record of type 0x8123 was taken by the kernel")
+        ev = unknown.events(1)[0]
+        check_eq((ev["type"], ev["type_id"], ev["producer"]), ("unknown", 0x8123, 300),
+                 "a record whose type was refused a decoder is published as unknown")
+        check("payload" in ev, "with its payload")
+
+        def refused():
+            for entry in producers():
+                types = {t["type"]: t for t in entry["types"]}
+                if 0x8123 in types:
+                    return entry, types
+            return None
+        entry, types = wait_for(refused, "ListProducers() lists the hostile program's declarations")
+        check_eq(entry["id"], 0, "a program without PERFRELAY_PRODUCER is listed under id 0")
+        check_eq({t: types[t]["decoder"] for t in (0x8123, 0x8124, 0x8125)},
+                 {0x8123: "too-deep", 0x8124: "array-too-large", 0x8125: "out-of-bounds"},
+                 "each refusal names its reason")
+        check(all(not types[t]["fields"] for t in types), "no fields without a decoder")
+        st = bus.stats()["producer_scan"]
+        check_eq(st["refused"], 3, "the current scan's refused declarations")
+        check(st["scans"] >= 2, f"scans counted: {st}")
+        check(st["programs"] >= 1, f"programs counted: {st}")
+    finally:
+        p.stdin.close()
+        p.wait(30)
+        unknown.close()
+    check_eq(p.returncode, 0, "hostile producer exit status")
+
+
+def test_request_errors():
+    for request, want in [
+        ({"subscribe": {"where": {"x": 1.5}}}, "expected an integer or a string"),
+        ({"subscribe": {"where": {"no-ident": 1}}}, "is not a field name"),
+        ({"subscribe": {"where": {f"f{i}": i for i in range(9)}}}, "more than 8 conditions"),
+        ({"subscribe": {"types": ["not a name"]}}, "neither a built-in type"),
+    ]:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(d.socket_path)
+        s.sendall((json.dumps(request) + "\n").encode())
+        reply = json.loads(read_line(s, 10))
+        s.close()
+        check_eq(reply["type"], "error", f"{request} refused")
+        check(want in reply["message"], f"{request}: message names the fault: {reply['message']}")
+
+
+try:
+    d.start()
+    run_tests([test_example_decoded, test_hostile_btf_refused, test_request_errors])
+finally:
+    d.cleanup()
+    bus.close()
