@@ -40,6 +40,11 @@
  * client's events were dropped (the payload is a __u64 count). The decoder rejects it from
  * producers. */
 #define PERFRELAY_TYPE_LOST            0x7fffu
+/* Reserved: made only by perfrelayd, in binary streams to clients, before the first record of a
+ * third-party type decoded from its producer's BTF (and again when that changes): the payload
+ * is a JSON object describing the record's fields (docs/protocol.md, "Schema frames"), which
+ * libperfrelay reads for perfrelay_record_field(). The decoder rejects it from producers. */
+#define PERFRELAY_TYPE_SCHEMA          0x7ffeu
 #define PERFRELAY_TYPE_THIRD_PARTY_MIN 0x8000u
 
 /* perf_event_header.size is a __u16, so no record can be larger than this. */

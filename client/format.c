@@ -228,6 +228,25 @@ static void print_details(FILE *f, const char *type, json_object *ev, const char
 			fprintf(f, "call %" PRIu64, u);
 		if (jint(ev, "size", &v))
 			fprintf(f, ", size %" PRId64, v);
+	} else if (jstr(ev, "producer_name")) {
+		/* A third-party record decoded from its producer's BTF: its fields as key=value. */
+		bool first = true;
+
+		fprintf(f, "[%s]", jstr(ev, "producer_name"));
+		json_object_object_foreach(ev, key, value) {
+			static const char *const common[] = { "type", "ts",       "cpu",
+							      "seq",  "producer", "producer_name",
+							      "unit" };
+			bool skip = false;
+
+			for (size_t i = 0; i < ELEMENTSOF(common) && !skip; i++)
+				skip = streq(key, common[i]);
+			if (skip)
+				continue;
+			fprintf(f, "%s%s=", first ? " " : " ", key);
+			format_escaped(f, json_object_to_json_string_ext(value, JSON_C_TO_STRING_PLAIN), false);
+			first = false;
+		}
 	} else
 		/* A type newer than this program: show what the daemon sent. */
 		format_escaped(f, line, false);

@@ -20,6 +20,7 @@
 #include "macro.h"
 #include "perfrelay.h"
 #include "request-line.h"
+#include "schema.h"
 #include "time-util.h"
 
 #define PERFRELAY_PROTOCOL 1u
@@ -57,6 +58,10 @@ struct perfrelay_client {
 	char *version;
 	char *message;
 	char *socket_path;
+
+	/* Binary format: the schema frames received, one per third-party type (schema.h). */
+	Schema *schemas[SCHEMA_MAX_KEPT];
+	unsigned n_schemas, next_evicted;
 };
 
 int perfrelay_client_new(perfrelay_client **ret) {
@@ -81,6 +86,8 @@ perfrelay_client *perfrelay_close(perfrelay_client *c) {
 	free(c->version);
 	free(c->message);
 	free(c->socket_path);
+	for (unsigned i = 0; i < c->n_schemas; i++)
+		schema_free(c->schemas[i]);
 	free(c);
 	return NULL;
 }
@@ -512,7 +519,7 @@ int perfrelay_next_json(perfrelay_client *c, const char **line, size_t *len, int
 	return 1;
 }
 
-int perfrelay_next_record(
+static int next_frame(
 	perfrelay_client *c,
 	const struct perfrelay_hdr **hdr,
 	const void **payload,
@@ -568,4 +575,85 @@ int perfrelay_next_record(
 	*payload = rec + sizeof(struct perfrelay_hdr);
 	*payload_size = length - sizeof(struct perfrelay_hdr);
 	return 1;
+}
+
+/* Keeps the schema a schema frame carries (replacing the one of its type), so that
+ * perfrelay_record_field() can use it. A malformed one is ignored: that type's records then
+ * have no fields. */
+static int take_schema(perfrelay_client *c, const char *payload, size_t len) {
+	Schema *s;
+	int r;
+
+	r = schema_parse(payload, len, &s);
+	if (r == -EBADMSG)
+		return 0;
+	if (r < 0)
+		return r;
+	for (unsigned i = 0; i < c->n_schemas; i++)
+		if (schema_type(c->schemas[i]) == schema_type(s)) {
+			schema_free(c->schemas[i]);
+			c->schemas[i] = s;
+			return 0;
+		}
+	if (c->n_schemas < SCHEMA_MAX_KEPT) {
+		c->schemas[c->n_schemas++] = s;
+		return 0;
+	}
+	/* More types than the daemon keeps decoders for at once: the oldest go first. */
+	schema_free(c->schemas[c->next_evicted]);
+	c->schemas[c->next_evicted] = s;
+	c->next_evicted = (c->next_evicted + 1) % SCHEMA_MAX_KEPT;
+	return 0;
+}
+
+static const Schema *find_schema(const perfrelay_client *c, uint16_t type) {
+	if (!c)
+		return NULL;
+	for (unsigned i = 0; i < c->n_schemas; i++)
+		if (schema_type(c->schemas[i]) == type)
+			return c->schemas[i];
+	return NULL;
+}
+
+const char *perfrelay_record_type_name(const perfrelay_client *c, uint16_t type) {
+	const Schema *s = find_schema(c, type);
+
+	return s ? schema_name(s) : NULL;
+}
+
+const char *perfrelay_record_producer_name(const perfrelay_client *c, uint16_t type) {
+	const Schema *s = find_schema(c, type);
+
+	return s ? schema_producer_name(s) : NULL;
+}
+
+int perfrelay_record_field(
+	const perfrelay_client *c, const struct perfrelay_hdr *hdr, unsigned *iter, struct perfrelay_field *f) {
+	const Schema *s;
+
+	if (!c || !hdr || !iter || !f)
+		return -EINVAL;
+	s = find_schema(c, hdr->type);
+	if (!s)
+		return -ENOENT;
+	return schema_field(s, hdr, hdr->size, iter, f);
+}
+
+int perfrelay_next_record(
+	perfrelay_client *c,
+	const struct perfrelay_hdr **hdr,
+	const void **payload,
+	size_t *payload_size,
+	int timeout_ms) {
+	int r;
+
+	/* Schema frames are the library's, not the caller's: take them and read on. */
+	for (;;) {
+		r = next_frame(c, hdr, payload, payload_size, timeout_ms);
+		if (r <= 0 || (*hdr)->type != PERFRELAY_TYPE_SCHEMA)
+			return r;
+		r = take_schema(c, *payload, *payload_size);
+		if (r < 0)
+			return fail(c, r);
+	}
 }

@@ -24,6 +24,9 @@ extern "C" {
 #ifndef PERFRELAY_TYPE_LOST
 #define PERFRELAY_TYPE_LOST 0x7fffu
 #endif
+#ifndef PERFRELAY_TYPE_SCHEMA
+#define PERFRELAY_TYPE_SCHEMA 0x7ffeu
+#endif
 
 /* Used when perfrelay_connect() gets no path and $PERFRELAY_SOCKET is unset or empty. */
 #define PERFRELAY_SOCKET_DEFAULT "/run/perfrelay/events.sock"
@@ -144,6 +147,56 @@ const char *perfrelay_client_socket_path(const perfrelay_client *c);
 
 /* Closes the connection and frees c. Accepts NULL; returns NULL. */
 perfrelay_client *perfrelay_close(perfrelay_client *c);
+
+/* ---- Third-party records with named fields (binary format) ----
+ * A third-party producer that declares its record types (PERFRELAY_RECORD, docs/producers.md)
+ * has them decoded from its BTF. A JSON client gets named fields in each line; a binary client
+ * gets the raw records, and the daemon sends a schema frame (PERFRELAY_TYPE_SCHEMA) before the
+ * first record of such a type, which this library keeps (it is not returned by
+ * perfrelay_next_record()). With it, perfrelay_record_field() gives a binary client the same
+ * fields and values a JSON client sees. */
+
+enum perfrelay_field_kind {
+	PERFRELAY_FIELD_UINT,         /* value.u */
+	PERFRELAY_FIELD_INT,          /* value.i */
+	PERFRELAY_FIELD_ENUM,         /* value.i if is_signed, else value.u; enum_name (or NULL) */
+	PERFRELAY_FIELD_STRING,       /* a char array holding a NUL: bytes, len without the NUL */
+	PERFRELAY_FIELD_BYTES,        /* a char array without a NUL: bytes, len */
+	PERFRELAY_FIELD_STRUCT_BEGIN, /* a nested struct: its fields follow, up to the STRUCT_END */
+	PERFRELAY_FIELD_STRUCT_END,
+	PERFRELAY_FIELD_ARRAY_BEGIN, /* an array: its elements (name NULL) follow, up to ARRAY_END */
+	PERFRELAY_FIELD_ARRAY_END,
+};
+
+struct perfrelay_field {
+	const char *name; /* NULL for array elements and the END kinds */
+	enum perfrelay_field_kind kind;
+	unsigned depth;  /* 0 for members of the record struct */
+	uint32_t offset; /* from the start of the record (header included) */
+	uint32_t size;   /* bytes of the field */
+	int is_signed;
+	union {
+		uint64_t u;
+		int64_t i;
+	} value;
+	const char *enum_name;
+	const void *bytes; /* STRING, BYTES: into the record */
+	size_t len;
+};
+
+/* The name a third-party record type was declared with (the JSON "type"), and its producer's
+ * name (the JSON "producer_name"), as the daemon's schema frame said; NULL if it sent none for
+ * that type. Valid until the next perfrelay_next_record() on c. */
+const char *perfrelay_record_type_name(const perfrelay_client *c, uint16_t type);
+const char *perfrelay_record_producer_name(const perfrelay_client *c, uint16_t type);
+
+/* The fields of a third-party record hdr (as perfrelay_next_record() returned it), one per call:
+ * set *iter to 0 first. Returns 1 and fills *f, 0 after the last field, -ENOENT if the daemon
+ * sent no schema for hdr->type, -EBADMSG if the record is shorter than its declaration, or
+ * -EINVAL. Pointers in *f point into the record or into c, valid until the next
+ * perfrelay_next_record() on c. */
+int perfrelay_record_field(
+	const perfrelay_client *c, const struct perfrelay_hdr *hdr, unsigned *iter, struct perfrelay_field *f);
 
 #ifdef __cplusplus
 }

@@ -476,19 +476,24 @@ void btfrec_get(const BtfRec *r, const void *rec, unsigned i, BtfRecValue *ret) 
 	case BTFREC_INT:
 		ret->value.i = sign_extend(read_uint(p, s->size), s->size);
 		break;
-	case BTFREC_ENUM:
+	case BTFREC_ENUM: {
+		uint64_t v;
+
 		ret->value.u = read_uint(p, s->size);
 		if (s->is_signed)
 			ret->value.i = sign_extend(ret->value.u, s->size);
+		/* Enumerators are kept sign-extended for signed enums, like value.i. */
+		v = s->is_signed ? (uint64_t) ret->value.i : ret->value.u;
 		for (uint32_t k = 0; k < s->enum_count; k++) {
 			const EnumVal *e = &r->enums[s->enum_first + k];
 
-			if (e->value == ret->value.u) {
+			if (e->value == v) {
 				ret->enum_name = r->names + e->name;
 				break;
 			}
 		}
 		break;
+	}
 	case BTFREC_STRING: {
 		const uint8_t *nul = memchr(p, 0, s->size);
 
@@ -508,6 +513,17 @@ void btfrec_get(const BtfRec *r, const void *rec, unsigned i, BtfRecValue *ret) 
 	default:
 		break;
 	}
+}
+
+unsigned btfrec_n_enums(const BtfRec *r, unsigned i) {
+	return r->steps[i].kind == BTFREC_ENUM ? r->steps[i].enum_count : 0;
+}
+
+void btfrec_enum(const BtfRec *r, unsigned i, unsigned k, uint64_t *ret_value, const char **ret_name) {
+	const EnumVal *e = &r->enums[r->steps[i].enum_first + k];
+
+	*ret_value = e->value;
+	*ret_name = r->names + e->name;
 }
 
 int btfrec_find_field(const BtfRec *r, const char *name) {

@@ -107,6 +107,11 @@ void btfrec_describe(const BtfRec *r, unsigned i, BtfRecValue *ret);
  * size >= btfrec_size(r) once per record). */
 void btfrec_get(const BtfRec *r, const void *rec, unsigned i, BtfRecValue *ret);
 
+/* The enumerators of ENUM step i (0 for other steps), and enumerator k of them: its value
+ * (sign-extended for signed enums) and name. */
+unsigned btfrec_n_enums(const BtfRec *r, unsigned i);
+void btfrec_enum(const BtfRec *r, unsigned i, unsigned k, uint64_t *ret_value, const char **ret_name);
+
 /* The step of a top-level integer, enum or string field called name, or -ENOENT. */
 int btfrec_find_field(const BtfRec *r, const char *name);
 

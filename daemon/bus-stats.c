@@ -188,7 +188,8 @@ static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
 			{ "programs", s->producer_scan.programs },
 			{ "types", s->producer_scan.types },
 			{ "refused", s->producer_scan.refused },
-			{ "bad_declarations", s->producer_scan.bad_declarations });
+			{ "bad_declarations", s->producer_scan.bad_declarations },
+			{ "schemas_too_large", s->producer_scan.schemas_too_large });
 	if (r >= 0)
 		r = close_entry(m);
 	if (r >= 0)

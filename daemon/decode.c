@@ -205,7 +205,7 @@ DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret) {
 		return DECODE_BAD_PRODUCER;
 	/* Binary clients read this type as the daemon's own loss report: a producer that could
 	 * emit it would forge one. */
-	if (hdr.type == PERFRELAY_TYPE_LOST)
+	if (hdr.type == PERFRELAY_TYPE_LOST || hdr.type == PERFRELAY_TYPE_SCHEMA)
 		return DECODE_RESERVED_TYPE;
 	if (hdr.size < sizeof(hdr))
 		return DECODE_BAD_SIZE;
@@ -268,6 +268,7 @@ DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret) {
 	ret->known = known;
 	ret->btf = NULL;
 	ret->producer_name = NULL;
+	ret->producer_type = NULL;
 	fill_fields(rec, hdr.type, known, ret);
 	return DECODE_OK;
 }

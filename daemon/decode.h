@@ -38,7 +38,7 @@ typedef enum DecodeError {
 	DECODE_BAD_SIZE,      /* hdr.size wrong for a known type, < header, or far below raw size */
 	DECODE_BAD_STRING,    /* a string field without its NUL, or argv_len out of bounds */
 	DECODE_BAD_PRODUCER,  /* producer id >= PERFRELAY_MAX_PRODUCERS */
-	DECODE_RESERVED_TYPE, /* PERFRELAY_TYPE_LOST: only the daemon may make it */
+	DECODE_RESERVED_TYPE, /* PERFRELAY_TYPE_LOST or _SCHEMA: only the daemon may make them */
 	_DECODE_ERROR_MAX,
 } DecodeError;
 const char *decode_error_to_string(DecodeError e);
@@ -59,7 +59,8 @@ typedef struct DecodedEvent {
 	/* A third-party record with a decoder from its producer's BTF (set by the reader, which
 	 * has checked that the record is as large as the decoder's struct), else NULL. */
 	const struct BtfRec *btf;
-	const char *producer_name; /* with btf: the events' "producer_name" */
+	const char *producer_name;                /* with btf: the events' "producer_name" */
+	const struct ProducerType *producer_type; /* with btf: its declaration (producers.h) */
 } DecodedEvent;
 
 /* Validates raw sample bytes as a perfrelay record. Known types must have exactly their

@@ -91,6 +91,8 @@ int decoders_publish(Decoders *d, ProducerScan *scan) {
 	}
 	d->retired = grown;
 	scan->generation = ++d->generation;
+	for (size_t i = 0; i < scan->n_types; i++)
+		scan->types[i].generation = scan->generation;
 	old = atomic_exchange(&d->current, scan);
 	if (old)
 		d->retired[d->n_retired++] = old;

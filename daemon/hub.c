@@ -12,8 +12,9 @@
 #include "encode.h"
 #include "hub.h"
 #include "macro.h"
-#include "perfring.h"
 #include "counters.h"
+#include "perfring.h"
+#include "producers.h"
 
 #define HUB_QUEUE_MIN        (64u * 1024u)
 /* The binary lost notice: u32 length, header, u64 count. The JSON one is far shorter. */
@@ -31,8 +32,10 @@ typedef struct HubTag {
 	uint64_t value; /* the event's hdr.ts_ns, or the notice's count */
 } HubTag;
 _Static_assert(sizeof(HubTag) == 16, "no implicit padding");
-#define HUB_TAG_KNOWN 0x1u /* a built-in type */
-#define HUB_TAG_LOST  0x2u /* a "lost" notice, not an event */
+#define HUB_TAG_KNOWN       0x1u /* a built-in type */
+/* Third-party types 0x8000..0xffff, a bit each. */
+#define SCHEMA_BITMAP_WORDS ((UINT16_MAX + 1u - PERFRELAY_TYPE_THIRD_PARTY_MIN) / 64u)
+#define HUB_TAG_LOST        0x2u /* a "lost" notice, not an event */
 /* The JSON lost notice, 45 bytes at most ({"type":"lost","count":<20 digits>}\n), behind a tag. */
 _Static_assert(sizeof(HubTag) + 48 <= HUB_LOST_MAX, "tagged lost notice fits");
 
@@ -59,6 +62,10 @@ typedef struct HubQueue {
 	uint64_t unsent; /* main thread: events left in the queue by hub_client_discard() */
 	uint8_t *buf;
 	uint64_t mask;
+	/* Reader-private, binary clients: the third-party types whose schema frame this queue
+	 * carried, for the scan of generation schema_generation (a bit per type from 0x8000). */
+	uint64_t schema_generation;
+	uint64_t *schema_sent;
 } HubQueue;
 
 struct HubClient {
@@ -179,6 +186,11 @@ int hub_client_new(Hub *h, int fd, const HubClientOptions *o, HubClient **ret) {
 		if (!c->q[i].buf)
 			return -ENOMEM;
 		c->q[i].mask = per_queue - 1;
+		if (o->format == HUB_FORMAT_BINARY) {
+			c->q[i].schema_sent = calloc(SCHEMA_BITMAP_WORDS, sizeof(uint64_t));
+			if (!c->q[i].schema_sent)
+				return -ENOMEM;
+		}
 	}
 	*ret = TAKE_PTR(c);
 	return 0;
@@ -187,8 +199,10 @@ int hub_client_new(Hub *h, int fd, const HubClientOptions *o, HubClient **ret) {
 HubClient *hub_client_free(HubClient *c) {
 	if (!c)
 		return NULL;
-	for (unsigned i = 0; c->q && i < c->hub->n_readers; i++)
+	for (unsigned i = 0; c->q && i < c->hub->n_readers; i++) {
 		free(c->q[i].buf);
+		free(c->q[i].schema_sent);
+	}
 	free(c->q);
 	free(c->iov);
 	free(c->avail);
@@ -368,6 +382,43 @@ static size_t encode_lost(HubFormat format, uint64_t count, char buf[static HUB_
 	return (size_t) encode_lost_json(count, buf, HUB_LOST_MAX); /* cannot fail: < 64 bytes */
 }
 
+/* A binary client's first record of a third-party type decoded from BTF goes behind a schema
+ * frame describing it (once per queue and scan): *ret_hdr and the schema, or false. */
+static bool schema_needed(HubQueue *q, const DecodedEvent *ev, struct perfrelay_hdr *ret_hdr) {
+	const ProducerType *t = ev->producer_type;
+	unsigned bit;
+
+	if (!t || !t->schema)
+		return false;
+	if (q->schema_generation != t->generation) {
+		memset(q->schema_sent, 0, SCHEMA_BITMAP_WORDS * sizeof(uint64_t));
+		q->schema_generation = t->generation;
+	}
+	bit = t->type - PERFRELAY_TYPE_THIRD_PARTY_MIN;
+	if (q->schema_sent[bit / 64] & (UINT64_C(1) << (bit % 64)))
+		return false;
+	*ret_hdr = (struct perfrelay_hdr){
+		.magic = PERFRELAY_MAGIC,
+		.version = PERFRELAY_VERSION,
+		.type = PERFRELAY_TYPE_SCHEMA,
+		.size = (uint16_t) (sizeof(*ret_hdr) + t->schema_len),
+		.producer = ev->hdr.producer,
+		.cpu = ev->hdr.cpu,
+		.ts_ns = ev->hdr.ts_ns,
+	};
+	return true;
+}
+
+static void schema_write(HubQueue *q, const ProducerType *t, const struct perfrelay_hdr *hdr) {
+	uint32_t len = htole32(hdr->size);
+	unsigned bit = t->type - PERFRELAY_TYPE_THIRD_PARTY_MIN;
+
+	queue_write(q, &len, sizeof(len));
+	queue_write(q, hdr, sizeof(*hdr));
+	queue_write(q, t->schema, t->schema_len);
+	q->schema_sent[bit / 64] |= UINT64_C(1) << (bit % 64);
+}
+
 void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *unit) {
 	HubSlot *s = &h->slots[reader];
 	/* Binary frames are the record itself behind a length: nothing to encode. */
@@ -379,8 +430,9 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 		HubClient *c = s->clients[i];
 		HubQueue *q = &c->q[reader];
 		const void *data, *prefix = NULL;
-		size_t len, prefix_len = 0, lost_len = 0;
+		size_t len, prefix_len = 0, lost_len = 0, schema_len = 0;
 		char lost[HUB_LOST_MAX];
+		struct perfrelay_hdr schema;
 
 		if (c->o.match && !c->o.match(c->o.filter, ev, unit))
 			continue;
@@ -398,6 +450,8 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 			prefix_len = sizeof(frame_len);
 			data = ev->record;
 			len = ev->hdr.size;
+			if (_unlikely_(ev->producer_type) && schema_needed(q, ev, &schema))
+				schema_len = sizeof(uint32_t) + schema.size;
 		} else {
 			if (json_len < 0) {
 				/* Encoded once, however many clients take it. */
@@ -426,7 +480,8 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 		if (q->pending_lost > 0)
 			lost_len = encode_lost(c->o.format, q->pending_lost, lost);
 
-		if (_unlikely_(len == 0) || !queue_reserve(q, (uint64_t) (prefix_len + len + lost_len))) {
+		if (_unlikely_(len == 0) ||
+		    !queue_reserve(q, (uint64_t) (prefix_len + len + lost_len + schema_len))) {
 			STAT_ADD(q->dropped, 1);
 			if (c->o.overflow == HUB_OVERFLOW_DISCONNECT) {
 				/* Never told: the close is the notice. */
@@ -440,6 +495,8 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 			queue_write(q, lost, lost_len);
 			q->pending_lost = 0;
 		}
+		if (schema_len > 0)
+			schema_write(q, ev->producer_type, &schema);
 		if (prefix_len > 0)
 			queue_write(q, prefix, prefix_len);
 		queue_write(q, data, len);
@@ -517,14 +574,14 @@ void hub_foreach_client(Hub *h, void (*fn)(HubClient *c, void *userdata), void *
 		fn(h->clients[i - 1], userdata);
 }
 
-/* Whether the frame at `pos` is a "lost" notice rather than an event. */
+/* Whether the frame at `pos` is a "lost" notice (or a schema frame) rather than an event. */
 static bool frame_is_lost(const HubClient *c, const HubQueue *q, uint64_t pos) {
 	if (c->o.format == HUB_FORMAT_BINARY) {
 		struct perfrelay_hdr hdr;
 
-		/* Decoded records never carry this type (decode.c rejects it). */
+		/* Decoded records never carry these types (decode.c rejects them). */
 		perfring_copy(q->buf, q->mask, pos + sizeof(uint32_t), &hdr, sizeof(hdr));
-		return hdr.type == PERFRELAY_TYPE_LOST;
+		return hdr.type == PERFRELAY_TYPE_LOST || hdr.type == PERFRELAY_TYPE_SCHEMA;
 	} else if (c->o.format == HUB_FORMAT_JSON_TAGGED) {
 		HubTag tag;
 

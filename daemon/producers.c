@@ -8,6 +8,7 @@
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 
+#include "json-util.h"
 #include "macro.h"
 #include "producers.h"
 
@@ -17,8 +18,10 @@
 ProducerScan *producers_scan_free(ProducerScan *s) {
 	if (!s)
 		return NULL;
-	for (size_t i = 0; i < s->n_types; i++)
+	for (size_t i = 0; i < s->n_types; i++) {
 		btfrec_free(s->types[i].rec);
+		free(s->types[i].schema);
+	}
 	free(s);
 	return NULL;
 }
@@ -94,6 +97,81 @@ static void add_types(ProducerScan *s, ProducerProg *p) {
 	btf__free(btf);
 }
 
+/* The decoder of t as the schema frame's JSON (docs/protocol.md, "Schema frames"):
+ * {"record_type":N,"name":..,"producer_name":..,"size":N,"fields":[{"name":..,"kind":..,
+ * "depth":N,"offset":N,"size":N[,"signed":true][,"enum":{"NAME":value,...}]},...]}. */
+static int schema_build(ProducerType *t) {
+	_cleanup_(json_object_putp) json_object *o = json_object_new_object(),
+						*fields = json_object_new_array();
+	const char *text;
+	size_t len;
+	int r = 0;
+
+	if (!o || !fields)
+		return -ENOMEM;
+	for (unsigned i = 0; r >= 0 && i < btfrec_n_steps(t->rec); i++) {
+		json_object *f = json_object_new_object(), *e = NULL;
+		BtfRecValue v;
+
+		btfrec_describe(t->rec, i, &v);
+		if (!f || json_object_array_add(fields, f) < 0) {
+			json_object_put(f);
+			return -ENOMEM;
+		}
+		if (v.name)
+			r = json_object_object_add(f, "name", json_object_new_string(v.name));
+		if (r >= 0)
+			r = json_object_object_add(
+				f, "kind", json_object_new_string(btfrec_kind_to_string(v.kind)));
+		if (r >= 0)
+			r = json_object_object_add(f, "depth", json_object_new_int64(v.depth));
+		if (r >= 0)
+			r = json_object_object_add(f, "offset", json_object_new_int64(v.offset));
+		if (r >= 0)
+			r = json_object_object_add(f, "size", json_object_new_int64(v.size));
+		if (r >= 0 && v.is_signed)
+			r = json_object_object_add(f, "signed", json_object_new_boolean(true));
+		if (r >= 0 && btfrec_n_enums(t->rec, i) > 0) {
+			e = json_object_new_object();
+			r = json_object_object_add(f, "enum", e);
+		}
+		for (unsigned k = 0; r >= 0 && e && k < btfrec_n_enums(t->rec, i); k++) {
+			const char *name;
+			uint64_t value;
+
+			btfrec_enum(t->rec, i, k, &value, &name);
+			r = json_object_object_add(
+				e,
+				name,
+				v.is_signed ? json_object_new_int64((int64_t) value) :
+					      json_object_new_uint64(value));
+		}
+	}
+	if (r >= 0)
+		r = json_object_object_add(o, "record_type", json_object_new_int64(t->type));
+	if (r >= 0)
+		r = json_object_object_add(o, "name", json_object_new_string(t->name));
+	if (r >= 0 && t->producer_name)
+		r = json_object_object_add(o, "producer_name", json_object_new_string(t->producer_name));
+	if (r >= 0)
+		r = json_object_object_add(o, "size", json_object_new_int64(btfrec_size(t->rec)));
+	if (r >= 0)
+		r = json_object_object_add(o, "fields", TAKE_PTR(fields));
+	if (r < 0)
+		return -ENOMEM;
+	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+	if (!text)
+		return -ENOMEM;
+	len = strlen(text);
+	if (len > PRODUCERS_SCHEMA_MAX)
+		return 0; /* binary clients get this type's records without a schema */
+	t->schema = strdup(text);
+	if (!t->schema)
+		return -ENOMEM;
+	t->schema_len = (uint32_t) len;
+	return 1;
+}
+
 static bool declares_types(const ProducerScan *s, uint32_t prog_id) {
 	for (size_t i = 0; i < s->n_types; i++)
 		if (s->types[i].prog_id == prog_id)
@@ -132,6 +210,14 @@ int producers_scan(uint32_t events_map_id, ProducerScan **ret) {
 			if (s->progs[k].prog_id == t->prog_id)
 				t->producer_name = s->progs[k].producer_name[0] ? s->progs[k].producer_name :
 										  s->progs[k].name;
+		if (t->rec) {
+			int r = schema_build(t);
+
+			if (r == -ENOMEM)
+				return r;
+			if (r == 0)
+				s->schemas_too_large++;
+		}
 	}
 	*ret = TAKE_PTR(s);
 	return 0;

@@ -10,10 +10,13 @@
 #include <stdint.h>
 
 #include "btfrec.h"
+#include "event.h"
 #include "macro.h"
 
-#define PRODUCERS_MAX_PROGS 64u  /* programs using "events" that one scan keeps */
-#define PRODUCERS_MAX_TYPES 256u /* declared record types one scan keeps */
+#define PRODUCERS_MAX_PROGS  64u  /* programs using "events" that one scan keeps */
+#define PRODUCERS_MAX_TYPES  256u /* declared record types one scan keeps */
+/* A schema frame is a record: its JSON must fit behind the header. */
+#define PRODUCERS_SCHEMA_MAX (PERFRELAY_RECORD_MAX - sizeof(struct perfrelay_hdr))
 
 typedef struct ProducerProg {
 	uint32_t prog_id;
@@ -32,6 +35,11 @@ typedef struct ProducerType {
 	/* The events' "producer_name": PERFRELAY_PRODUCER()'s name of the declaring program's
 	 * object, else that program's name. Points into the scan. */
 	const char *producer_name;
+	/* Binary clients' schema frame payload (PERFRELAY_TYPE_SCHEMA): the decoder as JSON, or
+	 * NULL (no decoder, or the description exceeds PRODUCERS_SCHEMA_MAX: counted). */
+	char *schema;
+	uint32_t schema_len;
+	uint64_t generation; /* the scan's, for the hub's "schema sent" bookkeeping */
 } ProducerType;
 
 typedef struct ProducerScan {
@@ -39,9 +47,10 @@ typedef struct ProducerScan {
 	size_t n_progs;
 	ProducerType types[PRODUCERS_MAX_TYPES];
 	size_t n_types;
-	unsigned bad_decls;  /* malformed or duplicate declarations, over all programs */
-	unsigned refused;    /* declared types that got no decoder */
-	uint64_t generation; /* set when published (decoders.h), from 1 */
+	unsigned bad_decls;         /* malformed or duplicate declarations, over all programs */
+	unsigned refused;           /* declared types that got no decoder */
+	unsigned schemas_too_large; /* decoders whose description does not fit a schema frame */
+	uint64_t generation;        /* set when published (decoders.h), from 1 */
 } ProducerScan;
 
 /* Walks every loaded BPF program, keeps those whose maps include events_map_id and whose BTF

@@ -272,6 +272,7 @@ static void reader_attach_decoder(Reader *r, DecodedEvent *ev) {
 	STAT_ADD(r->stats->btf_decoded, 1);
 	ev->btf = t->rec;
 	ev->producer_name = t->producer_name;
+	ev->producer_type = t;
 }
 
 static void on_record(void *userdata, const uint8_t *rec, uint32_t size) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <json-c/json.h>
 
@@ -306,6 +307,17 @@ static int get_string(
 	return 0;
 }
 
+/* A built-in type's name spelled with other letter case ("EXEC"): a typo, not a third-party name. */
+static const char *builtin_type_like(const char *name) {
+	for (uint16_t k = 1; k < SUBSCRIPTION_TYPE_MASK_BITS; k++) {
+		const char *known = event_type_to_string(k);
+
+		if (known && strcasecmp(known, name) == 0)
+			return known;
+	}
+	return NULL;
+}
+
 static bool identifier_is_valid(const char *s, size_t max) {
 	size_t n = strlen(s);
 
@@ -346,6 +358,28 @@ static int parse_types(Subscription *s, json_object *v, RequestError *e) {
 				}
 			}
 			if (id == 0) {
+				const char *builtin = builtin_type_like(name);
+
+				if (builtin)
+					return fail(
+						e,
+						PROTOCOL_BAD_REQUEST,
+						"subscribe.types[%zu]: unknown event type \"%.*s\" (did you mean "
+						"\"%s\"?)",
+						i,
+						QUOTE_MAX,
+						name,
+						builtin);
+				if (streq(name, "lost") || streq(name, "unknown") || streq(name, "hello") ||
+				    streq(name, "error") || streq(name, "goodbye"))
+					return fail(
+						e,
+						PROTOCOL_BAD_REQUEST,
+						"subscribe.types[%zu]: unknown event type \"%s\" (a line the daemon "
+						"makes, not an event type; third-party records without a decoder are "
+						"selected by their numeric type id)",
+						i,
+						name);
 				/* Not built in: the name of a third-party type, matched against the
 				 * names in producers' BTF declarations as events arrive. */
 				if (!identifier_is_valid(name, SUBSCRIPTION_NAME_MAX))

@@ -246,6 +246,7 @@ int stats_snapshot(const StatsSources *src, StatsSnapshot **ret) {
 		s->producer_scan.types = src->scan->n_types;
 		s->producer_scan.refused = src->scan->refused;
 		s->producer_scan.bad_declarations = src->scan->bad_decls;
+		s->producer_scan.schemas_too_large = src->scan->schemas_too_large;
 	}
 	(void) stats_totals(src, false, &c);
 	s->clients_connected = c.clients;

@@ -119,7 +119,7 @@ typedef struct StatsSnapshot {
 	 * declare something, declared record types, how many got no decoder (refused: hostile or
 	 * unsupported BTF) and malformed or duplicate declarations. */
 	struct {
-		uint64_t scans, programs, types, refused, bad_declarations;
+		uint64_t scans, programs, types, refused, bad_declarations, schemas_too_large;
 	} producer_scan;
 } StatsSnapshot;
 

@@ -18,6 +18,9 @@ BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 EXAMPLE = os.path.join(BUILDDIR, "examples", "example-producer")
 HOSTILE = os.path.join(BUILDDIR, "tests", "integration", "hostile-producer")
+FIELD_CLIENT = os.path.join(BUILDDIR, "tests", "integration", "field-client")
+STEADY = os.path.join(BUILDDIR, "tests", "integration", "steady-producer")
+STEADY_TYPE = 0x8310  # steady.bpf.c: a record type its BTF does not declare
 PRODUCER, TYPE = 300, 0x8001
 N = 20
 
@@ -89,6 +92,7 @@ def expected(n):
 
 
 def test_example_decoded():
+    d.start()
     p = subprocess.Popen([EXAMPLE, d.pin_path, "0", "0", "--stdin"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -110,6 +114,11 @@ def test_example_decoded():
         blue = Client({"subscribe": {"types": ["example"], "where": {"color": "EXAMPLE_BLUE", "name": "example"}}})
         one = Client({"subscribe": {"where": {"s8v": -101, "u64v": 18000000000000000001}}})
         builtin = Client({"subscribe": {"types": ["exec"], "where": {"u8v": 200}}})
+        # A binary client: the raw records, and their fields through libperfrelay's iterator
+        # from the schema frame the daemon sends before the first one.
+        binary = subprocess.Popen([FIELD_CLIENT, d.socket_path, "example", str(N)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        check_eq(binary.stdout.readline().strip(), "READY", "the binary client subscribed")
 
         p.stdin.write(f"{N}\n")
         p.stdin.flush()
@@ -123,6 +132,13 @@ def test_example_decoded():
         check_eq([e["u16v"] for e in blue.events(N // 2)], [60000 + n for n in range(1, N, 2)],
                  "where color and name: exactly the odd records")
         check_eq([e["u16v"] for e in one.events(1)], [60001], "where s8v and u64v: exactly record 1")
+        out, err = binary.communicate(timeout=60)
+        check_eq(binary.returncode, 0, f"the binary client's exit status (stderr: {err.strip()})")
+        fields = [json.loads(line) for line in out.splitlines()]
+        check_eq(len(fields), N, "the binary client's records")
+        for n, (b, j) in enumerate(zip(fields, got)):
+            want = {k: v for k, v in j.items() if k not in ("ts", "cpu", "producer", "unit")}
+            check_eq(b, want, f"record {n}: the binary client's fields are the JSON client's")
 
         # Exact counts: the readers published N records with named fields; every client was
         # offered exactly what its filter selects, the built-in one with a where nothing.
@@ -140,12 +156,13 @@ def test_example_decoded():
         p.stdin.close()
         p.wait(30)
     check_eq(p.returncode, 0, "example producer exit status")
+    d.stop()
 
 
 def test_hostile_btf_refused():
     """Declarations no decoder may be built for are refused with their reason, counted, and the
-    records of such a type still arrive as "unknown" with their payload (as do records of a
-    type nobody declared)."""
+    records of such a type still arrive as "unknown" with their payload."""
+    d.start()
     unknown = Client({"subscribe": {"types": [0x8123]}})
     p = subprocess.Popen([HOSTILE, d.pin_path, "1", "0", "--hold"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -180,9 +197,33 @@ def test_hostile_btf_refused():
         p.wait(30)
         unknown.close()
     check_eq(p.returncode, 0, "hostile producer exit status")
+    d.stop()
+
+
+def test_undeclared_type_unknown():
+    """No regression: a record type nobody declared is published as before, "unknown" with its
+    payload in base64, and asks for no decoder that could not be built."""
+    d.start()
+    c = Client({"subscribe": {"types": [STEADY_TYPE]}})
+    p = subprocess.Popen([STEADY, d.pin_path, "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        p.stdin.write("burst 3\n")
+        p.stdin.flush()
+        check(p.stdout.readline().strip(), "the steady producer answered")
+        evs = c.events(3)
+        check_eq([(e["type"], e["type_id"]) for e in evs], [("unknown", STEADY_TYPE)] * 3,
+                 "records of an undeclared type are unknown")
+        check(all(e["payload"] for e in evs), "with their payload")
+        check_eq(bus.stats()["producer_scan"]["refused"], 0, "nothing refused")
+    finally:
+        p.stdin.close()
+        p.wait(30)
+        c.close()
+    d.stop()
 
 
 def test_request_errors():
+    d.start()
     for request, want in [
         ({"subscribe": {"where": {"x": 1.5}}}, "expected an integer or a string"),
         ({"subscribe": {"where": {"no-ident": 1}}}, "is not a field name"),
@@ -196,11 +237,11 @@ def test_request_errors():
         s.close()
         check_eq(reply["type"], "error", f"{request} refused")
         check(want in reply["message"], f"{request}: message names the fault: {reply['message']}")
+    d.stop()
 
 
 try:
-    d.start()
-    run_tests([test_example_decoded, test_hostile_btf_refused, test_request_errors])
+    run_tests([test_example_decoded, test_hostile_btf_refused, test_undeclared_type_unknown, test_request_errors])
 finally:
     d.cleanup()
     bus.close()

@@ -563,7 +563,7 @@ def test_subscribers():
                  json.dumps({"types": ["exec"], "comm": [MARKER_NAME]}, separators=(",", ":")), "the monitor's Filter")
 
         # Bad filters.
-        for args, needle in ((["types=nosuch"], "unknown event type"), (["pid=1", "frob=x"], "unknown filter"),
+        for args, needle in ((["types=EXEC"], "unknown event type"), (["pid=1", "frob=x"], "unknown filter"),
                              (["unit=sshd"], "not a unit")):
             try:
                 Subscriber(*args).close()

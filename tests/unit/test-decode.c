@@ -325,6 +325,9 @@ static void test_bad_header(void) {
 	r = make_open();
 	r.hdr.type = PERFRELAY_TYPE_LOST;
 	ASSERT_DECODE(&r, sizeof(r), DECODE_RESERVED_TYPE);
+	/* Nor its schema frames. */
+	r.hdr.type = PERFRELAY_TYPE_SCHEMA;
+	ASSERT_DECODE(&r, sizeof(r), DECODE_RESERVED_TYPE);
 
 	/* hdr.size below the header itself. */
 	for (unsigned s = 0; s < sizeof(struct perfrelay_hdr); s++) {
@@ -528,7 +531,7 @@ static void test_unknown_types(void) {
 	uint8_t buf[64];
 	struct perfrelay_hdr h;
 	DecodedEvent ev;
-	static const uint16_t types[] = { 0, 6, 15, 17, 0x7ffe, PERFRELAY_TYPE_THIRD_PARTY_MIN, 0xffff };
+	static const uint16_t types[] = { 0, 6, 15, 17, 0x7ffd, PERFRELAY_TYPE_THIRD_PARTY_MIN, 0xffff };
 
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
 		h = make_hdr(types[i], 50, PERFRELAY_PRODUCER_THIRD_PARTY_MIN);

@@ -68,6 +68,12 @@ int main(void) {
 	check("{\"type\":\"fork\",\"ts\":3723004000000,\"parent_pid\":1,\"uid\":0,\"comm\":\"sh\",\"child_pid\":5,"
 	      "\"child_tgid\":4}",
 	      "01:02:03.004 fork          1      0 sh              thread 5 of 4\n");
+	/* A third-party record decoded from BTF: its producer and fields as key=value. */
+	check("{\"type\":\"example\",\"ts\":3723004000000,\"cpu\":0,\"seq\":3,\"producer\":300,"
+	      "\"producer_name\":\"example_producer\",\"u8v\":203,\"color\":\"EXAMPLE_BLUE\",\"point\":{\"x\":6},"
+	      "\"values\":[3,4]}",
+	      "01:02:03.004 example       -      - -               [example_producer] u8v=203 color=\"EXAMPLE_BLUE\" "
+	      "point={\"x\":6} values=[3,4]\n");
 	/* A type newer than the program: the line as the daemon sent it. */
 	check("{\"type\":\"future\",\"ts\":3723004000000,\"x\":1}",
 	      "01:02:03.004 future        -      - -               {\"type\":\"future\",\"ts\":3723004000000,\"x\":1}\n");

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "event.h"
 #include "macro.h"
 #include "request.h"
 
@@ -146,11 +147,23 @@ static void test_type_names(void) {
 	ASSERT(s && s->n_types == 2 && s->types[0] == 64 && s->types[1] == 65535);
 	subscription_free(s);
 
+	/* A name that is not built in names a third-party type (decoded from its producer's BTF). */
+	s = PARSE_OK("{\"subscribe\":{\"types\":[\"exec\", \"my_rec\", \"exc\"]}}");
+	ASSERT(s && s->type_mask == 1ull << PERFRELAY_TYPE_EXEC && s->n_type_names == 2);
+	ASSERT(s && streq(s->type_names[0], "my_rec") && streq(s->type_names[1], "exc"));
+	subscription_free(s);
 	PARSE_FAIL(
-		"{\"subscribe\":{\"types\":[\"exc\"]}}",
+		"{\"subscribe\":{\"types\":[\"EXEC\"]}}",
 		PROTOCOL_BAD_REQUEST,
-		"subscribe.types[0]: unknown event type \"exc\"");
-	PARSE_FAIL("{\"subscribe\":{\"types\":[\"EXEC\"]}}", PROTOCOL_BAD_REQUEST, "unknown event type");
+		"subscribe.types[0]: unknown event type \"EXEC\" (did you mean \"exec\"?)");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"types\":[\"no such\"]}}",
+		PROTOCOL_BAD_REQUEST,
+		"nor a third-party type name");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"types\":[\"a123456789012345678901234567890123456789012345678901234567890123\"]}}",
+		PROTOCOL_BAD_REQUEST,
+		"nor a third-party type name");
 	PARSE_FAIL("{\"subscribe\":{\"types\":[\"lost\"]}}", PROTOCOL_BAD_REQUEST, "unknown event type");
 	PARSE_FAIL("{\"subscribe\":{\"types\":[\"unknown\"]}}", PROTOCOL_BAD_REQUEST, "unknown event type");
 	PARSE_FAIL("{\"subscribe\":{\"types\":[\"exec\\u0000x\"]}}", PROTOCOL_BAD_REQUEST, "NUL");
@@ -343,6 +356,41 @@ static void test_enums(void) {
 	PARSE_FAIL("{\"on_overflow\":[]}", PROTOCOL_BAD_REQUEST, "on_overflow: expected");
 }
 
+static void test_where(void) {
+	Subscription *s = PARSE_OK(
+		"{\"subscribe\":{\"types\":[\"my_rec\"],\"where\":{\"pid\":42,\"delta\":-7,\"big\":18446744073709551615,"
+		"\"comm\":\"bash\"}}}");
+
+	ASSERT(s && s->n_where == 4);
+	ASSERT(s && streq(s->where[0].field, "pid") && !s->where[0].is_string && !s->where[0].is_negative &&
+	       s->where[0].value.u == 42);
+	ASSERT(s && s->where[1].is_negative && s->where[1].value.i == -7);
+	ASSERT(s && !s->where[2].is_negative && s->where[2].value.u == UINT64_MAX);
+	ASSERT(s && s->where[3].is_string && s->where[3].string_len == 4 && streq(s->where[3].string, "bash"));
+	subscription_free(s);
+
+	PARSE_FAIL(
+		"{\"subscribe\":{\"where\":[]}}", PROTOCOL_BAD_REQUEST, "subscribe.where: expected an object");
+	PARSE_FAIL("{\"subscribe\":{\"where\":{}}}", PROTOCOL_BAD_REQUEST, "subscribe.where: no conditions");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"where\":{\"x\":true}}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.where.x: expected an integer or a string");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"where\":{\"x\":null}}}",
+		PROTOCOL_BAD_REQUEST,
+		"expected an integer or a string");
+	PARSE_FAIL("{\"subscribe\":{\"where\":{\"1x\":1}}}", PROTOCOL_BAD_REQUEST, "is not a field name");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"where\":{\"a\":1,\"b\":1,\"c\":1,\"d\":1,\"e\":1,\"f\":1,\"g\":1,\"h\":1,\"i\":1}}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.where: more than 8 conditions");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"where\":{\"x\":\"a\\u0000b\"}}}",
+		PROTOCOL_BAD_REQUEST,
+		"without NUL characters");
+}
+
 static void test_structure(void) {
 	PARSE_FAIL(
 		"{\"subscribe\":{\"types\":[\"exec\"]},\"extra\":1}",
@@ -351,12 +399,12 @@ static void test_structure(void) {
 	PARSE_FAIL(
 		"{\"subscribe\":{\"pids\":[1]}}",
 		PROTOCOL_BAD_REQUEST,
-		"subscribe: unknown key \"pids\" (known: types, pid, uid, comm, unit)");
+		"subscribe: unknown key \"pids\" (known: types, pid, uid, comm, unit, where)");
 	/* Control bytes the client quoted come back as '?': the message stays one line. */
 	PARSE_FAIL(
 		"{\"subscribe\":{\"pi\\nd\\u0001\":[1]}}",
 		PROTOCOL_BAD_REQUEST,
-		"subscribe: unknown key \"pi?d?\" (known: types, pid, uid, comm, unit)");
+		"subscribe: unknown key \"pi?d?\" (known: types, pid, uid, comm, unit, where)");
 	PARSE_FAIL("{\"subscribe\":[]}", PROTOCOL_BAD_REQUEST, "subscribe: expected an object");
 	PARSE_FAIL("{\"subscribe\":null}", PROTOCOL_BAD_REQUEST, "subscribe: expected an object");
 	PARSE_FAIL("[]", PROTOCOL_BAD_REQUEST, "the request must be a JSON object");
@@ -510,6 +558,7 @@ int main(void) {
 	test_unit();
 	test_enums();
 	test_structure();
+	test_where();
 	test_size();
 	test_depth();
 
