@@ -148,6 +148,14 @@ def test_example_decoded():
             offered = [c["offered"] for c in clients]
             return st if offered == [N, N // 2, 1, 0] and all(c["sent"] == c["offered"] for c in clients) else None
         st = wait_for(settled, "the clients' counters")
+        entry = example_entry()
+        check_eq({k: entry[k] for k in ("attempts", "received", "failures", "malformed", "seq_gaps")},
+                 {"attempts": N, "received": N, "failures": 0, "malformed": 0, "seq_gaps": 0},
+                 "ListProducers() counts the example producer's records")
+        table = subprocess.run([bus.ctl, "producers"], capture_output=True, text=True, timeout=30)
+        check_eq(table.returncode, 0, f"perfrelayctl producers (stderr: {table.stderr.strip()})")
+        check("example_producer" in table.stdout and "type 0x8001 example: decoder ok" in table.stdout,
+              f"the table lists the producer and its type: {table.stdout}")
         check_eq(sum(r["btf_decoded"] for r in st["readers"]), N, "btf_decoded over the readers")
         check_eq(sum(r["btf_short"] for r in st["readers"]), 0, "btf_short")
         for c in (everything, blue, one, builtin):
