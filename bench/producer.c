@@ -72,6 +72,8 @@ int bench_producer_new(const BenchProducerOptions *o, BenchProducer **ret, bool 
 	/* Like perfrelayd: a pinned map is reused only if its definition matches, and the daemon
 	 * makes "events" with one slot per possible CPU. */
 	r = bpf_map__set_max_entries(p->skel->maps.events, p->n_cpus);
+	if (r >= 0)
+		r = bpf_map__set_max_entries(p->skel->maps.recorder, p->n_cpus);
 	if (r < 0)
 		return r;
 	p->skel->rodata->target_tgid = o->target_tgid;
@@ -100,8 +102,14 @@ int bench_producer_unpin(BenchProducer *p) {
 		r = negative_errno();
 	if (bpf_map__unpin(p->skel->maps.counters, NULL) < 0 && r == 0)
 		r = negative_errno();
-	/* producer.bpf.h's idle flag, pinned beside the other two. */
+	/* producer.bpf.h's idle flag and flight recorder maps, pinned beside the other two. */
 	if (bpf_map__unpin(p->skel->maps.idle, NULL) < 0 && r == 0)
+		r = negative_errno();
+	if (bpf_map__unpin(p->skel->maps.recorder, NULL) < 0 && r == 0)
+		r = negative_errno();
+	if (bpf_map__unpin(p->skel->maps.recorder_on, NULL) < 0 && r == 0)
+		r = negative_errno();
+	if (bpf_map__unpin(p->skel->maps.recorder_stats, NULL) < 0 && r == 0)
 		r = negative_errno();
 	if (rmdir(p->pin_root) < 0 && errno != ENOTEMPTY && errno != ENOENT && r == 0)
 		r = negative_errno();

@@ -75,6 +75,14 @@ struct perfrelay_counters {
 	__u64 failures;
 };
 
+/* Value of the pinned per-CPU "recorder_stats" array (one entry): the flight recorder's
+ * outputs (docs/recorder.md), apart from the live stream's accounting. */
+struct perfrelay_recorder_stats {
+	__u64 written; /* records the recorder ring took (each overwrites the oldest when full) */
+	__u64 paused;  /* outputs refused while a snapshot paused the ring (-ENOSPC) */
+	__u64 failed;  /* other refusals (no recorder ring on that CPU) */
+};
+
 /* Value of the pinned "received" array (BPF_F_MMAPABLE, PERFRELAY_MAX_PRODUCERS entries per
  * possible CPU, index producer * n_possible_cpus + cpu). perfrelayd's reader threads update
  * it in place once per batch (one writer per CPU ring) and it outlives the daemon, so that
@@ -155,6 +163,7 @@ struct perfrelay_bench {
 
 _Static_assert(sizeof(struct perfrelay_hdr) == 32, "perfrelay_hdr ABI");
 _Static_assert(sizeof(struct perfrelay_counters) == 16, "perfrelay_counters ABI");
+_Static_assert(sizeof(struct perfrelay_recorder_stats) == 24, "perfrelay_recorder_stats ABI");
 _Static_assert(sizeof(struct perfrelay_received) == 48, "perfrelay_received ABI");
 _Static_assert(sizeof(struct perfrelay_exec) == 32 + 32 + 16 + 256 + 512, "perfrelay_exec ABI");
 _Static_assert(sizeof(struct perfrelay_exit) == 32 + 32 + 16, "perfrelay_exit ABI");

@@ -85,6 +85,36 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } idle SEC(".maps");
 
+/* The flight recorder (docs/recorder.md): a second perf event array whose rings are written
+ * backward and never read until a snapshot, so they keep the latest records; "recorder_on"
+ * (one __u32) is 1 while the daemon has recorder rings in it, "recorder_stats" counts its
+ * outputs per CPU. A producer built with this header records for free. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+	__uint(map_flags, PERFRELAY_BPF_F_PRESERVE_ELEMS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} recorder SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} recorder_on SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct perfrelay_recorder_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} recorder_stats SEC(".maps");
+
+#define PERFRELAY_ENOSPC 28
+
 /* The largest raw payload a perf sample can carry: perf_event_header.size is a __u16 and
  * holds the 8-byte header, the 4-byte raw size and the payload padded to 8 bytes, so
  * 65528 - 8 - 4. Larger outputs would fail in the kernel, or wrap the size. */
@@ -114,6 +144,27 @@ static __always_inline int perfrelay_idle(__u32 producer) {
 	__sync_fetch_and_add(&c->attempts, 1);
 	__sync_fetch_and_add(&c->failures, 1);
 	return 1;
+}
+
+/* The flight recorder's copy of a record: not part of the live stream's accounting (its
+ * outcome is counted in recorder_stats only). */
+static __always_inline void perfrelay_record(void *ctx, void *rec, __u32 size) {
+	__u32 zero = 0, *on = bpf_map_lookup_elem(&recorder_on, &zero);
+	struct perfrelay_recorder_stats *st;
+	long r;
+
+	if (!on || !*on)
+		return;
+	r = bpf_perf_event_output(ctx, &recorder, BPF_F_CURRENT_CPU, rec, size);
+	st = bpf_map_lookup_elem(&recorder_stats, &zero);
+	if (!st)
+		return;
+	if (r == 0)
+		__sync_fetch_and_add(&st->written, 1);
+	else if (r == -PERFRELAY_ENOSPC)
+		__sync_fetch_and_add(&st->paused, 1);
+	else
+		__sync_fetch_and_add(&st->failed, 1);
 }
 
 /* Stamps the header of rec (size bytes, header included) and writes it to the current CPU's
@@ -162,6 +213,7 @@ static __always_inline int perfrelay_emit(void *ctx, void *rec, __u32 size, __u1
 	r = bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, rec, size);
 	if (r < 0)
 		__sync_fetch_and_add(&c->failures, 1);
+	perfrelay_record(ctx, rec, size);
 	return (int) r;
 }
 

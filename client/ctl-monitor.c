@@ -265,7 +265,7 @@ int verb_monitor(int argc, char *argv[]) {
 		case ARG_SINCE:
 			nats_since = -1;
 #if HAVE_NATS
-			if (monitor_nats_parse_since(optarg, &nats_since) < 0)
+			if (parse_span(optarg, &nats_since) < 0)
 				return error_msg(
 					"--since=%s: expected a number followed by s, m, h or d", optarg);
 #endif

@@ -22,6 +22,8 @@ int _printf_(2, 3) error_errno(int r, const char *fmt, ...);
 
 int parse_u32(const char *s, uint32_t *ret);
 int parse_uid(const char *s, uint32_t *ret); /* a number or a user name */
+/* A time span: N followed by s, m, h or d ("10s", "5m"), in ns. */
+int parse_span(const char *s, int64_t *ret_ns);
 
 /* ctl-bus.c */
 int bus_connect(sd_bus **ret);
@@ -34,3 +36,4 @@ int verb_clients(int argc, char *argv[]);   /* ctl-bus.c */
 int verb_probe(int argc, char *argv[]);     /* ctl-bus.c */
 int verb_stats(int argc, char *argv[]);     /* ctl-stats.c */
 int verb_producers(int argc, char *argv[]); /* ctl-producers.c */
+int verb_snapshot(int argc, char *argv[]);  /* ctl-snapshot.c */

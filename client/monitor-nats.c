@@ -18,37 +18,6 @@
 
 #define POLL_MS 200
 
-int monitor_nats_parse_since(const char *s, int64_t *ret_ns) {
-	char *end;
-	long long n;
-	int64_t unit;
-
-	errno = 0;
-	n = strtoll(s, &end, 10);
-	if (errno || end == s || n < 0)
-		return -EINVAL;
-	switch (*end) {
-	case 's':
-		unit = 1;
-		break;
-	case 'm':
-		unit = 60;
-		break;
-	case 'h':
-		unit = 3600;
-		break;
-	case 'd':
-		unit = 86400;
-		break;
-	default:
-		return -EINVAL;
-	}
-	if (end[1] || n > INT64_MAX / 1000000000 / unit)
-		return -EINVAL;
-	*ret_ns = (int64_t) n * unit * 1000000000;
-	return 0;
-}
-
 static bool signalled(int signal_fd) {
 	struct signalfd_siginfo si;
 

@@ -23,6 +23,3 @@ typedef int (*monitor_nats_emit_t)(const char *line, size_t len, int64_t store_m
 /* Runs until SIGINT/SIGTERM arrive on signal_fd (returns 0), the stream's end with no_follow
  * (0), or an error (negative errno, after a message on stderr). */
 int monitor_nats_run(const MonitorNatsArgs *a, monitor_nats_emit_t emit, void *userdata, int signal_fd);
-
-/* Parses a --since value: N followed by s, m, h or d. */
-int monitor_nats_parse_since(const char *s, int64_t *ret_ns);

@@ -29,6 +29,37 @@ int error_errno(int r, const char *fmt, ...) {
 	return r < 0 ? r : -EINVAL;
 }
 
+int parse_span(const char *s, int64_t *ret_ns) {
+	char *end;
+	long long n;
+	int64_t unit;
+
+	errno = 0;
+	n = strtoll(s, &end, 10);
+	if (errno || end == s || n < 0)
+		return -EINVAL;
+	switch (*end) {
+	case 's':
+		unit = 1;
+		break;
+	case 'm':
+		unit = 60;
+		break;
+	case 'h':
+		unit = 3600;
+		break;
+	case 'd':
+		unit = 86400;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (end[1] || n > INT64_MAX / 1000000000 / unit)
+		return -EINVAL;
+	*ret_ns = (int64_t) n * unit * 1000000000;
+	return 0;
+}
+
 int parse_u32(const char *s, uint32_t *ret) {
 	unsigned long v;
 	char *end;
@@ -68,6 +99,7 @@ static const Verb verbs[] = {
 	{ "monitor", verb_monitor, "Show events as they happen" },
 	{ "status", verb_status, "Show the daemon's state, rates and loss (D-Bus)" },
 	{ "stats", verb_stats, "Show every counter: producers, CPUs, readers, clients (D-Bus)" },
+	{ "snapshot", verb_snapshot, "Show the flight recorder's latest events (root, D-Bus)" },
 	{ "producers", verb_producers, "List the producers, their record types and counters (D-Bus)" },
 	{ "probes", verb_probes, "List the built-in probes (D-Bus)" },
 	{ "clients", verb_clients, "List the socket subscribers (D-Bus)" },

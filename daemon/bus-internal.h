@@ -94,6 +94,24 @@ int bus_method_list_producers(sd_bus_message *message, void *userdata, sd_bus_er
 /* bus-monitor.c */
 int bus_method_subscribe(sd_bus_message *message, void *userdata, sd_bus_error *error);
 int bus_method_unsubscribe(sd_bus_message *message, void *userdata, sd_bus_error *error);
+/* Reads an a{sv} filter (types as, pid au, uid au, comm as, unit as) in the socket protocol's
+ * terms, checked by the socket's own parser. `extra` (may be NULL) is offered each key first:
+ * it returns 1 when it read the value, 0 to leave the key to the filter, or an error. */
+typedef int (*BusFilterExtraFn)(sd_bus_message *message, const char *key, void *userdata, sd_bus_error *error);
+int bus_read_filter(
+	Bus *b,
+	sd_bus_message *message,
+	BusFilterExtraFn extra,
+	void *userdata,
+	Subscription **ret,
+	sd_bus_error *error);
+/* Root and AllowGroups= members see everything, others their own uid, as on the socket. */
+int bus_sender_access(
+	Bus *b, sd_bus_message *message, uid_t *ret_uid, SubscriptionAccess *ret_access, sd_bus_error *error);
+
+/* bus-recorder.c */
+int bus_method_snapshot(sd_bus_message *message, void *userdata, sd_bus_error *error);
+
 /* Removes every monitor (its hub client first: its queued events count as dropped). */
 void bus_monitors_free_all(Bus *b);
 /* Removes the monitors whose every-event access came from a group `config` no longer lists. */

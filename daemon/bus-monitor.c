@@ -298,8 +298,13 @@ static int read_filter_list(
 	return 0;
 }
 
-/* The a{sv} filter in the socket protocol's terms, checked by the socket's own parser. */
-static int read_filter(Bus *b, sd_bus_message *message, Subscription **ret, sd_bus_error *error) {
+int bus_read_filter(
+	Bus *b,
+	sd_bus_message *message,
+	BusFilterExtraFn extra,
+	void *userdata,
+	Subscription **ret,
+	sd_bus_error *error) {
 	_cleanup_(json_object_putp) json_object *root = json_object_new_object(),
 						*sub = json_object_new_object();
 	RequestLimits limits = { .max_bytes = b->config->max_request_bytes, .max_depth = FILTER_JSON_DEPTH };
@@ -320,6 +325,17 @@ static int read_filter(Bus *b, sd_bus_message *message, Subscription **ret, sd_b
 		r = sd_bus_message_read(message, "s", &key);
 		if (r < 0)
 			return r;
+		if (extra) {
+			r = extra(message, key, userdata, error);
+			if (r < 0)
+				return r;
+			if (r > 0) {
+				r = sd_bus_message_exit_container(message);
+				if (r < 0)
+					return r;
+				continue;
+			}
+		}
 		if (streq(key, "types") || streq(key, "comm") || streq(key, "unit"))
 			kind = 's';
 		else if (streq(key, "pid") || streq(key, "uid"))
@@ -425,7 +441,7 @@ static int sender_groups(Bus *b, const char *sender, gid_t **ret) {
  * uid and groups are what the bus recorded when the caller connected, never read from /proc,
  * where a caller that execs a set-uid or set-gid program right after its call could pass for
  * someone else. */
-static int sender_access(
+int bus_sender_access(
 	Bus *b, sd_bus_message *message, uid_t *ret_uid, SubscriptionAccess *ret_access, sd_bus_error *error) {
 	_cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
 	_cleanup_free_ gid_t *groups = NULL;
@@ -527,10 +543,10 @@ int bus_method_subscribe(sd_bus_message *message, void *userdata, sd_bus_error *
 
 	if (!sender)
 		return sd_bus_error_set(error, SD_BUS_ERROR_NOT_SUPPORTED, "Subscribe needs a bus connection");
-	r = sender_access(b, message, &uid, &access, error);
+	r = bus_sender_access(b, message, &uid, &access, error);
 	if (r < 0)
 		return r;
-	r = read_filter(b, message, &sub, error);
+	r = bus_read_filter(b, message, NULL, NULL, &sub, error);
 	if (r < 0)
 		return r;
 

@@ -180,6 +180,21 @@ static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
 	if (r >= 0)
 		r = APPEND_FIGURES(m, { "ring_lost", s->ring_lost });
 	if (r >= 0)
+		r = open_entry(m, "recorder", "a{sv}", 'a', "{sv}");
+	if (r >= 0)
+		r = sd_bus_message_append(m, "{sv}", "on", "b", (int) s->recorder_on);
+	if (r >= 0)
+		r = APPEND_FIGURES(
+			m,
+			{ "pages_per_cpu", s->recorder_pages_per_cpu },
+			{ "written", s->recorder.written },
+			{ "paused", s->recorder.paused },
+			{ "failed", s->recorder.failed },
+			{ "snapshots", s->recorder.snapshots },
+			{ "pause_max_ns", s->recorder.pause_max_ns });
+	if (r >= 0)
+		r = close_entry(m);
+	if (r >= 0)
 		r = open_entry(m, "producer_scan", "a{sv}", 'a', "{sv}");
 	if (r >= 0)
 		r = APPEND_FIGURES(

@@ -57,6 +57,10 @@ typedef struct BusHost {
 	/* The third-party producers now (scanned again unless that was just done; NULL before the
 	 * first scan); valid until the next call. */
 	const ProducerScan *(*producers)(void *userdata);
+	/* The flight recorder's window, filtered, as JSON lines in a new file (*ret_fd, at offset
+	 * 0); -ENODEV when the recorder is off. */
+	int (*snapshot)(
+		void *userdata, uint64_t since_ns, uint64_t until_ns, const Subscription *filter, int *ret_fd);
 } BusHost;
 
 /* Connects to the system bus ($DBUS_SYSTEM_BUS_ADDRESS or the default socket), publishes the

@@ -51,6 +51,8 @@ static const Config config_defaults = {
 	.request_timeout_ms = 5000,
 	.max_json_depth = 8,
 	.bus_events_per_second = 100,
+	.recorder = true,
+	.recorder_pages_per_cpu = 256,
 };
 
 typedef enum ValueType {
@@ -102,9 +104,13 @@ static const ConfigKey config_keys[] = {
 	{ "Socket", "AllowGroups", VALUE_ALLOW_GROUPS, 0, 0, 0, 0, NULL, true },
 
 	{ "Bus", "BusEventsPerSecond", VALUE_UINT, FIELD(bus_events_per_second), 1, 100000, NULL, true },
+
+	{ "Recorder", "Recorder", VALUE_BOOL, FIELD(recorder), 0, 0, NULL, false },
+	{ "Recorder", "RecorderPagesPerCpu", VALUE_POW2, FIELD(recorder_pages_per_cpu), 1, 65536, NULL, false },
 };
 
-static const char *const config_sections[] = { "Daemon", "Ring", "Readers", "Probes", "Socket", "Bus" };
+static const char *const config_sections[] = { "Daemon", "Ring", "Readers", "Probes",
+					       "Socket", "Bus",  "Recorder" };
 
 static void store_uint(void *field, size_t width, uint64_t v) {
 	switch (width) {

@@ -52,6 +52,10 @@ typedef struct Config {
 
 	/* [Bus] */
 	unsigned bus_events_per_second; /* BusEventsPerSecond=, default 100, 1..100000 */
+
+	/* [Recorder] (docs/recorder.md) */
+	bool recorder;                   /* Recorder=, default yes */
+	unsigned recorder_pages_per_cpu; /* RecorderPagesPerCpu=, power of two 1..65536, default 256 */
 } Config;
 
 int config_new(Config **ret);   /* all defaults */

@@ -15,6 +15,7 @@
 #include "manager.h"
 #include "probes.h"
 #include "reader.h"
+#include "recorder.h"
 #include "ring.h"
 #include "server.h"
 #include "stats.h"
@@ -63,6 +64,8 @@ struct Manager {
 	uint64_t health_last_events;
 	bool watchdog_withheld;
 
+	Recorder *recorder; /* the flight recorder; NULL when off (manager-recorder.c) */
+
 	/* Third-party producers (manager-producers.c). */
 	Decoders *decoders; /* the scans the readers decode third-party records with */
 	uint32_t events_map_id;
@@ -96,6 +99,10 @@ int manager_setup_producers(Manager *m);
  * the readers: 1 if something was, 0 if not. */
 int manager_scan_producers(Manager *m, bool force);
 void manager_producers_tick(Manager *m);
+
+/* manager-recorder.c */
+void manager_setup_recorder(Manager *m);
+int manager_snapshot(Manager *m, uint64_t since_ns, uint64_t until_ns, const Subscription *filter, int *ret_fd);
 
 /* manager-reload.c */
 /* Re-reads the configuration (SIGHUP, D-Bus Reload()): applies Probes=, the [Socket] limits and

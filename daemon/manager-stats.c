@@ -43,6 +43,7 @@ void manager_stats_sources(Manager *m, StatsSources *ret) {
 		.others = others,
 		.scan = m->decoders ? decoders_current(m->decoders) : NULL,
 		.producer_scans = m->producer_scans,
+		.recorder = m->recorder,
 	};
 }
 

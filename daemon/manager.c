@@ -140,6 +140,7 @@ static void manager_quiesce(Manager *m) {
 	if (!m->serving)
 		return;
 	(void) manager_set_idle(m, true);
+	recorder_stop(m->recorder); /* its writes in flight are waited out with the others */
 	m->quiesced = manager_clear_slots(m) >= 0;
 	m->serving = false;
 }
@@ -170,6 +171,7 @@ Manager *manager_free(Manager *m) {
 	free(m->readers);
 	cgroup_fs_free(m->cgroups);
 	decoders_free(m->decoders); /* the readers have stopped */
+	recorder_free(m->recorder);
 	hub_free(m->hub);
 	ledger_free(m->ledger);
 	probes_free(m->probes);
@@ -521,6 +523,11 @@ static int bus_host_reload(void *userdata, char **ret_error) {
 	return manager_reload(userdata, ret_error);
 }
 
+static int bus_host_snapshot(
+	void *userdata, uint64_t since_ns, uint64_t until_ns, const Subscription *filter, int *ret_fd) {
+	return manager_snapshot(userdata, since_ns, until_ns, filter, ret_fd);
+}
+
 static const ProducerScan *bus_host_producers(void *userdata) {
 	Manager *m = userdata;
 
@@ -578,6 +585,7 @@ int manager_start(Manager *m) {
 	r = manager_setup_producers(m);
 	if (r < 0)
 		return r;
+	manager_setup_recorder(m);
 	for (size_t i = 0; i < m->n_readers; i++) {
 		r = reader_start(m->readers[i]);
 		if (r < 0)
@@ -643,6 +651,7 @@ int manager_start(Manager *m) {
 			.set_probe_enabled = bus_host_set_probe_enabled,
 			.reload = bus_host_reload,
 			.producers = bus_host_producers,
+			.snapshot = bus_host_snapshot,
 		},
 		m->event,
 		m->config,

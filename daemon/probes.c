@@ -158,6 +158,7 @@ int probes_new(const char *pin_path, bool replace_incompatible, uint32_t pending
 	/* The array must have one slot per possible CPU whoever creates it (us or, first, a
 	 * third-party producer); set it before checking pins so the check compares it. */
 	bpf_map__set_max_entries(p->skel->maps.events, p->n_cpus);
+	bpf_map__set_max_entries(p->skel->maps.recorder, p->n_cpus);
 	/* One struct perfrelay_received per (producer, possible CPU). */
 	bpf_map__set_max_entries(p->skel->maps.received, PERFRELAY_MAX_PRODUCERS * p->n_cpus);
 	bpf_map__set_max_entries(p->skel->maps.open_args, pending_syscalls);
@@ -215,6 +216,15 @@ int probes_received_fd(const Probes *p) {
 }
 int probes_idle_fd(const Probes *p) {
 	return bpf_map__fd(p->skel->maps.idle);
+}
+int probes_recorder_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.recorder);
+}
+int probes_recorder_on_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.recorder_on);
+}
+int probes_recorder_stats_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.recorder_stats);
 }
 bool probes_counters_created(const Probes *p) {
 	return p->counters_created;

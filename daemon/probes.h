@@ -41,6 +41,10 @@ int probes_counters_fd(const Probes *p);
 int probes_received_fd(const Probes *p);
 /* "idle": one __u32, 1 while no daemon serves (see bpf/producer.bpf.h). */
 int probes_idle_fd(const Probes *p);
+/* The flight recorder's pinned maps (docs/recorder.md). */
+int probes_recorder_fd(const Probes *p);
+int probes_recorder_on_fd(const Probes *p);
+int probes_recorder_stats_fd(const Probes *p);
 /* Whether the "counters" or "received" pin was made by this start (none existed before). */
 bool probes_counters_created(const Probes *p);
 bool probes_received_created(const Probes *p);

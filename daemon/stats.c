@@ -248,6 +248,11 @@ int stats_snapshot(const StatsSources *src, StatsSnapshot **ret) {
 		s->producer_scan.bad_declarations = src->scan->bad_decls;
 		s->producer_scan.schemas_too_large = src->scan->schemas_too_large;
 	}
+	if (src->recorder) {
+		s->recorder_on = true;
+		s->recorder_pages_per_cpu = recorder_pages(src->recorder);
+		recorder_get_stats(src->recorder, &s->recorder);
+	}
 	(void) stats_totals(src, false, &c);
 	s->clients_connected = c.clients;
 	s->clients_delivered = c.events_delivered;

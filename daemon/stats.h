@@ -14,6 +14,7 @@
 #include "probes.h"
 #include "producers.h"
 #include "reader.h"
+#include "recorder.h"
 #include "server.h"
 
 /* The clients outside the event socket (standard output, bus monitors), as totals. */
@@ -34,6 +35,7 @@ typedef struct StatsSources {
 	const uint64_t *crash_lost_at_start;
 	StatsClients others;
 	const ProducerScan *scan; /* the third-party producers now; NULL: not scanned yet */
+	Recorder *recorder;       /* the flight recorder; NULL when off */
 	uint64_t producer_scans;
 } StatsSources;
 
@@ -121,6 +123,10 @@ typedef struct StatsSnapshot {
 	struct {
 		uint64_t scans, programs, types, refused, bad_declarations, schemas_too_large;
 	} producer_scan;
+	/* The flight recorder (docs/recorder.md): on, pages per CPU, and its counters. */
+	bool recorder_on;
+	uint64_t recorder_pages_per_cpu;
+	RecorderStats recorder;
 } StatsSnapshot;
 
 /* Main thread. Reads the pinned counters (one map lookup per producer id). */

@@ -42,6 +42,7 @@ int main(int argc, char *argv[]) {
 	}
 	/* A pinned map is only reused when its definition matches the daemon's: one slot per CPU. */
 	bpf_map__set_max_entries(skel->maps.events, libbpf_num_possible_cpus());
+	bpf_map__set_max_entries(skel->maps.recorder, libbpf_num_possible_cpus());
 	skel->rodata->target_tgid = getpid();
 	r = example_bpf__load(skel);
 	if (r == 0)

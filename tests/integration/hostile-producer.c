@@ -38,6 +38,7 @@ int main(int argc, char *argv[]) {
 		return 1;
 	}
 	bpf_map__set_max_entries(skel->maps.events, libbpf_num_possible_cpus());
+	bpf_map__set_max_entries(skel->maps.recorder, libbpf_num_possible_cpus());
 	skel->rodata->target_tgid = getpid();
 	r = hostile_bpf__load(skel);
 	if (r == 0)

@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The flight recorder in the manager (docs/recorder.md): its rings from start to stop, and
+ * snapshots for D-Bus Snapshot(). */
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "perfrelay-config.h"
+
+#include "log.h"
+#include "manager-internal.h"
+#include "snapshot.h"
+
+void manager_setup_recorder(Manager *m) {
+	CpuSet cpus = m->cpus;
+	int r;
+
+	if (!m->config->recorder)
+		return;
+	/* Offline CPUs get no ring (a perf event cannot be opened there); their records were
+	 * never going to be made anyway until they come online. */
+	FOREACH_CPU(cpu, &m->cpus_parked)
+		cpuset_remove(&cpus, (unsigned) cpu);
+	r = recorder_new(
+		&cpus,
+		m->config->recorder_pages_per_cpu,
+		probes_recorder_fd(m->probes),
+		probes_recorder_on_fd(m->probes),
+		probes_recorder_stats_fd(m->probes),
+		&m->recorder);
+	if (r < 0) {
+		log_warning_errno(
+			r,
+			"Failed to set up the flight recorder (%u pages per CPU, RecorderPagesPerCpu=): %m; "
+			"running without it",
+			m->config->recorder_pages_per_cpu);
+		return;
+	}
+	log_info(
+		"Flight recorder on: %u pages per CPU on %u CPUs (%s/recorder)",
+		m->config->recorder_pages_per_cpu,
+		cpuset_count(&cpus),
+		m->config->pin_path);
+}
+
+static const char *snapshot_unit(uint64_t cgroup_id, void *userdata) {
+	static char unit[256];
+	Manager *m = userdata;
+
+	if (!m->cgroups || cgroup_fs_resolve(m->cgroups, cgroup_id, unit, sizeof(unit)) <= 0)
+		return NULL;
+	return unit;
+}
+
+static const ProducerType *snapshot_decoder(uint16_t type, void *userdata) {
+	Manager *m = userdata;
+	const ProducerScan *scan = m->decoders ? decoders_current(m->decoders) : NULL;
+
+	return scan ? producers_scan_find(scan, type) : NULL;
+}
+
+int manager_snapshot(Manager *m, uint64_t since_ns, uint64_t until_ns, const Subscription *filter, int *ret_fd) {
+	_cleanup_close_ int fd = -EBADF;
+	RecorderCopy *copies = NULL;
+	SnapshotOptions o = {
+		.since_ns = since_ns,
+		.until_ns = until_ns,
+		.filter = filter,
+		.unit = snapshot_unit,
+		.decoder = snapshot_decoder,
+		.userdata = m,
+	};
+	SnapshotSummary sum;
+	size_t n = 0;
+	FILE *f;
+	int r, dup_fd;
+
+	if (!m->recorder)
+		return -ENODEV;
+	fd = memfd_create("perfrelay-snapshot", MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (dup_fd < 0)
+		return -errno;
+	f = fdopen(dup_fd, "w");
+	if (!f) {
+		safe_close(dup_fd);
+		return -errno;
+	}
+	r = recorder_snapshot(m->recorder, &copies, &n);
+	if (r >= 0)
+		r = snapshot_write(copies, n, &o, f, &sum);
+	recorder_copies_free(copies, n);
+	if (fclose(f) != 0 && r >= 0)
+		r = -errno;
+	if (r < 0)
+		return log_warning_errno(r, "Failed to take a flight recorder snapshot: %m");
+	if (lseek(fd, 0, SEEK_SET) < 0)
+		return -errno;
+	log_info("Flight recorder snapshot: %" PRIu64 " events of %" PRIu64 " records", sum.events, sum.records);
+	*ret_fd = TAKE_FD(fd);
+	return 0;
+}

@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The flight recorder's rings (recorder.h): overwrite mode as the kernel's perf ring buffer
+ * document describes it ("ring buffer types"): write_backward=1 and a PROT_READ mapping, so the
+ * kernel never waits for a reader and never emits PERF_RECORD_LOST; it writes each record below
+ * the previous one and data_head always points at the newest. A snapshot pauses the ring
+ * (PERF_EVENT_IOC_PAUSE_OUTPUT: outputs fail with -ENOSPC meanwhile, counted by producers as
+ * "paused"), loads data_head with acquire semantics, copies the data area from data_head
+ * forward and resumes. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <linux/perf_event.h>
+
+#include "event.h"
+#include "perfring.h"
+#include "recorder.h"
+#include "time-util.h"
+
+typedef struct RecRing {
+	unsigned cpu;
+	int fd;
+	struct perf_event_mmap_page *meta;
+	uint8_t *data;
+	size_t map_size;
+	uint64_t data_size;
+	uint64_t written_at_open; /* recorder_stats.written of this CPU when the ring was opened */
+} RecRing;
+
+struct Recorder {
+	int array_fd, on_fd, stats_fd;
+	unsigned pages;
+	RecRing *rings;
+	size_t n_rings;
+	unsigned n_possible;
+	bool stopped;
+	uint64_t snapshots;
+	uint64_t pause_max_ns;
+};
+
+/* The pinned per-CPU stats, one entry per possible CPU. */
+static int read_stats(const Recorder *r, struct perfrelay_recorder_stats *per_cpu) {
+	uint32_t key = 0;
+
+	if (bpf_map_lookup_elem(r->stats_fd, &key, per_cpu) < 0)
+		return -errno;
+	return 0;
+}
+
+static int ring_open_backward(RecRing *ring, unsigned cpu, unsigned pages) {
+	struct perf_event_attr attr = {
+		.type = PERF_TYPE_SOFTWARE,
+		.size = sizeof(attr),
+		.config = PERF_COUNT_SW_BPF_OUTPUT,
+		.sample_type = PERF_SAMPLE_RAW,
+		.sample_period = 1,
+		.write_backward = 1,
+		/* Nobody polls these rings: a wakeup only when a whole ring was written keeps the
+		 * kernel's irq_work off the producers' path. */
+		.watermark = 1,
+	};
+	long page = sysconf(_SC_PAGESIZE);
+	void *map;
+
+	ring->cpu = cpu;
+	ring->data_size = (uint64_t) page * pages;
+	attr.wakeup_watermark = (uint32_t) MIN(ring->data_size, (uint64_t) UINT32_MAX);
+	ring->fd = (int) syscall(SYS_perf_event_open, &attr, -1, (int) cpu, -1, PERF_FLAG_FD_CLOEXEC);
+	if (ring->fd < 0)
+		return -errno;
+	ring->map_size = (size_t) page * (1 + pages);
+	/* PROT_READ without PROT_WRITE makes this an overwrite ring (perf's "overwritable"). */
+	map = mmap(NULL, ring->map_size, PROT_READ, MAP_SHARED, ring->fd, 0);
+	if (map == MAP_FAILED)
+		return -errno;
+	ring->meta = map;
+	ring->data = (uint8_t *) map + page;
+	if (ioctl(ring->fd, PERF_EVENT_IOC_ENABLE, 0) < 0)
+		return -errno;
+	return 0;
+}
+
+int recorder_new(const CpuSet *cpus, unsigned pages, int array_fd, int on_fd, int stats_fd, Recorder **ret) {
+	_cleanup_(recorder_freep) Recorder *r = NULL;
+	_cleanup_free_ struct perfrelay_recorder_stats *per_cpu = NULL;
+	uint32_t key = 0, on = 1;
+	int n_possible, k;
+
+	if (pages == 0 || (pages & (pages - 1)))
+		return -EINVAL;
+	n_possible = libbpf_num_possible_cpus();
+	if (n_possible <= 0)
+		return n_possible ?: -EINVAL;
+	r = calloc(1, sizeof(*r));
+	per_cpu = calloc((size_t) n_possible, sizeof(*per_cpu));
+	if (!r || !per_cpu)
+		return -ENOMEM;
+	r->array_fd = array_fd;
+	r->on_fd = on_fd;
+	r->stats_fd = stats_fd;
+	r->pages = pages;
+	r->n_possible = (unsigned) n_possible;
+	r->rings = calloc(cpuset_count(cpus) ?: 1, sizeof(RecRing));
+	if (!r->rings)
+		return -ENOMEM;
+	k = read_stats(r, per_cpu);
+	if (k < 0)
+		return k;
+	FOREACH_CPU(cpu, cpus) {
+		RecRing *ring = &r->rings[r->n_rings];
+
+		ring->fd = -EBADF;
+		r->n_rings++;
+		k = ring_open_backward(ring, (unsigned) cpu, pages);
+		if (k < 0)
+			return k;
+		if ((unsigned) cpu < r->n_possible)
+			ring->written_at_open = per_cpu[cpu].written;
+		if (bpf_map_update_elem(array_fd, &(uint32_t){ (uint32_t) cpu }, &ring->fd, BPF_ANY) < 0)
+			return -errno;
+	}
+	if (bpf_map_update_elem(on_fd, &key, &on, BPF_ANY) < 0)
+		return -errno;
+	*ret = TAKE_PTR(r);
+	return 0;
+}
+
+void recorder_stop(Recorder *r) {
+	uint32_t key = 0, off = 0;
+
+	if (!r || r->stopped)
+		return;
+	r->stopped = true;
+	(void) bpf_map_update_elem(r->on_fd, &key, &off, BPF_ANY);
+	for (size_t i = 0; i < r->n_rings; i++)
+		(void) bpf_map_delete_elem(r->array_fd, &(uint32_t){ r->rings[i].cpu });
+}
+
+Recorder *recorder_free(Recorder *r) {
+	if (!r)
+		return NULL;
+	recorder_stop(r);
+	for (size_t i = 0; i < r->n_rings; i++) {
+		if (r->rings[i].meta)
+			munmap(r->rings[i].meta, r->rings[i].map_size);
+		safe_close(r->rings[i].fd);
+	}
+	free(r->rings);
+	free(r);
+	return NULL;
+}
+
+void recorder_copies_free(RecorderCopy *c, size_t n) {
+	for (size_t i = 0; c && i < n; i++)
+		free(c[i].data);
+	free(c);
+}
+
+int recorder_snapshot(Recorder *r, RecorderCopy **ret, size_t *ret_n) {
+	_cleanup_free_ struct perfrelay_recorder_stats *per_cpu = calloc(r->n_possible, sizeof(*per_cpu));
+	RecorderCopy *copies = calloc(r->n_rings ?: 1, sizeof(*copies));
+	int k;
+
+	if (!copies || !per_cpu) {
+		free(copies);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < r->n_rings; i++) {
+		copies[i].data = malloc(r->rings[i].data_size);
+		if (!copies[i].data) {
+			recorder_copies_free(copies, r->n_rings);
+			return -ENOMEM;
+		}
+	}
+	for (size_t i = 0; i < r->n_rings; i++) {
+		RecRing *ring = &r->rings[i];
+		RecorderCopy *c = &copies[i];
+		uint64_t t0, head, off, mask = ring->data_size - 1;
+
+		c->cpu = ring->cpu;
+		c->size = ring->data_size;
+		t0 = now_nsec(CLOCK_MONOTONIC);
+		if (ioctl(ring->fd, PERF_EVENT_IOC_PAUSE_OUTPUT, 1) < 0) {
+			k = -errno;
+			recorder_copies_free(copies, r->n_rings);
+			return k;
+		}
+		/* Pairs with the kernel's publication of data_head after it wrote a record
+		 * (smp_wmb, then the store): the records below head are complete. */
+		head = __atomic_load_n(&ring->meta->data_head, __ATOMIC_ACQUIRE);
+		off = head & mask;
+		memcpy(c->data, ring->data + off, ring->data_size - off);
+		memcpy(c->data + (ring->data_size - off), ring->data, off);
+		(void) ioctl(ring->fd, PERF_EVENT_IOC_PAUSE_OUTPUT, 0);
+		c->pause_ns = now_nsec(CLOCK_MONOTONIC) - t0;
+		r->pause_max_ns = MAX(r->pause_max_ns, c->pause_ns);
+	}
+	if (read_stats(r, per_cpu) >= 0)
+		for (size_t i = 0; i < r->n_rings; i++)
+			if (copies[i].cpu < r->n_possible)
+				copies[i].written = per_cpu[copies[i].cpu].written -
+					r->rings[i].written_at_open;
+	r->snapshots++;
+	*ret = copies;
+	*ret_n = r->n_rings;
+	return 0;
+}
+
+size_t recorder_copy_walk(
+	const RecorderCopy *c, void (*fn)(const uint8_t *rec, uint32_t size, void *userdata), void *userdata) {
+	uint64_t pos = 0;
+	size_t n = 0;
+
+	while (c->size - pos >= sizeof(struct perf_event_header)) {
+		struct perf_event_header h;
+
+		memcpy(&h, c->data + pos, sizeof(h));
+		/* Zero: never written. Too small, unaligned or past the end: the oldest record,
+		 * overwritten in part by newer ones (or a write that was in flight when the ring
+		 * was paused). */
+		if (h.size < sizeof(h) || h.size % 8 != 0 || h.size > c->size - pos)
+			break;
+		fn(c->data + pos, h.size, userdata);
+		pos += h.size;
+		n++;
+	}
+	return n;
+}
+
+void recorder_get_stats(Recorder *r, RecorderStats *ret) {
+	_cleanup_free_ struct perfrelay_recorder_stats *per_cpu = NULL;
+	RecorderStats st = {};
+
+	if (r) {
+		st.snapshots = r->snapshots;
+		st.pause_max_ns = r->pause_max_ns;
+		per_cpu = calloc(r->n_possible, sizeof(*per_cpu));
+		if (per_cpu && read_stats(r, per_cpu) >= 0)
+			for (unsigned i = 0; i < r->n_possible; i++) {
+				st.written += per_cpu[i].written;
+				st.paused += per_cpu[i].paused;
+				st.failed += per_cpu[i].failed;
+			}
+	}
+	*ret = st;
+}
+
+unsigned recorder_pages(const Recorder *r) {
+	return r->pages;
+}

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* A flight recorder snapshot as JSON lines (docs/recorder.md): the records of the copied rings
+ * decoded, filtered, merged by time oldest first and encoded in the socket's schema, then one
+ * {"type":"snapshot",...} summary line. */
+#pragma once
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "producers.h"
+#include "recorder.h"
+#include "request.h"
+
+typedef struct SnapshotOptions {
+	uint64_t since_ns, until_ns; /* bounds on the events' ts (CLOCK_BOOTTIME ns); 0: none */
+	const Subscription *filter;  /* types, pid, uid, comm, unit (access ALL); NULL: everything */
+	/* The unit of a cgroup id (NULL if none), and the decoder of a third-party type (NULL if
+	 * none); both may be NULL. */
+	const char *(*unit)(uint64_t cgroup_id, void *userdata);
+	const ProducerType *(*decoder)(uint16_t type, void *userdata);
+	void *userdata;
+} SnapshotOptions;
+
+typedef struct SnapshotSummary {
+	uint64_t events;    /* lines written, the summary not included */
+	uint64_t records;   /* records found in the rings */
+	uint64_t malformed; /* records the decoder rejected */
+} SnapshotSummary;
+
+/* Writes the snapshot of the n copies to f. Returns 0 or a negative errno (-ENOMEM, or the
+ * write's error). */
+int snapshot_write(const RecorderCopy *copies, size_t n, const SnapshotOptions *o, FILE *f, SnapshotSummary *ret);

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The flight recorder (docs/recorder.md): commands run, then a snapshot (D-Bus Snapshot()
+through perfrelayctl snapshot) holds their exec and exit events, oldest first with correct
+fields and nothing newer than the snapshot; a recorder filled past its size keeps exactly the
+newest records and says how many it overwrote; only root and AllowGroups= members may take one;
+the live stream's accounting is untouched."""
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+from prtest import Daemon, check, check_eq, require_root_and_bpf, run_tests
+from statsbus import StatsBus, wait_for
+
+BINARY = sys.argv[1]
+BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
+EXAMPLE = os.path.join(BUILDDIR, "examples", "example-producer")
+STEADY = os.path.join(BUILDDIR, "tests", "integration", "steady-producer")
+STEADY_PRODUCER = 310
+CPU = min(os.sched_getaffinity(0))
+
+require_root_and_bpf()
+bus = StatsBus(BINARY)
+d_full = Daemon(BINARY, "recorder", stdout=False)
+d_small = Daemon(BINARY, "recorder-small", stdout=False,
+                 config="[Probes]\nProbes=none\n[Recorder]\nRecorderPagesPerCpu=1\n")
+d_busy = Daemon(BINARY, "recorder-busy", stdout=False, config="[Probes]\nProbes=none\n")
+d_off = Daemon(BINARY, "recorder-off", stdout=False, config="[Recorder]\nRecorder=no\n")
+
+
+def snapshot(*args, user=None):
+    cmd = [bus.ctl, "snapshot", "--json", *args]
+    if user:
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    return r, [json.loads(line) for line in r.stdout.splitlines()] if r.returncode == 0 else []
+
+
+def test_commands_then_snapshot():
+    d = d_full
+    d.start()
+    marker = f"perfrelay-rec-{uuid.uuid4().hex[:8]}"
+    pids = []
+    for i in range(3):
+        p = subprocess.run(["/bin/sh", "-c", f"exit {i + 3}", marker], timeout=30)
+        check_eq(p.returncode, i + 3, "the marker command ran")
+    # The probes' records reach the recorder when they are emitted: nothing to wait for but
+    # the commands themselves, which have exited.
+    r, lines = snapshot()
+    after = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+    check_eq(r.returncode, 0, f"perfrelayctl snapshot (stderr: {r.stderr.strip()})")
+    summary = lines[-1]
+    events = lines[:-1]
+    check_eq(summary["type"], "snapshot", "the last line is the summary")
+    check_eq(summary["events"], len(events), "the summary counts the lines")
+    ts = [e["ts"] for e in events]
+    check_eq(ts, sorted(ts), "events oldest first")
+    check(all(t <= after for t in ts), "nothing newer than the snapshot")
+    execs = [e for e in events if e["type"] == "exec" and marker in e.get("argv", [])]
+    check_eq(len(execs), 3, f"the three marker execs are in the snapshot ({len(events)} events)")
+    for i, e in enumerate(execs):
+        check_eq((e["filename"], e["argv"]), ("/bin/sh", ["/bin/sh", "-c", f"exit {i + 3}", marker]),
+                 "the exec's fields")
+        pids.append(e["pid"])
+    exits = {e["pid"]: e for e in events if e["type"] == "exit" and e["pid"] in pids}
+    check_eq(sorted(exits), sorted(pids), "and their exits")
+    for i, pid in enumerate(pids):
+        check_eq(exits[pid]["exit_code"], i + 3, "the exit's code")
+        check(exits[pid]["ts"] > execs[i]["ts"], "after its exec")
+    for c in summary["cpus"]:
+        check(c["pause_ns"] < 50_000_000, f"CPU {c['cpu']} paused {c['pause_ns']} ns")
+        check_eq(c["records"] + c["overwritten"], c["written"], f"CPU {c['cpu']}: written = kept + overwritten")
+
+    # Filters: only the marker's process; --since bounds the window.
+    r, lines = snapshot("--pid", str(pids[0]))
+    check_eq(r.returncode, 0, f"snapshot --pid (stderr: {r.stderr.strip()})")
+    check(lines[:-1] and all(e.get("pid") == pids[0] for e in lines[:-1]), "only that process's events")
+    check_eq({e["type"] for e in lines[:-1]} >= {"exec", "exit"}, True, "its exec and exit")
+
+    # Not for everyone: a snapshot shows every user's events.
+    os.chmod(bus.dir, 0o755)  # the private bus's socket, reachable for nobody too
+    r, _ = snapshot(user="65534")
+    check(r.returncode != 0 and "AllowGroups" in r.stderr, f"nobody is refused: {r.stderr.strip()}")
+    st = bus.stats()["recorder"]
+    check(st["snapshots"] >= 2, f"snapshots counted: {st}")
+    check_eq(st["failed"], 0, "no recorder output failed")
+    d.stop()
+
+
+def test_overwritten():
+    """A recorder of one page per CPU, filled many times over by the example producer from one
+    CPU: the snapshot holds exactly the newest records, consecutive, the newest last, and the
+    rest is counted as overwritten; the live stream got every record."""
+    n = 2000
+    d = d_small
+    d.start()
+    p = subprocess.run([EXAMPLE, d.pin_path, str(n), str(CPU)], capture_output=True, text=True, timeout=60)
+    check_eq(p.returncode, 0, f"example producer (stderr: {p.stderr.strip()})")
+    check_eq(json.loads(p.stdout), {"emitted": n}, "the example producer emitted")
+    r, lines = snapshot("--type", "32769")
+    check_eq(r.returncode, 0, f"perfrelayctl snapshot (stderr: {r.stderr.strip()})")
+    summary, events = lines[-1], lines[:-1]
+    cpu = [c for c in summary["cpus"] if c["cpu"] == CPU][0]
+    check_eq(cpu["written"], n, "the recorder took every record of its CPU")
+    check(0 < cpu["records"] < n, f"a page keeps some of them: {cpu}")
+    check_eq(cpu["records"] + cpu["overwritten"], n, "kept + overwritten = written")
+    check_eq(len(events), cpu["records"], "every kept record is in the snapshot")
+    seqs = [e["seq"] for e in events]
+    check_eq(seqs, list(range(seqs[-1] - len(seqs) + 1, seqs[-1] + 1)), "consecutive records")
+    newest = max(e["seq"] for e in events)
+    check_eq(seqs[-1], newest, "the newest last")
+    wait_for(lambda: bus.producer(300)["received"] == n, "the live stream received every record")
+    check_eq(bus.producer(300)["attempts"], n, "the live stream's attempts are the records, not twice")
+    d.stop()
+
+
+def test_snapshot_under_load():
+    """Snapshots while a producer emits flat out: each completes, pauses each ring only for
+    the copy, and the live stream's accounting stays exact (attempts = received + failures);
+    the recorder's outputs refused during the pauses are counted as paused, apart from it."""
+    d = d_busy
+    d.start()
+    p = subprocess.Popen([STEADY, d.pin_path, str(CPU)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        p.stdin.write("burst 300000\n")
+        p.stdin.flush()
+        pauses = []
+        for _ in range(5):
+            r, lines = snapshot("--type", "33552")
+            check_eq(r.returncode, 0, f"a snapshot under load (stderr: {r.stderr.strip()})")
+            pauses += [c["pause_ns"] for c in lines[-1]["cpus"]]
+        check_eq(p.stdout.readline().strip(), "ok", "the burst ended")
+        counts = json.loads((p.stdin.write("counts\n"), p.stdin.flush(), p.stdout.readline())[2])
+    finally:
+        p.stdin.close()
+        p.wait(30)
+    check(max(pauses) < 10_000_000, f"each ring paused for less than 10 ms: {sorted(pauses)[-3:]} ns")
+
+    def settled():
+        st = bus.producer(STEADY_PRODUCER)
+        return st if st["received"] + st["failures"] == st["attempts"] else None
+    st = wait_for(settled, "the live stream's accounting")
+    check_eq(st["attempts"], counts["calls"], "every call an attempt")
+    check_eq(st["received"], counts["accepted"], "every record the kernel took was received")
+    rec = bus.stats()["recorder"]
+    check(rec["snapshots"] >= 5, f"snapshots counted: {rec}")
+    check_eq(rec["failed"], 0, "no recorder output failed but for the pauses")
+    d.stop()
+
+
+def test_recorder_off():
+    d = d_off
+    d.start()
+    r, _ = snapshot()
+    check(r.returncode != 0 and "Recorder=no" in r.stderr, f"no snapshot without a recorder: {r.stderr.strip()}")
+    d.stop()
+
+
+try:
+    run_tests([test_commands_then_snapshot, test_overwritten, test_snapshot_under_load, test_recorder_off])
+finally:
+    for d in (d_full, d_small, d_busy, d_off):
+        d.cleanup()
+    bus.close()
