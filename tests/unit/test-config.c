@@ -65,7 +65,8 @@ static bool config_equal(const Config *a, const Config *b) {
 		a->n_allow_groups == b->n_allow_groups &&
 		(a->n_allow_groups == 0 ||
 		 memcmp(a->allow_groups, b->allow_groups, a->n_allow_groups * sizeof(gid_t)) == 0) &&
-		a->bus_events_per_second == b->bus_events_per_second;
+		a->bus_events_per_second == b->bus_events_per_second && a->recorder == b->recorder &&
+		a->recorder_pages_per_cpu == b->recorder_pages_per_cpu;
 }
 
 static int parse(Config *c, const char *text, char **error) {
@@ -159,6 +160,7 @@ static void test_defaults(void) {
 	ASSERT(c->max_json_depth == 8);
 	ASSERT(c->allow_groups == NULL && c->n_allow_groups == 0);
 	ASSERT(c->bus_events_per_second == 100);
+	ASSERT(c->recorder && c->recorder_pages_per_cpu == 256);
 
 	ASSERT(config_validate(c, &error) == 0);
 	ASSERT(error == NULL);
@@ -913,7 +915,7 @@ static void test_shipped_config(void) {
 	}
 	*o = 0;
 
-	ASSERT(keys == 18); /* every key of config.h is listed */
+	ASSERT(keys == 20); /* every key of config.h is listed */
 	CHECK(config_parse_text(u, uncommented, strlen(uncommented), "uncommented", &error) == 0,
 	      "%s",
 	      error ?: "");
