@@ -28,6 +28,10 @@ ROWS = [
     ("c", "perfrelayd, 1 JSON client", ["--mode", "daemon", "--clients", "1", "--format", "json"]),
     ("d", "perfrelayd, 4 JSON clients", ["--mode", "daemon", "--clients", "4", "--format", "json"]),
     ("e", "perfrelayd, 1 binary client", ["--mode", "daemon", "--clients", "1", "--format", "binary"]),
+    # The flight recorder on (docs/recorder.md): the producer writes each record twice; the other
+    # daemon rows run with Recorder=no so that they keep measuring the live path alone.
+    ("r", "perfrelayd, 1 binary client, flight recorder on",
+     ["--mode", "daemon", "--clients", "1", "--format", "binary"]),
 ]
 ROW_ARGS = {name: args for name, _, args in ROWS}
 ROW_DESC = {name: desc for name, desc, _ in ROWS}
@@ -53,10 +57,14 @@ class Daemon:
         self.pin_root = pin_root
         self.socket_path = os.path.join(workdir, "events.sock")
         self.config_path = os.path.join(workdir, "perfrelay.conf")
-        with open(self.config_path, "w") as f:
-            f.write(f"[Daemon]\nPinPath={pin_root}\n[Ring]\nPagesPerCpu={pages}\n[Probes]\nProbes=none\n"
-                    f"[Socket]\nSocketPath={self.socket_path}\n")
+        self.pages = pages
+        self.set_recorder(False)
         self.proc = None
+
+    def set_recorder(self, on):
+        with open(self.config_path, "w") as f:
+            f.write(f"[Daemon]\nPinPath={self.pin_root}\n[Ring]\nPagesPerCpu={self.pages}\n[Probes]\nProbes=none\n"
+                    f"[Socket]\nSocketPath={self.socket_path}\n[Recorder]\nRecorder={'yes' if on else 'no'}\n")
 
     def start(self):
         notify_path = os.path.join(self.dir, "notify.sock")
@@ -156,6 +164,7 @@ class Bench:
                                                                     "--duration", str(duration)]
         daemon = ROW_ARGS[row][1] == "daemon"
         if daemon:
+            self.daemon.set_recorder(row == "r")
             self.daemon.start()
             args += ["--pin-root", self.pin_root, "--socket", self.daemon.socket_path,
                      "--daemon-pid", str(self.daemon.proc.pid)]
@@ -595,6 +604,15 @@ def main():
         "e_ratio": t("e", ratio("e"), ">= 0.8", ratio("e") is not None and ratio("e") >= 0.8),
         "c_ratio": t("c", ratio("c"), ">= 0.5", ratio("c") is not None and ratio("c") >= 0.5),
     }
+    # The flight recorder's cost (docs/recorder.md): the producer's rate with it on (r) against
+    # off (e), same client; and the daemon's CPU per event, which the recorder should not touch.
+    recorder = None
+    if "r" in configurations and "e" in configurations:
+        r_, e_ = configurations["r"], configurations["e"]
+        recorder = {"events_per_s_r_to_e": round(r_["events_per_s"] / e_["events_per_s"], 3),
+                    "cpu_ns_per_event_r": r_.get("cpu_ns_per_event"), "cpu_ns_per_event_e": e_.get("cpu_ns_per_event")}
+        log(f"recorder: producer rate on/off {recorder['events_per_s_r_to_e']}x, daemon CPU per event "
+            f"{recorder['cpu_ns_per_event_r']} ns on, {recorder['cpu_ns_per_event_e']} ns off")
     c_cpu = configurations.get("c", {}).get("cpu_ns_per_event")
     targets["c_cpu_ns_per_event"] = t("c", c_cpu, "<= 250", c_cpu is not None and c_cpu <= 250)
     if "c" in half:
@@ -625,6 +643,7 @@ def main():
                       for row, sw in sweeps.items()},
         "half_zero_loss": half,
         "export": export,
+        "recorder": recorder,
         "targets": targets,
         "elapsed_s": round(time.monotonic() - started, 1),
         "command": " ".join(["bench/run"] + user_args),
