@@ -25,6 +25,7 @@
 #include "perfrelay-config.h"
 
 #include "macro.h"
+#include "bus-json.h"
 #include "ctl.h"
 #include "format.h"
 #include "time-util.h"
@@ -84,6 +85,47 @@ int bus_call(sd_bus *bus, const char *method, sd_bus_message **ret_reply, const 
 		r = bus_call_error(method, &e, r);
 	sd_bus_error_free(&e);
 	return r;
+}
+
+int parse_json_options(int argc, char *argv[], const char *verb, void (*help)(void), bool *ret_json) {
+	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
+						 { "json", no_argument, NULL, 'j' },
+						 {} };
+	int opt;
+
+	*ret_json = false;
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "hj", options, NULL)) >= 0)
+		switch (opt) {
+		case 'h':
+			help();
+			return 0;
+		case 'j':
+			*ret_json = true;
+			break;
+		default:
+			return -EINVAL;
+		}
+	if (optind < argc)
+		return error_msg("%s: unexpected argument '%s'", verb, argv[optind]);
+	return 1;
+}
+
+int bus_call_json(const char *method, json_object **ret) {
+	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	int r;
+
+	r = bus_connect(&bus);
+	if (r < 0)
+		return r;
+	r = bus_call(bus, method, &reply, NULL);
+	if (r < 0)
+		return r;
+	r = bus_value_to_json(reply, ret);
+	if (r < 0)
+		return error_errno(r, "Failed to parse the %s() reply", method);
+	return 0;
 }
 
 typedef struct KernelFeature {
@@ -278,30 +320,16 @@ static void status_help(void) {
 }
 
 int verb_status(int argc, char *argv[]) {
-	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
-						 { "json", no_argument, NULL, 'j' },
-						 {} };
 	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
 	Status st = {};
 	uint64_t t0, t1, received1 = 0, uptime, now;
 	double rate;
-	bool json = false;
-	int opt, r;
+	bool json;
+	int r;
 
-	optind = 0;
-	while ((opt = getopt_long(argc, argv, "hj", options, NULL)) >= 0)
-		switch (opt) {
-		case 'h':
-			status_help();
-			return 0;
-		case 'j':
-			json = true;
-			break;
-		default:
-			return -EINVAL;
-		}
-	if (optind < argc)
-		return error_msg("status: unexpected argument '%s'", argv[optind]);
+	r = parse_json_options(argc, argv, "status", status_help, &json);
+	if (r <= 0)
+		return r;
 
 	r = bus_connect(&bus);
 	if (r < 0)

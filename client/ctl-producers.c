@@ -110,39 +110,16 @@ static void producers_help(void) {
 }
 
 int verb_producers(int argc, char *argv[]) {
-	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
-						 { "json", no_argument, NULL, 'j' },
-						 {} };
-	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
-	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
 	_cleanup_(json_object_putp) json_object *o = NULL;
-	bool json = false;
-	int opt, r;
+	bool json;
+	int r;
 
-	optind = 0;
-	while ((opt = getopt_long(argc, argv, "hj", options, NULL)) >= 0)
-		switch (opt) {
-		case 'h':
-			producers_help();
-			return 0;
-		case 'j':
-			json = true;
-			break;
-		default:
-			return -EINVAL;
-		}
-	if (optind < argc)
-		return error_msg("producers: unexpected argument '%s'", argv[optind]);
-
-	r = bus_connect(&bus);
+	r = parse_json_options(argc, argv, "producers", producers_help, &json);
+	if (r <= 0)
+		return r;
+	r = bus_call_json("ListProducers", &o);
 	if (r < 0)
 		return r;
-	r = bus_call(bus, "ListProducers", &reply, NULL);
-	if (r < 0)
-		return r;
-	r = bus_value_to_json(reply, &o);
-	if (r < 0)
-		return error_errno(r, "Failed to parse the ListProducers() reply");
 	if (json)
 		puts(json_object_to_json_string_ext(
 			o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));

@@ -3,8 +3,10 @@
  * the D-Bus helpers and the verbs themselves (perfrelayctl.c dispatches). */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
+#include <json-c/json.h>
 #include <systemd/sd-bus.h>
 
 #include "macro.h"
@@ -28,6 +30,11 @@ int parse_span(const char *s, int64_t *ret_ns);
 /* ctl-bus.c */
 int bus_connect(sd_bus **ret);
 int bus_call(sd_bus *bus, const char *method, sd_bus_message **ret_reply, const char *types, ...);
+/* Calls method (no arguments) on a new connection; its answer as JSON (bus-json.h). */
+int bus_call_json(const char *method, json_object **ret);
+/* A verb's options when they are -h/--help and -j/--json only: 1 with *ret_json, 0 after
+ * printing the help, or a negative errno after a message. */
+int parse_json_options(int argc, char *argv[], const char *verb, void (*help)(void), bool *ret_json);
 
 int verb_monitor(int argc, char *argv[]);   /* ctl-monitor.c */
 int verb_status(int argc, char *argv[]);    /* ctl-bus.c */
