@@ -7,6 +7,7 @@
 
 #include "bus.h"
 #include "cgroup.h"
+#include "cgroupwatch.h"
 #include "decoders.h"
 #include "hotplug.h"
 #include "hub.h"
@@ -64,7 +65,8 @@ struct Manager {
 	uint64_t health_last_events;
 	bool watchdog_withheld;
 
-	Recorder *recorder; /* the flight recorder; NULL when off (manager-recorder.c) */
+	Recorder *recorder;        /* the flight recorder; NULL when off (manager-recorder.c) */
+	CgroupWatch *cgroup_watch; /* the units of removed cgroups, for snapshots; NULL: none */
 
 	/* Third-party producers (manager-producers.c). */
 	Decoders *decoders; /* the scans the readers decode third-party records with */

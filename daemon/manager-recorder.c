@@ -11,6 +11,7 @@
 
 #include "log.h"
 #include "manager-internal.h"
+#include "cgroupwatch.h"
 #include "snapshot.h"
 
 void manager_setup_recorder(Manager *m) {
@@ -38,6 +39,15 @@ void manager_setup_recorder(Manager *m) {
 			m->config->recorder_pages_per_cpu);
 		return;
 	}
+	/* Snapshots name the units of cgroups removed since (a unit that failed). */
+	if (m->cgroups) {
+		r = cgroup_watch_new(m->event, cgroup_fs_path(m->cgroups), &m->cgroup_watch);
+		if (r < 0)
+			log_warning_errno(
+				r,
+				"Failed to watch the cgroup tree: %m; snapshots name no unit for cgroups "
+				"removed since");
+	}
 	log_info(
 		"Flight recorder on: %u pages per CPU on %u CPUs (%s/recorder)",
 		m->config->recorder_pages_per_cpu,
@@ -49,9 +59,16 @@ static const char *snapshot_unit(uint64_t cgroup_id, void *userdata) {
 	static char unit[256];
 	Manager *m = userdata;
 
-	if (!m->cgroups || cgroup_fs_resolve(m->cgroups, cgroup_id, unit, sizeof(unit)) <= 0)
+	ssize_t n;
+
+	if (!m->cgroups)
 		return NULL;
-	return unit;
+	n = cgroup_fs_resolve(m->cgroups, cgroup_id, unit, sizeof(unit));
+	if (n > 0)
+		return unit;
+	if (n < 0) /* gone: its unit as it was when it existed */
+		return cgroup_watch_lookup(m->cgroup_watch, cgroup_id);
+	return NULL;
 }
 
 static const ProducerType *snapshot_decoder(uint16_t type, void *userdata) {

@@ -172,6 +172,7 @@ Manager *manager_free(Manager *m) {
 	cgroup_fs_free(m->cgroups);
 	decoders_free(m->decoders); /* the readers have stopped */
 	recorder_free(m->recorder);
+	cgroup_watch_free(m->cgroup_watch);
 	hub_free(m->hub);
 	ledger_free(m->ledger);
 	probes_free(m->probes);

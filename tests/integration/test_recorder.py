@@ -90,6 +90,45 @@ def test_commands_then_snapshot():
     d.stop()
 
 
+def cgroup2_mount():
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            sep = fields.index("-")
+            if fields[sep + 1] == "cgroup2" and fields[3] == "/":
+                return fields[4]
+    return None
+
+
+def test_unit_of_removed_cgroup():
+    """A unit that has gone (its cgroup removed, like a failed service's): the snapshot still
+    names it for its events, and --unit finds them (the daemon watched the cgroup being made)."""
+    cg2 = cgroup2_mount()
+    check(cg2 is not None, "a cgroup2 mount (needed for unit names)")
+    d = d_full
+    d.start()
+    unit = f"perfrelay-rec-{os.getpid()}.service"
+    cgdir = os.path.join(cg2, unit)
+    os.mkdir(cgdir)
+    marker = f"perfrelay-gone-{uuid.uuid4().hex[:8]}"
+
+    def enter_cgroup():
+        with open(os.path.join(cgdir, "cgroup.procs"), "w") as f:
+            f.write("0")
+    try:
+        p = subprocess.run(["/bin/sh", "-c", "exit 7", marker], preexec_fn=enter_cgroup, timeout=30)
+        check_eq(p.returncode, 7, "the command ran in the unit's cgroup")
+    finally:
+        os.rmdir(cgdir)  # its only process has exited
+    r, lines = snapshot("--unit", unit)
+    check_eq(r.returncode, 0, f"perfrelayctl snapshot --unit (stderr: {r.stderr.strip()})")
+    execs = [e for e in lines[:-1] if e["type"] == "exec" and marker in e["argv"]]
+    check_eq(len(execs), 1, f"the gone unit's exec is found by its unit: {lines[-1]}")
+    check_eq(execs[0]["unit"], unit, "with its unit")
+    check(all(e.get("unit") == unit for e in lines[:-1]), "only that unit's events")
+    d.stop()
+
+
 def test_overwritten():
     """A recorder of one page per CPU, filled many times over by the example producer from one
     CPU: the snapshot holds exactly the newest records, consecutive, the newest last, and the
@@ -160,7 +199,7 @@ def test_recorder_off():
 
 
 try:
-    run_tests([test_commands_then_snapshot, test_overwritten, test_snapshot_under_load, test_recorder_off])
+    run_tests([test_commands_then_snapshot, test_unit_of_removed_cgroup, test_overwritten, test_snapshot_under_load, test_recorder_off])
 finally:
     for d in (d_full, d_small, d_busy, d_off):
         d.cleanup()
