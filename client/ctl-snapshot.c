@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* perfrelayctl snapshot: the flight recorder's window (D-Bus Snapshot(), docs/recorder.md) as
  * event lines or JSON lines, on standard output or into a file. */
+#include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -17,7 +21,11 @@
 #include "format.h"
 #include "json-util.h"
 
-#define MAX_LIST 64
+#define MAX_LIST           64
+/* Where --save writes, and how much it keeps there (docs/recorder.md). */
+#define SNAPSHOT_DIR       "/var/lib/perfrelay/snapshots"
+#define SNAPSHOT_KEEP      32u
+#define SNAPSHOT_MAX_BYTES (256u * 1024u * 1024u)
 
 static void snapshot_help(void) {
 	printf("%s snapshot [OPTIONS...]\n\n"
@@ -30,8 +38,15 @@ static void snapshot_help(void) {
 	       "  -j --json           JSON lines as the daemon wrote them (the default is one\n"
 	       "                      readable line per event)\n"
 	       "  -o --output=FILE    Write to FILE instead of standard output\n"
+	       "     --save=UNIT      Save UNIT's events as JSON lines in a new file of the\n"
+	       "                      snapshot directory (keeping the newest %u files, %u MiB);\n"
+	       "                      what perfrelay-snapshot@UNIT.service runs on a failure\n"
+	       "     --directory=DIR  The snapshot directory (default %s)\n"
 	       "  -h --help           Show this help\n",
-	       program);
+	       program,
+	       SNAPSHOT_KEEP,
+	       SNAPSHOT_MAX_BYTES / (1024u * 1024u),
+	       SNAPSHOT_DIR);
 }
 
 static int64_t boot_to_realtime(void) {
@@ -59,8 +74,129 @@ static int append_list(
 	return r;
 }
 
+typedef struct SavedSnapshot {
+	char *name;
+	off_t size;
+	time_t mtime;
+} SavedSnapshot;
+
+static int saved_compare(const void *a, const void *b) {
+	const SavedSnapshot *x = a, *y = b;
+
+	/* Newest first; names break ties (they end in the time, to the second). */
+	if (x->mtime != y->mtime)
+		return x->mtime > y->mtime ? -1 : 1;
+	return -strcmp(x->name, y->name);
+}
+
+/* The saved snapshots of directory, newest first; *ret_n of them. */
+static int snapshots_list(const char *directory, SavedSnapshot **ret, size_t *ret_n) {
+	SavedSnapshot *list = NULL;
+	size_t n = 0;
+	DIR *d = opendir(directory);
+
+	if (!d)
+		return -errno;
+	for (struct dirent *de; (de = readdir(d));) {
+		size_t len = strlen(de->d_name);
+		SavedSnapshot *grown;
+		struct stat st;
+
+		if (de->d_name[0] == '.' || len < 7 || strcmp(de->d_name + len - 6, ".jsonl") != 0 ||
+		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+			continue;
+		grown = reallocarray(list, n + 1, sizeof(*list));
+		if (!grown)
+			break;
+		list = grown;
+		list[n] = (SavedSnapshot){ .name = strdup(de->d_name),
+					   .size = st.st_size,
+					   .mtime = st.st_mtime };
+		if (list[n].name)
+			n++;
+	}
+	closedir(d);
+	qsort(list, n, sizeof(*list), saved_compare);
+	*ret = list;
+	*ret_n = n;
+	return 0;
+}
+
+static void snapshots_free(SavedSnapshot *list, size_t n) {
+	for (size_t i = 0; i < n; i++)
+		free(list[i].name);
+	free(list);
+}
+
+/* Removes the oldest saved snapshots beyond `keep` files or `max_bytes` in all. */
+static void snapshots_prune(const char *directory, size_t keep, uint64_t max_bytes) {
+	SavedSnapshot *list;
+	uint64_t total = 0;
+	size_t n;
+
+	if (snapshots_list(directory, &list, &n) < 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		total += (uint64_t) list[i].size;
+		/* The newest is kept whatever its size: it is the one just saved. */
+		if (i > 0 && (i >= keep || total > max_bytes)) {
+			char path[PATH_MAX];
+
+			snprintf(path, sizeof(path), "%s/%s", directory, list[i].name);
+			if (unlink(path) == 0)
+				printf("Removed the older snapshot %s\n", path);
+		}
+	}
+	snapshots_free(list, n);
+}
+
+int verb_snapshots(int argc, char *argv[]) {
+	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
+						 { "directory", required_argument, NULL, 'd' },
+						 {} };
+	const char *directory = SNAPSHOT_DIR;
+	SavedSnapshot *list;
+	size_t n;
+	int opt, r;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "hd:", options, NULL)) >= 0)
+		switch (opt) {
+		case 'h':
+			printf("%s snapshots [--directory=DIR]\n\n"
+			       "List the flight recorder snapshots saved by perfrelay-snapshot@.service (perfrelayctl\n"
+			       "snapshot --save), newest first: time, size, file. Default directory %s.\n",
+			       program,
+			       SNAPSHOT_DIR);
+			return 0;
+		case 'd':
+			directory = optarg;
+			break;
+		default:
+			return -EINVAL;
+		}
+	if (optind < argc)
+		return error_msg("snapshots: unexpected argument '%s'", argv[optind]);
+	r = snapshots_list(directory, &list, &n);
+	if (r == -ENOENT) {
+		printf("No snapshots saved (%s does not exist)\n", directory);
+		return 0;
+	}
+	if (r < 0)
+		return error_errno(r, "Failed to read %s", directory);
+	for (size_t i = 0; i < n; i++) {
+		char when[32];
+		struct tm tm;
+
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime_r(&list[i].mtime, &tm));
+		printf("%s %10jd %s/%s\n", when, (intmax_t) list[i].size, directory, list[i].name);
+	}
+	snapshots_free(list, n);
+	return 0;
+}
+
 int verb_snapshot(int argc, char *argv[]) {
-	enum { ARG_SINCE = 0x100, ARG_UNIT };
+	enum { ARG_SINCE = 0x100, ARG_UNIT, ARG_SAVE, ARG_DIRECTORY };
 	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
 						 { "json", no_argument, NULL, 'j' },
 						 { "output", required_argument, NULL, 'o' },
@@ -68,6 +204,8 @@ int verb_snapshot(int argc, char *argv[]) {
 						 { "unit", required_argument, NULL, ARG_UNIT },
 						 { "type", required_argument, NULL, 't' },
 						 { "pid", required_argument, NULL, 'p' },
+						 { "save", required_argument, NULL, ARG_SAVE },
+						 { "directory", required_argument, NULL, ARG_DIRECTORY },
 						 {} };
 	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
@@ -76,7 +214,9 @@ int verb_snapshot(int argc, char *argv[]) {
 	char *units[MAX_LIST], *types[MAX_LIST], *line = NULL;
 	uint32_t pids[MAX_LIST];
 	size_t n_units = 0, n_types = 0, n_pids = 0, cap = 0;
-	const char *output = NULL;
+	const char *output = NULL, *save = NULL, *directory = SNAPSHOT_DIR;
+	_cleanup_free_ char *save_tmp = NULL, *save_path = NULL;
+	uint64_t events = 0;
 	int64_t since = 0;
 	bool json = false;
 	FILE *in, *out = stdout;
@@ -94,6 +234,19 @@ int verb_snapshot(int argc, char *argv[]) {
 			break;
 		case 'o':
 			output = optarg;
+			break;
+		case ARG_SAVE:
+			if (strchr(optarg, '/') || optarg[0] == '.' || optarg[0] == '\0' ||
+			    strlen(optarg) > 255)
+				return error_msg("--save=%s: not a unit name", optarg);
+			save = optarg;
+			json = true;
+			if (n_units >= MAX_LIST)
+				return error_msg("snapshot: at most %u of each filter", MAX_LIST);
+			units[n_units++] = optarg;
+			break;
+		case ARG_DIRECTORY:
+			directory = optarg;
 			break;
 		case ARG_SINCE:
 			if (parse_span(optarg, &since) < 0)
@@ -157,6 +310,17 @@ int verb_snapshot(int argc, char *argv[]) {
 	fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
 	if (fd < 0 || !(in = fdopen(fd, "r")))
 		return error_errno(-errno, "Failed to read the snapshot");
+	if (save) {
+		char stamp[32];
+		time_t now = time(NULL);
+		struct tm tm;
+
+		strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%S", gmtime_r(&now, &tm));
+		if (asprintf(&save_path, "%s/%s-%s.jsonl", directory, save, stamp) < 0 ||
+		    asprintf(&save_tmp, "%s/.%s-%s.jsonl.tmp", directory, save, stamp) < 0)
+			return error_errno(-ENOMEM, "snapshot");
+		output = save_tmp;
+	}
 	if (output && !(out = fopen(output, "we"))) {
 		r = error_errno(-errno, "Failed to open %s", output);
 		fclose(in);
@@ -164,7 +328,10 @@ int verb_snapshot(int argc, char *argv[]) {
 	}
 	tok = json_tokener_new();
 	while ((len = getline(&line, &cap, in)) > 0) {
-		if (json || strstr(line, "{\"type\":\"snapshot\"") == line)
+		bool summary = strstr(line, "{\"type\":\"snapshot\"") == line;
+
+		events += !summary;
+		if (json || summary)
 			fputs(line, out);
 		else if (tok && format_event(out, tok, line, (size_t) (len - (line[len - 1] == '\n')), boot_to_realtime()) < 0)
 			fputs(line, out);
@@ -173,5 +340,14 @@ int verb_snapshot(int argc, char *argv[]) {
 	fclose(in);
 	if (out != stdout && fclose(out) != 0)
 		return error_errno(-errno, "Failed to write %s", output);
+	if (save) {
+		if (rename(save_tmp, save_path) < 0)
+			return error_errno(-errno, "Failed to save %s", save_path);
+		printf("Saved the flight recorder's window for %s to %s (%" PRIu64 " events)\n",
+		       save,
+		       save_path,
+		       events);
+		snapshots_prune(directory, SNAPSHOT_KEEP, SNAPSHOT_MAX_BYTES);
+	}
 	return 0;
 }

@@ -44,3 +44,4 @@ int verb_probe(int argc, char *argv[]);     /* ctl-bus.c */
 int verb_stats(int argc, char *argv[]);     /* ctl-stats.c */
 int verb_producers(int argc, char *argv[]); /* ctl-producers.c */
 int verb_snapshot(int argc, char *argv[]);  /* ctl-snapshot.c */
+int verb_snapshots(int argc, char *argv[]); /* ctl-snapshot.c */

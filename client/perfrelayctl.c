@@ -100,6 +100,7 @@ static const Verb verbs[] = {
 	{ "status", verb_status, "Show the daemon's state, rates and loss (D-Bus)" },
 	{ "stats", verb_stats, "Show every counter: producers, CPUs, readers, clients (D-Bus)" },
 	{ "snapshot", verb_snapshot, "Show the flight recorder's latest events (root, D-Bus)" },
+	{ "snapshots", verb_snapshots, "List the snapshots saved when units failed" },
 	{ "producers", verb_producers, "List the producers, their record types and counters (D-Bus)" },
 	{ "probes", verb_probes, "List the built-in probes (D-Bus)" },
 	{ "clients", verb_clients, "List the socket subscribers (D-Bus)" },

@@ -147,8 +147,9 @@ int bus_method_list_producers(sd_bus_message *message, void *userdata, sd_bus_er
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
 	_cleanup_(stats_snapshot_freep) StatsSnapshot *st = NULL;
 	Bus *b = userdata;
-	StatsSources src = bus_stats_sources(b);
+	/* The scan first: it may replace (and free) the one the stats sources would name. */
 	const ProducerScan *scan = b->host.producers(b->host.userdata);
+	StatsSources src = bus_stats_sources(b);
 	size_t k = 0;
 	int r;
 

@@ -320,6 +320,41 @@ def _():
     run("systemctl", "stop", "perfrelay-metrics.socket", "perfrelay-export.service", "prtest-nats.service")
 
 
+@step("a unit that fails: perfrelay-snapshot@ saves its window, with the unit's exec")
+def _():
+    run("systemctl", "start", "perfrelay.service")
+    with open("/etc/systemd/system/prtest-fail.service", "w") as f:
+        f.write("[Unit]\nOnFailure=perfrelay-snapshot@%n.service\n"
+                "[Service]\nType=oneshot\nExecStart=/bin/sh -c 'exit 3' prsys-fail-marker\n")
+    run("systemctl", "daemon-reload")
+    r = run("systemctl", "start", "prtest-fail.service", check=False)
+    assert r.returncode != 0, "the unit failed"
+
+    def saved():
+        out = run("perfrelayctl", "snapshots", check=False).stdout
+        return [l.split()[-1] for l in out.splitlines() if "/prtest-fail.service-" in l]
+    try:
+        path = wait_for(saved, "the snapshot of the failed unit (perfrelayctl snapshots)")[0]
+    except AssertionError as e:
+        log = run("journalctl", "-u", "perfrelay-snapshot@prtest-fail.service.service", "-u", "prtest-fail.service",
+                  "--no-pager", check=False).stdout
+        state_ = run("systemctl", "status", "perfrelay-snapshot@prtest-fail.service.service", check=False).stdout
+        raise AssertionError(f"{e}\n{log[-3000:]}\n{state_[-1500:]}")
+    with open(path) as f:
+        lines = [json.loads(l) for l in f]
+    assert lines[-1]["type"] == "snapshot", lines[-1]
+    execs = [e for e in lines if e.get("type") == "exec" and "prsys-fail-marker" in e.get("argv", [])]
+    assert len(execs) == 1, f"the failed unit's exec in {path}: {len(lines)} lines"
+    assert execs[0]["unit"] == "prtest-fail.service", execs[0]
+    assert all(e.get("unit") == "prtest-fail.service" for e in lines[:-1]), "only that unit's events"
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600", "readable by root only"
+    log = run("journalctl", "-u", "perfrelay-snapshot@prtest-fail.service.service", "--no-pager").stdout
+    assert f"to {path}" in log, f"the journal says where: {log[-800:]}"
+    out = run("systemd-analyze", "security", "--no-pager", "perfrelay-snapshot@prtest-fail.service.service").stdout
+    m = re.search(r"Overall exposure level for perfrelay-snapshot@prtest-fail.service.service: ([\d.]+)", out)
+    print(f"perfrelay-snapshot@ exposure {m.group(1) if m else '?'}")
+
+
 @step("stop: exit 0, the array stays pinned")
 def _():
     map_id = events_map_id()
