@@ -45,7 +45,7 @@ def test_commands_then_snapshot():
     marker = f"perfrelay-rec-{uuid.uuid4().hex[:8]}"
     pids = []
     for i in range(3):
-        p = subprocess.run(["/bin/sh", "-c", f"exit {i + 3}", marker], timeout=30)
+        p = subprocess.run(["/bin/sh", "-c", f"exec 3</etc/hostname; exit {i + 3}", marker], timeout=30)
         check_eq(p.returncode, i + 3, "the marker command ran")
     # The probes' records reach the recorder when they are emitted: nothing to wait for but
     # the commands themselves, which have exited.
@@ -62,14 +62,17 @@ def test_commands_then_snapshot():
     execs = [e for e in events if e["type"] == "exec" and marker in e.get("argv", [])]
     check_eq(len(execs), 3, f"the three marker execs are in the snapshot ({len(events)} events)")
     for i, e in enumerate(execs):
-        check_eq((e["filename"], e["argv"]), ("/bin/sh", ["/bin/sh", "-c", f"exit {i + 3}", marker]),
-                 "the exec's fields")
+        check_eq((e["filename"], e["argv"]),
+                 ("/bin/sh", ["/bin/sh", "-c", f"exec 3</etc/hostname; exit {i + 3}", marker]), "the exec's fields")
         pids.append(e["pid"])
     exits = {e["pid"]: e for e in events if e["type"] == "exit" and e["pid"] in pids}
     check_eq(sorted(exits), sorted(pids), "and their exits")
+    opens = {e["pid"]: e for e in events if e["type"] == "open" and e["pid"] in pids and e["path"] == "/etc/hostname"}
+    check_eq(sorted(opens), sorted(pids), "and each one's open of /etc/hostname")
     for i, pid in enumerate(pids):
         check_eq(exits[pid]["exit_code"], i + 3, "the exit's code")
-        check(exits[pid]["ts"] > execs[i]["ts"], "after its exec")
+        check(execs[i]["ts"] < opens[pid]["ts"] < exits[pid]["ts"], "exec, open, exit in that order")
+        check(opens[pid]["result"] >= 0, "the open succeeded")
     for c in summary["cpus"]:
         check(c["pause_ns"] < 50_000_000, f"CPU {c['cpu']} paused {c['pause_ns']} ns")
         check_eq(c["records"] + c["overwritten"], c["written"], f"CPU {c['cpu']}: written = kept + overwritten")
