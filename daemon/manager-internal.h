@@ -85,6 +85,9 @@ void manager_flush(Manager *m); /* the flush loop: every client's consumer, unti
 RingOptions manager_ring_options(const Manager *m);
 void manager_park_offline_cpus(Manager *m, const CpuSet *online, CpuSet *groups, size_t n_groups);
 
+/* manager-bus.c: the bus connection, with the manager as its BusHost */
+int manager_setup_bus(Manager *m);
+
 /* manager-health.c: STATUS= and WATCHDOG=1 every second */
 int manager_setup_health(Manager *m);
 #if PERFRELAY_FAULT_INJECTION

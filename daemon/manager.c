@@ -74,16 +74,6 @@ const char *manager_pin_path(const Manager *m) {
 	return m->config->pin_path;
 }
 
-static const char *const manager_state_table[_MANAGER_STATE_MAX] = {
-	[MANAGER_STARTING] = "starting",
-	[MANAGER_RUNNING] = "running",
-	[MANAGER_STOPPING] = "stopping",
-};
-
-static const char *manager_state_to_string(ManagerState s) {
-	return (unsigned) s < _MANAGER_STATE_MAX ? manager_state_table[s] : NULL;
-}
-
 bool manager_kernel_unsupported(const Manager *m) {
 	return m->kernel_unsupported;
 }
@@ -505,37 +495,6 @@ static int manager_probe_features(Manager *m) {
 	return 0;
 }
 
-/* What the bus glue may do with the manager (BusHost). */
-static const char *bus_host_state(void *userdata) {
-	Manager *m = userdata;
-
-	return manager_state_to_string(m->state);
-}
-
-static void bus_host_stats_sources(void *userdata, StatsSources *ret) {
-	manager_stats_sources(userdata, ret);
-}
-
-static int bus_host_set_probe_enabled(void *userdata, unsigned probe, bool enabled) {
-	return manager_set_probe_enabled(userdata, probe, enabled);
-}
-
-static int bus_host_reload(void *userdata, char **ret_error) {
-	return manager_reload(userdata, ret_error);
-}
-
-static int bus_host_snapshot(
-	void *userdata, uint64_t since_ns, uint64_t until_ns, const Subscription *filter, int *ret_fd) {
-	return manager_snapshot(userdata, since_ns, until_ns, filter, ret_fd);
-}
-
-static const ProducerScan *bus_host_producers(void *userdata) {
-	Manager *m = userdata;
-
-	(void) manager_scan_producers(m, false);
-	return decoders_current(m->decoders);
-}
-
 int manager_start(Manager *m) {
 	const Config *c = m->config;
 	_cleanup_free_ CpuSet *groups = NULL;
@@ -638,25 +597,7 @@ int manager_start(Manager *m) {
 
 	/* Before READY=1, so that the name is on the bus when systemd says the service is up.
 	 * Without a bus this logs a warning and leaves m->bus NULL. */
-	r = bus_new(
-		&(const BusHost){
-			.userdata = m,
-			.started_at = m->started_at,
-			.features = m->features,
-			.cpus = &m->cpus,
-			.probes = m->probes,
-			.hub = m->hub,
-			.server = m->server,
-			.state = bus_host_state,
-			.stats_sources = bus_host_stats_sources,
-			.set_probe_enabled = bus_host_set_probe_enabled,
-			.reload = bus_host_reload,
-			.producers = bus_host_producers,
-			.snapshot = bus_host_snapshot,
-		},
-		m->event,
-		m->config,
-		&m->bus);
+	r = manager_setup_bus(m);
 	if (r < 0)
 		return r;
 

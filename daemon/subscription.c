@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The Subscription value (request.h): freeing it, and its JSON form in the request's terms
+ * (the Filter of D-Bus monitors and ListClients()). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "decode.h"
+#include "json-util.h"
+#include "macro.h"
+#include "request.h"
+
+const char *subscription_format_to_string(SubscriptionFormat f) {
+	return f == SUBSCRIPTION_FORMAT_BINARY ? "binary" : "json";
+}
+
+Subscription *subscription_free(Subscription *s) {
+	if (!s)
+		return NULL;
+	for (size_t i = 0; i < s->n_units; i++)
+		free(s->units[i]);
+	free(s);
+	return NULL;
+}
+
+
+/* Adds `value` (consumed, also on failure) under key; -ENOMEM if it is NULL or cannot be added. */
+static int object_add(json_object *o, const char *key, json_object *value) {
+	if (!value)
+		return -ENOMEM;
+	if (json_object_object_add(o, key, value) < 0) {
+		json_object_put(value);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static int array_add(json_object *a, json_object *value) {
+	if (!value)
+		return -ENOMEM;
+	if (json_object_array_add(a, value) < 0) {
+		json_object_put(value);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static json_object *types_to_json(const Subscription *s) {
+	_cleanup_(json_object_putp) json_object *a = json_object_new_array();
+
+	if (!a)
+		return NULL;
+	for (uint16_t t = 0; t < SUBSCRIPTION_TYPE_MASK_BITS; t++) {
+		const char *name;
+
+		if (!(s->type_mask & (UINT64_C(1) << t)))
+			continue;
+		name = event_type_to_string(t);
+		if (array_add(a, name ? json_object_new_string(name) : json_object_new_int(t)) < 0)
+			return NULL;
+	}
+	for (size_t i = 0; i < s->n_types; i++)
+		if (array_add(a, json_object_new_int(s->types[i])) < 0)
+			return NULL;
+	for (size_t i = 0; i < s->n_type_names; i++)
+		if (array_add(a, json_object_new_string(s->type_names[i])) < 0)
+			return NULL;
+	return TAKE_PTR(a);
+}
+
+static json_object *where_to_json(const Subscription *s) {
+	_cleanup_(json_object_putp) json_object *o = json_object_new_object();
+
+	if (!o)
+		return NULL;
+	for (size_t i = 0; i < s->n_where; i++) {
+		const SubscriptionWhere *w = &s->where[i];
+		json_object *v = w->is_string ? json_object_new_string_len(w->string, (int) w->string_len) :
+			w->is_negative        ? json_object_new_int64(w->value.i) :
+						json_object_new_uint64(w->value.u);
+
+		if (!v || json_object_object_add(o, w->field, v) < 0) {
+			json_object_put(v);
+			return NULL;
+		}
+	}
+	return TAKE_PTR(o);
+}
+
+static json_object *ids_to_json(const uint32_t *ids, size_t n) {
+	_cleanup_(json_object_putp) json_object *a = json_object_new_array();
+
+	if (!a)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		if (array_add(a, json_object_new_int64(ids[i])) < 0)
+			return NULL;
+	return TAKE_PTR(a);
+}
+
+int subscription_to_json(const Subscription *s, char **ret) {
+	_cleanup_(json_object_putp) json_object *o = json_object_new_object();
+	json_object *a;
+	const char *text;
+	char *copy;
+
+	if (!o)
+		return -ENOMEM;
+	if ((s->type_mask != 0 || s->n_types > 0 || s->n_type_names > 0) &&
+	    object_add(o, "types", types_to_json(s)) < 0)
+		return -ENOMEM;
+	if (s->n_where > 0 && object_add(o, "where", where_to_json(s)) < 0)
+		return -ENOMEM;
+	if (s->n_pids > 0 && object_add(o, "pid", ids_to_json(s->pids, s->n_pids)) < 0)
+		return -ENOMEM;
+	if (s->n_uids > 0 && object_add(o, "uid", ids_to_json(s->uids, s->n_uids)) < 0)
+		return -ENOMEM;
+	if (s->n_comms > 0) {
+		a = json_object_new_array();
+		if (object_add(o, "comm", a) < 0)
+			return -ENOMEM;
+		for (size_t i = 0; i < s->n_comms; i++)
+			if (array_add(a, json_object_new_string(s->comms[i])) < 0)
+				return -ENOMEM;
+	}
+	if (s->n_units > 0) {
+		a = json_object_new_array();
+		if (object_add(o, "unit", a) < 0)
+			return -ENOMEM;
+		for (size_t i = 0; i < s->n_units; i++)
+			if (array_add(a, json_object_new_string(s->units[i])) < 0)
+				return -ENOMEM;
+	}
+	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+	if (!text)
+		return -ENOMEM;
+	copy = strdup(text);
+	if (!copy)
+		return -ENOMEM;
+	*ret = copy;
+	return 0;
+}
