@@ -92,6 +92,12 @@ static void manager_cpu_online(Manager *m, unsigned cpu) {
 	}
 	cpuset_remove(&m->cpus_parked, cpu);
 	log_info("CPU %u came online: reader %u reads its new ring", cpu, reader_id(rd));
+	r = recorder_cpu_online(m->recorder, cpu);
+	if (r < 0)
+		log_warning_errno(
+			r,
+			"CPU %u came online; failed to give it a flight recorder ring: %m (its records are not kept)",
+			cpu);
 }
 
 static void on_cpu_hotplug(void *userdata, unsigned cpu, bool online) {

@@ -132,6 +132,47 @@ int recorder_new(const CpuSet *cpus, unsigned pages, int array_fd, int on_fd, in
 	return 0;
 }
 
+int recorder_cpu_online(Recorder *r, unsigned cpu) {
+	_cleanup_free_ struct perfrelay_recorder_stats *per_cpu = NULL;
+	RecRing *ring = NULL, fresh = { .fd = -EBADF };
+	int k;
+
+	if (!r || r->stopped)
+		return 0;
+	for (size_t i = 0; i < r->n_rings; i++)
+		if (r->rings[i].cpu == cpu)
+			ring = &r->rings[i];
+	k = ring_open_backward(&fresh, cpu, r->pages);
+	if (k >= 0 && bpf_map_update_elem(r->array_fd, &(uint32_t){ cpu }, &fresh.fd, BPF_ANY) < 0)
+		k = -errno;
+	if (k < 0) {
+		if (fresh.meta)
+			munmap(fresh.meta, fresh.map_size);
+		safe_close(fresh.fd);
+		return k;
+	}
+	per_cpu = calloc(r->n_possible, sizeof(*per_cpu));
+	if (per_cpu && cpu < r->n_possible && read_stats(r, per_cpu) >= 0)
+		fresh.written_at_open = per_cpu[cpu].written;
+	if (ring) {
+		/* The old event died with the CPU's offline: what it held is lost with it. */
+		munmap(ring->meta, ring->map_size);
+		safe_close(ring->fd);
+		*ring = fresh;
+		return 0;
+	}
+	ring = reallocarray(r->rings, r->n_rings + 1, sizeof(RecRing));
+	if (!ring) {
+		(void) bpf_map_delete_elem(r->array_fd, &(uint32_t){ cpu });
+		munmap(fresh.meta, fresh.map_size);
+		safe_close(fresh.fd);
+		return -ENOMEM;
+	}
+	r->rings = ring;
+	r->rings[r->n_rings++] = fresh;
+	return 0;
+}
+
 void recorder_stop(Recorder *r) {
 	uint32_t key = 0, off = 0;
 

@@ -32,6 +32,9 @@ typedef struct RecorderStats {
 /* Opens a ring of `pages` pages (a power of two) on every CPU of cpus, puts each into the
  * array behind array_fd and sets the flag behind on_fd. stats_fd: the pinned per-CPU stats. */
 int recorder_new(const CpuSet *cpus, unsigned pages, int array_fd, int on_fd, int stats_fd, Recorder **ret);
+/* A CPU came online (again): a new ring for it (an offline CPU's perf event is dead; what its
+ * ring held is lost). Accepts NULL. */
+int recorder_cpu_online(Recorder *r, unsigned cpu);
 /* Clears the flag and takes the rings out of the array (producers stop recording). */
 void recorder_stop(Recorder *r);
 /* recorder_stop(), then unmaps and closes. Accepts NULL. */

@@ -4,6 +4,7 @@
 of that CPU keep coming; a CPU that is offline when the daemon starts is served once it comes
 online. Writes /sys/devices/system/cpu/cpuN/online: the CPU is offline for as
 short a time as the test can make it, and always brought back."""
+import json
 import os
 import subprocess
 import sys
@@ -137,6 +138,15 @@ def test_offline_at_start_is_served_when_online():
         entry = wait_for(lambda: (lambda c: c if c and c["received"] > 0 else None)(cpu_entry(bus, cpu)),
                          f"GetStats lists CPU {cpu} with received > 0")
         check(entry["received"] > 0, f"CPU {cpu} received")
+
+        # The flight recorder got a ring for it too: the exec is in a snapshot, from that CPU.
+        r = subprocess.run([bus.ctl, "snapshot", "--json", "--type", "exec", "--pid", str(ev["pid"])],
+                           capture_output=True, text=True, timeout=60)
+        check_eq(r.returncode, 0, f"perfrelayctl snapshot (stderr: {r.stderr.strip()})")
+        lines = [json.loads(line) for line in r.stdout.splitlines()]
+        check_eq([(e["pid"], e["cpu"]) for e in lines[:-1]], [(ev["pid"], cpu)],
+                 f"the recorder kept the exec on CPU {cpu}")
+        check(cpu in [c["cpu"] for c in lines[-1]["cpus"]], f"the snapshot covers CPU {cpu}")
     finally:
         if path and not is_online(path):
             set_online(path, True)
