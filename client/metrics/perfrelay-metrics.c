@@ -156,8 +156,31 @@ static int collect_daemon(sd_bus *bus, Out *o) {
 		  "perfrelay_client_events_dropped",
 		  "Events dropped for every client of this daemon (queue full, gone)." },
 	};
+	/* Sections of GetStats() whose figures are plain counters: key, metric, help. */
+	static const struct {
+		const char *section;
+		const char *fields[6][3];
+	} sections[] = {
+		{ "recorder",
+		  { { "written", "perfrelay_recorder_written", "Records the flight recorder's rings took." },
+		    { "paused",
+		      "perfrelay_recorder_paused",
+		      "Recorder outputs refused while a snapshot paused a ring." },
+		    { "failed",
+		      "perfrelay_recorder_failed",
+		      "Recorder outputs refused otherwise (no ring on the CPU)." },
+		    { "snapshots", "perfrelay_recorder_snapshots", "Flight recorder snapshots taken." } } },
+		{ "producer_scan",
+		  { { "scans", "perfrelay_producer_scans", "Scans for third-party producers." },
+		    { "refused",
+		      "perfrelay_producer_types_refused",
+		      "Declared third-party record types refused a decoder (current scan)." },
+		    { "bad_declarations",
+		      "perfrelay_producer_bad_declarations",
+		      "Malformed or duplicate declarations (current scan)." } } },
+	};
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-	json_object *stats = NULL, *list = NULL, *clients = NULL;
+	json_object *stats = NULL, *list = NULL, *clients = NULL, *section = NULL;
 	_cleanup_free_ char *text = NULL;
 	size_t size = 0;
 	uint64_t v[ELEMENTSOF(counters)];
@@ -206,6 +229,18 @@ static int collect_daemon(sd_bus *bus, Out *o) {
 			family(&side, client_fields[k][1], "counter", client_fields[k][2]);
 			sample(&side, client_fields[k][1], true, NULL, jget_u64(clients, client_fields[k][0]));
 		}
+	for (size_t i = 0; i < ELEMENTSOF(sections); i++) {
+		if (!json_object_object_get_ex(stats, sections[i].section, &section))
+			continue;
+		for (size_t k = 0; k < ELEMENTSOF(sections[i].fields) && sections[i].fields[k][0]; k++) {
+			family(&side, sections[i].fields[k][1], "counter", sections[i].fields[k][2]);
+			sample(&side,
+			       sections[i].fields[k][1],
+			       true,
+			       NULL,
+			       jget_u64(section, sections[i].fields[k][0]));
+		}
+	}
 	json_object_put(stats);
 	if (fclose(side.f) != 0)
 		return -ENOMEM;

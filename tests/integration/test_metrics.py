@@ -114,6 +114,13 @@ def test_prometheus_scrapes_socket_activated_metrics():
                 check_eq(s[f'perfrelay_cpu_{name}_total{{cpu="{c["cpu"]}"}}'], c[key], f"cpu {c['cpu']} {key}")
         for key, name in (("offered", "offered"), ("delivered", "sent"), ("dropped", "dropped")):
             check_eq(s[f"perfrelay_client_events_{name}_total"], st["clients"][key], f"clients {key}")
+        for section, fields in (("recorder", (("written", "recorder_written"), ("paused", "recorder_paused"),
+                                              ("failed", "recorder_failed"), ("snapshots", "recorder_snapshots"))),
+                                ("producer_scan", (("scans", "producer_scans"), ("refused", "producer_types_refused"),
+                                                   ("bad_declarations", "producer_bad_declarations")))):
+            for key, name in fields:
+                check_eq(s[f"perfrelay_{name}_total"], st[section][key], f"{section} {key}")
+        check(st["recorder"]["written"] > 0, f"the flight recorder took the burst: {st['recorder']}")
         check_eq(s["perfrelay_up"], 1, "perfrelay_up")
         check_eq((s["perfrelay_export_offered_total"], s["perfrelay_export_acked_total"],
                   s["perfrelay_export_dropped_total"], s["perfrelay_export_retried_total"]), (7, 5, 2, 3),
