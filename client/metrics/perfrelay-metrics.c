@@ -156,27 +156,34 @@ static int collect_daemon(sd_bus *bus, Out *o) {
 		  "perfrelay_client_events_dropped",
 		  "Events dropped for every client of this daemon (queue full, gone)." },
 	};
-	/* Sections of GetStats() whose figures are plain counters: key, metric, help. */
+	/* Sections of GetStats() with plain figures: key, metric, type, help. */
 	static const struct {
 		const char *section;
-		const char *fields[6][3];
+		const char *fields[6][4];
 	} sections[] = {
 		{ "recorder",
-		  { { "written", "perfrelay_recorder_written", "Records the flight recorder's rings took." },
+		  { { "written", "perfrelay_recorder_written", "counter", "Records the flight recorder's rings took." },
 		    { "paused",
 		      "perfrelay_recorder_paused",
+		      "counter",
 		      "Recorder outputs refused while a snapshot paused a ring." },
 		    { "failed",
 		      "perfrelay_recorder_failed",
+		      "counter",
 		      "Recorder outputs refused otherwise (no ring on the CPU)." },
-		    { "snapshots", "perfrelay_recorder_snapshots", "Flight recorder snapshots taken." } } },
+		    { "snapshots",
+		      "perfrelay_recorder_snapshots",
+		      "counter",
+		      "Flight recorder snapshots taken." } } },
 		{ "producer_scan",
-		  { { "scans", "perfrelay_producer_scans", "Scans for third-party producers." },
+		  { { "scans", "perfrelay_producer_scans", "counter", "Scans for third-party producers." },
 		    { "refused",
 		      "perfrelay_producer_types_refused",
+		      "gauge",
 		      "Declared third-party record types refused a decoder (current scan)." },
 		    { "bad_declarations",
 		      "perfrelay_producer_bad_declarations",
+		      "gauge",
 		      "Malformed or duplicate declarations (current scan)." } } },
 	};
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
@@ -233,12 +240,10 @@ static int collect_daemon(sd_bus *bus, Out *o) {
 		if (!json_object_object_get_ex(stats, sections[i].section, &section))
 			continue;
 		for (size_t k = 0; k < ELEMENTSOF(sections[i].fields) && sections[i].fields[k][0]; k++) {
-			family(&side, sections[i].fields[k][1], "counter", sections[i].fields[k][2]);
-			sample(&side,
-			       sections[i].fields[k][1],
-			       true,
-			       NULL,
-			       jget_u64(section, sections[i].fields[k][0]));
+			const char *const *f = sections[i].fields[k];
+
+			family(&side, f[1], f[2], f[3]);
+			sample(&side, f[1], streq(f[2], "counter"), NULL, jget_u64(section, f[0]));
 		}
 	}
 	json_object_put(stats);
