@@ -191,7 +191,10 @@ static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
 			{ "paused", s->recorder.paused },
 			{ "failed", s->recorder.failed },
 			{ "snapshots", s->recorder.snapshots },
-			{ "pause_max_ns", s->recorder.pause_max_ns });
+			{ "pause_max_ns", s->recorder.pause_max_ns },
+			{ "cgroups_remembered", s->cgroup_watch.remembered },
+			{ "cgroups_missed", s->cgroup_watch.missed },
+			{ "cgroups_unwatched", s->cgroup_watch.unwatched });
 	if (r >= 0)
 		r = close_entry(m);
 	if (r >= 0)

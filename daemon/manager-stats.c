@@ -44,6 +44,7 @@ void manager_stats_sources(Manager *m, StatsSources *ret) {
 		.scan = m->decoders ? decoders_current(m->decoders) : NULL,
 		.producer_scans = m->producer_scans,
 		.recorder = m->recorder,
+		.cgroup_watch = m->cgroup_watch,
 	};
 }
 

@@ -252,6 +252,7 @@ int stats_snapshot(const StatsSources *src, StatsSnapshot **ret) {
 		s->recorder_on = true;
 		s->recorder_pages_per_cpu = recorder_pages(src->recorder);
 		recorder_get_stats(src->recorder, &s->recorder);
+		cgroup_watch_get_stats(src->cgroup_watch, &s->cgroup_watch);
 	}
 	(void) stats_totals(src, false, &c);
 	s->clients_connected = c.clients;

@@ -13,6 +13,7 @@
 #include "ledger.h"
 #include "probes.h"
 #include "producers.h"
+#include "cgroupwatch.h"
 #include "reader.h"
 #include "recorder.h"
 #include "server.h"
@@ -34,8 +35,9 @@ typedef struct StatsSources {
 	const uint64_t *failures_at_start;
 	const uint64_t *crash_lost_at_start;
 	StatsClients others;
-	const ProducerScan *scan; /* the third-party producers now; NULL: not scanned yet */
-	Recorder *recorder;       /* the flight recorder; NULL when off */
+	const ProducerScan *scan;  /* the third-party producers now; NULL: not scanned yet */
+	Recorder *recorder;        /* the flight recorder; NULL when off */
+	CgroupWatch *cgroup_watch; /* the units of removed cgroups, for snapshots; NULL: none */
 	uint64_t producer_scans;
 } StatsSources;
 
@@ -127,6 +129,7 @@ typedef struct StatsSnapshot {
 	bool recorder_on;
 	uint64_t recorder_pages_per_cpu;
 	RecorderStats recorder;
+	CgroupWatchStats cgroup_watch;
 } StatsSnapshot;
 
 /* Main thread. Reads the pinned counters (one map lookup per producer id). */

@@ -129,6 +129,9 @@ def test_unit_of_removed_cgroup():
     check_eq(len(execs), 1, f"the gone unit's exec is found by its unit: {lines[-1]}")
     check_eq(execs[0]["unit"], unit, "with its unit")
     check(all(e.get("unit") == unit for e in lines[:-1]), "only that unit's events")
+    watch = bus.stats()["recorder"]
+    check(watch["cgroups_remembered"] >= 1, f"the cgroup watch remembered it: {watch}")
+    check_eq(watch["cgroups_unwatched"], 0, "every cgroup directory watched")
     d.stop()
 
 
