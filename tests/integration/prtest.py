@@ -223,6 +223,17 @@ def read_line(sock, timeout=None):
     return buf
 
 
+def cgroup2_mount():
+    """Where the cgroup2 hierarchy is mounted (unit names come from its paths), or None."""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            sep = fields.index("-")
+            if fields[sep + 1] == "cgroup2" and fields[3] == "/":
+                return fields[4]
+    return None
+
+
 def bpftool_json(*args):
     r = subprocess.run(["bpftool", "-j"] + list(args), capture_output=True, text=True)
     if r.returncode != 0:

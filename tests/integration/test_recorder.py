@@ -12,7 +12,7 @@ import sys
 import time
 import uuid
 
-from prtest import Daemon, check, check_eq, require_root_and_bpf, run_tests
+from prtest import Daemon, check, check_eq, require_root_and_bpf, run_tests, cgroup2_mount
 from statsbus import StatsBus, wait_for
 
 BINARY = sys.argv[1]
@@ -91,16 +91,6 @@ def test_commands_then_snapshot():
     check(st["snapshots"] >= 2, f"snapshots counted: {st}")
     check_eq(st["failed"], 0, "no recorder output failed")
     d.stop()
-
-
-def cgroup2_mount():
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            sep = fields.index("-")
-            if fields[sep + 1] == "cgroup2" and fields[3] == "/":
-                return fields[4]
-    return None
 
 
 def test_unit_of_removed_cgroup():

@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 
-from prtest import Daemon, Failure, check, check_eq, read_line, require_root_and_bpf, run_tests
+from prtest import Daemon, Failure, check, check_eq, read_line, require_root_and_bpf, run_tests, cgroup2_mount
 from schema import schemas_by_type, validator_self_test
 
 BINARY = sys.argv[1]
@@ -339,16 +339,6 @@ def test_two_filters():
     for c in (execs, opens, binary):
         c.close()
     wait_fd_baseline(FD_BASELINE, "two filters")
-
-
-def cgroup2_mount():
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            sep = fields.index("-")
-            if fields[sep + 1] == "cgroup2" and fields[3] == "/":
-                return fields[4]
-    return None
 
 
 def test_unit_filter():
