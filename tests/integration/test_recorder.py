@@ -147,6 +147,7 @@ def test_overwritten():
     check_eq(seqs, list(range(seqs[-1] - len(seqs) + 1, seqs[-1] + 1)), "consecutive records")
     newest = max(e["seq"] for e in events)
     check_eq(seqs[-1], newest, "the newest last")
+    check_eq(seqs[-1], n - 1, "the last is the newest emitted")
     wait_for(lambda: bus.producer(300)["received"] == n, "the live stream received every record")
     check_eq(bus.producer(300)["attempts"], n, "the live stream's attempts are the records, not twice")
     d.stop()
@@ -183,6 +184,8 @@ def test_snapshot_under_load():
     rec = bus.stats()["recorder"]
     check(rec["snapshots"] >= 5, f"snapshots counted: {rec}")
     check_eq(rec["failed"], 0, "no recorder output failed but for the pauses")
+    check_eq(rec["written"] + rec["paused"] + rec["failed"], counts["calls"],
+             f"every call's recorder output counted once, written, paused or failed: {rec}")
     d.stop()
 
 
