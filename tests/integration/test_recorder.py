@@ -145,8 +145,6 @@ def test_overwritten():
     check_eq(len(events), cpu["records"], "every kept record is in the snapshot")
     seqs = [e["seq"] for e in events]
     check_eq(seqs, list(range(seqs[-1] - len(seqs) + 1, seqs[-1] + 1)), "consecutive records")
-    newest = max(e["seq"] for e in events)
-    check_eq(seqs[-1], newest, "the newest last")
     check_eq(seqs[-1], n - 1, "the last is the newest emitted")
     wait_for(lambda: bus.producer(300)["received"] == n, "the live stream received every record")
     check_eq(bus.producer(300)["attempts"], n, "the live stream's attempts are the records, not twice")
