@@ -27,6 +27,7 @@
 #define PERFRELAY_PRODUCER_OPEN            4u
 #define PERFRELAY_PRODUCER_CONNECT         5u
 #define PERFRELAY_PRODUCER_BENCH           16u
+#define PERFRELAY_PRODUCER_COUNTERS        17u /* perfrelayd itself: "counters" events */
 #define PERFRELAY_PRODUCER_THIRD_PARTY_MIN 256u /* ids below are reserved for perfrelay */
 
 /* Record types. Third-party producers use ids >= PERFRELAY_TYPE_THIRD_PARTY_MIN. */
@@ -36,6 +37,10 @@
 #define PERFRELAY_TYPE_OPEN            4u
 #define PERFRELAY_TYPE_CONNECT         5u
 #define PERFRELAY_TYPE_BENCH           16u
+/* Made only by perfrelayd (docs/counters.md): one per systemd unit (cgroup) and interval, with
+ * the perf counters its tasks used. Below 64 so subscriptions select it by bit like the others;
+ * the decoder rejects it from producers. */
+#define PERFRELAY_TYPE_COUNTERS        32u
 /* Reserved: made only by perfrelayd, in binary streams to clients, to report how many of the
  * client's events were dropped (the payload is a __u64 count). The decoder rejects it from
  * producers. */
@@ -54,6 +59,18 @@
 #define PERFRELAY_PATH_LEN 256 /* bounded copy of a path; longer paths are truncated */
 #define PERFRELAY_ARGV_LEN 512 /* argv strings back to back, each NUL-terminated */
 #define PERFRELAY_ADDR_LEN 16  /* room for an IPv6 address; IPv4 uses the first 4 bytes */
+
+/* Perf counters (docs/counters.md). Each id indexes the counter values below and names one
+ * pinned per-CPU counter array, <PinPath>/perf-counters/<name>. */
+#define PERFRELAY_COUNTER_TASK_CLOCK       0u /* "task-clock", ns on the CPU */
+#define PERFRELAY_COUNTER_CONTEXT_SWITCHES 1u /* "context-switches" */
+#define PERFRELAY_COUNTER_PAGE_FAULTS      2u /* "page-faults" */
+#define PERFRELAY_COUNTER_CPU_MIGRATIONS   3u /* "cpu-migrations" */
+#define PERFRELAY_COUNTER_CYCLES           4u /* "cycles" (hardware PMU) */
+#define PERFRELAY_COUNTER_INSTRUCTIONS     5u /* "instructions" (hardware PMU) */
+#define PERFRELAY_COUNTER_CACHE_MISSES     6u /* "cache-misses" (hardware PMU) */
+#define PERFRELAY_COUNTER_BRANCH_MISSES    7u /* "branch-misses" (hardware PMU) */
+#define PERFRELAY_COUNTERS_MAX             8u
 
 /* Common header, 32 bytes, naturally aligned fields. */
 struct perfrelay_hdr {
@@ -113,6 +130,13 @@ struct perfrelay_exec {
 	char argv[PERFRELAY_ARGV_LEN];
 };
 
+/* Counter values of a process or a unit: only the counters in `mask` were counted. */
+struct perfrelay_counter_values {
+	__u32 mask;   /* bit i: value[i] is a configured counter (PERFRELAY_COUNTER_*) */
+	__u32 scaled; /* bit i: value[i] was corrected for multiplexing at least once */
+	__u64 value[PERFRELAY_COUNTERS_MAX];
+};
+
 struct perfrelay_exit {
 	struct perfrelay_hdr hdr;
 	__u32 pid;
@@ -123,7 +147,11 @@ struct perfrelay_exit {
 	__u32 _pad;
 	__u64 runtime_ns; /* from task start to exit */
 	char comm[PERFRELAY_COMM_LEN];
+	/* What the process used, all its threads, while counters were on (mask 0 when off).
+	 * Records of older probes end before this field (PERFRELAY_EXIT_SIZE_V1). */
+	struct perfrelay_counter_values counters;
 };
+#define PERFRELAY_EXIT_SIZE_V1 80u
 
 struct perfrelay_fork {
 	struct perfrelay_hdr hdr;
@@ -155,6 +183,32 @@ struct perfrelay_connect {
 	char comm[PERFRELAY_COMM_LEN];
 };
 
+/* PERFRELAY_TYPE_COUNTERS, made by perfrelayd: what a cgroup's tasks used in one interval. */
+struct perfrelay_unit_counters {
+	struct perfrelay_hdr hdr;
+	__u64 cgroup_id;
+	__u64 interval_ns; /* since this cgroup's previous record, or since the daemon started */
+	struct perfrelay_counter_values counters;
+};
+
+/* The counters program's configuration (pinned "counters_config", one entry), set by the
+ * daemon. */
+struct perfrelay_counters_config {
+	__u32 mask;       /* the counters to read (bits PERFRELAY_COUNTER_*); 0: charge nothing */
+	__u32 exit_probe; /* 1 while the exit probe is attached: it takes a process's totals */
+};
+
+/* Value of the pinned per-CPU "counters_stats" array (one entry): what the counters program
+ * did and could not do on that CPU. */
+struct perfrelay_counters_stats {
+	__u64 charges;       /* context switches (and exits) charged */
+	__u64 read_errors;   /* bpf_perf_event_read_value() failures (no event on that CPU) */
+	__u64 scaled;        /* deltas corrected for multiplexing */
+	__u64 cgroup_full;   /* charges a cgroup lost: the cgroup table was full */
+	__u64 process_full;  /* charges a process lost: the process table was full */
+	__u64 reaped;        /* process totals dropped at exit while the exit probe was off */
+};
+
 /* The benchmark producer: a sequence number and a payload of configurable size. */
 struct perfrelay_bench {
 	struct perfrelay_hdr hdr;
@@ -166,7 +220,12 @@ _Static_assert(sizeof(struct perfrelay_counters) == 16, "perfrelay_counters ABI"
 _Static_assert(sizeof(struct perfrelay_recorder_stats) == 24, "perfrelay_recorder_stats ABI");
 _Static_assert(sizeof(struct perfrelay_received) == 48, "perfrelay_received ABI");
 _Static_assert(sizeof(struct perfrelay_exec) == 32 + 32 + 16 + 256 + 512, "perfrelay_exec ABI");
-_Static_assert(sizeof(struct perfrelay_exit) == 32 + 32 + 16, "perfrelay_exit ABI");
+_Static_assert(sizeof(struct perfrelay_counter_values) == 8 + 8 * PERFRELAY_COUNTERS_MAX,
+	       "perfrelay_counter_values ABI");
+_Static_assert(sizeof(struct perfrelay_exit) == PERFRELAY_EXIT_SIZE_V1 + 72, "perfrelay_exit ABI");
+_Static_assert(sizeof(struct perfrelay_unit_counters) == 32 + 16 + 72, "perfrelay_unit_counters ABI");
+_Static_assert(sizeof(struct perfrelay_counters_config) == 8, "perfrelay_counters_config ABI");
+_Static_assert(sizeof(struct perfrelay_counters_stats) == 48, "perfrelay_counters_stats ABI");
 _Static_assert(sizeof(struct perfrelay_fork) == 32 + 16 + 16, "perfrelay_fork ABI");
 _Static_assert(sizeof(struct perfrelay_open) == 32 + 16 + 16 + 256, "perfrelay_open ABI");
 _Static_assert(sizeof(struct perfrelay_connect) == 32 + 16 + 16 + 16, "perfrelay_connect ABI");

@@ -8,6 +8,7 @@
 #include <bpf/bpf_endian.h>
 #include "event.h"
 #include "producer.bpf.h"
+#include "counters.bpf.h"
 
 /* Address families, as in <linux/socket.h>, which cannot be included beside vmlinux.h. */
 #define AF_INET  2
@@ -206,6 +207,8 @@ int handle_exec(struct trace_event_raw_sched_process_exec *ctx) {
 SEC("tp/sched/sched_process_exit")
 int handle_exit(void *ctx) {
 	struct task_struct *task = (struct task_struct *) bpf_get_current_task();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct perfrelay_counter_values counters = {};
 	struct task_struct *leader;
 	struct perfrelay_exit *e;
 	unsigned int sig_flags;
@@ -214,6 +217,8 @@ int handle_exit(void *ctx) {
 	if (BPF_CORE_READ(task, signal, live.counter) != 0)
 		return 0;
 
+	/* Taken even while idle: the process's entry must leave the table with it. */
+	counters_take(pid_tgid >> 32, (__u32) pid_tgid, &counters);
 	if (perfrelay_idle(PERFRELAY_PRODUCER_EXIT))
 		return 0;
 	e = scratch_get(SCRATCH_EXIT);
@@ -240,6 +245,7 @@ int handle_exit(void *ctx) {
 	 * leader. */
 	e->runtime_ns = bpf_ktime_get_ns() - BPF_CORE_READ(leader, start_time);
 	BPF_CORE_READ_STR_INTO(&e->comm, leader, comm);
+	e->counters = counters;
 
 	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_EXIT, PERFRELAY_PRODUCER_EXIT);
 	return 0;

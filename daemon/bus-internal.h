@@ -112,6 +112,9 @@ int bus_sender_access(
 /* bus-recorder.c */
 int bus_method_snapshot(sd_bus_message *message, void *userdata, sd_bus_error *error);
 
+/* bus-counters.c */
+int bus_method_get_unit_counters(sd_bus_message *message, void *userdata, sd_bus_error *error);
+
 /* Removes every monitor (its hub client first: its queued events count as dropped). */
 void bus_monitors_free_all(Bus *b);
 /* Removes the monitors whose every-event access came from a group `config` no longer lists. */

@@ -2,6 +2,7 @@
 /* The statistics methods: GetStats(), the stats snapshot (stats.c) as an a{sv} tree (docs/dbus.md,
  * "GetStats"), and GetCpuStats() and GetReaderStats(), its per-CPU and per-reader views. */
 #include "bus-internal.h"
+#include "perfcount.h"
 #include "stats.h"
 
 /* GetStats() -------------------------------------------------------------------------------- */
@@ -148,6 +149,38 @@ static int append_list(
 	return r < 0 ? r : close_entry(m);
 }
 
+/* "counters": the counters in place (names) and every figure of docs/counters.md. */
+static int append_counters(sd_bus_message *m, const StatsSnapshot *s) {
+	int r = open_entry(m, "counters", "a{sv}", 'a', "{sv}");
+
+	if (r >= 0)
+		r = sd_bus_message_open_container(m, 'e', "sv");
+	if (r >= 0)
+		r = sd_bus_message_append(m, "s", "counters");
+	if (r >= 0)
+		r = sd_bus_message_open_container(m, 'v', "as");
+	if (r >= 0)
+		r = sd_bus_message_open_container(m, 'a', "s");
+	for (unsigned i = 0; r >= 0 && i < PERFRELAY_COUNTERS_MAX; i++)
+		if (s->counters_mask & (1u << i))
+			r = sd_bus_message_append(m, "s", counter_to_string(i));
+	for (unsigned i = 0; r >= 0 && i < 3; i++)
+		r = sd_bus_message_close_container(m);
+	if (r >= 0)
+		r = APPEND_FIGURES(
+			m,
+			{ "charges", s->counters.charges },
+			{ "read_errors", s->counters.read_errors },
+			{ "scaled", s->counters.scaled },
+			{ "cgroup_full", s->counters.cgroup_full },
+			{ "process_full", s->counters.process_full },
+			{ "reaped", s->counters.reaped },
+			{ "events", s->counters_events },
+			{ "intervals", s->counters_intervals },
+			{ "cgroups_removed", s->counters_cgroups_removed });
+	return r < 0 ? r : close_entry(m);
+}
+
 static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
 	int r;
 
@@ -197,6 +230,8 @@ static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
 			{ "cgroups_unwatched", s->cgroup_watch.unwatched });
 	if (r >= 0)
 		r = close_entry(m);
+	if (r >= 0)
+		r = append_counters(m, s);
 	if (r >= 0)
 		r = open_entry(m, "producer_scan", "a{sv}", 'a', "{sv}");
 	if (r >= 0)

@@ -15,6 +15,7 @@
 #include "cpuset.h"
 #include "hub.h"
 #include "kernelfeatures.h"
+#include "perfcount.h"
 #include "probes.h"
 #include "producers.h"
 #include "server.h"
@@ -61,6 +62,8 @@ typedef struct BusHost {
 	 * 0); -ENODEV when the recorder is off. */
 	int (*snapshot)(
 		void *userdata, uint64_t since_ns, uint64_t until_ns, const Subscription *filter, int *ret_fd);
+	/* Every cgroup's perf counter totals (*ret malloc'd, NULL and 0 when counters are off). */
+	int (*unit_counters)(void *userdata, UnitCounters **ret, size_t *ret_n);
 } BusHost;
 
 /* Connects to the system bus ($DBUS_SYSTEM_BUS_ADDRESS or the default socket), publishes the

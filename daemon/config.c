@@ -22,6 +22,7 @@
 #include "conf-parser.h"
 #include "config.h"
 #include "macro.h"
+#include "perfcount.h"
 
 #define DEFAULT_PIN_PATH    "/sys/fs/bpf/perfrelay"
 #define DEFAULT_SOCKET_PATH "/run/perfrelay/events.sock"
@@ -53,6 +54,10 @@ static const Config config_defaults = {
 	.bus_events_per_second = 100,
 	.recorder = true,
 	.recorder_pages_per_cpu = 256,
+	.counters = COUNTERS_DEFAULT,
+	.counters_interval_ms = 1000,
+	.counters_max_processes = 32768,
+	.counters_max_cgroups = 4096,
 };
 
 typedef enum ValueType {
@@ -62,6 +67,7 @@ typedef enum ValueType {
 	VALUE_POW2, /* like VALUE_UINT and a power of two */
 	VALUE_PATH, /* absolute, normalized path */
 	VALUE_PROBES,
+	VALUE_COUNTERS,
 	VALUE_CPU_GROUPS,
 	VALUE_ALLOW_GROUPS,
 } ValueType;
@@ -107,10 +113,15 @@ static const ConfigKey config_keys[] = {
 
 	{ "Recorder", "Recorder", VALUE_BOOL, FIELD(recorder), 0, 0, NULL, false },
 	{ "Recorder", "RecorderPagesPerCpu", VALUE_POW2, FIELD(recorder_pages_per_cpu), 1, 65536, NULL, false },
+
+	{ "Counters", "Counters", VALUE_COUNTERS, FIELD(counters), 0, 0, NULL, false },
+	{ "Counters", "CountersIntervalMs", VALUE_UINT, FIELD(counters_interval_ms), 100, 3600000, NULL, false },
+	{ "Counters", "CountersMaxProcesses", VALUE_UINT, FIELD(counters_max_processes), 16, 4194304, NULL, false },
+	{ "Counters", "CountersMaxCgroups", VALUE_UINT, FIELD(counters_max_cgroups), 16, 1048576, NULL, false },
 };
 
 static const char *const config_sections[] = { "Daemon", "Ring", "Readers", "Probes",
-					       "Socket", "Bus",  "Recorder" };
+					       "Socket", "Bus",  "Recorder", "Counters" };
 
 static void store_uint(void *field, size_t width, uint64_t v) {
 	switch (width) {
@@ -234,6 +245,48 @@ static int apply_probes(ConfParseState *st, uint32_t *field) {
 		return r;
 	if (ps.n_words == 0)
 		return conf_line_error(st, "no probe names (use \"none\" to disable all probes)");
+	*field = ps.mask;
+	return 0;
+}
+
+static int counters_word(ConfParseState *st, const char *word, void *userdata) {
+	ProbesState *ps = userdata;
+	_cleanup_free_ char *esc = NULL;
+	int id;
+
+	ps->n_words++;
+	if (streq(word, "none") || streq(word, "default")) {
+		ps->special = true;
+		ps->mask = streq(word, "none") ? 0 : COUNTERS_DEFAULT;
+	} else {
+		id = counter_from_string(word);
+		if (id < 0) {
+			esc = conf_escape(word, CONF_ERROR_VALUE_MAX);
+			if (!esc)
+				return -ENOMEM;
+			return conf_line_error(
+				st,
+				"unknown counter \"%s\" (known: task-clock context-switches page-faults "
+				"cpu-migrations cycles instructions cache-misses branch-misses, or default "
+				"or none)",
+				esc);
+		}
+		ps->mask |= 1u << id;
+	}
+	if (ps->special && ps->n_words > 1)
+		return conf_line_error(st, "\"default\" and \"none\" cannot be combined with counter names");
+	return 0;
+}
+
+static int apply_counters(ConfParseState *st, uint32_t *field) {
+	ProbesState ps = {};
+	int r;
+
+	r = conf_for_each_word(st, true, counters_word, &ps);
+	if (r < 0)
+		return r;
+	if (ps.n_words == 0)
+		return conf_line_error(st, "no counter names (use \"none\" to turn counters off)");
 	*field = ps.mask;
 	return 0;
 }
@@ -437,6 +490,8 @@ static int apply_key(ConfParseState *st, Config *c, const ConfigKey *k) {
 		return apply_path(st, k, field);
 	case VALUE_PROBES:
 		return apply_probes(st, field);
+	case VALUE_COUNTERS:
+		return apply_counters(st, field);
 	case VALUE_CPU_GROUPS:
 		return apply_cpu_groups(st, c);
 	case VALUE_ALLOW_GROUPS:

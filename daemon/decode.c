@@ -88,6 +88,7 @@ static const char *const event_type_table[] = {
 	[PERFRELAY_TYPE_EXEC] = "exec",       [PERFRELAY_TYPE_EXIT] = "exit",
 	[PERFRELAY_TYPE_FORK] = "fork",       [PERFRELAY_TYPE_OPEN] = "open",
 	[PERFRELAY_TYPE_CONNECT] = "connect", [PERFRELAY_TYPE_BENCH] = "bench",
+	[PERFRELAY_TYPE_COUNTERS] = "counters",
 };
 
 const char *event_type_to_string(uint16_t type) {
@@ -182,6 +183,9 @@ static void fill_fields(const uint8_t *rec, uint16_t type, bool known, DecodedEv
 	case PERFRELAY_TYPE_CONNECT:
 		FILL_PID_UID_COMM(ev, rec, struct perfrelay_connect, pid);
 		break;
+	case PERFRELAY_TYPE_COUNTERS:
+		ev->cgroup_id = READ_FIELD(rec, struct perfrelay_unit_counters, cgroup_id);
+		break;
 	}
 }
 
@@ -205,7 +209,8 @@ DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret) {
 		return DECODE_BAD_PRODUCER;
 	/* Binary clients read this type as the daemon's own loss report: a producer that could
 	 * emit it would forge one. */
-	if (hdr.type == PERFRELAY_TYPE_LOST || hdr.type == PERFRELAY_TYPE_SCHEMA)
+	if (hdr.type == PERFRELAY_TYPE_LOST || hdr.type == PERFRELAY_TYPE_SCHEMA ||
+	    hdr.type == PERFRELAY_TYPE_COUNTERS)
 		return DECODE_RESERVED_TYPE;
 	if (hdr.size < sizeof(hdr))
 		return DECODE_BAD_SIZE;
@@ -223,7 +228,9 @@ DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret) {
 		e = check_exec(rec);
 		break;
 	case PERFRELAY_TYPE_EXIT:
-		if (hdr.size != sizeof(struct perfrelay_exit))
+		/* Probes of an older perfrelay (still attached while it is replaced) write the
+		 * record without its counters. */
+		if (hdr.size != sizeof(struct perfrelay_exit) && hdr.size != PERFRELAY_EXIT_SIZE_V1)
 			return DECODE_BAD_SIZE;
 		e = check_exit(rec);
 		break;
@@ -271,4 +278,18 @@ DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret) {
 	ret->producer_type = NULL;
 	fill_fields(rec, hdr.type, known, ret);
 	return DECODE_OK;
+}
+
+void decode_daemon_record(const void *rec, DecodedEvent *ret) {
+	const uint8_t *r = rec;
+
+	memcpy(&ret->hdr, r, sizeof(ret->hdr));
+	ret->record = r;
+	ret->payload = r + sizeof(ret->hdr);
+	ret->payload_size = ret->hdr.size - sizeof(ret->hdr);
+	ret->known = true;
+	ret->btf = NULL;
+	ret->producer_name = NULL;
+	ret->producer_type = NULL;
+	fill_fields(r, ret->hdr.type, true, ret);
 }

@@ -38,7 +38,7 @@ typedef enum DecodeError {
 	DECODE_BAD_SIZE,      /* hdr.size wrong for a known type, < header, or far below raw size */
 	DECODE_BAD_STRING,    /* a string field without its NUL, or argv_len out of bounds */
 	DECODE_BAD_PRODUCER,  /* producer id >= PERFRELAY_MAX_PRODUCERS */
-	DECODE_RESERVED_TYPE, /* PERFRELAY_TYPE_LOST or _SCHEMA: only the daemon may make them */
+	DECODE_RESERVED_TYPE, /* PERFRELAY_TYPE_LOST, _SCHEMA or _COUNTERS: only the daemon makes them */
 	_DECODE_ERROR_MAX,
 } DecodeError;
 const char *decode_error_to_string(DecodeError e);
@@ -67,6 +67,10 @@ typedef struct DecodedEvent {
  * struct's size and terminated strings; unknown types only a valid header. raw_size may
  * exceed hdr.size by the kernel's alignment padding (< 8 bytes), not more. */
 DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret);
+
+/* A record the daemon made itself (PERFRELAY_TYPE_COUNTERS), trusted: the view of it that
+ * decode_event() would give a valid built-in record. */
+void decode_daemon_record(const void *rec, DecodedEvent *ret);
 
 /* Type name for JSON ("exec", ...), or NULL for types without a name. */
 const char *event_type_to_string(uint16_t type);

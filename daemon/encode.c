@@ -12,6 +12,7 @@
 #include "btfrec.h"
 #include "encode.h"
 #include "macro.h"
+#include "perfcount.h"
 
 /* Records come from possibly unaligned ring memory: copy fields out, never dereference a cast
  * struct pointer. */
@@ -543,6 +544,54 @@ static int encode_exit(Out *o, const uint8_t *rec) {
 	return 0;
 }
 
+/* "counters":{"task_clock_ns":N,...},"scaled":false: the configured counters only. */
+static int encode_counter_values(Out *o, const char *key, size_t klen, const struct perfrelay_counter_values *v) {
+	bool first = true;
+
+	TRY(out_put(o, key, klen));
+	PUT_LIT(o, "{");
+	for (unsigned i = 0; i < PERFRELAY_COUNTERS_MAX; i++) {
+		const char *name = counter_json_key(i);
+
+		if (!(v->mask & (1u << i)))
+			continue;
+		if (first)
+			PUT_LIT(o, "\"");
+		else
+			PUT_LIT(o, ",\"");
+		first = false;
+		TRY(out_put(o, name, strlen(name)));
+		PUT_LIT(o, "\":");
+		TRY(out_key_u64(o, "", 0, v->value[i]));
+	}
+	PUT_LIT(o, "}");
+	if (v->scaled & v->mask)
+		PUT_LIT(o, KEY("scaled") "true");
+	else
+		PUT_LIT(o, KEY("scaled") "false");
+	return 0;
+}
+
+static int encode_exit_counters(Out *o, const DecodedEvent *ev) {
+	struct perfrelay_counter_values v;
+
+	if (ev->hdr.size < sizeof(struct perfrelay_exit))
+		return 0; /* an older probe's record */
+	memcpy(&v, FIELD_PTR(ev->record, struct perfrelay_exit, counters), sizeof(v));
+	if (v.mask == 0)
+		return 0; /* counters off */
+	return encode_counter_values(o, KEY("counters"), KEYLEN("counters"), &v);
+}
+
+static int encode_counters(Out *o, const uint8_t *rec) {
+	struct perfrelay_counter_values v;
+
+	memcpy(&v, FIELD_PTR(rec, struct perfrelay_unit_counters, counters), sizeof(v));
+	PUT_U64(o, "cgroup_id", READ_FIELD(rec, struct perfrelay_unit_counters, cgroup_id));
+	PUT_U64(o, "interval_ns", READ_FIELD(rec, struct perfrelay_unit_counters, interval_ns));
+	return encode_counter_values(o, KEY("values"), KEYLEN("values"), &v);
+}
+
 static int encode_fork(Out *o, const uint8_t *rec) {
 	PUT_U32(o, "parent_pid", READ_FIELD(rec, struct perfrelay_fork, parent_pid));
 	PUT_U32(o, "child_pid", READ_FIELD(rec, struct perfrelay_fork, child_pid));
@@ -648,6 +697,10 @@ static int encode_body(Out *o, const DecodedEvent *ev, const char *unit) {
 			break;
 		case PERFRELAY_TYPE_EXIT:
 			TRY(encode_exit(o, ev->record));
+			TRY(encode_exit_counters(o, ev));
+			break;
+		case PERFRELAY_TYPE_COUNTERS:
+			TRY(encode_counters(o, ev->record));
 			break;
 		case PERFRELAY_TYPE_FORK:
 			TRY(encode_fork(o, ev->record));
@@ -777,6 +830,13 @@ ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size) {
 	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("ppid") + KEYLEN("uid") + KEYLEN("exit_code") + \
 	 KEYLEN("signal") + KEYLEN("runtime_ns") + 6 * NUM_MAX + KEYLEN("comm") +                 \
 	 ARRAY_JSON_MAX(struct perfrelay_exit, comm) + TAIL_JSON_MAX)
+#define COUNTER_VALUES_JSON_MAX                                                                         \
+	(KEYLEN("counters") + 2 + PERFRELAY_COUNTERS_MAX * (LITLEN("\"task_clock_ns\":,") + NUM_MAX) + \
+	 KEYLEN("scaled") + LITLEN("false"))
+#define EXIT_COUNTERS_JSON_MAX (EXIT_JSON_MAX + COUNTER_VALUES_JSON_MAX)
+#define COUNTERS_JSON_MAX                                                                    \
+	(COMMON_JSON_MAX + KEYLEN("cgroup_id") + KEYLEN("interval_ns") + 2 * NUM_MAX + \
+	 COUNTER_VALUES_JSON_MAX + TAIL_JSON_MAX)
 #define FORK_JSON_MAX                                                                                          \
 	(COMMON_JSON_MAX + KEYLEN("parent_pid") + KEYLEN("child_pid") + KEYLEN("child_tgid") + KEYLEN("uid") + \
 	 4 * NUM_MAX + KEYLEN("comm") + ARRAY_JSON_MAX(struct perfrelay_fork, comm) + TAIL_JSON_MAX)
@@ -797,6 +857,8 @@ ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size) {
 
 _Static_assert(EXEC_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for exec");
 _Static_assert(EXIT_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for exit");
+_Static_assert(EXIT_COUNTERS_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for exit");
+_Static_assert(COUNTERS_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for counters");
 _Static_assert(FORK_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for fork");
 _Static_assert(OPEN_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for open");
 _Static_assert(CONNECT_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for connect");

@@ -39,6 +39,10 @@ static int bus_host_snapshot(
 	return manager_snapshot(userdata, since_ns, until_ns, filter, ret_fd);
 }
 
+static int bus_host_unit_counters(void *userdata, UnitCounters **ret, size_t *ret_n) {
+	return manager_unit_counters(userdata, ret, ret_n);
+}
+
 static const ProducerScan *bus_host_producers(void *userdata) {
 	Manager *m = userdata;
 
@@ -64,6 +68,7 @@ int manager_setup_bus(Manager *m) {
 			.reload = bus_host_reload,
 			.producers = bus_host_producers,
 			.snapshot = bus_host_snapshot,
+			.unit_counters = bus_host_unit_counters,
 		},
 		m->event,
 		m->config,

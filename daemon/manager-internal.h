@@ -14,6 +14,7 @@
 #include "kernelfeatures.h"
 #include "ledger.h"
 #include "manager.h"
+#include "perfcount.h"
 #include "probes.h"
 #include "reader.h"
 #include "recorder.h"
@@ -78,6 +79,18 @@ struct Manager {
 	HotplugWatch *hotplug; /* kernel uevents; NULL where they cannot be had (the tick remains) */
 	CpuSet cpus_parked;    /* CPUs of `cpus` that are offline: slot empty, ring drained or none yet */
 	CpuSet cpus_unserved_seen; /* CPUs outside every group already reported as online */
+
+	/* Perf counters (manager-counters.c). */
+	uint32_t counters_mask;          /* the counters in place (bits PERFRELAY_COUNTER_*); 0: off */
+	unsigned counters_slot;          /* the hub slot the main thread publishes "counters" events in */
+	sd_event_source *counters_source; /* the interval timer */
+	CgroupCounters *counters_prev;   /* every cgroup's totals at the last interval, by id */
+	size_t counters_prev_n;
+	uint64_t counters_prev_at; /* CLOCK_MONOTONIC ns of the last interval; 0 before the first */
+	uint64_t counters_seq;
+	uint64_t counters_events;          /* "counters" events published */
+	uint64_t counters_intervals;       /* intervals read */
+	uint64_t counters_cgroups_removed; /* removed cgroups taken out of the table */
 };
 
 /* manager.c */
@@ -104,6 +117,12 @@ int manager_setup_producers(Manager *m);
  * the readers: 1 if something was, 0 if not. */
 int manager_scan_producers(Manager *m, bool force);
 void manager_producers_tick(Manager *m);
+
+/* manager-counters.c */
+int manager_setup_counters(Manager *m);
+void manager_counters_cpu_online(Manager *m, unsigned cpu);
+void manager_free_counters(Manager *m);
+int manager_unit_counters(Manager *m, UnitCounters **ret, size_t *ret_n);
 
 /* manager-recorder.c */
 void manager_setup_recorder(Manager *m);

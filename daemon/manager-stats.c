@@ -45,6 +45,10 @@ void manager_stats_sources(Manager *m, StatsSources *ret) {
 		.producer_scans = m->producer_scans,
 		.recorder = m->recorder,
 		.cgroup_watch = m->cgroup_watch,
+		.counters_mask = m->counters_mask,
+		.counters_events = m->counters_events,
+		.counters_intervals = m->counters_intervals,
+		.counters_cgroups_removed = m->counters_cgroups_removed,
 	};
 }
 

@@ -161,6 +161,7 @@ Manager *manager_free(Manager *m) {
 	free(m->readers);
 	cgroup_fs_free(m->cgroups);
 	decoders_free(m->decoders); /* the readers have stopped */
+	manager_free_counters(m);
 	recorder_free(m->recorder);
 	cgroup_watch_free(m->cgroup_watch);
 	hub_free(m->hub);
@@ -509,7 +510,15 @@ int manager_start(Manager *m) {
 	r = manager_probe_features(m);
 	if (r < 0)
 		return r;
-	r = probes_new(c->pin_path, c->replace_incompatible_pins, c->pending_syscalls, &m->probes);
+	r = probes_new(
+		c->pin_path,
+		c->replace_incompatible_pins,
+		&(ProbesLimits){
+			.pending_syscalls = c->pending_syscalls,
+			.counters_max_processes = c->counters_max_processes,
+			.counters_max_cgroups = c->counters_max_cgroups,
+		},
+		&m->probes);
 	if (r < 0)
 		return r;
 	probes_set_pin_links(m->probes, features_has(m->features, FEATURE_LINK_PIN));
@@ -523,7 +532,9 @@ int manager_start(Manager *m) {
 		return r;
 	manager_raise_fd_limit(m);
 	manager_open_cgroups(m);
-	r = hub_new(n_groups, &m->hub);
+	/* One slot per reader, and one more for the main thread's "counters" events. */
+	m->counters_slot = n_groups;
+	r = hub_new(n_groups + (c->counters != 0), &m->hub);
 	if (r < 0)
 		return log_error_errno(r, "Failed to set up the hub: %m");
 	r = sd_event_add_io(m->event, &m->notify_source, hub_notify_fd(m->hub), EPOLLIN, on_hub_notify, m);
@@ -558,6 +569,9 @@ int manager_start(Manager *m) {
 
 	/* Probes last: every ring is mapped and read before the first event is emitted. */
 	r = probes_apply(m->probes, c->probes);
+	if (r < 0)
+		return r;
+	r = manager_setup_counters(m);
 	if (r < 0)
 		return r;
 

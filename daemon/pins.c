@@ -19,7 +19,8 @@
 /* Maps perfrelay creates under the pin root (the probes object's maps, pinned by name). */
 static const char *const owned_maps[] = { "events",         "counters",      "open_args", "connect_args",
 					  "probes_scratch", "received",      "idle",      "recorder",
-					  "recorder_on",    "recorder_stats" };
+					  "recorder_on",    "recorder_stats", "counters_config", "counters_stats",
+					  "counters_last", "counters_procs", "counters_cgroups" };
 
 static int mkdir_bpffs(const char *path) {
 	if (mkdir(path, 0755) < 0 && errno != EEXIST)
@@ -57,6 +58,12 @@ int pins_prepare(const char *pin_path) {
 	if (mkdir_bpffs(pin_path) < 0)
 		return -errno;
 	if (asprintf(&links, "%s/links", pin_path) < 0)
+		return -ENOMEM;
+	if (mkdir_bpffs(links) < 0)
+		return -errno;
+	free(links);
+	/* The counter arrays (docs/counters.md). */
+	if (asprintf(&links, "%s/perf-counters", pin_path) < 0)
 		return -ENOMEM;
 	return mkdir_bpffs(links);
 }
@@ -214,6 +221,19 @@ int pins_cleanup(const char *pin_path) {
 		struct dirent *de;
 
 		/* Every pin under links/ is a probe link perfrelay made: that directory is ours. */
+		while ((de = readdir(d)))
+			if (de->d_name[0] != '.')
+				r = unlink_pin(links, de->d_name, &removed) ?: r;
+		closedir(d);
+		if (rmdir(links) < 0 && errno != ENOENT)
+			r = log_error_errno(-errno, "Failed to remove %s: %m", links);
+	}
+	/* Every pin under perf-counters/ is a counter array perfrelay made. */
+	snprintf(links, sizeof(links), "%s/perf-counters", pin_path);
+	d = opendir(links);
+	if (d) {
+		struct dirent *de;
+
 		while ((de = readdir(d)))
 			if (de->d_name[0] != '.')
 				r = unlink_pin(links, de->d_name, &removed) ?: r;

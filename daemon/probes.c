@@ -12,6 +12,7 @@
 #include <bpf/libbpf.h>
 
 #include "log.h"
+#include "perfcount.h"
 #include "pins.h"
 #include "probes.h"
 #include "probes.skel.h"
@@ -30,7 +31,14 @@ struct Probes {
 	bool counters_created; /* no "counters" pin existed: this load made it */
 	bool received_created; /* no "received" pin existed: this load made it */
 	bool no_pin_links;     /* the kernel cannot pin these links (kernelfeatures.h: link_pin) */
+	/* The counters programs' links (docs/counters.md), attached while counters are on. */
+	int counters_link_fd[2];
+	bool counters_on;
 };
+
+/* The counters programs, in attach order: the reaper first, so that no process entry is made
+ * that nothing removes. */
+static const char *const counters_prog_names[2] = { "handle_counters_reap", "handle_switch" };
 
 /* The programs of each probe, in attach order. For open and connect the reaper (thread exit)
  * and the syscall exit come before the syscall enter, so that no pending entry is made that
@@ -54,6 +62,9 @@ static bool is_probe_prog_name(const char *name) {
 		for (unsigned k = 0; k < MAX_PROGS_PER_PROBE; k++)
 			if (probe_prog_names[i][k] && streq(probe_prog_names[i][k], name))
 				return true;
+	for (unsigned k = 0; k < ELEMENTSOF(counters_prog_names); k++)
+		if (streq(counters_prog_names[k], name))
+			return true;
 	return false;
 }
 
@@ -63,7 +74,8 @@ static bool is_probe_prog_name(const char *name) {
 static bool is_private_map(const struct bpf_map *m) {
 	const char *n = bpf_map__name(m);
 
-	return streq(n, "open_args") || streq(n, "connect_args") || streq(n, "probes_scratch");
+	return streq(n, "open_args") || streq(n, "connect_args") || streq(n, "probes_scratch") ||
+		streq(n, "counters_last") || streq(n, "counters_procs") || streq(n, "counters_cgroups");
 }
 
 /* Links under links/ whose program this build does not have (a probe renamed or removed by an
@@ -115,7 +127,38 @@ static bool tracefs_mounted(void) {
 		access("/sys/kernel/debug/tracing/events", F_OK) == 0;
 }
 
-int probes_new(const char *pin_path, bool replace_incompatible, uint32_t pending_syscalls, Probes **ret) {
+/* The counter arrays, by PERFRELAY_COUNTER_* id. */
+static struct bpf_map *counter_array(const Probes *p, unsigned id) {
+	struct bpf_map *const maps[PERFRELAY_COUNTERS_MAX] = {
+		[PERFRELAY_COUNTER_TASK_CLOCK] = p->skel->maps.counter_task_clock,
+		[PERFRELAY_COUNTER_CONTEXT_SWITCHES] = p->skel->maps.counter_context_switches,
+		[PERFRELAY_COUNTER_PAGE_FAULTS] = p->skel->maps.counter_page_faults,
+		[PERFRELAY_COUNTER_CPU_MIGRATIONS] = p->skel->maps.counter_cpu_migrations,
+		[PERFRELAY_COUNTER_CYCLES] = p->skel->maps.counter_cycles,
+		[PERFRELAY_COUNTER_INSTRUCTIONS] = p->skel->maps.counter_instructions,
+		[PERFRELAY_COUNTER_CACHE_MISSES] = p->skel->maps.counter_cache_misses,
+		[PERFRELAY_COUNTER_BRANCH_MISSES] = p->skel->maps.counter_branch_misses,
+	};
+
+	return id < PERFRELAY_COUNTERS_MAX ? maps[id] : NULL;
+}
+
+/* Each counter array is pinned at <PinPath>/perf-counters/<name> (docs/counters.md). */
+static int set_counter_pins(Probes *p) {
+	for (unsigned i = 0; i < PERFRELAY_COUNTERS_MAX; i++) {
+		char path[PATH_MAX];
+		int r;
+
+		bpf_map__set_max_entries(counter_array(p, i), p->n_cpus);
+		snprintf(path, sizeof(path), "%s/perf-counters/%s", p->pin_path, counter_to_string(i));
+		r = bpf_map__set_pin_path(counter_array(p, i), path);
+		if (r < 0)
+			return log_error_errno(r, "Failed to set the pin path %s: %m", path);
+	}
+	return 0;
+}
+
+int probes_new(const char *pin_path, bool replace_incompatible, const ProbesLimits *limits, Probes **ret) {
 	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = pin_path);
 	_cleanup_(probes_freep) Probes *p = NULL;
 	struct bpf_map *m;
@@ -130,6 +173,8 @@ int probes_new(const char *pin_path, bool replace_incompatible, uint32_t pending
 	for (unsigned i = 0; i < _PROBE_MAX; i++)
 		for (unsigned k = 0; k < MAX_PROGS_PER_PROBE; k++)
 			p->link_fd[i][k] = -EBADF;
+	for (unsigned k = 0; k < ELEMENTSOF(p->counters_link_fd); k++)
+		p->counters_link_fd[k] = -EBADF;
 	p->pin_path = strdup(pin_path);
 	if (!p->pin_path)
 		return -ENOMEM;
@@ -161,8 +206,13 @@ int probes_new(const char *pin_path, bool replace_incompatible, uint32_t pending
 	bpf_map__set_max_entries(p->skel->maps.recorder, p->n_cpus);
 	/* One struct perfrelay_received per (producer, possible CPU). */
 	bpf_map__set_max_entries(p->skel->maps.received, PERFRELAY_MAX_PRODUCERS * p->n_cpus);
-	bpf_map__set_max_entries(p->skel->maps.open_args, pending_syscalls);
-	bpf_map__set_max_entries(p->skel->maps.connect_args, pending_syscalls);
+	bpf_map__set_max_entries(p->skel->maps.open_args, limits->pending_syscalls);
+	bpf_map__set_max_entries(p->skel->maps.connect_args, limits->pending_syscalls);
+	bpf_map__set_max_entries(p->skel->maps.counters_procs, limits->counters_max_processes);
+	bpf_map__set_max_entries(p->skel->maps.counters_cgroups, limits->counters_max_cgroups);
+	r = set_counter_pins(p);
+	if (r < 0)
+		return r;
 
 	bpf_object__for_each_map(m, p->skel->obj) {
 		const char *path = bpf_map__pin_path(m);
@@ -198,6 +248,8 @@ Probes *probes_free(Probes *p) {
 	for (unsigned i = 0; i < _PROBE_MAX; i++)
 		for (unsigned k = 0; k < MAX_PROGS_PER_PROBE; k++)
 			safe_close(p->link_fd[i][k]);
+	for (unsigned k = 0; k < ELEMENTSOF(p->counters_link_fd); k++)
+		safe_close(p->counters_link_fd[k]);
 	probes_bpf__destroy(p->skel);
 	safe_close(p->lock_fd);
 	free(p->pin_path);
@@ -297,7 +349,9 @@ static bool link_runs_same_program(int link_fd, const struct bpf_program *prog) 
 		memcmp(a.map_ids, b.map_ids, sizeof(uint32_t) * a.n_maps) == 0;
 }
 
-static int attach_prog(Probes *p, unsigned probe, unsigned i, const struct bpf_program *prog) {
+/* Attaches prog (or reuses its pinned link) for `what` (a probe's name, or "counters") and
+ * stores the link fd we hold in *ret_fd. 1 if the pinned link was reused. */
+static int attach_prog(Probes *p, const char *what, const struct bpf_program *prog, int *ret_fd) {
 	char path[PATH_MAX];
 	_cleanup_close_ int old = -EBADF;
 	struct bpf_link *link;
@@ -307,7 +361,7 @@ static int attach_prog(Probes *p, unsigned probe, unsigned i, const struct bpf_p
 
 	old = bpf_obj_get(path);
 	if (old >= 0 && link_runs_same_program(old, prog)) {
-		p->link_fd[probe][i] = TAKE_FD(old);
+		*ret_fd = TAKE_FD(old);
 		return 1;
 	}
 
@@ -316,20 +370,20 @@ static int attach_prog(Probes *p, unsigned probe, unsigned i, const struct bpf_p
 			-ENOENT,
 			"Probe %s: tracefs is not mounted (mount -t tracefs tracefs "
 			"/sys/kernel/tracing)",
-			probe_to_string(probe));
+			what);
 	link = bpf_program__attach(prog);
 	if (!link)
 		return log_error_errno(
 			negative_errno(),
 			"Probe %s: failed to attach %s: %m",
-			probe_to_string(probe),
+			what,
 			bpf_program__name(prog));
 	if (old >= 0) {
 		/* A different program (an upgrade) holds the pin: the new one is attached already,
 		 * so swapping the pin leaves no gap, at worst a few duplicate events. */
 		log_notice(
 			"Probe %s: replacing the pinned link %s (program or its maps changed)",
-			probe_to_string(probe),
+			what,
 			path);
 		if (unlink(path) < 0 && errno != ENOENT) {
 			r = log_error_errno(-errno, "Failed to remove pin %s: %m", path);
@@ -341,10 +395,10 @@ static int attach_prog(Probes *p, unsigned probe, unsigned i, const struct bpf_p
 	if (r < 0) {
 		bpf_link__destroy(link);
 		return log_error_errno(
-			r, "Probe %s: failed to pin link at %s: %m", probe_to_string(probe), path);
+			r, "Probe %s: failed to pin link at %s: %m", what, path);
 	}
-	p->link_fd[probe][i] = fcntl(bpf_link__fd(link), F_DUPFD_CLOEXEC, 3);
-	r = p->link_fd[probe][i] < 0 ? negative_errno() : 0;
+	*ret_fd = fcntl(bpf_link__fd(link), F_DUPFD_CLOEXEC, 3);
+	r = *ret_fd < 0 ? negative_errno() : 0;
 	/* The pin and our duplicate keep the link alive; the libbpf object goes. Not disconnected
 	 * first: for these links libbpf's "detach" only closes its own descriptors (the link's and,
 	 * for tracepoints, the perf event's), and a disconnected link would leak them, so that the
@@ -374,14 +428,36 @@ static int detach_probe(Probes *p, unsigned probe) {
 	return r;
 }
 
+/* Tells the counters programs who takes a process's totals at exit (counters.bpf.h). */
+static int write_counters_config(Probes *p, uint32_t mask, bool exit_probe) {
+	struct perfrelay_counters_config cfg = { .mask = mask, .exit_probe = exit_probe };
+	uint32_t key = 0;
+
+	if (bpf_map_update_elem(bpf_map__fd(p->skel->maps.counters_config), &key, &cfg, BPF_ANY) < 0)
+		return log_error_errno(negative_errno(), "Failed to write counters_config: %m");
+	return 0;
+}
+
+static uint32_t read_counters_mask(Probes *p) {
+	struct perfrelay_counters_config cfg = {};
+	uint32_t key = 0;
+
+	(void) bpf_map_lookup_elem(bpf_map__fd(p->skel->maps.counters_config), &key, &cfg);
+	return cfg.mask;
+}
+
 int probes_set_enabled(Probes *p, unsigned probe, bool enabled) {
 	bool all_reused = true;
 	int r;
 
 	if (probe >= _PROBE_MAX)
 		return -EINVAL;
-	if (!enabled)
+	if (!enabled) {
+		/* The reaper takes over the processes' counter totals before the exit probe goes. */
+		if (probe == PROBE_EXIT)
+			(void) write_counters_config(p, read_counters_mask(p), false);
 		return detach_probe(p, probe);
+	}
 	if (p->enabled[probe])
 		return 0;
 
@@ -390,7 +466,7 @@ int probes_set_enabled(Probes *p, unsigned probe, bool enabled) {
 
 		if (!prog)
 			continue;
-		r = attach_prog(p, probe, i, prog);
+		r = attach_prog(p, probe_to_string(probe), prog, &p->link_fd[probe][i]);
 		if (r < 0) {
 			detach_probe(p, probe);
 			return r;
@@ -399,7 +475,80 @@ int probes_set_enabled(Probes *p, unsigned probe, bool enabled) {
 	}
 	p->enabled[probe] = true;
 	p->reused[probe] = all_reused;
+	if (probe == PROBE_EXIT)
+		(void) write_counters_config(p, read_counters_mask(p), true);
 	return 0;
+}
+
+static void detach_counters(Probes *p) {
+	for (unsigned k = ELEMENTSOF(counters_prog_names); k-- > 0;) {
+		char path[PATH_MAX];
+
+		snprintf(path, sizeof(path), "%s/links/%s", p->pin_path, counters_prog_names[k]);
+		if (unlink(path) < 0 && errno != ENOENT)
+			log_warning_errno(-errno, "Failed to remove pin %s: %m", path);
+		p->counters_link_fd[k] = safe_close(p->counters_link_fd[k]);
+	}
+	p->counters_on = false;
+}
+
+/* Empties the process table: entries of processes charged while counters were on would
+ * otherwise stay until those processes exit, or forever if counters stay off. */
+static void clear_counters_procs(Probes *p) {
+	int fd = bpf_map__fd(p->skel->maps.counters_procs);
+	uint32_t key;
+
+	while (bpf_map_get_next_key(fd, NULL, &key) == 0)
+		if (bpf_map_delete_elem(fd, &key) < 0)
+			break;
+}
+
+int probes_set_counters(Probes *p, uint32_t mask) {
+	int r;
+
+	if (mask == 0) {
+		r = write_counters_config(p, 0, p->enabled[PROBE_EXIT]);
+		detach_counters(p);
+		clear_counters_procs(p);
+		return r;
+	}
+	r = write_counters_config(p, mask, p->enabled[PROBE_EXIT]);
+	if (r < 0)
+		return r;
+	for (unsigned k = 0; k < ELEMENTSOF(counters_prog_names); k++) {
+		const struct bpf_program *prog =
+			bpf_object__find_program_by_name(p->skel->obj, counters_prog_names[k]);
+
+		if (p->counters_link_fd[k] >= 0)
+			continue;
+		r = prog ? attach_prog(p, "counters", prog, &p->counters_link_fd[k]) : -ENOENT;
+		if (r < 0) {
+			(void) write_counters_config(p, 0, p->enabled[PROBE_EXIT]);
+			detach_counters(p);
+			return r;
+		}
+	}
+	p->counters_on = true;
+	return 0;
+}
+
+bool probes_counters_on(const Probes *p) {
+	return p->counters_on;
+}
+
+int probes_counter_array_fd(const Probes *p, unsigned id) {
+	const struct bpf_map *m = counter_array(p, id);
+
+	return m ? bpf_map__fd(m) : -EINVAL;
+}
+int probes_counters_cgroups_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.counters_cgroups);
+}
+int probes_counters_procs_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.counters_procs);
+}
+int probes_counters_stats_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.counters_stats);
 }
 
 void probes_set_pin_links(Probes *p, bool pin) {

@@ -26,11 +26,19 @@ int probe_from_string(const char *s);        /* PROBE_* or -EINVAL */
 
 typedef struct Probes Probes;
 
+/* Sizes of the probes' private maps. */
+typedef struct ProbesLimits {
+	uint32_t pending_syscalls;       /* open_args, connect_args (PendingSyscalls=) */
+	uint32_t counters_max_processes; /* counters_procs (CountersMaxProcesses=) */
+	uint32_t counters_max_cgroups;   /* counters_cgroups (CountersMaxCgroups=) */
+} ProbesLimits;
+
 /* Locks the pin root (pins_lock(): -EWOULDBLOCK if another daemon serves it, held until
  * probes_free()), opens and loads the probes object with its maps pinned under pin_path (reusing
- * compatible pins; the pending-syscall maps get `pending_syscalls` entries), and unpins links
- * under links/ that this build has no program for. Attaches nothing yet. */
-int probes_new(const char *pin_path, bool replace_incompatible, uint32_t pending_syscalls, Probes **ret);
+ * compatible pins; the private maps sized from `limits`; each counter array at
+ * perf-counters/<name>), and unpins links under links/ that this build has no program for.
+ * Attaches nothing yet. */
+int probes_new(const char *pin_path, bool replace_incompatible, const ProbesLimits *limits, Probes **ret);
 /* Closes everything without unpinning: pinned links keep the probes attached. */
 Probes *probes_free(Probes *p);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Probes *, probes_free);
@@ -61,6 +69,16 @@ int probes_set_enabled(Probes *p, unsigned probe, bool enabled);
 bool probes_is_enabled(const Probes *p, unsigned probe);
 /* 1 if the probe's links were found pinned at start and reused. */
 bool probes_was_reused(const Probes *p, unsigned probe);
+
+/* Perf counters (docs/counters.md). Sets the counters the programs read (bits
+ * PERFRELAY_COUNTER_*) and attaches the counters programs (reusing pinned links), or with 0
+ * detaches them and empties the process table. The caller fills the counter arrays. */
+int probes_set_counters(Probes *p, uint32_t mask);
+bool probes_counters_on(const Probes *p);
+int probes_counter_array_fd(const Probes *p, unsigned id); /* PERFRELAY_COUNTER_* */
+int probes_counters_cgroups_fd(const Probes *p);           /* per-CPU perfrelay_counter_values by cgroup id */
+int probes_counters_procs_fd(const Probes *p);
+int probes_counters_stats_fd(const Probes *p); /* per-CPU perfrelay_counters_stats */
 
 /* The producer id (PERFRELAY_PRODUCER_*) in the records of a built-in probe, or 0. */
 uint32_t probe_producer(unsigned probe);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "macro.h"
+#include "perfcount.h"
 #include "stats.h"
 
 StatsSnapshot *stats_snapshot_free(StatsSnapshot *s) {
@@ -248,6 +249,12 @@ int stats_snapshot(const StatsSources *src, StatsSnapshot **ret) {
 		s->producer_scan.bad_declarations = src->scan->bad_decls;
 		s->producer_scan.schemas_too_large = src->scan->schemas_too_large;
 	}
+	s->counters_mask = src->counters_mask;
+	s->counters_events = src->counters_events;
+	s->counters_intervals = src->counters_intervals;
+	s->counters_cgroups_removed = src->counters_cgroups_removed;
+	(void) perfcount_read_stats(
+		probes_counters_stats_fd(src->probes), probes_possible_cpus(src->probes), &s->counters);
 	if (src->recorder) {
 		s->recorder_on = true;
 		s->recorder_pages_per_cpu = recorder_pages(src->recorder);

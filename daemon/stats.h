@@ -39,6 +39,10 @@ typedef struct StatsSources {
 	Recorder *recorder;        /* the flight recorder; NULL when off */
 	CgroupWatch *cgroup_watch; /* the units of removed cgroups, for snapshots; NULL: none */
 	uint64_t producer_scans;
+	/* Perf counters (docs/counters.md): the counters in place (0: off) and the manager's
+	 * figures; the program's own come from the pinned counters_stats. */
+	uint32_t counters_mask;
+	uint64_t counters_events, counters_intervals, counters_cgroups_removed;
 } StatsSources;
 
 /* Totals over the whole daemon (D-Bus properties, perfrelayctl status). */
@@ -130,6 +134,11 @@ typedef struct StatsSnapshot {
 	uint64_t recorder_pages_per_cpu;
 	RecorderStats recorder;
 	CgroupWatchStats cgroup_watch;
+	/* Perf counters: the counters in place, what the program did (pinned counters_stats, over
+	 * every daemon) and what this daemon published. */
+	uint32_t counters_mask;
+	struct perfrelay_counters_stats counters;
+	uint64_t counters_events, counters_intervals, counters_cgroups_removed;
 } StatsSnapshot;
 
 /* Main thread. Reads the pinned counters (one map lookup per producer id). */

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: (LGPL-2.1-or-later OR BSD-2-Clause) */
+/* How much of a perf counter to charge between two readings on one CPU, corrected for
+ * multiplexing (docs/counters.md). Pure and header-only: the counters program runs it at every
+ * context switch and the unit tests feed it edge cases. Included after vmlinux.h (BPF) or
+ * <linux/types.h> (user space). */
+#ifndef PERFRELAY_COUNTERS_SCALE_H
+#define PERFRELAY_COUNTERS_SCALE_H
+
+/* One bpf_perf_event_read_value() result: the counter and the times (ns) the event was enabled
+ * and really counting on the PMU, all accumulated since the event was opened. */
+struct perfrelay_counter_reading {
+	__u64 counter;
+	__u64 enabled;
+	__u64 running;
+};
+
+/* count * enabled / running without overflowing 64 bits (running < enabled, running > 0).
+ * Exact while enabled fits 32 bits (4.3 s of slice, far above any context switch interval);
+ * above, both times lose their low bits first. Saturates at 2^64 - 1 where count / running
+ * reaches 2^32 (four billion events per ns of counting: no real counter), so that the product
+ * below fits without a 128-bit multiply, which BPF does not have. */
+static __inline __u64 perfrelay_counter_scale(__u64 count, __u64 enabled, __u64 running) {
+	__u64 q, rem, hi;
+
+	for (int i = 0; i < 32 && enabled > 0xffffffffULL; i++) {
+		enabled >>= 1;
+		running >>= 1;
+	}
+	if (running == 0)
+		running = 1;
+	q = count / running;
+	rem = count % running; /* < running <= enabled < 2^32: rem * enabled fits */
+	if (q > 0xffffffffULL)
+		return ~0ULL;
+	hi = q * enabled; /* < 2^64: both factors < 2^32 */
+	if (hi > ~0ULL - rem * enabled / running)
+		return ~0ULL;
+	return hi + rem * enabled / running;
+}
+
+/* The count to charge for the slice between prev and cur. *ret_scaled is set to 1 when the
+ * event was multiplexed in the slice (running < enabled) and the count was scaled up.
+ * - A counter whose times went backwards is a new event (the daemon reopened it after a
+ *   restart): it counted from 0 since its open, so the whole reading is the delta.
+ * - The counter itself may wrap: deltas are taken modulo 2^64.
+ * - running did not advance while enabled did: the event never reached the PMU in the slice,
+ *   nothing was measured and nothing is charged (estimating would invent counts). */
+static __inline __u64 perfrelay_counter_delta(
+	const struct perfrelay_counter_reading *prev,
+	const struct perfrelay_counter_reading *cur,
+	int *ret_scaled) {
+	__u64 counter = prev->counter, enabled = prev->enabled, running = prev->running;
+	__u64 dc, de, dr;
+
+	*ret_scaled = 0;
+	if (cur->enabled < enabled || cur->running < running)
+		counter = enabled = running = 0;
+	dc = cur->counter - counter;
+	de = cur->enabled - enabled;
+	dr = cur->running - running;
+	if (dr >= de)
+		return dc;
+	if (dr == 0)
+		return 0;
+	*ret_scaled = 1;
+	return perfrelay_counter_scale(dc, de, dr);
+}
+
+#endif

@@ -1,0 +1,252 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/* Perf counters charged to processes and cgroups at context switch (docs/counters.md): part of
+ * the probes object, included by probes.bpf.c after producer.bpf.h. The daemon opens one
+ * counting perf event per CPU and configured counter and puts it in that counter's array; the
+ * programs here read them with bpf_perf_event_read_value() and charge each slice to the task
+ * that ran it. */
+#ifndef PERFRELAY_COUNTERS_BPF_H
+#define PERFRELAY_COUNTERS_BPF_H
+
+#include "counters-scale.h"
+
+/* A task flag (<linux/sched.h>): a #define, which vmlinux.h cannot carry. */
+#define PERFRELAY_PF_EXITING 0x00000004
+
+/* One array per counter, one slot per possible CPU: the loader sets max_entries and pins each
+ * at <PinPath>/perf-counters/<name>. PRESERVE_ELEMS keeps the events counting while no daemon
+ * runs. */
+#define PERFRELAY_COUNTER_ARRAY(name)                                 \
+	struct {                                                      \
+		__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);          \
+		__uint(key_size, sizeof(__u32));                      \
+		__uint(value_size, sizeof(__u32));                    \
+		__uint(map_flags, PERFRELAY_BPF_F_PRESERVE_ELEMS);    \
+	} name SEC(".maps")
+
+PERFRELAY_COUNTER_ARRAY(counter_task_clock);
+PERFRELAY_COUNTER_ARRAY(counter_context_switches);
+PERFRELAY_COUNTER_ARRAY(counter_page_faults);
+PERFRELAY_COUNTER_ARRAY(counter_cpu_migrations);
+PERFRELAY_COUNTER_ARRAY(counter_cycles);
+PERFRELAY_COUNTER_ARRAY(counter_instructions);
+PERFRELAY_COUNTER_ARRAY(counter_cache_misses);
+PERFRELAY_COUNTER_ARRAY(counter_branch_misses);
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct perfrelay_counters_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} counters_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct perfrelay_counters_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} counters_stats SEC(".maps");
+
+/* Per CPU: each counter's reading at the last charge, the start of the running slice. */
+struct counters_last {
+	struct perfrelay_counter_reading r[PERFRELAY_COUNTERS_MAX];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct counters_last);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} counters_last SEC(".maps");
+
+/* Per process (tgid), shared by its threads on every CPU: added to atomically. A scaled flag
+ * is a count so that concurrent threads can set it with an atomic add. */
+struct counters_proc {
+	__u64 value[PERFRELAY_COUNTERS_MAX];
+	__u32 scaled_n[PERFRELAY_COUNTERS_MAX];
+};
+
+/* A preallocated hash, not task storage: a charge happens under the runqueue lock, where task
+ * storage would allocate (and an allocation may wake kswapd, which takes a runqueue lock).
+ * Entries go when the process exits (handle_exit, or the reaper below); the loader sizes it
+ * from CountersMaxProcesses=. Full, a charge is lost and counted. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 32768);
+	__type(key, __u32);
+	__type(value, struct counters_proc);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} counters_procs SEC(".maps");
+
+/* Per cgroup id and CPU (no atomics needed), summed by the daemon each interval. Preallocated
+ * for the same reason; sized from CountersMaxCgroups=; the daemon removes removed cgroups. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct perfrelay_counter_values);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} counters_cgroups SEC(".maps");
+
+static __always_inline long counter_read(__u32 i, struct bpf_perf_event_value *v) {
+	switch (i) {
+	case PERFRELAY_COUNTER_TASK_CLOCK:
+		return bpf_perf_event_read_value(&counter_task_clock, BPF_F_CURRENT_CPU, v, sizeof(*v));
+	case PERFRELAY_COUNTER_CONTEXT_SWITCHES:
+		return bpf_perf_event_read_value(&counter_context_switches, BPF_F_CURRENT_CPU, v, sizeof(*v));
+	case PERFRELAY_COUNTER_PAGE_FAULTS:
+		return bpf_perf_event_read_value(&counter_page_faults, BPF_F_CURRENT_CPU, v, sizeof(*v));
+	case PERFRELAY_COUNTER_CPU_MIGRATIONS:
+		return bpf_perf_event_read_value(&counter_cpu_migrations, BPF_F_CURRENT_CPU, v, sizeof(*v));
+	case PERFRELAY_COUNTER_CYCLES:
+		return bpf_perf_event_read_value(&counter_cycles, BPF_F_CURRENT_CPU, v, sizeof(*v));
+	case PERFRELAY_COUNTER_INSTRUCTIONS:
+		return bpf_perf_event_read_value(&counter_instructions, BPF_F_CURRENT_CPU, v, sizeof(*v));
+	case PERFRELAY_COUNTER_CACHE_MISSES:
+		return bpf_perf_event_read_value(&counter_cache_misses, BPF_F_CURRENT_CPU, v, sizeof(*v));
+	case PERFRELAY_COUNTER_BRANCH_MISSES:
+		return bpf_perf_event_read_value(&counter_branch_misses, BPF_F_CURRENT_CPU, v, sizeof(*v));
+	}
+	return -PERFRELAY_EINVAL;
+}
+
+/* Charges what the counters counted on this CPU since the last charge to the running task:
+ * its process (unless it is exiting: its totals were taken by then) and its cgroup. Callers
+ * run with preemption off (tracepoints), so the per-CPU state is theirs. `tid` 0 is the idle
+ * task, whose slices belong to nobody. */
+static __always_inline void counters_charge(__u32 tgid, __u32 tid, int charge_process) {
+	struct perfrelay_counter_values delta = {}, zero = {}, *cg;
+	struct perfrelay_counters_config *cfg;
+	struct perfrelay_counters_stats *st;
+	struct counters_proc *proc = NULL;
+	struct counters_last *last;
+	__u32 key = 0;
+	__u64 cgid;
+
+	cfg = bpf_map_lookup_elem(&counters_config, &key);
+	if (!cfg || cfg->mask == 0)
+		return;
+	last = bpf_map_lookup_elem(&counters_last, &key);
+	st = bpf_map_lookup_elem(&counters_stats, &key);
+	if (!last || !st)
+		return;
+
+	delta.mask = cfg->mask;
+	for (__u32 i = 0; i < PERFRELAY_COUNTERS_MAX; i++) {
+		struct bpf_perf_event_value v = {};
+		struct perfrelay_counter_reading cur;
+		int scaled;
+
+		if (!(cfg->mask & (1u << i)))
+			continue;
+		if (counter_read(i, &v) < 0) {
+			st->read_errors++;
+			continue;
+		}
+		cur.counter = v.counter;
+		cur.enabled = v.enabled;
+		cur.running = v.running;
+		delta.value[i] = perfrelay_counter_delta(&last->r[i], &cur, &scaled);
+		last->r[i] = cur;
+		if (scaled) {
+			delta.scaled |= 1u << i;
+			st->scaled++;
+		}
+	}
+	if (tid == 0)
+		return;
+	st->charges++;
+
+	if (charge_process) {
+		proc = bpf_map_lookup_elem(&counters_procs, &tgid);
+		if (!proc) {
+			struct counters_proc fresh = {};
+
+			bpf_map_update_elem(&counters_procs, &tgid, &fresh, BPF_NOEXIST);
+			proc = bpf_map_lookup_elem(&counters_procs, &tgid);
+		}
+		if (!proc)
+			st->process_full++;
+	}
+	cgid = bpf_get_current_cgroup_id();
+	cg = bpf_map_lookup_elem(&counters_cgroups, &cgid);
+	if (!cg) {
+		bpf_map_update_elem(&counters_cgroups, &cgid, &zero, BPF_NOEXIST);
+		cg = bpf_map_lookup_elem(&counters_cgroups, &cgid);
+	}
+	if (!cg)
+		st->cgroup_full++;
+
+	for (__u32 i = 0; i < PERFRELAY_COUNTERS_MAX; i++) {
+		if (!(delta.mask & (1u << i)))
+			continue;
+		if (proc) {
+			__sync_fetch_and_add(&proc->value[i], delta.value[i]);
+			if (delta.scaled & (1u << i))
+				__sync_fetch_and_add(&proc->scaled_n[i], 1);
+		}
+		if (cg)
+			cg->value[i] += delta.value[i];
+	}
+	if (cg) {
+		cg->mask |= delta.mask;
+		cg->scaled |= delta.scaled;
+	}
+}
+
+/* At the last thread's exit: charges the running slice, then takes the process's totals out of
+ * the table into *ret (mask 0 when counters are off or nothing was charged). */
+static __always_inline void counters_take(__u32 tgid, __u32 tid, struct perfrelay_counter_values *ret) {
+	struct perfrelay_counters_config *cfg;
+	struct counters_proc *proc;
+	__u32 key = 0;
+
+	counters_charge(tgid, tid, 1);
+	cfg = bpf_map_lookup_elem(&counters_config, &key);
+	proc = bpf_map_lookup_elem(&counters_procs, &tgid);
+	if (!cfg || !proc)
+		return;
+	ret->mask = cfg->mask;
+	for (__u32 i = 0; i < PERFRELAY_COUNTERS_MAX; i++) {
+		ret->value[i] = proc->value[i];
+		if (proc->scaled_n[i])
+			ret->scaled |= 1u << i;
+	}
+	bpf_map_delete_elem(&counters_procs, &tgid);
+}
+
+/* sched_switch fires before the switch, while prev is still current: its slice ends here. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(handle_switch, bool preempt, struct task_struct *prev) {
+	int exiting = prev->flags & PERFRELAY_PF_EXITING;
+
+	counters_charge(prev->tgid, prev->pid, !exiting);
+	return 0;
+}
+
+/* With the exit probe off nobody takes a process's totals: drop them when its last thread
+ * exits, so the table holds live processes only. (With it on, handle_exit takes them.) */
+SEC("tp/sched/sched_process_exit")
+int handle_counters_reap(void *ctx) {
+	struct task_struct *task = (struct task_struct *) bpf_get_current_task();
+	struct perfrelay_counters_config *cfg;
+	struct perfrelay_counters_stats *st;
+	__u32 key = 0, tgid;
+
+	if (BPF_CORE_READ(task, signal, live.counter) != 0)
+		return 0;
+	cfg = bpf_map_lookup_elem(&counters_config, &key);
+	if (!cfg || cfg->exit_probe)
+		return 0;
+	tgid = bpf_get_current_pid_tgid() >> 32;
+	if (bpf_map_delete_elem(&counters_procs, &tgid) == 0) {
+		st = bpf_map_lookup_elem(&counters_stats, &key);
+		if (st)
+			st->reaped++;
+	}
+	return 0;
+}
+
+#endif
