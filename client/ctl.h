@@ -45,3 +45,4 @@ int verb_stats(int argc, char *argv[]);     /* ctl-stats.c */
 int verb_producers(int argc, char *argv[]); /* ctl-producers.c */
 int verb_snapshot(int argc, char *argv[]);  /* ctl-snapshot.c */
 int verb_snapshots(int argc, char *argv[]); /* ctl-snapshot.c */
+int verb_top(int argc, char *argv[]);       /* ctl-top.c */
