@@ -15,12 +15,12 @@
 /* One array per counter, one slot per possible CPU: the loader sets max_entries and pins each
  * at <PinPath>/perf-counters/<name>. PRESERVE_ELEMS keeps the events counting while no daemon
  * runs. */
-#define PERFRELAY_COUNTER_ARRAY(name)                                 \
-	struct {                                                      \
-		__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);          \
-		__uint(key_size, sizeof(__u32));                      \
-		__uint(value_size, sizeof(__u32));                    \
-		__uint(map_flags, PERFRELAY_BPF_F_PRESERVE_ELEMS);    \
+#define PERFRELAY_COUNTER_ARRAY(name)                              \
+	struct {                                                   \
+		__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);       \
+		__uint(key_size, sizeof(__u32));                   \
+		__uint(value_size, sizeof(__u32));                 \
+		__uint(map_flags, PERFRELAY_BPF_F_PRESERVE_ELEMS); \
 	} name SEC(".maps")
 
 PERFRELAY_COUNTER_ARRAY(counter_task_clock);
@@ -48,9 +48,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } counters_stats SEC(".maps");
 
-/* Per CPU: each counter's reading at the last charge, the start of the running slice. */
+/* Per CPU: each counter's reading at the last charge, the start of the running slice; and
+ * whether a charge is under way on this CPU. The tick (below) runs in interrupt context and may
+ * interrupt the exit program's charge, which would then read and write the readings half done:
+ * it sees `busy` and leaves the slice to the next charge. (sched_switch runs with interrupts
+ * off, and the exit program cannot interrupt anything.) */
 struct counters_last {
 	struct perfrelay_counter_reading r[PERFRELAY_COUNTERS_MAX];
+	__u64 busy;
 };
 
 struct {
@@ -130,8 +135,10 @@ static __always_inline void counters_charge(__u32 tgid, __u32 tid, int charge_pr
 		return;
 	last = bpf_map_lookup_elem(&counters_last, &key);
 	st = bpf_map_lookup_elem(&counters_stats, &key);
-	if (!last || !st)
+	if (!last || !st || last->busy)
 		return;
+	last->busy = 1;
+	asm volatile("" ::: "memory"); /* busy is set before the readings are touched */
 
 	delta.mask = cfg->mask;
 	for (__u32 i = 0; i < PERFRELAY_COUNTERS_MAX; i++) {
@@ -155,6 +162,8 @@ static __always_inline void counters_charge(__u32 tgid, __u32 tid, int charge_pr
 			st->scaled++;
 		}
 	}
+	asm volatile("" ::: "memory");
+	last->busy = 0;
 	if (tid == 0)
 		return;
 	st->charges++;
@@ -223,6 +232,20 @@ int BPF_PROG(handle_switch, bool preempt, struct task_struct *prev) {
 	int exiting = prev->flags & PERFRELAY_PF_EXITING;
 
 	counters_charge(prev->tgid, prev->pid, !exiting);
+	return 0;
+}
+
+/* A running task is charged when it switches out; one that keeps its CPU (a busy loop on an
+ * otherwise idle CPU) would be charged only when it stops. A cpu-clock sampling event per CPU
+ * runs this every tick period (the daemon opens them; docs/counters.md) to charge the slice so
+ * far, so that the units' counters lag by one tick at most. It never writes a sample. */
+SEC("perf_event")
+int handle_counters_tick(void *ctx) {
+	struct task_struct *task = (struct task_struct *) bpf_get_current_task();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	int exiting = BPF_CORE_READ(task, flags) & PERFRELAY_PF_EXITING;
+
+	counters_charge(pid_tgid >> 32, (__u32) pid_tgid, !exiting);
 	return 0;
 }
 

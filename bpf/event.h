@@ -27,7 +27,7 @@
 #define PERFRELAY_PRODUCER_OPEN            4u
 #define PERFRELAY_PRODUCER_CONNECT         5u
 #define PERFRELAY_PRODUCER_BENCH           16u
-#define PERFRELAY_PRODUCER_COUNTERS        17u /* perfrelayd itself: "counters" events */
+#define PERFRELAY_PRODUCER_COUNTERS        17u  /* perfrelayd itself: "counters" events */
 #define PERFRELAY_PRODUCER_THIRD_PARTY_MIN 256u /* ids below are reserved for perfrelay */
 
 /* Record types. Third-party producers use ids >= PERFRELAY_TYPE_THIRD_PARTY_MIN. */
@@ -201,12 +201,12 @@ struct perfrelay_counters_config {
 /* Value of the pinned per-CPU "counters_stats" array (one entry): what the counters program
  * did and could not do on that CPU. */
 struct perfrelay_counters_stats {
-	__u64 charges;       /* context switches (and exits) charged */
-	__u64 read_errors;   /* bpf_perf_event_read_value() failures (no event on that CPU) */
-	__u64 scaled;        /* deltas corrected for multiplexing */
-	__u64 cgroup_full;   /* charges a cgroup lost: the cgroup table was full */
-	__u64 process_full;  /* charges a process lost: the process table was full */
-	__u64 reaped;        /* process totals dropped at exit while the exit probe was off */
+	__u64 charges;      /* context switches (and exits) charged */
+	__u64 read_errors;  /* bpf_perf_event_read_value() failures (no event on that CPU) */
+	__u64 scaled;       /* deltas corrected for multiplexing */
+	__u64 cgroup_full;  /* charges a cgroup lost: the cgroup table was full */
+	__u64 process_full; /* charges a process lost: the process table was full */
+	__u64 reaped;       /* process totals dropped at exit while the exit probe was off */
 };
 
 /* The benchmark producer: a sequence number and a payload of configurable size. */
@@ -220,8 +220,9 @@ _Static_assert(sizeof(struct perfrelay_counters) == 16, "perfrelay_counters ABI"
 _Static_assert(sizeof(struct perfrelay_recorder_stats) == 24, "perfrelay_recorder_stats ABI");
 _Static_assert(sizeof(struct perfrelay_received) == 48, "perfrelay_received ABI");
 _Static_assert(sizeof(struct perfrelay_exec) == 32 + 32 + 16 + 256 + 512, "perfrelay_exec ABI");
-_Static_assert(sizeof(struct perfrelay_counter_values) == 8 + 8 * PERFRELAY_COUNTERS_MAX,
-	       "perfrelay_counter_values ABI");
+_Static_assert(
+	sizeof(struct perfrelay_counter_values) == 8 + 8 * PERFRELAY_COUNTERS_MAX,
+	"perfrelay_counter_values ABI");
 _Static_assert(sizeof(struct perfrelay_exit) == PERFRELAY_EXIT_SIZE_V1 + 72, "perfrelay_exit ABI");
 _Static_assert(sizeof(struct perfrelay_unit_counters) == 32 + 16 + 72, "perfrelay_unit_counters ABI");
 _Static_assert(sizeof(struct perfrelay_counters_config) == 8, "perfrelay_counters_config ABI");

@@ -19,7 +19,7 @@
 #include "json-util.h"
 #include "time-util.h"
 
-#define TOP_COUNTERS PERFRELAY_COUNTERS_MAX
+#define TOP_COUNTERS  PERFRELAY_COUNTERS_MAX
 #define TOP_UNITS_MAX 65536u /* answers are bounded by the daemon's CountersMaxCgroups= */
 
 /* The counters' keys in GetUnitCounters() (the daemon's perfcount-names.c) and their columns. */
@@ -47,7 +47,7 @@ typedef struct TopUnit {
 typedef struct TopSample {
 	TopUnit *units;
 	size_t n;
-	uint32_t mask; /* counters any unit has */
+	uint32_t mask;  /* counters any unit has */
 	uint64_t at_ns; /* CLOCK_MONOTONIC */
 } TopSample;
 
@@ -191,7 +191,8 @@ static void print_table(const TopSample *s, bool json) {
 			json_object_object_add(o, "cgroup_id", json_object_new_uint64(u->cgroup_id));
 			for (unsigned c = 0; c < TOP_COUNTERS; c++)
 				if (u->mask & (1u << c))
-					json_object_object_add(rates, counters[c].key, json_object_new_double(u->rate[c]));
+					json_object_object_add(
+						rates, counters[c].key, json_object_new_double(u->rate[c]));
 			json_object_object_add(o, "per_second", rates);
 			json_object_array_add(a, o);
 			continue;
@@ -231,9 +232,12 @@ static void help(void) {
 
 int verb_top(int argc, char *argv[]) {
 	static const struct option options[] = {
-		{ "help", no_argument, NULL, 'h' },          { "order", required_argument, NULL, 'o' },
-		{ "delay", required_argument, NULL, 'd' },   { "iterations", required_argument, NULL, 'n' },
-		{ "batch", no_argument, NULL, 'b' },         { "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "order", required_argument, NULL, 'o' },
+		{ "delay", required_argument, NULL, 'd' },
+		{ "iterations", required_argument, NULL, 'n' },
+		{ "batch", no_argument, NULL, 'b' },
+		{ "json", no_argument, NULL, 'j' },
 		{},
 	};
 	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;

@@ -120,7 +120,7 @@ static const ConfigKey config_keys[] = {
 	{ "Counters", "CountersMaxCgroups", VALUE_UINT, FIELD(counters_max_cgroups), 16, 1048576, NULL, false },
 };
 
-static const char *const config_sections[] = { "Daemon", "Ring", "Readers", "Probes",
+static const char *const config_sections[] = { "Daemon", "Ring", "Readers",  "Probes",
 					       "Socket", "Bus",  "Recorder", "Counters" };
 
 static void store_uint(void *field, size_t width, uint64_t v) {

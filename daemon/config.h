@@ -58,10 +58,10 @@ typedef struct Config {
 	unsigned recorder_pages_per_cpu; /* RecorderPagesPerCpu=, power of two 1..65536, default 256 */
 
 	/* [Counters] (docs/counters.md) */
-	uint32_t counters;                /* Counters= names, bits PERFRELAY_COUNTER_*; 0: none */
-	unsigned counters_interval_ms;    /* CountersIntervalMs=, 100..3600000, default 1000 */
-	uint32_t counters_max_processes;  /* CountersMaxProcesses=, 16..4194304, default 32768 */
-	uint32_t counters_max_cgroups;    /* CountersMaxCgroups=, 16..1048576, default 4096 */
+	uint32_t counters;               /* Counters= names, bits PERFRELAY_COUNTER_*; 0: none */
+	unsigned counters_interval_ms;   /* CountersIntervalMs=, 100..3600000, default 1000 */
+	uint32_t counters_max_processes; /* CountersMaxProcesses=, 16..4194304, default 32768 */
+	uint32_t counters_max_cgroups;   /* CountersMaxCgroups=, 16..1048576, default 4096 */
 } Config;
 
 int config_new(Config **ret);   /* all defaults */

@@ -85,9 +85,9 @@ const char *decode_error_to_string(DecodeError e) {
 }
 
 static const char *const event_type_table[] = {
-	[PERFRELAY_TYPE_EXEC] = "exec",       [PERFRELAY_TYPE_EXIT] = "exit",
-	[PERFRELAY_TYPE_FORK] = "fork",       [PERFRELAY_TYPE_OPEN] = "open",
-	[PERFRELAY_TYPE_CONNECT] = "connect", [PERFRELAY_TYPE_BENCH] = "bench",
+	[PERFRELAY_TYPE_EXEC] = "exec",         [PERFRELAY_TYPE_EXIT] = "exit",
+	[PERFRELAY_TYPE_FORK] = "fork",         [PERFRELAY_TYPE_OPEN] = "open",
+	[PERFRELAY_TYPE_CONNECT] = "connect",   [PERFRELAY_TYPE_BENCH] = "bench",
 	[PERFRELAY_TYPE_COUNTERS] = "counters",
 };
 

@@ -830,11 +830,11 @@ ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size) {
 	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("ppid") + KEYLEN("uid") + KEYLEN("exit_code") + \
 	 KEYLEN("signal") + KEYLEN("runtime_ns") + 6 * NUM_MAX + KEYLEN("comm") +                 \
 	 ARRAY_JSON_MAX(struct perfrelay_exit, comm) + TAIL_JSON_MAX)
-#define COUNTER_VALUES_JSON_MAX                                                                         \
+#define COUNTER_VALUES_JSON_MAX                                                                        \
 	(KEYLEN("counters") + 2 + PERFRELAY_COUNTERS_MAX * (LITLEN("\"task_clock_ns\":,") + NUM_MAX) + \
 	 KEYLEN("scaled") + LITLEN("false"))
 #define EXIT_COUNTERS_JSON_MAX (EXIT_JSON_MAX + COUNTER_VALUES_JSON_MAX)
-#define COUNTERS_JSON_MAX                                                                    \
+#define COUNTERS_JSON_MAX                                                              \
 	(COMMON_JSON_MAX + KEYLEN("cgroup_id") + KEYLEN("interval_ns") + 2 * NUM_MAX + \
 	 COUNTER_VALUES_JSON_MAX + TAIL_JSON_MAX)
 #define FORK_JSON_MAX                                                                                          \

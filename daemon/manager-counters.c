@@ -44,7 +44,12 @@ static const CgroupCounters *find_prev(Manager *m, uint64_t id) {
 	return bsearch(&key, m->counters_prev, m->counters_prev_n, sizeof(key), perfcount_cmp_cgroup);
 }
 
-static void publish(Manager *m, const CgroupCounters *cur, const CgroupCounters *prev, uint64_t interval_ns, const char *unit) {
+static void
+	publish(Manager *m,
+		const CgroupCounters *cur,
+		const CgroupCounters *prev,
+		uint64_t interval_ns,
+		const char *unit) {
 	struct perfrelay_unit_counters rec = {
 		.hdr = {
 			.magic = PERFRELAY_MAGIC,
@@ -64,8 +69,9 @@ static void publish(Manager *m, const CgroupCounters *cur, const CgroupCounters 
 	for (unsigned i = 0; i < PERFRELAY_COUNTERS_MAX; i++)
 		/* A total below the last one: the table was emptied under us (counters turned off
 		 * and on while we were down); it counts from 0 again. */
-		rec.counters.value[i] = prev && cur->value[i] >= prev->value[i] ? cur->value[i] - prev->value[i]
-										 : cur->value[i];
+		rec.counters.value[i] = prev && cur->value[i] >= prev->value[i] ?
+			cur->value[i] - prev->value[i] :
+			cur->value[i];
 	decode_daemon_record(&rec, &ev);
 	hub_publish(m->hub, m->counters_slot, &ev, unit);
 	m->counters_events++;
@@ -134,7 +140,14 @@ static int on_counters_timer(sd_event_source *s, uint64_t usec, void *userdata) 
 
 	counters_interval(m);
 	(void) sd_event_source_set_time(s, usec + (uint64_t) m->config->counters_interval_ms * USEC_PER_MSEC);
+	(void) sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
 	return 0;
+}
+
+/* The tick: a quarter of the interval, at most 100 ms, so that an interval's events hold
+ * what the units used up to a tick before it. */
+static uint64_t counters_tick_ns(const Manager *m) {
+	return MIN((uint64_t) m->config->counters_interval_ms / 4, (uint64_t) 100) * NSEC_PER_MSEC;
 }
 
 int manager_setup_counters(Manager *m) {
@@ -164,7 +177,9 @@ int manager_setup_counters(Manager *m) {
 				"the event); left out",
 				counter_to_string(i));
 	if (rep.cpu_fails > 0)
-		log_warning("Counters: %" PRIu32 " per-CPU events failed to open; those CPUs count nothing", rep.cpu_fails);
+		log_warning(
+			"Counters: %" PRIu32 " per-CPU events failed to open; those CPUs count nothing",
+			rep.cpu_fails);
 	if (m->counters_mask == 0) {
 		log_notice("Counters: none of Counters= can be counted here; counters off");
 		return probes_set_counters(m->probes, 0);
@@ -175,11 +190,22 @@ int manager_setup_counters(Manager *m) {
 		log_warning_errno(r, "Failed to attach the counters programs: %m; running without counters");
 		return 0;
 	}
+	FOREACH_CPU(cpu, &online) {
+		r = probes_counters_tick(m->probes, (unsigned) cpu, counters_tick_ns(m));
+		if (r < 0)
+			log_warning_errno(
+				r,
+				"Counters: failed to start the tick on CPU %d: %m; a task that keeps that CPU is "
+				"charged only when it leaves it",
+				cpu);
+	}
 	/* Units of cgroups removed within an interval still get their last counters. */
 	if (m->cgroups && !m->cgroup_watch) {
 		r = cgroup_watch_new(m->event, cgroup_fs_path(m->cgroups), &m->cgroup_watch);
 		if (r < 0)
-			log_warning_errno(r, "Failed to watch the cgroup tree: %m; units removed within an interval are not named");
+			log_warning_errno(
+				r,
+				"Failed to watch the cgroup tree: %m; units removed within an interval are not named");
 	}
 	counters_interval(m); /* the baseline */
 	r = sd_event_add_time_relative(
@@ -194,7 +220,11 @@ int manager_setup_counters(Manager *m) {
 		return log_error_errno(r, "Failed to set up the counters timer: %m");
 	for (unsigned i = 0; i < PERFRELAY_COUNTERS_MAX; i++)
 		if (m->counters_mask & (1u << i))
-			log_info("Counter %s on (%s/perf-counters/%s)", counter_to_string(i), m->config->pin_path, counter_to_string(i));
+			log_info(
+				"Counter %s on (%s/perf-counters/%s)",
+				counter_to_string(i),
+				m->config->pin_path,
+				counter_to_string(i));
 	return 0;
 }
 
@@ -207,7 +237,11 @@ void manager_counters_cpu_online(Manager *m, unsigned cpu) {
 	counters_array_fds(m, fds);
 	r = perfcount_open_cpu(fds, m->counters_mask, cpu);
 	if (r < 0)
-		log_warning_errno(r, "Counters: failed to open the events of CPU %u: %m; it counts nothing", cpu);
+		log_warning_errno(
+			r, "Counters: failed to open the events of CPU %u: %m; it counts nothing", cpu);
+	r = probes_counters_tick(m->probes, cpu, counters_tick_ns(m));
+	if (r < 0)
+		log_warning_errno(r, "Counters: failed to start the tick on CPU %u: %m", cpu);
 }
 
 void manager_free_counters(Manager *m) {

@@ -97,7 +97,7 @@ static void manager_cpu_online(Manager *m, unsigned cpu) {
 		log_warning_errno(
 			r,
 			"CPU %u came online; failed to give it a flight recorder ring: %m (its records are not kept)",
-			cpu);	/* Its counting events went with it (a perf event on an offline CPU stays off). */
+			cpu); /* Its counting events went with it (a perf event on an offline CPU stays off). */
 	manager_counters_cpu_online(m, cpu);
 }
 

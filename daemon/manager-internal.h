@@ -81,10 +81,10 @@ struct Manager {
 	CpuSet cpus_unserved_seen; /* CPUs outside every group already reported as online */
 
 	/* Perf counters (manager-counters.c). */
-	uint32_t counters_mask;          /* the counters in place (bits PERFRELAY_COUNTER_*); 0: off */
-	unsigned counters_slot;          /* the hub slot the main thread publishes "counters" events in */
+	uint32_t counters_mask;           /* the counters in place (bits PERFRELAY_COUNTER_*); 0: off */
+	unsigned counters_slot;           /* the hub slot the main thread publishes "counters" events in */
 	sd_event_source *counters_source; /* the interval timer */
-	CgroupCounters *counters_prev;   /* every cgroup's totals at the last interval, by id */
+	CgroupCounters *counters_prev;    /* every cgroup's totals at the last interval, by id */
 	size_t counters_prev_n;
 	uint64_t counters_prev_at; /* CLOCK_MONOTONIC ns of the last interval; 0 before the first */
 	uint64_t counters_seq;

@@ -13,8 +13,8 @@
 #include "event.h"
 #include "macro.h"
 
-#define COUNTERS_SOFTWARE                                                                     \
-	((1u << PERFRELAY_COUNTER_TASK_CLOCK) | (1u << PERFRELAY_COUNTER_CONTEXT_SWITCHES) |  \
+#define COUNTERS_SOFTWARE                                                                    \
+	((1u << PERFRELAY_COUNTER_TASK_CLOCK) | (1u << PERFRELAY_COUNTER_CONTEXT_SWITCHES) | \
 	 (1u << PERFRELAY_COUNTER_PAGE_FAULTS) | (1u << PERFRELAY_COUNTER_CPU_MIGRATIONS))
 #define COUNTERS_ALL ((1u << PERFRELAY_COUNTERS_MAX) - 1)
 /* Counters= by default: the software counters, and cycles and instructions where a hardware

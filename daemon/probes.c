@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <bpf/bpf.h>
@@ -34,6 +36,9 @@ struct Probes {
 	/* The counters programs' links (docs/counters.md), attached while counters are on. */
 	int counters_link_fd[2];
 	bool counters_on;
+	/* Per possible CPU: the counters tick's link (its sampling event inside), or NULL. Not
+	 * pinned: a tick needs the event, which only lives with this daemon. */
+	struct bpf_link **tick_links;
 };
 
 /* The counters programs, in attach order: the reaper first, so that no process entry is made
@@ -250,6 +255,9 @@ Probes *probes_free(Probes *p) {
 			safe_close(p->link_fd[i][k]);
 	for (unsigned k = 0; k < ELEMENTSOF(p->counters_link_fd); k++)
 		safe_close(p->counters_link_fd[k]);
+	for (unsigned c = 0; p->tick_links && c < p->n_cpus; c++)
+		bpf_link__destroy(p->tick_links[c]);
+	free(p->tick_links);
 	probes_bpf__destroy(p->skel);
 	safe_close(p->lock_fd);
 	free(p->pin_path);
@@ -374,17 +382,11 @@ static int attach_prog(Probes *p, const char *what, const struct bpf_program *pr
 	link = bpf_program__attach(prog);
 	if (!link)
 		return log_error_errno(
-			negative_errno(),
-			"Probe %s: failed to attach %s: %m",
-			what,
-			bpf_program__name(prog));
+			negative_errno(), "Probe %s: failed to attach %s: %m", what, bpf_program__name(prog));
 	if (old >= 0) {
 		/* A different program (an upgrade) holds the pin: the new one is attached already,
 		 * so swapping the pin leaves no gap, at worst a few duplicate events. */
-		log_notice(
-			"Probe %s: replacing the pinned link %s (program or its maps changed)",
-			what,
-			path);
+		log_notice("Probe %s: replacing the pinned link %s (program or its maps changed)", what, path);
 		if (unlink(path) < 0 && errno != ENOENT) {
 			r = log_error_errno(-errno, "Failed to remove pin %s: %m", path);
 			bpf_link__destroy(link);
@@ -394,8 +396,7 @@ static int attach_prog(Probes *p, const char *what, const struct bpf_program *pr
 	r = p->no_pin_links ? 0 : bpf_link__pin(link, path);
 	if (r < 0) {
 		bpf_link__destroy(link);
-		return log_error_errno(
-			r, "Probe %s: failed to pin link at %s: %m", what, path);
+		return log_error_errno(r, "Probe %s: failed to pin link at %s: %m", what, path);
 	}
 	*ret_fd = fcntl(bpf_link__fd(link), F_DUPFD_CLOEXEC, 3);
 	r = *ret_fd < 0 ? negative_errno() : 0;
@@ -516,8 +517,8 @@ int probes_set_counters(Probes *p, uint32_t mask) {
 	if (r < 0)
 		return r;
 	for (unsigned k = 0; k < ELEMENTSOF(counters_prog_names); k++) {
-		const struct bpf_program *prog =
-			bpf_object__find_program_by_name(p->skel->obj, counters_prog_names[k]);
+		const struct bpf_program *prog = bpf_object__find_program_by_name(
+			p->skel->obj, counters_prog_names[k]);
 
 		if (p->counters_link_fd[k] >= 0)
 			continue;
@@ -529,6 +530,39 @@ int probes_set_counters(Probes *p, uint32_t mask) {
 		}
 	}
 	p->counters_on = true;
+	return 0;
+}
+
+int probes_counters_tick(Probes *p, unsigned cpu, uint64_t period_ns) {
+	struct perf_event_attr attr = {
+		.size = sizeof(attr),
+		.type = PERF_TYPE_SOFTWARE,
+		.config = PERF_COUNT_SW_CPU_CLOCK,
+		.sample_period = period_ns,
+	};
+	struct bpf_link *link;
+	int fd;
+
+	if (cpu >= p->n_cpus)
+		return -ERANGE;
+	if (!p->tick_links) {
+		p->tick_links = calloc(p->n_cpus, sizeof(*p->tick_links));
+		if (!p->tick_links)
+			return -ENOMEM;
+	}
+	fd = (int) syscall(SYS_perf_event_open, &attr, -1, (int) cpu, -1, PERF_FLAG_FD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	link = bpf_program__attach_perf_event(p->skel->progs.handle_counters_tick, fd);
+	if (!link) {
+		int r = negative_errno();
+
+		close(fd);
+		return r;
+	}
+	/* The link owns the event now; a CPU that went offline and back gets a new one. */
+	bpf_link__destroy(p->tick_links[cpu]);
+	p->tick_links[cpu] = link;
 	return 0;
 }
 

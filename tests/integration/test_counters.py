@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Perf counters (docs/counters.md): a process that spins and one that sleeps, each in its own
+unit's cgroup; their exit events carry the CPU time they really used (within 10% of what the
+kernel's rusage says) and at least one context switch per sleep; the units' "counters" events
+(only to clients that ask for that type) rank the spinner first and add up to its exit's
+counters; GetUnitCounters() and perfrelayctl top show them; totals and pins survive a restart,
+keep growing while no daemon runs, and are not counted twice."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests, cgroup2_mount
+from statsbus import StatsBus, wait_for
+
+BINARY = sys.argv[1]
+INTERVAL_MS = 200
+SOFTWARE = {"task-clock", "context-switches", "page-faults", "cpu-migrations"}
+
+require_root_and_bpf()
+CG2 = cgroup2_mount()
+if CG2 is None:
+    from prtest import skip
+    skip("no cgroup2 mount (units come from cgroup2 paths)")
+bus = StatsBus(BINARY)
+d = Daemon(BINARY, "counters", config=f"[Counters]\nCountersIntervalMs={INTERVAL_MS}\n")
+d_off = Daemon(BINARY, "counters-off", config="[Counters]\nCounters=none\n")
+
+SPIN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {secs}: pass\n"
+SLEEP = "import time\nfor i in range({n}): time.sleep(0.01)\n"
+
+
+class Unit:
+    """A cgroup under the cgroup2 root named like a service, so that it resolves to a unit."""
+
+    def __init__(self, tag):
+        self.name = f"perfrelay-{tag}-{os.getpid()}.service"
+        self.path = os.path.join(CG2, self.name)
+        os.mkdir(self.path)
+        self.id = os.stat(self.path).st_ino  # the cgroup id is the directory's inode
+
+    def run(self, code):
+        """Starts python3 -c code in the unit; returns the Popen."""
+        def enter():
+            with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
+                f.write("0")
+        return subprocess.Popen([sys.executable, "-c", code], preexec_fn=enter)
+
+    def remove(self):
+        if os.path.isdir(self.path):
+            os.rmdir(self.path)
+
+
+def cpu_ns(proc):
+    """Waits for the process; its CPU time (user + system) from the kernel, in ns."""
+    _, status, ru = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    check_eq(proc.returncode, 0, "the workload exited 0")
+    return int((ru.ru_utime + ru.ru_stime) * 1e9)
+
+
+class Subscriber:
+    """A socket client with one request; lines collected by a thread."""
+
+    def __init__(self, request):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(d.socket_path)
+        self.sock.sendall(json.dumps(request).encode() + b"\n")
+        self.lines = []
+        self.cond = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        f = self.sock.makefile("rb")
+        for line in f:
+            with self.cond:
+                self.lines.append(json.loads(line))
+                self.cond.notify_all()
+
+    def events(self, type_):
+        with self.cond:
+            return [m for m in self.lines if m.get("type") == type_]
+
+    def close(self):
+        self.sock.close()
+
+
+def intervals():
+    return bus.stats()["counters"]["intervals"]
+
+
+def wait_intervals(n):
+    """Waits until n more intervals were published: everything charged before now is out."""
+    start = intervals()
+    wait_for(lambda: intervals() >= start + n, f"{n} counters intervals", timeout=30, interval=0.05)
+
+
+def unit_counters():
+    r = subprocess.run(["busctl", f"--address={bus.address}", "--json=short", "call", "org.perfrelay1",
+                        "/org/perfrelay1", "org.perfrelay1.Manager", "GetUnitCounters"],
+                       capture_output=True, text=True, timeout=30)
+    check_eq(r.returncode, 0, f"GetUnitCounters() answers (stderr: {r.stderr.strip()})")
+    return {(u, cg): vals for u, cg, vals in json.loads(r.stdout)["data"][0]}
+
+
+def totals_of(unit):
+    return next((v for (u, _), v in unit_counters().items() if u == unit.name), None)
+
+
+def test_spin_and_sleep():
+    d.start()
+    st = bus.stats()["counters"]
+    check(SOFTWARE <= set(st["counters"]), f"the software counters are on by default: {st['counters']}")
+    counters_sub = Subscriber({"subscribe": {"types": ["counters", "exit"]}})
+    default_sub = Subscriber({"subscribe": {}})
+    spin, sleep = Unit("spin"), Unit("sleep")
+    try:
+        n_sleeps = 40
+        p_spin = spin.run(SPIN.format(secs=1.0))
+        p_sleep = sleep.run(SLEEP.format(n=n_sleeps))
+        spin_cpu, sleep_cpu = cpu_ns(p_spin), cpu_ns(p_sleep)
+        ex = {e["pid"]: e for e in d.wait_events(lambda e: e["type"] == "exit" and e["pid"] in (p_spin.pid, p_sleep.pid),
+                                                   2, "the workloads' exits")}
+        c_spin, c_sleep = ex[p_spin.pid]["counters"], ex[p_sleep.pid]["counters"]
+        check(SOFTWARE <= {k.replace("_ns", "").replace("_", "-") for k in c_spin},
+              f"the exit event carries every software counter: {c_spin}")
+        check_eq(ex[p_spin.pid]["scaled"], False, "software counters are never multiplexed")
+        for what, c, real in (("spinner", c_spin, spin_cpu), ("sleeper", c_sleep, sleep_cpu)):
+            check(abs(c["task_clock_ns"] - real) <= real * 0.10,
+                  f"the {what}'s task_clock_ns {c['task_clock_ns']} is within 10% of its CPU time {real}")
+        check(c_sleep["context_switches"] >= n_sleeps,
+              f"the sleeper switched out at least once per sleep: {c_sleep['context_switches']} >= {n_sleeps}")
+        check(spin_cpu >= 1_000_000_000, f"the spinner used its second of CPU ({spin_cpu} ns)")
+
+        # Everything charged so far is in the next intervals' events.
+        wait_intervals(2)
+        evs = counters_sub.events("counters")
+        per_unit = {}
+        for e in evs:
+            check_eq(set(e["values"]) >= {"task_clock_ns", "context_switches"}, True, f"values of {e}")
+            check(e["interval_ns"] > 0, "an interval")
+            per_unit.setdefault(e.get("unit"), []).append(e)
+        spin_total = sum(e["values"]["task_clock_ns"] for e in per_unit.get(spin.name, []))
+        sleep_total = sum(e["values"]["task_clock_ns"] for e in per_unit.get(sleep.name, []))
+        check(per_unit.get(spin.name), f"counters events for {spin.name}")
+        check(per_unit.get(sleep.name), f"counters events for {sleep.name}")
+        check(all(e["cgroup_id"] == spin.id for e in per_unit[spin.name]), "with the unit's cgroup id")
+        check(spin_total > sleep_total, f"the spinning unit ranks first: {spin_total} > {sleep_total}")
+        # The unit held nothing but the spinner: its intervals add up to the process's total.
+        check(abs(spin_total - c_spin["task_clock_ns"]) <= c_spin["task_clock_ns"] * 0.10,
+              f"the spinner's unit ({spin_total} ns) used what its process did ({c_spin['task_clock_ns']} ns)")
+        check_eq(default_sub.events("counters"), [], "a client that did not ask for counters gets none")
+        check(default_sub.events("exit"), "(while it gets the other events)")
+
+        vals = totals_of(spin)
+        check(vals is not None and vals["task_clock_ns"] >= spin_total,
+              f"GetUnitCounters() has the unit's totals: {vals}")
+        st = bus.stats()["counters"]
+        check(st["charges"] > 0 and st["events"] >= len(evs), f"GetStats() counts charges and events: {st}")
+        check_eq((st["read_errors"], st["cgroup_full"], st["process_full"]), (0, 0, 0), "nothing lost")
+    finally:
+        counters_sub.close()
+        default_sub.close()
+        spin.remove()
+        sleep.remove()
+    # A removed cgroup leaves the table once its last interval is out.
+    wait_for(lambda: bus.stats()["counters"]["cgroups_removed"] >= 2, "the removed cgroups taken out", timeout=30)
+    check(all(u not in (spin.name, sleep.name) for u, _ in unit_counters()), "and GetUnitCounters() no longer lists them")
+    d.stop()
+
+
+def test_top():
+    d.start()
+    spin = Unit("top")
+    p = spin.run(SPIN.format(secs=3.0))
+    try:
+        r = subprocess.run([bus.ctl, "top", "--iterations", "2", "--batch", "--delay", "0.5"],
+                           capture_output=True, text=True, timeout=60)
+        check_eq(r.returncode, 0, f"perfrelayctl top (stderr: {r.stderr.strip()})")
+        tables = r.stdout.strip().split("\n\n")
+        check_eq(len(tables), 2, f"two tables:\n{r.stdout}")
+        for t in tables:
+            lines = t.splitlines()
+            check(lines[0].split()[:2] == ["UNIT", "CPU%"], f"a header: {lines[0]}")
+            rows = {l.split()[0]: l.split()[1:] for l in lines[1:]}
+            check(spin.name in rows and float(rows[spin.name][0]) > 10,
+                  f"the spinning unit with a non-zero CPU rate:\n{t}")
+            check(all(float(v[0]) >= 0 for v in rows.values()), "rates")
+            cpu = [float(v[0]) for v in rows.values()]
+            check_eq(cpu, sorted(cpu, reverse=True), "sorted by CPU")
+        r = subprocess.run([bus.ctl, "top", "--iterations", "1", "--json", "--delay", "0.3", "--order", "context-switches"],
+                           capture_output=True, text=True, timeout=60)
+        check_eq(r.returncode, 0, f"perfrelayctl top --json (stderr: {r.stderr.strip()})")
+        rows = json.loads(r.stdout)
+        csw = [u["per_second"]["context_switches"] for u in rows]
+        check_eq(csw, sorted(csw, reverse=True), "--order=context-switches sorts by it")
+    finally:
+        p.kill()
+        p.wait()
+        spin.remove()
+    d.stop()
+
+
+def test_restart():
+    """The totals live in pinned maps, charged by a pinned program: a restart keeps them, a unit
+    that runs while no daemon does is still charged, and nothing is counted twice."""
+    d.start()
+    busy, idle = Unit("busy"), Unit("idle")
+    try:
+        cpu_ns(idle.run(SPIN.format(secs=0.2)))
+        cpu_ns(busy.run(SPIN.format(secs=0.3)))
+        wait_intervals(2)
+        idle_before, busy_before = totals_of(idle), totals_of(busy)
+        check(idle_before and busy_before, "both units have totals")
+        check_eq(d.stop(), 0, "the daemon stopped")
+        check(os.path.exists(os.path.join(d.pin_path, "perf-counters", "task-clock")), "the counter arrays stay pinned")
+        check(os.path.exists(os.path.join(d.pin_path, "links", "handle_switch")), "and the counters program")
+        down_cpu = cpu_ns(busy.run(SPIN.format(secs=0.5)))  # while no daemon runs
+        d.start()
+        idle_after, busy_after = totals_of(idle), totals_of(busy)
+        check_eq(idle_after, idle_before, "a unit that did not run has exactly the same totals after a restart")
+        grown = busy_after["task_clock_ns"] - busy_before["task_clock_ns"]
+        check(abs(grown - down_cpu) <= down_cpu * 0.10,
+              f"a unit that ran while no daemon did grew by its CPU time ({grown} vs {down_cpu} ns), once")
+        check(busy_after["context_switches"] >= busy_before["context_switches"], "every counter keeps growing")
+    finally:
+        busy.remove()
+        idle.remove()
+    d.stop()
+
+
+def test_off():
+    d_off.start()
+    st = bus.stats()["counters"]
+    check_eq(st["counters"], [], "Counters=none: no counters")
+    p = subprocess.run(["/bin/true"])
+    e = d_off.wait_event(lambda e: e["type"] == "exit" and e["comm"] == "true", "an exit")
+    check("counters" not in e, f"exit events without counters: {e}")
+    check(not os.path.exists(os.path.join(d_off.pin_path, "links", "handle_switch")), "no counters program pinned")
+    check_eq(unit_counters(), {}, "GetUnitCounters() lists nothing")
+    d_off.stop()
+
+
+try:
+    run_tests([test_spin_and_sleep, test_top, test_restart, test_off])
+finally:
+    for dm in (d, d_off):
+        dm.cleanup()
+    bus.close()
