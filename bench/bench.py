@@ -61,10 +61,13 @@ class Daemon:
         self.set_recorder(False)
         self.proc = None
 
-    def set_recorder(self, on):
+    def set_recorder(self, on, counters=False):
+        # Counters off but where a row measures them (docs/counters.md): the other rows keep
+        # measuring the live path alone.
         with open(self.config_path, "w") as f:
             f.write(f"[Daemon]\nPinPath={self.pin_root}\n[Ring]\nPagesPerCpu={self.pages}\n[Probes]\nProbes=none\n"
-                    f"[Socket]\nSocketPath={self.socket_path}\n[Recorder]\nRecorder={'yes' if on else 'no'}\n")
+                    f"[Socket]\nSocketPath={self.socket_path}\n[Recorder]\nRecorder={'yes' if on else 'no'}\n"
+                    f"[Counters]\nCounters={'default' if counters else 'none'}\n")
 
     def start(self):
         notify_path = os.path.join(self.dir, "notify.sock")
@@ -218,6 +221,34 @@ class Bench:
             raise BenchError(f"row {row}: a client did not account for every event")
 
     # ---- the parts of a run ----
+
+    def pingpong(self, repeat, duration, mode):
+        """The counters' cost: context switches per second of a ping-pong pair (mode: threads or
+        processes) on the producer CPU, beside a daemon with counters on and off, alternating
+        (off first each round). Returns the runs and the median of the per-round on/off ratios."""
+        exe = os.path.join(self.args.build, "bench", "pingpong")
+        cpu = int(self.args.producer_cpus.split(",")[0].split("-")[0])
+        runs, ratios = [], []
+        for _ in range(repeat):
+            rnd = {}
+            for on in (False, True):
+                self.daemon.set_recorder(False, counters=on)
+                self.daemon.start()
+                try:
+                    r = subprocess.run([exe, str(duration), str(cpu), mode], capture_output=True, text=True,
+                                       timeout=duration + 60)
+                finally:
+                    self.daemon.stop()
+                if r.returncode != 0:
+                    raise BenchError(f"{exe} failed ({r.returncode}): {r.stderr}")
+                res = json.loads(r.stdout)
+                rnd["on" if on else "off"] = res["switches_per_s"]
+            runs.append(rnd)
+            ratios.append(rnd["on"] / rnd["off"])
+            log(f"ping-pong ({mode}): {rnd['off'] / 1e3:.0f} k switches/s with counters off, {rnd['on'] / 1e3:.0f} k on "
+                f"({ratios[-1]:.3f}x)")
+        self.daemon.set_recorder(False)
+        return runs, round(statistics.median(ratios), 3)
 
     def max_rate_rows(self):
         """Every row as fast as the producer goes, in rounds. A round runs the baseline (a) first
@@ -504,6 +535,8 @@ def main():
                     help="runs of row x (perfrelay-export to a local nats-server) at the maximum rate, and as many "
                          "at half of it (default 2; 0 = none; needs row e)")
     ap.add_argument("--sweeps", default="a,a',c", help="rows to sweep for the zero-loss rate (default a,a',c)")
+    ap.add_argument("--pingpong-repeat", type=int, default=5,
+                    help="rounds of the counters' cost: a ping-pong pair with counters off, then on (default 5; 0 = none)")
     args = ap.parse_args()
     # What the user typed: bench/run adds --build itself.
     user_args = [a for i, a in enumerate(sys.argv[1:])
@@ -516,7 +549,16 @@ def main():
     started = time.monotonic()
     b = Bench(args)
     try:
-        max_rows, baselines = b.max_rate_rows()
+        counters = None
+        if args.pingpong_repeat > 0:
+            counters = {"description": "context switches/s of a ping-pong pair on one CPU, counters on vs off "
+                                       "(docs/counters.md)"}
+            for mode in ("threads", "processes"):
+                pp_runs, pp_ratio = b.pingpong(args.pingpong_repeat, args.duration, mode)
+                counters[mode] = {"switches_per_s_on_to_off": pp_ratio, "runs": pp_runs,
+                                  "ns_per_switch_added": round(
+                                      statistics.median(1e9 / r["on"] - 1e9 / r["off"] for r in pp_runs), 1)}
+        max_rows, baselines = b.max_rate_rows() if ROWS else ({}, [])
         summary = {name: summarize(res) for name, res in max_rows.items()}
 
         # Row x: as fast as the producer goes (the exporter's throughput), then at half that rate,
@@ -613,6 +655,9 @@ def main():
                     "cpu_ns_per_event_r": r_.get("cpu_ns_per_event"), "cpu_ns_per_event_e": e_.get("cpu_ns_per_event")}
         log(f"recorder: producer rate on/off {recorder['events_per_s_r_to_e']}x, daemon CPU per event "
             f"{recorder['cpu_ns_per_event_r']} ns on, {recorder['cpu_ns_per_event_e']} ns off")
+    if counters:
+        r = counters["threads"]["switches_per_s_on_to_off"]
+        targets["counters_pingpong_ratio"] = t("counters", r, ">= 0.9", r >= 0.9)
     c_cpu = configurations.get("c", {}).get("cpu_ns_per_event")
     targets["c_cpu_ns_per_event"] = t("c", c_cpu, "<= 250", c_cpu is not None and c_cpu <= 250)
     if "c" in half:
@@ -644,6 +689,7 @@ def main():
         "half_zero_loss": half,
         "export": export,
         "recorder": recorder,
+        "counters": counters,
         "targets": targets,
         "elapsed_s": round(time.monotonic() - started, 1),
         "command": " ".join(["bench/run"] + user_args),
@@ -654,7 +700,8 @@ def main():
     series = {name: sweeps.get(name, {}).get("points", []) + max_rows[name] for name in max_rows}
     for name, sw in sweeps.items():
         series.setdefault(name, sw["points"])
-    plot(args.out, series)
+    if series:
+        plot(args.out, series)
 
     print(f"{'row':4} {'events/s':>10} {'ratio':>6} {'deliv %':>7} {'lost %':>7} {'cpu ns/ev':>9} {'p50 us':>8} "
           f"{'p99 us':>8}  config")
@@ -674,6 +721,10 @@ def main():
               f"{export['cpu_ns_per_event_at_half_rate']:.0f} CPU ns/event at half that rate = "
               f"{export['ratio_to_e_client_cpu_per_event']}x "
               f"(e)'s binary client ({export['e_client_cpu_ns_per_event']:.0f})  {export['description']}")
+    for mode in ("threads", "processes") if counters else ():
+        c = counters[mode]
+        print(f"counters: ping-pong of two {mode}: {c['switches_per_s_on_to_off']}x the context switches/s with "
+              f"counters on vs off, {c['ns_per_switch_added']} ns added per switch")
     for k, v in targets.items():
         print(f"target {k}: {v['measured']} (want {v['target']}): {'met' if v['met'] else 'MISSED'}")
     print(f"{b.runs} runs in {result['elapsed_s']} s; results in {args.out}/results.json and throughput.png")

@@ -56,6 +56,10 @@ struct {
 struct counters_last {
 	struct perfrelay_counter_reading r[PERFRELAY_COUNTERS_MAX];
 	__u64 busy;
+	/* Whose the open slice is: the process and cgroup switched to at the last charge. */
+	__u64 owner_cgroup;
+	__u32 owner_tgid;
+	__u32 _pad;
 };
 
 struct {
@@ -226,12 +230,27 @@ static __always_inline void counters_take(__u32 tgid, __u32 tid, struct perfrela
 	bpf_map_delete_elem(&counters_procs, &tgid);
 }
 
-/* sched_switch fires before the switch, while prev is still current: its slice ends here. */
+/* sched_switch fires before the switch, while prev is still current: its slice ends here,
+ * unless the next task belongs to the same process and cgroup, whose slice then simply goes
+ * on (as the kernel's own cgroup perf events only switch when the cgroup changes): reading the
+ * counters costs far more than this test, and the charge at the next change of owner (or the
+ * tick, or the exit) gives the same totals to the same process and cgroup. */
 SEC("tp_btf/sched_switch")
-int BPF_PROG(handle_switch, bool preempt, struct task_struct *prev) {
+int BPF_PROG(handle_switch, bool preempt, struct task_struct *prev, struct task_struct *next) {
+	__u64 next_cgroup = next->cgroups->dfl_cgrp->kn->id; /* BTF loads, no helper calls */
 	int exiting = prev->flags & PERFRELAY_PF_EXITING;
+	__u32 next_tgid = next->tgid, key = 0;
+	struct counters_last *last;
 
+	last = bpf_map_lookup_elem(&counters_last, &key);
+	if (!last)
+		return 0;
+	if (next_tgid != 0 && prev->tgid == next_tgid && last->owner_tgid == next_tgid &&
+	    last->owner_cgroup == next_cgroup)
+		return 0;
 	counters_charge(prev->tgid, prev->pid, !exiting);
+	last->owner_tgid = next_tgid;
+	last->owner_cgroup = next_cgroup;
 	return 0;
 }
 
