@@ -20,12 +20,34 @@ struct perfrelay_counter_reading {
  * reaches 2^32 (four billion events per ns of counting: no real counter), so that the product
  * below fits without a 128-bit multiply, which BPF does not have. */
 static __inline __u64 perfrelay_counter_scale(__u64 count, __u64 enabled, __u64 running) {
-	__u64 q, rem, hi;
+	__u64 q, rem, hi = enabled >> 32;
+	unsigned shift = 0;
 
-	for (int i = 0; i < 32 && enabled > 0xffffffffULL; i++) {
-		enabled >>= 1;
-		running >>= 1;
+	/* Without a loop (Linux 6.1's verifier refuses some loops clang makes): shift both
+	 * times right by the bit length of enabled's upper half. */
+	if (hi >> 16) {
+		shift += 16;
+		hi >>= 16;
 	}
+	if (hi >> 8) {
+		shift += 8;
+		hi >>= 8;
+	}
+	if (hi >> 4) {
+		shift += 4;
+		hi >>= 4;
+	}
+	if (hi >> 2) {
+		shift += 2;
+		hi >>= 2;
+	}
+	if (hi >> 1) {
+		shift += 1;
+		hi >>= 1;
+	}
+	shift += (unsigned) hi;
+	enabled >>= shift;
+	running >>= shift;
 	if (running == 0)
 		running = 1;
 	q = count / running;

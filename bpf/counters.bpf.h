@@ -145,6 +145,7 @@ static __always_inline void counters_charge(__u32 tgid, __u32 tid, int charge_pr
 	asm volatile("" ::: "memory"); /* busy is set before the readings are touched */
 
 	delta.mask = cfg->mask;
+#pragma unroll
 	for (__u32 i = 0; i < PERFRELAY_COUNTERS_MAX; i++) {
 		struct bpf_perf_event_value v = {};
 		struct perfrelay_counter_reading cur;
@@ -192,6 +193,7 @@ static __always_inline void counters_charge(__u32 tgid, __u32 tid, int charge_pr
 	if (!cg)
 		st->cgroup_full++;
 
+#pragma unroll
 	for (__u32 i = 0; i < PERFRELAY_COUNTERS_MAX; i++) {
 		if (!(delta.mask & (1u << i)))
 			continue;
@@ -222,6 +224,7 @@ static __always_inline void counters_take(__u32 tgid, __u32 tid, struct perfrela
 	if (!cfg || !proc)
 		return;
 	ret->mask = cfg->mask;
+#pragma unroll
 	for (__u32 i = 0; i < PERFRELAY_COUNTERS_MAX; i++) {
 		ret->value[i] = proc->value[i];
 		if (proc->scaled_n[i])

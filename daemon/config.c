@@ -202,92 +202,77 @@ static int apply_path(ConfParseState *st, const ConfigKey *k, char **field) {
 	return 0;
 }
 
-typedef struct ProbesState {
+/* A list of names that are bits of a mask (Probes=, Counters=), or one of two words that
+ * stand alone: the whole set (or the default one) and none. */
+typedef struct NameList {
+	const char *what;     /* "probe", "counter" */
+	const char *known;    /* the names, for the error message */
+	const char *all_word; /* "all", "default" */
+	uint32_t all_mask;    /* what all_word means */
+	int (*from_string)(const char *s);
+} NameList;
+
+static const NameList probe_names = {
+	"probe", "exec exit fork open connect", "all", PROBES_ALL, probe_from_string,
+};
+static const NameList counter_names = {
+	"counter",
+	"task-clock context-switches page-faults cpu-migrations cycles instructions cache-misses "
+	"branch-misses",
+	"default",
+	COUNTERS_DEFAULT,
+	counter_from_string,
+};
+
+typedef struct NamesState {
+	const NameList *list;
 	uint32_t mask;
 	unsigned n_words;
-	bool special; /* "all" or "none" was seen */
-} ProbesState;
+	bool special; /* all_word or "none" was seen */
+} NamesState;
 
-static int probes_word(ConfParseState *st, const char *word, void *userdata) {
-	ProbesState *ps = userdata;
+static int names_word(ConfParseState *st, const char *word, void *userdata) {
+	NamesState *ns = userdata;
+	const NameList *l = ns->list;
 	_cleanup_free_ char *esc = NULL;
 	int p;
 
-	ps->n_words++;
-	if (streq(word, "all") || streq(word, "none")) {
-		ps->special = true;
-		ps->mask = streq(word, "all") ? PROBES_ALL : 0;
+	ns->n_words++;
+	if (streq(word, l->all_word) || streq(word, "none")) {
+		ns->special = true;
+		ns->mask = streq(word, "none") ? 0 : l->all_mask;
 	} else {
-		p = probe_from_string(word);
+		p = l->from_string(word);
 		if (p < 0) {
 			esc = conf_escape(word, CONF_ERROR_VALUE_MAX);
 			if (!esc)
 				return -ENOMEM;
 			return conf_line_error(
 				st,
-				"unknown probe \"%s\" (known: exec exit fork open connect, "
-				"or all or none)",
-				esc);
+				"unknown %s \"%s\" (known: %s, or %s or none)",
+				l->what,
+				esc,
+				l->known,
+				l->all_word);
 		}
-		ps->mask |= 1u << p;
+		ns->mask |= 1u << p;
 	}
-	if (ps->special && ps->n_words > 1)
-		return conf_line_error(st, "\"all\" and \"none\" cannot be combined with other probe names");
+	if (ns->special && ns->n_words > 1)
+		return conf_line_error(
+			st, "\"%s\" and \"none\" cannot be combined with other %s names", l->all_word, l->what);
 	return 0;
 }
 
-static int apply_probes(ConfParseState *st, uint32_t *field) {
-	ProbesState ps = {};
+static int apply_names(ConfParseState *st, const NameList *list, uint32_t *field) {
+	NamesState ns = { .list = list };
 	int r;
 
-	r = conf_for_each_word(st, true, probes_word, &ps);
+	r = conf_for_each_word(st, true, names_word, &ns);
 	if (r < 0)
 		return r;
-	if (ps.n_words == 0)
-		return conf_line_error(st, "no probe names (use \"none\" to disable all probes)");
-	*field = ps.mask;
-	return 0;
-}
-
-static int counters_word(ConfParseState *st, const char *word, void *userdata) {
-	ProbesState *ps = userdata;
-	_cleanup_free_ char *esc = NULL;
-	int id;
-
-	ps->n_words++;
-	if (streq(word, "none") || streq(word, "default")) {
-		ps->special = true;
-		ps->mask = streq(word, "none") ? 0 : COUNTERS_DEFAULT;
-	} else {
-		id = counter_from_string(word);
-		if (id < 0) {
-			esc = conf_escape(word, CONF_ERROR_VALUE_MAX);
-			if (!esc)
-				return -ENOMEM;
-			return conf_line_error(
-				st,
-				"unknown counter \"%s\" (known: task-clock context-switches page-faults "
-				"cpu-migrations cycles instructions cache-misses branch-misses, or default "
-				"or none)",
-				esc);
-		}
-		ps->mask |= 1u << id;
-	}
-	if (ps->special && ps->n_words > 1)
-		return conf_line_error(st, "\"default\" and \"none\" cannot be combined with counter names");
-	return 0;
-}
-
-static int apply_counters(ConfParseState *st, uint32_t *field) {
-	ProbesState ps = {};
-	int r;
-
-	r = conf_for_each_word(st, true, counters_word, &ps);
-	if (r < 0)
-		return r;
-	if (ps.n_words == 0)
-		return conf_line_error(st, "no counter names (use \"none\" to turn counters off)");
-	*field = ps.mask;
+	if (ns.n_words == 0)
+		return conf_line_error(st, "no %s names (use \"none\" for none)", list->what);
+	*field = ns.mask;
 	return 0;
 }
 
@@ -489,9 +474,9 @@ static int apply_key(ConfParseState *st, Config *c, const ConfigKey *k) {
 	case VALUE_PATH:
 		return apply_path(st, k, field);
 	case VALUE_PROBES:
-		return apply_probes(st, field);
+		return apply_names(st, &probe_names, field);
 	case VALUE_COUNTERS:
-		return apply_counters(st, field);
+		return apply_names(st, &counter_names, field);
 	case VALUE_CPU_GROUPS:
 		return apply_cpu_groups(st, c);
 	case VALUE_ALLOW_GROUPS:

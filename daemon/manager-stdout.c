@@ -20,6 +20,12 @@ static void manager_drop_stdout(Manager *m, int error) {
 	m->stdout_source = sd_event_source_disable_unref(m->stdout_source);
 }
 
+/* Every event but the units' counters, which go only to clients that ask for them by type
+ * (docs/counters.md), as with a subscription of everything. */
+static bool stdout_match(const void *filter, const DecodedEvent *ev, const char *unit) {
+	return ev->hdr.type != PERFRELAY_TYPE_COUNTERS;
+}
+
 /* The --stdout client's consumer (HubClientOptions.flush). */
 static void manager_flush_stdout(HubClient *c, void *userdata) {
 	Manager *m = userdata;
@@ -48,6 +54,7 @@ int manager_setup_stdout(Manager *m) {
 		.format = HUB_FORMAT_JSON,
 		.overflow = HUB_OVERFLOW_DROP,
 		.queue_bytes = m->config->client_queue_bytes,
+		.match = stdout_match,
 		.userdata = m,
 		.flush = manager_flush_stdout,
 	};

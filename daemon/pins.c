@@ -193,11 +193,29 @@ static int unlink_pin(const char *dir, const char *name, unsigned *removed) {
 	return 0;
 }
 
+/* Unlinks every pin in pin_path/sub and the directory itself. */
+static int unlink_dir_pins(const char *pin_path, const char *sub, unsigned *removed) {
+	char dir[PATH_MAX];
+	struct dirent *de;
+	DIR *d;
+	int r = 0;
+
+	snprintf(dir, sizeof(dir), "%s/%s", pin_path, sub);
+	d = opendir(dir);
+	if (!d)
+		return 0;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.')
+			r = unlink_pin(dir, de->d_name, removed) ?: r;
+	closedir(d);
+	if (rmdir(dir) < 0 && errno != ENOENT)
+		r = log_error_errno(-errno, "Failed to remove %s: %m", dir);
+	return r;
+}
+
 int pins_cleanup(const char *pin_path) {
-	char links[PATH_MAX];
 	unsigned removed = 0;
 	_cleanup_close_ int lock = -EBADF;
-	DIR *d;
 	int r = 0;
 
 	lock = pins_lock(pin_path);
@@ -216,32 +234,10 @@ int pins_cleanup(const char *pin_path) {
 	if (r < 0)
 		return r;
 
-	snprintf(links, sizeof(links), "%s/links", pin_path);
-	d = opendir(links);
-	if (d) {
-		struct dirent *de;
-
-		/* Every pin under links/ is a probe link perfrelay made: that directory is ours. */
-		while ((de = readdir(d)))
-			if (de->d_name[0] != '.')
-				r = unlink_pin(links, de->d_name, &removed) ?: r;
-		closedir(d);
-		if (rmdir(links) < 0 && errno != ENOENT)
-			r = log_error_errno(-errno, "Failed to remove %s: %m", links);
-	}
-	/* Every pin under perf-counters/ is a counter array perfrelay made. */
-	snprintf(links, sizeof(links), "%s/perf-counters", pin_path);
-	d = opendir(links);
-	if (d) {
-		struct dirent *de;
-
-		while ((de = readdir(d)))
-			if (de->d_name[0] != '.')
-				r = unlink_pin(links, de->d_name, &removed) ?: r;
-		closedir(d);
-		if (rmdir(links) < 0 && errno != ENOENT)
-			r = log_error_errno(-errno, "Failed to remove %s: %m", links);
-	}
+	/* Every pin under links/ is a probe link perfrelay made, every pin under perf-counters/
+	 * a counter array: those directories are ours. */
+	r = unlink_dir_pins(pin_path, "links", &removed) ?: r;
+	r = unlink_dir_pins(pin_path, "perf-counters", &removed) ?: r;
 	for (size_t i = 0; i < ELEMENTSOF(owned_maps); i++)
 		r = unlink_pin(pin_path, owned_maps[i], &removed) ?: r;
 	if (rmdir(pin_path) < 0 && errno != ENOENT) {

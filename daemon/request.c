@@ -256,7 +256,7 @@ static int parse_types(Subscription *s, json_object *v, RequestError *e) {
 						e,
 						PROTOCOL_BAD_REQUEST,
 						"subscribe.types[%zu]: \"%.*s\" is neither a built-in type (exec, "
-						"exit, fork, open, connect, bench) nor a third-party type name (a C "
+						"exit, fork, open, connect, bench, counters) nor a third-party type name (a C "
 						"identifier of at most %u characters), nor a numeric type id",
 						i,
 						QUOTE_MAX,

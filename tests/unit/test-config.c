@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "perfcount.h"
 #include "macro.h"
 
 #ifndef SRCDIR
@@ -66,7 +67,10 @@ static bool config_equal(const Config *a, const Config *b) {
 		(a->n_allow_groups == 0 ||
 		 memcmp(a->allow_groups, b->allow_groups, a->n_allow_groups * sizeof(gid_t)) == 0) &&
 		a->bus_events_per_second == b->bus_events_per_second && a->recorder == b->recorder &&
-		a->recorder_pages_per_cpu == b->recorder_pages_per_cpu;
+		a->recorder_pages_per_cpu == b->recorder_pages_per_cpu && a->counters == b->counters &&
+		a->counters_interval_ms == b->counters_interval_ms &&
+		a->counters_max_processes == b->counters_max_processes &&
+		a->counters_max_cgroups == b->counters_max_cgroups;
 }
 
 static int parse(Config *c, const char *text, char **error) {
@@ -434,6 +438,46 @@ static void test_probes(void) {
 	expect_error("[Probes]\nProbes=exec none\n", "test.conf:2: Probes=exec none: ", "cannot be combined");
 	expect_error("[Probes]\nProbes=all,none\n", "test.conf:2: Probes=all,none: ", "cannot be combined");
 	expect_error("[Probes]\nProbes=,\n", "test.conf:2: Probes=,: no probe names");
+}
+
+static void test_counters(void) {
+	static const struct {
+		const char *value;
+		uint32_t mask;
+	} good[] = {
+		{ "none", 0 },
+		{ "default", COUNTERS_DEFAULT },
+		{ "task-clock", 1u << PERFRELAY_COUNTER_TASK_CLOCK },
+		{ "cycles,instructions",
+		  (1u << PERFRELAY_COUNTER_CYCLES) | (1u << PERFRELAY_COUNTER_INSTRUCTIONS) },
+		{ "task-clock context-switches page-faults cpu-migrations", COUNTERS_SOFTWARE },
+		{ "task-clock context-switches page-faults cpu-migrations cycles instructions cache-misses "
+		  "branch-misses",
+		  COUNTERS_ALL },
+	};
+	char text[256];
+	Config *c;
+
+	for (size_t i = 0; i < ELEMENTSOF(good); i++) {
+		snprintf(text, sizeof(text), "[Counters]\nCounters=%s\n", good[i].value);
+		_cleanup_(config_freep) Config *k = parse_ok(text);
+		CHECK(k && k->counters == good[i].mask, "%s", good[i].value);
+	}
+	c = parse_ok("[Counters]\nCountersIntervalMs=250\nCountersMaxProcesses=100\nCountersMaxCgroups=64\n");
+	ASSERT(c && c->counters_interval_ms == 250 && c->counters_max_processes == 100 &&
+	       c->counters_max_cgroups == 64 && c->counters == COUNTERS_DEFAULT);
+	config_free(c);
+	expect_error(
+		"[Counters]\nCounters=task-clock bogus\n",
+		"test.conf:2: Counters=task-clock bogus: unknown counter \"bogus\"");
+	expect_error("[Counters]\nCounters=task_clock\n", "test.conf:2: Counters=task_clock: unknown counter");
+	expect_error(
+		"[Counters]\nCounters=none cycles\n",
+		"test.conf:2: Counters=none cycles: ",
+		"cannot be combined");
+	expect_error("[Counters]\nCounters=,\n", "test.conf:2: Counters=,: no counter names");
+	expect_error("[Counters]\nCountersIntervalMs=99\n", "test.conf:2: CountersIntervalMs=99: ");
+	expect_error("[Counters]\nCountersMaxCgroups=0\n", "test.conf:2: CountersMaxCgroups=0: ");
 }
 
 static void test_cpu_groups(void) {
@@ -915,7 +959,7 @@ static void test_shipped_config(void) {
 	}
 	*o = 0;
 
-	ASSERT(keys == 20); /* every key of config.h is listed */
+	ASSERT(keys == 24); /* every key of config.h is listed */
 	CHECK(config_parse_text(u, uncommented, strlen(uncommented), "uncommented", &error) == 0,
 	      "%s",
 	      error ?: "");
@@ -959,6 +1003,7 @@ int main(void) {
 	test_sizes();
 	test_paths();
 	test_probes();
+	test_counters();
 	test_cpu_groups();
 	test_allow_groups();
 	test_syntax();
