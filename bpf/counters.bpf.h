@@ -60,6 +60,7 @@ struct counters_last {
 	__u64 owner_cgroup;
 	__u32 owner_tgid;
 	__u32 _pad;
+	struct perfrelay_counter_values delta; /* the charge under way's deltas (see below) */
 };
 
 struct {
@@ -124,14 +125,18 @@ static __always_inline long counter_read(__u32 i, struct bpf_perf_event_value *v
 /* Charges what the counters counted on this CPU since the last charge to the running task:
  * its process (unless it is exiting: its totals were taken by then) and its cgroup. Callers
  * run with preemption off (tracepoints), so the per-CPU state is theirs. `tid` 0 is the idle
- * task, whose slices belong to nobody. */
+ * task, whose slices belong to nobody.
+ * The deltas live in the per-CPU state, not on the stack: the verifier then sees the same
+ * registers after each counter whether it was configured or not, and prunes; with them on the
+ * stack every combination of the eight would be a state of its own (a program too slow to
+ * load on an emulated CPU). */
 static __always_inline void counters_charge(__u32 tgid, __u32 tid, int charge_process) {
-	struct perfrelay_counter_values delta = {}, zero = {}, *cg;
+	struct perfrelay_counter_values zero = {}, *cg;
 	struct perfrelay_counters_config *cfg;
 	struct perfrelay_counters_stats *st;
 	struct counters_proc *proc = NULL;
 	struct counters_last *last;
-	__u32 key = 0;
+	__u32 key = 0, mask;
 	__u64 cgid;
 
 	cfg = bpf_map_lookup_elem(&counters_config, &key);
@@ -144,14 +149,17 @@ static __always_inline void counters_charge(__u32 tgid, __u32 tid, int charge_pr
 	last->busy = 1;
 	asm volatile("" ::: "memory"); /* busy is set before the readings are touched */
 
-	delta.mask = cfg->mask;
+	mask = cfg->mask;
+	last->delta.mask = mask;
+	last->delta.scaled = 0;
 #pragma unroll
 	for (__u32 i = 0; i < PERFRELAY_COUNTERS_MAX; i++) {
 		struct bpf_perf_event_value v = {};
 		struct perfrelay_counter_reading cur;
 		int scaled;
 
-		if (!(cfg->mask & (1u << i)))
+		last->delta.value[i] = 0;
+		if (!(mask & (1u << i)))
 			continue;
 		if (counter_read(i, &v) < 0) {
 			st->read_errors++;
@@ -160,17 +168,15 @@ static __always_inline void counters_charge(__u32 tgid, __u32 tid, int charge_pr
 		cur.counter = v.counter;
 		cur.enabled = v.enabled;
 		cur.running = v.running;
-		delta.value[i] = perfrelay_counter_delta(&last->r[i], &cur, &scaled);
+		last->delta.value[i] = perfrelay_counter_delta(&last->r[i], &cur, &scaled);
 		last->r[i] = cur;
 		if (scaled) {
-			delta.scaled |= 1u << i;
+			last->delta.scaled |= 1u << i;
 			st->scaled++;
 		}
 	}
-	asm volatile("" ::: "memory");
-	last->busy = 0;
 	if (tid == 0)
-		return;
+		goto done;
 	st->charges++;
 
 	if (charge_process) {
@@ -193,31 +199,34 @@ static __always_inline void counters_charge(__u32 tgid, __u32 tid, int charge_pr
 	if (!cg)
 		st->cgroup_full++;
 
+	if (proc) {
 #pragma unroll
-	for (__u32 i = 0; i < PERFRELAY_COUNTERS_MAX; i++) {
-		if (!(delta.mask & (1u << i)))
-			continue;
-		if (proc) {
-			__sync_fetch_and_add(&proc->value[i], delta.value[i]);
-			if (delta.scaled & (1u << i))
+		for (__u32 i = 0; i < PERFRELAY_COUNTERS_MAX; i++) {
+			__sync_fetch_and_add(&proc->value[i], last->delta.value[i]);
+			if (last->delta.scaled & (1u << i))
 				__sync_fetch_and_add(&proc->scaled_n[i], 1);
 		}
-		if (cg)
-			cg->value[i] += delta.value[i];
 	}
 	if (cg) {
-		cg->mask |= delta.mask;
-		cg->scaled |= delta.scaled;
+#pragma unroll
+		for (__u32 i = 0; i < PERFRELAY_COUNTERS_MAX; i++)
+			cg->value[i] += last->delta.value[i];
+		cg->mask |= mask;
+		cg->scaled |= last->delta.scaled;
 	}
+done:
+	asm volatile("" ::: "memory");
+	last->busy = 0;
 }
 
 /* At the last thread's exit: charges the running slice, then takes the process's totals out of
- * the table into *ret (mask 0 when counters are off or nothing was charged). */
+ * the table into *ret (map memory; mask 0 when counters are off or nothing was charged). */
 static __always_inline void counters_take(__u32 tgid, __u32 tid, struct perfrelay_counter_values *ret) {
 	struct perfrelay_counters_config *cfg;
 	struct counters_proc *proc;
 	__u32 key = 0;
 
+	ret->mask = ret->scaled = 0;
 	counters_charge(tgid, tid, 1);
 	cfg = bpf_map_lookup_elem(&counters_config, &key);
 	proc = bpf_map_lookup_elem(&counters_procs, &tgid);

@@ -208,7 +208,6 @@ SEC("tp/sched/sched_process_exit")
 int handle_exit(void *ctx) {
 	struct task_struct *task = (struct task_struct *) bpf_get_current_task();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct perfrelay_counter_values counters = {};
 	struct task_struct *leader;
 	struct perfrelay_exit *e;
 	unsigned int sig_flags;
@@ -217,12 +216,12 @@ int handle_exit(void *ctx) {
 	if (BPF_CORE_READ(task, signal, live.counter) != 0)
 		return 0;
 
-	/* Taken even while idle: the process's entry must leave the table with it. */
-	counters_take(pid_tgid >> 32, (__u32) pid_tgid, &counters);
-	if (perfrelay_idle(PERFRELAY_PRODUCER_EXIT))
-		return 0;
 	e = scratch_get(SCRATCH_EXIT);
 	if (!e)
+		return 0;
+	/* Taken even while idle: the process's entry must leave the table with it. */
+	counters_take(pid_tgid >> 32, (__u32) pid_tgid, &e->counters);
+	if (perfrelay_idle(PERFRELAY_PRODUCER_EXIT))
 		return 0;
 
 	/* What wait() reports for the process: the group's code after exit_group() or a fatal
@@ -245,7 +244,6 @@ int handle_exit(void *ctx) {
 	 * leader. */
 	e->runtime_ns = bpf_ktime_get_ns() - BPF_CORE_READ(leader, start_time);
 	BPF_CORE_READ_STR_INTO(&e->comm, leader, comm);
-	e->counters = counters;
 
 	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_EXIT, PERFRELAY_PRODUCER_EXIT);
 	return 0;

@@ -90,7 +90,8 @@ typedef struct HubSlot {
 } HubSlot;
 
 struct Hub {
-	unsigned n_readers;
+	unsigned n_readers; /* slots, those of the main thread included */
+	unsigned n_small;   /* the last n_small slots get HUB_SMALL_QUEUE, outside the budget */
 	HubSlot *slots;
 	int notify_fd;
 	atomic_int sleeping; /* main thread sets it before sleeping; readers clear it and signal */

@@ -45,6 +45,13 @@ int hub_new(unsigned n_readers, Hub **ret) {
 	return 0;
 }
 
+int hub_set_small_slots(Hub *h, unsigned n) {
+	if (n >= h->n_readers || h->n_clients > 0)
+		return -EINVAL;
+	h->n_small = n;
+	return 0;
+}
+
 Hub *hub_free(Hub *h) {
 	if (!h)
 		return NULL;
@@ -70,7 +77,7 @@ int hub_client_new(Hub *h, int fd, const HubClientOptions *o, HubClient **ret) {
 
 	/* The largest power of two that keeps the client within its budget, but at least room
 	 * for one event of the largest size. */
-	while (per_queue * 2 * h->n_readers <= o->queue_bytes)
+	while (per_queue * 2 * (h->n_readers - h->n_small) <= o->queue_bytes)
 		per_queue *= 2;
 	if (per_queue < 2 * ENCODE_JSON_MAX)
 		per_queue = 256 * 1024;
@@ -97,10 +104,12 @@ int hub_client_new(Hub *h, int fd, const HubClientOptions *o, HubClient **ret) {
 			return -ENOMEM;
 	}
 	for (unsigned i = 0; i < h->n_readers; i++) {
-		c->q[i].buf = malloc(per_queue);
+		uint64_t size = i >= h->n_readers - h->n_small ? HUB_SMALL_QUEUE : per_queue;
+
+		c->q[i].buf = malloc(size);
 		if (!c->q[i].buf)
 			return -ENOMEM;
-		c->q[i].mask = per_queue - 1;
+		c->q[i].mask = size - 1;
 		if (o->format == HUB_FORMAT_BINARY) {
 			c->q[i].schema_sent = calloc(SCHEMA_BITMAP_WORDS, sizeof(uint64_t));
 			if (!c->q[i].schema_sent)

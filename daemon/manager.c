@@ -535,6 +535,8 @@ int manager_start(Manager *m) {
 	/* One slot per reader, and one more for the main thread's "counters" events. */
 	m->counters_slot = n_groups;
 	r = hub_new(n_groups + (c->counters != 0), &m->hub);
+	if (r >= 0 && c->counters != 0)
+		r = hub_set_small_slots(m->hub, 1);
 	if (r < 0)
 		return log_error_errno(r, "Failed to set up the hub: %m");
 	r = sd_event_add_io(m->event, &m->notify_source, hub_notify_fd(m->hub), EPOLLIN, on_hub_notify, m);
