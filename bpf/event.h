@@ -26,6 +26,7 @@
 #define PERFRELAY_PRODUCER_FORK            3u
 #define PERFRELAY_PRODUCER_OPEN            4u
 #define PERFRELAY_PRODUCER_CONNECT         5u
+#define PERFRELAY_PRODUCER_CAPTURE         6u /* packet captures (docs/capture.md) */
 #define PERFRELAY_PRODUCER_BENCH           16u
 #define PERFRELAY_PRODUCER_COUNTERS        17u  /* perfrelayd itself: "counters" events */
 #define PERFRELAY_PRODUCER_THIRD_PARTY_MIN 256u /* ids below are reserved for perfrelay */
@@ -36,6 +37,9 @@
 #define PERFRELAY_TYPE_FORK            3u
 #define PERFRELAY_TYPE_OPEN            4u
 #define PERFRELAY_TYPE_CONNECT         5u
+/* A packet sample (docs/capture.md): the fixed part, then the packet's first bytes appended by
+ * the kernel. Only to subscribers that ask for it by type. */
+#define PERFRELAY_TYPE_PACKET          6u
 #define PERFRELAY_TYPE_BENCH           16u
 /* Made only by perfrelayd (docs/counters.md): one per systemd unit (cgroup) and interval, with
  * the perf counters its tasks used. Below 64 so subscriptions select it by bit like the others;
@@ -209,6 +213,30 @@ struct perfrelay_counters_stats {
 	__u64 reaped;       /* process totals dropped at exit while the exit probe was off */
 };
 
+/* Packet captures (docs/capture.md): CaptureBytes= is at most this, so that a record (fixed part
+ * and bytes) stays below the perf sample's u16 size and its JSON below ENCODE_JSON_MAX. */
+#define PERFRELAY_CAPTURE_BYTES_MAX 65000u
+#define PERFRELAY_PACKET_INGRESS    0u
+#define PERFRELAY_PACKET_EGRESS     1u
+
+/* PERFRELAY_TYPE_PACKET. hdr.size is the size of this fixed part; the packet's first cap_len
+ * bytes follow it in the raw sample, appended by the kernel from the skb (bpf_perf_event_output()
+ * with the length in the BPF_F_CTXLEN_MASK bits of the flags), so that they never pass through
+ * the BPF stack. A valid record has raw size = hdr.size + cap_len (+ the kernel's padding, < 8),
+ * cap_len <= orig_len and cap_len <= PERFRELAY_CAPTURE_BYTES_MAX. cgroup_skb programs see
+ * packets from the network header on: the bytes start with the IPv4 or IPv6 header. */
+struct perfrelay_packet {
+	struct perfrelay_hdr hdr;
+	__u64 cgroup_id;  /* the socket's cgroup: the unit's, or one below it */
+	__u32 capture_id; /* the capture that took it (D-Bus StartCapture()) */
+	__u32 ifindex;    /* the device the packet came in on or goes out of (0: not known yet) */
+	__u32 orig_len;   /* the packet's length (skb->len) */
+	__u32 cap_len;    /* bytes that follow: min(orig_len, the capture's bytes) */
+	__u16 protocol;   /* ETH_P_IP (0x0800) or ETH_P_IPV6 (0x86dd), host byte order */
+	__u8 direction;   /* PERFRELAY_PACKET_INGRESS or _EGRESS */
+	__u8 _pad[5];
+};
+
 /* The benchmark producer: a sequence number and a payload of configurable size. */
 struct perfrelay_bench {
 	struct perfrelay_hdr hdr;
@@ -231,5 +259,9 @@ _Static_assert(sizeof(struct perfrelay_fork) == 32 + 16 + 16, "perfrelay_fork AB
 _Static_assert(sizeof(struct perfrelay_open) == 32 + 16 + 16 + 256, "perfrelay_open ABI");
 _Static_assert(sizeof(struct perfrelay_connect) == 32 + 16 + 16 + 16, "perfrelay_connect ABI");
 _Static_assert(sizeof(struct perfrelay_bench) == 40, "perfrelay_bench ABI");
+_Static_assert(sizeof(struct perfrelay_packet) == 32 + 8 + 16 + 8, "perfrelay_packet ABI");
+_Static_assert(
+	sizeof(struct perfrelay_packet) + PERFRELAY_CAPTURE_BYTES_MAX + 8 <= PERFRELAY_RECORD_MAX,
+	"a packet record fits a perf sample");
 
 #endif

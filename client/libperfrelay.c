@@ -519,6 +519,17 @@ int perfrelay_next_json(perfrelay_client *c, const char **line, size_t *len, int
 	return 1;
 }
 
+/* A packet record's bytes after its fixed part (cap_len), when the frame holds them; else 0. */
+static uint32_t packet_bytes(const struct perfrelay_hdr *h, const char *rec, uint32_t length) {
+	struct perfrelay_packet p;
+
+	if (h->type != PERFRELAY_TYPE_PACKET || h->size != sizeof(p) || length < sizeof(p))
+		return 0;
+	memcpy(&p, rec, sizeof(p));
+	return length - sizeof(p) == p.cap_len ? p.cap_len : 0;
+}
+
+
 static int next_frame(
 	perfrelay_client *c,
 	const struct perfrelay_hdr **hdr,
@@ -561,7 +572,7 @@ static int next_frame(
 
 	rec = c->buf + c->start + 4;
 	memcpy(&h, rec, sizeof(h));
-	if (h.magic != PERFRELAY_MAGIC || h.size != length)
+	if (h.magic != PERFRELAY_MAGIC || h.size != length - packet_bytes(&h, rec, length))
 		return fail(c, -EBADMSG);
 	c->start += 4 + (size_t) length;
 	c->scanned = c->start;

@@ -115,12 +115,12 @@ int perfrelay_next_json(perfrelay_client *c, const char **line, size_t *len, int
  * *payload at the bytes after it, *payload_size is hdr->size - sizeof(*hdr). The memory is the
  * client's and valid until the next call on c. A record of type PERFRELAY_TYPE_LOST reports
  * dropped events; its payload is a uint64_t count. Frames are validated: the length must
- * cover at least the header, at most PERFRELAY_RECORD_MAX bytes, equal hdr->size, and the
- * magic must be PERFRELAY_MAGIC; otherwise -EBADMSG. Records of types this library does not
- * know are returned as they are: check hdr->type and hdr->version before casting.
- * timeout_ms and the other results are as for perfrelay_next_json() (-EINVAL for a JSON-format
- * client), except that the daemon sends no goodbye or error in binary format: the end of the
- * stream, for whatever reason, is -ECONNRESET. */
+ * cover at least the header, at most PERFRELAY_RECORD_MAX bytes, equal hdr->size (for a
+ * PERFRELAY_TYPE_PACKET record: hdr->size + cap_len, the packet's bytes being part of the
+ * payload), and the magic must be PERFRELAY_MAGIC; otherwise -EBADMSG. Records of types this library does
+ * not know are returned as they are: check hdr->type and hdr->version before casting. timeout_ms and the
+ * other results are as for perfrelay_next_json() (-EINVAL for a JSON-format client), except that the daemon
+ * sends no goodbye or error in binary format: the end of the stream, for whatever reason, is -ECONNRESET. */
 int perfrelay_next_record(
 	perfrelay_client *c,
 	const struct perfrelay_hdr **hdr,

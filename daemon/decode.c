@@ -76,6 +76,7 @@ static const char *const decode_error_table[_DECODE_ERROR_MAX] = {
 	[DECODE_BAD_STRING] = "bad-string",
 	[DECODE_BAD_PRODUCER] = "bad-producer",
 	[DECODE_RESERVED_TYPE] = "reserved-type",
+	[DECODE_BAD_LENGTH] = "bad-length",
 };
 
 const char *decode_error_to_string(DecodeError e) {
@@ -88,7 +89,7 @@ static const char *const event_type_table[] = {
 	[PERFRELAY_TYPE_EXEC] = "exec",         [PERFRELAY_TYPE_EXIT] = "exit",
 	[PERFRELAY_TYPE_FORK] = "fork",         [PERFRELAY_TYPE_OPEN] = "open",
 	[PERFRELAY_TYPE_CONNECT] = "connect",   [PERFRELAY_TYPE_BENCH] = "bench",
-	[PERFRELAY_TYPE_COUNTERS] = "counters",
+	[PERFRELAY_TYPE_COUNTERS] = "counters", [PERFRELAY_TYPE_PACKET] = "packet",
 };
 
 const char *event_type_to_string(uint16_t type) {
@@ -163,6 +164,7 @@ static void fill_fields(const uint8_t *rec, uint16_t type, bool known, DecodedEv
 	ev->pid = ev->uid = 0;
 	ev->comm = NULL;
 	ev->cgroup_id = 0;
+	ev->capture_id = 0;
 	if (!known)
 		return;
 	switch (type) {
@@ -186,13 +188,37 @@ static void fill_fields(const uint8_t *rec, uint16_t type, bool known, DecodedEv
 	case PERFRELAY_TYPE_COUNTERS:
 		ev->cgroup_id = READ_FIELD(rec, struct perfrelay_unit_counters, cgroup_id);
 		break;
+	case PERFRELAY_TYPE_PACKET:
+		ev->cgroup_id = READ_FIELD(rec, struct perfrelay_packet, cgroup_id);
+		ev->capture_id = READ_FIELD(rec, struct perfrelay_packet, capture_id);
+		break;
 	}
+}
+
+/* A packet: its fixed part exactly, and cap_len bytes after it, no more than the packet had and
+ * than a capture may take. Sets *ret_tail to cap_len. */
+static DecodeError check_packet(const uint8_t *rec, uint16_t size, size_t raw_size, uint32_t *ret_tail) {
+	uint32_t cap_len, orig_len;
+
+	if (size != sizeof(struct perfrelay_packet))
+		return DECODE_BAD_SIZE;
+	cap_len = READ_FIELD(rec, struct perfrelay_packet, cap_len);
+	orig_len = READ_FIELD(rec, struct perfrelay_packet, orig_len);
+	if (cap_len > PERFRELAY_CAPTURE_BYTES_MAX || cap_len > orig_len)
+		return DECODE_BAD_LENGTH;
+	if (raw_size - size < cap_len)
+		return DECODE_BAD_LENGTH; /* the bytes it says follow are not there */
+	if (READ_FIELD(rec, struct perfrelay_packet, direction) > PERFRELAY_PACKET_EGRESS)
+		return DECODE_BAD_LENGTH;
+	*ret_tail = cap_len;
+	return DECODE_OK;
 }
 
 DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret) {
 	const uint8_t *rec = raw;
 	struct perfrelay_hdr hdr;
 	DecodeError e = DECODE_OK;
+	uint32_t tail = 0;
 	bool known = true;
 
 	if (raw_size < sizeof(hdr))
@@ -216,9 +242,16 @@ DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret) {
 		return DECODE_BAD_SIZE;
 	if (hdr.size > raw_size)
 		return DECODE_TRUNCATED;
+	/* A packet's bytes follow its fixed part, appended by the kernel: they count as the
+	 * record's from here on (cap_len says how many; checked against the raw size first). */
+	if (hdr.type == PERFRELAY_TYPE_PACKET) {
+		e = check_packet(rec, hdr.size, raw_size, &tail);
+		if (e != DECODE_OK)
+			return e;
+	}
 	/* The kernel pads raw samples so that the u32 size plus the data is a multiple of 8;
 	 * anything beyond that is not padding but a producer writing a size it did not mean. */
-	if (raw_size - hdr.size >= 8)
+	if (raw_size - hdr.size - tail >= 8)
 		return DECODE_BAD_SIZE;
 
 	switch (hdr.type) {
@@ -249,6 +282,8 @@ DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret) {
 			return DECODE_BAD_SIZE;
 		e = check_connect(rec);
 		break;
+	case PERFRELAY_TYPE_PACKET:
+		break; /* check_packet() above */
 	case PERFRELAY_TYPE_BENCH:
 		/* The benchmark varies the record size to measure its cost; the bytes past
 		 * struct perfrelay_bench are opaque filler. */
@@ -270,6 +305,7 @@ DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret) {
 	 * function's time in the benchmark). */
 	ret->hdr = hdr;
 	ret->record = rec;
+	ret->record_size = hdr.size + tail;
 	ret->payload = rec + sizeof(hdr);
 	ret->payload_size = hdr.size - sizeof(hdr);
 	ret->known = known;
@@ -285,6 +321,7 @@ void decode_daemon_record(const void *rec, DecodedEvent *ret) {
 
 	memcpy(&ret->hdr, r, sizeof(ret->hdr));
 	ret->record = r;
+	ret->record_size = ret->hdr.size;
 	ret->payload = r + sizeof(ret->hdr);
 	ret->payload_size = ret->hdr.size - sizeof(ret->hdr);
 	ret->known = true;

@@ -39,6 +39,7 @@ typedef enum DecodeError {
 	DECODE_BAD_STRING,    /* a string field without its NUL, or argv_len out of bounds */
 	DECODE_BAD_PRODUCER,  /* producer id >= PERFRELAY_MAX_PRODUCERS */
 	DECODE_RESERVED_TYPE, /* PERFRELAY_TYPE_LOST, _SCHEMA or _COUNTERS: only the daemon makes them */
+	DECODE_BAD_LENGTH,    /* a packet whose cap_len disagrees with its record or its orig_len */
 	_DECODE_ERROR_MAX,
 } DecodeError;
 const char *decode_error_to_string(DecodeError e);
@@ -47,15 +48,17 @@ const char *decode_error_to_string(DecodeError e);
  * the view. Fields a type does not have are 0 / NULL and has_* false. */
 typedef struct DecodedEvent {
 	struct perfrelay_hdr hdr; /* aligned copy of the header */
-	const uint8_t *record;    /* the whole record (hdr.size bytes), possibly unaligned */
+	const uint8_t *record;    /* the whole record (record_size bytes), possibly unaligned */
+	uint32_t record_size;     /* hdr.size, and for a packet the bytes appended after it */
 	const uint8_t *payload;   /* record + sizeof(hdr) */
 	uint32_t payload_size;    /* hdr.size - sizeof(hdr) */
 	bool known;               /* a built-in type whose payload was validated */
 	bool has_pid, has_uid;
 	uint32_t pid; /* for filters */
 	uint32_t uid;
-	const char *comm;   /* NUL-terminated within the record, or NULL */
-	uint64_t cgroup_id; /* 0 when the type has none */
+	const char *comm;    /* NUL-terminated within the record, or NULL */
+	uint64_t cgroup_id;  /* 0 when the type has none */
+	uint32_t capture_id; /* a packet's capture, for filters; 0 for other types */
 	/* A third-party record with a decoder from its producer's BTF (set by the reader, which
 	 * has checked that the record is as large as the decoder's struct), else NULL. */
 	const struct BtfRec *btf;

@@ -674,6 +674,25 @@ static int encode_connect(Out *o, const uint8_t *rec) {
 	return 0;
 }
 
+/* The bytes are those decode_event() vouched for: record_size - hdr.size of them. */
+static int encode_packet(Out *o, const DecodedEvent *ev) {
+	const uint8_t *rec = ev->record;
+	uint8_t direction = READ_FIELD(rec, struct perfrelay_packet, direction);
+	uint32_t cap_len = ev->record_size > ev->hdr.size ? ev->record_size - ev->hdr.size : 0;
+
+	PUT_U32(o, "capture_id", READ_FIELD(rec, struct perfrelay_packet, capture_id));
+	PUT_U32(o, "ifindex", READ_FIELD(rec, struct perfrelay_packet, ifindex));
+	if (direction == PERFRELAY_PACKET_EGRESS)
+		PUT_LIT(o, KEY("direction") "\"egress\"");
+	else
+		PUT_LIT(o, KEY("direction") "\"ingress\"");
+	PUT_U32(o, "protocol", READ_FIELD(rec, struct perfrelay_packet, protocol));
+	PUT_U32(o, "len", READ_FIELD(rec, struct perfrelay_packet, orig_len));
+	PUT_U32(o, "caplen", cap_len);
+	PUT_U64(o, "cgroup_id", READ_FIELD(rec, struct perfrelay_packet, cgroup_id));
+	return out_key_base64(o, KEY("data"), KEYLEN("data"), rec + ev->hdr.size, cap_len);
+}
+
 static int encode_bench(Out *o, const DecodedEvent *ev) {
 	PUT_U64(o, "call", READ_FIELD(ev->record, struct perfrelay_bench, call));
 	PUT_U32(o, "size", ev->hdr.size);
@@ -701,6 +720,9 @@ static int encode_body(Out *o, const DecodedEvent *ev, const char *unit) {
 			break;
 		case PERFRELAY_TYPE_COUNTERS:
 			TRY(encode_counters(o, ev->record));
+			break;
+		case PERFRELAY_TYPE_PACKET:
+			TRY(encode_packet(o, ev));
 			break;
 		case PERFRELAY_TYPE_FORK:
 			TRY(encode_fork(o, ev->record));
@@ -837,6 +859,10 @@ ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size) {
 #define COUNTERS_JSON_MAX                                                              \
 	(COMMON_JSON_MAX + KEYLEN("cgroup_id") + KEYLEN("interval_ns") + 2 * NUM_MAX + \
 	 COUNTER_VALUES_JSON_MAX + TAIL_JSON_MAX)
+#define PACKET_JSON_MAX                                                                                       \
+	(COMMON_JSON_MAX + KEYLEN("capture_id") + KEYLEN("ifindex") + KEYLEN("protocol") + KEYLEN("len") +    \
+	 KEYLEN("caplen") + KEYLEN("cgroup_id") + 6 * NUM_MAX + KEYLEN("direction") + LITLEN("\"ingress\"") + \
+	 KEYLEN("data") + 2 + BASE64_LEN(PERFRELAY_CAPTURE_BYTES_MAX) + TAIL_JSON_MAX)
 #define FORK_JSON_MAX                                                                                          \
 	(COMMON_JSON_MAX + KEYLEN("parent_pid") + KEYLEN("child_pid") + KEYLEN("child_tgid") + KEYLEN("uid") + \
 	 4 * NUM_MAX + KEYLEN("comm") + ARRAY_JSON_MAX(struct perfrelay_fork, comm) + TAIL_JSON_MAX)
@@ -859,6 +885,7 @@ _Static_assert(EXEC_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for 
 _Static_assert(EXIT_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for exit");
 _Static_assert(EXIT_COUNTERS_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for exit");
 _Static_assert(COUNTERS_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for counters");
+_Static_assert(PACKET_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for packets");
 _Static_assert(FORK_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for fork");
 _Static_assert(OPEN_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for open");
 _Static_assert(CONNECT_JSON_MAX <= ENCODE_JSON_MAX, "ENCODE_JSON_MAX too small for connect");

@@ -346,7 +346,7 @@ static void schema_write(HubQueue *q, const ProducerType *t, const struct perfre
 void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *unit) {
 	HubSlot *s = &h->slots[reader];
 	/* Binary frames are the record itself behind a length: nothing to encode. */
-	uint32_t frame_len = htole32(ev->hdr.size);
+	uint32_t frame_len = htole32(ev->record_size);
 	ssize_t json_len = -1;
 	HubTag tag;
 
@@ -373,7 +373,7 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 			prefix = &frame_len;
 			prefix_len = sizeof(frame_len);
 			data = ev->record;
-			len = ev->hdr.size;
+			len = ev->record_size;
 			if (_unlikely_(ev->producer_type) && schema_needed(q, ev, &schema))
 				schema_len = sizeof(uint32_t) + schema.size;
 		} else {

@@ -23,7 +23,7 @@ static void manager_drop_stdout(Manager *m, int error) {
 /* Every event but the units' counters, which go only to clients that ask for them by type
  * (docs/counters.md), as with a subscription of everything. */
 static bool stdout_match(const void *filter, const DecodedEvent *ev, const char *unit) {
-	return ev->hdr.type != PERFRELAY_TYPE_COUNTERS;
+	return ev->hdr.type != PERFRELAY_TYPE_COUNTERS && ev->hdr.type != PERFRELAY_TYPE_PACKET;
 }
 
 /* The --stdout client's consumer (HubClientOptions.flush). */

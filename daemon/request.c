@@ -443,11 +443,14 @@ static int parse_subscribe(Subscription *s, json_object *sub, RequestError *e) {
 			r = parse_units(s, v, e);
 		else if (streq(key, "where"))
 			r = parse_where(s, v, e);
+		else if (streq(key, "capture"))
+			r = parse_ids(v, "capture", s->captures, &s->n_captures, e);
 		else
 			r = fail(
 				e,
 				PROTOCOL_BAD_REQUEST,
-				"subscribe: unknown key \"%.*s\" (known: types, pid, uid, comm, unit, where)",
+				"subscribe: unknown key \"%.*s\" (known: types, pid, uid, comm, unit, where, "
+				"capture)",
 				QUOTE_MAX,
 				key);
 		if (r < 0)

@@ -92,6 +92,9 @@ typedef struct Subscription {
 	size_t n_where;
 	uint32_t pids[SUBSCRIPTION_MAX_ENTRIES];
 	size_t n_pids;
+	/* "capture": packets of these captures only (docs/capture.md); other types pass. */
+	uint32_t captures[SUBSCRIPTION_MAX_ENTRIES];
+	size_t n_captures;
 	uint32_t uids[SUBSCRIPTION_MAX_ENTRIES];
 	size_t n_uids;
 	char comms[SUBSCRIPTION_MAX_ENTRIES][SUBSCRIPTION_COMM_MAX + 1];

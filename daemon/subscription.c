@@ -117,6 +117,8 @@ int subscription_to_json(const Subscription *s, char **ret) {
 		return -ENOMEM;
 	if (s->n_uids > 0 && object_add(o, "uid", ids_to_json(s->uids, s->n_uids)) < 0)
 		return -ENOMEM;
+	if (s->n_captures > 0 && object_add(o, "capture", ids_to_json(s->captures, s->n_captures)) < 0)
+		return -ENOMEM;
 	if (s->n_comms > 0) {
 		a = json_object_new_array();
 		if (object_add(o, "comm", a) < 0)

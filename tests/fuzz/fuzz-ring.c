@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Fuzzes the consumer side of a perf ring: arbitrary bytes laid into a ring of fuzzed size and
  * start offset (so records wrap its end), walked, decoded as perf records and perfrelay records,
- * and every valid event encoded to JSON, which must parse with json-c. */
+ * and every valid event encoded to JSON, which must parse with json-c. A packet's bytes appended
+ * after its record (BPF_F_CTXLEN_MASK) must be accounted for by its cap_len exactly. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 			ssize_t n = encode_json(&ev, NULL, line, sizeof(line));
 			struct json_tokener *tok;
 			struct json_object *o;
+
+			/* A record (a packet's appended bytes included) never reaches past its sample,
+			 * and what is left after it is the kernel's padding only. */
+			if (ev.record_size < ev.hdr.size || ev.record_size > v.raw_size ||
+			    v.raw_size - ev.record_size >= 8)
+				abort();
+			if (ev.hdr.type == PERFRELAY_TYPE_PACKET &&
+			    (ev.record_size - ev.hdr.size > PERFRELAY_CAPTURE_BYTES_MAX ||
+			     memcmp(ev.record, v.raw, ev.record_size) != 0))
+				abort();
 
 			if (n <= 0 || line[n - 1] != '\n')
 				abort();

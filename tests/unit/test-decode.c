@@ -328,6 +328,9 @@ static void test_bad_header(void) {
 	/* Nor its schema frames. */
 	r.hdr.type = PERFRELAY_TYPE_SCHEMA;
 	ASSERT_DECODE(&r, sizeof(r), DECODE_RESERVED_TYPE);
+	/* Nor a unit's counters. */
+	r.hdr.type = PERFRELAY_TYPE_COUNTERS;
+	ASSERT_DECODE(&r, sizeof(r), DECODE_RESERVED_TYPE);
 
 	/* hdr.size below the header itself. */
 	for (unsigned s = 0; s < sizeof(struct perfrelay_hdr); s++) {
@@ -531,7 +534,7 @@ static void test_unknown_types(void) {
 	uint8_t buf[64];
 	struct perfrelay_hdr h;
 	DecodedEvent ev;
-	static const uint16_t types[] = { 0, 6, 15, 17, 0x7ffd, PERFRELAY_TYPE_THIRD_PARTY_MIN, 0xffff };
+	static const uint16_t types[] = { 0, 7, 15, 17, 31, 0x7ffd, PERFRELAY_TYPE_THIRD_PARTY_MIN, 0xffff };
 
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
 		h = make_hdr(types[i], 50, PERFRELAY_PRODUCER_THIRD_PARTY_MIN);
@@ -585,7 +588,9 @@ static void test_strings(void) {
 	ASSERT(strcmp(event_type_to_string(PERFRELAY_TYPE_CONNECT), "connect") == 0);
 	ASSERT(strcmp(event_type_to_string(PERFRELAY_TYPE_BENCH), "bench") == 0);
 	ASSERT(event_type_to_string(0) == NULL);
-	ASSERT(event_type_to_string(6) == NULL);
+	ASSERT(strcmp(event_type_to_string(PERFRELAY_TYPE_PACKET), "packet") == 0);
+	ASSERT(strcmp(event_type_to_string(PERFRELAY_TYPE_COUNTERS), "counters") == 0);
+	ASSERT(event_type_to_string(7) == NULL);
 	ASSERT(event_type_to_string(17) == NULL);
 	ASSERT(event_type_to_string(PERFRELAY_TYPE_THIRD_PARTY_MIN) == NULL);
 	ASSERT(event_type_to_string(UINT16_MAX) == NULL);
@@ -721,8 +726,66 @@ static void test_perf_other(void) {
 	}
 }
 
+/* A packet record with `appended` bytes after its fixed part (as the kernel appends them) and
+ * `pad` bytes of padding. */
+static size_t make_packet(uint8_t *buf, uint32_t cap_len, uint32_t orig_len, size_t appended, size_t pad) {
+	struct perfrelay_packet p = {
+		.hdr = make_hdr(PERFRELAY_TYPE_PACKET, sizeof(p), PERFRELAY_PRODUCER_CAPTURE),
+		.cgroup_id = 77,
+		.capture_id = 5,
+		.ifindex = 1,
+		.orig_len = orig_len,
+		.cap_len = cap_len,
+		.protocol = 0x0800,
+		.direction = PERFRELAY_PACKET_EGRESS,
+	};
+
+	memcpy(buf, &p, sizeof(p));
+	for (size_t i = 0; i < appended + pad; i++)
+		buf[sizeof(p) + i] = (uint8_t) (i < appended ? 0x45 + i : 0);
+	return sizeof(p) + appended + pad;
+}
+
+static void test_packets(void) {
+	static uint8_t buf[sizeof(struct perfrelay_packet) + PERFRELAY_CAPTURE_BYTES_MAX + 64];
+	DecodedEvent ev;
+	size_t n;
+
+	/* Valid: the bytes after the fixed part are the record's; padding is not. */
+	n = make_packet(buf, 40, 60, 40, 4);
+	ASSERT(decode_exact(buf, n, &ev) == DECODE_OK);
+	ASSERT(ev.known && ev.record_size == sizeof(struct perfrelay_packet) + 40 && ev.cgroup_id == 77 &&
+	       ev.capture_id == 5);
+	n = make_packet(buf, 0, 60, 0, 0); /* nothing captured: a valid empty sample */
+	ASSERT(decode_exact(buf, n, &ev) == DECODE_OK);
+	ASSERT(ev.record_size == sizeof(struct perfrelay_packet));
+	n = make_packet(buf, PERFRELAY_CAPTURE_BYTES_MAX, 70000, PERFRELAY_CAPTURE_BYTES_MAX, 0);
+	ASSERT(decode_exact(buf, n, &ev) == DECODE_OK);
+
+	/* cap_len says more bytes follow than the sample has. */
+	n = make_packet(buf, 200, 300, 40, 0);
+	ASSERT(decode_exact(buf, n, &ev) == DECODE_BAD_LENGTH);
+	/* More captured than the packet had, or than any capture may take. */
+	n = make_packet(buf, 40, 20, 40, 0);
+	ASSERT(decode_exact(buf, n, &ev) == DECODE_BAD_LENGTH);
+	n = make_packet(buf, PERFRELAY_CAPTURE_BYTES_MAX + 1, 70000, PERFRELAY_CAPTURE_BYTES_MAX + 1, 0);
+	ASSERT(decode_exact(buf, n, &ev) == DECODE_BAD_LENGTH);
+	/* More bytes than cap_len: not padding, a record that says less than it carries. */
+	n = make_packet(buf, 8, 60, 40, 0);
+	ASSERT(decode_exact(buf, n, &ev) == DECODE_BAD_SIZE);
+	/* A fixed part of another size. */
+	n = make_packet(buf, 8, 60, 8, 0);
+	((struct perfrelay_hdr *) buf)->size = sizeof(struct perfrelay_packet) + 8;
+	ASSERT(decode_exact(buf, n, &ev) == DECODE_BAD_SIZE);
+	/* A direction that is neither. */
+	n = make_packet(buf, 8, 60, 8, 0);
+	buf[offsetof(struct perfrelay_packet, direction)] = 2;
+	ASSERT(decode_exact(buf, n, &ev) == DECODE_BAD_LENGTH);
+}
+
 int main(void) {
 	test_valid_records();
+	test_packets();
 	test_through_perf_record();
 	test_truncated();
 	test_bad_header();

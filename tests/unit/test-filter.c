@@ -221,8 +221,34 @@ static void test_access_rule(void) {
 	ASSERT(filter_access(1000, 0, NULL, 0, NULL, 0) == SUBSCRIPTION_ACCESS_UID);
 }
 
+/* Units' counters and packets go only to those who name them; "capture" picks packets. */
+static void test_asked_for_only(void) {
+	Subscription *all = sub("{}", SUBSCRIPTION_ACCESS_ALL, 0);
+	Subscription *pk = sub(
+		"{\"subscribe\":{\"types\":[\"packet\"],\"capture\":[5,9]}}", SUBSCRIPTION_ACCESS_ALL, 0);
+	Subscription *ct = sub(
+		"{\"subscribe\":{\"types\":[\"counters\",\"exec\"]}}", SUBSCRIPTION_ACCESS_ALL, 0);
+	DecodedEvent p5 = { .hdr = { .type = PERFRELAY_TYPE_PACKET }, .known = true, .capture_id = 5 };
+	DecodedEvent p6 = { .hdr = { .type = PERFRELAY_TYPE_PACKET }, .known = true, .capture_id = 6 };
+	DecodedEvent c = { .hdr = { .type = PERFRELAY_TYPE_COUNTERS }, .known = true };
+	DecodedEvent e = event(PERFRELAY_TYPE_EXEC, 10, 1000, "bash");
+
+	ASSERT(!filter_match(all, &p5, NULL));
+	ASSERT(!filter_match(all, &c, NULL));
+	ASSERT(filter_match(pk, &p5, NULL));
+	ASSERT(!filter_match(pk, &p6, NULL));
+	ASSERT(!filter_match(pk, &e, NULL));
+	ASSERT(filter_match(ct, &c, "nginx.service"));
+	ASSERT(filter_match(ct, &e, NULL));
+	ASSERT(!filter_match(ct, &p5, NULL));
+	subscription_free(all);
+	subscription_free(pk);
+	subscription_free(ct);
+}
+
 int main(void) {
 	test_everything();
+	test_asked_for_only();
 	test_types();
 	test_pid_uid_comm();
 	test_unit();
