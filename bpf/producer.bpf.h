@@ -172,7 +172,19 @@ static __always_inline void perfrelay_record(void *ctx, void *rec, __u32 size) {
  * for a size that cannot hold a header or exceeds a perf sample (PERFRELAY_EMIT_MAX), -ENOENT
  * while no daemon serves (see idle), otherwise the result of bpf_perf_event_output()
  * (-ENOENT when no ring is mapped, -ENOSPC when the ring is full). */
+static __always_inline int
+	perfrelay_emit_ctx(void *ctx, void *rec, __u32 size, __u16 type, __u32 producer, __u64 ctx_len);
+
 static __always_inline int perfrelay_emit(void *ctx, void *rec, __u32 size, __u16 type, __u32 producer) {
+	return perfrelay_emit_ctx(ctx, rec, size, type, producer, 0);
+}
+
+/* perfrelay_emit() that also has the kernel append ctx_len bytes of the program's context
+ * after the record (BPF_F_CTXLEN_MASK; skb programs: the packet's first bytes). hdr.size stays
+ * the record's own size: the record must say how many bytes follow it (docs/capture.md). Such
+ * records do not go to the flight recorder (it would get them without their bytes). */
+static __always_inline int
+	perfrelay_emit_ctx(void *ctx, void *rec, __u32 size, __u16 type, __u32 producer, __u64 ctx_len) {
 	struct perfrelay_hdr *hdr = rec;
 	struct perfrelay_counters *c;
 	__u64 seq;
@@ -210,10 +222,11 @@ static __always_inline int perfrelay_emit(void *ctx, void *rec, __u32 size, __u1
 	hdr->seq = seq;
 	hdr->ts_ns = bpf_ktime_get_boot_ns();
 
-	r = bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, rec, size);
+	r = bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU | (ctx_len << 32), rec, size);
 	if (r < 0)
 		__sync_fetch_and_add(&c->failures, 1);
-	perfrelay_record(ctx, rec, size);
+	if (ctx_len == 0)
+		perfrelay_record(ctx, rec, size);
 	return (int) r;
 }
 

@@ -101,6 +101,7 @@ static const Verb verbs[] = {
 	{ "stats", verb_stats, "Show every counter: producers, CPUs, readers, clients (D-Bus)" },
 	{ "snapshot", verb_snapshot, "Show the flight recorder's latest events (root, D-Bus)" },
 	{ "snapshots", verb_snapshots, "List the snapshots saved when units failed" },
+	{ "capture", verb_capture, "Capture a unit's packets as pcapng (root, D-Bus)" },
 	{ "top", verb_top, "Show the units using the most CPU (or another perf counter) per second (D-Bus)" },
 	{ "producers", verb_producers, "List the producers, their record types and counters (D-Bus)" },
 	{ "probes", verb_probes, "List the built-in probes (D-Bus)" },

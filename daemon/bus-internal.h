@@ -21,6 +21,7 @@
 #define FILTER_JSON_DEPTH   4u
 
 typedef struct BusSubscriber BusSubscriber;
+typedef struct BusCapture BusCapture; /* bus-capture.c */
 
 /* One Subscribe() call: a hub client whose JSON lines the main thread takes from the hub
  * (hub_client_consume(), with each event's type and timestamp) and sends to `sender` as
@@ -59,6 +60,7 @@ struct Bus {
 
 	BusSubscriber *subscribers;
 	size_t n_subscribers;
+	BusCapture *captures; /* the capture objects (bus-capture.c) */
 	uint64_t next_id;
 	uint64_t gone_delivered, gone_dropped; /* subscribers that left */
 };
@@ -111,6 +113,14 @@ int bus_sender_access(
 
 /* bus-recorder.c */
 int bus_method_snapshot(sd_bus_message *message, void *userdata, sd_bus_error *error);
+
+/* bus-capture.c */
+int bus_method_start_capture(sd_bus_message *message, void *userdata, sd_bus_error *error);
+int bus_method_stop_capture(sd_bus_message *message, void *userdata, sd_bus_error *error);
+/* Removes every capture object (the captures themselves go with the manager). */
+void bus_captures_free_all(Bus *b);
+/* Stops every capture and removes its object. */
+void bus_captures_end_all(Bus *b);
 
 /* bus-counters.c */
 int bus_method_get_unit_counters(sd_bus_message *message, void *userdata, sd_bus_error *error);

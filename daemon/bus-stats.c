@@ -181,6 +181,63 @@ static int append_counters(sd_bus_message *m, const StatsSnapshot *s) {
 	return r < 0 ? r : close_entry(m);
 }
 
+static int append_capture(sd_bus_message *m, const StatsSnapshot *s, size_t i) {
+	const CaptureSummary *c = &s->captures[i];
+	int r = sd_bus_message_append(
+		m,
+		"{sv}{sv}{sv}{sv}{sv}{sv}",
+		"id",
+		"u",
+		c->id,
+		"unit",
+		"s",
+		c->unit,
+		"cgroup",
+		"s",
+		c->cgroup,
+		"direction",
+		"s",
+		capture_direction_to_string(c->direction),
+		"active",
+		"b",
+		(int) c->active,
+		"bytes",
+		"u",
+		c->bytes);
+
+	if (r >= 0)
+		r = APPEND_FIGURES(
+			m,
+			{ "cgroup_id", c->cgroup_id },
+			{ "packets_per_second", c->packets_per_second },
+			{ "seen", c->stats.seen },
+			{ "captured", c->stats.captured },
+			{ "rate_dropped", c->stats.rate_dropped },
+			{ "failed", c->stats.failed });
+	return r;
+}
+
+/* "capture": the limits, the totals and each active or recently ended capture. */
+static int append_captures(sd_bus_message *m, const StatsSnapshot *s) {
+	const CaptureTotals *t = &s->capture_totals;
+	int r = open_entry(m, "capture", "a{sv}", 'a', "{sv}");
+
+	if (r >= 0)
+		r = APPEND_FIGURES(
+			m,
+			{ "max_captures", s->max_captures },
+			{ "started", t->started },
+			{ "stopped", t->stopped },
+			{ "refused", t->refused },
+			{ "seen", t->stats.seen },
+			{ "captured", t->stats.captured },
+			{ "rate_dropped", t->stats.rate_dropped },
+			{ "failed", t->stats.failed });
+	if (r >= 0)
+		r = append_list(m, "captures", s, s->n_captures, append_capture);
+	return r < 0 ? r : close_entry(m);
+}
+
 static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
 	int r;
 
@@ -232,6 +289,8 @@ static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
 		r = close_entry(m);
 	if (r >= 0)
 		r = append_counters(m, s);
+	if (r >= 0)
+		r = append_captures(m, s);
 	if (r >= 0)
 		r = open_entry(m, "producer_scan", "a{sv}", 'a', "{sv}");
 	if (r >= 0)

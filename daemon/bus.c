@@ -135,6 +135,7 @@ static int on_bus_gone(sd_event_source *es, void *userdata) {
 	Bus *b = userdata;
 
 	bus_monitors_free_all(b);
+	bus_captures_end_all(b); /* their requesters cannot reach us any more */
 	b->stats_timer = sd_event_source_disable_unref(b->stats_timer);
 	b->gone_source = sd_event_source_disable_unref(b->gone_source);
 	(void) sd_bus_detach_event(b->bus);
@@ -238,6 +239,7 @@ Bus *bus_free(Bus *b) {
 	if (!b)
 		return NULL;
 	bus_monitors_free_all(b);
+	bus_captures_free_all(b);
 	sd_event_source_disable_unref(b->stats_timer);
 	sd_event_source_disable_unref(b->gone_source);
 	if (b->bus) {

@@ -11,6 +11,7 @@
 
 #include <systemd/sd-event.h>
 
+#include "captures.h"
 #include "config.h"
 #include "cpuset.h"
 #include "hub.h"
@@ -23,13 +24,16 @@
 
 typedef struct Bus Bus;
 
-#define BUS_NAME                 "org.perfrelay1"
-#define BUS_PATH                 "/org/perfrelay1"
-#define BUS_MONITOR_PATH_PREFIX  "/org/perfrelay1/monitor"
-#define BUS_INTERFACE_MANAGER    "org.perfrelay1.Manager"
-#define BUS_INTERFACE_MONITOR    "org.perfrelay1.Monitor"
-#define BUS_ERROR_INVALID_CONFIG "org.perfrelay1.Error.InvalidConfig"
-#define BUS_ERROR_NO_SUCH_CLIENT "org.perfrelay1.Error.NoSuchClient"
+#define BUS_NAME                  "org.perfrelay1"
+#define BUS_PATH                  "/org/perfrelay1"
+#define BUS_MONITOR_PATH_PREFIX   "/org/perfrelay1/monitor"
+#define BUS_INTERFACE_MANAGER     "org.perfrelay1.Manager"
+#define BUS_INTERFACE_MONITOR     "org.perfrelay1.Monitor"
+#define BUS_INTERFACE_CAPTURE     "org.perfrelay1.Capture"
+#define BUS_CAPTURE_PATH_PREFIX   "/org/perfrelay1/capture"
+#define BUS_ERROR_NO_SUCH_CAPTURE "org.perfrelay1.Error.NoSuchCapture"
+#define BUS_ERROR_INVALID_CONFIG  "org.perfrelay1.Error.InvalidConfig"
+#define BUS_ERROR_NO_SUCH_CLIENT  "org.perfrelay1.Error.NoSuchClient"
 
 typedef struct BusStats {
 	uint64_t subscribers; /* monitor objects now */
@@ -64,6 +68,10 @@ typedef struct BusHost {
 		void *userdata, uint64_t since_ns, uint64_t until_ns, const Subscription *filter, int *ret_fd);
 	/* Every cgroup's perf counter totals (*ret malloc'd, NULL and 0 when counters are off). */
 	int (*unit_counters)(void *userdata, UnitCounters **ret, size_t *ret_n);
+	/* Packet captures (docs/capture.md); start_capture's *ret_error says why it refused. */
+	int (*start_capture)(void *userdata, const CaptureRequest *req, uint32_t *ret_id, char **ret_error);
+	int (*stop_capture)(void *userdata, uint32_t id);
+	int (*capture_info)(void *userdata, uint32_t id, CaptureSummary *ret);
 } BusHost;
 
 /* Connects to the system bus ($DBUS_SYSTEM_BUS_ADDRESS or the default socket), publishes the

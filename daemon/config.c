@@ -58,6 +58,9 @@ static const Config config_defaults = {
 	.counters_interval_ms = 1000,
 	.counters_max_processes = 32768,
 	.counters_max_cgroups = 4096,
+	.capture_bytes = 128,
+	.max_captures = 8,
+	.capture_packets_per_second = 10000,
 };
 
 typedef enum ValueType {
@@ -118,10 +121,14 @@ static const ConfigKey config_keys[] = {
 	{ "Counters", "CountersIntervalMs", VALUE_UINT, FIELD(counters_interval_ms), 100, 3600000, NULL, false },
 	{ "Counters", "CountersMaxProcesses", VALUE_UINT, FIELD(counters_max_processes), 16, 4194304, NULL, false },
 	{ "Counters", "CountersMaxCgroups", VALUE_UINT, FIELD(counters_max_cgroups), 16, 1048576, NULL, false },
+
+	{ "Capture", "CaptureBytes", VALUE_UINT, FIELD(capture_bytes), 1, PERFRELAY_CAPTURE_BYTES_MAX, NULL, true },
+	{ "Capture", "MaxCaptures", VALUE_UINT, FIELD(max_captures), 1, 64, NULL, false },
+	{ "Capture", "CapturePacketsPerSecond", VALUE_UINT, FIELD(capture_packets_per_second), 0, 10000000, NULL, true },
 };
 
-static const char *const config_sections[] = { "Daemon", "Ring", "Readers",  "Probes",
-					       "Socket", "Bus",  "Recorder", "Counters" };
+static const char *const config_sections[] = { "Daemon", "Ring",     "Readers",  "Probes", "Socket",
+					       "Bus",    "Recorder", "Counters", "Capture" };
 
 static void store_uint(void *field, size_t width, uint64_t v) {
 	switch (width) {

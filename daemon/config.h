@@ -62,6 +62,11 @@ typedef struct Config {
 	unsigned counters_interval_ms;   /* CountersIntervalMs=, 100..3600000, default 1000 */
 	uint32_t counters_max_processes; /* CountersMaxProcesses=, 16..4194304, default 32768 */
 	uint32_t counters_max_cgroups;   /* CountersMaxCgroups=, 16..1048576, default 4096 */
+
+	/* [Capture] (docs/capture.md) */
+	uint32_t capture_bytes; /* CaptureBytes=, 1..65000, default 128: the most a capture takes */
+	unsigned max_captures;  /* MaxCaptures=, 1..64, default 8 */
+	uint32_t capture_packets_per_second; /* CapturePacketsPerSecond=, 0..10000000, default 10000 (0: none) */
 } Config;
 
 int config_new(Config **ret);   /* all defaults */

@@ -43,6 +43,20 @@ static int bus_host_unit_counters(void *userdata, UnitCounters **ret, size_t *re
 	return manager_unit_counters(userdata, ret, ret_n);
 }
 
+static int bus_host_start_capture(void *userdata, const CaptureRequest *req, uint32_t *ret_id, char **ret_error) {
+	return manager_start_capture(userdata, req, ret_id, ret_error);
+}
+
+static int bus_host_stop_capture(void *userdata, uint32_t id) {
+	return manager_stop_capture(userdata, id);
+}
+
+static int bus_host_capture_info(void *userdata, uint32_t id, CaptureSummary *ret) {
+	Manager *m = userdata;
+
+	return m->captures ? captures_get(m->captures, id, ret) : -ENOENT;
+}
+
 static const ProducerScan *bus_host_producers(void *userdata) {
 	Manager *m = userdata;
 
@@ -69,6 +83,9 @@ int manager_setup_bus(Manager *m) {
 			.producers = bus_host_producers,
 			.snapshot = bus_host_snapshot,
 			.unit_counters = bus_host_unit_counters,
+			.start_capture = bus_host_start_capture,
+			.stop_capture = bus_host_stop_capture,
+			.capture_info = bus_host_capture_info,
 		},
 		m->event,
 		m->config,

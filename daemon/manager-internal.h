@@ -6,6 +6,7 @@
 #include <systemd/sd-event.h>
 
 #include "bus.h"
+#include "captures.h"
 #include "cgroup.h"
 #include "cgroupwatch.h"
 #include "decoders.h"
@@ -91,6 +92,8 @@ struct Manager {
 	uint64_t counters_events;          /* "counters" events published */
 	uint64_t counters_intervals;       /* intervals read */
 	uint64_t counters_cgroups_removed; /* removed cgroups taken out of the table */
+
+	Captures *captures; /* packet captures (manager-capture.c); NULL if they could not be set up */
 };
 
 /* manager.c */
@@ -123,6 +126,12 @@ int manager_setup_counters(Manager *m);
 void manager_counters_cpu_online(Manager *m, unsigned cpu);
 void manager_free_counters(Manager *m);
 int manager_unit_counters(Manager *m, UnitCounters **ret, size_t *ret_n);
+
+/* manager-capture.c */
+void manager_setup_captures(Manager *m);
+/* On failure *ret_error (if given) says why, for the D-Bus error. */
+int manager_start_capture(Manager *m, const CaptureRequest *req, uint32_t *ret_id, char **ret_error);
+int manager_stop_capture(Manager *m, uint32_t id);
 
 /* manager-recorder.c */
 void manager_setup_recorder(Manager *m);

@@ -49,6 +49,8 @@ void manager_stats_sources(Manager *m, StatsSources *ret) {
 		.counters_events = m->counters_events,
 		.counters_intervals = m->counters_intervals,
 		.counters_cgroups_removed = m->counters_cgroups_removed,
+		.captures = m->captures,
+		.max_captures = m->config->max_captures,
 	};
 }
 

@@ -162,6 +162,7 @@ Manager *manager_free(Manager *m) {
 	cgroup_fs_free(m->cgroups);
 	decoders_free(m->decoders); /* the readers have stopped */
 	manager_free_counters(m);
+	captures_free(m->captures);
 	recorder_free(m->recorder);
 	cgroup_watch_free(m->cgroup_watch);
 	hub_free(m->hub);
@@ -576,6 +577,7 @@ int manager_start(Manager *m) {
 	r = manager_setup_counters(m);
 	if (r < 0)
 		return r;
+	manager_setup_captures(m);
 
 	snprintf(events_pin, sizeof(events_pin), "%s/events", c->pin_path);
 	(void) pins_get_map_id(events_pin, &map_id);

@@ -14,6 +14,7 @@ StatsSnapshot *stats_snapshot_free(StatsSnapshot *s) {
 	free(s->cpus);
 	free(s->readers);
 	free(s->clients);
+	free(s->captures);
 	free(s);
 	return NULL;
 }
@@ -248,6 +249,12 @@ int stats_snapshot(const StatsSources *src, StatsSnapshot **ret) {
 		s->producer_scan.refused = src->scan->refused;
 		s->producer_scan.bad_declarations = src->scan->bad_decls;
 		s->producer_scan.schemas_too_large = src->scan->schemas_too_large;
+	}
+	s->max_captures = src->max_captures;
+	if (src->captures) {
+		r = captures_snapshot(src->captures, &s->captures, &s->n_captures, &s->capture_totals);
+		if (r < 0)
+			return r;
 	}
 	s->counters_mask = src->counters_mask;
 	s->counters_events = src->counters_events;

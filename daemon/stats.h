@@ -15,6 +15,7 @@
 #include "producers.h"
 #include "cgroupwatch.h"
 #include "reader.h"
+#include "captures.h"
 #include "recorder.h"
 #include "server.h"
 
@@ -43,6 +44,8 @@ typedef struct StatsSources {
 	 * figures; the program's own come from the pinned counters_stats. */
 	uint32_t counters_mask;
 	uint64_t counters_events, counters_intervals, counters_cgroups_removed;
+	const Captures *captures; /* packet captures; NULL: none possible */
+	unsigned max_captures;
 } StatsSources;
 
 /* Totals over the whole daemon (D-Bus properties, perfrelayctl status). */
@@ -139,6 +142,11 @@ typedef struct StatsSnapshot {
 	uint32_t counters_mask;
 	struct perfrelay_counters_stats counters;
 	uint64_t counters_events, counters_intervals, counters_cgroups_removed;
+	/* Packet captures (docs/capture.md): active and recently ended ones, and totals. */
+	unsigned max_captures;
+	CaptureSummary *captures;
+	size_t n_captures;
+	CaptureTotals capture_totals;
 } StatsSnapshot;
 
 /* Main thread. Reads the pinned counters (one map lookup per producer id). */

@@ -15,7 +15,8 @@ export PERFRELAY_ROOT
 # perfrelay-export; nats-server and prometheus (with promtool) run in the export/metrics tests;
 # qemu-system-x86 and busybox-static boot Debian's kernel packages for the kernels suite
 # (tests/kernels); clang-format (and git, for the file list) checks the formatting
-# (tests/style).
+# (tests/style); tshark reads the pcapng files of the capture test, iproute2 (ip) makes its
+# network namespace.
 PERFRELAY_PACKAGES=(
 	libbpf-dev bpftool clang llvm libsystemd-dev libjson-c-dev libelf-dev zlib1g-dev
 	meson ninja-build pkg-config dbus python3 gcc libc6-dev
@@ -23,6 +24,7 @@ PERFRELAY_PACKAGES=(
 	libnats-dev nats-server prometheus
 	qemu-system-x86 busybox-static
 	clang-format git
+	tshark iproute2
 )
 
 log() {
@@ -65,6 +67,8 @@ ensure_packages() {
 
 	log "installing missing packages: ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
+	# tshark asks whether non-root users may capture; perfrelay's tests run it as root on files.
+	echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
 	apt-get update -q
 	apt-get install -y -q "${missing[@]}"
 }

@@ -158,6 +158,11 @@ def test_spin_and_sleep():
         vals = totals_of(spin)
         check(vals is not None and vals["task_clock_ns"] >= spin_total,
               f"GetUnitCounters() has the unit's totals: {vals}")
+        os.chmod(bus.dir, 0o755)  # the private bus's socket, reachable for nobody too
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bus.ctl, "top",
+                            "--iterations", "1", "--delay", "0.1", "--json"], capture_output=True, text=True,
+                           timeout=30, env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=bus.address))
+        check_eq(r.returncode, 0, f"an unprivileged user may run perfrelayctl top (stderr: {r.stderr.strip()})")
         st = bus.stats()["counters"]
         check(st["charges"] > 0 and st["events"] >= len(evs), f"GetStats() counts charges and events: {st}")
         check_eq((st["read_errors"], st["cgroup_full"], st["process_full"]), (0, 0, 0), "nothing lost")

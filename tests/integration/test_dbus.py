@@ -796,16 +796,28 @@ def parse_introspection(path, iface):
 
 def test_introspect():
     doc = parse_doc()
-    check_eq(set(doc), {"org.perfrelay1.Manager", "org.perfrelay1.Monitor"}, "documented interfaces")
+    check_eq(set(doc), {"org.perfrelay1.Manager", "org.perfrelay1.Monitor", "org.perfrelay1.Capture"},
+             "documented interfaces")
     s = Subscriber("types=exec")
+    # A capture object lives while its requester (perfrelayctl capture) is on the bus.
+    ctl = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(BINARY))), "client", "perfrelayctl")
+    cap = subprocess.Popen([ctl, "capture", "--cgroup", "/", "-w", "/dev/null"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True,
+                           env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=BUS.address, PERFRELAY_SOCKET=d.socket_path))
     try:
-        for iface, path in (("org.perfrelay1.Manager", "/org/perfrelay1"), ("org.perfrelay1.Monitor", s.path)):
+        cap_path = wait_for(lambda: next((l.split()[0] for l in busctl("tree", "--list", "org.perfrelay1").stdout.split()
+                                          if l.startswith("/org/perfrelay1/capture/")), None), "a capture object")
+        for iface, path in (("org.perfrelay1.Manager", "/org/perfrelay1"), ("org.perfrelay1.Monitor", s.path),
+                            ("org.perfrelay1.Capture", cap_path)):
             got = parse_introspection(path, iface)
             check_eq(sorted(got), sorted(doc[iface]), f"{iface}: the members in docs/dbus.md")
             for member, details in doc[iface].items():
                 check_eq(got[member], details, f"{iface} {member[0]} {member[1]} as documented")
     finally:
         s.close()
+        cap.send_signal(signal.SIGINT)
+        cap.communicate(timeout=60)
+    check_eq(cap.returncode, 0, "perfrelayctl capture ended cleanly")
     # Every method and signal argument has a name.
     xml = ET.fromstring(busctl("--xml-interface", "introspect", *MANAGER[:2]).stdout)
     for arg in xml.iter("arg"):

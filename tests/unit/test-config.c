@@ -70,7 +70,9 @@ static bool config_equal(const Config *a, const Config *b) {
 		a->recorder_pages_per_cpu == b->recorder_pages_per_cpu && a->counters == b->counters &&
 		a->counters_interval_ms == b->counters_interval_ms &&
 		a->counters_max_processes == b->counters_max_processes &&
-		a->counters_max_cgroups == b->counters_max_cgroups;
+		a->counters_max_cgroups == b->counters_max_cgroups && a->capture_bytes == b->capture_bytes &&
+		a->max_captures == b->max_captures &&
+		a->capture_packets_per_second == b->capture_packets_per_second;
 }
 
 static int parse(Config *c, const char *text, char **error) {
@@ -959,7 +961,7 @@ static void test_shipped_config(void) {
 	}
 	*o = 0;
 
-	ASSERT(keys == 24); /* every key of config.h is listed */
+	ASSERT(keys == 27); /* every key of config.h is listed */
 	CHECK(config_parse_text(u, uncommented, strlen(uncommented), "uncommented", &error) == 0,
 	      "%s",
 	      error ?: "");

@@ -1,0 +1,407 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* perfrelayctl capture: a unit's packets as pcapng (docs/capture.md). Starts a capture over
+ * D-Bus (StartCapture()), reads its packet records from the event socket in binary format,
+ * writes one interface block per ifindex and a packet block per record, and at the end stops
+ * the capture and writes each interface's statistics with the packets lost (over the rate, not
+ * written to the ring, or dropped from this client's queue) as isb_ifdrop. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <net/if.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+#include <systemd/sd-bus.h>
+
+#include "bus-json.h"
+#include "ctl.h"
+#include "event.h"
+#include "format.h"
+#include "json-util.h"
+#include "pcapng.h"
+#include "perfrelay.h"
+#include "time-util.h"
+
+#define MAX_INTERFACES   256u
+#define DRAIN_TIMEOUT_MS 5000
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig) {
+	stop_requested = 1;
+}
+
+typedef struct CaptureFile {
+	FILE *f;
+	const char *unit;
+	uint32_t snaplen;
+	uint32_t ifindex[MAX_INTERFACES]; /* pcapng interface id -> ifindex */
+	unsigned n_interfaces;
+	uint64_t packets, lost, first_ns, last_ns;
+	int64_t realtime_offset_ns; /* CLOCK_REALTIME - CLOCK_BOOTTIME */
+} CaptureFile;
+
+static int interface_of(CaptureFile *cf, uint32_t ifindex, uint32_t *ret) {
+	char name[IF_NAMESIZE + 16], comment[300];
+	int r;
+
+	for (unsigned i = 0; i < cf->n_interfaces; i++)
+		if (cf->ifindex[i] == ifindex) {
+			*ret = i;
+			return 0;
+		}
+	if (cf->n_interfaces >= MAX_INTERFACES)
+		return -E2BIG;
+	/* The name here, if the interface is in our network namespace; else its index. */
+	if (ifindex == 0 || !if_indextoname(ifindex, name))
+		snprintf(name, sizeof(name), "ifindex %" PRIu32, ifindex);
+	snprintf(comment, sizeof(comment), "perfrelay capture of %s", cf->unit);
+	r = pcapng_write_idb(cf->f, PCAPNG_LINKTYPE_RAW, cf->snaplen, name, comment);
+	if (r < 0)
+		return r;
+	cf->ifindex[cf->n_interfaces] = ifindex;
+	*ret = cf->n_interfaces++;
+	return 0;
+}
+
+static int write_packet(CaptureFile *cf, const uint8_t *rec, uint32_t len) {
+	struct perfrelay_packet p;
+	uint32_t interface;
+	uint64_t ts;
+	int r;
+
+	if (len < sizeof(p))
+		return -EBADMSG;
+	memcpy(&p, rec, sizeof(p));
+	if (p.hdr.size != sizeof(p) || len - sizeof(p) != p.cap_len)
+		return -EBADMSG;
+	r = interface_of(cf, p.ifindex, &interface);
+	if (r < 0)
+		return r;
+	ts = (uint64_t) ((int64_t) p.hdr.ts_ns + cf->realtime_offset_ns);
+	if (cf->packets == 0)
+		cf->first_ns = ts;
+	cf->last_ns = ts;
+	cf->packets++;
+	return pcapng_write_epb(cf->f, interface, ts, rec + sizeof(p), p.cap_len, p.orig_len);
+}
+
+static int connect_socket(const char *path, uint32_t id) {
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char request[160], c;
+	int fd, n;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return error_msg("socket path too long: %s", path);
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
+		int r = error_errno(-errno, "Failed to connect to %s", path);
+
+		if (fd >= 0)
+			close(fd);
+		return r;
+	}
+	n = snprintf(
+		request,
+		sizeof(request),
+		"{\"subscribe\":{\"types\":[\"packet\"],\"capture\":[%" PRIu32 "]},\"format\":\"binary\"}\n",
+		id);
+	if (write(fd, request, (size_t) n) != n) {
+		close(fd);
+		return error_errno(-EIO, "Failed to send the request to %s", path);
+	}
+	/* The hello line (or an error line) comes first, in JSON. */
+	do {
+		if (read(fd, &c, 1) != 1) {
+			close(fd);
+			return error_msg("%s closed the connection before its hello", path);
+		}
+	} while (c != '\n');
+	return fd;
+}
+
+/* Reads whole frames from fd into buf (keeping partial ones); calls back per record. Returns
+ * the number of records seen, 0 on timeout, negative on error or EOF. */
+typedef struct Reader {
+	uint8_t buf[1 << 20];
+	size_t have;
+} Reader;
+
+static int read_frames(Reader *rd, int fd, int timeout_ms, CaptureFile *cf, uint64_t limit) {
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	size_t off = 0;
+	ssize_t n;
+	int r, seen = 0;
+
+	r = poll(&p, 1, timeout_ms);
+	if (r <= 0)
+		return r < 0 && errno != EINTR ? -errno : 0;
+	n = read(fd, rd->buf + rd->have, sizeof(rd->buf) - rd->have);
+	if (n <= 0)
+		return n == 0 ? -ECONNRESET : -errno;
+	rd->have += (size_t) n;
+	while (rd->have - off >= 4) {
+		uint32_t len;
+		struct perfrelay_hdr h;
+
+		memcpy(&len, rd->buf + off, 4);
+		if (len < sizeof(h) || len > PERFRELAY_RECORD_MAX)
+			return -EBADMSG;
+		if (rd->have - off < 4 + (size_t) len)
+			break;
+		memcpy(&h, rd->buf + off + 4, sizeof(h));
+		if (h.type == PERFRELAY_TYPE_LOST && len >= sizeof(h) + 8) {
+			uint64_t count;
+
+			memcpy(&count, rd->buf + off + 4 + sizeof(h), 8);
+			cf->lost += count;
+		} else if (h.type == PERFRELAY_TYPE_PACKET && (limit == 0 || cf->packets < limit)) {
+			r = write_packet(cf, rd->buf + off + 4, len);
+			if (r < 0)
+				return r;
+			seen++;
+		}
+		off += 4 + len;
+	}
+	memmove(rd->buf, rd->buf + off, rd->have - off);
+	rd->have -= off;
+	return seen;
+}
+
+/* The capture's figures from GetStats() (it keeps them after the capture ended). */
+static int capture_figures(uint32_t id, uint64_t *ret_seen, uint64_t *ret_captured, uint64_t *ret_dropped) {
+	_cleanup_(json_object_putp) json_object *stats = NULL;
+	json_object *capture, *list;
+	int r;
+
+	r = bus_call_json("GetStats", &stats);
+	if (r < 0)
+		return r;
+	if (!json_object_object_get_ex(stats, "capture", &capture) ||
+	    !json_object_object_get_ex(capture, "captures", &list))
+		return error_msg("GetStats() has no capture list");
+	for (size_t i = 0; i < json_object_array_length(list); i++) {
+		json_object *c = json_object_array_get_idx(list, i);
+		uint64_t cid = 0, rate = 0, failed = 0;
+
+		if (!juint(c, "id", &cid) || cid != id)
+			continue;
+		(void) juint(c, "seen", ret_seen);
+		(void) juint(c, "captured", ret_captured);
+		(void) juint(c, "rate_dropped", &rate);
+		(void) juint(c, "failed", &failed);
+		*ret_dropped = rate + failed;
+		return 0;
+	}
+	return error_msg("GetStats() does not list capture %" PRIu32, id);
+}
+
+static void help(void) {
+	printf("%s capture --unit=UNIT|--cgroup=PATH -w FILE [OPTIONS...]\n\n"
+	       "Capture a unit's packets (its sockets' traffic) as pcapng (root, D-Bus).\n\n"
+	       "  -h --help              Show this help\n"
+	       "     --unit=UNIT         The unit whose packets to capture\n"
+	       "     --cgroup=PATH       Or a cgroup, as a path below the cgroup2 root\n"
+	       "  -w --write=FILE       Write pcapng to FILE (- for standard output)\n"
+	       "  -c --count=N          Stop after N packets (default: until interrupted)\n"
+	       "  -s --snaplen=BYTES    Bytes per packet (default and most: CaptureBytes=)\n"
+	       "     --direction=DIR    ingress, egress or both (default)\n"
+	       "     --rate=N           At most N packets per second (below CapturePacketsPerSecond=)\n"
+	       "     --socket=PATH      The event socket (default $PERFRELAY_SOCKET or %s)\n",
+	       program,
+	       PERFRELAY_SOCKET_DEFAULT);
+}
+
+int verb_capture(int argc, char *argv[]) {
+	enum { ARG_UNIT = 0x100, ARG_CGROUP, ARG_DIRECTION, ARG_RATE, ARG_SOCKET };
+	static const struct option options[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ "unit", required_argument, NULL, ARG_UNIT },
+		{ "cgroup", required_argument, NULL, ARG_CGROUP },
+		{ "write", required_argument, NULL, 'w' },
+		{ "count", required_argument, NULL, 'c' },
+		{ "snaplen", required_argument, NULL, 's' },
+		{ "direction", required_argument, NULL, ARG_DIRECTION },
+		{ "rate", required_argument, NULL, ARG_RATE },
+		{ "socket", required_argument, NULL, ARG_SOCKET },
+		{},
+	};
+	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *call = NULL, *reply = NULL;
+	sd_bus_error e = SD_BUS_ERROR_NULL;
+	const char *unit = NULL, *cgroup = NULL, *direction = NULL, *out = NULL, *path = NULL, *socket_path;
+	uint32_t count = 0, snaplen = 0, rate = 0, id = 0, bytes = 0;
+	uint64_t seen = 0, captured = 0, dropped = 0, start_ns = now_nsec(CLOCK_REALTIME);
+	_cleanup_free_ Reader *rd = NULL;
+	CaptureFile cf = {};
+	char *slash;
+	int opt, r, fd = -1;
+
+	socket_path = getenv("PERFRELAY_SOCKET") ?: PERFRELAY_SOCKET_DEFAULT;
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "hw:c:s:", options, NULL)) >= 0)
+		switch (opt) {
+		case 'h':
+			help();
+			return 0;
+		case ARG_UNIT:
+			unit = optarg;
+			break;
+		case ARG_CGROUP:
+			cgroup = optarg;
+			break;
+		case 'w':
+			out = optarg;
+			break;
+		case 'c':
+			if (parse_u32(optarg, &count) < 0 || count == 0)
+				return error_msg("--count=%s: a positive number", optarg);
+			break;
+		case 's':
+			if (parse_u32(optarg, &snaplen) < 0 || snaplen == 0 ||
+			    snaplen > PERFRELAY_CAPTURE_BYTES_MAX)
+				return error_msg(
+					"--snaplen=%s: 1 to %u bytes", optarg, PERFRELAY_CAPTURE_BYTES_MAX);
+			break;
+		case ARG_DIRECTION:
+			direction = optarg;
+			break;
+		case ARG_RATE:
+			if (parse_u32(optarg, &rate) < 0 || rate == 0)
+				return error_msg("--rate=%s: a positive number", optarg);
+			break;
+		case ARG_SOCKET:
+			socket_path = optarg;
+			break;
+		default:
+			return -EINVAL;
+		}
+	if (!!unit == !!cgroup)
+		return error_msg("capture needs one of --unit= and --cgroup= (see --help)");
+	if (!out)
+		return error_msg("capture needs -w FILE (or -w - for standard output)");
+
+	r = bus_connect(&bus);
+	if (r < 0)
+		return r;
+	r = sd_bus_message_new_method_call(bus, &call, BUS_NAME, BUS_PATH, BUS_INTERFACE, "StartCapture");
+	if (r >= 0)
+		r = sd_bus_message_open_container(call, 'a', "{sv}");
+	if (r >= 0)
+		r = unit ? sd_bus_message_append(call, "{sv}", "unit", "s", unit) :
+			   sd_bus_message_append(call, "{sv}", "cgroup", "s", cgroup);
+	if (r >= 0 && direction)
+		r = sd_bus_message_append(call, "{sv}", "direction", "s", direction);
+	if (r >= 0 && snaplen)
+		r = sd_bus_message_append(call, "{sv}", "bytes", "u", snaplen);
+	if (r >= 0 && rate)
+		r = sd_bus_message_append(call, "{sv}", "packets_per_second", "u", rate);
+	if (r >= 0)
+		r = sd_bus_message_close_container(call);
+	if (r < 0)
+		return error_errno(r, "Failed to build the StartCapture() call");
+	r = sd_bus_call(bus, call, 0, &e, &reply);
+	if (r < 0) {
+		error_msg("StartCapture() failed: %s", e.message ?: strerror(-r));
+		sd_bus_error_free(&e);
+		return r;
+	}
+	r = sd_bus_message_read(reply, "o", &path);
+	if (r < 0)
+		return error_errno(r, "Failed to read the StartCapture() reply");
+	slash = strrchr(path, '/');
+	if (!slash || parse_u32(slash + 1, &id) < 0)
+		return error_msg("StartCapture() returned an odd path: %s", path);
+	r = sd_bus_get_property_trivial(
+		bus, BUS_NAME, path, "org.perfrelay1.Capture", "Bytes", &e, 'u', &bytes);
+	if (r < 0)
+		bytes = snaplen ?: 65535;
+	sd_bus_error_free(&e);
+
+	cf.unit = unit ?: cgroup;
+	cf.snaplen = bytes;
+	cf.realtime_offset_ns = (int64_t) now_nsec(CLOCK_REALTIME) - (int64_t) now_nsec(CLOCK_BOOTTIME);
+	cf.f = streq(out, "-") ? stdout : fopen(out, "we");
+	if (!cf.f) {
+		r = error_errno(-errno, "Failed to open %s", out);
+		goto stop;
+	}
+	r = pcapng_write_shb(cf.f, "perfrelayctl capture");
+	if (r < 0)
+		goto stop;
+	rd = malloc(sizeof(*rd));
+	if (!rd) {
+		r = -ENOMEM;
+		goto stop;
+	}
+	rd->have = 0;
+	fd = connect_socket(socket_path, id);
+	if (fd < 0) {
+		r = fd;
+		goto stop;
+	}
+	signal(SIGINT, on_stop_signal);
+	signal(SIGTERM, on_stop_signal);
+	signal(SIGPIPE, SIG_IGN);
+	while (!stop_requested && (count == 0 || cf.packets < count)) {
+		r = read_frames(rd, fd, 200, &cf, count);
+		if (r < 0)
+			goto stop;
+		if (streq(out, "-"))
+			fflush(cf.f);
+	}
+
+stop:
+	/* Stopped first, then counted: the capture's figures are final, and every packet it
+	 * took is either read here or reported lost, unless -c had enough already. */
+	(void) sd_bus_call_method(bus, BUS_NAME, BUS_PATH, BUS_INTERFACE, "StopCapture", &e, NULL, "o", path);
+	sd_bus_error_free(&e);
+	if (r >= 0 && capture_figures(id, &seen, &captured, &dropped) >= 0) {
+		uint64_t deadline = now_msec(CLOCK_MONOTONIC) + DRAIN_TIMEOUT_MS;
+
+		while (fd >= 0 && (count == 0 || cf.packets < count) && cf.packets + cf.lost < captured &&
+		       now_msec(CLOCK_MONOTONIC) < deadline && (r = read_frames(rd, fd, 200, &cf, count)) >= 0)
+			;
+		if (r >= 0 && cf.n_interfaces == 0) {
+			uint32_t any;
+
+			r = interface_of(&cf, 0, &any); /* an interface block for the statistics */
+		}
+		/* The losses go on the first interface: a capture does not know per interface. */
+		for (unsigned i = 0; r >= 0 && i < cf.n_interfaces; i++)
+			r = pcapng_write_isb(
+				cf.f,
+				i,
+				now_nsec(CLOCK_REALTIME),
+				start_ns,
+				now_nsec(CLOCK_REALTIME),
+				i == 0 ? seen : 0,
+				i == 0 ? dropped + cf.lost : 0);
+		if (r >= 0)
+			fprintf(stderr,
+				"%" PRIu64 " packets written; %" PRIu64 " lost (%" PRIu64
+				" over the rate or not written to the ring, %" PRIu64
+				" dropped from this client's queue)\n",
+				cf.packets,
+				dropped + cf.lost,
+				dropped,
+				cf.lost);
+	}
+	if (fd >= 0)
+		close(fd);
+	if (cf.f && fflush(cf.f) != 0 && r >= 0)
+		r = error_errno(-EIO, "Failed to write %s", out);
+	if (cf.f && cf.f != stdout)
+		fclose(cf.f);
+	if (r < 0 && r != -ECONNRESET)
+		return r;
+	return 0;
+}

@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* StartCapture() and StopCapture() (docs/capture.md), and one org.perfrelay1.Capture object per
+ * capture at /org/perfrelay1/capture/<id>: root and AllowGroups= members only (packets carry
+ * every user's traffic). A capture ends when its requester calls StopCapture() or leaves the
+ * bus. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bus-internal.h"
+#include "log.h"
+
+struct BusCapture {
+	Bus *bus;
+	LIST_FIELDS(BusCapture, captures);
+	uint32_t id;
+	char path[64];
+	sd_bus_slot *slot;
+	sd_bus_track *track; /* the requester: when it leaves the bus, the capture ends */
+};
+
+static BusCapture *bus_capture_free(BusCapture *c) {
+	if (!c)
+		return NULL;
+	LIST_REMOVE(captures, c->bus->captures, c);
+	sd_bus_slot_unref(c->slot);
+	sd_bus_track_unref(c->track);
+	free(c);
+	return NULL;
+}
+
+void bus_captures_free_all(Bus *b) {
+	while (b->captures)
+		bus_capture_free(b->captures);
+}
+
+static void bus_capture_end(BusCapture *c) {
+	Bus *b = c->bus;
+
+	(void) b->host.stop_capture(b->host.userdata, c->id);
+	bus_capture_free(c);
+}
+
+void bus_captures_end_all(Bus *b) {
+	while (b->captures)
+		bus_capture_end(b->captures);
+}
+
+static int on_requester_gone(sd_bus_track *track, void *userdata) {
+	BusCapture *c = userdata;
+
+	log_info("The requester of capture %u left the bus: capture stopped", c->id);
+	bus_capture_end(c);
+	return 0;
+}
+
+static int capture_property_get(
+	sd_bus *bus,
+	const char *path,
+	const char *interface,
+	const char *property,
+	sd_bus_message *reply,
+	void *userdata,
+	sd_bus_error *error) {
+	BusCapture *c = userdata;
+	CaptureSummary s;
+	int r;
+
+	r = c->bus->host.capture_info(c->bus->host.userdata, c->id, &s);
+	if (r < 0)
+		return sd_bus_error_set_errnof(error, r, "Capture %u: %m", c->id);
+	if (streq(property, "Id"))
+		return sd_bus_message_append(reply, "u", s.id);
+	if (streq(property, "Unit"))
+		return sd_bus_message_append(reply, "s", s.unit);
+	if (streq(property, "Cgroup"))
+		return sd_bus_message_append(reply, "s", s.cgroup);
+	if (streq(property, "CgroupId"))
+		return sd_bus_message_append(reply, "t", s.cgroup_id);
+	if (streq(property, "Direction"))
+		return sd_bus_message_append(reply, "s", capture_direction_to_string(s.direction));
+	if (streq(property, "Bytes"))
+		return sd_bus_message_append(reply, "u", s.bytes);
+	if (streq(property, "PacketsPerSecond"))
+		return sd_bus_message_append(reply, "u", s.packets_per_second);
+	if (streq(property, "Seen"))
+		return sd_bus_message_append(reply, "t", s.stats.seen);
+	if (streq(property, "Captured"))
+		return sd_bus_message_append(reply, "t", s.stats.captured);
+	if (streq(property, "RateDropped"))
+		return sd_bus_message_append(reply, "t", s.stats.rate_dropped);
+	return sd_bus_message_append(reply, "t", s.stats.failed);
+}
+
+/* clang-format off */
+static const sd_bus_vtable capture_vtable[] = {
+	SD_BUS_VTABLE_START(0),
+	SD_BUS_PROPERTY("Id", "u", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Unit", "s", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Cgroup", "s", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("CgroupId", "t", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Direction", "s", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Bytes", "u", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("PacketsPerSecond", "u", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Seen", "t", capture_property_get, 0, 0),
+	SD_BUS_PROPERTY("Captured", "t", capture_property_get, 0, 0),
+	SD_BUS_PROPERTY("RateDropped", "t", capture_property_get, 0, 0),
+	SD_BUS_PROPERTY("Failed", "t", capture_property_get, 0, 0),
+	SD_BUS_VTABLE_END
+};
+/* clang-format on */
+
+static int require_all_access(Bus *b, sd_bus_message *message, const char *what, sd_bus_error *error) {
+	SubscriptionAccess access;
+	uid_t uid;
+	int r;
+
+	r = bus_sender_access(b, message, &uid, &access, error);
+	if (r < 0)
+		return r;
+	if (access != SUBSCRIPTION_ACCESS_ALL)
+		return sd_bus_error_setf(
+			error,
+			SD_BUS_ERROR_ACCESS_DENIED,
+			"%s shows every user's packets: it needs root or a group of AllowGroups= (the "
+			"caller is uid %u)",
+			what,
+			(unsigned) uid);
+	return 0;
+}
+
+static int read_options(sd_bus_message *m, CaptureRequest *req, sd_bus_error *error) {
+	const char *key;
+	int r;
+
+	r = sd_bus_message_enter_container(m, 'a', "{sv}");
+	while (r >= 0 && (r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+		const char *sig;
+		const char **s = NULL;
+		uint32_t *u = NULL;
+
+		r = sd_bus_message_read(m, "s", &key);
+		if (r < 0)
+			return r;
+		if (streq(key, "unit"))
+			s = &req->unit;
+		else if (streq(key, "cgroup"))
+			s = &req->cgroup;
+		else if (streq(key, "direction"))
+			s = &req->direction;
+		else if (streq(key, "bytes"))
+			u = &req->bytes;
+		else if (streq(key, "packets_per_second"))
+			u = &req->packets_per_second;
+		else
+			return sd_bus_error_setf(
+				error,
+				SD_BUS_ERROR_INVALID_ARGS,
+				"unknown option \"%.64s\" (known: unit, cgroup, direction, bytes, "
+				"packets_per_second)",
+				key);
+		sig = s ? "s" : "u";
+		r = s ? sd_bus_message_read(m, "v", sig, s) : sd_bus_message_read(m, "v", sig, u);
+		if (r < 0)
+			return sd_bus_error_setf(
+				error,
+				SD_BUS_ERROR_INVALID_ARGS,
+				"option \"%s\": expected a variant of type %s",
+				key,
+				sig);
+		r = sd_bus_message_exit_container(m);
+	}
+	if (r >= 0)
+		r = sd_bus_message_exit_container(m);
+	return r;
+}
+
+int bus_method_start_capture(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+	_cleanup_free_ char *why = NULL;
+	CaptureRequest req = {};
+	BusCapture *c;
+	Bus *b = userdata;
+	uint32_t id;
+	int r;
+
+	r = require_all_access(b, message, "StartCapture", error);
+	if (r < 0)
+		return r;
+	r = read_options(message, &req, error);
+	if (r < 0)
+		return r;
+	r = b->host.start_capture(b->host.userdata, &req, &id, &why);
+	if (r < 0)
+		return sd_bus_error_setf(
+			error,
+			r == -EBUSY                          ? SD_BUS_ERROR_LIMITS_EXCEEDED :
+				r == -EINVAL || r == -ENOENT ? SD_BUS_ERROR_INVALID_ARGS :
+							       SD_BUS_ERROR_FAILED,
+			"StartCapture: %s",
+			why ?: strerror(-r));
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		(void) b->host.stop_capture(b->host.userdata, id);
+		return -ENOMEM;
+	}
+	c->bus = b;
+	c->id = id;
+	snprintf(c->path, sizeof(c->path), "%s/%" PRIu32, BUS_CAPTURE_PATH_PREFIX, id);
+	LIST_PREPEND(captures, b->captures, c);
+	r = sd_bus_add_object_vtable(b->bus, &c->slot, c->path, BUS_INTERFACE_CAPTURE, capture_vtable, c);
+	if (r >= 0)
+		r = sd_bus_track_new(b->bus, &c->track, on_requester_gone, c);
+	if (r >= 0)
+		r = sd_bus_track_add_sender(c->track, message);
+	if (r < 0) {
+		bus_capture_end(c);
+		return r;
+	}
+	return sd_bus_reply_method_return(message, "o", c->path);
+}
+
+int bus_method_stop_capture(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+	Bus *b = userdata;
+	const char *path;
+	int r;
+
+	r = require_all_access(b, message, "StopCapture", error);
+	if (r < 0)
+		return r;
+	r = sd_bus_message_read(message, "o", &path);
+	if (r < 0)
+		return r;
+	LIST_FOREACH(captures, c, b->captures)
+		if (streq(c->path, path)) {
+			bus_capture_end(c);
+			return sd_bus_reply_method_return(message, NULL);
+		}
+	return sd_bus_error_setf(error, BUS_ERROR_NO_SUCH_CAPTURE, "No capture %s", path);
+}

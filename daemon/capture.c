@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* One packet capture: the capture BPF object's lifecycle (open with the pinned maps, set its
+ * id, byte count and rate, load, attach to a cgroup) and its counters. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "capture.h"
+#include "capture.skel.h"
+#include "event.h"
+
+struct Capture {
+	struct capture_bpf *skel;
+	struct bpf_link *links[2];
+	unsigned n_cpus;
+};
+
+static const char *const direction_names[] = {
+	[CAPTURE_INGRESS] = "ingress",
+	[CAPTURE_EGRESS] = "egress",
+	[CAPTURE_BOTH] = "both",
+};
+
+const char *capture_direction_to_string(CaptureDirection d) {
+	return (unsigned) d < ELEMENTSOF(direction_names) ? direction_names[d] : NULL;
+}
+
+int capture_direction_from_string(const char *s) {
+	for (unsigned i = CAPTURE_INGRESS; s && i < ELEMENTSOF(direction_names); i++)
+		if (streq(s, direction_names[i]))
+			return (int) i;
+	return -EINVAL;
+}
+
+int capture_new(const CaptureOptions *o, Capture **ret, uint64_t *ret_cgroup_id) {
+	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = o->pin_path);
+	_cleanup_(capture_freep) Capture *c = NULL;
+	_cleanup_close_ int fd = -EBADF;
+	struct stat st;
+	int r;
+
+	if (o->bytes == 0 || o->bytes > PERFRELAY_CAPTURE_BYTES_MAX || !(o->direction & CAPTURE_BOTH))
+		return -EINVAL;
+	fd = open(o->cgroup_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return -errno;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->n_cpus = o->n_possible_cpus;
+	c->skel = capture_bpf__open_opts(&opts);
+	if (!c->skel)
+		return -errno;
+	/* As the probes do: the pinned arrays are reused only where the definitions match. */
+	bpf_map__set_max_entries(c->skel->maps.events, o->n_possible_cpus);
+	bpf_map__set_max_entries(c->skel->maps.recorder, o->n_possible_cpus);
+	c->skel->rodata->capture_id = o->id;
+	c->skel->rodata->capture_bytes = o->bytes;
+	c->skel->rodata->packets_per_second = o->packets_per_second;
+	r = capture_bpf__load(c->skel);
+	if (r < 0)
+		return r;
+	if (o->direction & CAPTURE_INGRESS) {
+		c->links[0] = bpf_program__attach_cgroup(c->skel->progs.capture_ingress, fd);
+		if (!c->links[0])
+			return -errno;
+	}
+	if (o->direction & CAPTURE_EGRESS) {
+		c->links[1] = bpf_program__attach_cgroup(c->skel->progs.capture_egress, fd);
+		if (!c->links[1])
+			return -errno;
+	}
+	*ret_cgroup_id = (uint64_t) st.st_ino; /* cgroup2: the directory's inode is the cgroup id */
+	*ret = TAKE_PTR(c);
+	return 0;
+}
+
+void capture_detach(Capture *c) {
+	for (unsigned i = 0; i < ELEMENTSOF(c->links); i++) {
+		bpf_link__destroy(c->links[i]);
+		c->links[i] = NULL;
+	}
+}
+
+Capture *capture_free(Capture *c) {
+	if (!c)
+		return NULL;
+	capture_detach(c);
+	capture_bpf__destroy(c->skel);
+	free(c);
+	return NULL;
+}
+
+int capture_get_stats(const Capture *c, CaptureStats *ret) {
+	_cleanup_free_ CaptureStats *v = NULL; /* the BPF struct capture_stats, field by field */
+	CaptureStats sum = {};
+	uint32_t key = 0;
+
+	v = calloc(c->n_cpus, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	if (bpf_map_lookup_elem(bpf_map__fd(c->skel->maps.capture_stats), &key, v) < 0)
+		return -errno;
+	for (unsigned i = 0; i < c->n_cpus; i++) {
+		sum.seen += v[i].seen;
+		sum.captured += v[i].captured;
+		sum.rate_dropped += v[i].rate_dropped;
+		sum.failed += v[i].failed;
+	}
+	*ret = sum;
+	return 0;
+}

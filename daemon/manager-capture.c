@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Packet captures in the manager (docs/capture.md): StartCapture() finds the unit's cgroup,
+ * bounds the request by [Capture], and attaches a capture; StopCapture() and the requester's
+ * departure (bus-capture.c) end it. */
+#include "perfrelay-config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "log.h"
+#include "manager-internal.h"
+#include "unitname.h"
+
+/* The unit's cgroup: systemd names a unit's cgroup after the unit, below its slices. */
+#define FIND_DEPTH_MAX 8
+#define FIND_DIRS_MAX  65536u
+
+static int find_unit_cgroup(
+	const char *dir, const char *unit, unsigned depth, unsigned *budget, char *ret, size_t size) {
+	DIR *d;
+	struct dirent *de;
+	int r = -ENOENT;
+
+	if (depth > FIND_DEPTH_MAX)
+		return -ENOENT;
+	d = opendir(dir);
+	if (!d)
+		return -ENOENT;
+	while (r == -ENOENT && (de = readdir(d))) {
+		char sub[PATH_MAX];
+
+		if (de->d_type != DT_DIR || de->d_name[0] == '.')
+			continue;
+		if (*budget == 0) {
+			r = -E2BIG;
+			break;
+		}
+		(*budget)--;
+		if (snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name) >= (int) sizeof(sub))
+			continue;
+		if (streq(de->d_name, unit)) {
+			if (snprintf(ret, size, "%s", sub) >= (int) size)
+				r = -ENAMETOOLONG;
+			else
+				r = 0;
+			break;
+		}
+		r = find_unit_cgroup(sub, unit, depth + 1, budget, ret, size);
+	}
+	closedir(d);
+	return r;
+}
+
+static int errorf(char **ret_error, int r, const char *fmt, ...) {
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (ret_error && vasprintf(ret_error, fmt, ap) < 0)
+		*ret_error = NULL;
+	va_end(ap);
+	return r;
+}
+
+int manager_start_capture(Manager *m, const CaptureRequest *req, uint32_t *ret_id, char **ret_error) {
+	const Config *c = m->config;
+	CaptureSummary info = {};
+	Capture *capture = NULL;
+	char path[PATH_MAX];
+	const char *root;
+	unsigned budget = FIND_DIRS_MAX;
+	int dir, r;
+
+	if (!m->captures || !m->cgroups)
+		return errorf(ret_error, -EOPNOTSUPP, "packet capture needs a cgroup2 mount");
+	root = cgroup_fs_path(m->cgroups);
+	if (captures_full(m->captures)) {
+		captures_count_refused(m->captures);
+		return errorf(ret_error, -EBUSY, "%u captures run already (MaxCaptures=)", c->max_captures);
+	}
+	if (!!req->unit == !!req->cgroup)
+		return errorf(ret_error, -EINVAL, "give one of the options \"unit\" and \"cgroup\"");
+	if (req->unit) {
+		if (!unit_name_is_attributable(req->unit, strlen(req->unit)))
+			return errorf(
+				ret_error, -EINVAL, "\"%s\" is not a unit name processes run in", req->unit);
+		r = find_unit_cgroup(root, req->unit, 0, &budget, path, sizeof(path));
+		if (r == -E2BIG)
+			return errorf(
+				ret_error,
+				r,
+				"the cgroup tree under %s has more than %u directories",
+				root,
+				FIND_DIRS_MAX);
+		if (r < 0)
+			return errorf(
+				ret_error,
+				-ENOENT,
+				"unit %s has no cgroup under %s (is it running?)",
+				req->unit,
+				root);
+	} else {
+		if (req->cgroup[0] != '/' || strstr(req->cgroup, "/..") || strstr(req->cgroup, "//"))
+			return errorf(
+				ret_error,
+				-EINVAL,
+				"cgroup \"%s\": a path below the cgroup2 root, starting with /",
+				req->cgroup);
+		if (snprintf(path, sizeof(path), "%s%s", root, req->cgroup) >= (int) sizeof(path))
+			return errorf(ret_error, -ENAMETOOLONG, "cgroup path too long");
+	}
+	dir = req->direction ? capture_direction_from_string(req->direction) : CAPTURE_BOTH;
+	if (dir < 0)
+		return errorf(ret_error, -EINVAL, "direction \"%s\": ingress, egress or both", req->direction);
+	info.bytes = req->bytes ?: c->capture_bytes;
+	if (info.bytes > c->capture_bytes)
+		return errorf(
+			ret_error, -EINVAL, "bytes %u: above CaptureBytes=%u", info.bytes, c->capture_bytes);
+	info.packets_per_second = c->capture_packets_per_second;
+	if (req->packets_per_second > 0 &&
+	    (info.packets_per_second == 0 || req->packets_per_second < info.packets_per_second))
+		info.packets_per_second = req->packets_per_second;
+	info.direction = (CaptureDirection) dir;
+	info.id = captures_next_id(m->captures);
+	snprintf(info.unit, sizeof(info.unit), "%s", req->unit ?: "");
+	snprintf(info.cgroup, sizeof(info.cgroup), "%s", path + strlen(root));
+
+	r = capture_new(
+		&(CaptureOptions){
+			.id = info.id,
+			.pin_path = c->pin_path,
+			.n_possible_cpus = probes_possible_cpus(m->probes),
+			.cgroup_path = path,
+			.direction = info.direction,
+			.bytes = info.bytes,
+			.packets_per_second = info.packets_per_second,
+		},
+		&capture,
+		&info.cgroup_id);
+	if (r < 0)
+		return errorf(ret_error, r, "failed to attach a capture to %s: %s", path, strerror(-r));
+	r = captures_add(m->captures, capture, &info);
+	if (r < 0)
+		return errorf(ret_error, r, "failed to keep the capture");
+	log_info(
+		"Capture %u started: %s (%s, %s, %u bytes, %u packets/s)",
+		info.id,
+		info.unit[0] ? info.unit : info.cgroup,
+		path,
+		capture_direction_to_string(info.direction),
+		info.bytes,
+		info.packets_per_second);
+	*ret_id = info.id;
+	return 0;
+}
+
+int manager_stop_capture(Manager *m, uint32_t id) {
+	CaptureSummary s;
+	int r;
+
+	if (!m->captures)
+		return -ENOENT;
+	r = captures_stop(m->captures, id);
+	if (r < 0)
+		return r;
+	if (captures_get(m->captures, id, &s) >= 0)
+		log_info(
+			"Capture %u stopped: %" PRIu64 " packets seen, %" PRIu64 " captured, %" PRIu64
+			" over the rate, %" PRIu64 " failed",
+			id,
+			s.stats.seen,
+			s.stats.captured,
+			s.stats.rate_dropped,
+			s.stats.failed);
+	return 0;
+}
+
+void manager_setup_captures(Manager *m) {
+	int r = captures_new(m->config->max_captures, &m->captures);
+
+	if (r < 0)
+		log_warning_errno(r, "Failed to set up packet captures: %m; StartCapture() will refuse");
+}
