@@ -535,6 +535,9 @@ def main():
                     help="runs of row x (perfrelay-export to a local nats-server) at the maximum rate, and as many "
                          "at half of it (default 2; 0 = none; needs row e)")
     ap.add_argument("--sweeps", default="a,a',c", help="rows to sweep for the zero-loss rate (default a,a',c)")
+    ap.add_argument("--capture-repeat", type=int, default=3,
+                    help="rounds of the capture's cost: a loopback TCP stream with and without a capture (default 3; "
+                         "0 = none)")
     ap.add_argument("--pingpong-repeat", type=int, default=5,
                     help="rounds of the counters' cost: a ping-pong pair with counters off, then on (default 5; 0 = none)")
     args = ap.parse_args()
@@ -558,6 +561,10 @@ def main():
                 counters[mode] = {"switches_per_s_on_to_off": pp_ratio, "runs": pp_runs,
                                   "ns_per_switch_added": round(
                                       statistics.median(1e9 / r["on"] - 1e9 / r["off"] for r in pp_runs), 1)}
+        capture = None
+        if args.capture_repeat > 0:
+            import capture_bench
+            capture = capture_bench.run(args.build, args.capture_repeat, args.duration, log)
         max_rows, baselines = b.max_rate_rows() if ROWS else ({}, [])
         summary = {name: summarize(res) for name, res in max_rows.items()}
 
@@ -690,6 +697,7 @@ def main():
         "export": export,
         "recorder": recorder,
         "counters": counters,
+        "capture": capture,
         "targets": targets,
         "elapsed_s": round(time.monotonic() - started, 1),
         "command": " ".join(["bench/run"] + user_args),
@@ -721,6 +729,9 @@ def main():
               f"{export['cpu_ns_per_event_at_half_rate']:.0f} CPU ns/event at half that rate = "
               f"{export['ratio_to_e_client_cpu_per_event']}x "
               f"(e)'s binary client ({export['e_client_cpu_ns_per_event']:.0f})  {export['description']}")
+    if capture:
+        print(f"capture: a loopback TCP stream runs at {capture['tcp_stream_on_to_off']}x its rate without a capture; "
+              f"{capture['daemon_cpu_ns_per_packet']} daemon CPU ns per captured packet at {capture['packet_rate']}/s")
     for mode in ("threads", "processes") if counters else ():
         c = counters[mode]
         print(f"counters: ping-pong of two {mode}: {c['switches_per_s_on_to_off']}x the context switches/s with "

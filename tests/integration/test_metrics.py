@@ -65,7 +65,9 @@ def test_prometheus_scrapes_socket_activated_metrics():
     bus = StatsBus(BINARY)  # a private system bus; its address is exported to what we start
     # No probes: the only producer is a finished burst of perfrelay-bench, so the daemon is quiet
     # and what a scrape shows must equal GetStats() exactly.
-    d = Daemon(BINARY, "metrics", stdout=False, config="[Probes]\nProbes=none\n")
+    # Counters=none: the counters' charges follow the whole system's activity, and this test
+    # checks that GetStats() stays put while the daemon is quiet.
+    d = Daemon(BINARY, "metrics", stdout=False, config="[Probes]\nProbes=none\n[Counters]\nCounters=none\n")
     activate = prom = None
     try:
         d.start()

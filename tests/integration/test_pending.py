@@ -32,10 +32,12 @@ def in_openat(tid):
 
 
 def link_ids(pin_path):
-    """Ids of the probe links pinned under pin_path."""
+    """Ids of the open probe's links pinned under pin_path (not the counters programs')."""
     links = os.path.join(pin_path, "links")
     ids = []
     for name in os.listdir(links):
+        if not name.startswith("handle_open"):
+            continue
         out = subprocess.run(["bpftool", "-j", "link", "show", "pinned", os.path.join(links, name)],
                              capture_output=True, text=True, check=True).stdout
         ids.append(json.loads(out)["id"])
