@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* One packet capture (docs/capture.md): cgroup_skb programs attached to a unit's cgroup that
  * emit a packet record per packet of its sockets, the packet's first bytes appended by the
- * kernel (BPF_F_CTXLEN_MASK), into the daemon's pinned "events" array. The daemon loads one
+ * kernel (BPF_F_CTXLEN_MASK), into the daemon's pinned "events" array; or tc programs on one
+ * interface for an interface's capture. The daemon loads one
  * instance of this object per capture, with its id, byte count and rate in .rodata. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -68,7 +69,7 @@ static __always_inline int rate_allows(void) {
 	return ok;
 }
 
-static __always_inline int capture(struct __sk_buff *skb, __u8 direction) {
+static __always_inline int capture(struct __sk_buff *skb, __u8 direction, __u8 link) {
 	struct perfrelay_packet rec = {};
 	struct capture_stats *st;
 	__u32 zero = 0, len = skb->len;
@@ -89,6 +90,7 @@ static __always_inline int capture(struct __sk_buff *skb, __u8 direction) {
 	rec.cap_len = (__u32) cap;
 	rec.protocol = bpf_ntohs((__u16) skb->protocol);
 	rec.direction = direction;
+	rec.link = link;
 	if (perfrelay_emit_ctx(
 		    skb, &rec, sizeof(rec), PERFRELAY_TYPE_PACKET, PERFRELAY_PRODUCER_CAPTURE, cap) == 0)
 		__sync_fetch_and_add(&st->captured, 1);
@@ -99,12 +101,29 @@ static __always_inline int capture(struct __sk_buff *skb, __u8 direction) {
 
 SEC("cgroup_skb/ingress")
 int capture_ingress(struct __sk_buff *skb) {
-	return capture(skb, PERFRELAY_PACKET_INGRESS);
+	return capture(skb, PERFRELAY_PACKET_INGRESS, PERFRELAY_PACKET_LINK_RAW);
 }
 
 SEC("cgroup_skb/egress")
 int capture_egress(struct __sk_buff *skb) {
-	return capture(skb, PERFRELAY_PACKET_EGRESS);
+	return capture(skb, PERFRELAY_PACKET_EGRESS, PERFRELAY_PACKET_LINK_RAW);
+}
+
+/* An interface's capture: tc (clsact) programs, which see every packet of the interface from
+ * its Ethernet header on, whatever unit it belongs to. TC_ACT_UNSPEC: the next filter decides,
+ * as if we were not there. */
+#define PERFRELAY_TC_ACT_UNSPEC (-1)
+
+SEC("tc")
+int capture_tc_ingress(struct __sk_buff *skb) {
+	capture(skb, PERFRELAY_PACKET_INGRESS, PERFRELAY_PACKET_LINK_ETHER);
+	return PERFRELAY_TC_ACT_UNSPEC;
+}
+
+SEC("tc")
+int capture_tc_egress(struct __sk_buff *skb) {
+	capture(skb, PERFRELAY_PACKET_EGRESS, PERFRELAY_PACKET_LINK_ETHER);
+	return PERFRELAY_TC_ACT_UNSPEC;
 }
 
 char LICENSE[] SEC("license") = "GPL";

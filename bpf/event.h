@@ -218,13 +218,16 @@ struct perfrelay_counters_stats {
 #define PERFRELAY_CAPTURE_BYTES_MAX 65000u
 #define PERFRELAY_PACKET_INGRESS    0u
 #define PERFRELAY_PACKET_EGRESS     1u
+#define PERFRELAY_PACKET_LINK_RAW   0u /* the bytes start with the IPv4/IPv6 header (a unit's capture) */
+#define PERFRELAY_PACKET_LINK_ETHER 1u /* the bytes start with the Ethernet header (an interface's) */
 
 /* PERFRELAY_TYPE_PACKET. hdr.size is the size of this fixed part; the packet's first cap_len
  * bytes follow it in the raw sample, appended by the kernel from the skb (bpf_perf_event_output()
  * with the length in the BPF_F_CTXLEN_MASK bits of the flags), so that they never pass through
  * the BPF stack. A valid record has raw size = hdr.size + cap_len (+ the kernel's padding, < 8),
- * cap_len <= orig_len and cap_len <= PERFRELAY_CAPTURE_BYTES_MAX. cgroup_skb programs see
- * packets from the network header on: the bytes start with the IPv4 or IPv6 header. */
+ * cap_len <= orig_len and cap_len <= PERFRELAY_CAPTURE_BYTES_MAX. `link` says where the bytes
+ * start: cgroup_skb programs (a unit's capture) see packets from the network header on, tc
+ * programs (an interface's) from the Ethernet header on. */
 struct perfrelay_packet {
 	struct perfrelay_hdr hdr;
 	__u64 cgroup_id;  /* the socket's cgroup: the unit's, or one below it */
@@ -234,7 +237,8 @@ struct perfrelay_packet {
 	__u32 cap_len;    /* bytes that follow: min(orig_len, the capture's bytes) */
 	__u16 protocol;   /* ETH_P_IP (0x0800) or ETH_P_IPV6 (0x86dd), host byte order */
 	__u8 direction;   /* PERFRELAY_PACKET_INGRESS or _EGRESS */
-	__u8 _pad[5];
+	__u8 link;        /* PERFRELAY_PACKET_LINK_RAW or _ETHER */
+	__u8 _pad[4];
 };
 
 /* The benchmark producer: a sequence number and a payload of configurable size. */

@@ -43,17 +43,18 @@ typedef struct CaptureFile {
 	const char *unit;
 	uint32_t snaplen;
 	uint32_t ifindex[MAX_INTERFACES]; /* pcapng interface id -> ifindex */
+	uint8_t link[MAX_INTERFACES];     /* and the records' link (PERFRELAY_PACKET_LINK_*) */
 	unsigned n_interfaces;
 	uint64_t packets, lost, first_ns, last_ns;
 	int64_t realtime_offset_ns; /* CLOCK_REALTIME - CLOCK_BOOTTIME */
 } CaptureFile;
 
-static int interface_of(CaptureFile *cf, uint32_t ifindex, uint32_t *ret) {
+static int interface_of(CaptureFile *cf, uint32_t ifindex, uint8_t link, uint32_t *ret) {
 	char name[IF_NAMESIZE + 16], comment[300];
 	int r;
 
 	for (unsigned i = 0; i < cf->n_interfaces; i++)
-		if (cf->ifindex[i] == ifindex) {
+		if (cf->ifindex[i] == ifindex && cf->link[i] == link) {
 			*ret = i;
 			return 0;
 		}
@@ -63,10 +64,16 @@ static int interface_of(CaptureFile *cf, uint32_t ifindex, uint32_t *ret) {
 	if (ifindex == 0 || !if_indextoname(ifindex, name))
 		snprintf(name, sizeof(name), "ifindex %" PRIu32, ifindex);
 	snprintf(comment, sizeof(comment), "perfrelay capture of %s", cf->unit);
-	r = pcapng_write_idb(cf->f, PCAPNG_LINKTYPE_RAW, cf->snaplen, name, comment);
+	r = pcapng_write_idb(
+		cf->f,
+		link == PERFRELAY_PACKET_LINK_ETHER ? PCAPNG_LINKTYPE_ETHERNET : PCAPNG_LINKTYPE_RAW,
+		cf->snaplen,
+		name,
+		comment);
 	if (r < 0)
 		return r;
 	cf->ifindex[cf->n_interfaces] = ifindex;
+	cf->link[cf->n_interfaces] = link;
 	*ret = cf->n_interfaces++;
 	return 0;
 }
@@ -82,7 +89,7 @@ static int write_packet(CaptureFile *cf, const uint8_t *rec, uint32_t len) {
 	memcpy(&p, rec, sizeof(p));
 	if (p.hdr.size != sizeof(p) || len - sizeof(p) != p.cap_len)
 		return -EBADMSG;
-	r = interface_of(cf, p.ifindex, &interface);
+	r = interface_of(cf, p.ifindex, p.link, &interface);
 	if (r < 0)
 		return r;
 	ts = (uint64_t) ((int64_t) p.hdr.ts_ns + cf->realtime_offset_ns);
@@ -205,11 +212,12 @@ static int capture_figures(uint32_t id, uint64_t *ret_seen, uint64_t *ret_captur
 }
 
 static void help(void) {
-	printf("%s capture --unit=UNIT|--cgroup=PATH -w FILE [OPTIONS...]\n\n"
+	printf("%s capture --unit=UNIT|--cgroup=PATH|--interface=NAME -w FILE [OPTIONS...]\n\n"
 	       "Capture a unit's packets (its sockets' traffic) as pcapng (root, D-Bus).\n\n"
 	       "  -h --help              Show this help\n"
 	       "     --unit=UNIT         The unit whose packets to capture\n"
 	       "     --cgroup=PATH       Or a cgroup, as a path below the cgroup2 root\n"
+	       "  -i --interface=NAME   Or every packet of an interface (a name or an index)\n"
 	       "  -w --write=FILE       Write pcapng to FILE (- for standard output)\n"
 	       "  -c --count=N          Stop after N packets (default: until interrupted)\n"
 	       "  -s --snaplen=BYTES    Bytes per packet (default and most: CaptureBytes=)\n"
@@ -226,6 +234,7 @@ int verb_capture(int argc, char *argv[]) {
 		{ "help", no_argument, NULL, 'h' },
 		{ "unit", required_argument, NULL, ARG_UNIT },
 		{ "cgroup", required_argument, NULL, ARG_CGROUP },
+		{ "interface", required_argument, NULL, 'i' },
 		{ "write", required_argument, NULL, 'w' },
 		{ "count", required_argument, NULL, 'c' },
 		{ "snaplen", required_argument, NULL, 's' },
@@ -238,7 +247,8 @@ int verb_capture(int argc, char *argv[]) {
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *call = NULL, *reply = NULL;
 	sd_bus_error e = SD_BUS_ERROR_NULL;
 	const char *unit = NULL, *cgroup = NULL, *direction = NULL, *out = NULL, *path = NULL, *socket_path;
-	uint32_t count = 0, snaplen = 0, rate = 0, id = 0, bytes = 0;
+	uint32_t count = 0, snaplen = 0, rate = 0, id = 0, bytes = 0, ifindex = 0;
+	const char *interface = NULL;
 	uint64_t seen = 0, captured = 0, dropped = 0, start_ns = now_nsec(CLOCK_REALTIME);
 	_cleanup_free_ Reader *rd = NULL;
 	CaptureFile cf = {};
@@ -247,7 +257,7 @@ int verb_capture(int argc, char *argv[]) {
 
 	socket_path = getenv("PERFRELAY_SOCKET") ?: PERFRELAY_SOCKET_DEFAULT;
 	optind = 0;
-	while ((opt = getopt_long(argc, argv, "hw:c:s:", options, NULL)) >= 0)
+	while ((opt = getopt_long(argc, argv, "hw:c:s:i:", options, NULL)) >= 0)
 		switch (opt) {
 		case 'h':
 			help();
@@ -257,6 +267,14 @@ int verb_capture(int argc, char *argv[]) {
 			break;
 		case ARG_CGROUP:
 			cgroup = optarg;
+			break;
+		case 'i':
+			interface = optarg;
+			if (parse_u32(optarg, &ifindex) < 0 || ifindex == 0) {
+				ifindex = if_nametoindex(optarg);
+				if (ifindex == 0)
+					return error_errno(-errno, "--interface=%s: no such interface", optarg);
+			}
 			break;
 		case 'w':
 			out = optarg;
@@ -284,8 +302,8 @@ int verb_capture(int argc, char *argv[]) {
 		default:
 			return -EINVAL;
 		}
-	if (!!unit == !!cgroup)
-		return error_msg("capture needs one of --unit= and --cgroup= (see --help)");
+	if (!!unit + !!cgroup + !!interface != 1)
+		return error_msg("capture needs one of --unit=, --cgroup= and --interface= (see --help)");
 	if (!out)
 		return error_msg("capture needs -w FILE (or -w - for standard output)");
 
@@ -296,8 +314,9 @@ int verb_capture(int argc, char *argv[]) {
 	if (r >= 0)
 		r = sd_bus_message_open_container(call, 'a', "{sv}");
 	if (r >= 0)
-		r = unit ? sd_bus_message_append(call, "{sv}", "unit", "s", unit) :
-			   sd_bus_message_append(call, "{sv}", "cgroup", "s", cgroup);
+		r = unit          ? sd_bus_message_append(call, "{sv}", "unit", "s", unit) :
+			interface ? sd_bus_message_append(call, "{sv}", "ifindex", "u", ifindex) :
+				    sd_bus_message_append(call, "{sv}", "cgroup", "s", cgroup);
 	if (r >= 0 && direction)
 		r = sd_bus_message_append(call, "{sv}", "direction", "s", direction);
 	if (r >= 0 && snaplen)
@@ -326,7 +345,7 @@ int verb_capture(int argc, char *argv[]) {
 		bytes = snaplen ?: 65535;
 	sd_bus_error_free(&e);
 
-	cf.unit = unit ?: cgroup;
+	cf.unit = unit ?: cgroup ?: interface;
 	cf.snaplen = bytes;
 	cf.realtime_offset_ns = (int64_t) now_nsec(CLOCK_REALTIME) - (int64_t) now_nsec(CLOCK_BOOTTIME);
 	cf.f = streq(out, "-") ? stdout : fopen(out, "we");
@@ -373,7 +392,8 @@ stop:
 		if (r >= 0 && cf.n_interfaces == 0) {
 			uint32_t any;
 
-			r = interface_of(&cf, 0, &any); /* an interface block for the statistics */
+			r = interface_of(
+				&cf, 0, PERFRELAY_PACKET_LINK_RAW, &any); /* a block for the statistics */
 		}
 		/* The losses go on the first interface: a capture does not know per interface. */
 		for (unsigned i = 0; r >= 0 && i < cf.n_interfaces; i++)

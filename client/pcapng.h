@@ -8,7 +8,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define PCAPNG_LINKTYPE_RAW 101u /* packets start with their IPv4 or IPv6 header */
+#define PCAPNG_LINKTYPE_ETHERNET 1u   /* packets start with their Ethernet header */
+#define PCAPNG_LINKTYPE_RAW      101u /* packets start with their IPv4 or IPv6 header */
 
 int pcapng_write_shb(FILE *f, const char *application);
 /* name and comment may be NULL. */

@@ -77,6 +77,8 @@ static int capture_property_get(
 		return sd_bus_message_append(reply, "s", s.cgroup);
 	if (streq(property, "CgroupId"))
 		return sd_bus_message_append(reply, "t", s.cgroup_id);
+	if (streq(property, "Ifindex"))
+		return sd_bus_message_append(reply, "u", s.ifindex);
 	if (streq(property, "Direction"))
 		return sd_bus_message_append(reply, "s", capture_direction_to_string(s.direction));
 	if (streq(property, "Bytes"))
@@ -99,6 +101,7 @@ static const sd_bus_vtable capture_vtable[] = {
 	SD_BUS_PROPERTY("Unit", "s", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
 	SD_BUS_PROPERTY("Cgroup", "s", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
 	SD_BUS_PROPERTY("CgroupId", "t", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Ifindex", "u", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
 	SD_BUS_PROPERTY("Direction", "s", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
 	SD_BUS_PROPERTY("Bytes", "u", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
 	SD_BUS_PROPERTY("PacketsPerSecond", "u", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
@@ -150,13 +153,15 @@ static int read_options(sd_bus_message *m, CaptureRequest *req, sd_bus_error *er
 			s = &req->direction;
 		else if (streq(key, "bytes"))
 			u = &req->bytes;
+		else if (streq(key, "ifindex"))
+			u = &req->ifindex;
 		else if (streq(key, "packets_per_second"))
 			u = &req->packets_per_second;
 		else
 			return sd_bus_error_setf(
 				error,
 				SD_BUS_ERROR_INVALID_ARGS,
-				"unknown option \"%.64s\" (known: unit, cgroup, direction, bytes, "
+				"unknown option \"%.64s\" (known: unit, cgroup, ifindex, direction, bytes, "
 				"packets_per_second)",
 				key);
 		sig = s ? "s" : "u";

@@ -209,6 +209,7 @@ static int append_capture(sd_bus_message *m, const StatsSnapshot *s, size_t i) {
 		r = APPEND_FIGURES(
 			m,
 			{ "cgroup_id", c->cgroup_id },
+			{ "ifindex", c->ifindex },
 			{ "packets_per_second", c->packets_per_second },
 			{ "seen", c->stats.seen },
 			{ "captured", c->stats.captured },

@@ -16,8 +16,11 @@
 
 struct Capture {
 	struct capture_bpf *skel;
-	struct bpf_link *links[2];
+	struct bpf_link *links[2]; /* cgroup_skb ingress, egress */
 	unsigned n_cpus;
+	/* An interface's capture: its clsact hook and our filters on it (0: none). */
+	int ifindex;
+	struct bpf_tc_opts tc[2]; /* ingress, egress */
 };
 
 static const char *const direction_names[] = {
@@ -37,18 +40,64 @@ int capture_direction_from_string(const char *s) {
 	return -EINVAL;
 }
 
+/* The clsact hook of the interface (made if missing; never removed: other filters may use it)
+ * and our filter on each direction asked for. */
+static int attach_tc(Capture *c, CaptureDirection direction) {
+	static const enum bpf_tc_attach_point points[2] = { BPF_TC_INGRESS, BPF_TC_EGRESS };
+	struct bpf_program *const progs[2] = { c->skel->progs.capture_tc_ingress,
+					       c->skel->progs.capture_tc_egress };
+	int r;
+
+	for (unsigned i = 0; i < 2; i++) {
+		LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = c->ifindex, .attach_point = points[i]);
+
+		if (!(direction & (i == 0 ? CAPTURE_INGRESS : CAPTURE_EGRESS)))
+			continue;
+		r = bpf_tc_hook_create(&hook);
+		if (r < 0 && r != -EEXIST)
+			return r;
+		c->tc[i] = (struct bpf_tc_opts){ .sz = sizeof(struct bpf_tc_opts),
+						 .prog_fd = bpf_program__fd(progs[i]) };
+		r = bpf_tc_attach(&hook, &c->tc[i]);
+		if (r < 0) {
+			c->tc[i] = (struct bpf_tc_opts){};
+			return r;
+		}
+	}
+	return 0;
+}
+
+static void detach_tc(Capture *c) {
+	static const enum bpf_tc_attach_point points[2] = { BPF_TC_INGRESS, BPF_TC_EGRESS };
+
+	for (unsigned i = 0; i < 2; i++) {
+		LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = c->ifindex, .attach_point = points[i]);
+
+		if (c->tc[i].sz == 0)
+			continue;
+		/* bpf_tc_detach() finds the filter by handle and priority alone. */
+		c->tc[i].prog_fd = c->tc[i].prog_id = 0;
+		c->tc[i].flags = 0;
+		(void) bpf_tc_detach(&hook, &c->tc[i]);
+		c->tc[i] = (struct bpf_tc_opts){};
+	}
+}
+
 int capture_new(const CaptureOptions *o, Capture **ret, uint64_t *ret_cgroup_id) {
 	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = o->pin_path);
 	_cleanup_(capture_freep) Capture *c = NULL;
 	_cleanup_close_ int fd = -EBADF;
-	struct stat st;
+	struct stat st = {};
 	int r;
 
-	if (o->bytes == 0 || o->bytes > PERFRELAY_CAPTURE_BYTES_MAX || !(o->direction & CAPTURE_BOTH))
+	if (o->bytes == 0 || o->bytes > PERFRELAY_CAPTURE_BYTES_MAX || !(o->direction & CAPTURE_BOTH) ||
+	    !!o->cgroup_path == (o->ifindex > 0))
 		return -EINVAL;
-	fd = open(o->cgroup_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &st) < 0)
-		return -errno;
+	if (o->cgroup_path) {
+		fd = open(o->cgroup_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0 || fstat(fd, &st) < 0)
+			return -errno;
+	}
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -65,6 +114,15 @@ int capture_new(const CaptureOptions *o, Capture **ret, uint64_t *ret_cgroup_id)
 	r = capture_bpf__load(c->skel);
 	if (r < 0)
 		return r;
+	if (o->ifindex > 0) {
+		c->ifindex = o->ifindex;
+		r = attach_tc(c, o->direction);
+		if (r < 0)
+			return r;
+		*ret_cgroup_id = 0;
+		*ret = TAKE_PTR(c);
+		return 0;
+	}
 	if (o->direction & CAPTURE_INGRESS) {
 		c->links[0] = bpf_program__attach_cgroup(c->skel->progs.capture_ingress, fd);
 		if (!c->links[0])
@@ -85,6 +143,8 @@ void capture_detach(Capture *c) {
 		bpf_link__destroy(c->links[i]);
 		c->links[i] = NULL;
 	}
+	if (c->ifindex > 0)
+		detach_tc(c);
 }
 
 Capture *capture_free(Capture *c) {

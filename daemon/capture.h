@@ -22,7 +22,8 @@ typedef struct CaptureOptions {
 	uint32_t id;
 	const char *pin_path;     /* the daemon's PinPath: the capture writes into its "events" */
 	unsigned n_possible_cpus; /* the pinned arrays' size, for libbpf to reuse them */
-	const char *cgroup_path;  /* the cgroup to attach to */
+	const char *cgroup_path;  /* the cgroup to attach to; or NULL and: */
+	int ifindex;              /* the interface to attach to (tc clsact) */
 	CaptureDirection direction;
 	uint32_t bytes;              /* per packet, <= PERFRELAY_CAPTURE_BYTES_MAX */
 	uint32_t packets_per_second; /* 0: no limit */
@@ -36,8 +37,9 @@ typedef struct CaptureStats {
 const char *capture_direction_to_string(CaptureDirection d);
 int capture_direction_from_string(const char *s); /* CAPTURE_* or -EINVAL */
 
-/* Loads the object and attaches it; *ret_cgroup_id is the cgroup's id. Logs nothing: the
- * caller names the unit in its error. */
+/* Loads the object and attaches it, to the cgroup (cgroup_skb) or the interface (tc);
+ * *ret_cgroup_id is the cgroup's id (0 for an interface). Logs nothing: the caller names the
+ * unit or interface in its error. */
 int capture_new(const CaptureOptions *o, Capture **ret, uint64_t *ret_cgroup_id);
 /* Detaches its programs: no packet is counted afterwards; the counters stay readable. */
 void capture_detach(Capture *c);

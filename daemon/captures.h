@@ -18,6 +18,7 @@ typedef struct CaptureSummary {
 	char unit[256];   /* "" when started by cgroup */
 	char cgroup[256]; /* the cgroup's path below the cgroup2 root */
 	uint64_t cgroup_id;
+	uint32_t ifindex; /* an interface's capture; 0 for a unit's or cgroup's */
 	uint32_t bytes, packets_per_second;
 	CaptureDirection direction;
 	bool active;
@@ -33,6 +34,7 @@ typedef struct CaptureTotals {
 typedef struct CaptureRequest {
 	const char *unit;            /* a unit name, found in the cgroup tree */
 	const char *cgroup;          /* or a cgroup path below the cgroup2 root */
+	uint32_t ifindex;            /* or an interface: every packet of it (tc) */
 	const char *direction;       /* "ingress", "egress", "both" (default) */
 	uint32_t bytes;              /* per packet; 0: CaptureBytes= */
 	uint32_t packets_per_second; /* 0: CapturePacketsPerSecond= */

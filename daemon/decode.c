@@ -208,7 +208,8 @@ static DecodeError check_packet(const uint8_t *rec, uint16_t size, size_t raw_si
 		return DECODE_BAD_LENGTH;
 	if (raw_size - size < cap_len)
 		return DECODE_BAD_LENGTH; /* the bytes it says follow are not there */
-	if (READ_FIELD(rec, struct perfrelay_packet, direction) > PERFRELAY_PACKET_EGRESS)
+	if (READ_FIELD(rec, struct perfrelay_packet, direction) > PERFRELAY_PACKET_EGRESS ||
+	    READ_FIELD(rec, struct perfrelay_packet, link) > PERFRELAY_PACKET_LINK_ETHER)
 		return DECODE_BAD_LENGTH;
 	*ret_tail = cap_len;
 	return DECODE_OK;

@@ -687,6 +687,10 @@ static int encode_packet(Out *o, const DecodedEvent *ev) {
 	else
 		PUT_LIT(o, KEY("direction") "\"ingress\"");
 	PUT_U32(o, "protocol", READ_FIELD(rec, struct perfrelay_packet, protocol));
+	if (READ_FIELD(rec, struct perfrelay_packet, link) == PERFRELAY_PACKET_LINK_ETHER)
+		PUT_LIT(o, KEY("link") "\"ethernet\"");
+	else
+		PUT_LIT(o, KEY("link") "\"ip\"");
 	PUT_U32(o, "len", READ_FIELD(rec, struct perfrelay_packet, orig_len));
 	PUT_U32(o, "caplen", cap_len);
 	PUT_U64(o, "cgroup_id", READ_FIELD(rec, struct perfrelay_packet, cgroup_id));
@@ -859,10 +863,11 @@ ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size) {
 #define COUNTERS_JSON_MAX                                                              \
 	(COMMON_JSON_MAX + KEYLEN("cgroup_id") + KEYLEN("interval_ns") + 2 * NUM_MAX + \
 	 COUNTER_VALUES_JSON_MAX + TAIL_JSON_MAX)
-#define PACKET_JSON_MAX                                                                                       \
-	(COMMON_JSON_MAX + KEYLEN("capture_id") + KEYLEN("ifindex") + KEYLEN("protocol") + KEYLEN("len") +    \
-	 KEYLEN("caplen") + KEYLEN("cgroup_id") + 6 * NUM_MAX + KEYLEN("direction") + LITLEN("\"ingress\"") + \
-	 KEYLEN("data") + 2 + BASE64_LEN(PERFRELAY_CAPTURE_BYTES_MAX) + TAIL_JSON_MAX)
+#define PACKET_JSON_MAX                                                                                    \
+	(COMMON_JSON_MAX + KEYLEN("capture_id") + KEYLEN("ifindex") + KEYLEN("protocol") + KEYLEN("len") + \
+	 KEYLEN("caplen") + KEYLEN("cgroup_id") + 6 * NUM_MAX + KEYLEN("direction") +                      \
+	 LITLEN("\"ingress\"") + KEYLEN("link") + LITLEN("\"ethernet\"") + KEYLEN("data") + 2 +            \
+	 BASE64_LEN(PERFRELAY_CAPTURE_BYTES_MAX) + TAIL_JSON_MAX)
 #define FORK_JSON_MAX                                                                                          \
 	(COMMON_JSON_MAX + KEYLEN("parent_pid") + KEYLEN("child_pid") + KEYLEN("child_tgid") + KEYLEN("uid") + \
 	 4 * NUM_MAX + KEYLEN("comm") + ARRAY_JSON_MAX(struct perfrelay_fork, comm) + TAIL_JSON_MAX)

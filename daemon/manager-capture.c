@@ -5,6 +5,7 @@
 #include "perfrelay-config.h"
 
 #include <dirent.h>
+#include <net/if.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -82,9 +83,16 @@ int manager_start_capture(Manager *m, const CaptureRequest *req, uint32_t *ret_i
 		captures_count_refused(m->captures);
 		return errorf(ret_error, -EBUSY, "%u captures run already (MaxCaptures=)", c->max_captures);
 	}
-	if (!!req->unit == !!req->cgroup)
-		return errorf(ret_error, -EINVAL, "give one of the options \"unit\" and \"cgroup\"");
-	if (req->unit) {
+	if (!!req->unit + !!req->cgroup + !!req->ifindex != 1)
+		return errorf(
+			ret_error, -EINVAL, "give one of the options \"unit\", \"cgroup\" and \"ifindex\"");
+	if (req->ifindex) {
+		char name[IF_NAMESIZE];
+
+		if (!if_indextoname(req->ifindex, name))
+			return errorf(ret_error, -EINVAL, "no interface with index %u here", req->ifindex);
+		snprintf(path, sizeof(path), "%s", name);
+	} else if (req->unit) {
 		if (!unit_name_is_attributable(req->unit, strlen(req->unit)))
 			return errorf(
 				ret_error, -EINVAL, "\"%s\" is not a unit name processes run in", req->unit);
@@ -126,15 +134,18 @@ int manager_start_capture(Manager *m, const CaptureRequest *req, uint32_t *ret_i
 		info.packets_per_second = req->packets_per_second;
 	info.direction = (CaptureDirection) dir;
 	info.id = captures_next_id(m->captures);
+	info.ifindex = req->ifindex;
 	snprintf(info.unit, sizeof(info.unit), "%s", req->unit ?: "");
-	snprintf(info.cgroup, sizeof(info.cgroup), "%s", path + strlen(root));
+	if (!req->ifindex)
+		snprintf(info.cgroup, sizeof(info.cgroup), "%s", path + strlen(root));
 
 	r = capture_new(
 		&(CaptureOptions){
 			.id = info.id,
 			.pin_path = c->pin_path,
 			.n_possible_cpus = probes_possible_cpus(m->probes),
-			.cgroup_path = path,
+			.cgroup_path = req->ifindex ? NULL : path,
+			.ifindex = (int) req->ifindex,
 			.direction = info.direction,
 			.bytes = info.bytes,
 			.packets_per_second = info.packets_per_second,
@@ -149,7 +160,9 @@ int manager_start_capture(Manager *m, const CaptureRequest *req, uint32_t *ret_i
 	log_info(
 		"Capture %u started: %s (%s, %s, %u bytes, %u packets/s)",
 		info.id,
-		info.unit[0] ? info.unit : info.cgroup,
+		info.unit[0]         ? info.unit :
+			info.ifindex ? "interface" :
+				       info.cgroup,
 		path,
 		capture_direction_to_string(info.direction),
 		info.bytes,

@@ -244,6 +244,66 @@ def test_rate_limit():
     d.stop()
 
 
+def test_interface_capture():
+    """An interface's capture (tc): every packet of a veth whose other end is in the namespace,
+    from its Ethernet header on, whatever unit sent it."""
+    d.start()
+    host, peer = f"prc{os.getpid() % 100000}h", f"prc{os.getpid() % 100000}n"
+    subprocess.run(["ip", "link", "add", host, "type", "veth", "peer", "name", peer], check=True)
+    out = os.path.join(d.dir, "veth.pcapng")
+    marker = f"veth-datagram-{uuid.uuid4().hex[:12]}"
+    try:
+        subprocess.run(["ip", "link", "set", peer, "netns", NETNS], check=True)
+        subprocess.run(["ip", "addr", "add", "10.231.7.1/24", "dev", host], check=True)
+        subprocess.run(["ip", "link", "set", host, "up"], check=True)
+        subprocess.run(["ip", "-n", NETNS, "addr", "add", "10.231.7.2/24", "dev", peer], check=True)
+        subprocess.run(["ip", "-n", NETNS, "link", "set", peer, "up"], check=True)
+        ifindex = int(open(f"/sys/class/net/{host}/ifindex").read())
+        p = ctl("capture", "--interface", host, "-w", out, daemon=d)
+        cid = active_capture()
+        check_eq((captures()[cid]["ifindex"], captures()[cid]["unit"]), (ifindex, ""), "an interface's capture")
+        send = subprocess.run(["ip", "netns", "exec", NETNS, sys.executable, "-c",
+                               "import socket, sys\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                               "for i in range(5): s.sendto(sys.argv[1].encode(), ('10.231.7.1', 9999))",
+                               marker], timeout=30)
+        check_eq(send.returncode, 0, "datagrams sent over the veth")
+        stop_capture(p)
+    finally:
+        subprocess.run(["ip", "link", "delete", host], capture_output=True)
+    st = captures()[cid]
+    frames = tshark(out, "eth.type", "udp.dstport", "data.data", filter_="udp.dstport == 9999 && !icmp")
+    check_eq(len(frames), 5, f"the five datagrams, as Ethernet frames ({st})")
+    check(all(f[0] == "0x0800" and bytes.fromhex(f[2].replace(":", "")) == marker.encode() for f in frames),
+          f"Ethernet type IPv4 and the payload: {frames[:2]}")
+    check_eq(len(tshark(out, "frame.number")), st["captured"], "every captured packet is in the file")
+    check_eq(st["seen"], st["captured"] + st["rate_dropped"] + st["failed"], "seen = captured + dropped + failed")
+    d.stop()
+
+
+def test_stdout_stream():
+    """-w - streams pcapng: tshark reads it from a pipe."""
+    d.start()
+    mine = Unit("capstream")
+    marker = f"streamed-{uuid.uuid4().hex[:12]}"
+    try:
+        p = subprocess.Popen([bus.ctl, "capture", "--unit", mine.name, "-w", "-"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=dict(os.environ, PERFRELAY_SOCKET=d.socket_path))
+        reader = subprocess.Popen(["tshark", "-r", "-", "-T", "fields", "-e", "tcp.payload"], stdin=p.stdout,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p.stdout.close()
+        active_capture()
+        converse(mine, 8082, marker)
+        p.send_signal(signal.SIGINT)
+        check_eq(p.wait(60), 0, "perfrelayctl capture -w - exits 0")
+        out, err = reader.communicate(timeout=60)
+        check_eq(reader.returncode, 0, f"tshark read the stream (stderr: {err.strip()})")
+        payloads = b"".join(bytes.fromhex(l.replace(":", "")) for l in out.split() if l)
+        check(marker.encode() in payloads, "the payload came through the pipe")
+    finally:
+        mine.remove()
+    d.stop()
+
+
 def test_requester_leaves_and_access():
     d.start()
     mine = Unit("capgone")
@@ -274,7 +334,8 @@ def test_requester_leaves_and_access():
 
 try:
     setup_module()
-    run_tests([test_unit_capture, test_truncation, test_rate_limit, test_requester_leaves_and_access])
+    run_tests([test_unit_capture, test_truncation, test_rate_limit, test_interface_capture, test_stdout_stream,
+               test_requester_leaves_and_access])
 finally:
     subprocess.run(["ip", "netns", "delete", NETNS], capture_output=True)
     for dm in (d, d64):

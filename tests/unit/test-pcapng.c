@@ -60,8 +60,8 @@ int main(void) {
 
 	/* The packet block: interface 0, timestamp high then low, caplen 5, len 1500, 5 bytes and
 	 * 3 of padding. */
-	off = u32_at(p + 4);                 /* skip the SHB */
-	off += u32_at(p + off + 4);          /* and the IDB */
+	off = u32_at(p + 4);        /* skip the SHB */
+	off += u32_at(p + off + 4); /* and the IDB */
 	ASSERT(u32_at(p + off + 4) == 28 + 8 + 4);
 	ASSERT(u32_at(p + off + 8) == 0);
 	ASSERT(u32_at(p + off + 12) == 1 && u32_at(p + off + 16) == 0x12345678);
@@ -71,7 +71,8 @@ int main(void) {
 	/* The statistics block: options 2, 3 (start, end), 4 (ifrecv) and 5 (ifdrop), 8 bytes each. */
 	off += u32_at(p + off + 4);
 	ASSERT(u32_at(p + off + 4) == 20 + 4 * 12 + 4 + 4);
-	ASSERT(u32_at(p + off + 20) == (8u << 16 | 2u) && u32_at(p + off + 24) == 0 && u32_at(p + off + 28) == 1);
+	ASSERT(u32_at(p + off + 20) == (8u << 16 | 2u) && u32_at(p + off + 24) == 0 &&
+	       u32_at(p + off + 28) == 1);
 	ASSERT(u32_at(p + off + 44) == (8u << 16 | 4u) && u64_at(p + off + 48) == 100);
 	ASSERT(u32_at(p + off + 56) == (8u << 16 | 5u) && u64_at(p + off + 60) == 7);
 	ASSERT(u32_at(p + off + 68) == 0); /* opt_endofopt */
