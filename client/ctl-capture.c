@@ -45,6 +45,7 @@ typedef struct CaptureFile {
 	uint32_t ifindex[MAX_INTERFACES]; /* pcapng interface id -> ifindex */
 	uint8_t link[MAX_INTERFACES];     /* and the records' link (PERFRELAY_PACKET_LINK_*) */
 	unsigned n_interfaces;
+	uint32_t capture_id; /* the records to keep */
 	uint64_t packets, lost, first_ns, last_ns;
 	int64_t realtime_offset_ns; /* CLOCK_REALTIME - CLOCK_BOOTTIME */
 } CaptureFile;
@@ -89,6 +90,8 @@ static int write_packet(CaptureFile *cf, const uint8_t *rec, uint32_t len) {
 	memcpy(&p, rec, sizeof(p));
 	if (p.hdr.size != sizeof(p) || len - sizeof(p) != p.cap_len)
 		return -EBADMSG;
+	if (p.capture_id != cf->capture_id)
+		return 0; /* another capture's */
 	r = interface_of(cf, p.ifindex, p.link, &interface);
 	if (r < 0)
 		return r;
@@ -97,10 +100,14 @@ static int write_packet(CaptureFile *cf, const uint8_t *rec, uint32_t len) {
 		cf->first_ns = ts;
 	cf->last_ns = ts;
 	cf->packets++;
-	return pcapng_write_epb(cf->f, interface, ts, rec + sizeof(p), p.cap_len, p.orig_len);
+	r = pcapng_write_epb(cf->f, interface, ts, rec + sizeof(p), p.cap_len, p.orig_len);
+	return r < 0 ? r : 1;
 }
 
-static int connect_socket(const char *path, uint32_t id) {
+/* Subscribes to every packet before the capture exists (its id is not known yet): a capture's
+ * first packets, taken as soon as it is attached, must find this client already there. Records
+ * of other captures are skipped here. */
+static int connect_socket(const char *path) {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	char request[160], c;
 	int fd, n;
@@ -117,10 +124,7 @@ static int connect_socket(const char *path, uint32_t id) {
 		return r;
 	}
 	n = snprintf(
-		request,
-		sizeof(request),
-		"{\"subscribe\":{\"types\":[\"packet\"],\"capture\":[%" PRIu32 "]},\"format\":\"binary\"}\n",
-		id);
+		request, sizeof(request), "{\"subscribe\":{\"types\":[\"packet\"]},\"format\":\"binary\"}\n");
 	if (write(fd, request, (size_t) n) != n) {
 		close(fd);
 		return error_errno(-EIO, "Failed to send the request to %s", path);
@@ -174,7 +178,7 @@ static int read_frames(Reader *rd, int fd, int timeout_ms, CaptureFile *cf, uint
 			r = write_packet(cf, rd->buf + off + 4, len);
 			if (r < 0)
 				return r;
-			seen++;
+			seen += r;
 		}
 		off += 4 + len;
 	}
@@ -253,7 +257,8 @@ int verb_capture(int argc, char *argv[]) {
 	_cleanup_free_ Reader *rd = NULL;
 	CaptureFile cf = {};
 	char *slash;
-	int opt, r, fd = -1;
+	_cleanup_close_ int fd = -EBADF;
+	int opt, r;
 
 	socket_path = getenv("PERFRELAY_SOCKET") ?: PERFRELAY_SOCKET_DEFAULT;
 	optind = 0;
@@ -310,6 +315,9 @@ int verb_capture(int argc, char *argv[]) {
 	r = bus_connect(&bus);
 	if (r < 0)
 		return r;
+	fd = connect_socket(socket_path);
+	if (fd < 0)
+		return fd;
 	r = sd_bus_message_new_method_call(bus, &call, BUS_NAME, BUS_PATH, BUS_INTERFACE, "StartCapture");
 	if (r >= 0)
 		r = sd_bus_message_open_container(call, 'a', "{sv}");
@@ -346,6 +354,7 @@ int verb_capture(int argc, char *argv[]) {
 	sd_bus_error_free(&e);
 
 	cf.unit = unit ?: cgroup ?: interface;
+	cf.capture_id = id;
 	cf.snaplen = bytes;
 	cf.realtime_offset_ns = (int64_t) now_nsec(CLOCK_REALTIME) - (int64_t) now_nsec(CLOCK_BOOTTIME);
 	cf.f = streq(out, "-") ? stdout : fopen(out, "we");
@@ -362,11 +371,6 @@ int verb_capture(int argc, char *argv[]) {
 		goto stop;
 	}
 	rd->have = 0;
-	fd = connect_socket(socket_path, id);
-	if (fd < 0) {
-		r = fd;
-		goto stop;
-	}
 	signal(SIGINT, on_stop_signal);
 	signal(SIGTERM, on_stop_signal);
 	signal(SIGPIPE, SIG_IGN);
@@ -415,8 +419,6 @@ stop:
 				dropped,
 				cf.lost);
 	}
-	if (fd >= 0)
-		close(fd);
 	if (cf.f && fflush(cf.f) != 0 && r >= 0)
 		r = error_errno(-EIO, "Failed to write %s", out);
 	if (cf.f && cf.f != stdout)

@@ -318,13 +318,16 @@ def test_requester_leaves_and_access():
         wait_for(lambda: captures().get(cid, {}).get("active") is False, "the capture ends with its requester",
                  timeout=20)
         os.chmod(bus.dir, 0o755)
-        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bus.ctl, "capture",
+        os.chmod(d.dir, 0o755)  # the daemon's socket, reachable for nobody too: the daemon refuses
+        os.chown(d.socket_path, -1, 65534)  # (the socket is 0660)
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--groups=65534", bus.ctl, "capture",
                             "--unit", mine.name, "-w", "/dev/null"], capture_output=True, text=True, timeout=30,
-                           env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=bus.address))
+                           env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=bus.address, PERFRELAY_SOCKET=d.socket_path))
         check(r.returncode != 0 and "AllowGroups" in r.stderr, f"nobody may not capture: {r.stderr.strip()}")
         check(not any(c["active"] for c in captures().values()), "and no capture runs")
         r = subprocess.run([bus.ctl, "capture", "--unit", "no-such-unit-here.service", "-w", "/dev/null"],
-                           capture_output=True, text=True, timeout=30)
+                           capture_output=True, text=True, timeout=30,
+                           env=dict(os.environ, PERFRELAY_SOCKET=d.socket_path))
         check(r.returncode != 0 and "no-such-unit-here.service" in r.stderr,
               f"an unknown unit is named in the error: {r.stderr.strip()}")
     finally:
