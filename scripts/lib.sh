@@ -15,8 +15,8 @@ export PERFRELAY_ROOT
 # perfrelay-export; nats-server and prometheus (with promtool) run in the export/metrics tests;
 # qemu-system-x86 and busybox-static boot Debian's kernel packages for the kernels suite
 # (tests/kernels); clang-format (and git, for the file list) checks the formatting
-# (tests/style); tshark reads the pcapng files of the capture test, iproute2 (ip) makes its
-# network namespace.
+# (tests/style); tshark and tcpdump read the pcapng files of the capture test, iproute2 (ip)
+# makes its network namespace.
 PERFRELAY_PACKAGES=(
 	libbpf-dev bpftool clang llvm libsystemd-dev libjson-c-dev libelf-dev zlib1g-dev
 	meson ninja-build pkg-config dbus python3 gcc libc6-dev
@@ -24,7 +24,7 @@ PERFRELAY_PACKAGES=(
 	libnats-dev nats-server prometheus
 	qemu-system-x86 busybox-static
 	clang-format git
-	tshark iproute2
+	tshark tcpdump iproute2
 )
 
 log() {
