@@ -117,19 +117,28 @@ int pcapng_write_idb(FILE *f, uint16_t linktype, uint32_t snaplen, const char *n
 	return r;
 }
 
-int pcapng_write_epb(
-	FILE *f, uint32_t interface, uint64_t ts_ns, const void *data, uint32_t caplen, uint32_t origlen) {
-	uint32_t len = 28 + PAD4(caplen) + 4, ts[2];
+/* The start of an EPB or ISB: type, total length, interface id, timestamp. */
+static int put_stamped(FILE *f, uint32_t type, uint32_t len, uint32_t interface, uint64_t ts_ns) {
+	uint32_t ts[2];
 	int r;
 
 	ts_split(ts_ns, ts);
-	r = put_u32(f, BT_EPB);
+	r = put_u32(f, type);
 	if (r >= 0)
 		r = put_u32(f, len);
 	if (r >= 0)
 		r = put_u32(f, interface);
 	if (r >= 0)
 		r = put(f, ts, sizeof(ts));
+	return r;
+}
+
+int pcapng_write_epb(
+	FILE *f, uint32_t interface, uint64_t ts_ns, const void *data, uint32_t caplen, uint32_t origlen) {
+	uint32_t len = 28 + PAD4(caplen) + 4;
+	int r;
+
+	r = put_stamped(f, BT_EPB, len, interface, ts_ns);
 	if (r >= 0)
 		r = put_u32(f, caplen);
 	if (r >= 0)
@@ -151,19 +160,12 @@ int pcapng_write_isb(
 	uint64_t end_ns,
 	uint64_t ifrecv,
 	uint64_t ifdrop) {
-	uint32_t len = 20 + 4 * opt_size(8) + 4 + 4, ts[2], start[2], end[2];
+	uint32_t len = 20 + 4 * opt_size(8) + 4 + 4, start[2], end[2];
 	int r;
 
-	ts_split(ts_ns, ts);
 	ts_split(start_ns, start);
 	ts_split(end_ns, end);
-	r = put_u32(f, BT_ISB);
-	if (r >= 0)
-		r = put_u32(f, len);
-	if (r >= 0)
-		r = put_u32(f, interface);
-	if (r >= 0)
-		r = put(f, ts, sizeof(ts));
+	r = put_stamped(f, BT_ISB, len, interface, ts_ns);
 	if (r >= 0)
 		r = put_opt(f, OPT_ISB_START, start, 8);
 	if (r >= 0)

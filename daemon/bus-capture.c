@@ -113,25 +113,6 @@ static const sd_bus_vtable capture_vtable[] = {
 };
 /* clang-format on */
 
-static int require_all_access(Bus *b, sd_bus_message *message, const char *what, sd_bus_error *error) {
-	SubscriptionAccess access;
-	uid_t uid;
-	int r;
-
-	r = bus_sender_access(b, message, &uid, &access, error);
-	if (r < 0)
-		return r;
-	if (access != SUBSCRIPTION_ACCESS_ALL)
-		return sd_bus_error_setf(
-			error,
-			SD_BUS_ERROR_ACCESS_DENIED,
-			"%s shows every user's packets: it needs root or a group of AllowGroups= (the "
-			"caller is uid %u)",
-			what,
-			(unsigned) uid);
-	return 0;
-}
-
 static int read_options(sd_bus_message *m, CaptureRequest *req, sd_bus_error *error) {
 	const char *key;
 	int r;
@@ -188,7 +169,7 @@ int bus_method_start_capture(sd_bus_message *message, void *userdata, sd_bus_err
 	uint32_t id;
 	int r;
 
-	r = require_all_access(b, message, "StartCapture", error);
+	r = bus_require_all_access(b, message, "StartCapture", "packets", error);
 	if (r < 0)
 		return r;
 	r = read_options(message, &req, error);
@@ -229,7 +210,7 @@ int bus_method_stop_capture(sd_bus_message *message, void *userdata, sd_bus_erro
 	const char *path;
 	int r;
 
-	r = require_all_access(b, message, "StopCapture", error);
+	r = bus_require_all_access(b, message, "StopCapture", "packets", error);
 	if (r < 0)
 		return r;
 	r = sd_bus_message_read(message, "o", &path);

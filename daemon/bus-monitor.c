@@ -650,3 +650,23 @@ void bus_monitors_add_stats(const Bus *b, BusStats *st) {
 		}
 	}
 }
+
+int bus_require_all_access(
+	Bus *b, sd_bus_message *message, const char *method, const char *what, sd_bus_error *error) {
+	SubscriptionAccess access;
+	uid_t uid;
+	int r;
+
+	r = bus_sender_access(b, message, &uid, &access, error);
+	if (r < 0)
+		return r;
+	if (access != SUBSCRIPTION_ACCESS_ALL)
+		return sd_bus_error_setf(
+			error,
+			SD_BUS_ERROR_ACCESS_DENIED,
+			"%s shows every user's %s: it needs root or a group of AllowGroups= (the caller is uid %u)",
+			method,
+			what,
+			(unsigned) uid);
+	return 0;
+}

@@ -31,21 +31,12 @@ int bus_method_snapshot(sd_bus_message *message, void *userdata, sd_bus_error *e
 	_cleanup_(subscription_freep) Subscription *sub = NULL;
 	_cleanup_close_ int fd = -EBADF;
 	SnapshotBounds bounds = {};
-	SubscriptionAccess access;
 	Bus *b = userdata;
-	uid_t uid;
 	int r;
 
-	r = bus_sender_access(b, message, &uid, &access, error);
+	r = bus_require_all_access(b, message, "Snapshot", "events", error);
 	if (r < 0)
 		return r;
-	if (access != SUBSCRIPTION_ACCESS_ALL)
-		return sd_bus_error_setf(
-			error,
-			SD_BUS_ERROR_ACCESS_DENIED,
-			"Snapshot shows every user's events: it needs root or a group of AllowGroups= "
-			"(the caller is uid %u)",
-			(unsigned) uid);
 	r = bus_read_filter(b, message, read_bound, &bounds, &sub, error);
 	if (r < 0)
 		return r;
