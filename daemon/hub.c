@@ -104,10 +104,13 @@ int hub_client_new(Hub *h, int fd, const HubClientOptions *o, HubClient **ret) {
 			return -ENOMEM;
 	}
 	for (unsigned i = 0; i < h->n_readers; i++) {
-		uint64_t size = i >= h->n_readers - h->n_small ? HUB_SMALL_QUEUE : per_queue;
+		bool small = i >= h->n_readers - h->n_small;
+		uint64_t size = small ? HUB_SMALL_QUEUE : per_queue;
 
-		c->q[i].buf = malloc(size);
-		if (!c->q[i].buf)
+		/* The main thread's queues get their memory when it first writes into them: most
+		 * clients never ask for its events, and client churn should not churn that memory. */
+		c->q[i].buf = small ? NULL : malloc(size);
+		if (!small && !c->q[i].buf)
 			return -ENOMEM;
 		c->q[i].mask = size - 1;
 		if (o->format == HUB_FORMAT_BINARY) {
@@ -234,6 +237,14 @@ void hub_client_get_stats(const HubClient *c, HubClientStats *ret) {
 
 static inline bool queue_reserve(HubQueue *q, uint64_t need) {
 	uint64_t size = q->mask + 1;
+
+	/* Only a main-thread queue starts without memory (hub_client_new()): allocated by its one
+	 * producer, the main thread; a failure drops like a full queue. */
+	if (_unlikely_(!q->buf)) {
+		q->buf = malloc(size);
+		if (!q->buf)
+			return false;
+	}
 
 	if (size - (q->head_local - q->tail_cache) >= need)
 		return true;

@@ -81,7 +81,8 @@ typedef struct HubClientStats {
 int hub_new(unsigned n_readers, Hub **ret);
 /* The last n slots are the main thread's (its own events, e.g. the units' counters: few and
  * small): each client's queue there is HUB_SMALL_QUEUE bytes, outside its queue_bytes budget,
- * which the reader slots share. Before any client. */
+ * which the reader slots share, and allocated when the main thread first writes into it (most
+ * clients never get its events). Before any client. */
 #define HUB_SMALL_QUEUE (256u * 1024u)
 int hub_set_small_slots(Hub *h, unsigned n);
 Hub *hub_free(Hub *h); /* clients must have been removed */
