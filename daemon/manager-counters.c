@@ -27,13 +27,11 @@ static const char *counters_unit(Manager *m, uint64_t id, char *buf, size_t size
 	if (!m->cgroups)
 		return NULL;
 	n = cgroup_fs_resolve(m->cgroups, id, buf, size);
-	if (n > 0)
-		return buf;
-	if (n == -ESTALE || n == -ENOENT) {
-		*ret_gone = true;
-		return m->cgroup_watch ? cgroup_watch_lookup(m->cgroup_watch, id) : NULL;
-	}
-	return NULL;
+	if (n >= 0)
+		return n > 0 ? buf : NULL;
+	*ret_gone = n == -ESTALE || n == -ENOENT;
+	/* Gone, or not resolvable here: the unit the cgroup watch saw it made for. */
+	return m->cgroup_watch ? cgroup_watch_lookup(m->cgroup_watch, id) : NULL;
 }
 
 static const CgroupCounters *find_prev(Manager *m, uint64_t id) {

@@ -9,6 +9,7 @@ import re
 import signal
 import socket
 import subprocess
+import struct
 import sys
 import time
 
@@ -353,6 +354,57 @@ def _():
     out = run("systemd-analyze", "security", "--no-pager", "perfrelay-snapshot@prtest-fail.service.service").stdout
     m = re.search(r"Overall exposure level for perfrelay-snapshot@prtest-fail.service.service: ([\d.]+)", out)
     print(f"perfrelay-snapshot@ exposure {m.group(1) if m else '?'}")
+
+
+TALKER = """
+import socket, threading, time
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(8)
+port = srv.getsockname()[1]
+def serve():
+    while True:
+        c, _ = srv.accept(); c.sendall(c.recv(100)); c.close()
+threading.Thread(target=serve, daemon=True).start()
+end = time.monotonic() + 120
+while time.monotonic() < end:
+    c = socket.create_connection(("127.0.0.1", port)); c.sendall(b"prsys-talk"); c.recv(100); c.close()
+    x = 0
+    for i in range(200000):
+        x += i
+    time.sleep(0.02)
+"""
+
+
+@step("under the shipped unit: a service's counters (perfrelayctl top) and packets (perfrelayctl capture)")
+def _():
+    run("systemctl", "start", "perfrelay.service")
+    run("systemd-run", "--unit=prtest-talk", "--property=Type=exec", "python3", "-c", TALKER)
+    try:
+        def ranked():
+            out = run("perfrelayctl", "top", "--iterations", "1", "--batch", "--delay", "1").stdout
+            return [l for l in out.splitlines() if l.startswith("prtest-talk.service ")]
+        try:
+            row = wait_for(ranked, "the talking service in perfrelayctl top")[0]
+        except AssertionError as e:
+            out = run("perfrelayctl", "top", "--iterations", "1", "--batch", check=False)
+            log = run("journalctl", "-u", "perfrelay.service", "--no-pager", check=False).stdout
+            raise AssertionError(f"{e}\n{out.stdout}{out.stderr}\n" +
+                                 "\n".join(l for l in log.splitlines() if "ounter" in l)[-2000:])
+        assert float(row.split()[1]) > 0, f"a CPU rate for it: {row}"
+        r = run("perfrelayctl", "capture", "--unit", "prtest-talk.service", "-c", "12", "-w", "/tmp/talk.pcapng")
+        with open("/tmp/talk.pcapng", "rb") as f:
+            data = f.read()
+        off, kinds, links = 0, [], []
+        while off < len(data):
+            btype, blen = struct.unpack_from("<II", data, off)
+            kinds.append(btype)
+            if btype == 1:
+                links.append(struct.unpack_from("<H", data, off + 8)[0])
+            off += blen
+        assert kinds.count(6) == 12, f"12 packets in the file: {kinds} ({r.stderr.strip()})"
+        assert links and set(links) == {101}, f"raw IP link type: {links}"
+        assert b"prsys-talk" in data, "the service's payload"
+    finally:
+        run("systemctl", "stop", "prtest-talk.service", check=False)
 
 
 @step("stop: exit 0, the array stays pinned")
