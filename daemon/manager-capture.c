@@ -90,7 +90,12 @@ int manager_start_capture(Manager *m, const CaptureRequest *req, uint32_t *ret_i
 		char name[IF_NAMESIZE];
 
 		if (!if_indextoname(req->ifindex, name))
-			return errorf(ret_error, -EINVAL, "no interface with index %u here", req->ifindex);
+			return errorf(
+				ret_error,
+				-EINVAL,
+				"no interface with index %u in perfrelayd's network namespace (the shipped unit has "
+				"PrivateNetwork=yes)",
+				req->ifindex);
 		snprintf(path, sizeof(path), "%s", name);
 	} else if (req->unit) {
 		if (!unit_name_is_attributable(req->unit, strlen(req->unit)))
@@ -152,6 +157,14 @@ int manager_start_capture(Manager *m, const CaptureRequest *req, uint32_t *ret_i
 		},
 		&capture,
 		&info.cgroup_id);
+	if (r == -EPERM && req->ifindex)
+		return errorf(
+			ret_error,
+			r,
+			"failed to attach a capture to interface %s: %s (tc needs CAP_NET_ADMIN, which the "
+			"shipped unit does not grant)",
+			path,
+			strerror(-r));
 	if (r < 0)
 		return errorf(ret_error, r, "failed to attach a capture to %s: %s", path, strerror(-r));
 	r = captures_add(m->captures, capture, &info);
