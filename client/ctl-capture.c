@@ -8,14 +8,10 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <net/if.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
 
 #include <json-c/json.h>
 #include <systemd/sd-bus.h>
@@ -26,7 +22,7 @@
 #include "format.h"
 #include "json-util.h"
 #include "pcapng.h"
-#include "perfrelay.h"
+#include "perfrelay-util.h"
 #include "time-util.h"
 
 #define MAX_INTERFACES   256u
@@ -46,7 +42,7 @@ typedef struct CaptureFile {
 	uint8_t link[MAX_INTERFACES];     /* and the records' link (PERFRELAY_PACKET_LINK_*) */
 	unsigned n_interfaces;
 	uint32_t capture_id; /* the records to keep */
-	uint64_t packets, lost, first_ns, last_ns;
+	uint64_t packets, lost;
 	int64_t realtime_offset_ns; /* CLOCK_REALTIME - CLOCK_BOOTTIME */
 } CaptureFile;
 
@@ -96,9 +92,6 @@ static int write_packet(CaptureFile *cf, const uint8_t *rec, uint32_t len) {
 	if (r < 0)
 		return r;
 	ts = (uint64_t) ((int64_t) p.hdr.ts_ns + cf->realtime_offset_ns);
-	if (cf->packets == 0)
-		cf->first_ns = ts;
-	cf->last_ns = ts;
 	cf->packets++;
 	r = pcapng_write_epb(cf->f, interface, ts, rec + sizeof(p), p.cap_len, p.orig_len);
 	return r < 0 ? r : 1;
@@ -106,85 +99,68 @@ static int write_packet(CaptureFile *cf, const uint8_t *rec, uint32_t len) {
 
 /* Subscribes to every packet before the capture exists (its id is not known yet): a capture's
  * first packets, taken as soon as it is attached, must find this client already there. Records
- * of other captures are skipped here. */
-static int connect_socket(const char *path) {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	char request[160], c;
-	int fd, n;
+ * of other captures are skipped (write_packet()). */
+static int subscribe(const char *socket_path, perfrelay_client **ret) {
+	static const char *const types[] = { "packet" };
+	const struct perfrelay_subscription sub = {
+		.types = types,
+		.n_types = ELEMENTSOF(types),
+		.format = PERFRELAY_FORMAT_BINARY,
+	};
+	_cleanup_(perfrelay_closep) perfrelay_client *c = NULL;
+	int r;
 
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return error_msg("socket path too long: %s", path);
-	strcpy(sa.sun_path, path);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
-		int r = error_errno(-errno, "Failed to connect to %s", path);
-
-		if (fd >= 0)
-			close(fd);
-		return r;
-	}
-	n = snprintf(
-		request, sizeof(request), "{\"subscribe\":{\"types\":[\"packet\"]},\"format\":\"binary\"}\n");
-	if (write(fd, request, (size_t) n) != n) {
-		close(fd);
-		return error_errno(-EIO, "Failed to send the request to %s", path);
-	}
-	/* The hello line (or an error line) comes first, in JSON. */
-	do {
-		if (read(fd, &c, 1) != 1) {
-			close(fd);
-			return error_msg("%s closed the connection before its hello", path);
-		}
-	} while (c != '\n');
-	return fd;
+	r = perfrelay_client_new(&c);
+	if (r < 0)
+		return error_errno(r, "Failed to allocate a client");
+	r = perfrelay_connect(c, socket_path, &sub);
+	if (r < 0)
+		return error_errno(
+			r,
+			"Failed to subscribe on %s%s%s",
+			socket_path,
+			perfrelay_client_error(c) ? ": " : "",
+			perfrelay_client_error(c) ?: "");
+	*ret = TAKE_PTR(c);
+	return 0;
 }
 
-/* Reads whole frames from fd into buf (keeping partial ones); calls back per record. Returns
- * the number of records seen, 0 on timeout, negative on error or EOF. */
-typedef struct Reader {
-	uint8_t buf[1 << 20];
-	size_t have;
-} Reader;
+/* Takes one record within timeout_ms (0: only one already there): a packet of this capture
+ * is written (unless -c has enough), a loss notice counted. 1 if a record came, 0 if none did
+ * (or a signal came first), negative on errors. */
+static int read_record(perfrelay_client *c, int timeout_ms, CaptureFile *cf, uint64_t limit) {
+	const struct perfrelay_hdr *h;
+	const void *payload;
+	size_t size;
+	int r;
 
-static int read_frames(Reader *rd, int fd, int timeout_ms, CaptureFile *cf, uint64_t limit) {
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	size_t off = 0;
-	ssize_t n;
-	int r, seen = 0;
-
-	r = poll(&p, 1, timeout_ms);
+	r = perfrelay_next_record(c, &h, &payload, &size, timeout_ms);
 	if (r <= 0)
-		return r < 0 && errno != EINTR ? -errno : 0;
-	n = read(fd, rd->buf + rd->have, sizeof(rd->buf) - rd->have);
-	if (n <= 0)
-		return n == 0 ? -ECONNRESET : -errno;
-	rd->have += (size_t) n;
-	while (rd->have - off >= 4) {
-		uint32_t len;
-		struct perfrelay_hdr h;
+		return r == -EINTR ? 0 : r;
+	if (h->type == PERFRELAY_TYPE_LOST && size >= sizeof(uint64_t)) {
+		uint64_t count;
 
-		memcpy(&len, rd->buf + off, 4);
-		if (len < sizeof(h) || len > PERFRELAY_RECORD_MAX)
-			return -EBADMSG;
-		if (rd->have - off < 4 + (size_t) len)
-			break;
-		memcpy(&h, rd->buf + off + 4, sizeof(h));
-		if (h.type == PERFRELAY_TYPE_LOST && len >= sizeof(h) + 8) {
-			uint64_t count;
-
-			memcpy(&count, rd->buf + off + 4 + sizeof(h), 8);
-			cf->lost += count;
-		} else if (h.type == PERFRELAY_TYPE_PACKET && (limit == 0 || cf->packets < limit)) {
-			r = write_packet(cf, rd->buf + off + 4, len);
-			if (r < 0)
-				return r;
-			seen += r;
-		}
-		off += 4 + len;
+		memcpy(&count, payload, sizeof(count));
+		cf->lost += count;
+	} else if (h->type == PERFRELAY_TYPE_PACKET && (limit == 0 || cf->packets < limit)) {
+		r = write_packet(cf, (const uint8_t *) h, (uint32_t) (sizeof(*h) + size));
+		if (r < 0)
+			return r;
 	}
-	memmove(rd->buf, rd->buf + off, rd->have - off);
-	rd->have -= off;
-	return seen;
+	return 1;
+}
+
+/* Reads records for up to timeout_ms; a stream to standard output is flushed whenever the
+ * client has caught up, so that a reader at the other end of the pipe sees packets as they
+ * come. */
+static int read_records(perfrelay_client *c, int timeout_ms, CaptureFile *cf, uint64_t limit, bool stream) {
+	int r = read_record(c, 0, cf, limit);
+
+	if (r != 0)
+		return r;
+	if (stream)
+		fflush(cf->f);
+	return read_record(c, timeout_ms, cf, limit);
 }
 
 /* The capture's figures from GetStats() (it keeps them after the capture ended). */
@@ -254,10 +230,9 @@ int verb_capture(int argc, char *argv[]) {
 	uint32_t count = 0, snaplen = 0, rate = 0, id = 0, bytes = 0, ifindex = 0;
 	const char *interface = NULL;
 	uint64_t seen = 0, captured = 0, dropped = 0, start_ns = now_nsec(CLOCK_REALTIME);
-	_cleanup_free_ Reader *rd = NULL;
+	_cleanup_(perfrelay_closep) perfrelay_client *client = NULL;
 	CaptureFile cf = {};
 	char *slash;
-	_cleanup_close_ int fd = -EBADF;
 	int opt, r;
 
 	socket_path = getenv("PERFRELAY_SOCKET") ?: PERFRELAY_SOCKET_DEFAULT;
@@ -315,9 +290,9 @@ int verb_capture(int argc, char *argv[]) {
 	r = bus_connect(&bus);
 	if (r < 0)
 		return r;
-	fd = connect_socket(socket_path);
-	if (fd < 0)
-		return fd;
+	r = subscribe(socket_path, &client);
+	if (r < 0)
+		return r;
 	r = sd_bus_message_new_method_call(bus, &call, BUS_NAME, BUS_PATH, BUS_INTERFACE, "StartCapture");
 	if (r >= 0)
 		r = sd_bus_message_open_container(call, 'a', "{sv}");
@@ -365,21 +340,13 @@ int verb_capture(int argc, char *argv[]) {
 	r = pcapng_write_shb(cf.f, "perfrelayctl capture");
 	if (r < 0)
 		goto stop;
-	rd = malloc(sizeof(*rd));
-	if (!rd) {
-		r = -ENOMEM;
-		goto stop;
-	}
-	rd->have = 0;
 	signal(SIGINT, on_stop_signal);
 	signal(SIGTERM, on_stop_signal);
 	signal(SIGPIPE, SIG_IGN);
 	while (!stop_requested && (count == 0 || cf.packets < count)) {
-		r = read_frames(rd, fd, 200, &cf, count);
+		r = read_records(client, 200, &cf, count, cf.f == stdout);
 		if (r < 0)
 			goto stop;
-		if (streq(out, "-"))
-			fflush(cf.f);
 	}
 
 stop:
@@ -390,8 +357,9 @@ stop:
 	if (r >= 0 && capture_figures(id, &seen, &captured, &dropped) >= 0) {
 		uint64_t deadline = now_msec(CLOCK_MONOTONIC) + DRAIN_TIMEOUT_MS;
 
-		while (fd >= 0 && (count == 0 || cf.packets < count) && cf.packets + cf.lost < captured &&
-		       now_msec(CLOCK_MONOTONIC) < deadline && (r = read_frames(rd, fd, 200, &cf, count)) >= 0)
+		while ((count == 0 || cf.packets < count) && cf.packets + cf.lost < captured &&
+		       now_msec(CLOCK_MONOTONIC) < deadline &&
+		       (r = read_records(client, 200, &cf, count, cf.f == stdout)) >= 0)
 			;
 		if (r >= 0 && cf.n_interfaces == 0) {
 			uint32_t any;
