@@ -18,22 +18,6 @@ static void counters_array_fds(Manager *m, int fds[PERFRELAY_COUNTERS_MAX]) {
 		fds[i] = probes_counter_array_fd(m->probes, i);
 }
 
-/* The unit of a cgroup for a counters event: as it is, or as it was if the cgroup is gone.
- * Sets *ret_gone when the cgroup no longer exists. */
-static const char *counters_unit(Manager *m, uint64_t id, char *buf, size_t size, bool *ret_gone) {
-	ssize_t n;
-
-	*ret_gone = false;
-	if (!m->cgroups)
-		return NULL;
-	n = cgroup_fs_resolve(m->cgroups, id, buf, size);
-	if (n >= 0)
-		return n > 0 ? buf : NULL;
-	*ret_gone = n == -ESTALE || n == -ENOENT;
-	/* Gone, or not resolvable here: the unit the cgroup watch saw it made for. */
-	return m->cgroup_watch ? cgroup_watch_lookup(m->cgroup_watch, id) : NULL;
-}
-
 static const CgroupCounters *find_prev(Manager *m, uint64_t id) {
 	CgroupCounters key = { .cgroup_id = id };
 
@@ -108,7 +92,7 @@ static void counters_interval(Manager *m) {
 		const char *unit;
 		bool gone;
 
-		unit = counters_unit(m, cur[i].cgroup_id, buf, sizeof(buf), &gone);
+		unit = manager_cgroup_unit(m, cur[i].cgroup_id, buf, sizeof(buf), &gone);
 		if (!baseline && ran(&cur[i], prev))
 			publish(m, &cur[i], prev, now - m->counters_prev_at, unit);
 		if (gone) {
@@ -272,8 +256,8 @@ int manager_unit_counters(Manager *m, UnitCounters **ret, size_t *ret_n) {
 	if (!out)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
-		bool gone;
-		const char *unit = counters_unit(m, cur[i].cgroup_id, out[i].unit, sizeof(out[i].unit), &gone);
+		const char *unit = manager_cgroup_unit(
+			m, cur[i].cgroup_id, out[i].unit, sizeof(out[i].unit), NULL);
 
 		if (unit != out[i].unit)
 			snprintf(out[i].unit, sizeof(out[i].unit), "%s", unit ?: "");

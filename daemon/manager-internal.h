@@ -99,6 +99,10 @@ struct Manager {
 /* manager.c */
 void manager_flush(Manager *m); /* the flush loop: every client's consumer, until nothing is left */
 RingOptions manager_ring_options(const Manager *m);
+/* The unit of cgroup `id` (written to buf, NULL when it has none): as it is, or, when it cannot
+ * be resolved (removed), as the cgroup watch saw it; *ret_gone (may be NULL) says whether it
+ * was removed. Main thread. */
+const char *manager_cgroup_unit(Manager *m, uint64_t id, char *buf, size_t size, bool *ret_gone);
 void manager_park_offline_cpus(Manager *m, const CpuSet *online, CpuSet *groups, size_t n_groups);
 
 /* manager-bus.c: the bus connection, with the manager as its BusHost */

@@ -57,18 +57,8 @@ void manager_setup_recorder(Manager *m) {
 
 static const char *snapshot_unit(uint64_t cgroup_id, void *userdata) {
 	static char unit[256];
-	Manager *m = userdata;
 
-	ssize_t n;
-
-	if (!m->cgroups)
-		return NULL;
-	n = cgroup_fs_resolve(m->cgroups, cgroup_id, unit, sizeof(unit));
-	if (n > 0)
-		return unit;
-	if (n < 0) /* gone: its unit as it was when it existed */
-		return cgroup_watch_lookup(m->cgroup_watch, cgroup_id);
-	return NULL;
+	return manager_cgroup_unit(userdata, cgroup_id, unit, sizeof(unit), NULL);
 }
 
 static const ProducerType *snapshot_decoder(uint16_t type, void *userdata) {

@@ -463,6 +463,17 @@ static void manager_open_cgroups(Manager *m) {
 		log_debug("Resolving units from the cgroup2 hierarchy at %s", cgroup_fs_path(m->cgroups));
 }
 
+const char *manager_cgroup_unit(Manager *m, uint64_t id, char *buf, size_t size, bool *ret_gone) {
+	ssize_t n = m->cgroups ? cgroup_fs_resolve(m->cgroups, id, buf, size) : 0;
+
+	if (ret_gone)
+		*ret_gone = n == -ESTALE || n == -ENOENT;
+	if (n >= 0)
+		return n > 0 ? buf : NULL;
+	/* Gone, or not resolvable here: the unit the cgroup watch saw it made for. */
+	return cgroup_watch_lookup(m->cgroup_watch, id);
+}
+
 /* Probes the kernel; refuses to go on without a required feature (main() exits with
  * PERFRELAY_EXIT_KERNEL then), and says what is off without an optional one. */
 static int manager_probe_features(Manager *m) {
