@@ -13,6 +13,7 @@
 #include "capture.h"
 #include "capture.skel.h"
 #include "event.h"
+#include "percpu.h"
 
 struct Capture {
 	struct capture_bpf *skel;
@@ -157,21 +158,6 @@ Capture *capture_free(Capture *c) {
 }
 
 int capture_get_stats(const Capture *c, CaptureStats *ret) {
-	_cleanup_free_ CaptureStats *v = NULL; /* the BPF struct capture_stats, field by field */
-	CaptureStats sum = {};
-	uint32_t key = 0;
-
-	v = calloc(c->n_cpus, sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	if (bpf_map_lookup_elem(bpf_map__fd(c->skel->maps.capture_stats), &key, v) < 0)
-		return -errno;
-	for (unsigned i = 0; i < c->n_cpus; i++) {
-		sum.seen += v[i].seen;
-		sum.captured += v[i].captured;
-		sum.rate_dropped += v[i].rate_dropped;
-		sum.failed += v[i].failed;
-	}
-	*ret = sum;
-	return 0;
+	/* CaptureStats is the program's struct capture_stats, field by field. */
+	return PERCPU_SUM(bpf_map__fd(c->skel->maps.capture_stats), 0, c->n_cpus, ret);
 }

@@ -10,6 +10,7 @@
 
 #include <bpf/bpf.h>
 
+#include "percpu.h"
 #include "perfcount.h"
 
 static void counter_attr(unsigned id, struct perf_event_attr *attr) {
@@ -152,23 +153,5 @@ int perfcount_remove_cgroup(int map_fd, uint64_t id) {
 }
 
 int perfcount_read_stats(int map_fd, unsigned n_possible_cpus, struct perfrelay_counters_stats *ret) {
-	_cleanup_free_ struct perfrelay_counters_stats *v = NULL;
-	struct perfrelay_counters_stats sum = {};
-	uint32_t key = 0;
-
-	v = calloc(n_possible_cpus, sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	if (bpf_map_lookup_elem(map_fd, &key, v) < 0)
-		return -errno;
-	for (unsigned c = 0; c < n_possible_cpus; c++) {
-		sum.charges += v[c].charges;
-		sum.read_errors += v[c].read_errors;
-		sum.scaled += v[c].scaled;
-		sum.cgroup_full += v[c].cgroup_full;
-		sum.process_full += v[c].process_full;
-		sum.reaped += v[c].reaped;
-	}
-	*ret = sum;
-	return 0;
+	return PERCPU_SUM(map_fd, 0, n_possible_cpus, ret);
 }

@@ -20,6 +20,7 @@
 #include <linux/perf_event.h>
 
 #include "event.h"
+#include "percpu.h"
 #include "perfring.h"
 #include "recorder.h"
 #include "time-util.h"
@@ -276,19 +277,17 @@ size_t recorder_copy_walk(
 }
 
 void recorder_get_stats(Recorder *r, RecorderStats *ret) {
-	_cleanup_free_ struct perfrelay_recorder_stats *per_cpu = NULL;
+	struct perfrelay_recorder_stats sum = {};
 	RecorderStats st = {};
 
 	if (r) {
 		st.snapshots = r->snapshots;
 		st.pause_max_ns = r->pause_max_ns;
-		per_cpu = calloc(r->n_possible, sizeof(*per_cpu));
-		if (per_cpu && read_stats(r, per_cpu) >= 0)
-			for (unsigned i = 0; i < r->n_possible; i++) {
-				st.written += per_cpu[i].written;
-				st.paused += per_cpu[i].paused;
-				st.failed += per_cpu[i].failed;
-			}
+		if (PERCPU_SUM(r->stats_fd, 0, r->n_possible, &sum) >= 0) {
+			st.written = sum.written;
+			st.paused = sum.paused;
+			st.failed = sum.failed;
+		}
 	}
 	*ret = st;
 }
