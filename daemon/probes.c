@@ -33,9 +33,10 @@ struct Probes {
 	bool counters_created; /* no "counters" pin existed: this load made it */
 	bool received_created; /* no "received" pin existed: this load made it */
 	bool no_pin_links;     /* the kernel cannot pin these links (kernelfeatures.h: link_pin) */
-	/* The counters programs' links (docs/counters.md), attached while counters are on. */
+	/* The counters programs' links (docs/counters.md), attached while counters are on, and
+	 * the counters they read (what counters_config says; 0: off). */
 	int counters_link_fd[2];
-	bool counters_on;
+	uint32_t counters_mask;
 	/* Per possible CPU: the counters tick's link (its sampling event inside), or NULL. Not
 	 * pinned: a tick needs the event, which only lives with this daemon. */
 	struct bpf_link **tick_links;
@@ -165,6 +166,7 @@ static int set_counter_pins(Probes *p) {
 
 int probes_new(const char *pin_path, bool replace_incompatible, const ProbesLimits *limits, Probes **ret) {
 	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = pin_path);
+	struct perfrelay_counters_config cfg = {};
 	_cleanup_(probes_freep) Probes *p = NULL;
 	struct bpf_map *m;
 	int r;
@@ -243,6 +245,10 @@ int probes_new(const char *pin_path, bool replace_incompatible, const ProbesLimi
 	r = probes_prune_stale_links(p);
 	if (r < 0)
 		return r;
+	/* What pinned counters programs of an earlier daemon read now: kept until
+	 * probes_set_counters(), so that attaching the exit probe first does not stop them. */
+	if (bpf_map_lookup_elem(bpf_map__fd(p->skel->maps.counters_config), &(uint32_t){ 0 }, &cfg) == 0)
+		p->counters_mask = cfg.mask;
 	*ret = TAKE_PTR(p);
 	return 0;
 }
@@ -429,22 +435,15 @@ static int detach_probe(Probes *p, unsigned probe) {
 	return r;
 }
 
-/* Tells the counters programs who takes a process's totals at exit (counters.bpf.h). */
-static int write_counters_config(Probes *p, uint32_t mask, bool exit_probe) {
-	struct perfrelay_counters_config cfg = { .mask = mask, .exit_probe = exit_probe };
+/* Tells the counters programs what to read (p->counters_mask) and who takes a process's
+ * totals at exit (counters.bpf.h). */
+static int write_counters_config(Probes *p, bool exit_probe) {
+	struct perfrelay_counters_config cfg = { .mask = p->counters_mask, .exit_probe = exit_probe };
 	uint32_t key = 0;
 
 	if (bpf_map_update_elem(bpf_map__fd(p->skel->maps.counters_config), &key, &cfg, BPF_ANY) < 0)
 		return log_error_errno(negative_errno(), "Failed to write counters_config: %m");
 	return 0;
-}
-
-static uint32_t read_counters_mask(Probes *p) {
-	struct perfrelay_counters_config cfg = {};
-	uint32_t key = 0;
-
-	(void) bpf_map_lookup_elem(bpf_map__fd(p->skel->maps.counters_config), &key, &cfg);
-	return cfg.mask;
 }
 
 int probes_set_enabled(Probes *p, unsigned probe, bool enabled) {
@@ -456,7 +455,7 @@ int probes_set_enabled(Probes *p, unsigned probe, bool enabled) {
 	if (!enabled) {
 		/* The reaper takes over the processes' counter totals before the exit probe goes. */
 		if (probe == PROBE_EXIT)
-			(void) write_counters_config(p, read_counters_mask(p), false);
+			(void) write_counters_config(p, false);
 		return detach_probe(p, probe);
 	}
 	if (p->enabled[probe])
@@ -477,7 +476,7 @@ int probes_set_enabled(Probes *p, unsigned probe, bool enabled) {
 	p->enabled[probe] = true;
 	p->reused[probe] = all_reused;
 	if (probe == PROBE_EXIT)
-		(void) write_counters_config(p, read_counters_mask(p), true);
+		(void) write_counters_config(p, true);
 	return 0;
 }
 
@@ -490,7 +489,6 @@ static void detach_counters(Probes *p) {
 			log_warning_errno(-errno, "Failed to remove pin %s: %m", path);
 		p->counters_link_fd[k] = safe_close(p->counters_link_fd[k]);
 	}
-	p->counters_on = false;
 }
 
 /* Empties the process table: entries of processes charged while counters were on would
@@ -507,13 +505,14 @@ static void clear_counters_procs(Probes *p) {
 int probes_set_counters(Probes *p, uint32_t mask) {
 	int r;
 
+	p->counters_mask = mask;
 	if (mask == 0) {
-		r = write_counters_config(p, 0, p->enabled[PROBE_EXIT]);
+		r = write_counters_config(p, p->enabled[PROBE_EXIT]);
 		detach_counters(p);
 		clear_counters_procs(p);
 		return r;
 	}
-	r = write_counters_config(p, mask, p->enabled[PROBE_EXIT]);
+	r = write_counters_config(p, p->enabled[PROBE_EXIT]);
 	if (r < 0)
 		return r;
 	for (unsigned k = 0; k < ELEMENTSOF(counters_prog_names); k++) {
@@ -524,12 +523,12 @@ int probes_set_counters(Probes *p, uint32_t mask) {
 			continue;
 		r = prog ? attach_prog(p, "counters", prog, &p->counters_link_fd[k]) : -ENOENT;
 		if (r < 0) {
-			(void) write_counters_config(p, 0, p->enabled[PROBE_EXIT]);
+			p->counters_mask = 0;
+			(void) write_counters_config(p, p->enabled[PROBE_EXIT]);
 			detach_counters(p);
 			return r;
 		}
 	}
-	p->counters_on = true;
 	return 0;
 }
 
@@ -566,10 +565,6 @@ int probes_counters_tick(Probes *p, unsigned cpu, uint64_t period_ns) {
 	return 0;
 }
 
-bool probes_counters_on(const Probes *p) {
-	return p->counters_on;
-}
-
 int probes_counter_array_fd(const Probes *p, unsigned id) {
 	const struct bpf_map *m = counter_array(p, id);
 
@@ -577,9 +572,6 @@ int probes_counter_array_fd(const Probes *p, unsigned id) {
 }
 int probes_counters_cgroups_fd(const Probes *p) {
 	return bpf_map__fd(p->skel->maps.counters_cgroups);
-}
-int probes_counters_procs_fd(const Probes *p) {
-	return bpf_map__fd(p->skel->maps.counters_procs);
 }
 int probes_counters_stats_fd(const Probes *p) {
 	return bpf_map__fd(p->skel->maps.counters_stats);

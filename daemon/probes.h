@@ -74,14 +74,12 @@ bool probes_was_reused(const Probes *p, unsigned probe);
  * PERFRELAY_COUNTER_*) and attaches the counters programs (reusing pinned links), or with 0
  * detaches them and empties the process table. The caller fills the counter arrays. */
 int probes_set_counters(Probes *p, uint32_t mask);
-bool probes_counters_on(const Probes *p);
 /* Charges the running task on `cpu` every period_ns (a cpu-clock sampling event running the
  * counters tick), so that a task that keeps its CPU is not charged only when it stops. */
 int probes_counters_tick(Probes *p, unsigned cpu, uint64_t period_ns);
 int probes_counter_array_fd(const Probes *p, unsigned id); /* PERFRELAY_COUNTER_* */
 int probes_counters_cgroups_fd(const Probes *p); /* per-CPU perfrelay_counter_values by cgroup id */
-int probes_counters_procs_fd(const Probes *p);
-int probes_counters_stats_fd(const Probes *p); /* per-CPU perfrelay_counters_stats */
+int probes_counters_stats_fd(const Probes *p);   /* per-CPU perfrelay_counters_stats */
 
 /* The producer id (PERFRELAY_PRODUCER_*) in the records of a built-in probe, or 0. */
 uint32_t probe_producer(unsigned probe);
