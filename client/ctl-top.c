@@ -17,23 +17,18 @@
 #include "ctl.h"
 #include "event.h"
 #include "json-util.h"
+#include "perfcount.h"
 #include "time-util.h"
 
 #define TOP_COUNTERS  PERFRELAY_COUNTERS_MAX
 #define TOP_UNITS_MAX 65536u /* answers are bounded by the daemon's CountersMaxCgroups= */
 
-/* The counters' keys in GetUnitCounters() (the daemon's perfcount-names.c) and their columns. */
-static const struct {
-	const char *key, *name, *column;
-} counters[TOP_COUNTERS] = {
-	{ "task_clock_ns", "task-clock", "CPU%" },
-	{ "context_switches", "context-switches", "CSW/s" },
-	{ "page_faults", "page-faults", "FAULTS/s" },
-	{ "cpu_migrations", "cpu-migrations", "MIGR/s" },
-	{ "cycles", "cycles", "CYCLES/s" },
-	{ "instructions", "instructions", "INSTR/s" },
-	{ "cache_misses", "cache-misses", "CMISS/s" },
-	{ "branch_misses", "branch-misses", "BMISS/s" },
+/* Each counter's column (its names and keys: perfcount-names.c, shared with the daemon). */
+static const char *const columns[TOP_COUNTERS] = {
+	[PERFRELAY_COUNTER_TASK_CLOCK] = "CPU%",      [PERFRELAY_COUNTER_CONTEXT_SWITCHES] = "CSW/s",
+	[PERFRELAY_COUNTER_PAGE_FAULTS] = "FAULTS/s", [PERFRELAY_COUNTER_CPU_MIGRATIONS] = "MIGR/s",
+	[PERFRELAY_COUNTER_CYCLES] = "CYCLES/s",      [PERFRELAY_COUNTER_INSTRUCTIONS] = "INSTR/s",
+	[PERFRELAY_COUNTER_CACHE_MISSES] = "CMISS/s", [PERFRELAY_COUNTER_BRANCH_MISSES] = "BMISS/s",
 };
 
 typedef struct TopUnit {
@@ -58,11 +53,11 @@ static void sample_clear(TopSample *s) {
 	*s = (TopSample){};
 }
 
+/* A counter by its key in GetUnitCounters() or its name in Counters=. */
 static int counter_index(const char *key) {
-	for (unsigned i = 0; i < TOP_COUNTERS; i++)
-		if (streq(key, counters[i].key) || streq(key, counters[i].name))
-			return (int) i;
-	return -EINVAL;
+	int k = counter_from_json_key(key);
+
+	return k >= 0 ? k : counter_from_string(key);
 }
 
 static int read_sample(sd_bus *bus, TopSample *ret) {
@@ -176,7 +171,7 @@ static void print_table(const TopSample *s, bool json) {
 		printf("%-40s", "UNIT");
 		for (unsigned c = 0; c < TOP_COUNTERS; c++)
 			if (s->mask & (1u << c))
-				printf(" %12s", counters[c].column);
+				printf(" %12s", columns[c]);
 		printf("\n");
 	}
 	for (size_t i = 0; i < s->n; i++) {
@@ -192,7 +187,7 @@ static void print_table(const TopSample *s, bool json) {
 			for (unsigned c = 0; c < TOP_COUNTERS; c++)
 				if (u->mask & (1u << c))
 					json_object_object_add(
-						rates, counters[c].key, json_object_new_double(u->rate[c]));
+						rates, counter_json_key(c), json_object_new_double(u->rate[c]));
 			json_object_object_add(o, "per_second", rates);
 			json_object_array_add(a, o);
 			continue;
