@@ -65,7 +65,7 @@ def cpu_ns(pid):
 
 
 def run(build, repeat, duration, log):
-    from prtest import Daemon, cgroup2_mount
+    from prtest import Daemon, UnitCgroup, cgroup2_mount
     from statsbus import StatsBus
     cg2 = cgroup2_mount()
     if not cg2 or not shutil.which("dbus-daemon"):
@@ -76,9 +76,8 @@ def run(build, repeat, duration, log):
     d = Daemon(binary, "bench-capture", stdout=False,
                config="[Probes]\nProbes=none\n[Counters]\nCounters=none\n[Recorder]\nRecorder=no\n"
                       "[Capture]\nCapturePacketsPerSecond=0\n")
-    unit = f"perfrelay-bench-capture-{os.getpid()}.service"
-    cgdir = os.path.join(cg2, unit)
-    os.mkdir(cgdir)
+    cg = UnitCgroup("bench-capture")
+    unit = cg.name
     # The paced packets leave over a veth into a namespace of their own (10.232.9.2 there).
     netns, host, peer = f"perfrelay-bench-{os.getpid()}", f"prb{os.getpid() % 100000}h", f"prb{os.getpid() % 100000}n"
     for cmd in (["ip", "netns", "add", netns], ["ip", "link", "add", host, "type", "veth", "peer", "name", peer],
@@ -88,10 +87,7 @@ def run(build, repeat, duration, log):
         subprocess.run(cmd, check=True)
 
     def in_unit(code, *args):
-        def enter():
-            with open(os.path.join(cgdir, "cgroup.procs"), "w") as f:
-                f.write("0")
-        r = subprocess.run([sys.executable, "-c", code, *map(str, args)], preexec_fn=enter, capture_output=True,
+        r = subprocess.run([sys.executable, "-c", code, *map(str, args)], preexec_fn=cg.enter, capture_output=True,
                            text=True, timeout=duration + 60)
         return float(r.stdout.strip())
 
@@ -149,7 +145,7 @@ def run(build, repeat, duration, log):
         if d.proc:
             d.stop()
         d.cleanup()
-        os.rmdir(cgdir)
+        cg.remove()
         subprocess.run(["ip", "link", "delete", host], capture_output=True)
         subprocess.run(["ip", "netns", "delete", netns], capture_output=True)
         bus.close()

@@ -234,6 +234,32 @@ def cgroup2_mount():
     return None
 
 
+class UnitCgroup:
+    """A cgroup directly under the cgroup2 root, named like a service so that it resolves to a
+    unit (perfrelay-TAG-PID.service), for processes the test starts in it."""
+
+    def __init__(self, tag):
+        root = cgroup2_mount()
+        if root is None:
+            raise Failure("no cgroup2 mount")
+        self.name = f"perfrelay-{tag}-{os.getpid()}.service"
+        self.path = os.path.join(root, self.name)
+        os.mkdir(self.path)
+        self.id = os.stat(self.path).st_ino  # the cgroup id is the directory's inode
+
+    def enter(self):
+        """A preexec_fn: the child joins this cgroup before it execs."""
+        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
+            f.write("0")
+
+    def popen(self, cmd, **kw):
+        return subprocess.Popen(cmd, preexec_fn=self.enter, **kw)
+
+    def remove(self):
+        if os.path.isdir(self.path):
+            os.rmdir(self.path)
+
+
 def bpftool_json(*args):
     r = subprocess.run(["bpftool", "-j"] + list(args), capture_output=True, text=True)
     if r.returncode != 0:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import uuid
 
-from prtest import Daemon, check, check_eq, require_root_and_bpf, run_tests, cgroup2_mount, skip
+from prtest import Daemon, UnitCgroup, check, check_eq, require_root_and_bpf, run_tests, cgroup2_mount, skip
 from statsbus import StatsBus, wait_for
 
 BINARY = sys.argv[1]
@@ -65,23 +65,10 @@ for i in range(int(sys.argv[2])):
 """
 
 
-class Unit:
-    def __init__(self, tag):
-        self.name = f"perfrelay-{tag}-{os.getpid()}.service"
-        self.path = os.path.join(CG2, self.name)
-        os.mkdir(self.path)
-
+class Unit(UnitCgroup):
     def popen(self, code, *args, **kw):
         """python3 -c code in this unit's cgroup and in the test's network namespace."""
-        def enter():
-            with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
-                f.write("0")
-        return subprocess.Popen(["ip", "netns", "exec", NETNS, sys.executable, "-c", code, *map(str, args)],
-                                preexec_fn=enter, **kw)
-
-    def remove(self):
-        if os.path.isdir(self.path):
-            os.rmdir(self.path)
+        return super().popen(["ip", "netns", "exec", NETNS, sys.executable, "-c", code, *map(str, args)], **kw)
 
 
 def ctl(*args, **kw):

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 
-from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests, cgroup2_mount
+from prtest import Daemon, Failure, UnitCgroup, check, check_eq, require_root_and_bpf, run_tests, cgroup2_mount
 from statsbus import StatsBus, wait_for
 
 BINARY = sys.argv[1]
@@ -33,25 +33,10 @@ SPIN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s
 SLEEP = "import time\nfor i in range({n}): time.sleep(0.01)\n"
 
 
-class Unit:
-    """A cgroup under the cgroup2 root named like a service, so that it resolves to a unit."""
-
-    def __init__(self, tag):
-        self.name = f"perfrelay-{tag}-{os.getpid()}.service"
-        self.path = os.path.join(CG2, self.name)
-        os.mkdir(self.path)
-        self.id = os.stat(self.path).st_ino  # the cgroup id is the directory's inode
-
+class Unit(UnitCgroup):
     def run(self, code):
         """Starts python3 -c code in the unit; returns the Popen."""
-        def enter():
-            with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
-                f.write("0")
-        return subprocess.Popen([sys.executable, "-c", code], preexec_fn=enter)
-
-    def remove(self):
-        if os.path.isdir(self.path):
-            os.rmdir(self.path)
+        return self.popen([sys.executable, "-c", code])
 
 
 def cpu_ns(proc):

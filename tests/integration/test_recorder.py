@@ -12,7 +12,7 @@ import sys
 import time
 import uuid
 
-from prtest import Daemon, check, check_eq, require_root_and_bpf, run_tests, cgroup2_mount
+from prtest import Daemon, UnitCgroup, check, check_eq, require_root_and_bpf, run_tests, cgroup2_mount
 from statsbus import StatsBus, wait_for
 
 BINARY = sys.argv[1]
@@ -96,23 +96,17 @@ def test_commands_then_snapshot():
 def test_unit_of_removed_cgroup():
     """A unit that has gone (its cgroup removed, like a failed service's): the snapshot still
     names it for its events, and --unit finds them (the daemon watched the cgroup being made)."""
-    cg2 = cgroup2_mount()
-    check(cg2 is not None, "a cgroup2 mount (needed for unit names)")
+    check(cgroup2_mount() is not None, "a cgroup2 mount (needed for unit names)")
     d = d_full
     d.start()
-    unit = f"perfrelay-rec-{os.getpid()}.service"
-    cgdir = os.path.join(cg2, unit)
-    os.mkdir(cgdir)
+    cg = UnitCgroup("rec")
+    unit = cg.name
     marker = f"perfrelay-gone-{uuid.uuid4().hex[:8]}"
-
-    def enter_cgroup():
-        with open(os.path.join(cgdir, "cgroup.procs"), "w") as f:
-            f.write("0")
     try:
-        p = subprocess.run(["/bin/sh", "-c", "exit 7", marker], preexec_fn=enter_cgroup, timeout=30)
+        p = subprocess.run(["/bin/sh", "-c", "exit 7", marker], preexec_fn=cg.enter, timeout=30)
         check_eq(p.returncode, 7, "the command ran in the unit's cgroup")
     finally:
-        os.rmdir(cgdir)  # its only process has exited
+        cg.remove()  # its only process has exited
     r, lines = snapshot("--unit", unit)
     check_eq(r.returncode, 0, f"perfrelayctl snapshot --unit (stderr: {r.stderr.strip()})")
     execs = [e for e in lines[:-1] if e["type"] == "exec" and marker in e["argv"]]
