@@ -75,5 +75,11 @@ DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret);
  * decode_event() would give a valid built-in record. */
 void decode_daemon_record(const void *rec, DecodedEvent *ret);
 
+/* Types delivered only to subscribers that name them (docs/protocol.md): the units' counters
+ * and captured packets, which a subscription of everything (or --stdout) does not get. */
+static inline bool event_type_on_request(uint16_t type) {
+	return type == PERFRELAY_TYPE_COUNTERS || type == PERFRELAY_TYPE_PACKET;
+}
+
 /* Type name for JSON ("exec", ...), or NULL for types without a name. */
 const char *event_type_to_string(uint16_t type);

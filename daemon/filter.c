@@ -116,8 +116,8 @@ bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *uni
 				return false;
 		} else if (!u16_in(s->types, s->n_types, type) && !type_name_in(s, ev))
 			return false;
-	} else if (type == PERFRELAY_TYPE_COUNTERS || type == PERFRELAY_TYPE_PACKET)
-		return false; /* units' counters and packets only go to those who ask by type */
+	} else if (event_type_on_request(type))
+		return false;
 	if (s->n_captures > 0 && type == PERFRELAY_TYPE_PACKET &&
 	    !u32_in(s->captures, s->n_captures, ev->capture_id))
 		return false;

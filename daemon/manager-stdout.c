@@ -20,10 +20,9 @@ static void manager_drop_stdout(Manager *m, int error) {
 	m->stdout_source = sd_event_source_disable_unref(m->stdout_source);
 }
 
-/* Every event but the units' counters, which go only to clients that ask for them by type
- * (docs/counters.md), as with a subscription of everything. */
+/* Every event a subscription of everything gets. */
 static bool stdout_match(const void *filter, const DecodedEvent *ev, const char *unit) {
-	return ev->hdr.type != PERFRELAY_TYPE_COUNTERS && ev->hdr.type != PERFRELAY_TYPE_PACKET;
+	return !event_type_on_request(ev->hdr.type);
 }
 
 /* The --stdout client's consumer (HubClientOptions.flush). */
