@@ -21,6 +21,7 @@
 
 #include "conf-parser.h"
 #include "config.h"
+#include "error-util.h"
 #include "macro.h"
 #include "perfcount.h"
 
@@ -713,22 +714,6 @@ int config_load(Config *c, const char *main_path, const char *dropin_dir, char *
 	return 0;
 }
 
-/* Message without file:line: the combination, not one line, is at fault. */
-_printf_(3, 4) static int validate_error(char **ret_error, int r, const char *fmt, ...) {
-	char *msg;
-	va_list ap;
-
-	if (!ret_error)
-		return r;
-	va_start(ap, fmt);
-	if (vasprintf(&msg, fmt, ap) < 0)
-		r = -ENOMEM;
-	else
-		*ret_error = msg;
-	va_end(ap);
-	return r;
-}
-
 int config_validate(const Config *c, char **ret_error) {
 	long page_size;
 	uint64_t data_size;
@@ -737,7 +722,7 @@ int config_validate(const Config *c, char **ret_error) {
 		return -EINVAL;
 
 	if (c->n_cpu_groups > 0 && c->cpus_per_reader > 0)
-		return validate_error(
+		return error_textf(
 			ret_error,
 			-EINVAL,
 			"CpuGroups= and CpusPerReader= are both set; set at most one of them");
@@ -747,7 +732,7 @@ int config_validate(const Config *c, char **ret_error) {
 		page_size = 4096;
 	data_size = (uint64_t) c->pages_per_cpu * (uint64_t) page_size;
 	if (c->watermark > 0 && c->watermark >= data_size)
-		return validate_error(
+		return error_textf(
 			ret_error,
 			-EINVAL,
 			"Watermark=%" PRIu32

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "error-util.h"
 #include "log.h"
 #include "manager-internal.h"
 #include "unitname.h"
@@ -57,16 +58,6 @@ static int find_unit_cgroup(
 	return r;
 }
 
-static int errorf(char **ret_error, int r, const char *fmt, ...) {
-	va_list ap;
-
-	va_start(ap, fmt);
-	if (ret_error && vasprintf(ret_error, fmt, ap) < 0)
-		*ret_error = NULL;
-	va_end(ap);
-	return r;
-}
-
 int manager_start_capture(Manager *m, const CaptureRequest *req, uint32_t *ret_id, char **ret_error) {
 	const Config *c = m->config;
 	CaptureSummary info = {};
@@ -77,20 +68,21 @@ int manager_start_capture(Manager *m, const CaptureRequest *req, uint32_t *ret_i
 	int dir, r;
 
 	if (!m->captures || !m->cgroups)
-		return errorf(ret_error, -EOPNOTSUPP, "packet capture needs a cgroup2 mount");
+		return error_textf(ret_error, -EOPNOTSUPP, "packet capture needs a cgroup2 mount");
 	root = cgroup_fs_path(m->cgroups);
 	if (captures_full(m->captures)) {
 		captures_count_refused(m->captures);
-		return errorf(ret_error, -EBUSY, "%u captures run already (MaxCaptures=)", c->max_captures);
+		return error_textf(
+			ret_error, -EBUSY, "%u captures run already (MaxCaptures=)", c->max_captures);
 	}
 	if (!!req->unit + !!req->cgroup + !!req->ifindex != 1)
-		return errorf(
+		return error_textf(
 			ret_error, -EINVAL, "give one of the options \"unit\", \"cgroup\" and \"ifindex\"");
 	if (req->ifindex) {
 		char name[IF_NAMESIZE];
 
 		if (!if_indextoname(req->ifindex, name))
-			return errorf(
+			return error_textf(
 				ret_error,
 				-EINVAL,
 				"no interface with index %u in perfrelayd's network namespace (the shipped unit has "
@@ -99,18 +91,18 @@ int manager_start_capture(Manager *m, const CaptureRequest *req, uint32_t *ret_i
 		snprintf(path, sizeof(path), "%s", name);
 	} else if (req->unit) {
 		if (!unit_name_is_attributable(req->unit, strlen(req->unit)))
-			return errorf(
+			return error_textf(
 				ret_error, -EINVAL, "\"%s\" is not a unit name processes run in", req->unit);
 		r = find_unit_cgroup(root, req->unit, 0, &budget, path, sizeof(path));
 		if (r == -E2BIG)
-			return errorf(
+			return error_textf(
 				ret_error,
 				r,
 				"the cgroup tree under %s has more than %u directories",
 				root,
 				FIND_DIRS_MAX);
 		if (r < 0)
-			return errorf(
+			return error_textf(
 				ret_error,
 				-ENOENT,
 				"unit %s has no cgroup under %s (is it running?)",
@@ -118,20 +110,21 @@ int manager_start_capture(Manager *m, const CaptureRequest *req, uint32_t *ret_i
 				root);
 	} else {
 		if (req->cgroup[0] != '/' || strstr(req->cgroup, "/..") || strstr(req->cgroup, "//"))
-			return errorf(
+			return error_textf(
 				ret_error,
 				-EINVAL,
 				"cgroup \"%s\": a path below the cgroup2 root, starting with /",
 				req->cgroup);
 		if (snprintf(path, sizeof(path), "%s%s", root, req->cgroup) >= (int) sizeof(path))
-			return errorf(ret_error, -ENAMETOOLONG, "cgroup path too long");
+			return error_textf(ret_error, -ENAMETOOLONG, "cgroup path too long");
 	}
 	dir = req->direction ? capture_direction_from_string(req->direction) : CAPTURE_BOTH;
 	if (dir < 0)
-		return errorf(ret_error, -EINVAL, "direction \"%s\": ingress, egress or both", req->direction);
+		return error_textf(
+			ret_error, -EINVAL, "direction \"%s\": ingress, egress or both", req->direction);
 	info.bytes = req->bytes ?: c->capture_bytes;
 	if (info.bytes > c->capture_bytes)
-		return errorf(
+		return error_textf(
 			ret_error, -EINVAL, "bytes %u: above CaptureBytes=%u", info.bytes, c->capture_bytes);
 	info.packets_per_second = c->capture_packets_per_second;
 	if (req->packets_per_second > 0 &&
@@ -158,7 +151,7 @@ int manager_start_capture(Manager *m, const CaptureRequest *req, uint32_t *ret_i
 		&capture,
 		&info.cgroup_id);
 	if (r == -EPERM && req->ifindex)
-		return errorf(
+		return error_textf(
 			ret_error,
 			r,
 			"failed to attach a capture to interface %s: %s (tc needs CAP_NET_ADMIN, which the "
@@ -166,10 +159,10 @@ int manager_start_capture(Manager *m, const CaptureRequest *req, uint32_t *ret_i
 			path,
 			strerror(-r));
 	if (r < 0)
-		return errorf(ret_error, r, "failed to attach a capture to %s: %s", path, strerror(-r));
+		return error_textf(ret_error, r, "failed to attach a capture to %s: %s", path, strerror(-r));
 	r = captures_add(m->captures, capture, &info);
 	if (r < 0)
-		return errorf(ret_error, r, "failed to keep the capture");
+		return error_textf(ret_error, r, "failed to keep the capture");
 	log_info(
 		"Capture %u started: %s (%s, %s, %u bytes, %u packets/s)",
 		info.id,
