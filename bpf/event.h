@@ -54,6 +54,12 @@
  * is a JSON object describing the record's fields (docs/protocol.md, "Schema frames"), which
  * libperfrelay reads for perfrelay_record_field(). The decoder rejects it from producers. */
 #define PERFRELAY_TYPE_SCHEMA          0x7ffeu
+/* Reserved: made only by perfrelayd, in binary streams to clients that ask for units
+ * ("units": true), right before each record that carries a cgroup id whose systemd unit the
+ * daemon knows: struct perfrelay_unit. It applies to the record that follows it, and only to
+ * that one (docs/protocol.md, "Unit frames"). perfrelay-export's batches carry it the same way.
+ * The decoder rejects it from producers. */
+#define PERFRELAY_TYPE_UNIT            0x7ffdu
 #define PERFRELAY_TYPE_THIRD_PARTY_MIN 0x8000u
 
 /* perf_event_header.size is a __u16, so no record can be larger than this. */
@@ -241,6 +247,16 @@ struct perfrelay_packet {
 	__u8 _pad[4];
 };
 
+/* PERFRELAY_TYPE_UNIT: hdr.size = sizeof(struct perfrelay_unit) + the name's length + 1 (its
+ * NUL), the name at most PERFRELAY_UNIT_NAME_MAX bytes with the NUL. hdr.seq and hdr.ts_ns are
+ * the record's that follows; producer and cpu too. */
+#define PERFRELAY_UNIT_NAME_MAX 256 /* systemd's unit names are shorter (UNIT_NAME_MAX) */
+struct perfrelay_unit {
+	struct perfrelay_hdr hdr;
+	__u64 cgroup_id; /* the cgroup id of the record that follows */
+			 /* then the unit's name, NUL-terminated */
+};
+
 /* The benchmark producer: a sequence number and a payload of configurable size. */
 struct perfrelay_bench {
 	struct perfrelay_hdr hdr;
@@ -263,6 +279,7 @@ _Static_assert(sizeof(struct perfrelay_fork) == 32 + 16 + 16, "perfrelay_fork AB
 _Static_assert(sizeof(struct perfrelay_open) == 32 + 16 + 16 + 256, "perfrelay_open ABI");
 _Static_assert(sizeof(struct perfrelay_connect) == 32 + 16 + 16 + 16, "perfrelay_connect ABI");
 _Static_assert(sizeof(struct perfrelay_bench) == 40, "perfrelay_bench ABI");
+_Static_assert(sizeof(struct perfrelay_unit) == 40, "perfrelay_unit ABI");
 _Static_assert(sizeof(struct perfrelay_packet) == 32 + 8 + 16 + 8, "perfrelay_packet ABI");
 _Static_assert(
 	sizeof(struct perfrelay_packet) + PERFRELAY_CAPTURE_BYTES_MAX + 8 <= PERFRELAY_RECORD_MAX,

@@ -62,6 +62,11 @@ struct perfrelay_client {
 	/* Binary format: the schema frames received, one per third-party type (schema.h). */
 	Schema *schemas[SCHEMA_MAX_KEPT];
 	unsigned n_schemas, next_evicted;
+
+	/* Binary format: the name of the last unit frame, for the record right after it. */
+	char unit[PERFRELAY_UNIT_NAME_MAX];
+	bool unit_pending; /* a unit frame came and its record has not yet */
+	bool unit_current; /* the record returned last had one */
 };
 
 int perfrelay_client_new(perfrelay_client **ret) {
@@ -617,6 +622,22 @@ static int take_schema(perfrelay_client *c, const char *payload, size_t len) {
 	return 0;
 }
 
+/* Keeps the name a unit frame carries for the record that follows it. A malformed one (no NUL,
+ * too long) is ignored: that record then has no unit. */
+static void take_unit(perfrelay_client *c, const char *payload, size_t len) {
+	const size_t off = sizeof(struct perfrelay_unit) - sizeof(struct perfrelay_hdr);
+	size_t n;
+
+	c->unit_pending = false;
+	if (len <= off)
+		return;
+	n = strnlen(payload + off, len - off);
+	if (n == 0 || n >= len - off || n >= sizeof(c->unit))
+		return;
+	memcpy(c->unit, payload + off, n + 1);
+	c->unit_pending = true;
+}
+
 static const Schema *find_schema(const perfrelay_client *c, uint16_t type) {
 	if (!c)
 		return NULL;
@@ -658,13 +679,26 @@ int perfrelay_next_record(
 	int timeout_ms) {
 	int r;
 
-	/* Schema frames are the library's, not the caller's: take them and read on. */
+	/* Schema and unit frames are the library's, not the caller's: take them and read on. */
 	for (;;) {
 		r = next_frame(c, hdr, payload, payload_size, timeout_ms);
-		if (r <= 0 || (*hdr)->type != PERFRELAY_TYPE_SCHEMA)
+		if (r <= 0)
 			return r;
+		if ((*hdr)->type == PERFRELAY_TYPE_UNIT) {
+			take_unit(c, *payload, *payload_size);
+			continue;
+		}
+		if ((*hdr)->type != PERFRELAY_TYPE_SCHEMA) {
+			c->unit_current = c->unit_pending;
+			c->unit_pending = false;
+			return r;
+		}
 		r = take_schema(c, *payload, *payload_size);
 		if (r < 0)
 			return fail(c, r);
 	}
+}
+
+const char *perfrelay_record_unit(const perfrelay_client *c) {
+	return c && c->unit_current ? c->unit : NULL;
 }

@@ -14,6 +14,7 @@
 
 #include "decode.h"
 #include "encode.h"
+#include "export-frame.h"
 #include "macro.h"
 
 #define POLL_MS 200
@@ -24,8 +25,47 @@ static bool signalled(int signal_fd) {
 	return read(signal_fd, &si, sizeof(si)) == (ssize_t) sizeof(si);
 }
 
-int monitor_nats_run(const MonitorNatsArgs *a, monitor_nats_emit_t emit, void *userdata, int signal_fd) {
+/* A message's records: a batch (Perfrelay-Batch header; docs/export.md) or, from exporters
+ * before batches, one bare record. Each goes to emit as a JSON line with its unit. */
+static int emit_message(natsMsg *m, const jsMsgMetaData *meta, monitor_nats_emit_t emit, void *userdata) {
 	static char line[ENCODE_JSON_MAX];
+	const uint8_t *data = (const uint8_t *) natsMsg_GetData(m);
+	size_t len = (size_t) natsMsg_GetDataLength(m), pos = 0;
+	const char *batch = NULL;
+	ExportRecord rec;
+	int k, r = 0;
+
+	if (natsMsgHeader_Get(m, "Perfrelay-Batch", &batch) != NATS_OK || !batch) {
+		rec = (ExportRecord){ .rec = data, .size = len };
+		k = len >= sizeof(rec.hdr) ? 1 : -EBADMSG;
+		if (k > 0)
+			memcpy(&rec.hdr, data, sizeof(rec.hdr));
+	} else if (!streq(batch, EXPORT_BATCH_FORMAT))
+		k = -EPROTONOSUPPORT;
+	else
+		k = export_batch_next(data, len, &pos, &rec);
+	for (; k > 0 && r >= 0; k = batch ? export_batch_next(data, len, &pos, &rec) : 0) {
+		DecodedEvent ev;
+		ssize_t n;
+
+		if (decode_event(rec.rec, rec.size, &ev) != DECODE_OK ||
+		    (n = encode_json(&ev, rec.unit[0] ? rec.unit : NULL, line, sizeof(line))) <= 0) {
+			k = -EBADMSG;
+			break;
+		}
+		r = emit(line, (size_t) n - 1, meta ? meta->Timestamp - (int64_t) ev.hdr.ts_ns : 0, userdata);
+	}
+	if (k < 0)
+		fprintf(stderr,
+			"perfrelayctl: skipping %s on %s: %s\n",
+			batch ? "the rest of a batch" : "a message",
+			natsMsg_GetSubject(m),
+			k == -EPROTONOSUPPORT ? "a batch format this perfrelayctl does not know" :
+						"not perfrelay records");
+	return r;
+}
+
+int monitor_nats_run(const MonitorNatsArgs *a, monitor_nats_emit_t emit, void *userdata, int signal_fd) {
 	const char *stream = a->stream ?: "PERFRELAY";
 	natsConnection *nc = NULL;
 	natsSubscription *sub = NULL;
@@ -78,8 +118,6 @@ int monitor_nats_run(const MonitorNatsArgs *a, monitor_nats_emit_t emit, void *u
 	for (;;) {
 		natsMsg *m = NULL;
 		jsMsgMetaData *meta = NULL;
-		DecodedEvent ev;
-		ssize_t n;
 		bool last = false;
 
 		if (poll(&(struct pollfd){ .fd = signal_fd, .events = POLLIN }, 1, 0) > 0 &&
@@ -99,15 +137,7 @@ int monitor_nats_run(const MonitorNatsArgs *a, monitor_nats_emit_t emit, void *u
 		if (natsMsg_GetMetaData(&meta, m) == NATS_OK) {
 			last = meta->NumPending == 0;
 		}
-		if (decode_event(natsMsg_GetData(m), (size_t) natsMsg_GetDataLength(m), &ev) == DECODE_OK &&
-		    (n = encode_json(&ev, NULL, line, sizeof(line))) > 0) {
-			int64_t offset = meta ? meta->Timestamp - (int64_t) ev.hdr.ts_ns : 0;
-
-			r = emit(line, (size_t) n - 1, offset, userdata);
-		} else
-			fprintf(stderr,
-				"perfrelayctl: skipping a message on %s that is not a perfrelay record\n",
-				natsMsg_GetSubject(m));
+		r = emit_message(m, meta, emit, userdata);
 		jsMsgMetaData_Destroy(meta);
 		natsMsg_Destroy(m);
 		if (r < 0 || (last && a->no_follow))

@@ -27,6 +27,15 @@ extern "C" {
 #ifndef PERFRELAY_TYPE_SCHEMA
 #define PERFRELAY_TYPE_SCHEMA 0x7ffeu
 #endif
+#ifndef PERFRELAY_TYPE_UNIT
+#define PERFRELAY_TYPE_UNIT 0x7ffdu
+#endif
+
+/* perfrelay_subscription.flags */
+/* Binary format: the daemon sends each record's systemd unit (a unit frame before every record
+ * with a cgroup id whose unit it knows); perfrelay_record_unit() returns it. JSON lines carry
+ * "unit" anyway. */
+#define PERFRELAY_SUBSCRIBE_UNITS 0x1u
 
 /* Used when perfrelay_connect() gets no path and $PERFRELAY_SOCKET is unset or empty. */
 #define PERFRELAY_SOCKET_DEFAULT "/run/perfrelay/events.sock"
@@ -66,7 +75,8 @@ struct perfrelay_subscription {
 	size_t n_units;
 	enum perfrelay_format format;
 	enum perfrelay_overflow on_overflow;
-	uint64_t reserved[8]; /* must be zero: room for new fields without an ABI break */
+	uint64_t flags;       /* PERFRELAY_SUBSCRIBE_*; other bits must be zero */
+	uint64_t reserved[7]; /* must be zero: room for new fields without an ABI break */
 };
 
 /* The daemon's hello, valid while the client lives. */
@@ -127,6 +137,12 @@ int perfrelay_next_record(
 	const void **payload,
 	size_t *payload_size,
 	int timeout_ms);
+
+/* The systemd unit of the record perfrelay_next_record() returned last, if the client
+ * subscribed with PERFRELAY_SUBSCRIBE_UNITS and the daemon knew the unit of the record's cgroup;
+ * else NULL. Unit frames (PERFRELAY_TYPE_UNIT) are the library's: perfrelay_next_record() takes
+ * them and never returns them. Valid until the next perfrelay_next_record() on c. */
+const char *perfrelay_record_unit(const perfrelay_client *c);
 
 /* The connected socket, for poll()/epoll (POLLIN). Events may already be buffered in the
  * client when the socket is not readable, so after a wakeup call perfrelay_next_json() or

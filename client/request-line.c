@@ -123,6 +123,14 @@ int request_line_build(const struct perfrelay_subscription *sub, char **ret, siz
 		req, "on_overflow", sub->on_overflow == PERFRELAY_OVERFLOW_DISCONNECT ? "disconnect" : "drop");
 	if (r < 0)
 		return r;
+	if (sub->flags & PERFRELAY_SUBSCRIBE_UNITS) {
+		json_object *b = json_object_new_boolean(1);
+
+		if (!b || json_object_object_add(req, "units", b) < 0) {
+			json_object_put(b);
+			return -ENOMEM;
+		}
+	}
 
 	text = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
 	if (!text)
@@ -143,6 +151,8 @@ int request_line_check(const struct perfrelay_subscription *sub) {
 	if (sub->format != PERFRELAY_FORMAT_JSON && sub->format != PERFRELAY_FORMAT_BINARY)
 		return -EINVAL;
 	if (sub->on_overflow != PERFRELAY_OVERFLOW_DROP && sub->on_overflow != PERFRELAY_OVERFLOW_DISCONNECT)
+		return -EINVAL;
+	if (sub->flags & ~(uint64_t) PERFRELAY_SUBSCRIBE_UNITS)
 		return -EINVAL;
 	for (size_t i = 0; i < ELEMENTSOF(sub->reserved); i++)
 		if (sub->reserved[i] != 0)

@@ -207,6 +207,7 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 		.format = sub->format == SUBSCRIPTION_FORMAT_BINARY ? HUB_FORMAT_BINARY : HUB_FORMAT_JSON,
 		.overflow = sub->overflow == SUBSCRIPTION_OVERFLOW_DISCONNECT ? HUB_OVERFLOW_DISCONNECT :
 										HUB_OVERFLOW_DROP,
+		.unit_frames = sub->unit_frames && sub->format == SUBSCRIPTION_FORMAT_BINARY,
 		.queue_bytes = s->config->client_queue_bytes,
 		.match = match_subscription,
 		.filter = sub,

@@ -12,14 +12,15 @@
 #include "macro.h"
 #include "perfring.h"
 
-/* Whether the frame at `pos` is a "lost" notice (or a schema frame) rather than an event. */
+/* Whether the frame at `pos` is a "lost" notice (or a schema or unit frame) rather than an event. */
 static bool frame_is_lost(const HubClient *c, const HubQueue *q, uint64_t pos) {
 	if (c->o.format == HUB_FORMAT_BINARY) {
 		struct perfrelay_hdr hdr;
 
 		/* Decoded records never carry these types (decode.c rejects them). */
 		perfring_copy(q->buf, q->mask, pos + sizeof(uint32_t), &hdr, sizeof(hdr));
-		return hdr.type == PERFRELAY_TYPE_LOST || hdr.type == PERFRELAY_TYPE_SCHEMA;
+		return hdr.type == PERFRELAY_TYPE_LOST || hdr.type == PERFRELAY_TYPE_SCHEMA ||
+			hdr.type == PERFRELAY_TYPE_UNIT;
 	} else if (c->o.format == HUB_FORMAT_JSON_TAGGED) {
 		HubTag tag;
 

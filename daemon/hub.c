@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -354,18 +355,51 @@ static void schema_write(HubQueue *q, const ProducerType *t, const struct perfre
 	q->schema_sent[bit / 64] |= UINT64_C(1) << (bit % 64);
 }
 
+/* The unit frame for ev (a binary client that asked for units): its length prefix, header,
+ * cgroup id and the unit's name in buf; returns the frame's length, 0 if ev has none. */
+static size_t unit_frame(const DecodedEvent *ev, const char *unit, uint8_t buf[static HUB_UNIT_FRAME_MAX]) {
+	struct perfrelay_unit u;
+	size_t name_len;
+	uint32_t len;
+
+	if (!unit || ev->cgroup_id == 0)
+		return 0;
+	name_len = strnlen(unit, PERFRELAY_UNIT_NAME_MAX);
+	if (name_len >= PERFRELAY_UNIT_NAME_MAX)
+		return 0; /* cannot be a unit name: better none than a cut one */
+	u = (struct perfrelay_unit){
+		.hdr = {
+			.magic = PERFRELAY_MAGIC,
+			.version = PERFRELAY_VERSION,
+			.type = PERFRELAY_TYPE_UNIT,
+			.size = (uint16_t) (sizeof(u) + name_len + 1),
+			.producer = ev->hdr.producer,
+			.cpu = ev->hdr.cpu,
+			.seq = ev->hdr.seq,
+			.ts_ns = ev->hdr.ts_ns,
+		},
+		.cgroup_id = ev->cgroup_id,
+	};
+	len = htole32(u.hdr.size);
+	memcpy(buf, &len, sizeof(len));
+	memcpy(buf + sizeof(len), &u, sizeof(u));
+	memcpy(buf + sizeof(len) + sizeof(u), unit, name_len + 1);
+	return sizeof(len) + u.hdr.size;
+}
+
 void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *unit) {
 	HubSlot *s = &h->slots[reader];
 	/* Binary frames are the record itself behind a length: nothing to encode. */
 	uint32_t frame_len = htole32(ev->record_size);
-	ssize_t json_len = -1;
+	ssize_t json_len = -1, unit_len = -1;
+	uint8_t unit_buf[HUB_UNIT_FRAME_MAX];
 	HubTag tag;
 
 	for (size_t i = 0; i < s->n_clients; i++) {
 		HubClient *c = s->clients[i];
 		HubQueue *q = &c->q[reader];
 		const void *data, *prefix = NULL;
-		size_t len, prefix_len = 0, lost_len = 0, schema_len = 0;
+		size_t len, prefix_len = 0, lost_len = 0, schema_len = 0, unit_frame_len = 0;
 		char lost[HUB_LOST_MAX];
 		struct perfrelay_hdr schema;
 
@@ -387,6 +421,11 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 			len = ev->record_size;
 			if (_unlikely_(ev->producer_type) && schema_needed(q, ev, &schema))
 				schema_len = sizeof(uint32_t) + schema.size;
+			if (c->o.unit_frames) {
+				if (unit_len < 0) /* made once, however many clients take it */
+					unit_len = (ssize_t) unit_frame(ev, unit, unit_buf);
+				unit_frame_len = (size_t) unit_len;
+			}
 		} else {
 			if (json_len < 0) {
 				/* Encoded once, however many clients take it. */
@@ -416,7 +455,7 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 			lost_len = encode_lost(c->o.format, q->pending_lost, lost);
 
 		if (_unlikely_(len == 0) ||
-		    !queue_reserve(q, (uint64_t) (prefix_len + len + lost_len + schema_len))) {
+		    !queue_reserve(q, (uint64_t) (prefix_len + len + lost_len + schema_len + unit_frame_len))) {
 			STAT_ADD(q->dropped, 1);
 			if (c->o.overflow == HUB_OVERFLOW_DISCONNECT) {
 				/* Never told: the close is the notice. */
@@ -432,6 +471,8 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 		}
 		if (schema_len > 0)
 			schema_write(q, ev->producer_type, &schema);
+		if (unit_frame_len > 0)
+			queue_write(q, unit_buf, unit_frame_len);
 		if (prefix_len > 0)
 			queue_write(q, prefix, prefix_len);
 		queue_write(q, data, len);

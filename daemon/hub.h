@@ -48,6 +48,9 @@ typedef bool (*HubMatchFn)(const void *filter, const DecodedEvent *ev, const cha
 typedef struct HubClientOptions {
 	HubFormat format;
 	HubOverflow overflow;
+	/* HUB_FORMAT_BINARY: a PERFRELAY_TYPE_UNIT frame before each record whose cgroup has a
+	 * known unit (binary records carry the cgroup id only). */
+	bool unit_frames;
 	uint64_t queue_bytes; /* per client, split between the reader queues */
 	HubMatchFn match;     /* NULL: every event */
 	const void *filter;   /* owned by the caller; must outlive the client */

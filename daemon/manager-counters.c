@@ -138,6 +138,8 @@ int manager_setup_counters(Manager *m) {
 	CpuSet online = m->cpus;
 	int r;
 
+	if (m->counters_seq == 0)
+		m->counters_seq = now_nsec(CLOCK_BOOTTIME);
 	if (m->config->counters == 0) {
 		/* Off: the programs detached, their links unpinned, the process table emptied. */
 		return probes_set_counters(m->probes, 0);

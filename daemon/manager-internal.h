@@ -88,6 +88,9 @@ struct Manager {
 	CgroupCounters *counters_prev;    /* every cgroup's totals at the last interval, by id */
 	size_t counters_prev_n;
 	uint64_t counters_prev_at; /* CLOCK_MONOTONIC ns of the last interval; 0 before the first */
+	/* The next "counters" event's seq. It starts at CLOCK_BOOTTIME ns when the daemon starts, so
+	 * it never repeats within a boot across restarts (fewer than one event per ns is made): the
+	 * exporter's message ids (boot id, producer, cpu, seq) stay unique (docs/counters.md). */
 	uint64_t counters_seq;
 	uint64_t counters_events;          /* "counters" events published */
 	uint64_t counters_intervals;       /* intervals read */

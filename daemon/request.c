@@ -604,11 +604,17 @@ int request_parse(
 			if (r >= 0)
 				s->overflow = x ? SUBSCRIPTION_OVERFLOW_DISCONNECT :
 						  SUBSCRIPTION_OVERFLOW_DROP;
+		} else if (streq(key, "units")) {
+			if (json_object_is_type(v, json_type_boolean)) {
+				s->unit_frames = json_object_get_boolean(v);
+				r = 0;
+			} else
+				r = fail(&e, PROTOCOL_BAD_REQUEST, "\"units\" must be true or false");
 		} else
 			r = fail(
 				&e,
 				PROTOCOL_BAD_REQUEST,
-				"unknown key \"%.*s\" (known: subscribe, format, on_overflow)",
+				"unknown key \"%.*s\" (known: subscribe, format, on_overflow, units)",
 				QUOTE_MAX,
 				key);
 		if (r == -ENOMEM)

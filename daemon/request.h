@@ -104,6 +104,7 @@ typedef struct Subscription {
 
 	SubscriptionFormat format;
 	SubscriptionOverflow overflow;
+	bool unit_frames; /* "units": true: binary clients get a unit frame before each record with one */
 } Subscription;
 
 typedef struct RequestLimits {

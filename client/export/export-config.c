@@ -24,12 +24,20 @@ int export_config_new(ExportConfig **ret) {
 	c->create_stream = true;
 	c->replicas = 1;
 	c->duplicate_window_sec = 120;
-	c->max_in_flight = 4096;
+	c->targets = EXPORT_TARGET_NATS;
+	c->batch_bytes = 64 * 1024;
+	c->batch_delay_ms = 5;
+	c->max_in_flight = 256;
+	c->otlp_endpoint = strdup("http://127.0.0.1:4318");
+	c->otlp_protocol = OTLP_PROTOCOL_PROTOBUF;
+	c->otlp_max_in_flight = 4;
+	c->otlp_batch_events = 2048;
+	c->otlp_timeout_ms = 10000;
 	c->queue_events = 65536;
 	c->ack_timeout_ms = 5000;
 	c->max_retries = 10;
 	c->drain_timeout_ms = 10000;
-	if (!c->servers[0] || !c->stream || !c->stream_subjects || !c->subject_template) {
+	if (!c->servers[0] || !c->stream || !c->stream_subjects || !c->subject_template || !c->otlp_endpoint) {
 		export_config_free(c);
 		return -ENOMEM;
 	}
@@ -51,6 +59,13 @@ ExportConfig *export_config_free(ExportConfig *c) {
 	list_clear(c->units, &c->n_units);
 	free(c->credentials_file);
 	free(c->tls_ca);
+	free(c->tls_cert);
+	free(c->tls_key);
+	list_clear(c->otlp_headers, &c->n_otlp_headers);
+	free(c->otlp_endpoint);
+	free(c->otlp_tls_ca);
+	free(c->otlp_tls_cert);
+	free(c->otlp_tls_key);
 	free(c->stream);
 	free(c->stream_subjects);
 	free(c->subject_template);
@@ -121,6 +136,58 @@ static int set_u64(uint64_t *where, const char *v, uint64_t min) {
 	return 0;
 }
 
+static int set_u64_range(uint64_t *where, const char *v, uint64_t min, uint64_t max) {
+	uint64_t x;
+	int r = set_u64(&x, v, min);
+
+	if (r < 0)
+		return r;
+	if (x > max)
+		return -EINVAL;
+	*where = x;
+	return 0;
+}
+
+static int set_targets(unsigned *where, const char *v) {
+	char buf[256];
+	char *save = NULL;
+	unsigned t = 0;
+
+	if (strlen(v) >= sizeof(buf))
+		return -EINVAL;
+	strcpy(buf, v);
+	for (char *w = strtok_r(buf, " \t,", &save); w; w = strtok_r(NULL, " \t,", &save))
+		if (streq(w, "nats"))
+			t |= EXPORT_TARGET_NATS;
+		else if (streq(w, "otlp"))
+			t |= EXPORT_TARGET_OTLP;
+		else
+			return -EINVAL;
+	if (t == 0)
+		return -EINVAL;
+	*where = t;
+	return 0;
+}
+
+/* One "Name: value" header per Header= line (values may hold commas and spaces). */
+static int add_header(ExportConfig *c, const char *v) {
+	const char *colon = strchr(v, ':');
+
+	if (!*v) {
+		list_clear(c->otlp_headers, &c->n_otlp_headers);
+		return 0;
+	}
+	if (!colon || colon == v || strpbrk(v, "\r\n"))
+		return -EINVAL;
+	if (c->n_otlp_headers >= EXPORT_LIST_MAX)
+		return -E2BIG;
+	c->otlp_headers[c->n_otlp_headers] = strdup(v);
+	if (!c->otlp_headers[c->n_otlp_headers])
+		return -ENOMEM;
+	c->n_otlp_headers++;
+	return 0;
+}
+
 static int set_key(ExportConfig *c, const char *section, const char *k, const char *v) {
 	if (streq(section, "NATS")) {
 		if (streq(k, "Servers")) {
@@ -133,6 +200,42 @@ static int set_key(ExportConfig *c, const char *section, const char *k, const ch
 			return set_string(&c->credentials_file, v);
 		if (streq(k, "TLSCA"))
 			return set_string(&c->tls_ca, v);
+		if (streq(k, "TLSCert"))
+			return set_string(&c->tls_cert, v);
+		if (streq(k, "TLSKey"))
+			return set_string(&c->tls_key, v);
+		if (streq(k, "RequireTLS"))
+			return set_bool(&c->require_tls, v);
+	} else if (streq(section, "OTLP")) {
+		if (streq(k, "Endpoint"))
+			return *v && (strncmp(v, "http://", 7) == 0 || strncmp(v, "https://", 8) == 0) ?
+				set_string(&c->otlp_endpoint, v) :
+				-EINVAL;
+		if (streq(k, "Protocol")) {
+			if (streq(v, "http/protobuf"))
+				c->otlp_protocol = OTLP_PROTOCOL_PROTOBUF;
+			else if (streq(v, "http/json"))
+				c->otlp_protocol = OTLP_PROTOCOL_JSON;
+			else
+				return -EINVAL;
+			return 0;
+		}
+		if (streq(k, "Header"))
+			return add_header(c, v);
+		if (streq(k, "TLSCA"))
+			return set_string(&c->otlp_tls_ca, v);
+		if (streq(k, "TLSCert"))
+			return set_string(&c->otlp_tls_cert, v);
+		if (streq(k, "TLSKey"))
+			return set_string(&c->otlp_tls_key, v);
+		if (streq(k, "RequireTLS"))
+			return set_bool(&c->otlp_require_tls, v);
+		if (streq(k, "MaxInFlight"))
+			return set_u64_range(&c->otlp_max_in_flight, v, 1, 64);
+		if (streq(k, "BatchEvents"))
+			return set_u64_range(&c->otlp_batch_events, v, 1, 65536);
+		if (streq(k, "TimeoutMSec"))
+			return set_u64(&c->otlp_timeout_ms, v, 1);
 	} else if (streq(section, "Stream")) {
 		if (streq(k, "Name"))
 			return *v ? set_string(&c->stream, v) : -EINVAL;
@@ -157,8 +260,15 @@ static int set_key(ExportConfig *c, const char *section, const char *k, const ch
 			return set_list(c->types, &c->n_types, v);
 		if (streq(k, "Units"))
 			return set_list(c->units, &c->n_units, v);
+		if (streq(k, "Targets"))
+			return set_targets(&c->targets, v);
+		if (streq(k, "BatchBytes"))
+			return set_u64_range(
+				&c->batch_bytes, v, EXPORT_BATCH_BYTES_MIN, EXPORT_BATCH_BYTES_MAX);
+		if (streq(k, "BatchDelayMSec"))
+			return set_u64_range(&c->batch_delay_ms, v, 0, 10000);
 		if (streq(k, "MaxInFlight"))
-			return set_u64(&c->max_in_flight, v, 1);
+			return set_u64_range(&c->max_in_flight, v, 1, 65536);
 		if (streq(k, "QueueEvents"))
 			return set_u64(&c->queue_events, v, 1);
 		if (streq(k, "AckTimeoutMSec"))
@@ -314,4 +424,22 @@ int export_config_load(ExportConfig *c, const char *main_path, const char *dropi
 		free(names[i]);
 	}
 	return r;
+}
+
+int export_config_check(const ExportConfig *c, char **ret_error) {
+	const char *why = NULL;
+
+	if ((c->tls_cert != NULL) != (c->tls_key != NULL))
+		why = "[NATS] TLSCert= and TLSKey= go together";
+	else if (c->require_tls && !c->tls_ca)
+		why = "[NATS] RequireTLS=yes needs TLSCA=";
+	else if ((c->otlp_tls_cert != NULL) != (c->otlp_tls_key != NULL))
+		why = "[OTLP] TLSCert= and TLSKey= go together";
+	else if ((c->targets & EXPORT_TARGET_OTLP) && c->otlp_require_tls && strncmp(c->otlp_endpoint, "https://", 8) != 0)
+		why = "[OTLP] RequireTLS=yes needs an https:// Endpoint=";
+	if (!why)
+		return 0;
+	if (ret_error)
+		*ret_error = strdup(why);
+	return -EINVAL;
 }

@@ -9,11 +9,26 @@
 
 #define EXPORT_LIST_MAX 32 /* servers, types, units: a bound on every list the file may hold */
 
+/* [Export] Targets= */
+#define EXPORT_TARGET_NATS 0x1u
+#define EXPORT_TARGET_OTLP 0x2u
+
+typedef enum OtlpProtocol {
+	OTLP_PROTOCOL_PROTOBUF, /* http/protobuf */
+	OTLP_PROTOCOL_JSON,     /* http/json */
+} OtlpProtocol;
+
+/* Bounds of the batch keys: a message never exceeds nats-server's default max_payload (1 MiB). */
+#define EXPORT_BATCH_BYTES_MIN 1024u
+#define EXPORT_BATCH_BYTES_MAX (1024u * 1024u)
+
 typedef struct ExportConfig {
 	char *servers[EXPORT_LIST_MAX]; /* [NATS] Servers= */
 	size_t n_servers;
 	char *credentials_file;        /* [NATS] CredentialsFile=: a .creds file (LoadCredential=) */
 	char *tls_ca;                  /* [NATS] TLSCA= */
+	char *tls_cert, *tls_key;      /* [NATS] TLSCert=, TLSKey=: a client certificate */
+	bool require_tls;              /* [NATS] RequireTLS=: refuse to start without TLSCA= */
 	char *stream;                  /* [Stream] Name= */
 	char *stream_subjects;         /* [Stream] Subjects=: what a created stream captures */
 	bool create_stream;            /* [Stream] ExportCreateStream= */
@@ -27,14 +42,30 @@ typedef struct ExportConfig {
 	size_t n_types;
 	char *units[EXPORT_LIST_MAX]; /* [Export] Units= */
 	size_t n_units;
-	uint64_t max_in_flight;    /* [Export] MaxInFlight=: unacknowledged publishes */
+	unsigned targets;          /* [Export] Targets=: EXPORT_TARGET_* */
+	uint64_t batch_bytes;      /* [Export] BatchBytes=: a NATS message's records, at most */
+	uint64_t batch_delay_ms;   /* [Export] BatchDelayMSec=: how long a batch may wait to fill */
+	uint64_t max_in_flight;    /* [Export] MaxInFlight=: unacknowledged messages (batches) */
 	uint64_t queue_events;     /* [Export] QueueEvents=: events waiting for a publish slot */
 	uint64_t ack_timeout_ms;   /* [Export] AckTimeoutMSec= */
 	uint64_t max_retries;      /* [Export] MaxRetries=: republishes of one event before it is dropped */
 	uint64_t drain_timeout_ms; /* [Export] DrainTimeoutMSec=: at exit */
 	char *hostname;            /* [Export] Hostname=, default gethostname() */
 	char *stats_file;          /* [Export] StatsFile= */
+
+	char *otlp_endpoint;                 /* [OTLP] Endpoint=: base URL; /v1/logs is added */
+	OtlpProtocol otlp_protocol;          /* [OTLP] Protocol= */
+	char *otlp_headers[EXPORT_LIST_MAX]; /* [OTLP] Header=: "Name: value", one per key */
+	size_t n_otlp_headers;
+	char *otlp_tls_ca, *otlp_tls_cert, *otlp_tls_key; /* [OTLP] TLSCA=, TLSCert=, TLSKey= */
+	bool otlp_require_tls;                            /* [OTLP] RequireTLS=: only an https:// endpoint */
+	uint64_t otlp_max_in_flight;                      /* [OTLP] MaxInFlight=: requests at once */
+	uint64_t otlp_batch_events;                       /* [OTLP] BatchEvents=: log records per request */
+	uint64_t otlp_timeout_ms;                         /* [OTLP] TimeoutMSec=: one request */
 } ExportConfig;
+
+/* Checks what needs several keys together; on error returns -EINVAL and a message. */
+int export_config_check(const ExportConfig *c, char **ret_error);
 
 int export_config_new(ExportConfig **ret);
 ExportConfig *export_config_free(ExportConfig *c);

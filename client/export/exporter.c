@@ -2,6 +2,7 @@
 /* JetStream publishing for perfrelay-export: queue → async publish → ack, retry or counted drop. */
 #include "exporter.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <nats/nats.h>
@@ -12,12 +13,30 @@
 #include <time.h>
 
 #include "decode.h"
+#include "export-frame.h"
 #include "macro.h"
 #include "time-util.h"
 
-/* The header that carries how often a message was published; absent on the first try. It is
- * only read and written on the retry path. */
+/* Headers of a message: how often it was published (absent on the first try) and how many
+ * events it carries. Read on the ack and retry paths, once per message. */
 #define HDR_ATTEMPT "Perfrelay-Attempt"
+#define HDR_COUNT   "Perfrelay-Count"
+
+/* Types whose batch may be open at once; one more type seals the oldest. */
+#define OPEN_BATCHES_MAX 16
+
+/* Records of one type waiting to become one message (docs/export.md, "Batches"). */
+typedef struct Batch {
+	uint16_t type;
+	bool open;
+	uint32_t count;     /* events in it */
+	uint64_t opened_ms; /* when its first record came */
+	/* The first record's identity: the message id. */
+	uint32_t producer, cpu;
+	uint64_t seq;
+	uint8_t *buf; /* BatchBytes + room for one whole record and its unit frame */
+	size_t len;
+} Batch;
 
 struct Exporter {
 	const ExportConfig *cfg;
@@ -28,41 +47,58 @@ struct Exporter {
 	natsOptions *opts;
 	natsConnection *nc;
 	jsCtx *js;
+	jsPubOptions pub_opts; /* MaxWait: each message's own ack timeout */
 
-	/* Main thread only: events waiting for an in-flight slot (a ring of queue_cap). */
+	Batch batches[OPEN_BATCHES_MAX];
+
+	/* Main thread only: sealed messages waiting for an in-flight slot (a ring of queue_cap). */
 	natsMsg **queue;
 	size_t queue_cap, queue_head, queue_len;
+	uint64_t queued_events; /* in the queue's messages and the open batches */
 
-	/* Filled by nats.c's ack thread with the messages JetStream refused; emptied by the main
-	 * thread, which decides on retry or drop. Bounded by max_in_flight: a refused message
-	 * still counts in in_flight until the main thread takes it from here. */
+	/* Filled by nats.c's ack thread with the messages JetStream refused or that timed out;
+	 * emptied by the main thread, which decides on retry or drop. Bounded by max_in_flight: a
+	 * refused message still counts in in_flight until the main thread takes it from here. */
 	pthread_mutex_t lock;
 	natsMsg **failed;
 	size_t n_failed;
 	char last_error[128]; /* JetStream's text for the last refusal, for the stats file */
 
-	/* Written by the ack thread, read by the main thread. */
-	atomic_uint_fast64_t in_flight, exported, duplicates, last_progress_ms, reconnects;
+	/* Written by the ack thread, read by the main thread. in_flight counts messages,
+	 * in_flight_events their events; exported and duplicates count events. */
+	atomic_uint_fast64_t in_flight, in_flight_events, exported, duplicates, reconnects, acks;
 	atomic_bool reclaim; /* set on reconnect: what was in flight before will never be acked */
 
-	/* Main thread only. */
+	/* Main thread only; events. */
 	uint64_t offered, dropped_queue_full, dropped_retries, dropped_shutdown, retried, daemon_lost;
+	uint64_t messages; /* messages published (first tries) */
 	bool stream_ready;
 	uint64_t next_stream_try_ms;
 	/* After a refusal or a timeout nothing is published for backoff_ms (doubling up to
 	 * AckTimeoutMSec, reset by the next ack): a cluster electing a stream leader refuses at
-	 * once, and retrying at once would only burn every event's attempts. */
-	uint64_t backoff_ms, pause_until_ms, exported_seen;
+	 * once, and retrying at once would only burn every message's attempts. */
+	uint64_t backoff_ms, pause_until_ms, acks_seen;
 };
+
+static uint64_t msg_count(natsMsg *m) {
+	const char *v = NULL;
+
+	if (natsMsgHeader_Get(m, HDR_COUNT, &v) != NATS_OK || !v)
+		return 0;
+	return strtoull(v, NULL, 10);
+}
 
 static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *userdata) {
 	Exporter *e = userdata;
+	uint64_t n = msg_count(msg);
 
 	if (pa) {
-		atomic_fetch_add(&e->exported, 1);
+		atomic_fetch_add(&e->exported, n);
 		if (pa->Duplicate)
-			atomic_fetch_add(&e->duplicates, 1);
+			atomic_fetch_add(&e->duplicates, n);
 		natsMsg_Destroy(msg);
+		atomic_fetch_sub(&e->in_flight_events, n);
+		atomic_fetch_sub(&e->in_flight, 1);
 	} else {
 		pthread_mutex_lock(&e->lock);
 		e->failed[e->n_failed++] = msg; /* consumed: the main thread retries or drops it */
@@ -74,9 +110,7 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
 			(int) pae->ErrCode);
 		pthread_mutex_unlock(&e->lock);
 	}
-	atomic_store(&e->last_progress_ms, now_msec(CLOCK_MONOTONIC));
-	if (pa)
-		atomic_fetch_sub(&e->in_flight, 1);
+	atomic_fetch_add(&e->acks, 1);
 }
 
 static void on_reconnected(natsConnection *nc, void *userdata) {
@@ -98,6 +132,8 @@ Exporter *exporter_free(Exporter *e) {
 		natsMsg_Destroy(e->queue[(e->queue_head + i) % e->queue_cap]);
 	for (size_t i = 0; i < e->n_failed; i++)
 		natsMsg_Destroy(e->failed[i]);
+	for (size_t i = 0; i < ELEMENTSOF(e->batches); i++)
+		free(e->batches[i].buf);
 	free(e->queue);
 	free(e->failed);
 	pthread_mutex_destroy(&e->lock);
@@ -141,9 +177,12 @@ int exporter_new(
 			*p = '_';
 	snprintf(e->boot_id, sizeof(e->boot_id), "%s", boot_id);
 	snprintf(e->schema, sizeof(e->schema), "%u", schema);
-	/* Room for every in-flight message beyond QueueEvents: a retry is never dropped because
-	 * new events filled the queue meanwhile. */
+	/* A message holds at least one event, so QueueEvents bounds the queued messages; room for
+	 * every in-flight message beyond that: a retry is never dropped because new events filled
+	 * the queue meanwhile. */
 	e->queue_cap = cfg->queue_events + cfg->max_in_flight;
+	jsPubOptions_Init(&e->pub_opts);
+	e->pub_opts.MaxWait = (int64_t) cfg->ack_timeout_ms;
 	e->queue = calloc(e->queue_cap, sizeof(natsMsg *));
 	e->failed = calloc(cfg->max_in_flight, sizeof(natsMsg *));
 	if (!e->queue || !e->failed) {
@@ -173,6 +212,8 @@ int exporter_new(
 		if (s == NATS_OK)
 			s = natsOptions_LoadCATrustedCertificates(e->opts, cfg->tls_ca);
 	}
+	if (s == NATS_OK && cfg->tls_cert)
+		s = natsOptions_LoadCertificatesChain(e->opts, cfg->tls_cert, cfg->tls_key);
 	if (s != NATS_OK) {
 		r = nats_errno(s);
 		exporter_free(e);
@@ -242,26 +283,35 @@ static void subject_format(const Exporter *e, const char *type, char *buf, size_
 	buf[n] = 0;
 }
 
-void exporter_offer(Exporter *e, const struct perfrelay_hdr *hdr, const void *rec) {
-	char subject[512], id[128], tbuf[16];
+/* Turns a batch into a message on the queue (its events stay counted in queued_events). */
+static void batch_seal(Exporter *e, Batch *b) {
+	char subject[512], id[160], tbuf[16], count[24];
 	const char *type;
 	natsMsg *m = NULL;
 	natsStatus s;
 
-	e->offered++;
-	if (e->queue_len >= e->cfg->queue_events) {
-		e->dropped_queue_full++;
+	if (!b->open)
 		return;
-	}
-	type = event_type_to_string(hdr->type);
+	b->open = false;
+	type = event_type_to_string(b->type);
 	if (!type) {
-		snprintf(tbuf, sizeof(tbuf), "t%u", hdr->type);
+		snprintf(tbuf, sizeof(tbuf), "t%u", b->type);
 		type = tbuf;
 	}
 	subject_format(e, type, subject, sizeof(subject));
-	/* The id the duplicate window keys on: unique per boot, stable across republishes. */
-	snprintf(id, sizeof(id), "%s.%u.%u.%" PRIu64, e->boot_id, hdr->producer, hdr->cpu, (uint64_t) hdr->seq);
-	s = natsMsg_Create(&m, subject, NULL, rec, hdr->size);
+	/* The id the duplicate window keys on: the batch's first record (unique per boot) and
+	 * how many records follow it; the same on every republish of this message. */
+	snprintf(
+		id,
+		sizeof(id),
+		"%s.%" PRIu32 ".%" PRIu32 ".%" PRIu64 ".%" PRIu32,
+		e->boot_id,
+		b->producer,
+		b->cpu,
+		b->seq,
+		b->count);
+	snprintf(count, sizeof(count), "%" PRIu32, b->count);
+	s = natsMsg_Create(&m, subject, NULL, (const char *) b->buf, (int) b->len);
 	if (s == NATS_OK)
 		s = natsMsgHeader_Set(m, "Nats-Msg-Id", id);
 	if (s == NATS_OK)
@@ -272,45 +322,130 @@ void exporter_offer(Exporter *e, const struct perfrelay_hdr *hdr, const void *re
 		s = natsMsgHeader_Set(m, "Perfrelay-Schema", e->schema);
 	if (s == NATS_OK)
 		s = natsMsgHeader_Set(m, "Perfrelay-Type", type);
-	if (s != NATS_OK) {
-		/* Out of memory: nothing else can be done with this event, and it is counted. */
+	if (s == NATS_OK)
+		s = natsMsgHeader_Set(m, "Perfrelay-Batch", EXPORT_BATCH_FORMAT);
+	if (s == NATS_OK)
+		s = natsMsgHeader_Set(m, HDR_COUNT, count);
+	if (s != NATS_OK || !queue_push(e, m, false)) {
+		/* Out of memory: nothing else can be done with these events, and they are counted. */
 		natsMsg_Destroy(m);
+		e->dropped_queue_full += b->count;
+		e->queued_events -= b->count;
+	}
+	b->count = 0;
+	b->len = 0;
+}
+
+static void batch_append(Batch *b, const void *p, size_t n) {
+	memcpy(b->buf + b->len, p, n);
+	b->len += n;
+}
+
+/* The open batch of type `type`, or a new one (sealing the oldest when all are taken). */
+static Batch *batch_for(Exporter *e, uint16_t type) {
+	Batch *free_slot = NULL, *oldest = NULL;
+
+	for (size_t i = 0; i < ELEMENTSOF(e->batches); i++) {
+		Batch *b = &e->batches[i];
+
+		if (b->open && b->type == type)
+			return b;
+		if (!b->open && !free_slot)
+			free_slot = b;
+		if (b->open && (!oldest || b->opened_ms < oldest->opened_ms))
+			oldest = b;
+	}
+	if (!free_slot) {
+		batch_seal(e, oldest);
+		free_slot = oldest;
+	}
+	if (!free_slot->buf) {
+		free_slot->buf = malloc(e->cfg->batch_bytes + EXPORT_FRAME_MAX);
+		if (!free_slot->buf)
+			return NULL;
+	}
+	free_slot->type = type;
+	return free_slot;
+}
+
+void exporter_offer(
+	Exporter *e,
+	const struct perfrelay_hdr *hdr,
+	const void *rec,
+	size_t rec_size,
+	const char *unit,
+	uint64_t now) {
+	uint8_t frame[EXPORT_UNIT_FRAME_MAX];
+	size_t frame_len = export_unit_frame(hdr, rec, rec_size, unit, frame);
+	uint32_t le = htole32((uint32_t) rec_size);
+	Batch *b;
+
+	e->offered++;
+	if (e->queued_events >= e->cfg->queue_events) {
 		e->dropped_queue_full++;
 		return;
 	}
-	queue_push(e, m, false);
+	b = batch_for(e, hdr->type);
+	if (!b) {
+		e->dropped_queue_full++; /* out of memory, counted like a full queue */
+		return;
+	}
+	/* A record never waits: a batch that cannot take it goes first (buf has room for one
+	 * whole record beyond BatchBytes, so a batch always takes its first). */
+	if (b->open && b->len + frame_len + sizeof(le) + rec_size > e->cfg->batch_bytes)
+		batch_seal(e, b);
+	if (!b->open) {
+		b->open = true;
+		b->type = hdr->type;
+		b->opened_ms = now;
+		b->producer = hdr->producer;
+		b->cpu = hdr->cpu;
+		b->seq = hdr->seq;
+	}
+	batch_append(b, frame, frame_len);
+	batch_append(b, &le, sizeof(le));
+	batch_append(b, rec, rec_size);
+	b->count++;
+	e->queued_events++;
+	if (b->len >= e->cfg->batch_bytes)
+		batch_seal(e, b);
 }
 
-void exporter_daemon_lost(Exporter *e, uint64_t count) {
-	e->daemon_lost += count;
-}
-
-/* A message that was not acknowledged: publish it again (ahead of newer events, to keep the
- * order as far as possible) unless it ran out of attempts. */
+/* A message that was not acknowledged: publish it again (ahead of newer ones, to keep the
+ * order as far as possible) unless it ran out of attempts. Its events go back to the queue's. */
 static void retry_or_drop(Exporter *e, natsMsg *m) {
 	const char *v = NULL;
 	char buf[16];
 	unsigned long attempt = 1;
+	uint64_t n = msg_count(m);
 
 	if (natsMsgHeader_Get(m, HDR_ATTEMPT, &v) == NATS_OK && v)
 		attempt = strtoul(v, NULL, 10);
 	if (attempt > e->cfg->max_retries) {
-		e->dropped_retries++;
+		e->dropped_retries += n;
 		natsMsg_Destroy(m);
 		return;
 	}
 	snprintf(buf, sizeof(buf), "%lu", attempt + 1);
 	if (natsMsgHeader_Set(m, HDR_ATTEMPT, buf) != NATS_OK || !queue_push(e, m, true)) {
-		e->dropped_queue_full++;
+		e->dropped_queue_full += n;
 		natsMsg_Destroy(m);
 		return;
 	}
-	e->retried++;
+	e->queued_events += n;
+	e->retried += n;
 }
 
-/* Takes back every message nats.c still waits an ack for: after a reconnect or a silence of
- * AckTimeoutMSec their acks are not coming. Republishing one that did arrive is harmless: the
- * duplicate window acknowledges it as a duplicate. */
+/* A message taken back from in flight (failed, timed out, or pending across a reconnect). */
+static void take_back(Exporter *e, natsMsg *m) {
+	atomic_fetch_sub(&e->in_flight_events, msg_count(m));
+	atomic_fetch_sub(&e->in_flight, 1);
+	retry_or_drop(e, m);
+}
+
+/* Takes back every message nats.c still waits an ack for: after a reconnect their acks are
+ * not coming. Republishing one that did arrive is harmless: the duplicate window acknowledges
+ * it as a duplicate. */
 static void reclaim_in_flight(Exporter *e) {
 	natsMsgList list = {};
 
@@ -320,8 +455,7 @@ static void reclaim_in_flight(Exporter *e) {
 		natsMsg *m = list.Msgs[i];
 
 		list.Msgs[i] = NULL; /* consumed */
-		atomic_fetch_sub(&e->in_flight, 1);
-		retry_or_drop(e, m);
+		take_back(e, m);
 	}
 	natsMsgList_Destroy(&list);
 }
@@ -368,28 +502,32 @@ static void back_off(Exporter *e, uint64_t now) {
 
 void exporter_run(Exporter *e, uint64_t now) {
 	natsMsg *failed[256];
-	uint64_t exported;
+	uint64_t acks;
 	bool refused = false;
 	size_t n;
 
-	/* Refused messages first: they are older than anything in the queue. */
+	/* A batch waits at most BatchDelayMSec for more records. */
+	for (size_t i = 0; i < ELEMENTSOF(e->batches); i++)
+		if (e->batches[i].open && now - e->batches[i].opened_ms >= e->cfg->batch_delay_ms)
+			batch_seal(e, &e->batches[i]);
+
+	/* Refused and timed-out messages first: they are older than anything in the queue. */
 	do {
 		pthread_mutex_lock(&e->lock);
 		n = MIN(e->n_failed, ELEMENTSOF(failed));
 		e->n_failed -= n;
 		memcpy(failed, e->failed + e->n_failed, n * sizeof(natsMsg *));
 		pthread_mutex_unlock(&e->lock);
-		atomic_fetch_sub(&e->in_flight, n);
 		for (size_t i = 0; i < n; i++)
-			retry_or_drop(e, failed[i]);
+			take_back(e, failed[i]);
 		refused = refused || n > 0;
 	} while (n > 0);
-	exported = atomic_load(&e->exported);
+	acks = atomic_load(&e->acks);
 	if (refused)
 		back_off(e, now);
-	else if (exported != e->exported_seen)
+	else if (acks != e->acks_seen)
 		e->backoff_ms = 0;
-	e->exported_seen = exported;
+	e->acks_seen = acks;
 
 	if (natsConnection_Status(e->nc) != NATS_CONN_STATUS_CONNECTED)
 		return; /* nothing is sent while nats.c reconnects; the queue bounds what waits */
@@ -400,9 +538,7 @@ void exporter_run(Exporter *e, uint64_t now) {
 			return;
 	}
 
-	if (atomic_exchange(&e->reclaim, false) ||
-	    (atomic_load(&e->in_flight) > 0 &&
-	     now > atomic_load(&e->last_progress_ms) + e->cfg->ack_timeout_ms)) {
+	if (atomic_exchange(&e->reclaim, false)) {
 		reclaim_in_flight(e);
 		back_off(e, now);
 	}
@@ -411,21 +547,40 @@ void exporter_run(Exporter *e, uint64_t now) {
 
 	while (e->queue_len > 0 && atomic_load(&e->in_flight) < e->cfg->max_in_flight) {
 		natsMsg *m = queue_pop(e);
+		uint64_t count = msg_count(m);
 
-		if (atomic_fetch_add(&e->in_flight, 1) == 0)
-			atomic_store(&e->last_progress_ms, now);
-		if (js_PublishMsgAsync(e->js, &m, NULL) != NATS_OK) {
+		e->queued_events -= count;
+		atomic_fetch_add(&e->in_flight_events, count);
+		atomic_fetch_add(&e->in_flight, 1);
+		/* MaxWait: nats.c times each message's ack out on its own and hands it back
+		 * through on_ack() with NATS_TIMEOUT. */
+		if (js_PublishMsgAsync(e->js, &m, &e->pub_opts) != NATS_OK) {
 			/* Not sent (the connection went away meanwhile): m is still ours. */
-			atomic_fetch_sub(&e->in_flight, 1);
-			retry_or_drop(e, m);
+			take_back(e, m);
 			break;
 		}
+		e->messages++;
 	}
+}
+
+void exporter_flush(Exporter *e) {
+	for (size_t i = 0; i < ELEMENTSOF(e->batches); i++)
+		batch_seal(e, &e->batches[i]);
+}
+
+void exporter_seal_if_stuck(Exporter *e) {
+	if (e->queue_len > 0 || atomic_load(&e->in_flight) > 0)
+		return;
+	for (size_t i = 0; i < ELEMENTSOF(e->batches); i++)
+		batch_seal(e, &e->batches[i]);
 }
 
 bool exporter_idle(Exporter *e) {
 	bool failed;
 
+	for (size_t i = 0; i < ELEMENTSOF(e->batches); i++)
+		if (e->batches[i].open)
+			return false;
 	pthread_mutex_lock(&e->lock);
 	failed = e->n_failed > 0;
 	pthread_mutex_unlock(&e->lock);
@@ -436,20 +591,34 @@ void exporter_abandon(Exporter *e) {
 	natsMsgList list = {};
 	natsMsg *m;
 
+	for (size_t i = 0; i < ELEMENTSOF(e->batches); i++)
+		batch_seal(e, &e->batches[i]);
 	if (js_PublishAsyncGetPendingList(&list, e->js) == NATS_OK) {
-		atomic_fetch_sub(&e->in_flight, (uint64_t) list.Count);
-		e->dropped_shutdown += (uint64_t) list.Count;
+		for (int i = 0; i < list.Count; i++) {
+			uint64_t n = msg_count(list.Msgs[i]);
+
+			atomic_fetch_sub(&e->in_flight_events, n);
+			atomic_fetch_sub(&e->in_flight, 1);
+			e->dropped_shutdown += n;
+		}
 		natsMsgList_Destroy(&list);
 	}
 	while ((m = queue_pop(e))) {
-		e->dropped_shutdown++;
+		uint64_t n = msg_count(m);
+
+		e->queued_events -= n;
+		e->dropped_shutdown += n;
 		natsMsg_Destroy(m);
 	}
 	pthread_mutex_lock(&e->lock);
-	for (size_t i = 0; i < e->n_failed; i++)
+	for (size_t i = 0; i < e->n_failed; i++) {
+		uint64_t n = msg_count(e->failed[i]);
+
+		atomic_fetch_sub(&e->in_flight_events, n);
+		atomic_fetch_sub(&e->in_flight, 1);
+		e->dropped_shutdown += n;
 		natsMsg_Destroy(e->failed[i]);
-	atomic_fetch_sub(&e->in_flight, e->n_failed);
-	e->dropped_shutdown += e->n_failed;
+	}
 	e->n_failed = 0;
 	pthread_mutex_unlock(&e->lock);
 }
@@ -464,9 +633,10 @@ void exporter_get_stats(Exporter *e, ExportStats *ret) {
 		.dropped_shutdown = e->dropped_shutdown,
 		.dropped = e->dropped_queue_full + e->dropped_retries + e->dropped_shutdown,
 		.retried = e->retried,
-		.daemon_lost = e->daemon_lost,
-		.queued = e->queue_len,
-		.in_flight = atomic_load(&e->in_flight),
+		.queued = e->queued_events,
+		.in_flight = atomic_load(&e->in_flight_events),
+		.messages = e->messages,
+		.in_flight_messages = atomic_load(&e->in_flight),
 		.reconnects = atomic_load(&e->reconnects),
 		.connected = natsConnection_Status(e->nc) == NATS_CONN_STATUS_CONNECTED,
 		.stream_ready = e->stream_ready,
@@ -479,35 +649,6 @@ void exporter_get_stats(Exporter *e, ExportStats *ret) {
 		ret->server[0] = 0;
 }
 
-int export_stats_write_json(const ExportStats *s, FILE *f) {
-	fprintf(f,
-		"{\"offered\":%" PRIu64 ",\"exported\":%" PRIu64 ",\"duplicates\":%" PRIu64
-		",\"export_dropped\":%" PRIu64 ",\"dropped_queue_full\":%" PRIu64 ",\"dropped_retries\":%" PRIu64
-		",\"dropped_shutdown\":%" PRIu64 ",\"export_retried\":%" PRIu64 ",\"daemon_lost\":%" PRIu64
-		",\"queued\":%" PRIu64 ",\"in_flight\":%" PRIu64 ",\"reconnects\":%" PRIu64
-		",\"connected\":%s,\"stream_ready\":%s,\"server\":\"%s\",\"last_error\":\"",
-		s->offered,
-		s->exported,
-		s->duplicates,
-		s->dropped,
-		s->dropped_queue_full,
-		s->dropped_retries,
-		s->dropped_shutdown,
-		s->retried,
-		s->daemon_lost,
-		s->queued,
-		s->in_flight,
-		s->reconnects,
-		s->connected ? "true" : "false",
-		s->stream_ready ? "true" : "false",
-		s->server);
-	/* JSON-safe: the server's text is ASCII prose; anything else becomes '?'. */
-	for (const char *p = s->last_error; *p; p++)
-		fputc(*p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\' ? *p : '?', f);
-	fputs("\"}\n", f);
-	return ferror(f) ? -EIO : 0;
-}
-
 bool exporter_has_room(Exporter *e) {
-	return e->queue_len < e->cfg->queue_events;
+	return e->queued_events < e->cfg->queue_events;
 }

@@ -16,9 +16,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
+
 #include "export-config.h"
+#include "export-frame.h"
 #include "exporter.h"
 #include "macro.h"
+#include "otlp.h"
+#include "perfrelay-config.h"
 #include "perfrelay-util.h"
 #include "time-util.h"
 
@@ -30,12 +35,13 @@ static const char *program = "perfrelay-export";
 
 static void help(void) {
 	printf("%s [OPTIONS...]\n\n"
-	       "Publish perfrelayd's events to NATS JetStream (docs/export.md).\n\n"
+	       "Publish perfrelayd's events to NATS JetStream and OTLP collectors (docs/export.md).\n\n"
 	       "     --config=FILE     Configuration (default %s, plus FILE.d/*.conf)\n"
 	       "     --socket=PATH     The event socket (overrides Socket=)\n"
 	       "     --stats-file=PATH Where the counters are written (overrides StatsFile=)\n"
 	       "     --input=FILE      Export the binary frames in FILE (u32 length + record, the\n"
-	       "                       socket's binary format) instead of the socket, then exit\n"
+	       "                       socket's binary format, unit frames too) instead of the\n"
+	       "                       socket, then exit once all is acknowledged or dropped\n"
 	       "     --stats-json      Print the counters of the running (or last) exporter from\n"
 	       "                       its stats file and exit\n"
 	       "  -h --help           Show this help\n",
@@ -43,21 +49,73 @@ static void help(void) {
 	       CONFIG_DEFAULT);
 }
 
+/* The targets Targets= names, each with its own queue and counters; every record read is
+ * offered to each. */
+typedef struct Targets {
+	Exporter *nats;
+	OtlpTarget *otlp;
+	uint64_t offered;     /* records read from the socket or --input */
+	uint64_t daemon_lost; /* events the daemon dropped for this client (its lost notices) */
+} Targets;
+
+static void targets_offer(
+	Targets *t, const struct perfrelay_hdr *hdr, const void *rec, size_t size, const char *unit) {
+	uint64_t now = now_msec(CLOCK_MONOTONIC);
+
+	t->offered++;
+	if (t->nats)
+		exporter_offer(t->nats, hdr, rec, size, unit, now);
+	if (t->otlp)
+		otlp_target_offer(t->otlp, hdr, rec, size, unit, now);
+}
+
+static void targets_run(Targets *t) {
+	uint64_t now = now_msec(CLOCK_MONOTONIC);
+
+	if (t->nats)
+		exporter_run(t->nats, now);
+	if (t->otlp)
+		otlp_target_run(t->otlp, now);
+}
+
+static bool targets_idle(Targets *t) {
+	return (!t->nats || exporter_idle(t->nats)) && (!t->otlp || otlp_target_idle(t->otlp));
+}
+
+static bool targets_have_room(Targets *t) {
+	return (!t->nats || exporter_has_room(t->nats)) && (!t->otlp || otlp_target_has_room(t->otlp));
+}
+
+static void targets_abandon(Targets *t) {
+	if (t->nats)
+		exporter_abandon(t->nats);
+	if (t->otlp)
+		otlp_target_abandon(t->otlp);
+}
+
+static void targets_stats(Targets *t, ExportStats *nats, ExportStats *otlp) {
+	if (t->nats)
+		exporter_get_stats(t->nats, nats);
+	if (t->otlp)
+		otlp_target_get_stats(t->otlp, otlp);
+}
+
 /* Writes the counters atomically (temporary file + rename) so a reader never sees half. */
-static int stats_save(Exporter *e, const char *path) {
+static int stats_save(Targets *e, const char *path) {
 	char tmp[4096];
-	ExportStats s;
+	ExportStats nats, otlp;
 	FILE *f;
 	int r;
 
 	if (!path)
 		return 0;
-	exporter_get_stats(e, &s);
+	targets_stats(e, &nats, &otlp);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	f = fopen(tmp, "we");
 	if (!f)
 		return -errno;
-	r = export_stats_write_json(&s, f);
+	r = export_stats_write_json(
+		e->offered, e->daemon_lost, e->nats ? &nats : NULL, e->otlp ? &otlp : NULL, f);
 	if (fclose(f) != 0 && r >= 0)
 		r = -errno;
 	if (r >= 0 && rename(tmp, path) < 0)
@@ -85,30 +143,38 @@ static bool signal_pending(int signal_fd) {
 	return read(signal_fd, &si, sizeof(si)) == (ssize_t) sizeof(si);
 }
 
-/* Publishes until asked to stop; then drains for DrainTimeoutMSec and counts what is left. */
-static void drain(Exporter *e, const ExportConfig *cfg, const char *stats_file, int signal_fd) {
-	uint64_t deadline = now_msec(CLOCK_MONOTONIC) + cfg->drain_timeout_ms, last = 0;
+/* Publishes what is left until everything is acknowledged or dropped, at most `timeout_ms`
+ * (UINT64_MAX: as long as MaxRetries= lets it take), then counts what is left as
+ * dropped_shutdown. A second signal ends it at once. */
+static void drain(Targets *e, uint64_t timeout_ms, const char *stats_file, int signal_fd) {
+	uint64_t start = now_msec(CLOCK_MONOTONIC), last = 0;
 
-	while (!exporter_idle(e) && now_msec(CLOCK_MONOTONIC) < deadline) {
-		exporter_run(e, now_msec(CLOCK_MONOTONIC));
+	/* Nothing more comes: the open batches go now. */
+	if (e->nats)
+		exporter_flush(e->nats);
+	if (e->otlp)
+		otlp_target_flush(e->otlp);
+	while (!targets_idle(e) && now_msec(CLOCK_MONOTONIC) - start < timeout_ms) {
+		targets_run(e);
 		if (now_msec(CLOCK_MONOTONIC) >= last + STATS_INTERVAL_MS) {
 			stats_save(e, stats_file);
 			last = now_msec(CLOCK_MONOTONIC);
 		}
-		if (poll(&(struct pollfd){ .fd = signal_fd, .events = POLLIN }, 1, 5) > 0 &&
+		if (poll(&(struct pollfd){ .fd = signal_fd, .events = POLLIN }, 1, 1) > 0 &&
 		    signal_pending(signal_fd))
-			break; /* a second signal: stop waiting */
+			break; /* a (second) signal: stop waiting */
 	}
-	exporter_abandon(e);
+	targets_abandon(e);
 }
 
-static int run_input(Exporter *e, const char *input, const char *stats_file, int signal_fd) {
+static int run_input(Targets *e, const char *input, const char *stats_file, int signal_fd) {
 	_cleanup_close_ int fd = -EBADF;
 	struct stat st;
 	const uint8_t *map;
-	size_t pos = 0;
+	size_t pos = 0, at = 0;
 	uint64_t last = 0;
-	int r = 0;
+	ExportRecord rec;
+	int k, r = 0;
 
 	fd = open(input, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &st) < 0) {
@@ -120,44 +186,36 @@ static int run_input(Exporter *e, const char *input, const char *stats_file, int
 	map = mmap(NULL, (size_t) st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 	if (map == MAP_FAILED)
 		return -errno;
-	while (pos + 4 <= (size_t) st.st_size) {
-		uint32_t len;
-		struct perfrelay_hdr hdr;
-
-		memcpy(&len, map + pos, 4);
-		if (len < sizeof(hdr) || len > (size_t) st.st_size - pos - 4) {
-			fprintf(stderr, "%s: %s: malformed frame at offset %zu\n", program, input, pos);
-			r = -EBADMSG;
-			break;
-		}
-		memcpy(&hdr, map + pos + 4, sizeof(hdr));
-		if (hdr.magic != PERFRELAY_MAGIC || hdr.size != len) {
-			fprintf(stderr, "%s: %s: not a perfrelay record at offset %zu\n", program, input, pos);
-			r = -EBADMSG;
-			break;
-		}
+	/* The socket's binary frames, unit frames included: the batch format is the same. */
+	while ((k = export_batch_next(map, (size_t) st.st_size, &pos, &rec)) > 0) {
 		/* Waits for room instead of dropping: a file can wait, unlike the daemon. */
-		while (!exporter_has_room(e)) {
-			exporter_run(e, now_msec(CLOCK_MONOTONIC));
+		while (!targets_have_room(e)) {
+			if (e->nats)
+				exporter_seal_if_stuck(e->nats);
+			targets_run(e);
 			if (poll(&(struct pollfd){ .fd = signal_fd, .events = POLLIN }, 1, 1) > 0) {
 				munmap((void *) map, (size_t) st.st_size);
 				return 0;
 			}
 		}
-		exporter_offer(e, &hdr, map + pos + 4);
-		pos += 4 + len;
-		exporter_run(e, now_msec(CLOCK_MONOTONIC));
+		targets_offer(e, &rec.hdr, rec.rec, rec.size, rec.unit[0] ? rec.unit : NULL);
+		at = pos;
+		targets_run(e);
 		if (now_msec(CLOCK_MONOTONIC) >= last + STATS_INTERVAL_MS) {
 			stats_save(e, stats_file);
 			last = now_msec(CLOCK_MONOTONIC);
 		}
+	}
+	if (k < 0) {
+		fprintf(stderr, "%s: %s: not a perfrelay frame at offset %zu\n", program, input, at);
+		r = -EBADMSG;
 	}
 	munmap((void *) map, (size_t) st.st_size);
 	return r;
 }
 
 static int run_socket(
-	Exporter *e, const ExportConfig *cfg, const char *socket_path, const char *stats_file, int signal_fd) {
+	Targets *e, const ExportConfig *cfg, const char *socket_path, const char *stats_file, int signal_fd) {
 	_cleanup_(perfrelay_closep) perfrelay_client *c = NULL;
 	struct perfrelay_subscription sub = {
 		.types = (const char *const *) cfg->types,
@@ -166,6 +224,7 @@ static int run_socket(
 		.n_units = cfg->n_units,
 		.format = PERFRELAY_FORMAT_BINARY,
 		.on_overflow = PERFRELAY_OVERFLOW_DROP,
+		.flags = PERFRELAY_SUBSCRIBE_UNITS, /* exported events carry their unit */
 	};
 	uint64_t last = 0;
 	int r;
@@ -199,32 +258,27 @@ static int run_socket(
 				uint64_t count;
 
 				memcpy(&count, payload, sizeof(count));
-				exporter_daemon_lost(e, count);
+				e->daemon_lost += count;
 				continue;
 			}
-			if ((const uint8_t *) payload != (const uint8_t *) (hdr + 1)) {
-				uint8_t rec[PERFRELAY_RECORD_MAX];
-
-				memcpy(rec, hdr, sizeof(*hdr));
-				memcpy(rec + sizeof(*hdr), payload, psize);
-				exporter_offer(e, hdr, rec);
-			} else
-				exporter_offer(e, hdr, hdr);
+			/* libperfrelay hands out the record whole (header, payload, a packet's
+			 * bytes) in one piece: payload follows hdr. */
+			targets_offer(e, hdr, hdr, sizeof(*hdr) + psize, perfrelay_record_unit(c));
 		}
 		if (r < 0 && r != -EINTR) {
 			fprintf(stderr, "%s: the event stream ended: %s\n", program, strerror(-r));
 			return r;
 		}
-		exporter_run(e, now_msec(CLOCK_MONOTONIC));
+		targets_run(e);
 		if (now_msec(CLOCK_MONOTONIC) >= last + STATS_INTERVAL_MS) {
 			stats_save(e, stats_file);
 			last = now_msec(CLOCK_MONOTONIC);
 		}
 		if (r > 0)
 			continue; /* more was buffered than one round takes */
-		/* Acks arrive on nats.c's thread, not on an fd: with work waiting, look again soon;
-		 * idle, only the timers (stats, ack timeout) need a wakeup. */
-		if (poll(p, 2, exporter_idle(e) ? 100 : 5) < 0 && errno != EINTR)
+		/* Acks arrive on nats.c's thread and curl's sockets are not polled here: with work
+		 * waiting, look again soon; idle, only the timers (stats) need a wakeup. */
+		if (poll(p, 2, targets_idle(e) ? 100 : 2) < 0 && errno != EINTR)
 			return -errno;
 		if (p[1].revents && signal_pending(signal_fd))
 			return 0;
@@ -244,7 +298,8 @@ int main(int argc, char *argv[]) {
 	_cleanup_free_ char *error = NULL, *dropin = NULL;
 	_cleanup_close_ int signal_fd = -EBADF;
 	ExportConfig *cfg = NULL;
-	Exporter *e = NULL;
+	Targets t = {};
+	OtlpResource res;
 	char host[256], boot_id[64];
 	bool stats_json = false;
 	sigset_t mask;
@@ -284,6 +339,8 @@ int main(int argc, char *argv[]) {
 		return 1;
 	}
 	r = export_config_load(cfg, config_path, dropin, &error);
+	if (r >= 0)
+		r = export_config_check(cfg, &error);
 	if (r < 0) {
 		fprintf(stderr, "%s: %s\n", program, error ?: strerror(-r));
 		export_config_free(cfg);
@@ -302,6 +359,10 @@ int main(int argc, char *argv[]) {
 		cfg->credentials_file = p;
 	}
 	stats_file = stats_file ?: cfg->stats_file;
+	/* A file is batched by size alone, so that replaying it makes the same messages with the
+	 * same ids, which JetStream's duplicate window recognises (docs/export.md). */
+	if (input)
+		cfg->batch_delay_ms = UINT64_MAX;
 	socket_path = socket_path ?: cfg->socket_path;
 
 	if (stats_json) {
@@ -343,31 +404,57 @@ int main(int argc, char *argv[]) {
 	/* A peer that goes away must end a write with EPIPE, not the process. */
 	signal(SIGPIPE, SIG_IGN);
 
-	r = exporter_new(cfg, host, boot_id, 1, &e);
-	if (r < 0) {
-		fprintf(stderr, "%s: cannot set up the NATS connection: %s\n", program, strerror(-r));
-		export_config_free(cfg);
-		return 1;
+	if (cfg->targets & EXPORT_TARGET_NATS) {
+		r = exporter_new(cfg, host, boot_id, 1, &t.nats);
+		if (r < 0) {
+			fprintf(stderr, "%s: cannot set up the NATS connection: %s\n", program, strerror(-r));
+			export_config_free(cfg);
+			return 1;
+		}
 	}
-	r = input ? run_input(e, input, stats_file, signal_fd) :
-		    run_socket(e, cfg, socket_path, stats_file, signal_fd);
-	drain(e, cfg, stats_file, signal_fd);
-	stats_save(e, stats_file);
+	if (cfg->targets & EXPORT_TARGET_OTLP) {
+		res = (OtlpResource){ .host = host, .boot_id = boot_id, .version = PERFRELAY_VERSION_STRING };
+		curl_global_init(CURL_GLOBAL_DEFAULT);
+		r = otlp_target_new(cfg, &res, &t.otlp);
+		if (r < 0) {
+			fprintf(stderr,
+				"%s: cannot set up the OTLP target %s: %s\n",
+				program,
+				cfg->otlp_endpoint,
+				strerror(-r));
+			exporter_free(t.nats);
+			export_config_free(cfg);
+			return 1;
+		}
+	}
+	r = input ? run_input(&t, input, stats_file, signal_fd) :
+		    run_socket(&t, cfg, socket_path, stats_file, signal_fd);
+	/* A file's end is no reason to stop early: its events are drained until acknowledged
+	 * or dropped by MaxRetries= (a second signal still ends it). A signal gives the targets
+	 * DrainTimeoutMSec=. */
+	drain(&t, input ? UINT64_MAX : cfg->drain_timeout_ms, stats_file, signal_fd);
+	stats_save(&t, stats_file);
 	{
-		ExportStats s;
+		ExportStats s[2];
 
-		exporter_get_stats(e, &s);
-		fprintf(stderr,
-			"%s: offered %" PRIu64 ", exported %" PRIu64 " (%" PRIu64
-			" duplicates), dropped %" PRIu64 ", retried %" PRIu64 "\n",
-			program,
-			s.offered,
-			s.exported,
-			s.duplicates,
-			s.dropped,
-			s.retried);
+		targets_stats(&t, &s[0], &s[1]);
+		for (unsigned i = 0; i < 2; i++)
+			if (i == 0 ? t.nats != NULL : t.otlp != NULL)
+				fprintf(stderr,
+					"%s: %s: offered %" PRIu64 ", exported %" PRIu64 " (%" PRIu64
+					" duplicates), dropped %" PRIu64 ", retried %" PRIu64 "\n",
+					program,
+					i == 0 ? "nats" : "otlp",
+					s[i].offered,
+					s[i].exported,
+					s[i].duplicates,
+					s[i].dropped,
+					s[i].retried);
 	}
-	exporter_free(e);
+	exporter_free(t.nats);
+	otlp_target_free(t.otlp);
+	if (t.otlp)
+		curl_global_cleanup();
 	export_config_free(cfg);
 	return r < 0 ? 1 : 0;
 }

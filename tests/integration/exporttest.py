@@ -20,6 +20,43 @@ def boot_id():
         return f.read().strip()
 
 
+UNIT_TYPE = 0x7ffd  # PERFRELAY_TYPE_UNIT
+
+
+def parse_batch(data):
+    """A message's batch (docs/export.md, "Batches") → [(hdr tuple, record bytes, unit or None)].
+    Fails on anything that is not a valid frame."""
+    out, pos, unit = [], 0, None
+    while pos < len(data):
+        if len(data) - pos < 4:
+            raise Failure(f"batch: a length cut short at {pos}")
+        (n,) = struct.unpack_from("<I", data, pos)
+        rec = data[pos + 4:pos + 4 + n]
+        if len(rec) != n or n < HDR.size:
+            raise Failure(f"batch: frame at {pos} of {n} bytes overruns the message")
+        hdr = HDR.unpack_from(rec)
+        pos += 4 + n
+        if hdr[3] == UNIT_TYPE:
+            unit = rec[HDR.size + 8:].split(b"\0", 1)[0].decode()
+            continue
+        out.append((hdr, rec, unit))
+        unit = None
+    return out
+
+
+def stream_events(nc, stream):
+    """Every record stored in a stream, message by message: [(headers, [(hdr, record, unit)])]."""
+    n = nc.stream_info(stream)["state"]["last_seq"]
+    msgs = []
+    for seq in range(1, n + 1):
+        _, headers, data = nc.get(stream, seq)
+        recs = parse_batch(data)
+        if headers.get("Perfrelay-Count") != str(len(recs)):
+            raise Failure(f"message {seq}: Perfrelay-Count {headers.get('Perfrelay-Count')} but {len(recs)} records")
+        msgs.append((headers, recs))
+    return msgs
+
+
 def write_frames(path, records):
     """records: (type, producer, cpu, seq, payload) → the socket's binary frames in a file."""
     from event_abi import MAGIC, VERSION

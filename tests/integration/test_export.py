@@ -4,6 +4,7 @@
 event arrives in the stream with its subject, headers and message id; perfrelayctl monitor
 --nats shows it; counters add up exactly; replaying the same events after a restart stores no
 duplicate."""
+import json
 import os
 import shutil
 import socket
@@ -14,7 +15,8 @@ import tempfile
 
 from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests, skip
 from natstest import NatsClient, NatsServer, require_nats_server, wait_for
-from exporttest import HDR, Exporter, boot_id, write_frames
+from exporttest import HDR, Exporter, boot_id, parse_batch, stream_events, write_frames
+from prtest import UnitCgroup
 
 BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
@@ -29,12 +31,16 @@ if not os.access(EXPORT, os.X_OK):
 HOST = socket.gethostname().replace(".", "_")
 
 
-def find_message(nc, stream, pred):
+def find_record(nc, stream, pred):
+    """(subject, headers, records of its batch, the matching record) of the first record for
+    which pred(record bytes) holds."""
     n = nc.stream_info(stream)["state"]["last_seq"]
     for seq in range(1, n + 1):
-        m = nc.get(stream, seq)
-        if pred(m):
-            return m
+        subject, headers, data = nc.get(stream, seq)
+        recs = parse_batch(data)
+        for r in recs:
+            if pred(r[1]):
+                return subject, headers, recs, r
     return None
 
 
@@ -52,14 +58,22 @@ def test_marker_exec_in_stream():
 
         marker = os.path.join(work, f"prmark{os.getpid()}")
         shutil.copy("/bin/true", marker)
-        subprocess.run([marker], check=True)
-        m = wait_for(lambda: find_message(nc, "FLEET", lambda m: marker.encode() in m[2]),
-                     "the marker's exec event in the stream")
-        subject, headers, data = m
+        unit = UnitCgroup("export")
+        try:
+            check_eq(unit.popen([marker]).wait(), 0, "the marker's exit status")
+            m = wait_for(lambda: find_record(nc, "FLEET", lambda rec: marker.encode() in rec),
+                         "the marker's exec event in the stream")
+        finally:
+            unit.remove()
+        subject, headers, recs, (hdr, rec, rec_unit) = m
         check_eq(subject, f"perfrelay.{HOST}.exec", "subject")
-        _, _, _, typ, size, producer, cpu, seq, _ = HDR.unpack(data[:HDR.size])
-        check_eq(len(data), size, "the message is the whole record")
-        check_eq(headers.get("Nats-Msg-Id"), f"{boot_id()}.{producer}.{cpu}.{seq}", "message id")
+        check_eq(len(rec), hdr[4], "the record is whole")
+        check_eq(rec_unit, unit.name, "the exec record's unit travels with it (a unit frame)")
+        first = recs[0][0]
+        check_eq(headers.get("Nats-Msg-Id"), f"{boot_id()}.{first[5]}.{first[6]}.{first[7]}.{len(recs)}",
+                 "message id: the batch's first record and its record count")
+        check_eq(headers.get("Perfrelay-Count"), str(len(recs)), "count header")
+        check_eq(headers.get("Perfrelay-Batch"), "1", "batch format header")
         check_eq(headers.get("Perfrelay-Host"), HOST, "host header")
         check_eq(headers.get("Perfrelay-Boot-Id"), boot_id(), "boot id header")
         check_eq(headers.get("Perfrelay-Schema"), "1", "schema header")
@@ -73,13 +87,20 @@ def test_marker_exec_in_stream():
                  "monitor --nats prints the local monitor's columns")
         check(any(os.path.basename(marker) in l and "exec" in l for l in lines),
               f"monitor --nats shows the marker's exec event: {lines[:5]}")
+        r = subprocess.run([CTL, "monitor", "--nats", srv.url, "--stream", "FLEET", "--host", HOST,
+                            "--no-follow", "--json"], capture_output=True, text=True, timeout=30)
+        check_eq(r.returncode, 0, f"perfrelayctl monitor --nats --json exit status ({r.stderr.strip()})")
+        ev = [json.loads(l) for l in r.stdout.splitlines() if os.path.basename(marker) in l]
+        check(ev and ev[0].get("unit") == unit.name, f"monitor --nats --json gives the exec its unit: {ev[:1]}")
 
         check_eq(e.stop(), 0, "exporter exit status after SIGTERM")
         st = e.stats()
         check(st["offered"] > 0, "the exporter was offered events")
         check_eq(st["exported"] + st["export_dropped"], st["offered"], "exported + export_dropped = offered")
         check_eq(st["export_dropped"], 0, "nothing dropped by a healthy server")
-        check_eq(nc.stream_messages("FLEET"), st["exported"] - st["duplicates"], "stream messages = exported")
+        stored = sum(len(recs) for _, recs in stream_events(nc, "FLEET"))
+        check_eq(stored, st["exported"] - st["duplicates"], "records in the stream = exported")
+        check_eq(nc.stream_messages("FLEET"), st["messages"], "stream messages = messages published")
         nc.close()
     finally:
         if e:
@@ -104,10 +125,12 @@ def test_replay_adds_no_duplicates():
         check_eq((st["offered"], st["exported"], st["duplicates"], st["export_dropped"]), (N, N, 0, 0),
                  "first export: offered, exported, duplicates, dropped")
         nc = NatsClient(srv.url)
-        check_eq(nc.stream_messages("PERFRELAY"), N, "stream messages after the first export")
-        subject, headers, _ = nc.get("PERFRELAY", N)
+        msgs = stream_events(nc, "PERFRELAY")
+        seqs = [(h[6], h[7]) for _, recs in msgs for h, _, _ in recs]
+        check_eq(seqs, [(i % 2, i // 2) for i in range(N)], "every record stored once, in order")
+        check(len(msgs) < N // 10, f"records are batched: {len(msgs)} messages for {N} records")
+        subject, headers, _ = nc.get("PERFRELAY", len(msgs))
         check_eq(subject, f"perfrelay.{HOST}.t32769", "subject of a type without a name")
-        check_eq(headers["Nats-Msg-Id"], f"{boot_id()}.7.1.{(N - 1) // 2}", "message id of the last record")
 
         # The same events again, as after a crash between publish and ack: same ids, so the
         # duplicate window acknowledges every one as a duplicate and stores none.
@@ -116,7 +139,7 @@ def test_replay_adds_no_duplicates():
         st = e2.stats()
         check_eq((st["offered"], st["exported"], st["duplicates"], st["export_dropped"]), (N, N, N, 0),
                  "replay: offered, exported, duplicates, dropped")
-        check_eq(nc.stream_messages("PERFRELAY"), N, "stream messages after the replay")
+        check_eq(nc.stream_messages("PERFRELAY"), len(msgs), "stream messages after the replay")
         nc.close()
     finally:
         for e in (e1, e2):
@@ -126,4 +149,46 @@ def test_replay_adds_no_duplicates():
         shutil.rmtree(work, ignore_errors=True)
 
 
-run_tests([test_marker_exec_in_stream, test_replay_adds_no_duplicates])
+def test_packet_records_whole():
+    """A packet record's captured bytes travel with it (size = hdr.size + cap_len)."""
+    srv = NatsServer().start()
+    work = tempfile.mkdtemp(prefix="perfrelay-packet-")
+    e = None
+    try:
+        frames = os.path.join(work, "frames")
+        data = bytes(range(200)) * 3
+        recs = []
+        for i, cap in enumerate((0, 1, 77, 600)):
+            # struct perfrelay_packet after the header: cgroup_id, capture_id, ifindex,
+            # orig_len, cap_len, protocol, direction, link, pad; then the bytes.
+            fixed = struct.pack("<QIIIIHBB4x", 4242, 3, 1, 1500, cap, 0x0800, 0, 0)
+            recs.append((6, 6, 0, i, fixed + data[:cap]))
+        from event_abi import MAGIC, VERSION
+        with open(frames, "wb") as f:
+            for typ, producer, cpu, seq, payload in recs:
+                hsize = HDR.size + 32  # hdr.size is the fixed part; the bytes follow it
+                f.write(struct.pack("<I", HDR.size + len(payload))
+                        + HDR.pack(MAGIC, VERSION, 0, typ, hsize, producer, cpu, seq, seq) + payload)
+        e = Exporter(EXPORT, "packet", [srv.url])
+        check_eq(e.start("--input", frames).wait(), 0, f"export exit status: {e.stderr()}")
+        st = e.stats()
+        check_eq((st["offered"], st["exported"], st["export_dropped"]), (4, 4, 0), "offered, exported, dropped")
+        nc = NatsClient(srv.url)
+        got = [rec for _, rs in stream_events(nc, "PERFRELAY") for _, rec, _ in rs]
+        with open(frames, "rb") as f:
+            raw = f.read()
+        want, pos = [], 0
+        while pos < len(raw):
+            (n,) = struct.unpack_from("<I", raw, pos)
+            want.append(raw[pos + 4:pos + 4 + n])
+            pos += 4 + n
+        check_eq(got, want, "the stream holds each packet record with all its bytes")
+        nc.close()
+    finally:
+        if e:
+            e.cleanup()
+        srv.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+run_tests([test_marker_exec_in_stream, test_replay_adds_no_duplicates, test_packet_records_whole])

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* perfrelay-export's stats file, written with json-c. */
+#include "export-stats.h"
+
+#include <errno.h>
+#include <json-c/json.h>
+
+#include "json-util.h"
+#include "macro.h"
+
+static int add_u64(json_object *o, const char *k, uint64_t v) {
+	json_object *x = json_object_new_uint64(v);
+
+	if (!x || json_object_object_add(o, k, x) < 0) {
+		json_object_put(x);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static int add_value(json_object *o, const char *k, json_object *x) {
+	if (!x || json_object_object_add(o, k, x) < 0) {
+		json_object_put(x);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* The target's keys into o, under the names docs/export.md gives them. */
+static int add_target(json_object *o, const ExportStats *s) {
+	const struct {
+		const char *key;
+		uint64_t value;
+	} figures[] = {
+		{ "exported", s->exported },
+		{ "duplicates", s->duplicates },
+		{ "export_dropped", s->dropped },
+		{ "dropped_queue_full", s->dropped_queue_full },
+		{ "dropped_retries", s->dropped_retries },
+		{ "dropped_refused", s->dropped_refused },
+		{ "dropped_shutdown", s->dropped_shutdown },
+		{ "export_retried", s->retried },
+		{ "queued", s->queued },
+		{ "in_flight", s->in_flight },
+		{ "messages", s->messages },
+		{ "in_flight_messages", s->in_flight_messages },
+		{ "reconnects", s->reconnects },
+	};
+	int r;
+
+	for (size_t i = 0; i < ELEMENTSOF(figures); i++) {
+		r = add_u64(o, figures[i].key, figures[i].value);
+		if (r < 0)
+			return r;
+	}
+	if ((r = add_value(o, "connected", json_object_new_boolean(s->connected))) < 0 ||
+	    (r = add_value(o, "stream_ready", json_object_new_boolean(s->stream_ready))) < 0 ||
+	    (r = add_value(o, "server", json_object_new_string(s->server))) < 0 ||
+	    (r = add_value(o, "last_error", json_object_new_string(s->last_error))) < 0)
+		return r;
+	return 0;
+}
+
+static int add_named_target(json_object *root, const char *name, const ExportStats *s) {
+	json_object *t;
+	int r;
+
+	if (!s)
+		return 0;
+	t = json_object_new_object();
+	if (!t)
+		return -ENOMEM;
+	r = add_u64(t, "offered", s->offered);
+	if (r >= 0)
+		r = add_target(t, s);
+	if (r < 0) {
+		json_object_put(t);
+		return r;
+	}
+	return add_value(root, name, t);
+}
+
+int export_stats_write_json(
+	uint64_t offered, uint64_t daemon_lost, const ExportStats *nats, const ExportStats *otlp, FILE *f) {
+	_cleanup_(json_object_putp) json_object *root = json_object_new_object();
+	const ExportStats *first = nats ?: otlp;
+	const char *text;
+	int r;
+
+	if (!root)
+		return -ENOMEM;
+	if ((r = add_u64(root, "offered", offered)) < 0 || (r = add_u64(root, "daemon_lost", daemon_lost)) < 0)
+		return r;
+	if (first && (r = add_target(root, first)) < 0)
+		return r;
+	if ((r = add_named_target(root, "nats", nats)) < 0 || (r = add_named_target(root, "otlp", otlp)) < 0)
+		return r;
+	text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN);
+	if (!text)
+		return -ENOMEM;
+	fputs(text, f);
+	fputc('\n', f);
+	return ferror(f) ? -EIO : 0;
+}

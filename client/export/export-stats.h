@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* perfrelay-export's counters (docs/export.md, "Delivery and counters"): one ExportStats per
+ * target, all in events unless named messages, and the stats file that shows them. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* One target's figures. After the exporter has exited, exported + dropped = offered exactly. */
+typedef struct ExportStats {
+	uint64_t offered;    /* events given to this target */
+	uint64_t exported;   /* acknowledged (JetStream: duplicates included; OTLP: accepted) */
+	uint64_t duplicates; /* JetStream: acknowledged as duplicates of a message id already stored */
+	uint64_t dropped;    /* given up: the sum of the four below */
+	uint64_t dropped_queue_full;
+	uint64_t dropped_retries;  /* MaxRetries republishes without an ack */
+	uint64_t dropped_refused;  /* OTLP: refused for good (a 4xx other than 429, rejected_log_records) */
+	uint64_t dropped_shutdown; /* still unacknowledged when DrainTimeoutMSec ran out */
+	uint64_t retried;          /* events republished */
+	uint64_t queued;           /* events batched or waiting now */
+	uint64_t in_flight;        /* events published and not yet acknowledged */
+	uint64_t messages;         /* messages (JetStream) or requests (OTLP) sent, first tries */
+	uint64_t in_flight_messages;
+	uint64_t reconnects;
+	bool connected;
+	bool stream_ready;    /* JetStream: the stream exists; OTLP: always true */
+	char server[256];     /* URL of the server connected to, "" if none */
+	char last_error[128]; /* the last refusal's reason, "" if none */
+} ExportStats;
+
+/* Writes the stats file's JSON object: offered and daemon_lost (the socket's), the first
+ * target's figures at the top level (as before targets existed), and each target's under its
+ * name. nats or otlp may be NULL (not a target). */
+int export_stats_write_json(
+	uint64_t offered, uint64_t daemon_lost, const ExportStats *nats, const ExportStats *otlp, FILE *f);

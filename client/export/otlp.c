@@ -1,0 +1,444 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* OTLP/HTTP logs export: batches, libcurl multi, retries and counters. */
+#include "otlp.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "decode.h"
+#include "encode.h"
+#include "json-util.h"
+#include "macro.h"
+#include "time-util.h"
+
+/* A collector's answer is read up to this much (a partial-success message at most). */
+#define RESPONSE_MAX     (64u * 1024u)
+#define BACKOFF_FIRST_MS 100u
+
+typedef struct Request {
+	struct Request *next;
+	uint8_t *body;
+	size_t len;
+	uint64_t count;   /* events in it */
+	unsigned attempt; /* 1 for the first post */
+	CURL *easy;       /* while in flight */
+	struct curl_slist *headers;
+	char response[RESPONSE_MAX];
+	size_t response_len;
+} Request;
+
+struct OtlpTarget {
+	const ExportConfig *cfg;
+	const OtlpResource *res;
+	char url[1024];
+	CURLM *multi;
+	json_tokener *tok;
+	char *line; /* ENCODE_JSON_MAX: one event's JSON line */
+
+	/* The batch being filled: events as JSON objects (owned), waiting to be encoded. */
+	OtlpEvent *batch;
+	size_t batch_n;
+	uint64_t batch_opened_ms;
+
+	/* Encoded requests waiting for a slot: a FIFO (retries go to the front). */
+	Request *queue_head, *queue_tail;
+	Request **in_flight; /* cfg->otlp_max_in_flight slots */
+	size_t n_in_flight;
+	uint64_t queued_events, in_flight_events;
+
+	/* Wall clock = boot time + offset; refreshed each second, for clock steps. */
+	int64_t wall_offset_ns;
+	uint64_t wall_offset_at_ms;
+
+	uint64_t backoff_ms, pause_until_ms;
+	ExportStats s; /* counters; queued and in_flight are filled in by get_stats */
+};
+
+static void request_free(Request *r) {
+	if (!r)
+		return;
+	if (r->easy)
+		curl_easy_cleanup(r->easy);
+	curl_slist_free_all(r->headers);
+	free(r->body);
+	free(r);
+}
+
+static void batch_clear(OtlpTarget *t) {
+	for (size_t i = 0; i < t->batch_n; i++)
+		json_object_put(t->batch[i].fields);
+	t->batch_n = 0;
+}
+
+OtlpTarget *otlp_target_free(OtlpTarget *t) {
+	if (!t)
+		return NULL;
+	batch_clear(t);
+	for (size_t i = 0; i < t->n_in_flight; i++) {
+		curl_multi_remove_handle(t->multi, t->in_flight[i]->easy);
+		request_free(t->in_flight[i]);
+	}
+	while (t->queue_head) {
+		Request *r = t->queue_head;
+
+		t->queue_head = r->next;
+		request_free(r);
+	}
+	if (t->multi)
+		curl_multi_cleanup(t->multi);
+	json_tokener_free(t->tok);
+	free(t->in_flight);
+	free(t->batch);
+	free(t->line);
+	free(t);
+	return NULL;
+}
+
+int otlp_target_new(const ExportConfig *cfg, const OtlpResource *res, OtlpTarget **ret) {
+	OtlpTarget *t = calloc(1, sizeof(*t));
+	size_t n;
+
+	if (!t)
+		return -ENOMEM;
+	t->cfg = cfg;
+	t->res = res;
+	n = strlen(cfg->otlp_endpoint);
+	while (n > 0 && cfg->otlp_endpoint[n - 1] == '/')
+		n--;
+	if (n + sizeof("/v1/logs") > sizeof(t->url)) {
+		free(t);
+		return -ENAMETOOLONG;
+	}
+	snprintf(t->url, sizeof(t->url), "%.*s/v1/logs", (int) n, cfg->otlp_endpoint);
+	t->multi = curl_multi_init();
+	t->tok = json_tokener_new();
+	t->line = malloc(ENCODE_JSON_MAX);
+	t->batch = calloc(cfg->otlp_batch_events, sizeof(OtlpEvent));
+	t->in_flight = calloc(cfg->otlp_max_in_flight, sizeof(Request *));
+	if (!t->multi || !t->tok || !t->line || !t->batch || !t->in_flight) {
+		otlp_target_free(t);
+		return -ENOMEM;
+	}
+	t->s.stream_ready = true;
+	snprintf(t->s.server, sizeof(t->s.server), "%.*s", (int) sizeof(t->s.server) - 1, t->url);
+	*ret = t;
+	return 0;
+}
+
+static uint64_t wall_ns(OtlpTarget *t, uint64_t boot_ns, uint64_t now_ms) {
+	if (t->wall_offset_at_ms == 0 || now_ms >= t->wall_offset_at_ms + 1000) {
+		t->wall_offset_ns = (int64_t) now_nsec(CLOCK_REALTIME) - (int64_t) now_nsec(CLOCK_BOOTTIME);
+		t->wall_offset_at_ms = now_ms ?: 1;
+	}
+	return (uint64_t) ((int64_t) boot_ns + t->wall_offset_ns);
+}
+
+static void queue_push(OtlpTarget *t, Request *r, bool front) {
+	if (front) {
+		r->next = t->queue_head;
+		t->queue_head = r;
+		if (!t->queue_tail)
+			t->queue_tail = r;
+	} else {
+		r->next = NULL;
+		if (t->queue_tail)
+			t->queue_tail->next = r;
+		else
+			t->queue_head = r;
+		t->queue_tail = r;
+	}
+	t->queued_events += r->count;
+}
+
+static Request *queue_pop(OtlpTarget *t) {
+	Request *r = t->queue_head;
+
+	if (!r)
+		return NULL;
+	t->queue_head = r->next;
+	if (!t->queue_head)
+		t->queue_tail = NULL;
+	r->next = NULL;
+	t->queued_events -= r->count;
+	return r;
+}
+
+/* Encodes the open batch into a request on the queue. Its events stay counted as queued. */
+static void batch_seal(OtlpTarget *t) {
+	Request *r;
+	int k;
+
+	if (t->batch_n == 0)
+		return;
+	r = calloc(1, sizeof(*r));
+	k = r ? otlp_encode_request(
+			t->cfg->otlp_protocol,
+			t->res,
+			t->batch,
+			t->batch_n,
+			now_nsec(CLOCK_REALTIME),
+			&r->body,
+			&r->len) :
+		-ENOMEM;
+	/* The batch's events were counted in queued_events as they came: the request takes them. */
+	t->queued_events -= t->batch_n;
+	if (k < 0) {
+		t->s.dropped_queue_full += t->batch_n; /* out of memory: counted like a full queue */
+		free(r);
+	} else {
+		r->count = t->batch_n;
+		r->attempt = 1;
+		queue_push(t, r, false);
+	}
+	batch_clear(t);
+}
+
+void otlp_target_offer(
+	OtlpTarget *t,
+	const struct perfrelay_hdr *hdr,
+	const void *rec,
+	size_t size,
+	const char *unit,
+	uint64_t now) {
+	DecodedEvent ev;
+	json_object *o;
+	ssize_t n;
+
+	t->s.offered++;
+	if (t->queued_events >= t->cfg->queue_events) {
+		t->s.dropped_queue_full++;
+		return;
+	}
+	/* The body is the event's JSON line, as the socket's JSON clients get it. */
+	if (decode_event(rec, size, &ev) != DECODE_OK ||
+	    (n = encode_json(&ev, unit, t->line, ENCODE_JSON_MAX)) <= 0) {
+		t->s.dropped_refused++; /* cannot happen for what the daemon sent; counted if it did */
+		return;
+	}
+	json_tokener_reset(t->tok);
+	o = json_tokener_parse_ex(t->tok, t->line, (int) n);
+	if (!o) {
+		t->s.dropped_refused++;
+		return;
+	}
+	if (t->batch_n == 0)
+		t->batch_opened_ms = now;
+	t->batch[t->batch_n++] = (OtlpEvent){
+		.fields = o,
+		.time_unix_nano = wall_ns(t, hdr->ts_ns, now),
+	};
+	/* The unit string must live as long as the batch: the JSON object holds it. */
+	if (unit) {
+		json_object *u;
+
+		if (json_object_object_get_ex(o, "unit", &u))
+			t->batch[t->batch_n - 1].unit = json_object_get_string(u);
+	}
+	t->queued_events++;
+	if (t->batch_n >= t->cfg->otlp_batch_events)
+		batch_seal(t);
+}
+
+static size_t on_body(char *p, size_t size, size_t n, void *userdata) {
+	Request *r = userdata;
+	size_t len = size * n, take = MIN(len, sizeof(r->response) - r->response_len);
+
+	memcpy(r->response + r->response_len, p, take);
+	r->response_len += take;
+	return len; /* the rest is not needed: read and forgotten */
+}
+
+static int request_start(OtlpTarget *t, Request *r) {
+	const ExportConfig *c = t->cfg;
+	CURL *e = curl_easy_init();
+
+	if (!e)
+		return -ENOMEM;
+	r->response_len = 0;
+	if (!r->headers) {
+		struct curl_slist *h = curl_slist_append(
+			NULL,
+			c->otlp_protocol == OTLP_PROTOCOL_JSON ? "Content-Type: application/json" :
+								 "Content-Type: application/x-protobuf");
+		for (size_t i = 0; h && i < c->n_otlp_headers; i++)
+			h = curl_slist_append(h, c->otlp_headers[i]);
+		if (!h) {
+			curl_easy_cleanup(e);
+			return -ENOMEM;
+		}
+		r->headers = h;
+	}
+	curl_easy_setopt(e, CURLOPT_URL, t->url);
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, c->otlp_require_tls ? "https" : "http,https");
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
+	curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body);
+	curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) r->len);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long) c->otlp_timeout_ms);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(e, CURLOPT_PRIVATE, r);
+	if (c->otlp_tls_ca)
+		curl_easy_setopt(e, CURLOPT_CAINFO, c->otlp_tls_ca);
+	if (c->otlp_tls_cert) {
+		curl_easy_setopt(e, CURLOPT_SSLCERT, c->otlp_tls_cert);
+		curl_easy_setopt(e, CURLOPT_SSLKEY, c->otlp_tls_key);
+	}
+	if (curl_multi_add_handle(t->multi, e) != CURLM_OK) {
+		curl_easy_cleanup(e);
+		return -ENOMEM;
+	}
+	r->easy = e;
+	return 0;
+}
+
+static void back_off(OtlpTarget *t, uint64_t now, uint64_t retry_after_ms) {
+	t->backoff_ms = t->backoff_ms ? MIN(t->backoff_ms * 2, t->cfg->ack_timeout_ms) : BACKOFF_FIRST_MS;
+	/* A server's Retry-After is the floor: it said when it wants us back. */
+	t->pause_until_ms = MAX(t->pause_until_ms, now + MAX(t->backoff_ms, retry_after_ms));
+}
+
+static void retry_or_drop(OtlpTarget *t, Request *r) {
+	if (r->attempt > t->cfg->max_retries) {
+		t->s.dropped_retries += r->count;
+		request_free(r);
+		return;
+	}
+	r->attempt++;
+	t->s.retried += r->count;
+	queue_push(t, r, true);
+}
+
+/* A request's outcome: counted, retried or dropped. */
+static void request_done(OtlpTarget *t, Request *r, CURLcode result, uint64_t now) {
+	long status = 0;
+	curl_off_t retry_after = 0;
+
+	curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_getinfo(r->easy, CURLINFO_RETRY_AFTER, &retry_after);
+	curl_multi_remove_handle(t->multi, r->easy);
+	curl_easy_cleanup(r->easy);
+	r->easy = NULL;
+	t->in_flight_events -= r->count;
+
+	if (result != CURLE_OK) {
+		t->s.connected = false;
+		snprintf(t->s.last_error, sizeof(t->s.last_error), "%s", curl_easy_strerror(result));
+		back_off(t, now, 0);
+		retry_or_drop(t, r);
+		return;
+	}
+	t->s.connected = true;
+	if (status >= 200 && status < 300) {
+		uint64_t rejected = 0;
+		char msg[sizeof(t->s.last_error)];
+
+		if (otlp_parse_response(
+			    t->cfg->otlp_protocol,
+			    (const uint8_t *) r->response,
+			    r->response_len,
+			    &rejected,
+			    msg,
+			    sizeof(msg)) < 0)
+			rejected = 0; /* a 2xx is success; an unreadable body says nothing more */
+		rejected = MIN(rejected, r->count);
+		t->s.exported += r->count - rejected;
+		t->s.dropped_refused += rejected;
+		if (rejected > 0)
+			snprintf(t->s.last_error, sizeof(t->s.last_error), "%s", msg[0] ? msg : "partial success");
+		t->backoff_ms = 0;
+		request_free(r);
+		return;
+	}
+	snprintf(t->s.last_error, sizeof(t->s.last_error), "HTTP status %ld", status);
+	/* The OTLP/HTTP specification's retryable answers; anything else will not get better. */
+	if (status == 429 || status == 502 || status == 503 || status == 504) {
+		back_off(t, now, (uint64_t) MAX(retry_after, (curl_off_t) 0) * 1000);
+		retry_or_drop(t, r);
+		return;
+	}
+	t->s.dropped_refused += r->count;
+	request_free(r);
+}
+
+void otlp_target_flush(OtlpTarget *t) {
+	batch_seal(t);
+}
+
+void otlp_target_run(OtlpTarget *t, uint64_t now) {
+	CURLMsg *m;
+	int running, left;
+
+	if (t->batch_n > 0 &&
+	    (now - t->batch_opened_ms >= t->cfg->batch_delay_ms ||
+	     (!t->queue_head && t->n_in_flight == 0 && t->queued_events >= t->cfg->queue_events)))
+		batch_seal(t); /* waited long enough, or it alone fills the queue */
+	while (now >= t->pause_until_ms && t->queue_head && t->n_in_flight < t->cfg->otlp_max_in_flight) {
+		Request *r = queue_pop(t);
+
+		if (request_start(t, r) < 0) {
+			queue_push(t, r, true);
+			break;
+		}
+		if (r->attempt == 1)
+			t->s.messages++;
+		t->in_flight[t->n_in_flight++] = r;
+		t->in_flight_events += r->count;
+	}
+	curl_multi_perform(t->multi, &running);
+	while ((m = curl_multi_info_read(t->multi, &left))) {
+		Request *r = NULL;
+
+		if (m->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **) &r);
+		for (size_t i = 0; i < t->n_in_flight; i++)
+			if (t->in_flight[i] == r) {
+				t->in_flight[i] = t->in_flight[--t->n_in_flight];
+				break;
+			}
+		request_done(t, r, m->data.result, now);
+	}
+}
+
+bool otlp_target_idle(OtlpTarget *t) {
+	return t->batch_n == 0 && !t->queue_head && t->n_in_flight == 0;
+}
+
+bool otlp_target_has_room(OtlpTarget *t) {
+	return t->queued_events < t->cfg->queue_events;
+}
+
+void otlp_target_abandon(OtlpTarget *t) {
+	Request *r;
+
+	t->s.dropped_shutdown += t->batch_n;
+	t->queued_events -= t->batch_n;
+	batch_clear(t);
+	while ((r = queue_pop(t))) {
+		t->s.dropped_shutdown += r->count;
+		request_free(r);
+	}
+	for (size_t i = 0; i < t->n_in_flight; i++) {
+		r = t->in_flight[i];
+		curl_multi_remove_handle(t->multi, r->easy);
+		t->s.dropped_shutdown += r->count;
+		t->in_flight_events -= r->count;
+		request_free(r);
+	}
+	t->n_in_flight = 0;
+}
+
+void otlp_target_get_stats(OtlpTarget *t, ExportStats *ret) {
+	*ret = t->s;
+	ret->dropped = t->s.dropped_queue_full + t->s.dropped_retries + t->s.dropped_refused +
+		t->s.dropped_shutdown;
+	ret->queued = t->queued_events;
+	ret->in_flight = t->in_flight_events;
+	ret->in_flight_messages = t->n_in_flight;
+}
