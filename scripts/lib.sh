@@ -16,7 +16,10 @@ export PERFRELAY_ROOT
 # qemu-system-x86 and busybox-static boot Debian's kernel packages for the kernels suite
 # (tests/kernels); clang-format (and git, for the file list) checks the formatting
 # (tests/style); tshark and tcpdump read the pcapng files of the capture test, iproute2 (ip)
-# makes its network namespace.
+# makes its network namespace. libcurl4-openssl-dev, libprotobuf-c-dev and protobuf-c-compiler
+# build perfrelay-export's OTLP target; nodejs and npm run the OTLP test's receiver (npm's
+# OpenTelemetry packages; test_otlp installs them) and are added only where no node/npm is
+# on PATH (a machine may carry another build of Node.js that provides both).
 PERFRELAY_PACKAGES=(
 	libbpf-dev bpftool clang llvm libsystemd-dev libjson-c-dev libelf-dev zlib1g-dev
 	meson ninja-build pkg-config dbus python3 gcc libc6-dev
@@ -25,7 +28,10 @@ PERFRELAY_PACKAGES=(
 	qemu-system-x86 busybox-static
 	clang-format git
 	tshark tcpdump iproute2
+	libcurl4-openssl-dev libprotobuf-c-dev protobuf-c-compiler
 )
+command -v node >/dev/null 2>&1 || PERFRELAY_PACKAGES+=(nodejs)
+command -v npm >/dev/null 2>&1 || PERFRELAY_PACKAGES+=(npm)
 
 log() {
 	printf '%s: %s\n' "${0##*/}" "$*" >&2

@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+// An OTLP/HTTP logs receiver for test_otlp.py that decodes requests with the OpenTelemetry
+// project's own code (@opentelemetry/otlp-transformer's generated protobufjs root, the
+// official opentelemetry-proto definitions), as a collector would. Listens on 127.0.0.1 (an
+// ephemeral port, printed as the first line of stdout), writes one JSON line per log record
+// to OUT, and answers the first FAIL_FIRST requests with 503 and Retry-After: 1.
+"use strict";
+const http = require("http");
+const fs = require("fs");
+const root = require("@opentelemetry/otlp-transformer/build/src/generated/root");
+
+const Req = root.opentelemetry.proto.collector.logs.v1.ExportLogsServiceRequest;
+const Resp = root.opentelemetry.proto.collector.logs.v1.ExportLogsServiceResponse;
+const out = fs.openSync(process.env.OUT, "a");
+let failFirst = parseInt(process.env.FAIL_FIRST || "0", 10);
+let requests = 0, refused = 0;
+
+// AnyValue (as toObject gives it) → plain JSON value.
+function plain(v) {
+  if (v === undefined || v === null) return null;
+  if ("stringValue" in v) return v.stringValue;
+  if ("boolValue" in v) return v.boolValue;
+  if ("intValue" in v) return Number(v.intValue);
+  if ("doubleValue" in v) return v.doubleValue;
+  if ("arrayValue" in v) return (v.arrayValue.values || []).map(plain);
+  if ("kvlistValue" in v) return attrs(v.kvlistValue.values || []);
+  return null;
+}
+function attrs(kvs) {
+  const o = {};
+  for (const kv of kvs || []) o[kv.key] = plain(kv.value);
+  return o;
+}
+
+http.createServer((req, res) => {
+  const chunks = [];
+  req.on("data", (c) => chunks.push(c));
+  req.on("end", () => {
+    requests++;
+    const json = (req.headers["content-type"] || "").includes("json");
+    if (req.url !== "/v1/logs" || req.method !== "POST") {
+      res.writeHead(404);
+      return res.end();
+    }
+    if (failFirst > 0) {
+      failFirst--;
+      refused++;
+      res.writeHead(503, { "Retry-After": "1" });
+      return res.end();
+    }
+    let msg;
+    try {
+      const body = Buffer.concat(chunks);
+      if (json) {
+        // The proto3 JSON mapping (64-bit integers as decimal strings) into the message
+        // and back through the binary encoding: what fromObject cannot map is lost there.
+        const obj = JSON.parse(body.toString("utf8"));
+        msg = Req.toObject(Req.decode(Req.encode(Req.fromObject(obj)).finish()), { longs: String, defaults: false });
+      } else {
+        msg = Req.toObject(Req.decode(body), { longs: String, defaults: false });
+      }
+    } catch (e) {
+      fs.writeSync(out, JSON.stringify({ error: String(e) }) + "\n");
+      res.writeHead(400);
+      return res.end();
+    }
+    for (const rl of msg.resourceLogs || []) {
+      const resource = attrs((rl.resource || {}).attributes);
+      for (const sl of rl.scopeLogs || [])
+        for (const lr of sl.logRecords || [])
+          fs.writeSync(out, JSON.stringify({
+            resource, scope: (sl.scope || {}).name, time: lr.timeUnixNano, severity: lr.severityNumber,
+            attributes: attrs(lr.attributes), body: plain(lr.body), json,
+          }) + "\n");
+    }
+    if (json) {
+      res.writeHead(200, { "Content-Type": "application/json" });
+      res.end("{}");
+    } else {
+      res.writeHead(200, { "Content-Type": "application/x-protobuf" });
+      res.end(Buffer.from(Resp.encode(Resp.create({})).finish()));
+    }
+  });
+}).listen(0, "127.0.0.1", function () {
+  process.stdout.write(this.address().port + "\n");
+});
+process.on("SIGTERM", () => {
+  fs.writeSync(out, JSON.stringify({ requests, refused }) + "\n");
+  process.exit(0);
+});

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""perfrelay-export's OTLP target against a receiver that decodes OTLP/HTTP logs with the
+OpenTelemetry project's own code (otlp-receiver.js under Debian's nodejs, npm's
+@opentelemetry/otlp-transformer): a marker command's exec arrives as a LogRecord with its
+fields as the body, its type, pid and unit as attributes and the host as resource, over
+http/protobuf and http/json; a receiver that answers 503 for a while gets everything in the
+end, retries counted; the exporter's books balance exactly against what the receiver decoded."""
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+from prtest import Daemon, Failure, UnitCgroup, check, check_eq, require_root_and_bpf, run_tests, skip
+from natstest import wait_for
+from exporttest import Exporter, boot_id, write_frames
+
+BINARY = sys.argv[1]
+BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
+EXPORT = os.path.join(BUILDDIR, "client", "export", "perfrelay-export")
+HERE = os.path.dirname(os.path.abspath(__file__))
+# The receiver's npm packages, installed once per machine (not in the build tree: a fresh
+# build directory should not mean a fresh download).
+NODE_DIR = "/var/cache/perfrelay-tests/otlp-node"
+NODE_PACKAGES = ["@opentelemetry/otlp-transformer@0.52.1", "protobufjs@7"]
+
+require_root_and_bpf()
+if not os.access(EXPORT, os.X_OK):
+    skip("perfrelay-export was not built (libnats-dev, libcurl4-openssl-dev or libprotobuf-c-dev missing)")
+if not shutil.which("node") or not shutil.which("npm"):
+    skip("nodejs/npm are not installed (scripts/lib.sh installs them)")
+
+
+def ensure_node_modules():
+    marker = os.path.join(NODE_DIR, "node_modules", "@opentelemetry", "otlp-transformer", "package.json")
+    if os.path.exists(marker):
+        return
+    os.makedirs(NODE_DIR, exist_ok=True)
+    r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", NODE_DIR] + NODE_PACKAGES,
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise Failure(f"npm install of the receiver's packages failed: {r.stderr[-2000:]}")
+
+
+class Receiver:
+    def __init__(self, fail_first=0):
+        self.dir = tempfile.mkdtemp(prefix="perfrelay-otlp-")
+        self.out = os.path.join(self.dir, "records.jsonl")
+        env = dict(os.environ, OUT=self.out, FAIL_FIRST=str(fail_first),
+                   NODE_PATH=os.path.join(NODE_DIR, "node_modules"))
+        self.proc = subprocess.Popen(["node", os.path.join(HERE, "otlp-receiver.js")], env=env,
+                                     stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.strip().isdigit():
+            raise Failure(f"the OTLP receiver did not start (said {line!r})")
+        self.endpoint = f"http://127.0.0.1:{int(line)}"
+
+    def records(self):
+        if not os.path.exists(self.out):
+            return []
+        with open(self.out) as f:
+            rows = [json.loads(l) for l in f if l.strip()]
+        errors = [r for r in rows if "error" in r]
+        if errors:
+            raise Failure(f"the receiver could not decode a request: {errors[0]}")
+        return [r for r in rows if "body" in r]
+
+    def stop(self):
+        """Stops the receiver; returns its request counts."""
+        self.proc.terminate()
+        self.proc.wait(30)
+        with open(self.out) as f:
+            rows = [json.loads(l) for l in f if l.strip()]
+        return [r for r in rows if "requests" in r][-1]
+
+    def cleanup(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def otlp_conf(endpoint, protocol, extra=""):
+    return (f"[Export]\nTargets=otlp\n{extra}[OTLP]\nEndpoint={endpoint}\nProtocol={protocol}\n")
+
+
+def marker_exec(protocol):
+    ensure_node_modules()
+    rcv = Receiver()
+    d = Daemon(BINARY, "otlp", stdout=False, config="[Probes]\nProbes=exec\n")
+    work = tempfile.mkdtemp(prefix="perfrelay-otlp-marker-")
+    e = unit = None
+    try:
+        d.start()
+        e = Exporter(EXPORT, "otlp", ["nats://127.0.0.1:1"], socket_path=d.socket_path,
+                     extra="Types=exec\n" + otlp_conf(rcv.endpoint, protocol)).start()
+        wait_for(lambda: e.stats() is not None, "the exporter's first stats")
+        marker = os.path.join(work, f"prmark{os.getpid()}")
+        shutil.copy("/bin/true", marker)
+        unit = UnitCgroup("otlp")
+        check_eq(unit.popen([marker, "otlp-marker-arg"]).wait(), 0, "the marker's exit status")
+        rec = wait_for(lambda: next((r for r in rcv.records()
+                                     if isinstance(r["body"], dict) and r["body"].get("filename") == marker), None),
+                       "the marker's exec as an OTLP log record")
+        body = rec["body"]
+        check_eq(body.get("type"), "exec", "the body is the event's JSON fields: type")
+        check_eq(body.get("argv"), [marker, "otlp-marker-arg"], "body argv")
+        check_eq(body.get("unit"), unit.name, "body unit")
+        check_eq(rec["attributes"], {"perfrelay.type": "exec", "process.pid": body["pid"], "systemd.unit": unit.name},
+                 "attributes: type, pid, unit")
+        check_eq(rec["resource"].get("service.name"), "perfrelay", "resource service.name")
+        check_eq(rec["resource"].get("host.name"), socket.gethostname(), "resource host.name")
+        check_eq(rec["resource"].get("perfrelay.boot_id"), boot_id(), "resource perfrelay.boot_id")
+        check_eq(rec["severity"], 9, "severity INFO")
+        check(abs(int(rec["time"]) / 1e9 - time.time()) < 60, f"time is wall-clock nanoseconds: {rec['time']}")
+        check_eq(rec["json"], protocol == "http/json", "the request's content type")
+
+        check_eq(e.stop(), 0, "exporter exit status after SIGTERM")
+        st = e.stats()
+        o = st["otlp"]
+        check("nats" not in st, f"only the targets named are run: {list(st)}")
+        check(o["offered"] > 0, "the exporter was offered events")
+        check_eq(o["exported"] + o["export_dropped"], o["offered"], "exported + export_dropped = offered")
+        check_eq(o["export_dropped"], 0, "nothing dropped by a healthy receiver")
+        check_eq(len(rcv.records()), o["exported"], "the receiver decoded exactly the exported events")
+    finally:
+        if e:
+            e.cleanup()
+        if unit:
+            unit.remove()
+        d.cleanup()
+        rcv.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_marker_exec_protobuf():
+    marker_exec("http/protobuf")
+
+
+def test_marker_exec_json():
+    marker_exec("http/json")
+
+
+def test_503_then_everything():
+    """A receiver that refuses the first requests with 503 + Retry-After: the exporter backs
+    off, retries and delivers every event exactly once, with the retries counted."""
+    ensure_node_modules()
+    N = 5000
+    rcv = Receiver(fail_first=3)
+    work = tempfile.mkdtemp(prefix="perfrelay-otlp-503-")
+    e = None
+    try:
+        frames = os.path.join(work, "frames")
+        write_frames(frames, [(0x8001, 7, i % 2, i // 2, struct.pack("<Q", i)) for i in range(N)])
+        e = Exporter(EXPORT, "otlp503", ["nats://127.0.0.1:1"],
+                     extra=otlp_conf(rcv.endpoint, "http/protobuf", "QueueEvents=1000\n") + "BatchEvents=500\n")
+        t0 = time.monotonic()
+        check_eq(e.start("--input", frames).wait(120), 0, f"export exit status: {e.stderr()}")
+        o = e.stats()["otlp"]
+        check_eq((o["offered"], o["exported"], o["export_dropped"]), (N, N, 0), "offered, exported, dropped")
+        check(o["export_retried"] >= 500, f"the refused requests' events were retried: {o}")
+        check(time.monotonic() - t0 >= 1.0, "Retry-After: 1 was honoured")
+        recs = rcv.records()
+        calls = sorted(r["body"]["seq"] * 2 + r["body"]["cpu"] for r in recs)
+        check_eq(calls, list(range(N)), "the receiver got every event exactly once")
+        counts = rcv.stop()
+        check_eq(counts["refused"], 3, "the receiver refused three requests")
+        check_eq(counts["requests"], 3 + N // 500, "requests: the refused three, then one per batch")
+    finally:
+        if e:
+            e.cleanup()
+        rcv.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+run_tests([test_marker_exec_protobuf, test_marker_exec_json, test_503_then_everything])
