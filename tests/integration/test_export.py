@@ -191,4 +191,48 @@ def test_packet_records_whole():
         shutil.rmtree(work, ignore_errors=True)
 
 
-run_tests([test_marker_exec_in_stream, test_replay_adds_no_duplicates, test_packet_records_whole])
+def test_counters_across_restarts():
+    """The daemon's own counters events keep unique ids across restarts inside the duplicate
+    window: every one the exporters were offered is in the stream, none taken for a duplicate."""
+    srv = NatsServer().start()
+    d = Daemon(BINARY, "export-counters", stdout=False,
+               config="[Probes]\nProbes=none\n[Counters]\nCounters=task-clock\nCountersIntervalMs=100\n")
+    unit = UnitCgroup("export-counters")
+    spinner = None
+    exporters = []
+    try:
+        spinner = unit.popen(["sh", "-c", "while :; do :; done"])
+        for i in range(3):
+            d.start()
+            e = Exporter(EXPORT, f"counters{i}", [srv.url], socket_path=d.socket_path,
+                         extra="Types=counters\n").start()
+            exporters.append(e)
+            wait_for(lambda: (e.stats() or {}).get("offered", 0) >= 5, "five counters events offered", 30)
+            check_eq(e.stop(), 0, "exporter exit status")
+            d.stop()
+        offered = exported = 0
+        for e in exporters:
+            st = e.stats()
+            check_eq((st["duplicates"], st["export_dropped"]), (0, 0),
+                     f"no counters event taken for a duplicate or dropped after a restart: {st}")
+            check_eq(st["exported"], st["offered"], "every counters event acknowledged")
+            offered += st["offered"]
+            exported += st["exported"]
+        nc = NatsClient(srv.url)
+        ids = [(h[5], h[6], h[7]) for _, recs in stream_events(nc, "PERFRELAY") for h, _, _ in recs]
+        check_eq(len(ids), offered, "the stream holds every counters event of the three daemons")
+        check_eq(len(set(ids)), len(ids), "(producer, cpu, seq) never repeats across restarts")
+        nc.close()
+    finally:
+        if spinner:
+            spinner.kill()
+            spinner.wait()
+        for e in exporters:
+            e.cleanup()
+        d.cleanup()
+        unit.remove()
+        srv.cleanup()
+
+
+run_tests([test_marker_exec_in_stream, test_replay_adds_no_duplicates, test_packet_records_whole,
+           test_counters_across_restarts])
