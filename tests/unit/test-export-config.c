@@ -51,6 +51,45 @@ int main(void) {
 	err = NULL;
 	ASSERT(parse(c, "junk\n", &err) == -EINVAL && err && strstr(err, "export.conf:1:"));
 	free(err);
+	err = NULL;
+
+	/* Targets, batches and OTLP. */
+	ASSERT(c->targets == EXPORT_TARGET_NATS && c->batch_bytes == 65536 && c->batch_delay_ms == 5);
+	ASSERT(strcmp(c->otlp_endpoint, "http://127.0.0.1:4318") == 0 &&
+	       c->otlp_protocol == OTLP_PROTOCOL_PROTOBUF);
+	ASSERT(parse(c,
+		     "[Export]\nTargets=otlp, nats\nBatchBytes=2048\nBatchDelayMSec=0\n"
+		     "[OTLP]\nEndpoint=https://collector:4318/\nProtocol=http/json\nHeader=X-Key: a, b\n"
+		     "MaxInFlight=2\nBatchEvents=10\nRequireTLS=yes\n",
+		     &err) == 0);
+	ASSERT(c->targets == (EXPORT_TARGET_NATS | EXPORT_TARGET_OTLP) && c->batch_bytes == 2048 &&
+	       c->batch_delay_ms == 0);
+	ASSERT(c->otlp_protocol == OTLP_PROTOCOL_JSON && c->n_otlp_headers == 1 &&
+	       strcmp(c->otlp_headers[0], "X-Key: a, b") == 0);
+	ASSERT(c->otlp_max_in_flight == 2 && c->otlp_batch_events == 10 && c->otlp_require_tls);
+	ASSERT(export_config_check(c, &err) == 0);
+	ASSERT(parse(c, "[OTLP]\nEndpoint=http://plain:4318\n", &err) == 0);
+	ASSERT(export_config_check(c, &err) == -EINVAL && err && strstr(err, "RequireTLS"));
+	free(err);
+	err = NULL;
+	ASSERT(parse(c, "[Export]\nTargets=kafka\n", &err) == -EINVAL);
+	free(err);
+	err = NULL;
+	ASSERT(parse(c, "[Export]\nBatchBytes=100\n", &err) == -EINVAL);
+	free(err);
+	err = NULL;
+	ASSERT(parse(c, "[OTLP]\nProtocol=grpc\n", &err) == -EINVAL);
+	free(err);
+	err = NULL;
+	ASSERT(parse(c, "[OTLP]\nEndpoint=ftp://x\n", &err) == -EINVAL);
+	free(err);
+	err = NULL;
+	ASSERT(parse(c, "[OTLP]\nHeader=no colon\n", &err) == -EINVAL);
+	free(err);
+	err = NULL;
+	ASSERT(parse(c, "[NATS]\nTLSCert=/c.pem\n", &err) == 0);
+	ASSERT(export_config_check(c, &err) == -EINVAL && err && strstr(err, "TLSKey"));
+	free(err);
 	export_config_free(c);
 	return failures ? 1 : 0;
 }
