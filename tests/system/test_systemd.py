@@ -18,7 +18,8 @@ SOURCE, BUILD = sys.argv[1], sys.argv[2]
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOTFS = os.path.join(BUILD, "system-rootfs")
 # The stamp names the package list: a cached rootfs made from another list is made again.
-PACKAGES = "systemd,systemd-sysv,dbus,libbpf1,libjson-c5,libelf1,zlib1g,bpftool,python3,libnats3.4,nats-server,libnss-systemd"
+PACKAGES = ("systemd,systemd-sysv,dbus,libbpf1,libjson-c5,libelf1,zlib1g,bpftool,python3,libnats3.4,nats-server,libnss-systemd,"
+            "libcurl4,libprotobuf-c1")
 STAMP = "perfrelay-rootfs-" + hashlib.sha256(PACKAGES.encode()).hexdigest()[:12]
 SYSBUILD = os.path.join(BUILD, "system-build")
 PIN = f"/sys/fs/bpf/perfrelay-system-{os.getpid()}"
