@@ -46,7 +46,7 @@ def stream_messages(nodes):
 
 
 def test_kill_one_node_loses_nothing():
-    N = 100000
+    N = 300000
     nodes = cluster()
     work = tempfile.mkdtemp(prefix="perfrelay-cluster-")
     e = None
@@ -61,8 +61,11 @@ def test_kill_one_node_loses_nothing():
         # The end of the input is a shutdown: the default DrainTimeoutMSec (10 s) would cut
         # the election short on a loaded CI machine (it did: 45k dropped_shutdown), so the
         # drain may take as long as the test waits for the exporter.
+        # Small batches, one message in flight: the export lasts long enough (thousands of
+        # acknowledged round trips) for the kill to land in the middle of it.
         e = Exporter(EXPORT, "kill1", [n.url for n in nodes],
-                     extra=STREAM_CONF + "MaxRetries=20\nDrainTimeoutMSec=110000\n").start("--input", frames)
+                     extra=STREAM_CONF + "MaxRetries=20\nDrainTimeoutMSec=110000\nBatchBytes=1024\nMaxInFlight=1\n"
+                     ).start("--input", frames)
         # Kill the node the exporter talks to, once the export is well under way: its in-flight
         # publishes lose their acks and must be republished elsewhere, without duplicates.
         wait_for(lambda: (e.stats() or {}).get("exported", 0) >= N // 5, "a fifth of the events exported", 60)
