@@ -36,28 +36,7 @@ size_t export_unit_frame(
 	size_t size,
 	const char *unit,
 	uint8_t buf[static EXPORT_UNIT_FRAME_MAX]) {
-	struct perfrelay_unit u;
-	size_t name_len;
-	uint32_t le;
-
-	if (!unit)
-		return 0;
-	name_len = strnlen(unit, PERFRELAY_UNIT_NAME_MAX);
-	if (name_len == 0 || name_len >= PERFRELAY_UNIT_NAME_MAX)
-		return 0;
-	u = (struct perfrelay_unit){
-		.hdr = *hdr,
-		.cgroup_id = export_record_cgroup_id(hdr, rec, size),
-	};
-	if (u.cgroup_id == 0)
-		return 0;
-	u.hdr.type = PERFRELAY_TYPE_UNIT;
-	u.hdr.size = (uint16_t) (sizeof(u) + name_len + 1);
-	le = htole32(u.hdr.size);
-	memcpy(buf, &le, sizeof(le));
-	memcpy(buf + sizeof(le), &u, sizeof(u));
-	memcpy(buf + sizeof(le) + sizeof(u), unit, name_len + 1);
-	return sizeof(le) + u.hdr.size;
+	return unit_frame_write(hdr, export_record_cgroup_id(hdr, rec, size), unit, buf);
 }
 
 /* The frame at *pos: its record's header and bytes; moves *pos past it. */
@@ -100,16 +79,9 @@ int export_batch_next(const uint8_t *data, size_t len, size_t *pos, ExportRecord
 	if (r < 0)
 		return r;
 	if (ret->hdr.type == PERFRELAY_TYPE_UNIT) {
-		const char *name = (const char *) rec + sizeof(struct perfrelay_unit);
-		size_t max, n;
-
-		if (size <= sizeof(struct perfrelay_unit))
+		if (!unit_frame_name(
+			    rec + sizeof(struct perfrelay_hdr), size - sizeof(struct perfrelay_hdr), ret->unit))
 			return -EBADMSG;
-		max = size - sizeof(struct perfrelay_unit);
-		n = strnlen(name, max);
-		if (n == 0 || n >= max || n >= sizeof(ret->unit))
-			return -EBADMSG;
-		memcpy(ret->unit, name, n + 1);
 		if (*pos >= len)
 			return -EBADMSG;
 		r = next_frame(data, len, pos, &ret->hdr, &rec, &size);

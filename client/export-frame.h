@@ -11,12 +11,13 @@
 #include <stdint.h>
 
 #include "event.h"
+#include "unit-frame.h"
 
 /* The value of a message's Perfrelay-Batch header: this format's version. */
 #define EXPORT_BATCH_FORMAT "1"
 
-/* A unit frame: length, struct perfrelay_unit, the name with its NUL. */
-#define EXPORT_UNIT_FRAME_MAX (sizeof(uint32_t) + sizeof(struct perfrelay_unit) + PERFRELAY_UNIT_NAME_MAX)
+/* A unit frame: length, struct perfrelay_unit, the name with its NUL (shared/unit-frame.h). */
+#define EXPORT_UNIT_FRAME_MAX UNIT_FRAME_MAX
 /* The most one record adds to a batch: its unit frame, its length and the record. */
 #define EXPORT_FRAME_MAX      (EXPORT_UNIT_FRAME_MAX + sizeof(uint32_t) + PERFRELAY_RECORD_MAX)
 

@@ -22,6 +22,7 @@
 #include "request-line.h"
 #include "schema.h"
 #include "time-util.h"
+#include "unit-frame.h"
 
 #define PERFRELAY_PROTOCOL 1u
 
@@ -622,22 +623,6 @@ static int take_schema(perfrelay_client *c, const char *payload, size_t len) {
 	return 0;
 }
 
-/* Keeps the name a unit frame carries for the record that follows it. A malformed one (no NUL,
- * too long) is ignored: that record then has no unit. */
-static void take_unit(perfrelay_client *c, const char *payload, size_t len) {
-	const size_t off = sizeof(struct perfrelay_unit) - sizeof(struct perfrelay_hdr);
-	size_t n;
-
-	c->unit_pending = false;
-	if (len <= off)
-		return;
-	n = strnlen(payload + off, len - off);
-	if (n == 0 || n >= len - off || n >= sizeof(c->unit))
-		return;
-	memcpy(c->unit, payload + off, n + 1);
-	c->unit_pending = true;
-}
-
 static const Schema *find_schema(const perfrelay_client *c, uint16_t type) {
 	if (!c)
 		return NULL;
@@ -685,7 +670,9 @@ int perfrelay_next_record(
 		if (r <= 0)
 			return r;
 		if ((*hdr)->type == PERFRELAY_TYPE_UNIT) {
-			take_unit(c, *payload, *payload_size);
+			/* Kept for the record that follows; a malformed one is ignored (that
+			 * record then has no unit). */
+			c->unit_pending = unit_frame_name(*payload, *payload_size, c->unit);
 			continue;
 		}
 		if ((*hdr)->type != PERFRELAY_TYPE_SCHEMA) {

@@ -18,8 +18,6 @@
 #define HUB_LOST_MAX         64u
 #define HUB_BINARY_LOST_SIZE (sizeof(struct perfrelay_hdr) + sizeof(uint64_t))
 _Static_assert(sizeof(uint32_t) + HUB_BINARY_LOST_SIZE <= HUB_LOST_MAX, "binary lost notice fits");
-/* A unit frame: u32 length, struct perfrelay_unit, the name with its NUL. */
-#define HUB_UNIT_FRAME_MAX (sizeof(uint32_t) + sizeof(struct perfrelay_unit) + PERFRELAY_UNIT_NAME_MAX)
 
 /* What precedes each JSON line of a HUB_FORMAT_JSON_TAGGED client in its queues: what the
  * consumer needs to know about the event without parsing the line. */

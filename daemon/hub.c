@@ -16,6 +16,7 @@
 #include "macro.h"
 #include "perfring.h"
 #include "producers.h"
+#include "unit-frame.h"
 
 int hub_new(unsigned n_readers, Hub **ret) {
 	_cleanup_(hub_freep) Hub *h = NULL;
@@ -355,44 +356,12 @@ static void schema_write(HubQueue *q, const ProducerType *t, const struct perfre
 	q->schema_sent[bit / 64] |= UINT64_C(1) << (bit % 64);
 }
 
-/* The unit frame for ev (a binary client that asked for units): its length prefix, header,
- * cgroup id and the unit's name in buf; returns the frame's length, 0 if ev has none. */
-static size_t unit_frame(const DecodedEvent *ev, const char *unit, uint8_t buf[static HUB_UNIT_FRAME_MAX]) {
-	struct perfrelay_unit u;
-	size_t name_len;
-	uint32_t len;
-
-	if (!unit || ev->cgroup_id == 0)
-		return 0;
-	name_len = strnlen(unit, PERFRELAY_UNIT_NAME_MAX);
-	if (name_len >= PERFRELAY_UNIT_NAME_MAX)
-		return 0; /* cannot be a unit name: better none than a cut one */
-	u = (struct perfrelay_unit){
-		.hdr = {
-			.magic = PERFRELAY_MAGIC,
-			.version = PERFRELAY_VERSION,
-			.type = PERFRELAY_TYPE_UNIT,
-			.size = (uint16_t) (sizeof(u) + name_len + 1),
-			.producer = ev->hdr.producer,
-			.cpu = ev->hdr.cpu,
-			.seq = ev->hdr.seq,
-			.ts_ns = ev->hdr.ts_ns,
-		},
-		.cgroup_id = ev->cgroup_id,
-	};
-	len = htole32(u.hdr.size);
-	memcpy(buf, &len, sizeof(len));
-	memcpy(buf + sizeof(len), &u, sizeof(u));
-	memcpy(buf + sizeof(len) + sizeof(u), unit, name_len + 1);
-	return sizeof(len) + u.hdr.size;
-}
-
 void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *unit) {
 	HubSlot *s = &h->slots[reader];
 	/* Binary frames are the record itself behind a length: nothing to encode. */
 	uint32_t frame_len = htole32(ev->record_size);
 	ssize_t json_len = -1, unit_len = -1;
-	uint8_t unit_buf[HUB_UNIT_FRAME_MAX];
+	uint8_t unit_buf[UNIT_FRAME_MAX];
 	HubTag tag;
 
 	for (size_t i = 0; i < s->n_clients; i++) {
@@ -423,7 +392,8 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 				schema_len = sizeof(uint32_t) + schema.size;
 			if (c->o.unit_frames) {
 				if (unit_len < 0) /* made once, however many clients take it */
-					unit_len = (ssize_t) unit_frame(ev, unit, unit_buf);
+					unit_len = (ssize_t) unit_frame_write(
+						&ev->hdr, ev->cgroup_id, unit, unit_buf);
 				unit_frame_len = (size_t) unit_len;
 			}
 		} else {
