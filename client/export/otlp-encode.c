@@ -64,6 +64,7 @@ static void arena_free(Arena *a) {
 	})
 
 static AnyValue *any_from_json(Arena *a, json_object *o, unsigned depth);
+static int kv_list(Arena *a, json_object *o, unsigned depth, KeyValue ***ret, size_t *ret_n);
 
 static KeyValue *kv_new(Arena *a, const char *key, AnyValue *v) {
 	KeyValue *kv = NEW(a, KeyValue, OPENTELEMETRY__PROTO__COMMON__V1__KEY_VALUE__INIT);
@@ -75,24 +76,20 @@ static KeyValue *kv_new(Arena *a, const char *key, AnyValue *v) {
 	return kv;
 }
 
-static AnyValue *any_string(Arena *a, const char *s) {
-	AnyValue *v = NEW(a, AnyValue, OPENTELEMETRY__PROTO__COMMON__V1__ANY_VALUE__INIT);
+/* A JSON object's members as KeyValues (a kvlist's, or a record's or resource's attributes). */
+static int kv_list(Arena *a, json_object *o, unsigned depth, KeyValue ***ret, size_t *ret_n) {
+	size_t n = (size_t) json_object_object_length(o), i = 0;
+	KeyValue **kvs = arena_alloc(a, sizeof(KeyValue *) * (n ?: 1));
 
-	if (!v)
-		return NULL;
-	v->value_case = OPENTELEMETRY__PROTO__COMMON__V1__ANY_VALUE__VALUE_STRING_VALUE;
-	v->string_value = (char *) s;
-	return v;
-}
-
-static AnyValue *any_int(Arena *a, int64_t i) {
-	AnyValue *v = NEW(a, AnyValue, OPENTELEMETRY__PROTO__COMMON__V1__ANY_VALUE__INIT);
-
-	if (!v)
-		return NULL;
-	v->value_case = OPENTELEMETRY__PROTO__COMMON__V1__ANY_VALUE__VALUE_INT_VALUE;
-	v->int_value = i;
-	return v;
+	if (!kvs)
+		return -ENOMEM;
+	json_object_object_foreach(o, key, val) {
+		if (!(kvs[i++] = kv_new(a, key, any_from_json(a, val, depth))))
+			return -ENOMEM;
+	}
+	*ret = kvs;
+	*ret_n = i;
+	return 0;
 }
 
 static AnyValue *any_from_json(Arena *a, json_object *o, unsigned depth) {
@@ -138,16 +135,10 @@ static AnyValue *any_from_json(Arena *a, json_object *o, unsigned depth) {
 		break;
 	}
 	case json_type_object: {
-		size_t n = (size_t) json_object_object_length(o), i = 0;
 		KeyValueList *l = NEW(a, KeyValueList, OPENTELEMETRY__PROTO__COMMON__V1__KEY_VALUE_LIST__INIT);
 
-		if (!l || !(l->values = arena_alloc(a, sizeof(KeyValue *) * (n ?: 1))))
+		if (!l || kv_list(a, o, depth + 1, &l->values, &l->n_values) < 0)
 			return NULL;
-		json_object_object_foreach(o, key, val) {
-			if (!(l->values[i++] = kv_new(a, key, any_from_json(a, val, depth + 1))))
-				return NULL;
-		}
-		l->n_values = i;
 		v->value_case = OPENTELEMETRY__PROTO__COMMON__V1__ANY_VALUE__VALUE_KVLIST_VALUE;
 		v->kvlist_value = l;
 		break;
@@ -156,25 +147,44 @@ static AnyValue *any_from_json(Arena *a, json_object *o, unsigned depth) {
 	return v;
 }
 
-/* The attributes every collector filters on, from the event's own fields. */
-static int event_attributes(Arena *a, const OtlpEvent *ev, KeyValue ***ret, size_t *ret_n) {
-	KeyValue **attrs = arena_alloc(a, sizeof(KeyValue *) * 3);
-	json_object *x;
-	size_t n = 0;
-
-	if (!attrs)
+/* Adds v as o's member k; frees v when it cannot. */
+static int add(json_object *o, const char *k, json_object *v) {
+	if (!v || json_object_object_add(o, k, v) < 0) {
+		json_object_put(v);
 		return -ENOMEM;
-	if (json_object_object_get_ex(ev->fields, "type", &x) &&
-	    !(attrs[n++] = kv_new(a, "perfrelay.type", any_string(a, json_object_get_string(x)))))
-		return -ENOMEM;
-	if (json_object_object_get_ex(ev->fields, "pid", &x) &&
-	    !(attrs[n++] = kv_new(a, "process.pid", any_int(a, json_object_get_int64(x)))))
-		return -ENOMEM;
-	if (ev->unit && !(attrs[n++] = kv_new(a, "systemd.unit", any_string(a, ev->unit))))
-		return -ENOMEM;
-	*ret = attrs;
-	*ret_n = n;
+	}
 	return 0;
+}
+
+/* The resource's attributes, for both encodings: a new JSON object (the caller puts it). */
+static json_object *resource_attributes(const OtlpResource *res) {
+	json_object *o = json_object_new_object();
+
+	if (!o || add(o, "service.name", json_object_new_string("perfrelay")) < 0 ||
+	    add(o, "service.version", json_object_new_string(res->version)) < 0 ||
+	    add(o, "host.name", json_object_new_string(res->host)) < 0 ||
+	    add(o, "perfrelay.boot_id", json_object_new_string(res->boot_id)) < 0) {
+		json_object_put(o);
+		return NULL;
+	}
+	return o;
+}
+
+/* The attributes every collector filters on, from the event's own fields, for both encodings:
+ * a new JSON object (the caller puts it). */
+static json_object *event_attributes(const OtlpEvent *ev) {
+	json_object *o = json_object_new_object(), *x;
+
+	if (!o)
+		return NULL;
+	if ((json_object_object_get_ex(ev->fields, "type", &x) &&
+	     add(o, "perfrelay.type", json_object_get(x)) < 0) ||
+	    (json_object_object_get_ex(ev->fields, "pid", &x) && add(o, "process.pid", json_object_get(x)) < 0) ||
+	    (ev->unit && add(o, "systemd.unit", json_object_new_string(ev->unit)) < 0)) {
+		json_object_put(o);
+		return NULL;
+	}
+	return o;
 }
 
 static int encode_protobuf(
@@ -194,20 +204,17 @@ static int encode_protobuf(
 		OPENTELEMETRY__PROTO__COMMON__V1__INSTRUMENTATION_SCOPE__INIT;
 	Opentelemetry__Proto__Logs__V1__ResourceLogs *rls[1] = { &rl };
 	Opentelemetry__Proto__Logs__V1__ScopeLogs *sls[1] = { &sl };
-	KeyValue *rattrs[4];
 	Arena a = {};
+	/* The attribute objects, which the messages borrow strings from until packed: the
+	 * resource's, then one per event. */
+	json_object **attrs = calloc(n + 1, sizeof(json_object *));
 	uint8_t *buf;
 	size_t len;
 	int r = -ENOMEM;
 
-	rattrs[0] = kv_new(&a, "service.name", any_string(&a, "perfrelay"));
-	rattrs[1] = kv_new(&a, "service.version", any_string(&a, res->version));
-	rattrs[2] = kv_new(&a, "host.name", any_string(&a, res->host));
-	rattrs[3] = kv_new(&a, "perfrelay.boot_id", any_string(&a, res->boot_id));
-	if (!rattrs[0] || !rattrs[1] || !rattrs[2] || !rattrs[3])
+	if (!attrs || !(attrs[n] = resource_attributes(res)) ||
+	    kv_list(&a, attrs[n], 0, &resource.attributes, &resource.n_attributes) < 0)
 		goto finish;
-	resource.attributes = rattrs;
-	resource.n_attributes = ELEMENTSOF(rattrs);
 	scope.name = (char *) SCOPE_NAME;
 	scope.version = (char *) res->version;
 	sl.scope = &scope;
@@ -224,7 +231,8 @@ static int encode_protobuf(
 		lr->severity_number = OPENTELEMETRY__PROTO__LOGS__V1__SEVERITY_NUMBER__SEVERITY_NUMBER_INFO;
 		lr->severity_text = (char *) "INFO";
 		lr->body = any_from_json(&a, events[i].fields, 0);
-		if (!lr->body || event_attributes(&a, &events[i], &lr->attributes, &lr->n_attributes) < 0)
+		if (!lr->body || !(attrs[i] = event_attributes(&events[i])) ||
+		    kv_list(&a, attrs[i], 0, &lr->attributes, &lr->n_attributes) < 0)
 			goto finish;
 		sl.log_records[i] = lr;
 	}
@@ -244,6 +252,9 @@ static int encode_protobuf(
 	*ret_len = len;
 	r = 0;
 finish:
+	for (size_t i = 0; attrs && i <= n; i++)
+		json_object_put(attrs[i]);
+	free(attrs);
 	arena_free(&a);
 	return r;
 }
@@ -273,6 +284,22 @@ static json_object *json_wrap(const char *kind, json_object *v) {
 		return NULL;
 	}
 	return o;
+}
+
+/* A JSON object's members as OTLP/JSON KeyValues: an array of {"key","value"}, or NULL. */
+static json_object *json_kvs(json_object *o, unsigned depth) {
+	json_object *values = json_object_new_array();
+
+	json_object_object_foreach(o, key, val) {
+		json_object *kv = values ? json_kv(key, json_any(val, depth)) : NULL;
+
+		if (!kv || json_object_array_add(values, kv) < 0) {
+			json_object_put(kv);
+			json_object_put(values);
+			return NULL;
+		}
+	}
+	return values;
 }
 
 static json_object *json_any(json_object *o, unsigned depth) {
@@ -307,34 +334,10 @@ static json_object *json_any(json_object *o, unsigned depth) {
 			}
 		return json_wrap("arrayValue", json_wrap("values", values));
 	}
-	case json_type_object: {
-		json_object *values = json_object_new_array();
-
-		json_object_object_foreach(o, key, val) {
-			json_object *kv = values ? json_kv(key, json_any(val, depth + 1)) : NULL;
-
-			if (!kv || json_object_array_add(values, kv) < 0) {
-				json_object_put(kv);
-				json_object_put(values);
-				return NULL;
-			}
-		}
-		return json_wrap("kvlistValue", json_wrap("values", values));
-	}
+	case json_type_object:
+		return json_wrap("kvlistValue", json_wrap("values", json_kvs(o, depth + 1)));
 	}
 	return NULL;
-}
-
-static json_object *json_str(const char *s) {
-	return json_wrap("stringValue", json_object_new_string(s));
-}
-
-static int add(json_object *o, const char *k, json_object *v) {
-	if (!v || json_object_object_add(o, k, v) < 0) {
-		json_object_put(v);
-		return -ENOMEM;
-	}
-	return 0;
 }
 
 static int push(json_object *arr, json_object *v) {
@@ -360,31 +363,29 @@ static int encode_json(
 	uint8_t **ret,
 	size_t *ret_len) {
 	_cleanup_(json_object_putp) json_object *root = json_object_new_object();
+	_cleanup_(json_object_putp) json_object *rattrs = resource_attributes(res);
 	json_object *rls = json_object_new_array(), *rl = json_object_new_object(),
-		    *resource = json_object_new_object(), *rattrs = json_object_new_array(),
-		    *sls = json_object_new_array(), *sl = json_object_new_object(),
-		    *scope = json_object_new_object(), *records = json_object_new_array();
+		    *resource = json_object_new_object(), *sls = json_object_new_array(),
+		    *sl = json_object_new_object(), *scope = json_object_new_object(),
+		    *records = json_object_new_array();
 	const char *text;
 	int r = 0;
 
 	/* Each piece is owned by its parent as soon as it is added; what failed to be added is
 	 * freed by add()/push(), and everything else with root. */
-	if (!root || add(root, "resourceLogs", rls) < 0 || push(rls, rl) < 0 ||
-	    add(rl, "resource", resource) < 0 || add(resource, "attributes", rattrs) < 0 ||
+	if (!root || !rattrs || add(root, "resourceLogs", rls) < 0 || push(rls, rl) < 0 ||
+	    add(rl, "resource", resource) < 0 || add(resource, "attributes", json_kvs(rattrs, 0)) < 0 ||
 	    add(rl, "scopeLogs", sls) < 0 || push(sls, sl) < 0 || add(sl, "scope", scope) < 0 ||
 	    add(sl, "logRecords", records) < 0)
 		return -ENOMEM;
-	if (push(rattrs, json_kv("service.name", json_str("perfrelay"))) < 0 ||
-	    push(rattrs, json_kv("service.version", json_str(res->version))) < 0 ||
-	    push(rattrs, json_kv("host.name", json_str(res->host))) < 0 ||
-	    push(rattrs, json_kv("perfrelay.boot_id", json_str(res->boot_id))) < 0 ||
-	    add(scope, "name", json_object_new_string(SCOPE_NAME)) < 0 ||
+	if (add(scope, "name", json_object_new_string(SCOPE_NAME)) < 0 ||
 	    add(scope, "version", json_object_new_string(res->version)) < 0)
 		return -ENOMEM;
 	for (size_t i = 0; i < n && r >= 0; i++) {
-		json_object *lr = json_object_new_object(), *attrs = json_object_new_array(), *x;
+		_cleanup_(json_object_putp) json_object *attrs = event_attributes(&events[i]);
+		json_object *lr = json_object_new_object();
 
-		if (push(records, lr) < 0 || add(lr, "attributes", attrs) < 0)
+		if (!attrs || push(records, lr) < 0 || add(lr, "attributes", json_kvs(attrs, 0)) < 0)
 			return -ENOMEM;
 		r = add(lr, "timeUnixNano", json_u64(events[i].time_unix_nano));
 		if (r >= 0)
@@ -395,18 +396,6 @@ static int encode_json(
 			r = add(lr, "severityText", json_object_new_string("INFO"));
 		if (r >= 0)
 			r = add(lr, "body", json_any(events[i].fields, 0));
-		if (r >= 0 && json_object_object_get_ex(events[i].fields, "type", &x))
-			r = push(attrs, json_kv("perfrelay.type", json_str(json_object_get_string(x))));
-		if (r >= 0 && json_object_object_get_ex(events[i].fields, "pid", &x)) {
-			char num[24];
-
-			snprintf(num, sizeof(num), "%" PRId64, json_object_get_int64(x));
-			r = push(
-				attrs,
-				json_kv("process.pid", json_wrap("intValue", json_object_new_string(num))));
-		}
-		if (r >= 0 && events[i].unit)
-			r = push(attrs, json_kv("systemd.unit", json_str(events[i].unit)));
 	}
 	if (r < 0)
 		return r;
