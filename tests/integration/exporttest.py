@@ -58,12 +58,14 @@ def stream_events(nc, stream):
 
 
 def write_frames(path, records):
-    """records: (type, producer, cpu, seq, payload) → the socket's binary frames in a file."""
+    """records: (type, producer, cpu, seq, payload[, hdr_size]) → the socket's binary frames in
+    a file. hdr_size defaults to the whole record; a packet's is its fixed part (its bytes follow)."""
     from event_abi import MAGIC, VERSION
     with open(path, "wb") as f:
-        for typ, producer, cpu, seq, payload in records:
+        for typ, producer, cpu, seq, payload, *hsize in records:
             size = HDR.size + len(payload)
-            f.write(struct.pack("<I", size) + HDR.pack(MAGIC, VERSION, 0, typ, size, producer, cpu, seq, seq * 1000)
+            f.write(struct.pack("<I", size)
+                    + HDR.pack(MAGIC, VERSION, 0, typ, hsize[0] if hsize else size, producer, cpu, seq, seq * 1000)
                     + payload)
 
 

@@ -162,13 +162,8 @@ def test_packet_records_whole():
             # struct perfrelay_packet after the header: cgroup_id, capture_id, ifindex,
             # orig_len, cap_len, protocol, direction, link, pad; then the bytes.
             fixed = struct.pack("<QIIIIHBB4x", 4242, 3, 1, 1500, cap, 0x0800, 0, 0)
-            recs.append((6, 6, 0, i, fixed + data[:cap]))
-        from event_abi import MAGIC, VERSION
-        with open(frames, "wb") as f:
-            for typ, producer, cpu, seq, payload in recs:
-                hsize = HDR.size + 32  # hdr.size is the fixed part; the bytes follow it
-                f.write(struct.pack("<I", HDR.size + len(payload))
-                        + HDR.pack(MAGIC, VERSION, 0, typ, hsize, producer, cpu, seq, seq) + payload)
+            recs.append((6, 6, 0, i, fixed + data[:cap], HDR.size + len(fixed)))
+        write_frames(frames, recs)
         e = Exporter(EXPORT, "packet", [srv.url])
         check_eq(e.start("--input", frames).wait(), 0, f"export exit status: {e.stderr()}")
         st = e.stats()
