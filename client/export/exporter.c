@@ -70,7 +70,7 @@ struct Exporter {
 	atomic_bool reclaim; /* set on reconnect: what was in flight before will never be acked */
 
 	/* Main thread only; events. */
-	uint64_t offered, dropped_queue_full, dropped_retries, dropped_shutdown, retried, daemon_lost;
+	uint64_t offered, dropped_queue_full, dropped_retries, dropped_shutdown, retried;
 	uint64_t messages; /* messages published (first tries) */
 	bool stream_ready;
 	uint64_t next_stream_try_ms;
@@ -411,13 +411,12 @@ void exporter_offer(
 		batch_seal(e, b);
 }
 
-/* A message that was not acknowledged: publish it again (ahead of newer ones, to keep the
+/* A message of n events that was not acknowledged: publish it again (ahead of newer ones, to keep the
  * order as far as possible) unless it ran out of attempts. Its events go back to the queue's. */
-static void retry_or_drop(Exporter *e, natsMsg *m) {
+static void retry_or_drop(Exporter *e, natsMsg *m, uint64_t n) {
 	const char *v = NULL;
 	char buf[16];
 	unsigned long attempt = 1;
-	uint64_t n = msg_count(m);
 
 	if (natsMsgHeader_Get(m, HDR_ATTEMPT, &v) == NATS_OK && v)
 		attempt = strtoul(v, NULL, 10);
@@ -438,9 +437,11 @@ static void retry_or_drop(Exporter *e, natsMsg *m) {
 
 /* A message taken back from in flight (failed, timed out, or pending across a reconnect). */
 static void take_back(Exporter *e, natsMsg *m) {
-	atomic_fetch_sub(&e->in_flight_events, msg_count(m));
+	uint64_t n = msg_count(m);
+
+	atomic_fetch_sub(&e->in_flight_events, n);
 	atomic_fetch_sub(&e->in_flight, 1);
-	retry_or_drop(e, m);
+	retry_or_drop(e, m, n);
 }
 
 /* Takes back every message nats.c still waits an ack for: after a reconnect their acks are
