@@ -21,6 +21,7 @@
 
 #include "bus-json.h"
 #include "http-request.h"
+#include "json-util.h"
 #include "macro.h"
 
 #define BUS_NAME           "org.perfrelay1"
@@ -70,6 +71,58 @@ static uint64_t jget_u64(json_object *o, const char *key) {
 	return json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_int) ?
 		json_object_get_uint64(v) :
 		0;
+}
+
+/* A label value as the exposition formats want it: backslash, quote and newline escaped
+ * (unit names carry systemd's \x2d escapes). */
+static void label_value(FILE *f, const char *v) {
+	for (; *v; v++)
+		if (*v == '\\' || *v == '"')
+			fprintf(f, "\\%c", *v);
+		else if (*v == '\n')
+			fputs("\\n", f);
+		else
+			fputc(*v, f);
+}
+
+/* GetUnitCounters(): one counter family, perfrelay_unit_perf_events_total, a sample per cgroup and
+ * perf counter labelled by unit, cgroup id and counter (its JSON name, e.g. task_clock_ns). The
+ * reply is read whole first, so that a failure leaves no half family. */
+static int collect_units(sd_bus *bus, Out *o) {
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	_cleanup_(json_object_putp) json_object *units = NULL;
+	size_t n;
+	int r;
+
+	r = sd_bus_call_method(bus, BUS_NAME, BUS_PATH, BUS_IFACE, "GetUnitCounters", NULL, &reply, "");
+	if (r >= 0)
+		r = bus_value_to_json(reply, &units);
+	if (r < 0)
+		return r;
+	if (!json_object_is_type(units, json_type_array))
+		return -EBADMSG;
+	n = json_object_array_length(units);
+	family(o,
+	       "perfrelay_unit_perf_events",
+	       "counter",
+	       "A perf counter's total over a cgroup's tasks (GetUnitCounters()).");
+	for (size_t i = 0; i < n; i++) {
+		json_object *u = json_object_array_get_idx(units, i);
+		json_object *values = json_object_array_get_idx(u, 2);
+
+		if (!json_object_is_type(values, json_type_object))
+			continue;
+		json_object_object_foreach(values, key, v) {
+			fputs("perfrelay_unit_perf_events_total{unit=\"", o->f);
+			label_value(o->f, json_object_get_string(json_object_array_get_idx(u, 0)));
+			fprintf(o->f,
+				"\",cgroup_id=\"%" PRIu64 "\",counter=\"%s\"} %" PRIu64 "\n",
+				json_object_get_uint64(json_object_array_get_idx(u, 1)),
+				key,
+				json_object_get_uint64(v));
+		}
+	}
+	return 0;
 }
 
 /* One family per field, one sample per element of the GetStats() array `list`, labelled by the
@@ -159,7 +212,7 @@ static int collect_daemon(sd_bus *bus, Out *o) {
 	/* Sections of GetStats() with plain figures: key, metric, type, help. */
 	static const struct {
 		const char *section;
-		const char *fields[6][4];
+		const char *fields[8][4];
 	} sections[] = {
 		{ "recorder",
 		  { { "written", "perfrelay_recorder_written", "counter", "Records the flight recorder's rings took." },
@@ -175,6 +228,26 @@ static int collect_daemon(sd_bus *bus, Out *o) {
 		      "perfrelay_recorder_snapshots",
 		      "counter",
 		      "Flight recorder snapshots taken." } } },
+		{ "capture",
+		  { { "started", "perfrelay_captures_started", "counter", "Packet captures started." },
+		    { "stopped", "perfrelay_captures_stopped", "counter", "Packet captures ended." },
+		    { "refused",
+		      "perfrelay_captures_refused",
+		      "counter",
+		      "Packet captures refused over MaxCaptures=." },
+		    { "seen", "perfrelay_capture_packets_seen", "counter", "Packets the captures' programs saw." },
+		    { "captured",
+		      "perfrelay_capture_packets_captured",
+		      "counter",
+		      "Packets the captures wrote to the rings." },
+		    { "rate_dropped",
+		      "perfrelay_capture_packets_rate_dropped",
+		      "counter",
+		      "Packets over a capture's packets per second." },
+		    { "failed",
+		      "perfrelay_capture_packets_failed",
+		      "counter",
+		      "Packets not written to a ring (full, or no daemon serving)." } } },
 		{ "producer_scan",
 		  { { "scans", "perfrelay_producer_scans", "counter", "Scans for third-party producers." },
 		    { "refused",
@@ -247,6 +320,8 @@ static int collect_daemon(sd_bus *bus, Out *o) {
 		}
 	}
 	json_object_put(stats);
+	/* Without them (a daemon that lacks the method) the rest still stands. */
+	(void) collect_units(bus, &side);
 	if (fclose(side.f) != 0)
 		return -ENOMEM;
 	fwrite(text, 1, size, o->f);

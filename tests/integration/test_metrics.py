@@ -16,7 +16,7 @@ import tempfile
 import time
 import urllib.request
 
-from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests, skip
+from prtest import Daemon, Failure, UnitCgroup, check, check_eq, require_root_and_bpf, run_tests, skip
 from natstest import free_port, wait_for
 from statsbus import StatsBus
 
@@ -119,9 +119,14 @@ def test_prometheus_scrapes_socket_activated_metrics():
         for section, fields in (("recorder", (("written", "recorder_written"), ("paused", "recorder_paused"),
                                               ("failed", "recorder_failed"), ("snapshots", "recorder_snapshots"))),
                                 ("producer_scan", (("scans", "producer_scans"), ("refused", "producer_types_refused"),
-                                                   ("bad_declarations", "producer_bad_declarations")))):
+                                                   ("bad_declarations", "producer_bad_declarations"))),
+                                ("capture", (("started", "captures_started"), ("stopped", "captures_stopped"),
+                                             ("refused", "captures_refused"), ("seen", "capture_packets_seen"),
+                                             ("captured", "capture_packets_captured"),
+                                             ("rate_dropped", "capture_packets_rate_dropped"),
+                                             ("failed", "capture_packets_failed")))):
             for key, name in fields:
-                total = "" if key in ("refused", "bad_declarations") else "_total"
+                total = "" if section == "producer_scan" and key in ("refused", "bad_declarations") else "_total"
                 check_eq(s[f"perfrelay_{name}{total}"], st[section][key], f"{section} {key}")
         check(st["recorder"]["written"] > 0, f"the flight recorder took the burst: {st['recorder']}")
         check_eq(s["perfrelay_up"], 1, "perfrelay_up")
@@ -184,4 +189,49 @@ def test_prometheus_scrapes_socket_activated_metrics():
         shutil.rmtree(WORK, ignore_errors=True)
 
 
-run_tests([test_prometheus_scrapes_socket_activated_metrics])
+def test_unit_counters():
+    """A unit's perf counter totals: once its process has ended they stay put, and the scrape's
+    perfrelay_unit_perf_events_total{unit,cgroup_id,counter} equals GetUnitCounters() exactly."""
+    bus = StatsBus(BINARY)
+    d = Daemon(BINARY, "metrics-units", stdout=False,
+               config="[Probes]\nProbes=none\n[Counters]\nCounters=task-clock context-switches\nCountersIntervalMs=100\n")
+    unit = UnitCgroup("metrics-units")
+    try:
+        d.start()
+        # A burst of CPU and switches in the unit, then nothing: its totals stop moving.
+        check_eq(unit.popen(["sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 0.05"]).wait(), 0,
+                 "the unit's work exit status")
+
+        def unit_totals():
+            r = subprocess.run(["busctl", "--system", "--json=short", "call", "org.perfrelay1", "/org/perfrelay1",
+                                "org.perfrelay1.Manager", "GetUnitCounters"], capture_output=True, text=True, check=True)
+            rows = [u for u in json.loads(r.stdout)["data"][0] if u[1] == unit.id]
+            return rows[0] if rows else None
+        before = wait_for(lambda: (lambda u: u and u[2].get("task_clock_ns", 0) > 0 and u)(unit_totals()),
+                          "the unit's counters in GetUnitCounters()")
+        port = free_port()
+        metrics = subprocess.Popen([METRICS, f"--listen=127.0.0.1:{port}"], stderr=subprocess.PIPE)
+        try:
+            def scrape():
+                try:
+                    return http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")[1]
+                except OSError:
+                    return None
+            body = wait_for(scrape, "perfrelay-metrics answering on --listen")
+        finally:
+            metrics.terminate()
+            metrics.wait(30)
+        s = samples(body)
+        check_eq(unit_totals(), before, "the ended unit's totals stayed put")
+        for key in ("task_clock_ns", "context_switches"):
+            check_eq(s.get(f'perfrelay_unit_perf_events_total{{unit="{unit.name}",cgroup_id="{unit.id}",counter="{key}"}}'),
+                     before[2][key], f"perfrelay_unit_perf_events_total of the unit's {key} = GetUnitCounters()")
+        r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True)
+        check_eq(r.returncode, 0, f"promtool check metrics: {r.stdout}{r.stderr}")
+    finally:
+        d.cleanup()
+        unit.remove()
+        bus.close()
+
+
+run_tests([test_prometheus_scrapes_socket_activated_metrics, test_unit_counters])
