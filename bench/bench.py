@@ -16,6 +16,9 @@ import sys
 import tempfile
 import time
 
+# otlpreceiver (row o) and prtest live with the integration tests.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "integration"))
+
 BENCH_PRODUCER = 16  # PERFRELAY_PRODUCER_BENCH in bpf/event.h
 
 # The rows of one run, in the order they are measured (and repeated, interleaved, so that a slow
@@ -335,30 +338,40 @@ class Bench:
         zl = good["offered_per_s"] if good else 0.0
         return zl, producer_bound, points
 
-    def export_row(self, duration, rate):
+    def export_row(self, duration, rate, target="nats"):
         """(x) perfrelay-export: the daemon's binary stream published to a local nats-server -js
-        with acks, the producer at `rate` (0: as fast as it goes). The exporter's rate is what it
+        with acks, the producer at `rate` (0: as fast as it goes); (o) with target "otlp": posted
+        as OTLP/HTTP logs (protobuf) to a local receiver that decodes every request with the
+        OpenTelemetry project's code (tests/integration/otlp-receiver.js). The exporter's rate is what it
         had acknowledged by the time it was idle again, over the time from the producer's start;
         its CPU per acknowledged event comes from /proc (utime + stime). Checks the exporter's
         accounting on the way: offered + daemon_lost = what the daemon received, exported +
         export_dropped = offered."""
+        row = "x" if target == "nats" else "o"
         exporter = os.path.join(self.args.build, "client", "export", "perfrelay-export")
         nats = shutil.which("nats-server")
-        if not os.access(exporter, os.X_OK) or not nats:
-            log("row x skipped: perfrelay-export was not built or nats-server is missing")
+        if not os.access(exporter, os.X_OK) or (target == "nats" and not nats) or \
+                (target == "otlp" and not shutil.which("node")):
+            log(f"row {row} skipped: perfrelay-export was not built, or nats-server or node is missing")
             return None
         work = tempfile.mkdtemp(prefix="perfrelay-bench-export-", dir=self.workdir)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        server = subprocess.Popen([nats, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", work],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        exp = None
+        exp = server = receiver = None
         stats_file = os.path.join(work, "stats.json")
         conf = os.path.join(work, "export.conf")
+        if target == "nats":
+            server = subprocess.Popen([nats, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", work],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            out = f"[NATS]\nServers=nats://127.0.0.1:{port}\n[Export]\n"
+        else:
+            import otlpreceiver
+            otlpreceiver.ensure_node_modules()
+            receiver = otlpreceiver.Receiver(count_only=True)
+            out = f"[OTLP]\nEndpoint={receiver.endpoint}\n[Export]\nTargets=otlp\n"
         with open(conf, "w") as f:
-            f.write(f"[NATS]\nServers=nats://127.0.0.1:{port}\n[Export]\nSocket={self.daemon.socket_path}\n"
-                    f"Types=bench\nStatsFile={stats_file}\nQueueEvents=200000\n")
+            f.write(out + f"Socket={self.daemon.socket_path}\nTypes=bench\nStatsFile={stats_file}\nQueueEvents=200000\n")
 
         def stats():
             r = subprocess.run([exporter, "--config", conf, "--stats-json"], capture_output=True, text=True)
@@ -371,7 +384,7 @@ class Bench:
                 if v:
                     return v
                 time.sleep(0.05)
-            raise BenchError(f"row x: {what} did not happen within {timeout}s")
+            raise BenchError(f"row {row}: {what} did not happen within {timeout}s")
 
         def cpu_ns(pid):
             with open(f"/proc/{pid}/stat") as f:
@@ -382,7 +395,8 @@ class Bench:
             def listening():
                 with socket.socket() as c:
                     return c.connect_ex(("127.0.0.1", port)) == 0
-            wait(listening, "nats-server listening")
+            if server:
+                wait(listening, "nats-server listening")
             self.daemon.start()
             exp = subprocess.Popen([exporter, "--config", conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                    preexec_fn=(lambda: os.sched_setaffinity(0, self.daemon.cpus))
@@ -402,7 +416,7 @@ class Bench:
             # The stats file is written once a second: the idle moment is up to 1 s before t1.
             t1, cpu1 = time.monotonic(), cpu_ns(exp.pid)
             if st["exported"] + st["export_dropped"] != st["offered"]:
-                raise BenchError(f"row x: exported {st['exported']} + dropped {st['export_dropped']} != offered "
+                raise BenchError(f"row {row}: exported {st['exported']} + dropped {st['export_dropped']} != offered "
                                  f"{st['offered']}")
             exp.send_signal(signal.SIGTERM)
             exp.wait(60)
@@ -417,7 +431,10 @@ class Bench:
                 exp.kill()
                 exp.wait()
             self.daemon.kill()
-            server.terminate()
+            if server:
+                server.terminate()
+            if receiver:
+                receiver.cleanup()
             server.wait(30)
             shutil.rmtree(work, ignore_errors=True)
 
@@ -532,7 +549,7 @@ def main():
     ap.add_argument("--pages", type=int, default=64, help="ring pages per CPU, libbpf and perfrelayd (default 64)")
     ap.add_argument("--rows", default=",".join(n for n, _, _ in ROWS), help="max-rate rows to run")
     ap.add_argument("--export-repeat", type=int, default=2,
-                    help="runs of row x (perfrelay-export to a local nats-server) at the maximum rate, and as many "
+                    help="runs of rows x and o (perfrelay-export to a local nats-server, to a local OTLP receiver) at the maximum rate, and as many "
                          "at half of it (default 2; 0 = none; needs row e)")
     ap.add_argument("--sweeps", default="a,a',c", help="rows to sweep for the zero-loss rate (default a,a',c)")
     ap.add_argument("--capture-repeat", type=int, default=3,
@@ -568,19 +585,23 @@ def main():
         max_rows, baselines = b.max_rate_rows() if ROWS else ({}, [])
         summary = {name: summarize(res) for name, res in max_rows.items()}
 
-        # Row x: as fast as the producer goes (the exporter's throughput), then at half that rate,
-        # which it sustains without loss (its CPU per event, not inflated by dropping).
-        export_max, export_half = [], []
-        for i in range(2 * args.export_repeat if "e" in summary else 0):
-            half = i >= args.export_repeat
-            rate = statistics.median(r["events_per_s"] for r in export_max) / 2 if half else 0
-            res = b.export_row(args.duration, rate)
-            if res is None:
-                break
-            (export_half if half else export_max).append(res)
-            log(f"row x, {'half rate' if half else 'max rate'}: {res['events_per_s'] / 1e3:.1f} k/s acknowledged, "
-                f"{res['cpu_ns_per_event']:.0f} CPU ns/event, {res['daemon_lost']} lost in the daemon's queue, "
-                f"{res['export_dropped']} dropped by the exporter")
+        # Rows x (NATS) and o (OTLP): as fast as the producer goes (the exporter's throughput),
+        # then at half that rate, which it sustains without loss (its CPU per event, not
+        # inflated by dropping).
+        exports = {}
+        for row, target in (("x", "nats"), ("o", "otlp")):
+            runs_max, runs_half = [], []
+            for i in range(2 * args.export_repeat if "e" in summary else 0):
+                half = i >= args.export_repeat
+                rate = statistics.median(r["events_per_s"] for r in runs_max) / 2 if half else 0
+                res = b.export_row(args.duration, rate, target)
+                if res is None:
+                    break
+                (runs_half if half else runs_max).append(res)
+                log(f"row {row}, {'half rate' if half else 'max rate'}: {res['events_per_s'] / 1e3:.1f} k/s "
+                    f"acknowledged, {res['cpu_ns_per_event']:.0f} CPU ns/event, {res['daemon_lost']} lost in the "
+                    f"daemon's queue, {res['export_dropped']} dropped by the exporter")
+            exports[row] = (runs_max, runs_half)
 
         sweeps = {}
         for row in [s for s in args.sweeps.split(",") if s]:
@@ -629,18 +650,23 @@ def main():
                      for r in max_rows[name]]
         configurations[name] = s
 
-    export = None
-    if export_max and export_half:
+    descriptions = {"x": "perfrelay-export: binary stream to a local nats-server -js, acknowledged",
+                    "o": "perfrelay-export: OTLP/HTTP logs (protobuf) to a local receiver decoding them, answered"}
+    export_rows = {}
+    for row, (runs_max, runs_half) in exports.items():
+        if not runs_max or not runs_half:
+            continue
         e = configurations["e"]
         e_client_ns = statistics.median(r["consumer_cpu_ns"] / r["delivered"] for r in max_rows["e"] if r["delivered"])
-        rate = statistics.median(r["events_per_s"] for r in export_max)
-        cpu = statistics.median(r["cpu_ns_per_event"] for r in export_half)
-        export = {"description": "perfrelay-export: binary stream to a local nats-server -js, acknowledged",
-                  "events_per_s": round(rate), "cpu_ns_per_event_at_half_rate": round(cpu, 1),
-                  "ratio_to_e_events_per_s": round(rate / e["events_per_s"], 4),
-                  "e_client_cpu_ns_per_event": round(e_client_ns, 1),
-                  "ratio_to_e_client_cpu_per_event": round(cpu / e_client_ns, 2) if e_client_ns else None,
-                  "runs_max_rate": export_max, "runs_half_rate": export_half}
+        rate = statistics.median(r["events_per_s"] for r in runs_max)
+        cpu = statistics.median(r["cpu_ns_per_event"] for r in runs_half)
+        export_rows[row] = {"description": descriptions[row],
+                            "events_per_s": round(rate), "cpu_ns_per_event_at_half_rate": round(cpu, 1),
+                            "ratio_to_e_events_per_s": round(rate / e["events_per_s"], 4),
+                            "e_client_cpu_ns_per_event": round(e_client_ns, 1),
+                            "ratio_to_e_client_cpu_per_event": round(cpu / e_client_ns, 2) if e_client_ns else None,
+                            "runs_max_rate": runs_max, "runs_half_rate": runs_half}
+    export = export_rows.get("x")
 
     def t(name, value, want, ok):
         return {"target": want, "measured": value, "met": bool(ok) if value is not None else None}
@@ -695,6 +721,7 @@ def main():
                       for row, sw in sweeps.items()},
         "half_zero_loss": half,
         "export": export,
+        "export_otlp": export_rows.get("o"),
         "recorder": recorder,
         "counters": counters,
         "capture": capture,
@@ -724,11 +751,11 @@ def main():
     for row, r in half.items():
         print(f"at half that rate ({row}): p50 {r['latency_p50_us']} us, p99 {r['latency_p99_us']} us, "
               f"{r['cpu_ns_per_event'] or 0:.1f} CPU ns/event")
-    if export:
-        print(f"x    {export['events_per_s'] / 1e6:9.3f}M  {export['ratio_to_e_events_per_s']:.4f} of (e); "
-              f"{export['cpu_ns_per_event_at_half_rate']:.0f} CPU ns/event at half that rate = "
-              f"{export['ratio_to_e_client_cpu_per_event']}x "
-              f"(e)'s binary client ({export['e_client_cpu_ns_per_event']:.0f})  {export['description']}")
+    for row, ex in export_rows.items():
+        print(f"{row}    {ex['events_per_s'] / 1e6:9.3f}M  {ex['ratio_to_e_events_per_s']:.4f} of (e); "
+              f"{ex['cpu_ns_per_event_at_half_rate']:.0f} CPU ns/event at half that rate = "
+              f"{ex['ratio_to_e_client_cpu_per_event']}x "
+              f"(e)'s binary client ({ex['e_client_cpu_ns_per_event']:.0f})  {ex['description']}")
     if capture:
         print(f"capture: a loopback TCP stream runs at {capture['tcp_stream_on_to_off']}x its rate without a capture; "
               f"{capture['daemon_cpu_ns_per_packet']} daemon CPU ns per captured packet at {capture['packet_rate']}/s")

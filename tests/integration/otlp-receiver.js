@@ -3,7 +3,8 @@
 // project's own code (@opentelemetry/otlp-transformer's generated protobufjs root, the
 // official opentelemetry-proto definitions), as a collector would. Listens on 127.0.0.1 (an
 // ephemeral port, printed as the first line of stdout), writes one JSON line per log record
-// to OUT, and answers the first FAIL_FIRST requests with 503 and Retry-After: 1.
+// to OUT (with COUNT_ONLY set: none, only the counts at the end), and answers the first
+// FAIL_FIRST requests with 503 and Retry-After: 1.
 "use strict";
 const http = require("http");
 const fs = require("fs");
@@ -13,7 +14,8 @@ const Req = root.opentelemetry.proto.collector.logs.v1.ExportLogsServiceRequest;
 const Resp = root.opentelemetry.proto.collector.logs.v1.ExportLogsServiceResponse;
 const out = fs.openSync(process.env.OUT, "a");
 let failFirst = parseInt(process.env.FAIL_FIRST || "0", 10);
-let requests = 0, refused = 0;
+const countOnly = !!process.env.COUNT_ONLY;
+let requests = 0, refused = 0, records = 0;
 
 // AnyValue (as toObject gives it) → plain JSON value.
 function plain(v) {
@@ -65,6 +67,8 @@ http.createServer((req, res) => {
       return res.end();
     }
     for (const rl of msg.resourceLogs || []) {
+      for (const sl of rl.scopeLogs || []) records += (sl.logRecords || []).length;
+      if (countOnly) continue;
       const resource = attrs((rl.resource || {}).attributes);
       for (const sl of rl.scopeLogs || [])
         for (const lr of sl.logRecords || [])
@@ -85,6 +89,6 @@ http.createServer((req, res) => {
   process.stdout.write(this.address().port + "\n");
 });
 process.on("SIGTERM", () => {
-  fs.writeSync(out, JSON.stringify({ requests, refused }) + "\n");
+  fs.writeSync(out, JSON.stringify({ requests, refused, records }) + "\n");
   process.exit(0);
 });

@@ -19,70 +19,16 @@ import time
 from prtest import Daemon, Failure, UnitCgroup, check, check_eq, require_root_and_bpf, run_tests, skip
 from natstest import wait_for
 from exporttest import Exporter, boot_id, write_frames
+from otlpreceiver import Receiver, ensure_node_modules
 
 BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 EXPORT = os.path.join(BUILDDIR, "client", "export", "perfrelay-export")
-HERE = os.path.dirname(os.path.abspath(__file__))
-# The receiver's npm packages, installed once per machine (not in the build tree: a fresh
-# build directory should not mean a fresh download).
-NODE_DIR = "/var/cache/perfrelay-tests/otlp-node"
-NODE_PACKAGES = ["@opentelemetry/otlp-transformer@0.52.1", "protobufjs@7"]
-
 require_root_and_bpf()
 if not os.access(EXPORT, os.X_OK):
     skip("perfrelay-export was not built (libnats-dev, libcurl4-openssl-dev or libprotobuf-c-dev missing)")
 if not shutil.which("node") or not shutil.which("npm"):
     skip("nodejs/npm are not installed (scripts/lib.sh installs them)")
-
-
-def ensure_node_modules():
-    marker = os.path.join(NODE_DIR, "node_modules", "@opentelemetry", "otlp-transformer", "package.json")
-    if os.path.exists(marker):
-        return
-    os.makedirs(NODE_DIR, exist_ok=True)
-    r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", NODE_DIR] + NODE_PACKAGES,
-                       capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        raise Failure(f"npm install of the receiver's packages failed: {r.stderr[-2000:]}")
-
-
-class Receiver:
-    def __init__(self, fail_first=0):
-        self.dir = tempfile.mkdtemp(prefix="perfrelay-otlp-")
-        self.out = os.path.join(self.dir, "records.jsonl")
-        env = dict(os.environ, OUT=self.out, FAIL_FIRST=str(fail_first),
-                   NODE_PATH=os.path.join(NODE_DIR, "node_modules"))
-        self.proc = subprocess.Popen(["node", os.path.join(HERE, "otlp-receiver.js")], env=env,
-                                     stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        if not line.strip().isdigit():
-            raise Failure(f"the OTLP receiver did not start (said {line!r})")
-        self.endpoint = f"http://127.0.0.1:{int(line)}"
-
-    def records(self):
-        if not os.path.exists(self.out):
-            return []
-        with open(self.out) as f:
-            rows = [json.loads(l) for l in f if l.strip()]
-        errors = [r for r in rows if "error" in r]
-        if errors:
-            raise Failure(f"the receiver could not decode a request: {errors[0]}")
-        return [r for r in rows if "body" in r]
-
-    def stop(self):
-        """Stops the receiver; returns its request counts."""
-        self.proc.terminate()
-        self.proc.wait(30)
-        with open(self.out) as f:
-            rows = [json.loads(l) for l in f if l.strip()]
-        return [r for r in rows if "requests" in r][-1]
-
-    def cleanup(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def otlp_conf(endpoint, protocol, extra=""):
