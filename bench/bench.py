@@ -433,9 +433,9 @@ class Bench:
             self.daemon.kill()
             if server:
                 server.terminate()
+                server.wait(30)
             if receiver:
                 receiver.cleanup()
-            server.wait(30)
             shutil.rmtree(work, ignore_errors=True)
 
     def cleanup(self):
