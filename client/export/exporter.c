@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* JetStream publishing for perfrelay-export: queue → async publish → ack, retry or counted drop. */
+/* JetStream publishing for perfrelay-export: batches → queue → async publish → ack, retry or counted drop. */
 #include "exporter.h"
 
 #include <endian.h>
