@@ -4,12 +4,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,6 +25,7 @@
 #include "perfrelay.h"
 #include "request-line.h"
 #include "schema.h"
+#include "shared-ring.h"
 #include "time-util.h"
 #include "unit-frame.h"
 
@@ -37,6 +42,38 @@ _Static_assert(BUFFER_SIZE >= FRAME_MAX + 4096u, "the buffer must hold the large
 
 /* Daemon messages are short; longer ones are cut, so a hostile peer cannot make us keep 96 KiB. */
 #define MESSAGE_MAX 1024u
+
+/* One ring of the shared path, as this client reads it. */
+typedef struct SharedCursor {
+	const struct perfrelay_shared_ctl *ctl;
+	const uint8_t *data;
+	uint64_t mask;
+	uint64_t pos;      /* the next frame to copy; the member page's pos after each swap */
+	uint64_t next_seq; /* the seq that frame should have: a larger one means events were lost */
+} SharedCursor;
+
+/* The shared path (docs/shared-ring.md): frames are copied out of the rings, validated by the
+ * swap of the member page's position, and their bytes appended to the client's buffer, where
+ * the same parsers as for the socket stream read them. The socket carries wakeups ("\n") and
+ * the daemon's goodbye or error line. */
+typedef struct Shared {
+	uint8_t *map;
+	size_t map_size;
+	struct perfrelay_shared_member *page;
+	unsigned n_rings, next_ring;
+	SharedCursor ring[PERFRELAY_SHARED_RINGS_MAX];
+	/* Frames copied from one ring: [next, end) not yet read. Binary clients read them in
+	 * place: [sub, sub_end) is what is left of the current frame's bytes. */
+	uint8_t *scratch_mem;
+	/* scratch_mem + 4: frames are 16-aligned and a binary frame's record follows the frame
+	 * header and its own 4-byte length, so records land 8-aligned and are read in place. */
+	uint8_t *scratch;
+	size_t next, end, sub, sub_end;
+	uint64_t lost;              /* events lost before the frames in scratch, not yet told */
+	char line[MESSAGE_MAX + 2]; /* a goodbye or error line coming in on the socket */
+	size_t line_len;
+	int socket_end; /* the socket's last word, a negative errno: told once the rings are drained */
+} Shared;
 
 typedef enum ClientState {
 	CLIENT_NEW,       /* perfrelay_connect() not called yet */
@@ -64,6 +101,12 @@ struct perfrelay_client {
 	Schema *schemas[SCHEMA_MAX_KEPT];
 	unsigned n_schemas, next_evicted;
 
+	/* Descriptors that came with the hello (the shared path's), until it is parsed. */
+	int hello_fds[2];
+	unsigned n_hello_fds;
+	bool hello_read;
+	Shared *shared; /* NULL: the socket stream */
+
 	/* Binary format: the name of the last unit frame, for the record right after it. */
 	char unit[PERFRELAY_UNIT_NAME_MAX];
 	bool unit_pending; /* a unit frame came and its record has not yet */
@@ -79,14 +122,30 @@ int perfrelay_client_new(perfrelay_client **ret) {
 	if (!c)
 		return -ENOMEM;
 	c->fd = -EBADF;
+	c->hello_fds[0] = c->hello_fds[1] = -EBADF;
 	*ret = c;
 	return 0;
+}
+
+static Shared *shared_free(Shared *s) {
+	if (!s)
+		return NULL;
+	if (s->map)
+		munmap(s->map, s->map_size);
+	if (s->page)
+		munmap(s->page, sizeof(struct perfrelay_shared_member));
+	free(s->scratch_mem);
+	free(s);
+	return NULL;
 }
 
 perfrelay_client *perfrelay_close(perfrelay_client *c) {
 	if (!c)
 		return NULL;
 	safe_close(c->fd);
+	safe_close(c->hello_fds[0]);
+	safe_close(c->hello_fds[1]);
+	shared_free(c->shared);
 	free(c->buf);
 	free(c->record);
 	free(c->version);
@@ -118,11 +177,62 @@ const char *perfrelay_client_socket_path(const perfrelay_client *c) {
 
 /* ---- reading ---- */
 
+/* read() that keeps up to two descriptors the daemon passes with the hello line, and closes any
+ * others (and any that come later: only the hello carries them). */
+static ssize_t recv_keep_fds(perfrelay_client *c, void *buf, size_t size) {
+	union {
+		struct cmsghdr h;
+		uint8_t raw[CMSG_SPACE(sizeof(int) * 4)];
+	} control;
+	struct iovec iov = { .iov_base = buf, .iov_len = size };
+	struct msghdr mh = {
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+		.msg_control = &control,
+		.msg_controllen = sizeof(control),
+	};
+	ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
+
+	if (n < 0)
+		return n;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+			size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+			for (size_t i = 0; i < k; i++) {
+				int fd;
+
+				memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+				if (!c->hello_read && c->n_hello_fds < 2)
+					c->hello_fds[c->n_hello_fds++] = fd;
+				else
+					safe_close(fd);
+			}
+		}
+	return n;
+}
+
+static int shared_fill(perfrelay_client *c, int timeout_ms, uint64_t *deadline);
+
+/* How long poll() may wait: -1 without a timeout, else the milliseconds left (0: none). The
+ * deadline is set at a call's first wait, so that a call that finds data never reads the clock. */
+static int wait_ms(int timeout_ms, uint64_t *deadline) {
+	uint64_t now;
+
+	if (timeout_ms < 0)
+		return -1;
+	now = now_msec(CLOCK_MONOTONIC);
+	if (*deadline == 0)
+		*deadline = now + (uint64_t) timeout_ms;
+	return now >= *deadline ? 0 : (int) MIN(*deadline - now, (uint64_t) INT32_MAX);
+}
+
 /* Reads more bytes into the buffer. Returns 1 when bytes arrived, 0 when timeout_ms passed
  * (or, for 0, nothing is readable now), or a negative errno (-ECONNRESET at a clean EOF,
- * -EBADMSG at an EOF inside a line or frame). deadline is in now_msec(CLOCK_MONOTONIC) time, used when
- * timeout_ms > 0. */
-static int fill(perfrelay_client *c, int timeout_ms, uint64_t deadline) {
+ * -EBADMSG at an EOF inside a line or frame). *deadline: see wait_ms(). */
+static int fill(perfrelay_client *c, int timeout_ms, uint64_t *deadline) {
+	if (c->shared)
+		return shared_fill(c, timeout_ms, deadline);
 	if (c->start == c->end)
 		c->start = c->scanned = c->end = 0;
 	else if (BUFFER_SIZE - c->end < READ_ROOM_MIN && c->start > 0) {
@@ -137,7 +247,7 @@ static int fill(perfrelay_client *c, int timeout_ms, uint64_t deadline) {
 		ssize_t n;
 		int wait, k;
 
-		n = read(c->fd, c->buf + c->end, BUFFER_SIZE - c->end);
+		n = recv_keep_fds(c, c->buf + c->end, BUFFER_SIZE - c->end);
 		if (n > 0) {
 			c->end += (size_t) n;
 			return 1;
@@ -151,20 +261,12 @@ static int fill(perfrelay_client *c, int timeout_ms, uint64_t deadline) {
 
 		if (timeout_ms == 0)
 			return 0;
-		if (timeout_ms < 0)
-			wait = -1;
-		else {
-			uint64_t now = now_msec(CLOCK_MONOTONIC);
-
-			if (now >= deadline)
-				return 0;
-			wait = (int) MIN(deadline - now, (uint64_t) INT32_MAX);
-		}
+		wait = wait_ms(timeout_ms, deadline);
+		if (wait == 0)
+			return 0;
 		k = poll(&p, 1, wait);
 		if (k < 0)
 			return -errno; /* -EINTR: the caller's signal handler wants to run */
-		if (k == 0 && timeout_ms > 0 && now_msec(CLOCK_MONOTONIC) >= deadline)
-			return 0;
 	}
 }
 
@@ -176,7 +278,7 @@ static int fail(perfrelay_client *c, int error) {
 /* Takes the next complete line out of the buffer, NUL-terminated in place. Returns 1 with a
  * line, 0 on timeout, or a negative errno (not made sticky: the caller decides). */
 static int read_line(perfrelay_client *c, char **ret, size_t *ret_len, int timeout_ms) {
-	uint64_t deadline = timeout_ms > 0 ? now_msec(CLOCK_MONOTONIC) + (uint64_t) timeout_ms : 0;
+	uint64_t deadline = 0;
 
 	for (;;) {
 		char *nl = memchr(c->buf + c->scanned, '\n', c->end - c->scanned);
@@ -197,7 +299,7 @@ static int read_line(perfrelay_client *c, char **ret, size_t *ret_len, int timeo
 		c->scanned = c->end;
 		if (c->end - c->start >= PERFRELAY_LINE_MAX)
 			return -EMSGSIZE;
-		r = fill(c, timeout_ms, deadline);
+		r = fill(c, timeout_ms, &deadline);
 		if (r <= 0)
 			return r;
 	}
@@ -331,10 +433,16 @@ static int control_line(perfrelay_client *c, const char *line, size_t len) {
 	return 0;
 }
 
-static int parse_hello(perfrelay_client *c, const char *line, size_t len, enum perfrelay_format format) {
+static int parse_hello(
+	perfrelay_client *c,
+	const char *line,
+	size_t len,
+	enum perfrelay_format format,
+	uint64_t *ret_shared_rings) {
 	_cleanup_(json_object_putp) json_object *o = parse_object(line, len);
 	const char *type, *version, *fmt;
 	uint64_t protocol, schema, id;
+	json_object *shared;
 
 	if (!o)
 		return -EBADMSG;
@@ -357,6 +465,11 @@ static int parse_hello(perfrelay_client *c, const char *line, size_t len, enum p
 	c->version = strndup_printable(version, MESSAGE_MAX);
 	if (!c->version)
 		return -ENOMEM;
+	*ret_shared_rings = 0;
+	if (json_object_object_get_ex(o, "shared", &shared) &&
+	    (!json_object_is_type(shared, json_type_object) ||
+	     !get_uint(shared, "rings", ret_shared_rings) || *ret_shared_rings == 0))
+		return -EPROTO;
 	c->hello = (struct perfrelay_hello){
 		.protocol = (unsigned) protocol,
 		.schema = (unsigned) schema,
@@ -406,8 +519,11 @@ static int connect_socket(const char *path, int *ret) {
 	return 0;
 }
 
+static int shared_setup(perfrelay_client *c, unsigned n_rings);
+
 static int do_connect(perfrelay_client *c, const struct perfrelay_subscription *sub) {
 	_cleanup_free_ char *request = NULL;
+	uint64_t shared_rings;
 	size_t request_len, len;
 	char *line;
 	int r, send_error, flags;
@@ -442,7 +558,11 @@ static int do_connect(perfrelay_client *c, const struct perfrelay_subscription *
 		return -ETIMEDOUT;
 	if (r < 0)
 		return send_error < 0 && r == -ECONNRESET ? send_error : r;
-	return parse_hello(c, line, len, sub->format);
+	c->hello_read = true;
+	r = parse_hello(c, line, len, sub->format, &shared_rings);
+	if (r < 0 || shared_rings == 0)
+		return r;
+	return shared_setup(c, (unsigned) MIN(shared_rings, (uint64_t) UINT_MAX));
 }
 
 int perfrelay_connect(perfrelay_client *c, const char *socket_path, const struct perfrelay_subscription *sub) {
@@ -478,6 +598,356 @@ int perfrelay_connect(perfrelay_client *c, const char *socket_path, const struct
 	}
 	c->state = CLIENT_CONNECTED;
 	return 0;
+}
+
+
+/* ---- the shared path ---- */
+
+static int frame_check(const char *rec, uint32_t length);
+
+static bool pow2(uint64_t x) {
+	return x != 0 && (x & (x - 1)) == 0;
+}
+
+/* Maps the ring set and the member page the hello passed, after checking that the layout is
+ * one this library reads and every ring lies inside the mapping. */
+static int shared_setup(perfrelay_client *c, unsigned n_rings) {
+	Shared *s;
+	const struct perfrelay_shared_header *h;
+	struct stat st;
+	void *map;
+
+	if (c->n_hello_fds != 2 || n_rings > PERFRELAY_SHARED_RINGS_MAX)
+		return -EPROTO;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	c->shared = s;
+	s->scratch_mem = malloc(BUFFER_SIZE + 8);
+	if (!s->scratch_mem)
+		return -ENOMEM;
+	s->scratch = s->scratch_mem + 4;
+	if (fstat(c->hello_fds[0], &st) < 0)
+		return -errno;
+	if ((uint64_t) st.st_size < sizeof(*h) || (uint64_t) st.st_size > SIZE_MAX)
+		return -EPROTO;
+	map = mmap(NULL, (size_t) st.st_size, PROT_READ, MAP_SHARED, c->hello_fds[0], 0);
+	if (map == MAP_FAILED)
+		return -errno;
+	s->map = map;
+	s->map_size = (size_t) st.st_size;
+	map = mmap(
+		NULL,
+		sizeof(struct perfrelay_shared_member),
+		PROT_READ | PROT_WRITE,
+		MAP_SHARED,
+		c->hello_fds[1],
+		0);
+	if (map == MAP_FAILED)
+		return -errno;
+	s->page = map;
+	c->hello_fds[0] = safe_close(c->hello_fds[0]);
+	c->hello_fds[1] = safe_close(c->hello_fds[1]);
+
+	h = (const struct perfrelay_shared_header *) s->map;
+	if (h->magic != PERFRELAY_SHARED_MAGIC || h->version != PERFRELAY_SHARED_VERSION ||
+	    h->n_rings != n_rings || h->size != s->map_size)
+		return -EPROTO;
+	s->n_rings = n_rings;
+	for (unsigned i = 0; i < n_rings; i++) {
+		uint64_t off = h->ring[i].offset, size = h->ring[i].size;
+
+		if (!pow2(size) || size < 4096 || off % 64 != 0 || off < sizeof(*h) ||
+		    off > s->map_size - sizeof(struct perfrelay_shared_ctl) ||
+		    size > s->map_size - off - sizeof(struct perfrelay_shared_ctl))
+			return -EPROTO;
+		s->ring[i] = (SharedCursor){
+			.ctl = (const struct perfrelay_shared_ctl *) (s->map + off),
+			.data = s->map + off + sizeof(struct perfrelay_shared_ctl),
+			.mask = size - 1,
+			.pos = __atomic_load_n(&s->page->ring[i].pos, __ATOMIC_ACQUIRE),
+			.next_seq = s->page->ring[i].start_seq,
+		};
+	}
+	/* What came after the hello on the socket is wakeups, not events. */
+	c->start = c->scanned = c->end = 0;
+	return 0;
+}
+
+/* The whole frames at the start of scratch[0, n): their length, 0 if the first is broken (a
+ * copy the daemon overwrote meanwhile, which the swap then rejects). */
+static size_t shared_whole_frames(const uint8_t *scratch, size_t n, uint64_t *ret_first, uint64_t *ret_last) {
+	uint64_t first = UINT64_MAX, last = 0;
+	size_t q = 0;
+
+	while (n - q >= sizeof(struct perfrelay_shared_frame)) {
+		struct perfrelay_shared_frame f;
+
+		memcpy(&f, scratch + q, sizeof(f));
+		if (f.size < sizeof(f) || f.size % PERFRELAY_SHARED_ALIGN != 0 || f.size > n - q ||
+		    f.len > f.size - sizeof(f))
+			break;
+		if (f.len > 0) {
+			if (first == UINT64_MAX)
+				first = f.seq;
+			last = f.seq;
+		}
+		q += f.size;
+	}
+	*ret_first = first;
+	*ret_last = last;
+	return q;
+}
+
+/* Copies the frames one ring holds beyond this client's position into scratch[0, s->end),
+ * owned once the swap of the member page's position succeeds, and notes in s->lost what the
+ * daemon reclaimed before we got to it. Returns 1 with frames, 0 if the ring has nothing new, or
+ * -EBADMSG. `room` bounds the copy. */
+static int shared_copy_ring(Shared *s, SharedCursor *r, uint64_t *pos_word, size_t room) {
+	for (;;) {
+		uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE), expected = r->pos,
+			 first_seq, last_seq;
+		uint64_t off = r->pos & r->mask;
+		size_t n, m;
+
+		if (head == r->pos)
+			return 0;
+		n = (size_t) MIN(MIN(head - r->pos, r->mask + 1 - off), (uint64_t) room);
+		memcpy(s->scratch, r->data + off, n);
+		m = shared_whole_frames(s->scratch, n, &first_seq, &last_seq);
+		if (m == 0) {
+			/* Overwritten while we copied: the daemon moved us on. */
+			uint64_t cur = __atomic_load_n(pos_word, __ATOMIC_ACQUIRE);
+
+			if (cur == r->pos)
+				return -EBADMSG;
+			r->pos = cur;
+			continue;
+		}
+		/* The copy was whole if the daemon did not move us meanwhile: it moves a member
+		 * behind the frames it reclaims before it writes over them. */
+		if (!__atomic_compare_exchange_n(
+			    pos_word, &expected, r->pos + m, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+			r->pos = expected;
+			continue;
+		}
+		r->pos += m;
+		s->next = 0;
+		s->end = m;
+		s->sub = s->sub_end = 0;
+		if (first_seq != UINT64_MAX) {
+			/* Only the first event can follow a gap: the rest were copied in a row. */
+			if (first_seq > r->next_seq)
+				s->lost += first_seq - r->next_seq;
+			r->next_seq = last_seq + 1;
+		}
+		return 1;
+	}
+}
+
+/* Fills scratch from the next ring with news; see shared_copy_ring(). */
+static int shared_copy(perfrelay_client *c, size_t room) {
+	Shared *s = c->shared;
+
+	for (unsigned k = 0; k < s->n_rings; k++) {
+		unsigned i = (s->next_ring + k) % s->n_rings;
+		int r = shared_copy_ring(s, &s->ring[i], &s->page->ring[i].pos, room);
+
+		if (r != 0) {
+			s->next_ring = (i + 1) % s->n_rings;
+			return r;
+		}
+	}
+	return 0;
+}
+
+static bool shared_has_data(const Shared *s) {
+	for (unsigned i = 0; i < s->n_rings; i++)
+		if (__atomic_load_n(&s->ring[i].ctl->head, __ATOMIC_SEQ_CST) != s->ring[i].pos)
+			return true;
+	return false;
+}
+
+/* Reads the socket: wakeups are skipped; a line is the daemon's goodbye or error, and the end
+ * of the socket ends the stream too, both once the rings are drained. */
+static void shared_read_socket(perfrelay_client *c) {
+	Shared *s = c->shared;
+	char b[1024];
+
+	while (s->socket_end == 0) {
+		ssize_t n = recv_keep_fds(c, b, sizeof(b));
+
+		if (n == 0) {
+			s->socket_end = -ECONNRESET;
+			break;
+		}
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN)
+				s->socket_end = -errno;
+			break;
+		}
+		for (ssize_t i = 0; i < n && s->socket_end == 0; i++) {
+			if (b[i] != '\n') {
+				if (s->line_len < MESSAGE_MAX)
+					s->line[s->line_len++] = b[i];
+				continue;
+			}
+			if (s->line_len > 0)
+				s->socket_end = -ESHUTDOWN; /* a goodbye or an error: the line says which */
+		}
+	}
+}
+
+/* Waits until scratch holds frames (1), the timeout passes (0), or the stream ends (negative
+ * errno; -ESHUTDOWN: the daemon's last line is in s->line). `room` bounds the copy. */
+static int shared_wait(perfrelay_client *c, size_t room, int timeout_ms, uint64_t *deadline) {
+	Shared *s = c->shared;
+
+	for (;;) {
+		struct pollfd p = { .fd = c->fd, .events = POLLIN };
+		int r, wait;
+
+		r = shared_copy(c, room);
+		if (r != 0)
+			return r;
+		shared_read_socket(c);
+		if (s->socket_end != 0)
+			/* Nothing left in the rings: the daemon wrote them before it said goodbye. */
+			return s->socket_end;
+		/* Dekker with the daemon's publish: we store `sleeping` then load the heads, it
+		 * stores a head then loads `sleeping`. */
+		__atomic_store_n(&s->page->sleeping, 1, __ATOMIC_SEQ_CST);
+		if (shared_has_data(s)) {
+			__atomic_store_n(&s->page->sleeping, 0, __ATOMIC_RELAXED);
+			continue;
+		}
+		/* Armed: the daemon's "\n" makes the socket readable for the caller's poll(). */
+		if (timeout_ms == 0)
+			return 0;
+		wait = wait_ms(timeout_ms, deadline);
+		if (wait == 0)
+			return 0;
+		r = poll(&p, 1, wait);
+		if (r < 0)
+			return -errno;
+		__atomic_store_n(&s->page->sleeping, 0, __ATOMIC_RELAXED);
+	}
+}
+
+/* JSON clients: the lines of the frames, behind a lost notice if some were lost, appended to
+ * the buffer for read_line(); the daemon's last line ends the stream as on the socket. */
+static int shared_fill(perfrelay_client *c, int timeout_ms, uint64_t *deadline) {
+	Shared *s = c->shared;
+	int r;
+
+	if (c->start == c->end)
+		c->start = c->scanned = c->end = 0;
+	/* Room for a lost notice in front of the lines. */
+	r = shared_wait(c, BUFFER_SIZE - c->end - 64, timeout_ms, deadline);
+	if (r == -ESHUTDOWN) {
+		/* The stream's last line, as the socket would carry it. */
+		memcpy(c->buf + c->end, s->line, s->line_len);
+		c->end += s->line_len;
+		c->buf[c->end++] = '\n';
+		s->line_len = 0;
+		s->socket_end = -ECONNRESET;
+		return 1;
+	}
+	if (r <= 0)
+		return r;
+	if (s->lost > 0) {
+		c->end += (size_t) snprintf(
+			c->buf + c->end, 64, "{\"type\":\"lost\",\"count\":%" PRIu64 "}\n", s->lost);
+		s->lost = 0;
+	}
+	for (size_t q = 0; q < s->end;) {
+		struct perfrelay_shared_frame f;
+
+		memcpy(&f, s->scratch + q, sizeof(f));
+		memcpy(c->buf + c->end, s->scratch + q + sizeof(f), f.len);
+		c->end += f.len;
+		q += f.size;
+	}
+	s->next = s->end;
+	return 1;
+}
+
+/* Binary clients read the frames in scratch where they are: the next record frame, checked as
+ * the stream's are (frame_check()); schema and unit frames are the caller's to take. */
+static int shared_next_frame(
+	perfrelay_client *c,
+	const struct perfrelay_hdr **hdr,
+	const void **payload,
+	size_t *payload_size,
+	int timeout_ms) {
+	uint64_t deadline = 0;
+	Shared *s = c->shared;
+
+	for (;;) {
+		const char *rec;
+		uint32_t length;
+		int r;
+
+		if (_unlikely_(s->lost > 0)) {
+			/* The stream's lost record, in front of the events after the gap. */
+			struct perfrelay_hdr *h = c->record;
+
+			*h = (struct perfrelay_hdr){
+				.magic = PERFRELAY_MAGIC,
+				.version = PERFRELAY_VERSION,
+				.type = PERFRELAY_TYPE_LOST,
+				.size = sizeof(*h) + sizeof(uint64_t),
+			};
+			memcpy(h + 1, &s->lost, sizeof(uint64_t));
+			s->lost = 0;
+			*hdr = h;
+			*payload = h + 1;
+			*payload_size = sizeof(uint64_t);
+			return 1;
+		}
+		if (s->sub < s->sub_end) {
+			uint8_t le[4];
+
+			if (s->sub_end - s->sub < 4)
+				return fail(c, -EBADMSG);
+			memcpy(le, s->scratch + s->sub, 4);
+			length = (uint32_t) le[0] | (uint32_t) le[1] << 8 | (uint32_t) le[2] << 16 |
+				(uint32_t) le[3] << 24;
+			if (length > s->sub_end - s->sub - 4)
+				return fail(c, -EBADMSG);
+			rec = (const char *) s->scratch + s->sub + 4;
+			r = frame_check(rec, length);
+			if (r < 0)
+				return fail(c, r);
+			s->sub += 4 + (size_t) length;
+			if ((uintptr_t) rec % _Alignof(struct perfrelay_hdr) != 0) {
+				memcpy(c->record, rec, length);
+				rec = c->record;
+			}
+			*hdr = (const struct perfrelay_hdr *) rec;
+			*payload = rec + sizeof(struct perfrelay_hdr);
+			*payload_size = length - sizeof(struct perfrelay_hdr);
+			return 1;
+		}
+		if (s->next < s->end) {
+			struct perfrelay_shared_frame f;
+
+			memcpy(&f, s->scratch + s->next, sizeof(f));
+			s->sub = s->next + sizeof(f);
+			s->sub_end = s->sub + f.len;
+			s->next += f.size;
+			continue;
+		}
+		r = shared_wait(c, BUFFER_SIZE, timeout_ms, &deadline);
+		if (r == -ESHUTDOWN)
+			r = -ECONNRESET; /* binary streams end without a line */
+		if (r < 0 && r != -EINTR)
+			return fail(c, r);
+		if (r <= 0)
+			return r;
+	}
 }
 
 /* ---- events ---- */
@@ -535,6 +1005,18 @@ static uint32_t packet_bytes(const struct perfrelay_hdr *h, const char *rec, uin
 	return length - sizeof(p) == p.cap_len ? p.cap_len : 0;
 }
 
+/* A binary frame's record of `length` bytes, as perfrelay_next_record() documents it. */
+static int frame_check(const char *rec, uint32_t length) {
+	struct perfrelay_hdr h;
+
+	if (length < sizeof(h) || length > PERFRELAY_RECORD_MAX)
+		return -EBADMSG;
+	memcpy(&h, rec, sizeof(h));
+	if (h.magic != PERFRELAY_MAGIC || h.size != length - packet_bytes(&h, rec, length))
+		return -EBADMSG;
+	return 0;
+}
+
 
 static int next_frame(
 	perfrelay_client *c,
@@ -542,8 +1024,7 @@ static int next_frame(
 	const void **payload,
 	size_t *payload_size,
 	int timeout_ms) {
-	uint64_t deadline = timeout_ms > 0 ? now_msec(CLOCK_MONOTONIC) + (uint64_t) timeout_ms : 0;
-	struct perfrelay_hdr h;
+	uint64_t deadline = 0;
 	uint32_t length;
 	const char *rec;
 	int r;
@@ -569,7 +1050,7 @@ static int next_frame(
 			if (have >= 4 + (size_t) length)
 				break;
 		}
-		r = fill(c, timeout_ms, deadline);
+		r = fill(c, timeout_ms, &deadline);
 		if (r == 0 || r == -EINTR)
 			return r;
 		if (r < 0)
@@ -577,9 +1058,9 @@ static int next_frame(
 	}
 
 	rec = c->buf + c->start + 4;
-	memcpy(&h, rec, sizeof(h));
-	if (h.magic != PERFRELAY_MAGIC || h.size != length - packet_bytes(&h, rec, length))
-		return fail(c, -EBADMSG);
+	r = frame_check(rec, length);
+	if (r < 0)
+		return fail(c, r);
 	c->start += 4 + (size_t) length;
 	c->scanned = c->start;
 
@@ -666,7 +1147,14 @@ int perfrelay_next_record(
 
 	/* Schema and unit frames are the library's, not the caller's: take them and read on. */
 	for (;;) {
-		r = next_frame(c, hdr, payload, payload_size, timeout_ms);
+		if (c && c->shared) {
+			if (!hdr || !payload || !payload_size)
+				return -EINVAL;
+			r = check_readable(c, PERFRELAY_FORMAT_BINARY);
+			if (r >= 0)
+				r = shared_next_frame(c, hdr, payload, payload_size, timeout_ms);
+		} else
+			r = next_frame(c, hdr, payload, payload_size, timeout_ms);
 		if (r <= 0)
 			return r;
 		if ((*hdr)->type == PERFRELAY_TYPE_UNIT) {

@@ -131,6 +131,16 @@ int request_line_build(const struct perfrelay_subscription *sub, char **ret, siz
 			return -ENOMEM;
 		}
 	}
+	/* The shared path suits clients that lose their own events when slow; one that asked
+	 * to be disconnected instead is served by the socket anyway. */
+	if (!(sub->flags & PERFRELAY_SUBSCRIBE_STREAM) && sub->on_overflow == PERFRELAY_OVERFLOW_DROP) {
+		json_object *b = json_object_new_boolean(1);
+
+		if (!b || json_object_object_add(req, "shared", b) < 0) {
+			json_object_put(b);
+			return -ENOMEM;
+		}
+	}
 
 	text = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
 	if (!text)
@@ -152,7 +162,7 @@ int request_line_check(const struct perfrelay_subscription *sub) {
 		return -EINVAL;
 	if (sub->on_overflow != PERFRELAY_OVERFLOW_DROP && sub->on_overflow != PERFRELAY_OVERFLOW_DISCONNECT)
 		return -EINVAL;
-	if (sub->flags & ~(uint64_t) PERFRELAY_SUBSCRIBE_UNITS)
+	if (sub->flags & ~(uint64_t) (PERFRELAY_SUBSCRIBE_UNITS | PERFRELAY_SUBSCRIBE_STREAM))
 		return -EINVAL;
 	for (size_t i = 0; i < ELEMENTSOF(sub->reserved); i++)
 		if (sub->reserved[i] != 0)

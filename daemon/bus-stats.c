@@ -119,7 +119,20 @@ static int append_reader(sd_bus_message *m, const StatsSnapshot *s, size_t i) {
 static int append_client(sd_bus_message *m, const StatsSnapshot *s, size_t i) {
 	const ClientSnapshot *c = &s->clients[i];
 	int r = sd_bus_message_append(
-		m, "{sv}{sv}{sv}", "id", "t", c->id, "uid", "u", c->uid, "pid", "u", c->pid);
+		m,
+		"{sv}{sv}{sv}{sv}",
+		"id",
+		"t",
+		c->id,
+		"uid",
+		"u",
+		c->uid,
+		"pid",
+		"u",
+		c->pid,
+		"shared",
+		"b",
+		(int) c->shared);
 
 	return r < 0 ? r :
 		       APPEND_FIGURES(
@@ -268,6 +281,18 @@ static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
 		r = close_entry(m);
 	if (r >= 0)
 		r = append_list(m, "client_list", s, s->n_clients, append_client);
+	if (r >= 0)
+		r = open_entry(m, "shared", "a{sv}", 'a', "{sv}");
+	if (r >= 0)
+		r = APPEND_FIGURES(
+			m,
+			{ "rings", s->shared.rings },
+			{ "bytes", s->shared.bytes },
+			{ "clients", s->shared.clients },
+			{ "fallbacks", s->shared.fallbacks },
+			{ "hostile", s->shared.hostile });
+	if (r >= 0)
+		r = close_entry(m);
 	if (r >= 0)
 		r = APPEND_FIGURES(m, { "ring_lost", s->ring_lost });
 	if (r >= 0)

@@ -47,6 +47,10 @@ static const Config config_defaults = {
 	.probes = PROBES_ALL,
 	.pending_syscalls = 10240,
 	.client_queue_bytes = 4 * MIB,
+	.shared_ring_bytes = 8 * MIB,
+	.reader_nice = -10,
+	.max_shared_rings = 64,
+	.max_shared_rings_per_uid = 4,
 	.max_clients = 256,
 	.max_clients_per_uid = 32,
 	.max_request_bytes = 65536,
@@ -69,6 +73,7 @@ typedef enum ValueType {
 	VALUE_UINT, /* decimal integer in [min, max] */
 	VALUE_SIZE, /* like VALUE_UINT with an optional K/M/G suffix */
 	VALUE_POW2, /* like VALUE_UINT and a power of two */
+	VALUE_NICE, /* a nice value, -20..19, into an int */
 	VALUE_PATH, /* absolute, normalized path */
 	VALUE_PROBES,
 	VALUE_COUNTERS,
@@ -100,12 +105,16 @@ static const ConfigKey config_keys[] = {
 
 	{ "Readers", "CpuGroups", VALUE_CPU_GROUPS, 0, 0, 0, 0, NULL, false },
 	{ "Readers", "CpusPerReader", VALUE_UINT, FIELD(cpus_per_reader), 0, PERFRELAY_MAX_CPUS, NULL, false },
+	{ "Readers", "ReaderNice", VALUE_NICE, FIELD(reader_nice), 0, 0, NULL, false },
 
 	{ "Probes", "Probes", VALUE_PROBES, FIELD(probes), 0, 0, NULL, true },
 	{ "Probes", "PendingSyscalls", VALUE_UINT, FIELD(pending_syscalls), 16, 1048576, NULL, false },
 
 	{ "Socket", "SocketPath", VALUE_PATH, FIELD(socket_path), 0, SOCKET_PATH_MAX, DEFAULT_SOCKET_PATH, false },
 	{ "Socket", "ClientQueueBytes", VALUE_SIZE, FIELD(client_queue_bytes), 64 * KIB, GIB, NULL, true },
+	{ "Socket", "SharedRingBytes", VALUE_SIZE, FIELD(shared_ring_bytes), 0, GIB, NULL, true },
+	{ "Socket", "MaxSharedRings", VALUE_UINT, FIELD(max_shared_rings), 1, 4096, NULL, true },
+	{ "Socket", "MaxSharedRingsPerUid", VALUE_UINT, FIELD(max_shared_rings_per_uid), 1, 4096, NULL, true },
 	{ "Socket", "MaxClients", VALUE_UINT, FIELD(max_clients), 1, 65536, NULL, true },
 	{ "Socket", "MaxClientsPerUid", VALUE_UINT, FIELD(max_clients_per_uid), 1, 65536, NULL, true },
 	{ "Socket", "MaxRequestBytes", VALUE_SIZE, FIELD(max_request_bytes), 256, MIB, NULL, true },
@@ -168,6 +177,18 @@ static int apply_uint(ConfParseState *st, const ConfigKey *k, void *field) {
 		return conf_line_error(
 			st, "must be a size between %s and %s (bytes, or with a K, M or G suffix)", lo, hi);
 	return conf_line_error(st, "must be an integer between %s and %s", lo, hi);
+}
+
+static int apply_nice(ConfParseState *st, void *field) {
+	const char *v = st->value;
+	bool negative = *v == '-';
+	uint64_t n;
+
+	if (conf_parse_u64(v + negative, false, &n) >= 0 && (negative ? n <= 20 : n <= 19)) {
+		*(int *) field = negative ? -(int) n : (int) n;
+		return 0;
+	}
+	return conf_line_error(st, "must be a nice value between -20 and 19");
 }
 
 /* Absolute and normalized: no empty, "." or ".." components, no trailing slash, no control
@@ -479,6 +500,8 @@ static int apply_key(ConfParseState *st, Config *c, const ConfigKey *k) {
 	case VALUE_SIZE:
 	case VALUE_POW2:
 		return apply_uint(st, k, field);
+	case VALUE_NICE:
+		return apply_nice(st, field);
 	case VALUE_PATH:
 		return apply_path(st, k, field);
 	case VALUE_PROBES:

@@ -34,20 +34,24 @@ typedef struct Config {
 	CpuSet *cpu_groups;       /* CpuGroups= "0-3 4-7" (space-separated CPU lists) */
 	size_t n_cpu_groups;      /* 0 = not set */
 	unsigned cpus_per_reader; /* CpusPerReader=, 0 = not set; exclusive with CpuGroups= */
+	int reader_nice;          /* ReaderNice=, -20..19, default -10 */
 
 	/* [Probes] */
 	uint32_t probes;           /* Probes= list of names or "all", default all */
 	uint32_t pending_syscalls; /* PendingSyscalls=, default 10240, 16..1048576 */
 
 	/* [Socket] */
-	char *socket_path;            /* SocketPath=, default /run/perfrelay/events.sock */
-	uint64_t client_queue_bytes;  /* ClientQueueBytes=, default 4M, 64K..1G */
-	unsigned max_clients;         /* MaxClients=, default 256, 1..65536 */
-	unsigned max_clients_per_uid; /* MaxClientsPerUid=, default 32, 1..65536 */
-	uint32_t max_request_bytes;   /* MaxRequestBytes=, default 65536, 256..1M */
-	unsigned request_timeout_ms;  /* RequestTimeoutMs=, default 5000, 10..600000 */
-	unsigned max_json_depth;      /* MaxJsonDepth=, default 8, 2..64 */
-	gid_t *allow_groups;          /* AllowGroups= group names or numeric gids (resolved at load) */
+	char *socket_path;                 /* SocketPath=, default /run/perfrelay/events.sock */
+	uint64_t client_queue_bytes;       /* ClientQueueBytes=, default 4M, 64K..1G */
+	uint64_t shared_ring_bytes;        /* SharedRingBytes=, default 8M, 0 (off) or 1M..1G */
+	unsigned max_shared_rings;         /* MaxSharedRings=, default 64, 1..4096 */
+	unsigned max_shared_rings_per_uid; /* MaxSharedRingsPerUid=, default 4, 1..4096 */
+	unsigned max_clients;              /* MaxClients=, default 256, 1..65536 */
+	unsigned max_clients_per_uid;      /* MaxClientsPerUid=, default 32, 1..65536 */
+	uint32_t max_request_bytes;        /* MaxRequestBytes=, default 65536, 256..1M */
+	unsigned request_timeout_ms;       /* RequestTimeoutMs=, default 5000, 10..600000 */
+	unsigned max_json_depth;           /* MaxJsonDepth=, default 8, 2..64 */
+	gid_t *allow_groups;               /* AllowGroups= group names or numeric gids (resolved at load) */
 	size_t n_allow_groups;
 
 	/* [Bus] */

@@ -43,6 +43,27 @@ static size_t format_error(ProtocolError code, const char *message, char *buf, s
 
 /* Connections ----------------------------------------------------------------------------- */
 
+static int connection_update_events(Connection *c);
+
+/* The end of the request phase, for either path. May free c. */
+void connection_subscribed(Connection *c) {
+	c->server->stats.subscribed++;
+	c->timer = sd_event_source_disable_unref(c->timer);
+	free(c->buf);
+	c->buf = NULL;
+	c->len = c->size = 0;
+	log_debug(
+		"Client %" PRIu64 " (pid %d, uid %u) subscribed, format %s, access %s%s",
+		c->id,
+		(int) c->cred.pid,
+		(unsigned) c->cred.uid,
+		subscription_format_to_string(c->sub->format),
+		c->sub->access == SUBSCRIPTION_ACCESS_ALL ? "all" : "own uid",
+		c->shared ? ", shared ring" : "");
+	if (connection_update_events(c) < 0)
+		connection_free(c);
+}
+
 static bool match_subscription(const void *filter, const DecodedEvent *ev, const char *unit) {
 	return filter_match(filter, ev, unit);
 }
@@ -69,6 +90,9 @@ void connection_free(Connection *c) {
 			st.sent,
 			st.dropped);
 		hub_client_free(c->client);
+		s->stats.clients--;
+	} else if (c->shared) {
+		connection_leave_shared(c);
 		s->stats.clients--;
 	} else
 		s->stats.pending--;
@@ -200,6 +224,49 @@ static void connection_flush(HubClient *hc, void *userdata) {
 	server_flush_client(c->server, hc);
 }
 
+int connection_send_hello(Connection *c, const int *fds, size_t n_fds, const char *extra) {
+	union {
+		struct cmsghdr h;
+		uint8_t raw[CMSG_SPACE(sizeof(int) * 2)];
+	} control = {};
+	char hello[512];
+	struct iovec iov = { .iov_base = hello };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t k;
+	int n;
+
+	if (n_fds > 2)
+		return -EINVAL;
+	n = snprintf(
+		hello,
+		sizeof(hello),
+		"{\"type\":\"hello\",\"protocol\":%u,\"schema\":%u,\"version\":\"%s\",\"client_id\":%" PRIu64
+		",\"format\":\"%s\",\"access\":\"%s\"%s}\n",
+		PROTOCOL_VERSION,
+		SCHEMA_VERSION,
+		PERFRELAY_VERSION_STRING,
+		c->id,
+		subscription_format_to_string(c->sub->format),
+		c->sub->access == SUBSCRIPTION_ACCESS_ALL ? "all" : "uid",
+		extra ?: "");
+	if (n < 0 || (size_t) n >= sizeof(hello))
+		return -ENOBUFS;
+	iov.iov_len = (size_t) n;
+	if (n_fds > 0) {
+		mh.msg_control = &control;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * n_fds);
+		control.h.cmsg_level = SOL_SOCKET;
+		control.h.cmsg_type = SCM_RIGHTS;
+		control.h.cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
+		memcpy(CMSG_DATA(&control.h), fds, sizeof(int) * n_fds);
+	}
+	/* The socket buffer of a new connection is empty: the line goes out whole. */
+	k = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (k < 0)
+		return negative_errno();
+	return k == n ? 0 : -EAGAIN;
+}
+
 static void connection_subscribe(Connection *c, Subscription *sub_in) {
 	_cleanup_(subscription_freep) Subscription *sub = sub_in;
 	Server *s = c->server;
@@ -214,8 +281,7 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 		.userdata = c,
 		.flush = connection_flush,
 	};
-	char hello[256];
-	int r, n;
+	int r;
 
 	r = connection_access(c, &sub->access);
 	if (r < 0) {
@@ -226,6 +292,12 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 	}
 	sub->access_uid = c->cred.uid;
 
+	if (sub->shared) {
+		r = connection_subscribe_shared(c, &sub);
+		if (r > 0)
+			return; /* c may be gone */
+	}
+
 	r = hub_client_new(s->hub, c->fd, &o, &c->client);
 	if (r < 0) {
 		log_warning_errno(r, "Client %" PRIu64 ": failed to allocate its queues, closing: %m", c->id);
@@ -235,26 +307,15 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 	s->stats.pending--;
 	s->stats.clients++;
 
-	n = snprintf(
-		hello,
-		sizeof(hello),
-		"{\"type\":\"hello\",\"protocol\":%u,\"schema\":%u,\"version\":\"%s\",\"client_id\":%" PRIu64
-		",\"format\":\"%s\",\"access\":\"%s\"}\n",
-		PROTOCOL_VERSION,
-		SCHEMA_VERSION,
-		PERFRELAY_VERSION_STRING,
-		c->id,
-		subscription_format_to_string(sub->format),
-		sub->access == SUBSCRIPTION_ACCESS_ALL ? "all" : "uid");
 	/* Before attaching: the hello line is always the first thing the client reads. */
-	r = send_line(c->fd, hello, (size_t) n);
+	c->sub = TAKE_PTR(sub);
+	r = connection_send_hello(c, NULL, 0, NULL);
 	if (r < 0) {
 		log_debug_errno(r, "Client %" PRIu64 ": could not send the hello line: %m", c->id);
 		connection_free(c);
 		return;
 	}
 
-	c->sub = TAKE_PTR(sub);
 	r = hub_client_attach(s->hub, c->client);
 	if (r < 0) {
 		log_warning_errno(
@@ -262,20 +323,7 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 		connection_free(c);
 		return;
 	}
-	s->stats.subscribed++;
-	c->timer = sd_event_source_disable_unref(c->timer);
-	free(c->buf);
-	c->buf = NULL;
-	c->len = c->size = 0;
-	log_debug(
-		"Client %" PRIu64 " (pid %d, uid %u) subscribed, format %s, access %s",
-		c->id,
-		(int) c->cred.pid,
-		(unsigned) c->cred.uid,
-		subscription_format_to_string(c->sub->format),
-		c->sub->access == SUBSCRIPTION_ACCESS_ALL ? "all" : "own uid");
-	if (connection_update_events(c) < 0)
-		connection_free(c);
+	connection_subscribed(c);
 }
 
 static void connection_process_request(Connection *c, size_t line_len) {
@@ -412,7 +460,7 @@ static int on_connection_io(sd_event_source *es, int fd, uint32_t revents, void 
 	Connection *c = userdata;
 	Server *s = c->server;
 
-	if (!c->client) {
+	if (!c->client && !c->shared) {
 		/* Reading first: a request followed by a close is still answered. */
 		connection_read_request(c);
 		return 0;
@@ -569,10 +617,20 @@ void server_flush_client(Server *s, HubClient *hc) {
 void connection_recheck_access(Connection *c) {
 	SubscriptionAccess a;
 
-	if (!c->client || c->draining || c->cred.uid == 0 || c->sub->access != SUBSCRIPTION_ACCESS_ALL)
+	if ((!c->client && !c->shared) || c->draining || c->cred.uid == 0 ||
+	    c->sub->access != SUBSCRIPTION_ACCESS_ALL)
 		return;
 	if (connection_access(c, &a) >= 0 && a == SUBSCRIPTION_ACCESS_ALL)
 		return;
+	if (c->shared) {
+		/* Its ring is the access class "all": it leaves it at once. libperfrelay reads
+		 * the error line from the socket. */
+		connection_refuse(
+			c,
+			PROTOCOL_ACCESS_REVOKED,
+			"a reload removed the AllowGroups= group that gave this client every event");
+		return;
+	}
 	log_info(
 		"Client %" PRIu64
 		" (pid %d, uid %u): AllowGroups= no longer grants it every event, "
@@ -593,6 +651,10 @@ void connection_close_for_shutdown(Connection *c) {
 	static const char goodbye[] = "{\"type\":\"goodbye\",\"reason\":\"shutdown\"}\n";
 
 	if (c->client && hub_client_flush(c->client) > 0 && c->sub->format == SUBSCRIPTION_FORMAT_JSON)
+		(void) send_line(c->fd, goodbye, sizeof(goodbye) - 1);
+	else if (c->shared)
+		/* Its events are in the ring, read at its pace; the socket carries the goodbye
+		 * in either format (libperfrelay reads it). */
 		(void) send_line(c->fd, goodbye, sizeof(goodbye) - 1);
 	connection_free(c);
 }

@@ -12,6 +12,7 @@
 
 #include "counters.h"
 #include "encode.h"
+#include "fanout.h"
 #include "hub-internal.h"
 #include "macro.h"
 #include "perfring.h"
@@ -54,6 +55,14 @@ int hub_set_small_slots(Hub *h, unsigned n) {
 	return 0;
 }
 
+unsigned hub_n_slots(const Hub *h) {
+	return h->n_readers;
+}
+
+unsigned hub_n_small_slots(const Hub *h) {
+	return h->n_small;
+}
+
 Hub *hub_free(Hub *h) {
 	if (!h)
 		return NULL;
@@ -76,6 +85,10 @@ int hub_notify_fd(const Hub *h) {
 int hub_client_new(Hub *h, int fd, const HubClientOptions *o, HubClient **ret) {
 	_cleanup_(hub_client_freep) HubClient *c = NULL;
 	uint64_t per_queue = HUB_QUEUE_MIN;
+
+	if (o->shared &&
+	    (shared_ring_n_slots(o->shared) != h->n_readers || o->format == HUB_FORMAT_JSON_TAGGED))
+		return -EINVAL;
 
 	/* The largest power of two that keeps the client within its budget, but at least room
 	 * for one event of the largest size. */
@@ -109,12 +122,19 @@ int hub_client_new(Hub *h, int fd, const HubClientOptions *o, HubClient **ret) {
 		bool small = i >= h->n_readers - h->n_small;
 		uint64_t size = small ? HUB_SMALL_QUEUE : per_queue;
 
-		/* The main thread's queues get their memory when it first writes into them: most
-		 * clients never ask for its events, and client churn should not churn that memory. */
-		c->q[i].buf = small ? NULL : malloc(size);
-		if (!small && !c->q[i].buf)
-			return -ENOMEM;
-		c->q[i].mask = size - 1;
+		if (o->shared) {
+			/* The ring's memory is the ring set's. */
+			c->q[i].buf = shared_ring_data(o->shared, i);
+			c->q[i].mask = shared_ring_size(o->shared, i) - 1;
+		} else {
+			/* The main thread's queues get their memory when it first writes into
+			 * them: most clients never ask for its events, and client churn should
+			 * not churn that memory. */
+			c->q[i].buf = small ? NULL : malloc(size);
+			if (!small && !c->q[i].buf)
+				return -ENOMEM;
+			c->q[i].mask = size - 1;
+		}
 		if (o->format == HUB_FORMAT_BINARY) {
 			c->q[i].schema_sent = calloc(SCHEMA_BITMAP_WORDS, sizeof(uint64_t));
 			if (!c->q[i].schema_sent)
@@ -129,7 +149,8 @@ HubClient *hub_client_free(HubClient *c) {
 	if (!c)
 		return NULL;
 	for (unsigned i = 0; c->q && i < c->hub->n_readers; i++) {
-		free(c->q[i].buf);
+		if (!c->o.shared)
+			free(c->q[i].buf);
 		free(c->q[i].schema_sent);
 	}
 	free(c->q);
@@ -388,6 +409,8 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 			prefix_len = sizeof(frame_len);
 			data = ev->record;
 			len = ev->record_size;
+			if (_unlikely_(c->o.shared) && shared_ring_take_schema_reset(c->o.shared, reader))
+				memset(q->schema_sent, 0, SCHEMA_BITMAP_WORDS * sizeof(uint64_t));
 			if (_unlikely_(ev->producer_type) && schema_needed(q, ev, &schema))
 				schema_len = sizeof(uint32_t) + schema.size;
 			if (c->o.unit_frames) {
@@ -420,6 +443,34 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 				prefix = &tag;
 				prefix_len = sizeof(tag);
 			}
+		}
+		if (c->o.shared) {
+			/* One frame holds the event and what describes it. */
+			if (_unlikely_(len == 0) ||
+			    !shared_ring_reserve(
+				    c->o.shared,
+				    reader,
+				    &q->head_local,
+				    STAT_LOAD(q->queued),
+				    (uint64_t) (prefix_len + len + schema_len + unit_frame_len))) {
+				STAT_ADD(q->dropped, 1); /* cannot happen: SHARED_RING_MIN */
+				continue;
+			}
+			if (schema_len > 0)
+				schema_write(q, ev->producer_type, &schema);
+			if (unit_frame_len > 0)
+				queue_write(q, unit_buf, unit_frame_len);
+			if (prefix_len > 0)
+				queue_write(q, prefix, prefix_len);
+			queue_write(q, data, len);
+			q->head_local = ALIGN_TO(q->head_local, (uint64_t) PERFRELAY_SHARED_ALIGN);
+			STAT_ADD(q->queued, 1);
+			if (_unlikely_(q->head_local - q->head > (q->mask + 1) / 4)) {
+				q->head = q->head_local;
+				s->wrote |= shared_ring_publish(
+					c->o.shared, reader, q->head, STAT_LOAD(q->queued));
+			}
+			continue;
 		}
 		if (q->pending_lost > 0)
 			lost_len = encode_lost(c->o.format, q->pending_lost, lost);
@@ -467,6 +518,13 @@ void hub_reader_end(Hub *h, unsigned reader) {
 		HubClient *c = s->clients[i];
 		HubQueue *q = &c->q[reader];
 
+		if (c->o.shared) {
+			/* Every batch, moved or not: members that went to sleep meanwhile are
+			 * woken, and their positions noted for the figures. */
+			q->head = q->head_local;
+			s->wrote |= shared_ring_publish(c->o.shared, reader, q->head, STAT_LOAD(q->queued));
+			continue;
+		}
 		/* Losses wait for room; the batch end is when the main thread may have made
 		 * some, even if no event for this client comes again. A client that asked to be
 		 * disconnected gets closed instead. */
@@ -493,6 +551,17 @@ void hub_reader_end(Hub *h, unsigned reader) {
 
 /* Main thread side ------------------------------------------------------------------------ */
 
+void hub_lock_all(Hub *h) {
+	/* In slot order; a reader only ever takes its own. */
+	for (unsigned i = 0; i < h->n_readers; i++)
+		pthread_mutex_lock(&h->slots[i].lock);
+}
+
+void hub_unlock_all(Hub *h) {
+	for (unsigned i = h->n_readers; i > 0; i--)
+		pthread_mutex_unlock(&h->slots[i - 1].lock);
+}
+
 bool hub_prepare_sleep(Hub *h) {
 	uint64_t drain;
 
@@ -503,6 +572,8 @@ bool hub_prepare_sleep(Hub *h) {
 	for (size_t i = 0; i < h->n_clients; i++) {
 		HubClient *c = h->clients[i];
 
+		if (c->o.shared)
+			continue; /* its members read it themselves */
 		if (atomic_load_explicit(&c->overflowed, memory_order_relaxed))
 			return true;
 		if (c->blocked)

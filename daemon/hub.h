@@ -25,6 +25,7 @@
 
 typedef struct Hub Hub;
 typedef struct HubClient HubClient;
+typedef struct SharedRing SharedRing;
 
 typedef enum HubFormat {
 	HUB_FORMAT_JSON,
@@ -59,6 +60,10 @@ typedef struct HubClientOptions {
 	 * client may have output; it writes the queues out (hub_client_flush()) or takes them
 	 * (hub_client_consume()). NULL: hub_client_flush() to the fd. */
 	void (*flush)(HubClient *c, void *userdata);
+	/* Not a queue but a shared ring set (fanout.h), written in place of the client's queues:
+	 * nothing is ever dropped for lack of room (its members are moved on instead), no lost
+	 * notice is written, and the flush loop has nothing to write. format JSON or BINARY. */
+	SharedRing *shared;
 } HubClientOptions;
 
 /* One whole frame of a HUB_FORMAT_JSON_TAGGED client, as hub_client_consume() hands it over. */
@@ -88,7 +93,9 @@ int hub_new(unsigned n_readers, Hub **ret);
  * clients never get its events). Before any client. */
 #define HUB_SMALL_QUEUE (256u * 1024u)
 int hub_set_small_slots(Hub *h, unsigned n);
-Hub *hub_free(Hub *h); /* clients must have been removed */
+unsigned hub_n_slots(const Hub *h);       /* readers' slots and the main thread's */
+unsigned hub_n_small_slots(const Hub *h); /* the main thread's, the last ones */
+Hub *hub_free(Hub *h);                    /* clients must have been removed */
 DEFINE_TRIVIAL_CLEANUP_FUNC(Hub *, hub_free);
 
 /* An eventfd the readers signal when they queued output (at the end of a batch, and within a
@@ -140,6 +147,11 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 /* Publishes the batch to the main thread; also queues the "lost" notices that were waiting
  * for room, so that a client learns of its last losses without waiting for a new event. */
 void hub_reader_end(Hub *h, unsigned reader);
+
+/* Main thread: holds every slot's lock (each reader finishes its batch first), for changes the
+ * readers must see all at once, such as a shared ring's members. */
+void hub_lock_all(Hub *h);
+void hub_unlock_all(Hub *h);
 
 /* Main thread, before waiting for the notify fd: returns true if a queue still holds data
  * (then flush again instead of sleeping). Arms the readers' notification. */

@@ -572,9 +572,20 @@ int manager_start(Manager *m) {
 		return r;
 	manager_setup_recorder(m);
 	for (size_t i = 0; i < m->n_readers; i++) {
-		r = reader_start(m->readers[i]);
+		int e = 0;
+
+		r = reader_start(m->readers[i], c->reader_nice, &e);
 		if (r < 0)
 			return log_error_errno(r, "Failed to start reader thread %zu: %m", i);
+		/* Clients on the readers' CPUs must not starve them: what a reader cannot drain
+		 * the kernel drops (counted) for every client. */
+		if (r > 0)
+			log_warning_errno(
+				-e,
+				"Reader thread %zu runs at the daemon's nice value, not ReaderNice=%d: %m "
+				"(needs CAP_SYS_NICE)",
+				i,
+				c->reader_nice);
 	}
 	manager_mark_serving(m);
 	r = server_new(m->event, m->hub, m->config, manager_flush_all, m, &m->server);

@@ -52,7 +52,10 @@ int reader_new(
 Reader *reader_free(Reader *r); /* stops the thread first if it runs (bounded last drain) */
 DEFINE_TRIVIAL_CLEANUP_FUNC(Reader *, reader_free);
 
-int reader_start(Reader *r);
+/* The thread gets nice value `nice` (inherited from the calling thread, which is back at its own
+ * when this returns). Returns 0, 1 if the nice value could not be set (the thread runs at the
+ * caller's: *ret_errno says why), or a negative errno. */
+int reader_start(Reader *r, int nice, int *ret_errno);
 /* Asks the thread to drain its rings a last time and exit, then joins it. With until_empty
  * (only once nothing can write into the rings: slots cleared and a grace period waited out)
  * the last drain goes on until the rings are empty; otherwise it is bounded. */

@@ -610,11 +610,17 @@ int request_parse(
 				r = 0;
 			} else
 				r = fail(&e, PROTOCOL_BAD_REQUEST, "\"units\" must be true or false");
+		} else if (streq(key, "shared")) {
+			if (json_object_is_type(v, json_type_boolean)) {
+				s->shared = json_object_get_boolean(v);
+				r = 0;
+			} else
+				r = fail(&e, PROTOCOL_BAD_REQUEST, "\"shared\" must be true or false");
 		} else
 			r = fail(
 				&e,
 				PROTOCOL_BAD_REQUEST,
-				"unknown key \"%.*s\" (known: subscribe, format, on_overflow, units)",
+				"unknown key \"%.*s\" (known: subscribe, format, on_overflow, units, shared)",
 				QUOTE_MAX,
 				key);
 		if (r == -ENOMEM)

@@ -105,6 +105,7 @@ typedef struct Subscription {
 	SubscriptionFormat format;
 	SubscriptionOverflow overflow;
 	bool unit_frames; /* "units": true: binary clients get a unit frame before each record with one */
+	bool shared;      /* "shared": true: the client reads a shared ring if the daemon offers one */
 } Subscription;
 
 typedef struct RequestLimits {
@@ -130,6 +131,8 @@ static inline bool subscription_wants_unit(const Subscription *s) {
 }
 
 const char *subscription_format_to_string(SubscriptionFormat f);
+/* A deep copy of s. Returns 0 and the copy in *ret, or -ENOMEM. */
+int subscription_dup(const Subscription *s, Subscription **ret);
 
 /* The filters of s as one compact JSON object in the request's own terms, e.g.
  * {"types":["exec"],"pid":[1]} ("{}" when nothing filters), for D-Bus ListClients and the

@@ -6,6 +6,7 @@
 
 #include <sys/socket.h>
 
+#include "fanout.h"
 #include "list.h"
 #include "request.h"
 #include "server.h"
@@ -29,6 +30,19 @@
 #define SOCKET_MODE                  0660
 
 typedef struct Connection Connection;
+typedef struct SharedEntry SharedEntry;
+
+/* One shared ring set (fanout.h) and the subscription all its members asked for, keyed by what
+ * decides the bytes in it: format, unit frames, the access class, the filters. */
+struct SharedEntry {
+	Server *server;
+	LIST_FIELDS(SharedEntry, entries);
+	char *key;
+	uid_t creator;     /* counted against MaxSharedRingsPerUid= while the ring lives */
+	Subscription *sub; /* the filter its hub client matches with */
+	SharedRing *ring;
+	HubClient *client; /* writes the ring */
+};
 
 struct Connection {
 	Server *server;
@@ -41,7 +55,9 @@ struct Connection {
 	char *buf;              /* the request line so far */
 	size_t len, size;
 	Subscription *sub;         /* after the request: read by reader threads via the hub */
-	HubClient *client;         /* after the request */
+	HubClient *client;         /* after the request, unless it reads a shared ring */
+	SharedEntry *shared;       /* after the request, if it reads a shared ring */
+	SharedMember *member;      /* its place in shared->ring */
 	bool input_open;           /* false after the client shut down its sending side */
 	bool draining;             /* overflowed: detached, writing what is queued, then closed */
 	ProtocolError drain_error; /* why it is draining: the error line it gets at the end */
@@ -61,6 +77,8 @@ struct Server {
 	uint64_t accept_warned_usec; /* CLOCK_MONOTONIC of the last accept failure logged */
 	Connection *connections;
 	size_t n_connections;
+	SharedEntry *shared_entries;
+	size_t n_shared_entries;
 	uint64_t next_id;
 	ServerStats stats;
 };
@@ -72,7 +90,20 @@ void connection_new(Server *s, int fd);
 void connection_free(Connection *c);
 void connection_recheck_access(Connection *c);     /* may free c */
 void connection_close_for_shutdown(Connection *c); /* frees c */
+void connection_subscribed(Connection *c);         /* may free c */
 /* Writes a short line outside the hub; never blocks. */
 int send_line(int fd, const char *line, size_t len);
 /* Writes what the client's queues hold and acts on the result (see connection.c). */
 void server_flush_client(Server *s, HubClient *hc);
+/* Answers with the hello line (and the given descriptors); never blocks. */
+int connection_send_hello(Connection *c, const int *fds, size_t n_fds, const char *extra);
+
+/* connection-shared.c */
+/* Subscribes c to the shared ring of its subscription (made if none serves it yet) and answers
+ * with the hello that passes the ring and the member page. Returns 1 if done (c may have been
+ * freed), 0 if the subscription cannot share (limits, or off): the caller serves it over the
+ * socket. */
+int connection_subscribe_shared(Connection *c, Subscription **sub);
+/* Leaves the ring (the last member frees it) and adds the member's figures to the gone ones. */
+void connection_leave_shared(Connection *c);
+void connection_shared_stats(const Connection *c, HubClientStats *ret);

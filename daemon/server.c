@@ -266,10 +266,13 @@ void server_shutdown(Server *s) {
 void server_get_stats(const Server *s, ServerStats *ret) {
 	*ret = s->stats;
 	LIST_FOREACH(connections, c, s->connections)
-		if (c->client) {
+		if (c->client || c->shared) {
 			HubClientStats st;
 
-			hub_client_get_stats(c->client, &st);
+			if (c->client)
+				hub_client_get_stats(c->client, &st);
+			else
+				connection_shared_stats(c, &st);
 			ret->live_offered += st.offered;
 			ret->live_sent += st.sent;
 			ret->live_dropped += st.dropped;
@@ -282,7 +285,7 @@ int server_foreach_client(Server *s, int (*fn)(const ServerClientInfo *info, voi
 		ServerClientInfo info;
 		int r;
 
-		if (!c->client || !c->sub)
+		if ((!c->client && !c->shared) || !c->sub)
 			continue;
 		info = (ServerClientInfo){
 			.id = c->id,
@@ -290,7 +293,11 @@ int server_foreach_client(Server *s, int (*fn)(const ServerClientInfo *info, voi
 			.pid = c->cred.pid,
 			.sub = c->sub,
 		};
-		hub_client_get_stats(c->client, &info.stats);
+		info.shared = c->shared;
+		if (c->client)
+			hub_client_get_stats(c->client, &info.stats);
+		else
+			connection_shared_stats(c, &info.stats);
 		r = fn(&info, userdata);
 		if (r < 0)
 			return r;

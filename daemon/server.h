@@ -37,6 +37,12 @@ typedef struct ServerStats {
 	uint64_t live_offered;
 	uint64_t live_sent;
 	uint64_t live_dropped;
+	/* The shared path (docs/shared-ring.md). */
+	uint64_t shared_rings;     /* ring sets now */
+	uint64_t shared_bytes;     /* their memory */
+	uint64_t shared_clients;   /* clients reading one now (also in `clients`) */
+	uint64_t shared_fallbacks; /* clients that asked and got the socket stream (limits) */
+	uint64_t shared_hostile;   /* members closed for fighting the writer over their position */
 } ServerStats;
 
 /* Runs the manager's flush loop: called after the server wrote to a client outside of it (on
@@ -68,6 +74,7 @@ typedef struct ServerClientInfo {
 	uid_t uid;   /* SO_PEERCRED at connect() */
 	pid_t pid;
 	const Subscription *sub;
+	bool shared; /* reads a shared ring (docs/shared-ring.md) */
 	HubClientStats stats;
 } ServerClientInfo;
 

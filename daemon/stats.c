@@ -179,6 +179,7 @@ static int add_client(const ServerClientInfo *c, void *userdata) {
 		.id = c->id,
 		.uid = (uint32_t) c->uid,
 		.pid = (uint32_t) c->pid,
+		.shared = c->shared,
 		.offered = c->stats.offered,
 		.sent = c->stats.sent,
 		.dropped = c->stats.dropped,
@@ -238,9 +239,17 @@ int stats_snapshot(const StatsSources *src, StatsSnapshot **ret) {
 	if (r < 0)
 		return r;
 	if (src->server) {
+		ServerStats ss;
+
 		r = server_foreach_client(src->server, add_client, s);
 		if (r < 0)
 			return r;
+		server_get_stats(src->server, &ss);
+		s->shared.rings = ss.shared_rings;
+		s->shared.bytes = ss.shared_bytes;
+		s->shared.clients = ss.shared_clients;
+		s->shared.fallbacks = ss.shared_fallbacks;
+		s->shared.hostile = ss.shared_hostile;
 	}
 	s->producer_scan.scans = src->producer_scans;
 	if (src->scan) {

@@ -106,6 +106,7 @@ typedef struct ReaderSnapshot {
 typedef struct ClientSnapshot {
 	uint64_t id; /* the hello line's client_id */
 	uint32_t uid, pid;
+	bool shared;                                   /* reads a shared ring */
 	uint64_t offered, sent, dropped, queued_bytes; /* sent: HubClientStats.queued */
 } ClientSnapshot;
 
@@ -125,6 +126,10 @@ typedef struct StatsSnapshot {
 	uint64_t clients_dropped;
 	ClientSnapshot *clients; /* socket subscribers connected now, oldest first */
 	size_t n_clients;
+	/* The shared path (ServerStats.shared_*). */
+	struct {
+		uint64_t rings, bytes, clients, fallbacks, hostile;
+	} shared;
 	uint64_t ring_lost; /* PERF_RECORD_LOST counts of this daemon's rings */
 	/* Third-party producers: scans made, and what the current one found: programs that
 	 * declare something, declared record types, how many got no decoder (refused: hostile or

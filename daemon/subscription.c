@@ -25,6 +25,22 @@ Subscription *subscription_free(Subscription *s) {
 	return NULL;
 }
 
+int subscription_dup(const Subscription *s, Subscription **ret) {
+	_cleanup_(subscription_freep) Subscription *d = malloc(sizeof(*d));
+
+	if (!d)
+		return -ENOMEM;
+	*d = *s;
+	d->n_units = 0;
+	for (size_t i = 0; i < s->n_units; i++) {
+		d->units[i] = strdup(s->units[i]);
+		if (!d->units[i])
+			return -ENOMEM;
+		d->n_units++;
+	}
+	*ret = TAKE_PTR(d);
+	return 0;
+}
 
 /* Adds `value` (consumed, also on failure) under key; -ENOMEM if it is NULL or cannot be added. */
 static int object_add(json_object *o, const char *key, json_object *value) {

@@ -230,6 +230,8 @@ static void test_request_and_hello(void) {
 	ASSERT(v && streq_safe(json_object_get_string(json_object_array_get_idx(v, 0)), "sshd.service"));
 	ASSERT(streq_safe(json_object_get_string(get_path(req, "format", NULL)), "json"));
 	ASSERT(streq_safe(json_object_get_string(get_path(req, "on_overflow", NULL)), "disconnect"));
+	/* A client that wants to be disconnected when it falls behind does not ask to share. */
+	ASSERT(!get_path(req, "shared", NULL));
 	json_object_put(req);
 
 	h = perfrelay_client_hello(c);
@@ -274,7 +276,9 @@ static void test_default_request_and_env(void) {
 	ASSERT_EQ_INT(perfrelay_client_new(&c), 0);
 	ASSERT_EQ_INT(perfrelay_connect(c, NULL, NULL), 0);
 	unsetenv("PERFRELAY_SOCKET");
-	ASSERT(streq_safe(s.request, "{\"subscribe\":{},\"format\":\"json\",\"on_overflow\":\"drop\"}\n"));
+	ASSERT(streq_safe(
+		s.request,
+		"{\"subscribe\":{},\"format\":\"json\",\"on_overflow\":\"drop\",\"shared\":true}\n"));
 	ASSERT(streq_safe(perfrelay_client_socket_path(c), s.path));
 	perfrelay_close(c);
 	server_stop(&s);

@@ -1,0 +1,263 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Socket clients on the shared path (docs/shared-ring.md): the ring set of a subscription,
+ * found by what decides its bytes or made under MaxSharedRings= and MaxSharedRingsPerUid=,
+ * joined by each client that asks the same, and freed by the last one to leave. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "filter.h"
+#include "log.h"
+#include "server-internal.h"
+
+static bool match_shared(const void *filter, const DecodedEvent *ev, const char *unit) {
+	return filter_match(filter, ev, unit);
+}
+
+/* Everything that decides which bytes the ring holds; clients with the same key read the same
+ * ring. The access class is part of it, so no client shares a ring with one that may see more. */
+static int shared_key(const Subscription *sub, char **ret) {
+	_cleanup_free_ char *filter = NULL;
+	char *key;
+	int r;
+
+	r = subscription_to_json(sub, &filter);
+	if (r < 0)
+		return r;
+	if (asprintf(
+		    &key,
+		    "%s units=%d access=%s uid=%" PRIu32 " %s",
+		    subscription_format_to_string(sub->format),
+		    sub->unit_frames && sub->format == SUBSCRIPTION_FORMAT_BINARY,
+		    sub->access == SUBSCRIPTION_ACCESS_ALL ? "all" : "uid",
+		    sub->access == SUBSCRIPTION_ACCESS_ALL ? 0 : sub->access_uid,
+		    filter) < 0)
+		return -ENOMEM;
+	*ret = key;
+	return 0;
+}
+
+static void shared_entry_free(SharedEntry *e) {
+	Server *s = e->server;
+
+	if (e->client) {
+		hub_client_detach(s->hub, e->client);
+		hub_client_free(e->client);
+	}
+	if (e->ring) {
+		s->stats.shared_rings--;
+		s->stats.shared_bytes -= shared_ring_bytes(e->ring);
+	}
+	shared_ring_free(e->ring);
+	subscription_free(e->sub);
+	free(e->key);
+	LIST_REMOVE(entries, s->shared_entries, e);
+	s->n_shared_entries--;
+	free(e);
+}
+
+/* The ring's hub client has nothing to write; the flush loop runs it after a writer found a
+ * hostile member: those are closed (their figures say what they had not read). */
+static void shared_flush(HubClient *hc, void *userdata) {
+	SharedEntry *e = userdata;
+	Server *s = e->server;
+	Connection *next;
+
+	for (Connection *c = s->connections; c; c = next) {
+		next = c->connections_next;
+		if (c->shared == e && shared_member_hostile(c->member)) {
+			log_warning(
+				"Client %" PRIu64
+				" (pid %d, uid %u) moved its shared ring position under the "
+				"daemon %u times in a row, closing it",
+				c->id,
+				(int) c->cred.pid,
+				(unsigned) c->cred.uid,
+				SHARED_RING_CAS_TRIES);
+			s->stats.shared_hostile++;
+			/* The last member frees e: stop once it is gone. */
+			bool last = shared_ring_n_members(e->ring) == 1;
+			connection_free(c);
+			if (last)
+				return;
+		}
+	}
+}
+
+static size_t count_rings_of(const Server *s, uid_t uid) {
+	size_t n = 0;
+
+	LIST_FOREACH(entries, e, s->shared_entries)
+		n += e->creator == uid;
+	return n;
+}
+
+static int shared_entry_new(Server *s, const Subscription *sub, char *key, uid_t creator, SharedEntry **ret) {
+	_cleanup_free_ char *k = key;
+	SharedEntry *e;
+	HubClientOptions o;
+	int r;
+
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->server = s;
+	e->key = TAKE_PTR(k);
+	e->creator = creator;
+	LIST_PREPEND(entries, s->shared_entries, e);
+	s->n_shared_entries++;
+
+	r = subscription_dup(sub, &e->sub);
+	if (r >= 0)
+		r = shared_ring_new(
+			hub_n_slots(s->hub), hub_n_small_slots(s->hub), s->config->shared_ring_bytes, &e->ring);
+	if (r < 0) {
+		shared_entry_free(e);
+		return r;
+	}
+	s->stats.shared_rings++;
+	s->stats.shared_bytes += shared_ring_bytes(e->ring);
+	o = (HubClientOptions){
+		.format = sub->format == SUBSCRIPTION_FORMAT_BINARY ? HUB_FORMAT_BINARY : HUB_FORMAT_JSON,
+		.overflow = HUB_OVERFLOW_DROP,
+		.unit_frames = sub->unit_frames && sub->format == SUBSCRIPTION_FORMAT_BINARY,
+		.match = match_shared,
+		.filter = e->sub,
+		.userdata = e,
+		.flush = shared_flush,
+		.shared = e->ring,
+	};
+	r = hub_client_new(s->hub, -EBADF, &o, &e->client);
+	if (r >= 0) {
+		r = hub_client_attach(s->hub, e->client);
+		if (r < 0)
+			e->client = hub_client_free(e->client);
+	}
+	if (r < 0) {
+		shared_entry_free(e);
+		return r;
+	}
+	*ret = e;
+	return 0;
+}
+
+int connection_subscribe_shared(Connection *c, Subscription **sub) {
+	Server *s = c->server;
+	const Config *cfg = s->config;
+	_cleanup_free_ char *key = NULL;
+	_cleanup_(shared_member_freep) SharedMember *m = NULL;
+	_cleanup_close_ int ro = -EBADF;
+	SharedEntry *e = NULL;
+	char extra[128];
+	int r, fds[2];
+
+	/* on_overflow=disconnect asks to be closed at its first loss: the socket does that. */
+	if (cfg->shared_ring_bytes == 0 || (*sub)->overflow != SUBSCRIPTION_OVERFLOW_DROP ||
+	    hub_n_slots(s->hub) > PERFRELAY_SHARED_RINGS_MAX)
+		return 0;
+	r = shared_key(*sub, &key);
+	if (r < 0)
+		goto fallback;
+	LIST_FOREACH(entries, i, s->shared_entries)
+		if (streq(i->key, key)) {
+			e = i;
+			break;
+		}
+	if (!e) {
+		if (s->n_shared_entries >= cfg->max_shared_rings ||
+		    count_rings_of(s, c->cred.uid) >= cfg->max_shared_rings_per_uid) {
+			log_debug(
+				"Client %" PRIu64
+				" (uid %u): no shared ring left (MaxSharedRings=%u, "
+				"MaxSharedRingsPerUid=%u), serving it over the socket",
+				c->id,
+				(unsigned) c->cred.uid,
+				cfg->max_shared_rings,
+				cfg->max_shared_rings_per_uid);
+			goto fallback;
+		}
+		r = shared_entry_new(s, *sub, TAKE_PTR(key), c->cred.uid, &e);
+		if (r < 0) {
+			log_warning_errno(r, "Client %" PRIu64 ": failed to make a shared ring: %m", c->id);
+			goto fallback;
+		}
+	}
+
+	r = shared_member_new(e->ring, c->fd, &m);
+	if (r >= 0)
+		r = ro = shared_ring_open_readonly(e->ring);
+	if (r >= 0) {
+		hub_lock_all(s->hub);
+		r = shared_ring_attach_locked(e->ring, m);
+		hub_unlock_all(s->hub);
+	}
+	if (r < 0) {
+		log_warning_errno(r, "Client %" PRIu64 ": failed to join a shared ring: %m", c->id);
+		if (shared_ring_n_members(e->ring) == 0)
+			shared_entry_free(e);
+		goto fallback;
+	}
+	c->shared = e;
+	c->member = TAKE_PTR(m);
+	c->sub = TAKE_PTR(*sub);
+	s->stats.pending--;
+	s->stats.clients++;
+	s->stats.shared_clients++;
+
+	(void) snprintf(
+		extra,
+		sizeof(extra),
+		",\"shared\":{\"rings\":%u,\"bytes\":%" PRIu64 "}",
+		shared_ring_n_slots(e->ring),
+		shared_ring_bytes(e->ring));
+	fds[0] = ro;
+	fds[1] = shared_member_fd(c->member);
+	r = connection_send_hello(c, fds, 2, extra);
+	if (r < 0) {
+		log_debug_errno(r, "Client %" PRIu64 ": could not send the hello line: %m", c->id);
+		connection_free(c);
+		return 1;
+	}
+	connection_subscribed(c);
+	return 1;
+
+fallback:
+	s->stats.shared_fallbacks++;
+	return 0;
+}
+
+void connection_shared_stats(const Connection *c, HubClientStats *ret) {
+	SharedMemberStats st;
+
+	shared_member_get_stats(c->member, &st);
+	*ret = (HubClientStats){
+		.offered = st.offered, .sent = st.sent, .dropped = st.dropped, .queued = st.offered
+	};
+}
+
+void connection_leave_shared(Connection *c) {
+	Server *s = c->server;
+	SharedEntry *e = c->shared;
+	HubClientStats st;
+
+	/* After this no writer touches the member. */
+	hub_lock_all(s->hub);
+	shared_ring_detach_locked(e->ring, c->member);
+	hub_unlock_all(s->hub);
+	connection_shared_stats(c, &st);
+	s->stats.gone_offered += st.offered;
+	s->stats.gone_sent += st.sent;
+	s->stats.gone_dropped += st.dropped;
+	s->stats.shared_clients--;
+	log_debug(
+		"Client %" PRIu64 " left its shared ring: %" PRIu64 " events offered, %" PRIu64
+		" sent, %" PRIu64 " dropped",
+		c->id,
+		st.offered,
+		st.sent,
+		st.dropped);
+	c->member = shared_member_free(c->member);
+	c->shared = NULL;
+	if (shared_ring_n_members(e->ring) == 0)
+		shared_entry_free(e);
+}
