@@ -43,7 +43,7 @@ typedef struct Config {
 	/* [Socket] */
 	char *socket_path;                 /* SocketPath=, default /run/perfrelay/events.sock */
 	uint64_t client_queue_bytes;       /* ClientQueueBytes=, default 4M, 64K..1G */
-	uint64_t shared_ring_bytes;        /* SharedRingBytes=, default 8M, 0 (off) or 1M..1G */
+	uint64_t shared_ring_bytes;        /* SharedRingBytes=, default 32M, 0 (off) or up to 1G */
 	unsigned max_shared_rings;         /* MaxSharedRings=, default 64, 1..4096 */
 	unsigned max_shared_rings_per_uid; /* MaxSharedRingsPerUid=, default 4, 1..4096 */
 	unsigned max_clients;              /* MaxClients=, default 256, 1..65536 */

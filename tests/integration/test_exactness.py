@@ -22,10 +22,10 @@ import tempfile
 from prtest import (Daemon, Failure, bpftool_json, check, check_eq, producer_counters,
                     require_root_and_bpf, run_tests)
 from statsbus import StatsBus, wait_for
+from steady import SteadyProducer
 
 BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
-STEADY = os.path.join(BUILDDIR, "tests", "integration", "steady-producer")
 PRODUCER = 310  # steady.bpf.c
 STEADY_TYPE = 0x8310
 PRODUCER_EXEC = 1
@@ -33,34 +33,11 @@ RATE = 10000    # records a second during the restarts
 CPU = min(os.sched_getaffinity(0))
 
 require_root_and_bpf()
-if not os.access(STEADY, os.X_OK):
-    raise SystemExit(f"FAIL: {STEADY} is missing (meson compile builds it)")
 BUS = StatsBus(BINARY)
 
 
-class Steady:
-    """The producer process: one command line in, one answer line out."""
-
-    def __init__(self, pin_path):
-        self.proc = subprocess.Popen([STEADY, pin_path, str(CPU)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True)
-
-    def cmd(self, line):
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        answer = self.proc.stdout.readline().strip()
-        if not answer or answer.startswith("error"):
-            raise Failure(f"steady producer: {line!r} -> {answer!r} (exit {self.proc.poll()})")
-        return answer
-
-    def counts(self):
-        return json.loads(self.cmd("counts"))
-
-    def close(self):
-        """Detaches the program: its counts are final."""
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            self.proc.wait(30)
+def Steady(pin_path):
+    return SteadyProducer(BUILDDIR, pin_path, CPU)
 
 
 def producer_stats():

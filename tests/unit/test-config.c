@@ -159,6 +159,9 @@ static void test_defaults(void) {
 	ASSERT(c->probes == PROBES_ALL);
 	ASSERT(strcmp(c->socket_path, "/run/perfrelay/events.sock") == 0);
 	ASSERT(c->client_queue_bytes == 4u * 1024 * 1024);
+	ASSERT(c->shared_ring_bytes == 32u * 1024 * 1024 && c->max_shared_rings == 64 &&
+	       c->max_shared_rings_per_uid == 4);
+	ASSERT(c->reader_nice == -10);
 	ASSERT(c->max_clients == 256);
 	ASSERT(c->max_clients_per_uid == 32);
 	ASSERT(c->max_request_bytes == 65536);
@@ -207,6 +210,9 @@ static void test_integer_bounds(void) {
 		{ "Bus", "BusEventsPerSecond", 1, 100000, "must be an integer between 1 and 100000" },
 		{ "Socket", "ClientQueueBytes", 65536, 1073741824, "must be a size between 64K and 1G" },
 		{ "Socket", "MaxRequestBytes", 256, 1048576, "must be a size between 256 and 1M" },
+		{ "Socket", "SharedRingBytes", 0, 1073741824, "must be a size between 0 and 1G" },
+		{ "Socket", "MaxSharedRings", 1, 4096, "must be an integer between 1 and 4096" },
+		{ "Socket", "MaxSharedRingsPerUid", 1, 4096, "must be an integer between 1 and 4096" },
 		{ "Ring", "Watermark", 0, 4294967295ull, "must be a size between 0 and 4294967295" },
 	};
 
@@ -261,6 +267,28 @@ static void test_values(void) {
 
 	c = parse_ok("[Readers]\nCpusPerReader=4\n");
 	ASSERT(c && c->cpus_per_reader == 4);
+	config_free(c);
+
+	c = parse_ok("[Readers]\nReaderNice=-20\n");
+	ASSERT(c && c->reader_nice == -20);
+	config_free(c);
+	c = parse_ok("[Readers]\nReaderNice=19\n");
+	ASSERT(c && c->reader_nice == 19);
+	config_free(c);
+	c = parse_ok("[Readers]\nReaderNice=0\n");
+	ASSERT(c && c->reader_nice == 0);
+	config_free(c);
+	expect_error(
+		"[Readers]\nReaderNice=-21\n",
+		"test.conf:2: ReaderNice=-21: must be a nice value between -20 and 19");
+	expect_error(
+		"[Readers]\nReaderNice=20\n",
+		"test.conf:2: ReaderNice=20: must be a nice value between -20 and 19");
+	expect_error("[Readers]\nReaderNice=--1\n", "test.conf:2: ReaderNice=--1: must be a nice value");
+
+	c = parse_ok("[Socket]\nSharedRingBytes=0\nMaxSharedRings=1\nMaxSharedRingsPerUid=4096\n");
+	ASSERT(c && c->shared_ring_bytes == 0 && c->max_shared_rings == 1 &&
+	       c->max_shared_rings_per_uid == 4096);
 	config_free(c);
 
 	c = parse_ok(
@@ -961,7 +989,7 @@ static void test_shipped_config(void) {
 	}
 	*o = 0;
 
-	ASSERT(keys == 27); /* every key of config.h is listed */
+	ASSERT(keys == 31); /* every key of config.h is listed */
 	CHECK(config_parse_text(u, uncommented, strlen(uncommented), "uncommented", &error) == 0,
 	      "%s",
 	      error ?: "");

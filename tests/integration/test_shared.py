@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The shared fan-out path (docs/shared-ring.md) end to end: a client stopped for 10 s loses
+exactly what the daemon counts for it and then reads on; a client that writes garbage into the
+only memory it can write, and tries to map the ring writable, changes nothing for the daemon or
+for the client beside it on the same ring; a client of another uid never receives an event of
+another uid through a shared ring, and never shares a ring with one that sees more. Figures come
+from GetStats() (perfrelayctl stats --json)."""
+import json
+import mmap
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests
+from statsbus import StatsBus, wait_for
+from steady import PRODUCER, STEADY_TYPE, SteadyProducer
+
+BINARY = sys.argv[1]
+BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
+CTL = os.path.join(BUILDDIR, "client", "perfrelayctl")
+CPU = min(os.sched_getaffinity(0))
+NOBODY = 65534
+# The smallest shared ring: 512 KiB per reader, a few thousand steady records.
+CONFIG = "[Probes]\nProbes=none\n[Socket]\nSharedRingBytes=512K\n"
+
+require_root_and_bpf()
+BUS = StatsBus(BINARY)
+
+
+def producer_stats():
+    return next((p for p in BUS.stats()["producers"] if p["id"] == PRODUCER), None)
+
+
+def shared_clients(st=None):
+    st = st or BUS.stats()
+    return [c for c in st["client_list"] if c.get("shared")]
+
+
+class Monitor:
+    """perfrelayctl monitor --json into a file (so that stopping it fills nothing but its ring)."""
+
+    def __init__(self, socket_path, *args, user=None):
+        self.out = tempfile.NamedTemporaryFile(prefix="perfrelay-shared-mon-", delete=False)
+        os.chmod(self.out.name, 0o666)
+        self.proc = subprocess.Popen([CTL, "monitor", "--json", "--socket", socket_path] + list(args),
+                                     stdout=self.out, stderr=subprocess.PIPE, user=user)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            self.proc.wait(30)
+        self.out.close()
+        with open(self.out.name) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+        os.unlink(self.out.name)
+        return lines
+
+
+def steady_events(lines):
+    events = [e for e in lines if e.get("type") != "lost"]
+    lost = sum(e["count"] for e in lines if e.get("type") == "lost")
+    return events, lost
+
+
+def test_stopped_client():
+    """Stopped for 10 s while the producer laps its ring many times: it loses exactly what the
+    daemon counts as dropped for it, is told so, and reads on."""
+    d = Daemon(BINARY, "shared-stop", stdout=False, config=CONFIG)
+    prod = mon = None
+    try:
+        d.start()
+        prod = SteadyProducer(BUILDDIR, d.pin_path, CPU)
+        mon = Monitor(d.socket_path, "--type", str(STEADY_TYPE))
+        wait_for(lambda: len(shared_clients()) == 1, "the monitor reads a shared ring")
+        prod.cmd("rate 20000")
+        wait_for(lambda: (producer_stats() or {}).get("received", 0) > 20000, "records flow")
+        mon.proc.send_signal(signal.SIGSTOP)
+        time.sleep(10)  # the behaviour under test: a client that does not read for 10 s
+        stopped_at = producer_stats()["received"]
+        mon.proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: producer_stats()["received"] > stopped_at + 40000, "records flow after the stop")
+        prod.cmd("rate 0")
+        p = wait_for(lambda: (lambda q: q if q["attempts"] == q["received"] + q["failures"] else None)(producer_stats()),
+                     "the daemon read everything the kernel accepted")
+
+        def settled():
+            c = shared_clients()
+            return c[0] if c and c[0]["offered"] == p["received"] and c[0]["sent"] + c[0]["dropped"] == c[0]["offered"] \
+                else None
+        c = wait_for(settled, "the monitor read what is left", timeout=30)
+        lines = mon.stop()
+        mon = None
+        events, lost = steady_events(lines)
+        print(f"stopped client: producer {p['received']} received; client {c}; monitor {len(events)} events, "
+              f"{lost} in lost notices")
+        check(c["dropped"] > 100000, f"a 10 s stop at 20000/s lapped its 512 KiB ring: dropped {c['dropped']}")
+        check_eq(lost, c["dropped"], "the lost notices add up to the daemon's dropped")
+        check_eq(len(events), c["sent"], "every event it was sent, and only those, was read")
+        check_eq(c["sent"] + c["dropped"], p["received"], "offered = sent + dropped = what the daemon received")
+        first_lost = next(i for i, e in enumerate(lines) if e.get("type") == "lost")
+        check(first_lost > 0 and len(lines) - first_lost > 40000 * 0.9,
+              f"events before the stop and after it (lost notice at line {first_lost} of {len(lines)})")
+        seqs = [e["seq"] for e in events]
+        check(all(b > a for a, b in zip(seqs, seqs[1:])), "in order, none twice")
+        prod.close()
+        check_eq(d.stop(), 0, "clean exit")
+    finally:
+        if mon:
+            mon.stop()
+        if prod:
+            prod.close()
+        d.cleanup()
+
+
+def raw_shared_client(socket_path, request):
+    """Connects without libperfrelay and returns (socket, hello, ring fd, member page fd)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(socket_path)
+    s.sendall(json.dumps(request).encode() + b"\n")
+    data, fds, _, _ = socket.recv_fds(s, 4096, 4)
+    hello = json.loads(data.split(b"\n", 1)[0])
+    check("shared" in hello and len(fds) == 2, f"the daemon shares: {hello}, {len(fds)} descriptors")
+    return s, hello, fds[0], fds[1]
+
+
+def test_garbage_client():
+    """A client that scribbles over its member page and tries to map the ring writable: the
+    daemon and the well-behaved client on the same ring do not notice."""
+    d = Daemon(BINARY, "shared-garbage", stdout=False, config=CONFIG)
+    prod = mon = None
+    stop = threading.Event()
+    try:
+        d.start()
+        prod = SteadyProducer(BUILDDIR, d.pin_path, CPU)
+        mon = Monitor(d.socket_path, "--type", str(STEADY_TYPE))
+        wait_for(lambda: len(shared_clients()) == 1, "the monitor reads a shared ring")
+        sock, hello, ring_fd, page_fd = raw_shared_client(
+            d.socket_path, {"subscribe": {"types": [STEADY_TYPE]}, "format": "json", "shared": True})
+        st = BUS.stats()
+        check_eq(st["shared"]["rings"], 1, "the same subscription shares one ring set")
+        check_eq(st["shared"]["clients"], 2, "two members")
+
+        size = os.fstat(ring_fd).st_size
+        try:
+            mmap.mmap(ring_fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            raise Failure("the ring set could be mapped writable")
+        except PermissionError:
+            pass
+        for what, fn in (("write", lambda: os.write(ring_fd, b"x")),
+                         ("ftruncate", lambda: os.ftruncate(ring_fd, 0))):
+            try:
+                fn()
+                raise Failure(f"{what} on the ring's descriptor succeeded")
+            except OSError:
+                pass
+        try:
+            os.ftruncate(page_fd, 0)
+            raise Failure("the member page could be truncated (the daemon would fault on it)")
+        except PermissionError:
+            pass
+        ring_view = mmap.mmap(ring_fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        page = mmap.mmap(page_fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        rng = random.Random(1)
+
+        def scribble():
+            while not stop.is_set():
+                page[:] = rng.randbytes(4096)
+
+        t = threading.Thread(target=scribble)
+        t.start()
+        prod.cmd("rate 20000")
+        wait_for(lambda: producer_stats()["received"] > 60000, "records flow while the page is garbage", timeout=30)
+        stop.set()
+        t.join()
+        prod.cmd("rate 0")
+        p = wait_for(lambda: (lambda q: q if q["attempts"] == q["received"] + q["failures"] else None)(producer_stats()),
+                     "the daemon read everything the kernel accepted")
+        good = wait_for(lambda: next((c for c in shared_clients() if c["pid"] == mon.proc.pid and
+                                      c["sent"] == p["received"]), None),
+                        "the monitor read everything", timeout=30)
+        st = BUS.stats()
+        bad = [c for c in st["client_list"] if c["pid"] == os.getpid()]
+        for c in bad:
+            check(c["sent"] + c["dropped"] <= c["offered"], f"the garbage client's figures hold: {c}")
+        check_eq(len(bad) + st["shared"]["hostile"], 1, "the garbage client is listed, or was closed as hostile")
+        lines = mon.stop()
+        mon = None
+        events, lost = steady_events(lines)
+        check_eq((len(events), lost), (p["received"], 0), "the monitor beside it got every event, none lost")
+        check_eq((good["offered"], good["dropped"]), (p["received"], 0), "its figures: everything offered and sent")
+        ring_view.close()
+        page.close()
+        for fd in (ring_fd, page_fd):
+            os.close(fd)
+        sock.close()
+        wait_for(lambda: BUS.stats()["shared"]["rings"] == 0, "the ring set goes with its last member")
+        st = BUS.stats()
+        check_eq(st["clients"]["offered"], st["clients"]["delivered"] + st["clients"]["dropped"],
+                 "offered = delivered + dropped over every client")
+        prod.close()
+        check_eq(d.stop(), 0, "clean exit")
+    finally:
+        stop.set()
+        if mon:
+            mon.stop()
+        if prod:
+            prod.close()
+        d.cleanup()
+
+
+def test_uid_scoping():
+    """A client of uid nobody gets a ring of its own uid's events: the exec of a root process is
+    in root's ring only, the exec of nobody's process in both."""
+    work = tempfile.mkdtemp(prefix="perfrelay-shared-uid-")
+    os.chmod(work, 0o755)
+    marker = f"prsh{random.randrange(10**6):06d}"
+    path = os.path.join(work, marker)
+    shutil.copy("/bin/true", path)
+    os.chmod(path, 0o755)
+    d = Daemon(BINARY, "shared-uid", stdout=False, config="[Probes]\nProbes=exec\n[Socket]\nSharedRingBytes=512K\n")
+    os.chmod(d.dir, 0o711)
+    mons = []
+    try:
+        d.start()
+        os.chmod(d.socket_path, 0o666)
+        root = Monitor(d.socket_path, "--type", "exec")
+        mons.append(root)
+        nobody = Monitor(d.socket_path, "--type", "exec", user=NOBODY)
+        mons.append(nobody)
+        st = wait_for(lambda: (lambda s: s if len(shared_clients(s)) == 2 else None)(BUS.stats()),
+                      "both monitors read shared rings")
+        check_eq(st["shared"]["rings"], 2, "access classes never share a ring")
+        for _ in range(5):
+            subprocess.run([path, "root"], check=True)
+            subprocess.run([path, "nobody"], check=True, user=NOBODY)
+
+        def seen(m, uid):
+            with open(m.out.name) as f:
+                return sum(1 for line in f if marker in line and f'"uid":{uid},' in line)
+        wait_for(lambda: seen(root, 0) == 5 and seen(root, NOBODY) == 5 and seen(nobody, NOBODY) == 5,
+                 "every exec reached the monitors that may see it", timeout=20)
+        root_lines, nobody_lines = root.stop(), nobody.stop()
+        mons = []
+        others = [e for e in nobody_lines if e.get("type") == "exec" and e.get("uid") != NOBODY]
+        check_eq(others, [], "nobody's ring holds no event of another uid")
+        check(any(e.get("uid") == 0 for e in root_lines), "root's does")
+        check_eq(d.stop(), 0, "clean exit")
+    finally:
+        for m in mons:
+            m.stop()
+        d.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    run_tests([test_stopped_client, test_garbage_client, test_uid_scoping])

@@ -1,0 +1,311 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* fanout.c under real concurrency (and ThreadSanitizer in build-tsan): a writer thread per ring
+ * writes numbered frames while member threads read them with libperfrelay's protocol (copy,
+ * swap, resume where the writer moved them), one of them waiting until it is lapped, one
+ * scribbling over its own page; members sleep and are woken through their sockets. Every frame
+ * a member owns is checked byte for byte; each well-behaved member ends with read = sent,
+ * lost = dropped, offered = sent + dropped = everything written while it was a member. */
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <inttypes.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "fanout.h"
+#include "macro.h"
+
+#include "unit-test.h"
+
+#define CHECK(cond, ...)                                                \
+	do {                                                            \
+		if (!(cond)) {                                          \
+			fprintf(stderr, "%s:%d: ", __FILE__, __LINE__); \
+			fprintf(stderr, __VA_ARGS__);                   \
+			fputc('\n', stderr);                            \
+			failures++;                                     \
+		}                                                       \
+	} while (0)
+
+#define N_SLOTS      2u
+#define EVENTS       60000u /* per slot */
+#define BATCH        32u
+#define N_MEMBERS    4u /* 0, 1: fast; 2: slow (lapped); 3: hostile */
+#define SCRATCH_SIZE (256u * 1024u)
+
+static SharedRing *ring;
+static pthread_mutex_t slot_lock[N_SLOTS];
+static atomic_uint writers_done;
+
+typedef struct Member {
+	unsigned index;
+	SharedMember *m;
+	struct perfrelay_shared_member *page; /* the member's own mapping of its page */
+	int sock[2];                          /* [0] the daemon's end, [1] the member's */
+	uint64_t pos[N_SLOTS], next_seq[N_SLOTS];
+	uint64_t read, lost, bad, wakeups;
+	pthread_t thread;
+} Member;
+
+static Member members[N_MEMBERS];
+
+static void lock_all(void) {
+	for (unsigned i = 0; i < N_SLOTS; i++)
+		pthread_mutex_lock(&slot_lock[i]);
+}
+
+static void unlock_all(void) {
+	for (unsigned i = N_SLOTS; i > 0; i--)
+		pthread_mutex_unlock(&slot_lock[i - 1]);
+}
+
+/* Frame n of a slot: its length and every byte follow from (slot, n). */
+static uint32_t frame_len(unsigned slot, uint64_t n) {
+	return 20u + (uint32_t) ((n * 7u + slot * 13u) % 300u);
+}
+
+static uint8_t frame_byte(unsigned slot, uint64_t n, uint32_t i) {
+	return (uint8_t) (n * 31u + slot * 17u + i);
+}
+
+static void *writer(void *userdata) {
+	unsigned slot = (unsigned) (uintptr_t) userdata;
+	uint8_t *data = shared_ring_data(ring, slot);
+	uint64_t mask = shared_ring_size(ring, slot) - 1, head = 0;
+
+	for (uint64_t n = 0; n < EVENTS;) {
+		pthread_mutex_lock(&slot_lock[slot]);
+		for (unsigned b = 0; b < BATCH && n < EVENTS; b++, n++) {
+			uint32_t len = frame_len(slot, n);
+
+			ASSERT(shared_ring_reserve(ring, slot, &head, n, len));
+			for (uint32_t i = 0; i < len; i++)
+				data[(head + i) & mask] = frame_byte(slot, n, i);
+			head = ALIGN_TO(head + len, (uint64_t) PERFRELAY_SHARED_ALIGN);
+		}
+		(void) shared_ring_publish(ring, slot, head, n);
+		pthread_mutex_unlock(&slot_lock[slot]);
+		if (n % 1024 == 0)
+			sched_yield();
+	}
+	atomic_fetch_add(&writers_done, 1);
+	return NULL;
+}
+
+/* The copy races with the writer by design (it is validated by the swap afterwards): byte by
+ * byte, outside ThreadSanitizer's view, as a client in another process would read. */
+__attribute__((no_sanitize("thread"))) static void racy_copy(uint8_t *dst, const uint8_t *src, size_t n) {
+	for (size_t i = 0; i < n; i++)
+		dst[i] = ((const volatile uint8_t *) src)[i];
+}
+
+/* One pass over a ring, libperfrelay's way. Returns the frames owned. */
+static uint64_t member_read(Member *mb, unsigned slot, uint8_t *scratch) {
+	const uint8_t *data = shared_ring_data(ring, slot);
+	const struct perfrelay_shared_ctl *ctl = (const void *) (data - sizeof(struct perfrelay_shared_ctl));
+	uint64_t size = shared_ring_size(ring, slot), *pos_word = &mb->page->ring[slot].pos;
+
+	for (;;) {
+		uint64_t head = __atomic_load_n(&ctl->head, __ATOMIC_ACQUIRE), pos = mb->pos[slot],
+			 expected = pos;
+		uint64_t off = pos & (size - 1),
+			 n = MIN(MIN(head - pos, size - off), (uint64_t) SCRATCH_SIZE), q = 0;
+		uint64_t owned = 0;
+
+		if (head == pos)
+			return 0;
+		racy_copy(scratch, data + off, n);
+		while (n - q >= sizeof(struct perfrelay_shared_frame)) {
+			struct perfrelay_shared_frame f;
+
+			memcpy(&f, scratch + q, sizeof(f));
+			if (f.size < sizeof(f) || f.size % PERFRELAY_SHARED_ALIGN || f.size > n - q ||
+			    f.len > f.size - sizeof(f))
+				break;
+			q += f.size;
+		}
+		if (q == 0 ||
+		    !__atomic_compare_exchange_n(
+			    pos_word, &expected, pos + q, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+			/* Lapped: resume where the writer put us. */
+			mb->pos[slot] = __atomic_load_n(pos_word, __ATOMIC_ACQUIRE);
+			if (q != 0 || mb->pos[slot] != pos)
+				continue;
+			mb->bad++; /* a broken frame at a position nobody moved: cannot happen */
+			return 0;
+		}
+		mb->pos[slot] = pos + q;
+		for (uint64_t p = 0; p < q;) {
+			struct perfrelay_shared_frame f;
+
+			memcpy(&f, scratch + p, sizeof(f));
+			if (f.len > 0) {
+				if (f.seq > mb->next_seq[slot])
+					mb->lost += f.seq - mb->next_seq[slot];
+				if (f.seq < mb->next_seq[slot] || f.len != frame_len(slot, f.seq))
+					mb->bad++;
+				else
+					for (uint32_t i = 0; i < f.len; i++)
+						if (scratch[p + sizeof(f) + i] != frame_byte(slot, f.seq, i)) {
+							mb->bad++; /* torn, yet owned: the protocol failed */
+							break;
+						}
+				mb->next_seq[slot] = f.seq + 1;
+				mb->read++;
+				owned++;
+			}
+			p += f.size;
+		}
+		return owned;
+	}
+}
+
+static bool caught_up(const Member *mb) {
+	for (unsigned s = 0; s < N_SLOTS; s++) {
+		const uint8_t *data = shared_ring_data(ring, s);
+		const struct perfrelay_shared_ctl *ctl =
+			(const void *) (data - sizeof(struct perfrelay_shared_ctl));
+
+		if (__atomic_load_n(&ctl->head, __ATOMIC_SEQ_CST) != mb->pos[s])
+			return false;
+	}
+	return true;
+}
+
+static void *member_thread(void *userdata) {
+	Member *mb = userdata;
+	uint8_t *scratch = malloc(SCRATCH_SIZE);
+	uint64_t passes = 0;
+
+	ASSERT(scratch);
+	for (;;) {
+		uint64_t got = 0;
+
+		if (mb->index == 3) {
+			/* Hostile: its page is its own to ruin. */
+			for (unsigned s = 0; s < N_SLOTS; s++)
+				__atomic_store_n(
+					&mb->page->ring[s].pos, (uint64_t) random() * 977u, __ATOMIC_RELAXED);
+			if (atomic_load(&writers_done) == N_SLOTS)
+				break;
+			continue;
+		}
+		for (unsigned s = 0; s < N_SLOTS; s++)
+			got += member_read(mb, s, scratch);
+		if (mb->index == 2 && passes++ == 0)
+			/* Slow: it waits until the writer is two rings ahead before it reads on. */
+			while (atomic_load(&writers_done) < N_SLOTS &&
+			       __atomic_load_n(
+				       &((const struct perfrelay_shared_ctl
+						  *) (shared_ring_data(ring, 0) - sizeof(struct perfrelay_shared_ctl)))
+						->head,
+				       __ATOMIC_ACQUIRE) < mb->pos[0] + 2 * shared_ring_size(ring, 0))
+				usleep(1000);
+		if (got > 0)
+			continue;
+		if (atomic_load(&writers_done) == N_SLOTS && caught_up(mb))
+			break;
+		/* Sleep the library's way: say so, look again, wait for the doorbell. */
+		__atomic_store_n(&mb->page->sleeping, 1, __ATOMIC_SEQ_CST);
+		if (!caught_up(mb) || atomic_load(&writers_done) == N_SLOTS) {
+			__atomic_store_n(&mb->page->sleeping, 0, __ATOMIC_RELAXED);
+			continue;
+		}
+		struct pollfd p = { .fd = mb->sock[1], .events = POLLIN };
+		int k = poll(&p, 1, 5000);
+		char b[64];
+
+		if (k == 0 && !caught_up(mb) && atomic_load(&writers_done) < N_SLOTS)
+			mb->bad++; /* a lost wakeup: new frames, and no doorbell for 5 s */
+		if (k > 0 && read(mb->sock[1], b, sizeof(b)) > 0)
+			mb->wakeups++;
+		__atomic_store_n(&mb->page->sleeping, 0, __ATOMIC_RELAXED);
+	}
+	free(scratch);
+	return NULL;
+}
+
+int main(void) {
+	pthread_t writers[N_SLOTS];
+	SharedMemberStats st;
+
+	for (unsigned i = 0; i < N_SLOTS; i++)
+		pthread_mutex_init(&slot_lock[i], NULL);
+	ASSERT(shared_ring_new(N_SLOTS, 0, 1024 * 1024, &ring) == 0);
+	ASSERT(shared_ring_size(ring, 0) == SHARED_RING_MIN);
+	/* Too large for a ring: refused, never written. */
+	{
+		uint64_t head = 0;
+		ASSERT(!shared_ring_reserve(ring, 0, &head, 0, SHARED_RING_MIN));
+		ASSERT(head == 0);
+	}
+
+	for (unsigned i = 0; i < N_MEMBERS; i++) {
+		Member *mb = &members[i];
+
+		mb->index = i;
+		ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, mb->sock) == 0);
+		ASSERT(shared_member_new(ring, mb->sock[0], &mb->m) == 0);
+		/* As a client maps it. */
+		mb->page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, shared_member_fd(mb->m), 0);
+		ASSERT(mb->page != MAP_FAILED);
+		lock_all();
+		ASSERT(shared_ring_attach_locked(ring, mb->m) == 0);
+		unlock_all();
+		for (unsigned s = 0; s < N_SLOTS; s++) {
+			mb->pos[s] = mb->page->ring[s].pos;
+			mb->next_seq[s] = mb->page->ring[s].start_seq;
+		}
+		ASSERT(pthread_create(&mb->thread, NULL, member_thread, mb) == 0);
+	}
+	for (unsigned s = 0; s < N_SLOTS; s++)
+		ASSERT(pthread_create(&writers[s], NULL, writer, (void *) (uintptr_t) s) == 0);
+	for (unsigned s = 0; s < N_SLOTS; s++)
+		pthread_join(writers[s], NULL);
+	for (unsigned i = 0; i < N_MEMBERS; i++)
+		pthread_join(members[i].thread, NULL);
+
+	for (unsigned i = 0; i < N_MEMBERS; i++) {
+		Member *mb = &members[i];
+
+		lock_all();
+		shared_ring_detach_locked(ring, mb->m);
+		unlock_all();
+		shared_member_get_stats(mb->m, &st);
+		printf("member %u: read %" PRIu64 ", lost %" PRIu64 ", woken %" PRIu64 "; offered %" PRIu64
+		       ", sent %" PRIu64 ", dropped %" PRIu64 "%s\n",
+		       i,
+		       mb->read,
+		       mb->lost,
+		       mb->wakeups,
+		       st.offered,
+		       st.sent,
+		       st.dropped,
+		       shared_member_hostile(mb->m) ? " (hostile)" : "");
+		CHECK(st.offered == st.sent + st.dropped, "member %u: offered = sent + dropped", i);
+		CHECK(st.offered == (uint64_t) N_SLOTS * EVENTS, "member %u: offered everything", i);
+		if (i == 3)
+			continue;
+		CHECK(mb->bad == 0, "member %u: %" PRIu64 " torn, misordered or unwoken", i, mb->bad);
+		CHECK(mb->read == st.sent, "member %u: read = sent", i);
+		CHECK(mb->lost == st.dropped, "member %u: lost = dropped", i);
+		CHECK(!shared_member_hostile(mb->m), "member %u is not hostile", i);
+	}
+	CHECK(members[2].lost > 0, "the slow member was lapped");
+	for (unsigned i = 0; i < N_MEMBERS; i++) {
+		munmap(members[i].page, 4096);
+		shared_member_free(members[i].m);
+		close(members[i].sock[0]);
+		close(members[i].sock[1]);
+	}
+	ASSERT(shared_ring_n_members(ring) == 0);
+	shared_ring_free(ring);
+	printf("%u events per ring, %d failures\n", EVENTS, failures);
+	return failures ? EXIT_FAILURE : EXIT_SUCCESS;
+}
