@@ -159,7 +159,8 @@ static DecodeError check_connect(const uint8_t *rec) {
 		(ev)->comm = FIELD_PTR(rec, type, comm);       \
 	} while (0)
 
-static void fill_fields(const uint8_t *rec, uint16_t type, bool known, DecodedEvent *ev) {
+static inline __attribute__((always_inline)) void
+	fill_fields(const uint8_t *rec, uint16_t type, bool known, DecodedEvent *ev) {
 	ev->has_pid = ev->has_uid = false;
 	ev->pid = ev->uid = 0;
 	ev->comm = NULL;

@@ -83,6 +83,7 @@ typedef struct DrainCtx {
 	Reader *reader;
 	CpuStats *cpu;
 	RingSeq *seq;
+	bool has_clients; /* the hub slot's, fixed for the batch (its lock is held) */
 	uint64_t records, received, lost, malformed, other;
 } DrainCtx;
 
@@ -243,15 +244,18 @@ static inline SeqState *seq_touch(RingSeq *rs, uint32_t producer) {
 	return &rs->seq[producer];
 }
 
-/* Once per batch: what the batch read goes into the pinned ledger, so that it outlives us. */
-static void seq_flush(RingSeq *rs) {
+/* Once per batch: what the batch read goes into the pinned ledger, so that it outlives us, and
+ * into this reader's own figures. */
+static void seq_flush(RingSeq *rs, ReaderStats *st) {
 	for (uint32_t i = 0; i < rs->n_dirty; i++) {
 		uint32_t p = rs->dirty[i];
 		SeqState *s = &rs->seq[p];
 		struct perfrelay_received *e = rs->ledger + (size_t) p * rs->stride;
 
-		if (s->received)
+		if (s->received) {
 			STAT_ADD(e->received, s->received);
+			STAT_ADD(st->received_by_producer[p], s->received);
+		}
 		if (s->malformed)
 			STAT_ADD(e->malformed, s->malformed);
 		STAT_STORE(e->seq_next, seqgap_next(&s->gap));
@@ -302,17 +306,18 @@ static void on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 			const char *unit = NULL;
 
 			d->received++;
-			STAT_ADD(st->received_by_producer[ev.hdr.producer], 1);
 			SeqState *s = seq_touch(d->seq, ev.hdr.producer);
 
 			s->received++;
 			seqgap_record(&s->gap, ev.hdr.seq);
 			/* Filters and JSON lines need the unit; a cache hit is a hash and a compare,
 			 * a miss a syscall pair once per cgroup. Not worth it without clients. */
-			if (ev.cgroup_id != 0 && r->units && hub_reader_has_clients(r->hub, r->id))
-				unit = cgroup_cache_lookup(r->units, ev.cgroup_id);
 			if (_unlikely_(!ev.known) && r->decoders)
 				reader_attach_decoder(r, &ev);
+			if (!d->has_clients)
+				return;
+			if (ev.cgroup_id != 0 && r->units)
+				unit = cgroup_cache_lookup(r->units, ev.cgroup_id);
 			hub_publish(r->hub, r->id, &ev, unit);
 			return;
 		}
@@ -366,26 +371,33 @@ static int drain_all(Reader *r, uint64_t now, bool *ret_any, bool *ret_trickle) 
 	if (r->decoders)
 		r->scan = decoders_enter(r->decoders, r->id);
 	for (size_t i = 0; i < r->n_rings; i++) {
-		DrainCtx d = { .reader = r, .cpu = &r->cpu_stats[i], .seq = &r->seqs[i] };
+		DrainCtx d = {
+			.reader = r,
+			.cpu = &r->cpu_stats[i],
+			.seq = &r->seqs[i],
+			.has_clients = hub_reader_has_clients(r->hub, r->id),
+		};
 		uint64_t budget;
 
 		if (!r->rings[i])
 			continue; /* parked: its CPU has been offline since the start */
 		budget = ring_data_size(r->rings[i]) / 2;
 		uint64_t skipped;
+		RingView view;
 		int64_t n;
 
 		if (!ring_pending(r->rings[i]))
 			continue;
 		/* Half a ring per turn keeps one busy CPU from starving the others of the group. */
-		n = ring_drain(r->rings[i], budget, on_record, &d, &skipped);
+		ring_view(r->rings[i], &view);
+		n = ring_view_drain(&view, budget, on_record, &d, &skipped);
 		if (_unlikely_(skipped > 0)) {
 			STAT_ADD(d.cpu->corrupt, 1);
 			STAT_ADD(d.cpu->corrupt_bytes, skipped);
 			any = true;
 		}
 		if (d.seq->n_dirty)
-			seq_flush(d.seq);
+			seq_flush(d.seq, r->stats);
 		if (n > 0) {
 			any = true;
 			more |= (uint64_t) n >= budget;

@@ -112,45 +112,13 @@ int ring_pending(const Ring *r) {
 		__atomic_load_n(&r->meta->data_tail, __ATOMIC_RELAXED);
 }
 
+void ring_view(const Ring *r, RingView *ret) {
+	*ret = (RingView){ .meta = r->meta, .data = r->data, .mask = r->mask, .scratch = r->scratch };
+}
+
 int64_t ring_drain(Ring *r, uint64_t budget, RingRecordFn fn, void *userdata, uint64_t *ret_skipped) {
-	/* Only this thread writes data_tail, so a plain load of our own last store is exact. */
-	uint64_t tail = __atomic_load_n(&r->meta->data_tail, __ATOMIC_RELAXED), start = tail;
-	/* (C) in the kernel's ring buffer document: data_head load, then smp_rmb() before any
-	 * record is read. The acquire load provides exactly that ordering. */
-	uint64_t head = __atomic_load_n(&r->meta->data_head, __ATOMIC_ACQUIRE);
-	uint64_t skipped = 0;
+	RingView v;
 
-	for (;;) {
-		const uint8_t *rec;
-		uint32_t size;
-		PerfringStatus s = perfring_next(r->data, r->mask, tail, head, r->scratch, &rec, &size);
-
-		if (s == PERFRING_EMPTY)
-			break;
-		if (s == PERFRING_CORRUPT) {
-			/* Only the kernel writes this ring; if its framing is broken we cannot resync
-			 * inside the batch, so skip what is published and let the caller count it. */
-			skipped = head - tail;
-			tail = head;
-			break;
-		}
-		fn(userdata, rec, size);
-		tail += size;
-		if (tail == head && (budget == 0 || tail - start < budget)) {
-			/* More may have arrived while we worked: take it in the same batch, still
-			 * with one tail store at the end. */
-			head = __atomic_load_n(&r->meta->data_head, __ATOMIC_ACQUIRE);
-		}
-		if (budget && tail - start >= budget)
-			break;
-	}
-
-	if (tail != start) {
-		/* (D): every read of the records above must be complete before the kernel may
-		 * overwrite them, i.e. a full barrier (smp_mb) separates them from the tail store. */
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		__atomic_store_n(&r->meta->data_tail, tail, __ATOMIC_RELAXED);
-	}
-	*ret_skipped = skipped;
-	return (int64_t) (tail - start - skipped);
+	ring_view(r, &v);
+	return ring_view_drain(&v, budget, fn, userdata, ret_skipped);
 }
