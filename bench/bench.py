@@ -38,6 +38,9 @@ ROWS = [
      ["--mode", "daemon", "--clients", "1", "--format", "binary"]),
 ]
 ROW_ARGS = {name: args for name, _, args in ROWS}
+# Row k (bench/burst_bench.py): ring pages per CPU and reader nice value. The old defaults, the
+# old ring with the new nice value, the smallest ring that nearly held, the new defaults.
+BURST_CONFIGS = [(64, 0), (64, -10), (128, -10), (512, -10)]
 ROW_DESC = {name: desc for name, desc, _ in ROWS}
 
 
@@ -565,6 +568,9 @@ def main():
     ap.add_argument("--capture-repeat", type=int, default=3,
                     help="rounds of the capture's cost: a loopback TCP stream with and without a capture (default 3; "
                          "0 = none)")
+    ap.add_argument("--burst-repeat", type=int, default=1,
+                    help="rounds of row k, a compile-like burst at the daemon's defaults and at smaller rings "
+                         "(default 1; 0 = none)")
     ap.add_argument("--pingpong-repeat", type=int, default=5,
                     help="rounds of the counters' cost: a ping-pong pair with counters off, then on (default 5; 0 = none)")
     args = ap.parse_args()
@@ -592,6 +598,12 @@ def main():
         if args.capture_repeat > 0:
             import capture_bench
             capture = capture_bench.run(args.build, args.capture_repeat, args.duration, log)
+        burst = None
+        if args.burst_repeat > 0:
+            import burst_bench
+            burst = burst_bench.run(Daemon, os.path.join(args.build, "daemon", "perfrelayd"),
+                                    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), args.build,
+                                    args.burst_repeat, BURST_CONFIGS, log)
         max_rows, baselines = b.max_rate_rows() if ROWS else ({}, [])
         summary = {name: summarize(res) for name, res in max_rows.items()}
 
@@ -740,6 +752,7 @@ def main():
         "recorder": recorder,
         "counters": counters,
         "capture": capture,
+        "burst": burst,
         "targets": targets,
         "elapsed_s": round(time.monotonic() - started, 1),
         "command": " ".join(["bench/run"] + user_args),
@@ -772,6 +785,9 @@ def main():
               f"{ex['cpu_ns_per_event_at_half_rate']:.0f} CPU ns/event at half that rate = "
               f"{ex['ratio_to_e_client_cpu_per_event']}x "
               f"(e)'s binary client ({ex['e_client_cpu_ns_per_event']:.0f})  {ex['description']}")
+    for c in burst or ():
+        print(f"burst (k) at {c['pages_per_cpu']} pages per CPU, ReaderNice={c['reader_nice']}: "
+              f"{c['failures']} of {c['attempts']} records lost ({100 * c['failures'] / max(c['attempts'], 1):.2f} %)")
     if capture:
         print(f"capture: a loopback TCP stream runs at {capture['tcp_stream_on_to_off']}x its rate without a capture; "
               f"{capture['daemon_cpu_ns_per_packet']} daemon CPU ns per captured packet at {capture['packet_rate']}/s")

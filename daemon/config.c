@@ -39,7 +39,7 @@
 static const Config config_defaults = {
 	.pin_path = NULL, /* strings come from ConfigKey.default_string */
 	.replace_incompatible_pins = false,
-	.pages_per_cpu = 64,
+	.pages_per_cpu = 512,
 	.watermark = 0,
 	.wakeup_events = 0,
 	.flush_interval_ms = 50,

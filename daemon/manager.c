@@ -273,9 +273,12 @@ RingOptions manager_ring_options(const Manager *m) {
 	};
 
 	/* Default wakeup: a quarter of the ring, so the reader is woken while three quarters are
-	 * still free; the flush interval bounds the latency of anything below it. */
+	 * still free, but not later than after RING_WATERMARK_MAX bytes: a larger ring then buys
+	 * room for bursts, not latency (the flush interval bounds the latency of anything below
+	 * the watermark). */
 	if (ro.watermark == 0 && ro.wakeup_events == 0)
-		ro.watermark = (uint32_t) ((uint64_t) page * c->pages_per_cpu / 4);
+		ro.watermark = (uint32_t) MIN(
+			(uint64_t) page * c->pages_per_cpu / 4, (uint64_t) RING_WATERMARK_MAX);
 	return ro;
 }
 

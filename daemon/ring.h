@@ -13,6 +13,9 @@
 
 typedef struct Ring Ring;
 
+/* The default wakeup watermark's ceiling (manager_ring_options()). */
+#define RING_WATERMARK_MAX (64u * 1024u)
+
 typedef struct RingOptions {
 	unsigned pages;         /* data pages, a power of two */
 	uint32_t watermark;     /* wake up after this many bytes; 0 = use wakeup_events */

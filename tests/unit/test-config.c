@@ -150,7 +150,7 @@ static void test_defaults(void) {
 
 	ASSERT(strcmp(c->pin_path, "/sys/fs/bpf/perfrelay") == 0);
 	ASSERT(!c->replace_incompatible_pins);
-	ASSERT(c->pages_per_cpu == 64);
+	ASSERT(c->pages_per_cpu == 512);
 	ASSERT(c->watermark == 0);
 	ASSERT(c->wakeup_events == 0);
 	ASSERT(c->flush_interval_ms == 50);
