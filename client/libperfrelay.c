@@ -1017,7 +1017,6 @@ static int frame_check(const char *rec, uint32_t length) {
 	return 0;
 }
 
-
 static int next_frame(
 	perfrelay_client *c,
 	const struct perfrelay_hdr **hdr,

@@ -377,6 +377,28 @@ static void schema_write(HubQueue *q, const ProducerType *t, const struct perfre
 	q->schema_sent[bit / 64] |= UINT64_C(1) << (bit % 64);
 }
 
+/* One event's bytes in a client's format: its schema frame and unit frame when it needs them,
+ * the frame prefix (binary length, or tag), the record or line. Room was reserved. */
+static inline void event_write(
+	HubQueue *q,
+	const DecodedEvent *ev,
+	const struct perfrelay_hdr *schema,
+	size_t schema_len,
+	const void *unit_frame,
+	size_t unit_frame_len,
+	const void *prefix,
+	size_t prefix_len,
+	const void *data,
+	size_t len) {
+	if (schema_len > 0)
+		schema_write(q, ev->producer_type, schema);
+	if (unit_frame_len > 0)
+		queue_write(q, unit_frame, unit_frame_len);
+	if (prefix_len > 0)
+		queue_write(q, prefix, prefix_len);
+	queue_write(q, data, len);
+}
+
 void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *unit) {
 	HubSlot *s = &h->slots[reader];
 	/* Binary frames are the record itself behind a length: nothing to encode. */
@@ -456,13 +478,8 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 				STAT_ADD(q->dropped, 1); /* cannot happen: SHARED_RING_MIN */
 				continue;
 			}
-			if (schema_len > 0)
-				schema_write(q, ev->producer_type, &schema);
-			if (unit_frame_len > 0)
-				queue_write(q, unit_buf, unit_frame_len);
-			if (prefix_len > 0)
-				queue_write(q, prefix, prefix_len);
-			queue_write(q, data, len);
+			event_write(
+				q, ev, &schema, schema_len, unit_buf, unit_frame_len, prefix, prefix_len, data, len);
 			q->head_local = ALIGN_TO(q->head_local, (uint64_t) PERFRELAY_SHARED_ALIGN);
 			STAT_ADD(q->queued, 1);
 			if (_unlikely_(q->head_local - q->head > (q->mask + 1) / 4)) {
@@ -490,13 +507,8 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 			queue_write(q, lost, lost_len);
 			q->pending_lost = 0;
 		}
-		if (schema_len > 0)
-			schema_write(q, ev->producer_type, &schema);
-		if (unit_frame_len > 0)
-			queue_write(q, unit_buf, unit_frame_len);
-		if (prefix_len > 0)
-			queue_write(q, prefix, prefix_len);
-		queue_write(q, data, len);
+		event_write(
+			q, ev, &schema, schema_len, unit_buf, unit_frame_len, prefix, prefix_len, data, len);
 		STAT_ADD(q->queued, 1);
 		s->wrote = true;
 
