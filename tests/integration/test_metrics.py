@@ -124,9 +124,14 @@ def test_prometheus_scrapes_socket_activated_metrics():
                                              ("refused", "captures_refused"), ("seen", "capture_packets_seen"),
                                              ("captured", "capture_packets_captured"),
                                              ("rate_dropped", "capture_packets_rate_dropped"),
-                                             ("failed", "capture_packets_failed")))):
+                                             ("failed", "capture_packets_failed"))),
+                                ("shared", (("rings", "shared_rings"), ("bytes", "shared_bytes"),
+                                            ("clients", "shared_clients"), ("fallbacks", "shared_fallbacks"),
+                                            ("hostile", "shared_hostile")))):
             for key, name in fields:
-                total = "" if section == "producer_scan" and key in ("refused", "bad_declarations") else "_total"
+                gauge = (section == "producer_scan" and key in ("refused", "bad_declarations")) or \
+                    (section == "shared" and key in ("rings", "bytes", "clients"))
+                total = "" if gauge else "_total"
                 check_eq(s[f"perfrelay_{name}{total}"], st[section][key], f"{section} {key}")
         check(st["recorder"]["written"] > 0, f"the flight recorder took the burst: {st['recorder']}")
         check_eq(s["perfrelay_up"], 1, "perfrelay_up")
