@@ -232,11 +232,14 @@ static void move_members(SharedRing *r, unsigned slot, uint64_t to, uint64_t to_
 
 			if (cur >= to)
 				break; /* it read past them (or says so: its own loss) */
-			cur_seq = MIN(seq_at(s, cur, head, seq, ms->seen_seq), to_seq);
+			/* At least what it passed before (seen_seq only grows, so that sent =
+			 * seen - start - dropped never shrinks, whatever the member writes). */
+			cur_seq = seq_at(s, cur, head, seq, ms->seen_seq);
 			/* Full barrier: our store of ctl->evict is before it, our overwrite after. */
 			if (__atomic_compare_exchange_n(
 				    pos, &cur, to, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
-				member_slot_write(ms, to_seq, ms->dropped + (to_seq - cur_seq));
+				if (cur_seq < to_seq)
+					member_slot_write(ms, to_seq, ms->dropped + (to_seq - cur_seq));
 				break;
 			}
 			if (tries + 1 >= SHARED_RING_CAS_TRIES) {
