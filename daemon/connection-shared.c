@@ -63,6 +63,8 @@ static void shared_flush(HubClient *hc, void *userdata) {
 	Server *s = e->server;
 	Connection *next;
 
+	if (!shared_ring_has_hostile(e->ring))
+		return; /* the usual case, without a walk over every connection */
 	for (Connection *c = s->connections; c; c = next) {
 		next = c->connections_next;
 		if (c->shared == e && shared_member_hostile(c->member)) {

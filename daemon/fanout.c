@@ -386,6 +386,13 @@ bool shared_member_hostile(const SharedMember *m) {
 	return atomic_load_explicit(&m->hostile, memory_order_relaxed);
 }
 
+bool shared_ring_has_hostile(const SharedRing *r) {
+	for (size_t i = 0; i < r->n_members; i++)
+		if (shared_member_hostile(r->members[i]))
+			return true;
+	return false;
+}
+
 size_t shared_ring_n_members(const SharedRing *r) {
 	return r->n_members;
 }

@@ -76,6 +76,8 @@ void shared_ring_detach_locked(SharedRing *r, SharedMember *m);
 size_t shared_ring_n_members(const SharedRing *r);
 /* True if the writer found the member hostile (see SHARED_RING_CAS_TRIES). */
 bool shared_member_hostile(const SharedMember *m);
+/* True if any member of r is (one load per member). */
+bool shared_ring_has_hostile(const SharedRing *r);
 
 /* offered = sent + dropped + pending; after detach pending is 0 (counted as dropped). */
 typedef struct SharedMemberStats {
