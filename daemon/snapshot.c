@@ -90,7 +90,8 @@ int snapshot_write(const RecorderCopy *copies, size_t n, const SnapshotOptions *
 		return c.error;
 	}
 	sum.malformed = c.malformed;
-	qsort(c.entries, c.n, sizeof(Entry), entry_compare);
+	if (c.n > 0) /* qsort() wants a non-NULL array even for none */
+		qsort(c.entries, c.n, sizeof(Entry), entry_compare);
 
 	for (size_t i = 0; i < c.n; i++) {
 		DecodedEvent *ev = &c.entries[i].ev;
