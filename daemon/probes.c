@@ -426,6 +426,12 @@ static int detach_probe(Probes *p, unsigned probe) {
 		if (!prog)
 			continue;
 		snprintf(path, sizeof(path), "%s/links/%s", p->pin_path, bpf_program__name(prog));
+		/* A pin an earlier daemon left (a probe off from the start): hold the link first.
+		 * The last reference must go with our close(), which detaches at once; dropped by
+		 * the unlink, it goes to a kernel worker (6.x), and the probe could still emit after
+		 * READY=1. */
+		if (p->link_fd[probe][i] < 0)
+			p->link_fd[probe][i] = bpf_obj_get(path);
 		if (unlink(path) < 0 && errno != ENOENT)
 			r = log_error_errno(-errno, "Failed to remove pin %s: %m", path);
 		/* With the pin gone, closing our fd detaches the program. */
