@@ -605,6 +605,32 @@ int perfrelay_connect(perfrelay_client *c, const char *socket_path, const struct
 
 static int frame_check(const char *rec, uint32_t length);
 
+/* A binary frame's little-endian u32 length prefix. */
+static uint32_t frame_length_at(const void *p) {
+	uint8_t le[4];
+
+	memcpy(le, p, sizeof(le));
+	return (uint32_t) le[0] | (uint32_t) le[1] << 8 | (uint32_t) le[2] << 16 | (uint32_t) le[3] << 24;
+}
+
+/* Hands out a checked record of `length` bytes: in place if it is 8-aligned, else an aligned
+ * copy (frames follow each other without padding). */
+static void frame_out(
+	perfrelay_client *c,
+	const char *rec,
+	uint32_t length,
+	const struct perfrelay_hdr **hdr,
+	const void **payload,
+	size_t *payload_size) {
+	if ((uintptr_t) rec % _Alignof(struct perfrelay_hdr) != 0) {
+		memcpy(c->record, rec, length);
+		rec = c->record;
+	}
+	*hdr = (const struct perfrelay_hdr *) rec;
+	*payload = rec + sizeof(struct perfrelay_hdr);
+	*payload_size = length - sizeof(struct perfrelay_hdr);
+}
+
 static bool pow2(uint64_t x) {
 	return x != 0 && (x & (x - 1)) == 0;
 }
@@ -908,13 +934,9 @@ static int shared_next_frame(
 			return 1;
 		}
 		if (s->sub < s->sub_end) {
-			uint8_t le[4];
-
 			if (s->sub_end - s->sub < 4)
 				return fail(c, -EBADMSG);
-			memcpy(le, s->scratch + s->sub, 4);
-			length = (uint32_t) le[0] | (uint32_t) le[1] << 8 | (uint32_t) le[2] << 16 |
-				(uint32_t) le[3] << 24;
+			length = frame_length_at(s->scratch + s->sub);
 			if (length > s->sub_end - s->sub - 4)
 				return fail(c, -EBADMSG);
 			rec = (const char *) s->scratch + s->sub + 4;
@@ -922,13 +944,7 @@ static int shared_next_frame(
 			if (r < 0)
 				return fail(c, r);
 			s->sub += 4 + (size_t) length;
-			if ((uintptr_t) rec % _Alignof(struct perfrelay_hdr) != 0) {
-				memcpy(c->record, rec, length);
-				rec = c->record;
-			}
-			*hdr = (const struct perfrelay_hdr *) rec;
-			*payload = rec + sizeof(struct perfrelay_hdr);
-			*payload_size = length - sizeof(struct perfrelay_hdr);
+			frame_out(c, rec, length, hdr, payload, payload_size);
 			return 1;
 		}
 		if (s->next < s->end) {
@@ -1033,17 +1049,15 @@ static int next_frame(
 	r = check_readable(c, PERFRELAY_FORMAT_BINARY);
 	if (r < 0)
 		return r;
+	if (c->shared)
+		return shared_next_frame(c, hdr, payload, payload_size, timeout_ms);
 
 	/* The length prefix first, then the whole frame; both may take several reads. */
 	for (;;) {
 		size_t have = c->end - c->start;
 
 		if (have >= 4) {
-			uint8_t le[4];
-
-			memcpy(le, c->buf + c->start, 4);
-			length = (uint32_t) le[0] | (uint32_t) le[1] << 8 | (uint32_t) le[2] << 16 |
-				(uint32_t) le[3] << 24;
+			length = frame_length_at(c->buf + c->start);
 			if (length < sizeof(struct perfrelay_hdr) || length > PERFRELAY_RECORD_MAX)
 				return fail(c, -EBADMSG);
 			if (have >= 4 + (size_t) length)
@@ -1062,15 +1076,7 @@ static int next_frame(
 		return fail(c, r);
 	c->start += 4 + (size_t) length;
 	c->scanned = c->start;
-
-	/* Frames follow each other without padding: hand out an aligned copy when needed. */
-	if ((uintptr_t) rec % _Alignof(struct perfrelay_hdr) != 0) {
-		memcpy(c->record, rec, length);
-		rec = c->record;
-	}
-	*hdr = (const struct perfrelay_hdr *) rec;
-	*payload = rec + sizeof(struct perfrelay_hdr);
-	*payload_size = length - sizeof(struct perfrelay_hdr);
+	frame_out(c, rec, length, hdr, payload, payload_size);
 	return 1;
 }
 
@@ -1146,14 +1152,7 @@ int perfrelay_next_record(
 
 	/* Schema and unit frames are the library's, not the caller's: take them and read on. */
 	for (;;) {
-		if (c && c->shared) {
-			if (!hdr || !payload || !payload_size)
-				return -EINVAL;
-			r = check_readable(c, PERFRELAY_FORMAT_BINARY);
-			if (r >= 0)
-				r = shared_next_frame(c, hdr, payload, payload_size, timeout_ms);
-		} else
-			r = next_frame(c, hdr, payload, payload_size, timeout_ms);
+		r = next_frame(c, hdr, payload, payload_size, timeout_ms);
 		if (r <= 0)
 			return r;
 		if ((*hdr)->type == PERFRELAY_TYPE_UNIT) {

@@ -36,7 +36,13 @@ BUS = StatsBus(BINARY)
 
 
 def producer_stats():
-    return next((p for p in BUS.stats()["producers"] if p["id"] == PRODUCER), None)
+    return BUS.producer(PRODUCER)
+
+
+def producer_settled():
+    """The producer's figures once the daemon read everything the kernel accepted."""
+    return wait_for(lambda: (lambda q: q if q["attempts"] == q["received"] + q["failures"] else None)(producer_stats()),
+                    "the daemon read everything the kernel accepted")
 
 
 def shared_clients(st=None):
@@ -81,15 +87,14 @@ def test_stopped_client():
         mon = Monitor(d.socket_path, "--type", str(STEADY_TYPE))
         wait_for(lambda: len(shared_clients()) == 1, "the monitor reads a shared ring")
         prod.cmd("rate 20000")
-        wait_for(lambda: (producer_stats() or {}).get("received", 0) > 20000, "records flow")
+        wait_for(lambda: producer_stats()["received"] > 20000, "records flow")
         mon.proc.send_signal(signal.SIGSTOP)
         time.sleep(10)  # the behaviour under test: a client that does not read for 10 s
         stopped_at = producer_stats()["received"]
         mon.proc.send_signal(signal.SIGCONT)
         wait_for(lambda: producer_stats()["received"] > stopped_at + 40000, "records flow after the stop")
         prod.cmd("rate 0")
-        p = wait_for(lambda: (lambda q: q if q["attempts"] == q["received"] + q["failures"] else None)(producer_stats()),
-                     "the daemon read everything the kernel accepted")
+        p = producer_settled()
 
         def settled():
             c = shared_clients()
@@ -181,8 +186,7 @@ def test_garbage_client():
         stop.set()
         t.join()
         prod.cmd("rate 0")
-        p = wait_for(lambda: (lambda q: q if q["attempts"] == q["received"] + q["failures"] else None)(producer_stats()),
-                     "the daemon read everything the kernel accepted")
+        p = producer_settled()
         good = wait_for(lambda: next((c for c in shared_clients() if c["pid"] == mon.proc.pid and
                                       c["sent"] == p["received"]), None),
                         "the monitor read everything", timeout=30)
