@@ -28,6 +28,7 @@ BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 CTL = os.path.join(BUILDDIR, "client", "perfrelayctl")
 CPU = min(os.sched_getaffinity(0))
 NOBODY = 65534
+ALLOWED_GID = 4242  # an AllowGroups= group that no account on the machine needs
 # The smallest shared ring: 512 KiB per reader, a few thousand steady records.
 CONFIG = "[Probes]\nProbes=none\n[Socket]\nSharedRingBytes=512K\n"
 
@@ -53,11 +54,12 @@ def shared_clients(st=None):
 class Monitor:
     """perfrelayctl monitor --json into a file (so that stopping it fills nothing but its ring)."""
 
-    def __init__(self, socket_path, *args, user=None):
+    def __init__(self, socket_path, *args, user=None, extra_groups=None):
         self.out = tempfile.NamedTemporaryFile(prefix="perfrelay-shared-mon-", delete=False)
         os.chmod(self.out.name, 0o666)
         self.proc = subprocess.Popen([CTL, "monitor", "--json", "--socket", socket_path] + list(args),
-                                     stdout=self.out, stderr=subprocess.PIPE, user=user)
+                                     stdout=self.out, stderr=subprocess.PIPE, user=user,
+                                     extra_groups=extra_groups)
 
     def stop(self):
         if self.proc.poll() is None:
@@ -222,14 +224,16 @@ def test_garbage_client():
 
 def test_uid_scoping():
     """A client of uid nobody gets a ring of its own uid's events: the exec of a root process is
-    in root's ring only, the exec of nobody's process in both."""
+    in root's ring only, the exec of nobody's process in both. A client of uid nobody in an
+    AllowGroups= group sees everything, and so shares root's ring."""
     work = tempfile.mkdtemp(prefix="perfrelay-shared-uid-")
     os.chmod(work, 0o755)
     marker = f"prsh{random.randrange(10**6):06d}"
     path = os.path.join(work, marker)
     shutil.copy("/bin/true", path)
     os.chmod(path, 0o755)
-    d = Daemon(BINARY, "shared-uid", stdout=False, config="[Probes]\nProbes=exec\n[Socket]\nSharedRingBytes=512K\n")
+    d = Daemon(BINARY, "shared-uid", stdout=False,
+               config=f"[Probes]\nProbes=exec\n[Socket]\nSharedRingBytes=512K\nAllowGroups={ALLOWED_GID}\n")
     os.chmod(d.dir, 0o711)
     mons = []
     try:
@@ -239,9 +243,11 @@ def test_uid_scoping():
         mons.append(root)
         nobody = Monitor(d.socket_path, "--type", "exec", user=NOBODY)
         mons.append(nobody)
-        st = wait_for(lambda: (lambda s: s if len(shared_clients(s)) == 2 else None)(BUS.stats()),
-                      "both monitors read shared rings")
-        check_eq(st["shared"]["rings"], 2, "access classes never share a ring")
+        allowed = Monitor(d.socket_path, "--type", "exec", user=NOBODY, extra_groups=[ALLOWED_GID])
+        mons.append(allowed)
+        st = wait_for(lambda: (lambda s: s if len(shared_clients(s)) == 3 else None)(BUS.stats()),
+                      "the three monitors read shared rings")
+        check_eq(st["shared"]["rings"], 2, "access classes never share a ring; the same class does")
         for _ in range(5):
             subprocess.run([path, "root"], check=True)
             subprocess.run([path, "nobody"], check=True, user=NOBODY)
@@ -249,9 +255,11 @@ def test_uid_scoping():
         def seen(m, uid):
             with open(m.out.name) as f:
                 return sum(1 for line in f if marker in line and f'"uid":{uid},' in line)
-        wait_for(lambda: seen(root, 0) == 5 and seen(root, NOBODY) == 5 and seen(nobody, NOBODY) == 5,
+        wait_for(lambda: seen(root, 0) == 5 and seen(root, NOBODY) == 5 and seen(nobody, NOBODY) == 5 and
+                 seen(allowed, 0) == 5 and seen(allowed, NOBODY) == 5,
                  "every exec reached the monitors that may see it", timeout=20)
         root_lines, nobody_lines = root.stop(), nobody.stop()
+        allowed.stop()
         mons = []
         others = [e for e in nobody_lines if e.get("type") == "exec" and e.get("uid") != NOBODY]
         check_eq(others, [], "nobody's ring holds no event of another uid")
