@@ -112,7 +112,9 @@ static int append_reader(sd_bus_message *m, const StatsSnapshot *s, size_t i) {
 			{ "wakeups", rd->wakeups },
 			{ "batches", rd->batches },
 			{ "btf_decoded", rd->btf_decoded },
-			{ "btf_short", rd->btf_short });
+			{ "btf_short", rd->btf_short },
+			{ "decoder_holds", rd->decoder_holds },
+			{ "decoder_hold_expired", rd->decoder_hold_expired });
 	return r < 0 ? r : append_reasons(m, rd->malformed_by_reason);
 }
 
@@ -327,7 +329,11 @@ static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
 			{ "types", s->producer_scan.types },
 			{ "refused", s->producer_scan.refused },
 			{ "bad_declarations", s->producer_scan.bad_declarations },
-			{ "schemas_too_large", s->producer_scan.schemas_too_large });
+			{ "schemas_too_large", s->producer_scan.schemas_too_large },
+			{ "loads", s->producer_scan.loads },
+			{ "loads_missed", s->producer_scan.loads_missed });
+	if (r >= 0)
+		r = sd_bus_message_append(m, "{sv}", "watching", "b", (int) s->producer_scan.watching);
 	if (r >= 0)
 		r = close_entry(m);
 	if (r >= 0)

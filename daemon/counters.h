@@ -43,4 +43,8 @@ typedef struct ReaderStats {
 	 * of a declared type shorter than its struct (published as "unknown"). */
 	uint64_t btf_decoded;
 	uint64_t btf_short;
+	/* Records held in their ring for a decoder not yet known (reader.h), and holds that ran
+	 * out of time (the record was then published as "unknown"). */
+	uint64_t decoder_holds;
+	uint64_t decoder_hold_expired;
 } ReaderStats;

@@ -8,6 +8,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "decoders.h"
 #include "event.h"
@@ -15,36 +17,62 @@
 /* Third-party types are PERFRELAY_TYPE_THIRD_PARTY_MIN..UINT16_MAX: a bit each per reader. */
 #define N_THIRD_PARTY_TYPES (UINT16_MAX + 1u - PERFRELAY_TYPE_THIRD_PARTY_MIN)
 
+/* Without a watch of program loads, how long (by the records' clock) a type stays "unknown"
+ * without a hold: a producer that declares it later is found within this. */
+#define SETTLE_MAX_NS (1000u * 1000u * 1000u)
+
 typedef struct ReaderSlot {
 	_Atomic(const ProducerScan *) hazard;
-	/* Reader thread only: types reported for the scan of generation `reported_for`. */
-	uint64_t reported_for;
-	uint64_t reported[N_THIRD_PARTY_TYPES / 64];
+	/* Reader thread only: the types decoders_missing() answers DECODER_UNKNOWN for without
+	 * looking further, valid for the scan of generation `settled_gen` and `settled_loads`
+	 * loads noted, and without a watch for SETTLE_MAX_NS after `settled_ns`. */
+	uint64_t settled_gen, settled_loads, settled_ns;
+	uint64_t settled[N_THIRD_PARTY_TYPES / 64];
 } ReaderSlot;
 
 struct Decoders {
 	_Atomic(ProducerScan *) current;
-	atomic_bool unknown;
+	/* CLOCK_BOOTTIME ns at which the last completed scan started; 0 before the first. Stored
+	 * (release) after `current` is its result. */
+	_Atomic uint64_t scanned_ns;
+	_Atomic uint64_t loads; /* program loads that matter, noted by the main thread */
+	atomic_bool want;       /* a reader asked for a scan; the main thread clears it */
+	int want_fd;            /* eventfd, written when `want` is set */
 	ProducerScan **retired; /* main thread only */
 	size_t n_retired;
 	uint64_t generation; /* of the last scan published */
 	unsigned n_readers;
 	ReaderSlot *slots;
+	/* One watch ring per CPU, or NULL (set once by the main thread, read by readers). */
+	unsigned n_cpus;
+	_Atomic(const Ring *) *watch;
+	atomic_bool watching; /* any ring set: loads are noted */
 };
 
-int decoders_new(unsigned n_readers, Decoders **ret) {
+int decoders_new(unsigned n_readers, unsigned n_cpus, Decoders **ret) {
 	_cleanup_(decoders_freep) Decoders *d = calloc(1, sizeof(*d));
 
 	if (!d)
 		return -ENOMEM;
+	d->want_fd = -EBADF;
 	d->n_readers = n_readers;
 	d->slots = calloc(n_readers ?: 1, sizeof(ReaderSlot));
-	if (!d->slots)
+	d->n_cpus = n_cpus;
+	d->watch = calloc(n_cpus ?: 1, sizeof(*d->watch));
+	if (!d->slots || !d->watch)
 		return -ENOMEM;
 	for (unsigned i = 0; i < n_readers; i++)
 		atomic_init(&d->slots[i].hazard, NULL);
+	for (unsigned i = 0; i < n_cpus; i++)
+		atomic_init(&d->watch[i], NULL);
 	atomic_init(&d->current, NULL);
-	atomic_init(&d->unknown, false);
+	atomic_init(&d->scanned_ns, 0);
+	atomic_init(&d->loads, 0);
+	atomic_init(&d->want, false);
+	atomic_init(&d->watching, false);
+	d->want_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (d->want_fd < 0)
+		return -errno;
 	*ret = TAKE_PTR(d);
 	return 0;
 }
@@ -52,6 +80,8 @@ int decoders_new(unsigned n_readers, Decoders **ret) {
 Decoders *decoders_free(Decoders *d) {
 	if (!d)
 		return NULL;
+	safe_close(d->want_fd);
+	free(d->watch);
 	producers_scan_free(atomic_load(&d->current));
 	for (size_t i = 0; i < d->n_retired; i++)
 		producers_scan_free(d->retired[i]);
@@ -104,12 +134,34 @@ const ProducerScan *decoders_current(const Decoders *d) {
 	return atomic_load(&d->current);
 }
 
-bool decoders_take_unknown(Decoders *d) {
+bool decoders_take_want(Decoders *d) {
+	uint64_t n;
+
 	/* Called on every wakeup of the main thread: read before writing, so that the line stays
 	 * shared with the readers (which read `current` beside it every batch). */
-	if (!atomic_load_explicit(&d->unknown, memory_order_relaxed))
+	if (!atomic_load_explicit(&d->want, memory_order_relaxed))
 		return false;
-	return atomic_exchange(&d->unknown, false);
+	(void) !read(d->want_fd, &n, sizeof(n));
+	return atomic_exchange(&d->want, false);
+}
+
+int decoders_want_fd(const Decoders *d) {
+	return d->want_fd;
+}
+
+void decoders_scan_done(Decoders *d, uint64_t started_ns) {
+	atomic_store_explicit(&d->scanned_ns, started_ns, memory_order_release);
+}
+
+void decoders_set_watch(Decoders *d, unsigned cpu, const Ring *ring) {
+	if (cpu >= d->n_cpus)
+		return;
+	atomic_store_explicit(&d->watch[cpu], ring, memory_order_release);
+	atomic_store(&d->watching, true);
+}
+
+void decoders_note_load(Decoders *d) {
+	atomic_fetch_add(&d->loads, 1);
 }
 
 const ProducerScan *decoders_enter(Decoders *d, unsigned reader) {
@@ -129,21 +181,74 @@ void decoders_leave(Decoders *d, unsigned reader) {
 	atomic_store_explicit(&d->slots[reader].hazard, NULL, memory_order_release);
 }
 
-void decoders_report_unknown(Decoders *d, unsigned reader, uint16_t type) {
-	ReaderSlot *s = &d->slots[reader];
+/* Whether a program load record waits in a watch ring: the program may be the one that declares
+ * the type. A load is recorded before the program can run, so before any record it emits. */
+static bool load_pending(Decoders *d) {
+	for (unsigned i = 0; i < d->n_cpus; i++) {
+		const Ring *w = atomic_load_explicit(&d->watch[i], memory_order_acquire);
+
+		if (w && !ring_consumed(w))
+			return true;
+	}
+	return false;
+}
+
+static void want_scan(Decoders *d) {
+	uint64_t one = 1;
+
+	if (atomic_load_explicit(&d->want, memory_order_relaxed) || atomic_exchange(&d->want, true))
+		return;
+	(void) !write(d->want_fd, &one, sizeof(one));
+}
+
+/* The reader's settled set, emptied when what it was valid for changed. */
+static uint64_t *settled_set(Decoders *d, ReaderSlot *s, uint64_t ts_ns) {
 	const ProducerScan *scan = atomic_load_explicit(&s->hazard, memory_order_relaxed);
 	uint64_t generation = scan ? scan->generation : 0;
-	unsigned bit;
+	uint64_t loads = atomic_load_explicit(&d->loads, memory_order_acquire);
+	bool watching = atomic_load_explicit(&d->watching, memory_order_relaxed);
+
+	if (s->settled_gen != generation || s->settled_loads != loads ||
+	    (!watching && ts_ns - s->settled_ns > SETTLE_MAX_NS)) {
+		memset(s->settled, 0, sizeof(s->settled));
+		s->settled_gen = generation;
+		s->settled_loads = loads;
+		s->settled_ns = ts_ns;
+	}
+	return s->settled;
+}
+
+void decoders_settle(Decoders *d, unsigned reader, uint16_t type) {
+	ReaderSlot *s = &d->slots[reader];
+	unsigned bit = type - PERFRELAY_TYPE_THIRD_PARTY_MIN;
 
 	if (type < PERFRELAY_TYPE_THIRD_PARTY_MIN)
 		return;
-	if (s->reported_for != generation) {
-		memset(s->reported, 0, sizeof(s->reported));
-		s->reported_for = generation;
+	/* The set was brought up to date by the decoders_missing() that preceded. */
+	s->settled[bit / 64] |= UINT64_C(1) << (bit % 64);
+}
+
+DecoderVerdict decoders_missing(Decoders *d, unsigned reader, uint16_t type, uint64_t ts_ns) {
+	ReaderSlot *s = &d->slots[reader];
+	unsigned bit = type - PERFRELAY_TYPE_THIRD_PARTY_MIN;
+	uint64_t *settled;
+
+	if (type < PERFRELAY_TYPE_THIRD_PARTY_MIN)
+		return DECODER_UNKNOWN;
+	/* Checked before the settled set: a load noted after this returns changes `loads`. */
+	if (load_pending(d))
+		return DECODER_HOLD; /* the watch ring woke the main thread */
+	settled = settled_set(d, s, ts_ns);
+	if (settled[bit / 64] & (UINT64_C(1) << (bit % 64)))
+		return DECODER_UNKNOWN;
+	if (atomic_load_explicit(&d->scanned_ns, memory_order_acquire) > ts_ns) {
+		/* A scan that started after the record was emitted found no decoder for it, or its
+		 * result is newer than the scan we hold: then look again with that one. */
+		if (atomic_load(&d->current) != atomic_load_explicit(&s->hazard, memory_order_relaxed))
+			return DECODER_HOLD;
+		settled[bit / 64] |= UINT64_C(1) << (bit % 64);
+		return DECODER_UNKNOWN;
 	}
-	bit = type - PERFRELAY_TYPE_THIRD_PARTY_MIN;
-	if (s->reported[bit / 64] & (UINT64_C(1) << (bit % 64)))
-		return;
-	s->reported[bit / 64] |= UINT64_C(1) << (bit % 64);
-	atomic_store_explicit(&d->unknown, true, memory_order_relaxed);
+	want_scan(d);
+	return DECODER_HOLD;
 }

@@ -74,6 +74,12 @@ static const struct {
 				 false,
 				 "4.14",
 				 "no private expedited membarrier: reported only, readers use ordinary barriers" },
+	[FEATURE_BPF_EVENT] = { "bpf_event",
+				false,
+				"5.1",
+				"program loads are not watched: a producer that loads after the start is found when "
+				"its first records arrive (held up to a second while a scan runs), and one that "
+				"unloads before that is published as \"unknown\"" },
 };
 
 const char *feature_to_string(Feature x) {
@@ -221,6 +227,20 @@ static bool probe_membarrier(void) {
 	return r >= 0 && (r & MEMBARRIER_CMD_PRIVATE_EXPEDITED);
 }
 
+/* A dummy software event with perf_event_attr.bpf_event: what the load watch opens. */
+static bool probe_bpf_event(void) {
+	struct perf_event_attr attr = {
+		.type = PERF_TYPE_SOFTWARE,
+		.size = sizeof(attr),
+		.config = PERF_COUNT_SW_DUMMY,
+		.bpf_event = 1,
+	};
+	/* CPU 0: x86 cannot take it offline, and the attribute is refused or taken for all. */
+	_cleanup_close_ int fd = (int) syscall(__NR_perf_event_open, &attr, -1, 0, -1, PERF_FLAG_FD_CLOEXEC);
+
+	return fd >= 0;
+}
+
 int features_probe(const char *pin_dir, Features **ret) {
 	Features *f;
 	const char *env;
@@ -244,6 +264,7 @@ int features_probe(const char *pin_dir, Features **ret) {
 	f->has[FEATURE_MMAPABLE] = probe_map_create(BPF_MAP_TYPE_ARRAY, 8, BPF_F_MMAPABLE);
 	f->has[FEATURE_TASK_STORAGE] = libbpf_probe_bpf_map_type(BPF_MAP_TYPE_TASK_STORAGE, NULL) == 1;
 	f->has[FEATURE_MEMBARRIER] = probe_membarrier();
+	f->has[FEATURE_BPF_EVENT] = probe_bpf_event();
 
 	/* Test-only: lets the tests see the daemon on a kernel without a feature. Unknown names
 	 * are ignored here; the manager warns about every forced feature. */

@@ -99,6 +99,7 @@ static void manager_cpu_online(Manager *m, unsigned cpu) {
 			"CPU %u came online; failed to give it a flight recorder ring: %m (its records are not kept)",
 			cpu); /* Its counting events went with it (a perf event on an offline CPU stays off). */
 	manager_counters_cpu_online(m, cpu);
+	manager_producers_cpu_online(m, cpu);
 }
 
 static void on_cpu_hotplug(void *userdata, unsigned cpu, bool online) {

@@ -75,6 +75,18 @@ struct Manager {
 	uint32_t events_map_id;
 	uint64_t producers_scanned_usec; /* CLOCK_MONOTONIC of the last scan */
 	uint64_t producer_scans;
+	sd_event_source *producers_want_source;  /* a reader asks for a scan */
+	sd_event_source *producers_timer_source; /* a scan deferred by the interval */
+	/* The watch of program loads: a ring of PERF_RECORD_BPF_EVENT records per CPU (NULL where
+	 * none could be opened), and the programs that write into the events map loaded since the
+	 * last scan, held open (and their BTF with them) until a scan has described them. */
+	Ring **load_watch;
+	sd_event_source **load_watch_sources;
+	size_t n_load_watch; /* rings opened */
+	unsigned load_watch_cpus;
+	int *loaded_fds;
+	size_t n_loaded_fds;
+	uint64_t producer_loads, producer_loads_missed;
 
 	/* CPU hotplug (manager_hotplug_*()). */
 	HotplugWatch *hotplug; /* kernel uevents; NULL where they cannot be had (the tick remains) */
@@ -123,10 +135,13 @@ void manager_hotplug_tick(Manager *m);
 
 /* manager-producers.c */
 int manager_setup_producers(Manager *m);
-/* Scans for producers (unless `force`, at most once per interval) and publishes what is new to
- * the readers: 1 if something was, 0 if not. */
+/* Scans for producers (unless `force`, at most once per interval: else the scan is deferred to
+ * the interval's end, and 0 returned) and publishes what is new to the readers: 1 if something
+ * was, 0 if not. */
 int manager_scan_producers(Manager *m, bool force);
 void manager_producers_tick(Manager *m);
+void manager_free_producers(Manager *m); /* after the readers stopped */
+void manager_producers_cpu_online(Manager *m, unsigned cpu);
 
 /* manager-counters.c */
 int manager_setup_counters(Manager *m);

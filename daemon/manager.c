@@ -160,7 +160,8 @@ Manager *manager_free(Manager *m) {
 		reader_free(m->readers[i]);
 	free(m->readers);
 	cgroup_fs_free(m->cgroups);
-	decoders_free(m->decoders); /* the readers have stopped */
+	manager_free_producers(m); /* the readers have stopped */
+	decoders_free(m->decoders);
 	manager_free_counters(m);
 	captures_free(m->captures);
 	recorder_free(m->recorder);

@@ -60,6 +60,12 @@ static int prog_uses_map(int fd, uint32_t map_id, ProducerProg *ret) {
 	return 0;
 }
 
+int producers_prog_uses_map(int fd, uint32_t map_id) {
+	ProducerProg p;
+
+	return prog_uses_map(fd, map_id, &p);
+}
+
 static void add_types(ProducerScan *s, ProducerProg *p) {
 	BtfRecDecl decls[BTFREC_MAX_DECLS];
 	struct btf *btf;

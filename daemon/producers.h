@@ -59,6 +59,8 @@ typedef struct ProducerScan {
 int producers_scan(uint32_t events_map_id, ProducerScan **ret);
 ProducerScan *producers_scan_free(ProducerScan *s);
 
+/* Whether program `fd` uses map map_id: 1 if it does, 0 if not, or a negative errno. */
+int producers_prog_uses_map(int fd, uint32_t map_id);
 /* The decoder of record type, or NULL. */
 const ProducerType *producers_scan_find(const ProducerScan *s, uint16_t type);
 /* Whether two scans found the same programs (then the newer one has nothing new). */

@@ -52,6 +52,9 @@ struct Reader {
 	CpuStats *cpu_stats;    /* one per ring; written by the thread */
 	RingSeq *seqs;          /* one per ring; the thread's (its ledger entries: see ledger.h) */
 	uint64_t *drained_usec; /* one per ring; the thread's: when it last consumed records */
+	uint64_t *held_usec;    /* one per ring; the thread's: since when it holds a record, or 0 */
+	bool hold_ok;           /* the thread's: records may be held (not while stopping) */
+	bool holding;           /* the thread's: the last drain_all() left a record held */
 	ReaderStats *stats;     /* written by the thread */
 	Hub *hub;
 	Decoders *decoders;       /* third-party decoders; NULL: none */
@@ -83,7 +86,10 @@ typedef struct DrainCtx {
 	Reader *reader;
 	CpuStats *cpu;
 	RingSeq *seq;
-	bool has_clients; /* the hub slot's, fixed for the batch (its lock is held) */
+	bool has_clients;    /* the hub slot's, fixed for the batch (its lock is held) */
+	uint64_t *held_usec; /* the ring's */
+	uint64_t now;        /* CLOCK_MONOTONIC µs of the batch */
+	bool held;           /* the drain stopped at a record held for its decoder */
 	uint64_t records, received, lost, malformed, other;
 } DrainCtx;
 
@@ -129,10 +135,11 @@ int reader_new(
 
 	r->cpu_stats = calloc(n_rings ?: 1, sizeof(CpuStats));
 	r->drained_usec = calloc(n_rings ?: 1, sizeof(uint64_t));
+	r->held_usec = calloc(n_rings ?: 1, sizeof(uint64_t));
 	r->stats = calloc(1, sizeof(ReaderStats));
 	r->seqs = calloc(n_rings ?: 1, sizeof(RingSeq));
 	r->slot_cpu = calloc(n_rings ?: 1, sizeof(unsigned));
-	if (!r->cpu_stats || !r->drained_usec || !r->stats || !r->seqs || !r->slot_cpu)
+	if (!r->cpu_stats || !r->drained_usec || !r->held_usec || !r->stats || !r->seqs || !r->slot_cpu)
 		return -ENOMEM;
 	/* The manager hands the rings in the order of `cpus`, parked CPUs included (as NULL). */
 	FOREACH_CPU(c, cpus) {
@@ -190,6 +197,7 @@ Reader *reader_free(Reader *r) {
 	free(r->cpu_stats);
 	free(r->seqs);
 	free(r->drained_usec);
+	free(r->held_usec);
 	free(r->stats);
 	cgroup_cache_free(r->units);
 	safe_close(r->epoll_fd);
@@ -266,37 +274,59 @@ static void seq_flush(RingSeq *rs, ReaderStats *st) {
 	rs->n_dirty = 0;
 }
 
-/* A third-party record: its decoder from the producers' BTF, if the current scan has one. */
-static void reader_attach_decoder(Reader *r, DecodedEvent *ev) {
+/* Whether a record of a third-party type without a decoder is held in its ring (false), or
+ * published as "unknown" now (true). A hold lasts until a scan that started after the record
+ * was emitted has completed (decoders.h), at most READER_HOLD_MAX_MS. Only for subscribers:
+ * without one, nobody would see the difference. */
+static bool reader_hold_done(DrainCtx *d, const DecodedEvent *ev) {
+	Reader *r = d->reader;
+
+	if (!d->has_clients || !r->hold_ok ||
+	    decoders_missing(r->decoders, r->id, ev->hdr.type, ev->hdr.ts_ns) == DECODER_UNKNOWN)
+		return true;
+	if (*d->held_usec == 0) {
+		*d->held_usec = d->now;
+		STAT_ADD(r->stats->decoder_holds, 1);
+	} else if (d->now - *d->held_usec >= READER_HOLD_MAX_MS * 1000u) {
+		STAT_ADD(r->stats->decoder_hold_expired, 1);
+		decoders_settle(r->decoders, r->id, ev->hdr.type);
+		return true;
+	}
+	d->held = true;
+	return false;
+}
+
+/* A third-party record: its decoder from the producers' BTF, if the current scan has one.
+ * Returns false when the record is to be held in its ring instead (reader_hold_done()). */
+static bool reader_attach_decoder(DrainCtx *d, DecodedEvent *ev) {
+	Reader *r = d->reader;
 	const ProducerType *t;
 
 	if (ev->hdr.type < PERFRELAY_TYPE_THIRD_PARTY_MIN)
-		return;
+		return true;
 	t = r->scan ? producers_scan_find(r->scan, ev->hdr.type) : NULL;
-	if (!t) {
-		decoders_report_unknown(r->decoders, r->id, ev->hdr.type);
-		return;
-	}
+	if (!t)
+		return reader_hold_done(d, ev);
 	if (!t->rec)
-		return; /* refused a decoder: counted when the scan was made */
+		return true; /* refused a decoder: counted when the scan was made */
 	if (ev->hdr.size < btfrec_size(t->rec)) {
 		STAT_ADD(r->stats->btf_short, 1);
-		return;
+		return true;
 	}
 	STAT_ADD(r->stats->btf_decoded, 1);
 	ev->btf = t->rec;
 	ev->producer_name = t->producer_name;
 	ev->producer_type = t;
+	return true;
 }
 
-static void on_record(void *userdata, const uint8_t *rec, uint32_t size) {
+static bool on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 	DrainCtx *d = userdata;
 	ReaderStats *st = d->reader->stats;
 	PerfRecordView v;
 	DecodedEvent ev;
 	DecodeError e;
 
-	d->records++;
 	decode_perf_record(rec, size, &v);
 	switch (v.kind) {
 	case PERF_REC_SAMPLE:
@@ -305,6 +335,9 @@ static void on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 			Reader *r = d->reader;
 			const char *unit = NULL;
 
+			if (_unlikely_(!ev.known) && r->decoders && !reader_attach_decoder(d, &ev))
+				return false; /* held: not consumed, nothing counted */
+			d->records++;
 			d->received++;
 			SeqState *s = seq_touch(d->seq, ev.hdr.producer);
 
@@ -312,15 +345,14 @@ static void on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 			seqgap_record(&s->gap, ev.hdr.seq);
 			/* Filters and JSON lines need the unit; a cache hit is a hash and a compare,
 			 * a miss a syscall pair once per cgroup. Not worth it without clients. */
-			if (_unlikely_(!ev.known) && r->decoders)
-				reader_attach_decoder(r, &ev);
 			if (!d->has_clients)
-				return;
+				return true;
 			if (ev.cgroup_id != 0 && r->units)
 				unit = cgroup_cache_lookup(r->units, ev.cgroup_id);
 			hub_publish(r->hub, r->id, &ev, unit);
-			return;
+			return true;
 		}
+		d->records++;
 		d->malformed++;
 		STAT_ADD(st->malformed_by_reason[e], 1);
 		if (v.raw_size >= offsetof(struct perfrelay_hdr, producer) + sizeof(uint32_t)) {
@@ -333,18 +365,22 @@ static void on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 				seq_touch(d->seq, producer)->malformed++;
 			}
 		}
-		return;
+		return true;
 	case PERF_REC_LOST:
+		d->records++;
 		d->lost += v.lost;
-		return;
+		return true;
 	case PERF_REC_OTHER:
+		d->records++;
 		d->other++;
-		return;
+		return true;
 	case PERF_REC_MALFORMED:
+		d->records++;
 		d->malformed++;
 		STAT_ADD(st->malformed_by_reason[DECODE_TRUNCATED], 1);
-		return;
+		return true;
 	}
+	return true;
 }
 
 /* Whether a ring trickles: it filled since its last drain (`bytes` and `records` in `elapsed`
@@ -365,7 +401,7 @@ static bool ring_trickles(const Ring *ring, uint64_t bytes, uint64_t records, ui
  * (its budget ran out), 0 if all were drained; *ret_any tells whether anything was consumed and
  * *ret_trickle whether a ring fills too slowly to wake the reader soon (see ring_trickles()). */
 static int drain_all(Reader *r, uint64_t now, bool *ret_any, bool *ret_trickle) {
-	bool any = false, more = false, trickle = false;
+	bool any = false, more = false, trickle = false, holding = false;
 
 	hub_reader_begin(r->hub, r->id);
 	if (r->decoders)
@@ -376,6 +412,8 @@ static int drain_all(Reader *r, uint64_t now, bool *ret_any, bool *ret_trickle) 
 			.cpu = &r->cpu_stats[i],
 			.seq = &r->seqs[i],
 			.has_clients = hub_reader_has_clients(r->hub, r->id),
+			.held_usec = &r->held_usec[i],
+			.now = now,
 		};
 		uint64_t budget;
 
@@ -391,6 +429,10 @@ static int drain_all(Reader *r, uint64_t now, bool *ret_any, bool *ret_trickle) 
 		/* Half a ring per turn keeps one busy CPU from starving the others of the group. */
 		ring_view(r->rings[i], &view);
 		n = ring_view_drain(&view, budget, on_record, &d, &skipped);
+		if (_unlikely_(d.held))
+			holding = true; /* the drain stopped at a record it holds */
+		else
+			r->held_usec[i] = 0;
 		if (_unlikely_(skipped > 0)) {
 			STAT_ADD(d.cpu->corrupt, 1);
 			STAT_ADD(d.cpu->corrupt_bytes, skipped);
@@ -423,6 +465,7 @@ static int drain_all(Reader *r, uint64_t now, bool *ret_any, bool *ret_trickle) 
 		r->scan = NULL;
 	}
 	hub_reader_end(r->hub, r->id);
+	r->holding = holding;
 	*ret_any = any;
 	*ret_trickle = trickle;
 	return more;
@@ -441,6 +484,7 @@ static void *reader_thread(void *userdata) {
 	snprintf(name, sizeof(name), "perfrelay-r%u", r->id);
 	pthread_setname_np(pthread_self(), name);
 
+	r->hold_ok = true;
 	while (!stopping) {
 		int n = epoll_wait(r->epoll_fd, evs, ELEMENTSOF(evs), timeout);
 
@@ -474,6 +518,10 @@ static void *reader_thread(void *userdata) {
 				timeout = (int) MIN(r->flush_interval_ms, READER_BUSY_FLUSH_MS);
 			else
 				timeout = (int) r->flush_interval_ms;
+			/* The main thread does not wake us when the scan a held record waits for is
+			 * done: look again shortly. Holds are rare and brief. */
+			if (r->holding)
+				timeout = (int) MIN((unsigned) timeout, READER_HOLD_POLL_MS);
 		}
 		if (any)
 			STAT_ADD(r->stats->wakeups, 1);
@@ -483,7 +531,8 @@ static void *reader_thread(void *userdata) {
 	/* Last drain after the stop request. Once the manager cleared the array's slots and waited
 	 * out the emitters in flight (r->until_empty), nothing can write into the rings any more:
 	 * drain them to empty. Otherwise bounded, because producers that keep emitting would keep
-	 * us here forever. */
+	 * us here forever. Nothing is held any more: what stays in a ring at exit is lost. */
+	r->hold_ok = false;
 	for (unsigned pass = 0; atomic_load(&r->until_empty) || pass < 64; pass++)
 		if (!drain_all(r, now_usec(CLOCK_MONOTONIC), &any, &trickle) && !any)
 			break;
@@ -659,9 +708,12 @@ static void reader_run_command(Reader *r, const ReaderCmd *c, Ring ***retired, s
 		ring_free(c->ring);
 		return;
 	}
+	/* The old ring goes: nothing in it may stay held. */
+	r->hold_ok = false;
 	for (unsigned pass = 0; pass < 64; pass++)
 		if (!drain_all(r, now_usec(CLOCK_MONOTONIC), &any, &trickle) && !any)
 			break;
+	r->hold_ok = true;
 	/* Its perf event is dead or going; a stale EPOLLHUP would wake us for nothing. */
 	if (r->rings[i])
 		(void) epoll_ctl(r->epoll_fd, EPOLL_CTL_DEL, ring_fd(r->rings[i]), NULL);

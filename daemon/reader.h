@@ -34,6 +34,13 @@ typedef struct Reader Reader;
 #define READER_BUSY_FLUSH_MS      2u
 #define READER_BUSY_MIN_RECORDS   128u
 #define READER_BUSY_HOLD_MS       10u
+/* A record of a third-party type without a decoder may be held in its ring while a scan for
+ * its producer runs (decoders.h): the reader looks again every READER_HOLD_POLL_MS, and
+ * publishes it as "unknown" after READER_HOLD_MAX_MS (counted: decoder_hold_expired). Records
+ * behind it on its CPU wait with it; the ring's size bounds them, and what the kernel cannot
+ * write meanwhile its producers count as failures. */
+#define READER_HOLD_POLL_MS       1u
+#define READER_HOLD_MAX_MS        1000u
 
 /* Takes ownership of the rings (on success and on failure), one per CPU of `cpus` in their
  * order; a NULL ring parks a CPU that is offline: reader_replace_ring() gives it one later. `id` is the

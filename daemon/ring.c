@@ -39,6 +39,12 @@ int ring_open(unsigned cpu, const RingOptions *o, Ring **ret) {
 
 	if (o->pages == 0 || (o->pages & (o->pages - 1)))
 		return -EINVAL;
+	if (o->bpf_events) {
+		attr.config = PERF_COUNT_SW_DUMMY;
+		attr.sample_type = 0;
+		attr.sample_period = 0;
+		attr.bpf_event = 1;
+	}
 	if (o->watermark > 0) {
 		attr.watermark = 1;
 		attr.wakeup_watermark = o->watermark;
@@ -121,4 +127,10 @@ int64_t ring_drain(Ring *r, uint64_t budget, RingRecordFn fn, void *userdata, ui
 
 	ring_view(r, &v);
 	return ring_view_drain(&v, budget, fn, userdata, ret_skipped);
+}
+
+bool ring_consumed(const Ring *r) {
+	uint64_t head = __atomic_load_n(&r->meta->data_head, __ATOMIC_ACQUIRE);
+
+	return __atomic_load_n(&r->meta->data_tail, __ATOMIC_ACQUIRE) == head;
 }

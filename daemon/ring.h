@@ -3,6 +3,7 @@
  * it under the perf ring contract. A Ring is owned by exactly one reader thread once started. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,7 +18,11 @@ typedef struct Ring Ring;
 #define RING_WATERMARK_MAX (64u * 1024u)
 
 typedef struct RingOptions {
-	unsigned pages;         /* data pages, a power of two */
+	unsigned pages; /* data pages, a power of two */
+	/* Instead of PERF_COUNT_SW_BPF_OUTPUT samples, a dummy software event's side-band records
+	 * of BPF programs loaded and unloaded on the CPU (PERF_RECORD_BPF_EVENT, perf_event_attr's
+	 * bpf_event: Linux 5.1). */
+	bool bpf_events;
 	uint32_t watermark;     /* wake up after this many bytes; 0 = use wakeup_events */
 	uint32_t wakeup_events; /* wake up after this many records (when watermark is 0); 0 = 1 */
 } RingOptions;
@@ -35,8 +40,10 @@ uint64_t ring_data_size(const Ring *r);
 uint32_t ring_watermark(const Ring *r);
 uint32_t ring_wakeup_events(const Ring *r);
 
-/* Called for every record; rec is 8-aligned, contiguous and valid until the callback returns. */
-typedef void (*RingRecordFn)(void *userdata, const uint8_t *rec, uint32_t size);
+/* Called for every record; rec is 8-aligned, contiguous and valid until the callback returns.
+ * Returns true to consume it, false to stop the drain before it: it stays in the ring and is
+ * the first record the next drain sees. */
+typedef bool (*RingRecordFn)(void *userdata, const uint8_t *rec, uint32_t size);
 
 /* Drains what the kernel has published, up to about `budget` bytes (0 = no limit), calling fn
  * for each record, and stores data_tail once. Returns the bytes consumed, or -EBADMSG if the
@@ -77,7 +84,8 @@ static inline __attribute__((always_inline)) int64_t ring_view_drain(
 			tail = head;
 			break;
 		}
-		fn(userdata, rec, size);
+		if (_unlikely_(!fn(userdata, rec, size)))
+			break;
 		tail += size;
 		if (tail == head && (budget == 0 || tail - start < budget)) {
 			/* More may have arrived while we worked: take it in the same batch, still
@@ -100,3 +108,7 @@ static inline __attribute__((always_inline)) int64_t ring_view_drain(
 
 /* True if the kernel has published records not yet consumed (one shared-memory load). */
 int ring_pending(const Ring *r);
+/* Any thread: whether the ring's owner has consumed every record the kernel published so far,
+ * and everything the owner did before its tail store is visible to the caller (acquire loads
+ * of both positions: the owner stores data_tail after a full fence). */
+bool ring_consumed(const Ring *r);

@@ -136,6 +136,8 @@ static int stats_readers(const StatsSources *src, StatsSnapshot *s) {
 		out->batches = STAT_LOAD(rs->batches);
 		out->btf_decoded = STAT_LOAD(rs->btf_decoded);
 		out->btf_short = STAT_LOAD(rs->btf_short);
+		out->decoder_holds = STAT_LOAD(rs->decoder_holds);
+		out->decoder_hold_expired = STAT_LOAD(rs->decoder_hold_expired);
 		for (unsigned e = 0; e < _DECODE_ERROR_MAX; e++)
 			out->malformed_by_reason[e] = STAT_LOAD(rs->malformed_by_reason[e]);
 
@@ -252,6 +254,9 @@ int stats_snapshot(const StatsSources *src, StatsSnapshot **ret) {
 		s->shared.hostile = ss.shared_hostile;
 	}
 	s->producer_scan.scans = src->producer_scans;
+	s->producer_scan.watching = src->producer_watching;
+	s->producer_scan.loads = src->producer_loads;
+	s->producer_scan.loads_missed = src->producer_loads_missed;
 	if (src->scan) {
 		s->producer_scan.programs = src->scan->n_progs;
 		s->producer_scan.types = src->scan->n_types;

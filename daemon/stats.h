@@ -40,6 +40,8 @@ typedef struct StatsSources {
 	Recorder *recorder;        /* the flight recorder; NULL when off */
 	CgroupWatch *cgroup_watch; /* the units of removed cgroups, for snapshots; NULL: none */
 	uint64_t producer_scans;
+	bool producer_watching;
+	uint64_t producer_loads, producer_loads_missed;
 	/* Perf counters (docs/counters.md): the counters in place (0: off) and the manager's
 	 * figures; the program's own come from the pinned counters_stats. */
 	uint32_t counters_mask;
@@ -99,6 +101,7 @@ typedef struct ReaderSnapshot {
 	char cpus[256]; /* "0-3,8" */
 	uint64_t events, wakeups, batches;
 	uint64_t btf_decoded, btf_short; /* third-party records: see ReaderStats */
+	uint64_t decoder_holds, decoder_hold_expired;
 	uint64_t malformed_by_reason[_DECODE_ERROR_MAX];
 } ReaderSnapshot;
 
@@ -136,6 +139,10 @@ typedef struct StatsSnapshot {
 	 * unsupported BTF) and malformed or duplicate declarations. */
 	struct {
 		uint64_t scans, programs, types, refused, bad_declarations, schemas_too_large;
+		/* Program loads seen by the watch (docs/producers.md): those that write into the
+		 * events map, and those gone before they could be described. */
+		bool watching;
+		uint64_t loads, loads_missed;
 	} producer_scan;
 	/* The flight recorder (docs/recorder.md): on, pages per CPU, and its counters. */
 	bool recorder_on;

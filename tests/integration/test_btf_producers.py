@@ -23,6 +23,7 @@ STEADY = os.path.join(BUILDDIR, "tests", "integration", "steady-producer")
 STEADY_TYPE = 0x8310  # steady.bpf.c: a record type its BTF does not declare
 PRODUCER, TYPE = 300, 0x8001
 N = 20
+LATE_N = 200
 
 require_root_and_bpf()
 bus = StatsBus(BINARY)
@@ -167,6 +168,36 @@ def test_example_decoded():
     d.stop()
 
 
+def test_late_producer():
+    """A producer loaded after the daemon started is decoded from its first record: the daemon
+    learns of the program when it loads (the load watch) and holds records of a type it has no
+    decoder for until a scan made after they were emitted is done. Each run of the example
+    loader loads, emits LATE_N records at once and unloads within a few milliseconds, so the
+    program is gone before its records are read: its BTF was taken when it loaded."""
+    d.start()
+    c = Client({"subscribe": {"types": [TYPE]}})
+    try:
+        for run, cpu in enumerate([0, 1 % os.cpu_count(), 0]):
+            r = subprocess.run([EXAMPLE, d.pin_path, str(LATE_N), str(cpu)], capture_output=True, text=True,
+                               timeout=60)
+            check_eq((r.returncode, r.stdout.strip()), (0, json.dumps({"emitted": LATE_N}, separators=(",", ":"))),
+                     f"run {run}: the example producer emitted and exited (stderr: {r.stderr.strip()})")
+            got = c.events(LATE_N)
+            check_eq([ev["type"] for ev in got].count("unknown"), 0,
+                     f"run {run} (CPU {cpu}): no record of the late producer published as unknown")
+            for n, ev in enumerate(got):
+                want = {"type": "example", "producer": PRODUCER, "producer_name": "example_producer"} | expected(n)
+                check_eq({k: ev.get(k) for k in want}, want, f"run {run}: record {n}'s fields")
+        st = bus.stats()
+        check_eq(sum(r["btf_decoded"] for r in st["readers"]), 3 * LATE_N, "btf_decoded over the readers")
+        check_eq(sum(r["decoder_hold_expired"] for r in st["readers"]), 0, "no hold ran out of time")
+        check_eq(st["producer_scan"]["watching"], True, "program loads are watched")
+        check(st["producer_scan"]["loads"] >= 3, f"the three loads were seen: {st['producer_scan']}")
+    finally:
+        c.close()
+    d.stop()
+
+
 def test_hostile_btf_refused():
     """Declarations no decoder may be built for are refused with their reason, counted, and the
     records of such a type still arrive as "unknown" with their payload."""
@@ -249,7 +280,7 @@ def test_request_errors():
 
 
 try:
-    run_tests([test_example_decoded, test_hostile_btf_refused, test_undeclared_type_unknown, test_request_errors])
+    run_tests([test_example_decoded, test_late_producer, test_hostile_btf_refused, test_undeclared_type_unknown, test_request_errors])
 finally:
     d.cleanup()
     bus.close()

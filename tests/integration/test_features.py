@@ -27,11 +27,12 @@ for tool in ("dbus-daemon", "busctl"):
 
 REQUIRED = ["perf_event_array", "preserve_elems", "btf", "tracepoint", "perf_event_output",
             "ktime_get_boot_ns", "tp_btf"]
-OPTIONAL = ["link_pin", "mmapable", "task_storage", "membarrier"]
+OPTIONAL = ["link_pin", "mmapable", "task_storage", "membarrier", "bpf_event"]
 # The minimum versions docs/kernels.md documents (and the daemon's messages name).
 SINCE = {"perf_event_array": "4.3", "preserve_elems": "5.10", "btf": "5.4", "tracepoint": "4.7",
          "perf_event_output": "4.7", "ktime_get_boot_ns": "5.8", "tp_btf": "5.5", "link_pin": "5.15",
-         "mmapable": "5.5", "task_storage": "5.11", "membarrier": "4.14"}
+         "mmapable": "5.5", "task_storage": "5.11", "membarrier": "4.14",
+         "bpf_event": "5.1"}
 LINKS = ("handle_exec", "handle_exit", "handle_fork", "handle_open_enter", "handle_open_exit",
          "handle_connect_enter", "handle_connect_exit")
 
@@ -107,7 +108,7 @@ def test_optional_missing_keeps_running():
         bus = bus_features()
         check_table(bus)
         check_eq(bus["link_pin"]["available"], False, "link_pin reported off on D-Bus")
-        for name in REQUIRED + ["mmapable", "task_storage", "membarrier"]:
+        for name in REQUIRED + ["mmapable", "task_storage", "membarrier", "bpf_event"]:
             check_eq(bus[name]["available"], True, f"{name} still on")
         ctl, text = ctl_status()
         check_eq(ctl["link_pin"]["available"], False, "link_pin off in perfrelayctl status --json")
