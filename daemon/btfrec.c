@@ -50,6 +50,7 @@ static const char *const error_names[_BTFREC_ERROR_MAX] = {
 	[BTFREC_ARRAY_TOO_LARGE] = "array-too-large",
 	[BTFREC_OUT_OF_BOUNDS] = "out-of-bounds",
 	[BTFREC_BAD_NAME] = "bad-name",
+	[BTFREC_RESERVED_NAME] = "reserved-name",
 	[BTFREC_UNSUPPORTED] = "unsupported",
 	[BTFREC_OUTPUT_TOO_LARGE] = "output-too-large",
 };

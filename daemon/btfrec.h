@@ -73,6 +73,7 @@ typedef enum BtfRecError {
 	BTFREC_ARRAY_TOO_LARGE,
 	BTFREC_OUT_OF_BOUNDS, /* a member beyond its struct, or the record beyond a perf record */
 	BTFREC_BAD_NAME,      /* a name that is not a C identifier of at most BTFREC_MAX_NAME bytes */
+	BTFREC_RESERVED_NAME, /* a record type named like a built-in type or a line of the daemon's */
 	BTFREC_UNSUPPORTED,   /* bitfields, or integers of odd widths */
 	BTFREC_OUTPUT_TOO_LARGE,
 	_BTFREC_ERROR_MAX,

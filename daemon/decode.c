@@ -3,6 +3,7 @@
 
 #include <linux/perf_event.h>
 #include <string.h>
+#include <strings.h>
 
 #include "decode.h"
 #include "macro.h"
@@ -96,6 +97,24 @@ const char *event_type_to_string(uint16_t type) {
 	if (type >= ELEMENTSOF(event_type_table))
 		return NULL;
 	return event_type_table[type];
+}
+
+/* The "type" of lines and frames the daemon makes itself (docs/protocol.md). */
+static const char *const daemon_line_types[] = { "lost",    "unknown", "hello", "error",
+						 "goodbye", "schema",  "unit" };
+
+bool event_type_name_is_daemons(const char *name) {
+	for (size_t i = 0; i < ELEMENTSOF(daemon_line_types); i++)
+		if (strcasecmp(daemon_line_types[i], name) == 0)
+			return true;
+	return false;
+}
+
+bool event_type_name_is_reserved(const char *name) {
+	for (size_t i = 0; i < ELEMENTSOF(event_type_table); i++)
+		if (event_type_table[i] && strcasecmp(event_type_table[i], name) == 0)
+			return true;
+	return event_type_name_is_daemons(name);
 }
 
 static bool has_nul(const char *s, size_t n) {

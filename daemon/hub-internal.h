@@ -63,7 +63,19 @@ typedef struct HubQueue {
 	 * carried, for the scan of generation schema_generation (a bit per type from 0x8000). */
 	uint64_t schema_generation;
 	uint64_t *schema_sent;
+	/* HUB_FORMAT_JSON: where the "lost" notices are, so that the main thread tells them from
+	 * events by position, not by their text (a third-party type could be named like one).
+	 * A ring of HUB_LOST_MARKS queue positions, UINT64_MAX where none was written yet: the
+	 * reader writes mark lost_marks (relaxed atomic) before it publishes head past it, the
+	 * main thread takes mark lost_seen when it counts the frame there and moves lost_seen
+	 * (release), which the reader reads (acquire) before it reuses a slot. With every slot
+	 * taken, the notice waits (pending_lost), as it would for room. */
+	uint64_t *lost_at;
+	uint64_t lost_marks; /* reader-private */
+	uint64_t lost_seen;  /* main thread writes, reader reads */
 } HubQueue;
+
+#define HUB_LOST_MARKS 64u
 
 struct HubClient {
 	Hub *hub;

@@ -140,6 +140,12 @@ int hub_client_new(Hub *h, int fd, const HubClientOptions *o, HubClient **ret) {
 			if (!c->q[i].schema_sent)
 				return -ENOMEM;
 		}
+		if (o->format == HUB_FORMAT_JSON && !o->shared) {
+			c->q[i].lost_at = malloc(HUB_LOST_MARKS * sizeof(uint64_t));
+			if (!c->q[i].lost_at)
+				return -ENOMEM;
+			memset(c->q[i].lost_at, 0xff, HUB_LOST_MARKS * sizeof(uint64_t));
+		}
 	}
 	*ret = TAKE_PTR(c);
 	return 0;
@@ -152,6 +158,7 @@ HubClient *hub_client_free(HubClient *c) {
 		if (!c->o.shared)
 			free(c->q[i].buf);
 		free(c->q[i].schema_sent);
+		free(c->q[i].lost_at);
 	}
 	free(c->q);
 	free(c->iov);
@@ -340,6 +347,22 @@ static size_t encode_lost(HubFormat format, uint64_t count, char buf[static HUB_
 	return (size_t) encode_lost_json(count, buf, HUB_LOST_MAX); /* cannot fail: < 64 bytes */
 }
 
+/* Whether a "lost" notice may be written now: a JSON client's needs a free mark (HubQueue). */
+static bool lost_mark_free(HubQueue *q) {
+	return !q->lost_at ||
+		q->lost_marks - __atomic_load_n(&q->lost_seen, __ATOMIC_ACQUIRE) < HUB_LOST_MARKS;
+}
+
+/* Writes a "lost" notice at head_local, marked as one for a JSON client. */
+static void lost_write(HubQueue *q, const char *lost, size_t n) {
+	if (q->lost_at) {
+		__atomic_store_n(&q->lost_at[q->lost_marks % HUB_LOST_MARKS], q->head_local, __ATOMIC_RELAXED);
+		q->lost_marks++;
+	}
+	queue_write(q, lost, n);
+	q->pending_lost = 0;
+}
+
 /* A binary client's first record of a third-party type decoded from BTF goes behind a schema
  * frame describing it (once per queue and scan): *ret_hdr and the schema, or false. */
 static bool schema_needed(HubQueue *q, const DecodedEvent *ev, struct perfrelay_hdr *ret_hdr) {
@@ -489,7 +512,7 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 			}
 			continue;
 		}
-		if (q->pending_lost > 0)
+		if (q->pending_lost > 0 && lost_mark_free(q))
 			lost_len = encode_lost(c->o.format, q->pending_lost, lost);
 
 		if (_unlikely_(len == 0) ||
@@ -503,10 +526,8 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 				q->pending_lost++;
 			continue;
 		}
-		if (lost_len > 0) {
-			queue_write(q, lost, lost_len);
-			q->pending_lost = 0;
-		}
+		if (lost_len > 0)
+			lost_write(q, lost, lost_len);
 		event_write(
 			q, ev, &schema, schema_len, unit_buf, unit_frame_len, prefix, prefix_len, data, len);
 		STAT_ADD(q->queued, 1);
@@ -540,13 +561,13 @@ void hub_reader_end(Hub *h, unsigned reader) {
 		/* Losses wait for room; the batch end is when the main thread may have made
 		 * some, even if no event for this client comes again. A client that asked to be
 		 * disconnected gets closed instead. */
-		if (_unlikely_(q->pending_lost > 0) && c->o.overflow == HUB_OVERFLOW_DROP) {
+		if (_unlikely_(q->pending_lost > 0) && c->o.overflow == HUB_OVERFLOW_DROP &&
+		    lost_mark_free(q)) {
 			char lost[HUB_LOST_MAX];
 			size_t n = encode_lost(c->o.format, q->pending_lost, lost);
 
 			if (queue_reserve(q, n)) {
-				queue_write(q, lost, n);
-				q->pending_lost = 0;
+				lost_write(q, lost, n);
 				s->wrote = true;
 			}
 		}

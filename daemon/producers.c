@@ -8,6 +8,7 @@
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 
+#include "decode.h"
 #include "json-util.h"
 #include "macro.h"
 #include "producers.h"
@@ -92,6 +93,12 @@ static void add_types(ProducerScan *s, ProducerProg *p) {
 		t = &s->types[s->n_types++];
 		*t = (ProducerType){ .prog_id = p->prog_id, .type = decls[i].type };
 		memcpy(t->name, decls[i].name, sizeof(t->name));
+		/* Its events would read as the daemon's own lines or another type's. */
+		if (event_type_name_is_reserved(t->name)) {
+			t->refused = BTFREC_RESERVED_NAME;
+			s->refused++;
+			continue;
+		}
 		if (btfrec_build(btf, decls[i].type_id, decls[i].type, decls[i].name, &t->rec, &t->refused) <
 		    0) {
 			t->rec = NULL;

@@ -239,8 +239,7 @@ static int parse_types(Subscription *s, json_object *v, RequestError *e) {
 						QUOTE_MAX,
 						name,
 						builtin);
-				if (streq(name, "lost") || streq(name, "unknown") || streq(name, "hello") ||
-				    streq(name, "error") || streq(name, "goodbye"))
+				if (event_type_name_is_daemons(name))
 					return fail(
 						e,
 						PROTOCOL_BAD_REQUEST,

@@ -60,6 +60,19 @@ struct hostile_big {
 PERFRELAY_RECORD(0x8123, struct hostile_deep, "hostile_deep");
 PERFRELAY_RECORD(0x8124, struct hostile_wide, "hostile_wide");
 PERFRELAY_RECORD(0x8125, struct hostile_big, "hostile_big");
+/* Names that would pass for the daemon's own lines or a built-in type (issue 24): a decoder
+ * could be built for each, but the names are reserved. */
+struct hostile_lost {
+	struct perfrelay_hdr hdr;
+	__u64 count;
+};
+struct hostile_exec {
+	struct perfrelay_hdr hdr;
+	__u32 pid;
+	__u32 pad;
+};
+PERFRELAY_RECORD(0x8126, struct hostile_lost, "lost");
+PERFRELAY_RECORD(0x8127, struct hostile_exec, "Exec");
 
 const volatile __u32 target_tgid = 0;
 
