@@ -18,6 +18,12 @@ void manager_setup_recorder(Manager *m) {
 	CpuSet cpus = m->cpus;
 	int r;
 
+	/* A daemon killed with its recorder on left it on, its rings in the slots of every CPU
+	 * (those we give none, offline ones, too): from a clean state whether we record or not. */
+	recorder_clear(
+		probes_recorder_fd(m->probes),
+		probes_recorder_on_fd(m->probes),
+		probes_possible_cpus(m->probes));
 	if (!m->config->recorder)
 		return;
 	/* Offline CPUs get no ring (a perf event cannot be opened there); their records were

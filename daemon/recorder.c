@@ -174,6 +174,15 @@ int recorder_cpu_online(Recorder *r, unsigned cpu) {
 	return 0;
 }
 
+void recorder_clear(int array_fd, int on_fd, unsigned n_cpus) {
+	uint32_t key = 0, off = 0;
+
+	/* Off first: emitters stop trying before the slots go. */
+	(void) bpf_map_update_elem(on_fd, &key, &off, BPF_ANY);
+	for (uint32_t cpu = 0; cpu < n_cpus; cpu++)
+		(void) bpf_map_delete_elem(array_fd, &cpu);
+}
+
 void recorder_stop(Recorder *r) {
 	uint32_t key = 0, off = 0;
 

@@ -39,6 +39,11 @@ int recorder_cpu_online(Recorder *r, unsigned cpu);
 void recorder_stop(Recorder *r);
 /* recorder_stop(), then unmaps and closes. Accepts NULL. */
 Recorder *recorder_free(Recorder *r);
+/* Without a recorder: turns the pinned "recorder_on" off and empties the pinned array's
+ * n_cpus slots, which a daemon that was killed with its recorder on left behind (the array
+ * keeps its rings, BPF_F_PRESERVE_ELEMS): emitters would go on writing into rings nobody
+ * will read, at the cost of a second output per record. */
+void recorder_clear(int array_fd, int on_fd, unsigned n_cpus);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Recorder *, recorder_free);
 
 /* Pauses each ring, copies it and resumes it (one ring at a time: each CPU's producers are

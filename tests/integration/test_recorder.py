@@ -7,12 +7,14 @@ newest records and says how many it overwrote; only root and AllowGroups= member
 the live stream's accounting is untouched."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 import uuid
 
-from prtest import Daemon, UnitCgroup, check, check_eq, require_root_and_bpf, run_tests, cgroup2_mount
+from prtest import (Daemon, UnitCgroup, bpftool_json, check, check_eq, require_root_and_bpf, run_tests,
+                    cgroup2_mount)
 from statsbus import StatsBus, wait_for
 
 BINARY = sys.argv[1]
@@ -29,6 +31,7 @@ d_small = Daemon(BINARY, "recorder-small", stdout=False,
                  config="[Probes]\nProbes=none\n[Recorder]\nRecorderPagesPerCpu=1\n")
 d_busy = Daemon(BINARY, "recorder-busy", stdout=False, config="[Probes]\nProbes=none\n")
 d_off = Daemon(BINARY, "recorder-off", stdout=False, config="[Recorder]\nRecorder=no\n")
+d_crash = Daemon(BINARY, "recorder-crash", stdout=False)
 
 
 def snapshot(*args, user=None):
@@ -189,9 +192,50 @@ def test_recorder_off():
     d.stop()
 
 
+def pinned_u32(d, name):
+    raw = bpftool_json("map", "lookup", "pinned", f"{d.pin_path}/{name}", "key", "0", "0", "0", "0")["value"]
+    return raw if isinstance(raw, int) else int.from_bytes(bytes(int(b, 16) for b in raw), "little")
+
+
+def recorder_outputs(d):
+    """The pinned recorder_stats summed over the CPUs: every recorder output the producers made."""
+    out = bpftool_json("map", "lookup", "pinned", f"{d.pin_path}/recorder_stats", "key", "0", "0", "0", "0")
+    total = 0
+    for v in out["values"]:
+        val = v["value"]
+        if isinstance(val, dict):
+            total += sum(val.values())
+        else:
+            raw = bytes(int(b, 16) for b in val)
+            total += sum(int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8))
+    return total
+
+
+def test_recorder_off_after_crash():
+    """A daemon killed with its recorder on leaves recorder_on set and its rings in the pinned
+    array; the next daemon, started with Recorder=no, turns it off and empties the slots: the
+    producers make no second output per record (recorder_stats stays still) and the live
+    stream's accounting is exact."""
+    d = d_crash
+    d.write_config("")
+    d.start()
+    check_eq(pinned_u32(d, "recorder_on"), 1, "recorder_on while a recorder runs")
+    d.stop(signal.SIGKILL)
+    d.write_config("[Recorder]\nRecorder=no\n")
+    d.start()
+    check_eq(pinned_u32(d, "recorder_on"), 0, "recorder_on after a start with Recorder=no")
+    before = recorder_outputs(d)
+    for _ in range(20):
+        subprocess.run(["/bin/true", "perfrelay-recorder-crash"], check=True)
+    after = recorder_outputs(d)
+    check_eq(after - before, 0, "recorder outputs made by 20 commands' records with the recorder off")
+    d.stop()
+
+
 try:
-    run_tests([test_commands_then_snapshot, test_unit_of_removed_cgroup, test_overwritten, test_snapshot_under_load, test_recorder_off])
+    run_tests([test_commands_then_snapshot, test_unit_of_removed_cgroup, test_overwritten, test_snapshot_under_load,
+               test_recorder_off, test_recorder_off_after_crash])
 finally:
-    for d in (d_full, d_small, d_busy, d_off):
+    for d in (d_full, d_small, d_busy, d_off, d_crash):
         d.cleanup()
     bus.close()
