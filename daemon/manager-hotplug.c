@@ -5,6 +5,7 @@
 
 #include "perfrelay-config.h"
 
+#include "grace.h"
 #include "log.h"
 #include "manager-internal.h"
 #include "stats.h"
@@ -64,7 +65,35 @@ static void manager_cpu_online(Manager *m, unsigned cpu) {
 		return;
 	}
 	/* Even if we never saw it go: an online event means the CPU went through offline, which
-	 * killed the perf event of its ring. */
+	 * killed the perf event of its ring. But if we never saw it go, its ring may still be
+	 * written (a lost offline uevent, or one made up by a write to its uevent file): the same
+	 * quiesce as at stop before the ring is let go. The slot is emptied (emits fail from here
+	 * on, counted), the emitters that took the old ring from it are waited out, and the
+	 * reader drains it to empty before it takes the new one. */
+	if (!cpuset_contains(&m->cpus_parked, cpu)) {
+		const char *how;
+
+		if (bpf_map_delete_elem(probes_events_fd(m->probes), &key) < 0 && errno != ENOENT) {
+			log_warning_errno(
+				-errno, "CPU %u came online again; failed to empty its slot: %m", cpu);
+			return;
+		}
+		r = grace_period(&how);
+		if (r < 0) {
+			log_warning_errno(
+				r,
+				"CPU %u came online again; failed to wait out the emitters in flight: %m",
+				cpu);
+			return; /* the slot stays empty until the tick finds the CPU parked */
+		}
+		r = reader_replace_ring(rd, cpu, NULL);
+		if (r < 0) {
+			log_warning_errno(r, "CPU %u came online again; failed to hand its ring back: %m", cpu);
+			return;
+		}
+		cpuset_add(&m->cpus_parked, cpu);
+		log_info("CPU %u came online again without going offline first: its ring is replaced", cpu);
+	}
 	r = ring_open(cpu, &ro, &ring);
 	if (r < 0) {
 		log_warning_errno(r, "CPU %u came online; failed to open its new ring (retrying): %m", cpu);
