@@ -367,7 +367,10 @@ stop:
 			r = interface_of(
 				&cf, 0, PERFRELAY_PACKET_LINK_RAW, &any); /* a block for the statistics */
 		}
-		/* The losses go on the first interface: a capture does not know per interface. */
+		/* The figures go on the first interface: a capture does not know them per
+		 * interface, so the others' are left out (unknown), not 0. */
+		uint64_t lost = dropped + cf.lost;
+
 		for (unsigned i = 0; r >= 0 && i < cf.n_interfaces; i++)
 			r = pcapng_write_isb(
 				cf.f,
@@ -375,8 +378,8 @@ stop:
 				now_nsec(CLOCK_REALTIME),
 				start_ns,
 				now_nsec(CLOCK_REALTIME),
-				i == 0 ? seen : 0,
-				i == 0 ? dropped + cf.lost : 0);
+				i == 0 ? &seen : NULL,
+				i == 0 ? &lost : NULL);
 		if (r >= 0)
 			fprintf(stderr,
 				"%" PRIu64 " packets written; %" PRIu64 " lost (%" PRIu64

@@ -158,9 +158,9 @@ int pcapng_write_isb(
 	uint64_t ts_ns,
 	uint64_t start_ns,
 	uint64_t end_ns,
-	uint64_t ifrecv,
-	uint64_t ifdrop) {
-	uint32_t len = 20 + 4 * opt_size(8) + 4 + 4, start[2], end[2];
+	const uint64_t *ifrecv,
+	const uint64_t *ifdrop) {
+	uint32_t len = 20 + (2 + !!ifrecv + !!ifdrop) * opt_size(8) + 4 + 4, start[2], end[2];
 	int r;
 
 	ts_split(start_ns, start);
@@ -170,10 +170,10 @@ int pcapng_write_isb(
 		r = put_opt(f, OPT_ISB_START, start, 8);
 	if (r >= 0)
 		r = put_opt(f, OPT_ISB_END, end, 8);
-	if (r >= 0)
-		r = put_opt(f, OPT_ISB_RECV, &ifrecv, 8);
-	if (r >= 0)
-		r = put_opt(f, OPT_ISB_DROP, &ifdrop, 8);
+	if (r >= 0 && ifrecv)
+		r = put_opt(f, OPT_ISB_RECV, ifrecv, 8);
+	if (r >= 0 && ifdrop)
+		r = put_opt(f, OPT_ISB_DROP, ifdrop, 8);
 	if (r >= 0)
 		r = put_opt(f, OPT_END, NULL, 0);
 	if (r >= 0)

@@ -16,12 +16,13 @@ int pcapng_write_shb(FILE *f, const char *application);
 int pcapng_write_idb(FILE *f, uint16_t linktype, uint32_t snaplen, const char *name, const char *comment);
 int pcapng_write_epb(
 	FILE *f, uint32_t interface, uint64_t ts_ns, const void *data, uint32_t caplen, uint32_t origlen);
-/* isb_starttime, isb_endtime, isb_ifrecv (packets the source saw) and isb_ifdrop (those lost). */
+/* isb_starttime, isb_endtime, and isb_ifrecv (packets the source saw) and isb_ifdrop (those
+ * lost) unless NULL: an option left out is unknown, where 0 would claim nothing was seen. */
 int pcapng_write_isb(
 	FILE *f,
 	uint32_t interface,
 	uint64_t ts_ns,
 	uint64_t start_ns,
 	uint64_t end_ns,
-	uint64_t ifrecv,
-	uint64_t ifdrop);
+	const uint64_t *ifrecv,
+	const uint64_t *ifdrop);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "captures.h"
+#include "grace.h"
 
 typedef struct Active {
 	Capture *capture;
@@ -88,8 +89,11 @@ int captures_stop(Captures *l, uint32_t id) {
 
 		if (a->info.id != id)
 			continue;
-		/* Detached first, then read: nothing is counted after the final figures. */
+		/* Detached first, then read: nothing is counted after the final figures. A run
+		 * of the program that began before the detach may still be counting and
+		 * emitting: one grace period waits it out. */
 		capture_detach(a->capture);
+		(void) grace_period(NULL);
 		h = &l->history[l->history_next];
 		refresh(a, h);
 		h->active = false;

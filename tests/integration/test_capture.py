@@ -231,6 +231,36 @@ def test_rate_limit():
     d.stop()
 
 
+def test_stop_under_load():
+    """A capture stopped while its program runs flat out: the final figures are read after the
+    runs in flight ended (a grace period after the detach), so the file holds exactly the
+    packets the capture says it captured, and what it saw is captured + dropped + failed."""
+    d.start()
+    mine = Unit("capload")
+    out = os.path.join(d.dir, "load.pcapng")
+    sender = None
+    try:
+        p = ctl("capture", "--unit", mine.name, "--rate", "5000", "--direction", "egress", "-w", out, daemon=d)
+        cid = active_capture()
+        sender = mine.popen(DATAGRAMS, 7778, 10000000)
+        wait_for(lambda: captures()[cid]["captured"] >= 1000 or None, "the capture took packets", timeout=30)
+        stop_capture(p)
+        check(sender.poll() is None, "the datagrams were still flowing when the capture stopped")
+    finally:
+        if sender:
+            sender.kill()
+            sender.wait(30)
+        mine.remove()
+    st = captures()[cid]
+    check(st["rate_dropped"] > 0, f"the program ran far above the rate: {st}")
+    check_eq(st["seen"], st["captured"] + st["rate_dropped"] + st["failed"], "seen = captured + dropped + failed")
+    blocks = pcapng_blocks(out)
+    isb = isb_options(next(b for t, b in blocks if t == 5))
+    check_eq(isb.get(5), st["rate_dropped"] + st["failed"], "isb_ifdrop: the capture's drops, none in the client")
+    check_eq(len([b for t, b in blocks if t == 6]), st["captured"], "the file holds every captured packet")
+    d.stop()
+
+
 def test_interface_capture():
     """An interface's capture (tc): every packet of a veth whose other end is in the namespace,
     from its Ethernet header on, whatever unit sent it."""
@@ -324,7 +354,7 @@ def test_requester_leaves_and_access():
 
 try:
     setup_module()
-    run_tests([test_unit_capture, test_truncation, test_rate_limit, test_interface_capture, test_stdout_stream,
+    run_tests([test_unit_capture, test_truncation, test_rate_limit, test_stop_under_load, test_interface_capture, test_stdout_stream,
                test_requester_leaves_and_access])
 finally:
     subprocess.run(["ip", "netns", "delete", NETNS], capture_output=True)

@@ -32,7 +32,7 @@ int main(void) {
 	FILE *f = open_memstream(&buf, &size);
 	const uint8_t *p;
 	unsigned blocks = 0;
-	uint32_t types[4];
+	uint32_t types[5];
 
 	ASSERT(f);
 	if (!f)
@@ -40,11 +40,13 @@ int main(void) {
 	ASSERT(pcapng_write_shb(f, "test") == 0);
 	ASSERT(pcapng_write_idb(f, PCAPNG_LINKTYPE_RAW, 64, "lo", "perfrelay capture of x.service") == 0);
 	ASSERT(pcapng_write_epb(f, 0, UINT64_C(0x0000000112345678), packet, sizeof(packet), 1500) == 0);
-	ASSERT(pcapng_write_isb(f, 0, 10, 1, 9, 100, 7) == 0);
+	ASSERT(pcapng_write_isb(f, 0, 10, 1, 9, &(uint64_t){ 100 }, &(uint64_t){ 7 }) == 0);
+	/* A further interface's statistics: the counts it does not know are left out. */
+	ASSERT(pcapng_write_isb(f, 1, 10, 1, 9, NULL, NULL) == 0);
 	fclose(f);
 
 	p = (const uint8_t *) buf;
-	while (off + 12 <= size && blocks < 4) {
+	while (off + 12 <= size && blocks < 5) {
 		uint32_t len = u32_at(p + off + 4);
 
 		ASSERT(len % 4 == 0 && len >= 12 && off + len <= size);
@@ -54,8 +56,8 @@ int main(void) {
 		types[blocks++] = u32_at(p + off);
 		off += len;
 	}
-	ASSERT(off == size && blocks == 4);
-	ASSERT(types[0] == 0x0A0D0D0A && types[1] == 1 && types[2] == 6 && types[3] == 5);
+	ASSERT(off == size && blocks == 5);
+	ASSERT(types[0] == 0x0A0D0D0A && types[1] == 1 && types[2] == 6 && types[3] == 5 && types[4] == 5);
 	ASSERT(u32_at(p + 8) == 0x1A2B3C4D); /* byte-order magic */
 
 	/* The packet block: interface 0, timestamp high then low, caplen 5, len 1500, 5 bytes and
@@ -76,6 +78,13 @@ int main(void) {
 	ASSERT(u32_at(p + off + 44) == (8u << 16 | 4u) && u64_at(p + off + 48) == 100);
 	ASSERT(u32_at(p + off + 56) == (8u << 16 | 5u) && u64_at(p + off + 60) == 7);
 	ASSERT(u32_at(p + off + 68) == 0); /* opt_endofopt */
+
+	/* The second: interface 1, start and end only. */
+	off += u32_at(p + off + 4);
+	ASSERT(u32_at(p + off + 4) == 20 + 2 * 12 + 4 + 4);
+	ASSERT(u32_at(p + off + 8) == 1);
+	ASSERT(u32_at(p + off + 20) == (8u << 16 | 2u) && u32_at(p + off + 32) == (8u << 16 | 3u));
+	ASSERT(u32_at(p + off + 44) == 0); /* opt_endofopt right after: no ifrecv, no ifdrop */
 	free(buf);
 	if (failures)
 		return 1;
