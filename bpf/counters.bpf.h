@@ -122,8 +122,17 @@ static __always_inline long counter_read(__u32 i, struct bpf_perf_event_value *v
 	return -PERFRELAY_EINVAL;
 }
 
+/* How a charge treats the running task's process. */
+#define COUNTERS_PROCESS_OFF    0 /* not at all */
+#define COUNTERS_PROCESS_ADD    1 /* its entry, made if it has none */
+#define COUNTERS_PROCESS_EXISTS 2 /* its entry if it has one: an exiting thread's */
+
 /* Charges what the counters counted on this CPU since the last charge to the running task:
- * its process (unless it is exiting: its totals were taken by then) and its cgroup. Callers
+ * its process (`charge_process`, COUNTERS_PROCESS_*) and its cgroup. A thread that exits
+ * (PF_EXITING) still charges its process while the process has an entry: the other threads'
+ * exits, and the last one's teardown until the exit probe takes the totals (exit_mm() runs
+ * before it: freeing a large address space is CPU time of the process, which rusage counts
+ * too); after that the entry is gone and is not made again. Callers
  * run with preemption off (tracepoints), so the per-CPU state is theirs. `tid` 0 is the idle
  * task, whose slices belong to nobody.
  * The deltas live in the per-CPU state, not on the stack: the verifier then sees the same
@@ -179,15 +188,15 @@ static __always_inline void counters_charge(__u32 tgid, __u32 tid, int charge_pr
 		goto done;
 	st->charges++;
 
-	if (charge_process) {
+	if (charge_process != COUNTERS_PROCESS_OFF) {
 		proc = bpf_map_lookup_elem(&counters_procs, &tgid);
-		if (!proc) {
+		if (!proc && charge_process == COUNTERS_PROCESS_ADD) {
 			struct counters_proc fresh = {};
 
 			bpf_map_update_elem(&counters_procs, &tgid, &fresh, BPF_NOEXIST);
 			proc = bpf_map_lookup_elem(&counters_procs, &tgid);
 		}
-		if (!proc)
+		if (!proc && charge_process == COUNTERS_PROCESS_ADD)
 			st->process_full++;
 	}
 	cgid = bpf_get_current_cgroup_id();
@@ -203,7 +212,10 @@ static __always_inline void counters_charge(__u32 tgid, __u32 tid, int charge_pr
 #pragma unroll
 		for (__u32 i = 0; i < PERFRELAY_COUNTERS_MAX; i++) {
 			__sync_fetch_and_add(&proc->value[i], last->delta.value[i]);
-			if (last->delta.scaled & (1u << i))
+			/* Only the first: a count of every scaled charge would wrap its u32
+			 * (and read 0) in a long-lived process. Racing threads may each add one,
+			 * a CPU's worth at most. */
+			if ((last->delta.scaled & (1u << i)) && proc->scaled_n[i] == 0)
 				__sync_fetch_and_add(&proc->scaled_n[i], 1);
 		}
 	}
@@ -227,7 +239,7 @@ static __always_inline void counters_take(__u32 tgid, __u32 tid, struct perfrela
 	__u32 key = 0;
 
 	ret->mask = ret->scaled = 0;
-	counters_charge(tgid, tid, 1);
+	counters_charge(tgid, tid, COUNTERS_PROCESS_ADD);
 	cfg = bpf_map_lookup_elem(&counters_config, &key);
 	proc = bpf_map_lookup_elem(&counters_procs, &tgid);
 	if (!cfg || !proc)
@@ -260,7 +272,7 @@ int BPF_PROG(handle_switch, bool preempt, struct task_struct *prev, struct task_
 	if (next_tgid != 0 && prev->tgid == next_tgid && last->owner_tgid == next_tgid &&
 	    last->owner_cgroup == next_cgroup)
 		return 0;
-	counters_charge(prev->tgid, prev->pid, !exiting);
+	counters_charge(prev->tgid, prev->pid, exiting ? COUNTERS_PROCESS_EXISTS : COUNTERS_PROCESS_ADD);
 	last->owner_tgid = next_tgid;
 	last->owner_cgroup = next_cgroup;
 	return 0;
@@ -276,7 +288,7 @@ int handle_counters_tick(void *ctx) {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	int exiting = BPF_CORE_READ(task, flags) & PERFRELAY_PF_EXITING;
 
-	counters_charge(pid_tgid >> 32, (__u32) pid_tgid, !exiting);
+	counters_charge(pid_tgid >> 32, (__u32) pid_tgid, exiting ? COUNTERS_PROCESS_EXISTS : COUNTERS_PROCESS_ADD);
 	return 0;
 }
 

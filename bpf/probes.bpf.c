@@ -103,8 +103,7 @@ static __always_inline void count_lost_attempt(__u32 producer) {
 
 	if (!c)
 		return;
-	__sync_fetch_and_add(&c->attempts, 1);
-	__sync_fetch_and_add(&c->failures, 1);
+	perfrelay_count_failed(c); /* failure first: producer.bpf.h says why */
 }
 
 /* Stores a syscall's half-built record until its exit tracepoint; a full map is a lost record.

@@ -124,6 +124,16 @@ static __always_inline struct perfrelay_counters *perfrelay_counters_of(__u32 pr
 	return bpf_map_lookup_elem(&counters, &producer);
 }
 
+/* An attempt that fails without an output: the failure is counted before the attempt. A
+ * daemon settling its accounts reads the pair while such emitters run (the pair is read with
+ * plain loads, attempts first); in this order what it can catch between the two increments
+ * says one record fewer was accepted, never one more, and a record that never was cannot be
+ * taken for one lost with a dead daemon's rings (docs/exactness.md, "Settling"). */
+static __always_inline void perfrelay_count_failed(struct perfrelay_counters *c) {
+	__sync_fetch_and_add(&c->failures, 1);
+	__sync_fetch_and_add(&c->attempts, 1);
+}
+
 static __always_inline int perfrelay_is_idle(void) {
 	__u32 zero = 0, *v = bpf_map_lookup_elem(&idle, &zero);
 
@@ -141,8 +151,7 @@ static __always_inline int perfrelay_idle(__u32 producer) {
 	c = perfrelay_counters_of(producer);
 	if (!c)
 		return 0;
-	__sync_fetch_and_add(&c->attempts, 1);
-	__sync_fetch_and_add(&c->failures, 1);
+	perfrelay_count_failed(c);
 	return 1;
 }
 
@@ -194,23 +203,23 @@ static __always_inline int
 	if (!c)
 		return -PERFRELAY_ENOENT;
 
-	/* Atomic although the slot is per-CPU: a tracepoint program can be preempted on a
-	 * PREEMPT kernel and another emitter can run on the same CPU in between; a plain
-	 * read-modify-write would then hand out the same seq twice or lose a count. */
-	seq = __sync_fetch_and_add(&c->attempts, 1);
-
 	/* A bad size is the producer's bug, but it still counts as an attempt that failed so
 	 * the attempts = received + failures invariant holds and the seq gap is explained. */
 	if (size < sizeof(struct perfrelay_hdr) || size > PERFRELAY_EMIT_MAX) {
-		__sync_fetch_and_add(&c->failures, 1);
+		perfrelay_count_failed(c);
 		return -PERFRELAY_EINVAL;
 	}
 	/* The output could only fail: skip it (and the daemon's grace period need not wait for
 	 * a write into a ring it is about to empty). */
 	if (perfrelay_is_idle()) {
-		__sync_fetch_and_add(&c->failures, 1);
+		perfrelay_count_failed(c);
 		return -PERFRELAY_ENOENT;
 	}
+
+	/* Atomic although the slot is per-CPU: a tracepoint program can be preempted on a
+	 * PREEMPT kernel and another emitter can run on the same CPU in between; a plain
+	 * read-modify-write would then hand out the same seq twice or lose a count. */
+	seq = __sync_fetch_and_add(&c->attempts, 1);
 
 	hdr->magic = PERFRELAY_MAGIC;
 	hdr->version = PERFRELAY_VERSION;

@@ -56,29 +56,52 @@ unsigned ledger_n_cpus(const Ledger *l) {
 	return l->n_cpus;
 }
 
+uint64_t ledger_accepted(const struct perfrelay_counters *reads, size_t n) {
+	uint64_t best = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (reads[i].attempts >= reads[i].failures)
+			best = MAX(best, reads[i].attempts - reads[i].failures);
+	return best;
+}
+
+uint64_t ledger_settle_entry(struct perfrelay_received *e, uint64_t accepted) {
+	uint64_t seen = STAT_LOAD(e->received) + STAT_LOAD(e->malformed) + STAT_LOAD(e->crash_lost);
+
+	/* Below: records of this id that its counters never saw (a producer that writes
+	 * without perfrelay_emit(), or forges the id); nothing to settle. */
+	if (accepted <= seen)
+		return 0;
+	STAT_STORE(e->crash_lost, STAT_LOAD(e->crash_lost) + (accepted - seen));
+	return accepted - seen;
+}
+
 int64_t ledger_settle(Ledger *l, int counters_fd, uint64_t *ret_lost) {
-	_cleanup_free_ struct perfrelay_counters *v = calloc(l->n_cpus, sizeof(*v));
+	/* LEDGER_SETTLE_READS reads of every CPU's pair, by CPU: reads[cpu * READS + k]. */
+	_cleanup_free_ struct perfrelay_counters *v = calloc(l->n_cpus, sizeof(*v)),
+						 *reads = calloc(
+							 (size_t) l->n_cpus * LEDGER_SETTLE_READS,
+							 sizeof(*reads));
 	int64_t total = 0;
 
-	if (!v)
+	if (!v || !reads)
 		return -ENOMEM;
 	for (uint32_t id = 0; id < PERFRELAY_MAX_PRODUCERS; id++) {
 		ret_lost[id] = 0;
-		if (bpf_map_lookup_elem(counters_fd, &id, v) < 0)
-			return negative_errno();
+		for (unsigned k = 0; k < LEDGER_SETTLE_READS; k++) {
+			if (bpf_map_lookup_elem(counters_fd, &id, v) < 0)
+				return negative_errno();
+			for (unsigned cpu = 0; cpu < l->n_cpus; cpu++)
+				reads[(size_t) cpu * LEDGER_SETTLE_READS + k] = v[cpu];
+		}
 		for (unsigned cpu = 0; cpu < l->n_cpus; cpu++) {
-			struct perfrelay_received *e = ledger_entry(l, id, cpu);
-			uint64_t accepted = v[cpu].attempts - v[cpu].failures;
-			uint64_t seen = STAT_LOAD(e->received) + STAT_LOAD(e->malformed) +
-				STAT_LOAD(e->crash_lost);
+			uint64_t lost = ledger_settle_entry(
+				ledger_entry(l, id, cpu),
+				ledger_accepted(
+					reads + (size_t) cpu * LEDGER_SETTLE_READS, LEDGER_SETTLE_READS));
 
-			/* Below: records of this id that its counters never saw (a producer that
-			 * writes without perfrelay_emit(), or forges the id); nothing to settle. */
-			if (v[cpu].attempts < v[cpu].failures || accepted <= seen)
-				continue;
-			STAT_STORE(e->crash_lost, STAT_LOAD(e->crash_lost) + (accepted - seen));
-			ret_lost[id] += accepted - seen;
-			total += (int64_t) (accepted - seen);
+			ret_lost[id] += lost;
+			total += (int64_t) lost;
 		}
 	}
 	return total;

@@ -28,6 +28,17 @@ unsigned ledger_n_cpus(const Ledger *l);
  * entries) gets what was added now. Returns the total added, or a negative errno. */
 int64_t ledger_settle(Ledger *l, int counters_fd, uint64_t *ret_lost);
 
+/* Reads of the counters a settle makes; the largest accepted count of them is taken. */
+#define LEDGER_SETTLE_READS 4u
+/* What the kernel accepted of one (producer, CPU), from n reads of its counters taken while
+ * every emitter fails (docs/pipeline.md, "Settling"): a read made between an emitter's two
+ * increments under-states it by one, so the largest is exact as soon as one read was not.
+ * Reads with fewer attempts than failures (a producer that writes without perfrelay_emit())
+ * count as 0. Pure. */
+uint64_t ledger_accepted(const struct perfrelay_counters *reads, size_t n);
+/* Adds to e's crash_lost what `accepted` says the rings took that no reader read; returns it. */
+uint64_t ledger_settle_entry(struct perfrelay_received *e, uint64_t accepted);
+
 /* A ledger made now beside counters that already count (the pin root of a version without
  * it, or a removed "received" pin): what the counters say the kernel accepted is taken as
  * received by the daemons before, and the sequence-gap detector starts after the last

@@ -408,13 +408,15 @@ static int manager_settle(Manager *m) {
 /* The pinned failure counts when we begin to serve: what fails from now on fails while this
  * daemon serves, what failed before is the downtime's. */
 static void manager_mark_serving(Manager *m) {
-	(void) manager_set_idle(m, false);
+	/* Read while idle is still set, so that every failure of the downtime is in it; what
+	 * fails from the clear on is this daemon's, even an emitter still on the idle path. */
 	for (uint32_t id = 0; id < PERFRELAY_MAX_PRODUCERS; id++) {
 		struct perfrelay_counters sum;
 
 		if (probes_read_counters(m->probes, id, &sum, NULL) >= 0)
 			m->failures_at_start[id] = sum.failures;
 	}
+	(void) manager_set_idle(m, false);
 }
 
 static void flush_one(HubClient *c, void *userdata) {

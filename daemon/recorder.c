@@ -4,8 +4,8 @@
  * kernel never waits for a reader and never emits PERF_RECORD_LOST; it writes each record below
  * the previous one and data_head always points at the newest. A snapshot pauses the ring
  * (PERF_EVENT_IOC_PAUSE_OUTPUT: outputs fail with -ENOSPC meanwhile, counted by producers as
- * "paused"), loads data_head with acquire semantics, copies the data area from data_head
- * forward and resumes. */
+ * "paused"), all rings at once, waits out the writes in flight (a grace period), loads
+ * data_head with acquire semantics, copies the data area from data_head forward and resumes. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +20,7 @@
 #include <linux/perf_event.h>
 
 #include "event.h"
+#include "grace.h"
 #include "percpu.h"
 #include "perfring.h"
 #include "recorder.h"
@@ -230,19 +231,34 @@ int recorder_snapshot(Recorder *r, RecorderCopy **ret, size_t *ret_n) {
 			return -ENOMEM;
 		}
 	}
+	/* Every ring paused first, then one grace period: PAUSE_OUTPUT refuses new outputs but
+	 * does not wait for one already writing, whose record lands below data_head, in the
+	 * region a copy takes last (the oldest records): it would tear the oldest record. After
+	 * the grace period every write has ended, data_head is final and so are the written
+	 * counts, which then match what the rings hold (kept + overwritten = written). */
 	for (size_t i = 0; i < r->n_rings; i++) {
-		RecRing *ring = &r->rings[i];
-		RecorderCopy *c = &copies[i];
-		uint64_t t0, head, off, mask = ring->data_size - 1;
-
-		c->cpu = ring->cpu;
-		c->size = ring->data_size;
-		t0 = now_nsec(CLOCK_MONOTONIC);
-		if (ioctl(ring->fd, PERF_EVENT_IOC_PAUSE_OUTPUT, 1) < 0) {
+		copies[i].cpu = r->rings[i].cpu;
+		copies[i].size = r->rings[i].data_size;
+		copies[i].pause_ns = now_nsec(CLOCK_MONOTONIC); /* paused at; made a duration below */
+		if (ioctl(r->rings[i].fd, PERF_EVENT_IOC_PAUSE_OUTPUT, 1) < 0) {
 			k = -errno;
+			for (size_t j = 0; j < i; j++)
+				(void) ioctl(r->rings[j].fd, PERF_EVENT_IOC_PAUSE_OUTPUT, 0);
 			recorder_copies_free(copies, r->n_rings);
 			return k;
 		}
+	}
+	(void) grace_period(NULL); /* cannot fail where the daemon started: it settled with it */
+	if (read_stats(r, per_cpu) >= 0)
+		for (size_t i = 0; i < r->n_rings; i++)
+			if (copies[i].cpu < r->n_possible)
+				copies[i].written = per_cpu[copies[i].cpu].written -
+					r->rings[i].written_at_open;
+	for (size_t i = 0; i < r->n_rings; i++) {
+		RecRing *ring = &r->rings[i];
+		RecorderCopy *c = &copies[i];
+		uint64_t head, off, mask = ring->data_size - 1;
+
 		/* Pairs with the kernel's publication of data_head after it wrote a record
 		 * (smp_wmb, then the store): the records below head are complete. */
 		head = __atomic_load_n(&ring->meta->data_head, __ATOMIC_ACQUIRE);
@@ -250,14 +266,9 @@ int recorder_snapshot(Recorder *r, RecorderCopy **ret, size_t *ret_n) {
 		memcpy(c->data, ring->data + off, ring->data_size - off);
 		memcpy(c->data + (ring->data_size - off), ring->data, off);
 		(void) ioctl(ring->fd, PERF_EVENT_IOC_PAUSE_OUTPUT, 0);
-		c->pause_ns = now_nsec(CLOCK_MONOTONIC) - t0;
+		c->pause_ns = now_nsec(CLOCK_MONOTONIC) - c->pause_ns;
 		r->pause_max_ns = MAX(r->pause_max_ns, c->pause_ns);
 	}
-	if (read_stats(r, per_cpu) >= 0)
-		for (size_t i = 0; i < r->n_rings; i++)
-			if (copies[i].cpu < r->n_possible)
-				copies[i].written = per_cpu[copies[i].cpu].written -
-					r->rings[i].written_at_open;
 	r->snapshots++;
 	*ret = copies;
 	*ret_n = r->n_rings;

@@ -25,9 +25,13 @@ struct {
 	__type(value, __u8[65536]);
 } big SEC(".maps");
 
+/* check[i] = call * STEADY_CHECK_MUL + i: a record torn by a write over part of it (a
+ * snapshot copying a ring while a record lands in it) does not check out. */
+#define STEADY_CHECK_MUL 0x9E3779B97F4A7C15ull
 struct steady_rec {
 	struct perfrelay_hdr hdr;
 	__u64 call;
+	__u64 check[4];
 };
 
 SEC("tp/syscalls/sys_enter_getppid")
@@ -50,6 +54,8 @@ int steady(void *ctx) {
 		return 0;
 	}
 	r.call = __sync_fetch_and_add(&calls, 1);
+	for (int i = 0; i < 4; i++)
+		r.check[i] = r.call * STEADY_CHECK_MUL + i;
 	if (perfrelay_emit(ctx, &r, sizeof(r), STEADY_TYPE, STEADY_PRODUCER) == 0)
 		__sync_fetch_and_add(&accepted, 1);
 	return 0;

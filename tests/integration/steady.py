@@ -4,12 +4,22 @@ command line in, one answer line out. It counts the records the kernel accepted 
 independently of perfrelay's maps."""
 import json
 import os
+import struct
 import subprocess
 
 from prtest import Failure
 
 PRODUCER = 310       # steady.bpf.c's producer id
 STEADY_TYPE = 0x8310  # its record type
+CHECK_MUL = 0x9E3779B97F4A7C15
+
+
+def payload_checks_out(payload):
+    """Whether a steady record's payload (after the header: call, check[4]) is whole."""
+    if len(payload) != 40:
+        return False
+    call, *check = struct.unpack("<5Q", payload)
+    return all(c == (call * CHECK_MUL + i) % (1 << 64) for i, c in enumerate(check))
 
 
 class SteadyProducer:

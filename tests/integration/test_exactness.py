@@ -30,6 +30,8 @@ PRODUCER = 310  # steady.bpf.c
 STEADY_TYPE = 0x8310
 PRODUCER_EXEC = 1
 RATE = 10000    # records a second during the restarts
+FLAT_OUT = 10000000  # more than the producer can make: it emits as fast as it can
+IDLE_RESTARTS = 200
 CPU = min(os.sched_getaffinity(0))
 
 require_root_and_bpf()
@@ -45,7 +47,7 @@ def producer_stats():
     return next((p for p in st["producers"] if p["id"] == PRODUCER), None)
 
 
-def restarts(tag, sig, n):
+def restarts(tag, sig, n, rate=RATE):
     """Runs the producer through n stops by `sig` and restarts; returns its final counts and the
     producer's GetStats() entry read by a last daemon after everything was drained."""
     d = Daemon(BINARY, tag, stdout=False, config="[Probes]\nProbes=none\n")
@@ -53,7 +55,7 @@ def restarts(tag, sig, n):
     try:
         d.start()
         prod = Steady(d.pin_path)
-        prod.cmd(f"rate {RATE}")
+        prod.cmd(f"rate {rate}")
         for i in range(n):
             # Each daemon serves while records flow: stop it only once it has read some.
             wait_for(lambda: (producer_stats() or {}).get("received_session", 0) >= RATE // 50,
@@ -96,6 +98,19 @@ def test_sigterm_restarts():
     check(p["failures"] > 0, "the producer emitted while no daemon ran: failures are expected")
     check_eq((p["crash_lost"], p["malformed"]), (0, 0), "no crash, nothing malformed")
     check_eq(p["seq_gaps"], p["failures"], "seq_gaps = failures: the detector sees every failed attempt")
+
+
+def test_idle_hammered_restarts():
+    """200 restarts by SIGTERM under a producer that emits flat out: between two daemons it
+    counts failed attempts as fast as it can, and each start settles its accounts while it does
+    (issue 24: a read between the two increments added a phantom record to crash_lost, for
+    good). Nothing was killed, so nothing is crash_lost, and the invariant is exact."""
+    counts, p = restarts("exact-idle", signal.SIGTERM, IDLE_RESTARTS, rate=FLAT_OUT)
+    check_eq(p["crash_lost"], 0, "crash_lost after ordinary restarts")
+    check_eq(p["attempts"], counts["calls"], "attempts = the producer's own calls")
+    check_eq(p["received"], counts["accepted"], "received (lifetime) = records the kernel accepted")
+    check_eq(p["attempts"], p["received"] + p["failures"], "attempts = received + failures")
+    check(p["failures_downtime"] > IDLE_RESTARTS, f"the idle path was taken between the daemons: {p}")
 
 
 def test_sigkill_restarts():
@@ -344,7 +359,7 @@ def test_incompatible_received_pin():
 
 
 try:
-    run_tests([test_sigterm_restarts, test_sigkill_restarts, test_seq_gaps_under_overflow, test_seq_gaps_with_a_slow_client,
+    run_tests([test_sigterm_restarts, test_idle_hammered_restarts, test_sigkill_restarts, test_seq_gaps_under_overflow, test_seq_gaps_with_a_slow_client,
                test_downtime_is_counted_cheaply, test_failed_start_loses_nothing, test_ledger_made_beside_old_counters,
                test_emit_size_limit, test_incompatible_received_pin])
 finally:

@@ -5,6 +5,7 @@ through perfrelayctl snapshot) holds their exec and exit events, oldest first wi
 fields and nothing newer than the snapshot; a recorder filled past its size keeps exactly the
 newest records and says how many it overwrote; only root and AllowGroups= members may take one;
 the live stream's accounting is untouched."""
+import base64
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import uuid
 from prtest import (Daemon, UnitCgroup, bpftool_json, check, check_eq, require_root_and_bpf, run_tests,
                     cgroup2_mount)
 from statsbus import StatsBus, wait_for
+from steady import STEADY_TYPE, SteadyProducer, payload_checks_out
 
 BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
@@ -32,6 +34,8 @@ d_small = Daemon(BINARY, "recorder-small", stdout=False,
 d_busy = Daemon(BINARY, "recorder-busy", stdout=False, config="[Probes]\nProbes=none\n")
 d_off = Daemon(BINARY, "recorder-off", stdout=False, config="[Recorder]\nRecorder=no\n")
 d_crash = Daemon(BINARY, "recorder-crash", stdout=False)
+d_tear = Daemon(BINARY, "recorder-tear", stdout=False, config="[Probes]\nProbes=none\n[Recorder]\nRecorderPagesPerCpu=16\n")
+TEAR_SNAPSHOTS = 200
 
 
 def snapshot(*args, user=None):
@@ -232,10 +236,40 @@ def test_recorder_off_after_crash():
     d.stop()
 
 
+def test_no_torn_record():
+    """200 snapshots while a steady producer emits flat out on every CPU: every record in every
+    snapshot is whole (its payload checks out: a write that was in flight when the ring was
+    paused would tear the oldest), and each CPU's kept + overwritten = written, the written
+    count taken while the ring was paused (not counting writes after it resumed)."""
+    d = d_tear
+    d.start()
+    prods = []
+    try:
+        for cpu in sorted(os.sched_getaffinity(0)):
+            prods.append(SteadyProducer(BUILDDIR, d.pin_path, cpu))
+            prods[-1].cmd("rate 10000000")
+        records = 0
+        for i in range(TEAR_SNAPSHOTS):
+            r, lines = snapshot()
+            check_eq(r.returncode, 0, f"snapshot {i} (stderr: {r.stderr.strip()})")
+            summary, events = lines[-1], lines[:-1]
+            steady = [e for e in events if e.get("type_id") == STEADY_TYPE]
+            bad = [e for e in steady if not payload_checks_out(base64.b64decode(e["payload"]))]
+            check_eq(bad[:1], [], f"snapshot {i}: every record whole ({len(steady)} records)")
+            for c in summary["cpus"]:
+                check_eq(c["records"] + c["overwritten"], c["written"], f"snapshot {i}, CPU {c['cpu']}: kept + overwritten = written")
+            records += len(steady)
+        check(records > TEAR_SNAPSHOTS, f"the snapshots held the producers' records: {records}")
+    finally:
+        for p in prods:
+            p.close()
+    d.stop()
+
+
 try:
     run_tests([test_commands_then_snapshot, test_unit_of_removed_cgroup, test_overwritten, test_snapshot_under_load,
-               test_recorder_off, test_recorder_off_after_crash])
+               test_recorder_off, test_recorder_off_after_crash, test_no_torn_record])
 finally:
-    for d in (d_full, d_small, d_busy, d_off, d_crash):
+    for d in (d_full, d_small, d_busy, d_off, d_crash, d_tear):
         d.cleanup()
     bus.close()

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Unit test of the settle (ledger.c) with counter pairs read half-updated: an emitter that
+ * counts a failed attempt increments failures, then attempts, and a settle may read between
+ * the two (docs/pipeline.md, "Settling"). Such a read must never turn into crash_lost that
+ * nothing lost, and one whole read among the settle's must make it exact. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ledger.h"
+
+#include "unit-test.h"
+
+typedef struct perfrelay_counters Pair;
+
+static uint64_t settle(struct perfrelay_received *e, const Pair *reads, size_t n) {
+	return ledger_settle_entry(e, ledger_accepted(reads, n));
+}
+
+int main(void) {
+	/* 90 records received of 100 attempts and 10 failures: nothing lost. Every read caught
+	 * an emitter between its two increments (failures 11, attempts still 100). */
+	struct perfrelay_received e = { .received = 90 };
+	Pair torn[LEDGER_SETTLE_READS] = { { 100, 11 }, { 100, 11 }, { 100, 11 }, { 100, 11 } };
+
+	ASSERT(ledger_accepted(torn, LEDGER_SETTLE_READS) == 89);
+	ASSERT(settle(&e, torn, LEDGER_SETTLE_READS) == 0 && e.crash_lost == 0);
+
+	/* The same with emitters going on between the reads: still nothing. */
+	Pair moving[LEDGER_SETTLE_READS] = { { 100, 11 }, { 101, 11 }, { 101, 12 }, { 102, 12 } };
+	ASSERT(ledger_accepted(moving, LEDGER_SETTLE_READS) == 90);
+	ASSERT(settle(&e, moving, LEDGER_SETTLE_READS) == 0 && e.crash_lost == 0);
+
+	/* A dead daemon's rings took 5 that nobody read: 95 accepted, 90 seen. One read was torn
+	 * (94), the next whole: exactly 5, and a second settle adds nothing. */
+	struct perfrelay_received dead = { .received = 88, .malformed = 2 };
+	Pair crash[LEDGER_SETTLE_READS] = { { 100, 6 }, { 101, 6 }, { 101, 7 }, { 102, 7 } };
+	ASSERT(settle(&dead, crash, LEDGER_SETTLE_READS) == 5 && dead.crash_lost == 5);
+	ASSERT(settle(&dead, crash, LEDGER_SETTLE_READS) == 0 && dead.crash_lost == 5);
+
+	/* Records of an id whose counters never saw them (attempts below failures, or below
+	 * what was received): nothing to settle, never a negative loss. */
+	struct perfrelay_received forged = { .received = 50 };
+	Pair odd[2] = { { 3, 7 }, { 10, 2 } };
+	ASSERT(ledger_accepted(odd, 1) == 0);
+	ASSERT(settle(&forged, odd, 2) == 0 && forged.crash_lost == 0);
+
+	if (failures)
+		return EXIT_FAILURE;
+	printf("test-ledger: all passed\n");
+	return EXIT_SUCCESS;
+}
