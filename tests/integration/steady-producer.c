@@ -65,8 +65,10 @@ int main(int argc, char *argv[]) {
 
 	for (;;) {
 		struct pollfd p = { .fd = STDIN_FILENO, .events = POLLIN };
+		/* Behind the rate: only a look at stdin between two batches of calls. */
+		int timeout = rate > 0 ? (done < (now() - t0) * rate ? 0 : 1) : -1;
 
-		if (poll(&p, 1, rate > 0 ? 1 : -1) > 0) {
+		if (poll(&p, 1, timeout) > 0) {
 			unsigned long n;
 
 			if (!fgets(line, sizeof(line), stdin))
@@ -92,10 +94,14 @@ int main(int argc, char *argv[]) {
 			else
 				printf("error: unknown command\n");
 		}
-		/* Catch up with the rate: the calls due since the rate was set. */
-		if (rate > 0)
-			for (double due = (now() - t0) * rate; done < due; done++)
+		/* Catch up with the rate: the calls due since the rate was set, in batches, so
+		 * that a rate above what this CPU can make (flat out) still reads its commands. */
+		if (rate > 0) {
+			double due = (now() - t0) * rate;
+
+			for (unsigned k = 0; done < due && k < 4096; k++, done++)
 				syscall(SYS_getppid);
+		}
 	}
 	steady_bpf__detach(skel);
 	steady_bpf__destroy(skel);
