@@ -288,7 +288,8 @@ int handle_counters_tick(void *ctx) {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	int exiting = BPF_CORE_READ(task, flags) & PERFRELAY_PF_EXITING;
 
-	counters_charge(pid_tgid >> 32, (__u32) pid_tgid, exiting ? COUNTERS_PROCESS_EXISTS : COUNTERS_PROCESS_ADD);
+	counters_charge(
+		pid_tgid >> 32, (__u32) pid_tgid, exiting ? COUNTERS_PROCESS_EXISTS : COUNTERS_PROCESS_ADD);
 	return 0;
 }
 

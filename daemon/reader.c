@@ -290,6 +290,7 @@ static bool reader_hold_done(DrainCtx *d, const DecodedEvent *ev) {
 	} else if (d->now - *d->held_usec >= READER_HOLD_MAX_MS * 1000u) {
 		STAT_ADD(r->stats->decoder_hold_expired, 1);
 		decoders_settle(r->decoders, r->id, ev->hdr.type);
+		*d->held_usec = 0; /* a hold of another type behind it gets its own time */
 		return true;
 	}
 	d->held = true;
