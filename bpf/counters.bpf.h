@@ -254,6 +254,38 @@ static __always_inline void counters_take(__u32 tgid, __u32 tid, struct perfrela
 	bpf_map_delete_elem(&counters_procs, &tgid);
 }
 
+/* Exit records waiting for their process's last switch, by the last thread's tid
+ * (PERFRELAY_EXIT_PROBE_DEFER). The exit tracepoint, where the exit probe runs, comes before
+ * exit_mm() on newer kernels (6.18 here) and before exit_files() and the rest on every kernel:
+ * a process that frees GiBs spends much of its CPU time after it. The probe builds its record
+ * there and leaves it here; the first switch of the thread after exit_notify() (exit_state
+ * set: the teardown is done) charges that slice, takes the totals into the record and emits it.
+ * A full table: the probe emits at once, with the totals of then. */
+#define EXIT_PENDING_MAX 4096
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EXIT_PENDING_MAX);
+	__type(key, __u32);
+	__type(value, struct perfrelay_exit);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} exit_pending SEC(".maps");
+
+/* prev's exit record, if it waits in exit_pending: emitted with the process's totals, taken
+ * now that its teardown is done. Returns 1 if there was one (its slice is charged). */
+static __always_inline int counters_exit_flush(void *ctx, struct task_struct *prev) {
+	__u32 tid = prev->pid;
+	struct perfrelay_exit *e = bpf_map_lookup_elem(&exit_pending, &tid);
+
+	if (!e)
+		return 0;
+	/* Taken even while idle: the process's entry must leave the table with it. */
+	counters_take(prev->tgid, tid, &e->counters);
+	if (!perfrelay_idle(PERFRELAY_PRODUCER_EXIT))
+		perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_EXIT, PERFRELAY_PRODUCER_EXIT);
+	bpf_map_delete_elem(&exit_pending, &tid);
+	return 1;
+}
+
 /* sched_switch fires before the switch, while prev is still current: its slice ends here,
  * unless the next task belongs to the same process and cgroup, whose slice then simply goes
  * on (as the kernel's own cgroup perf events only switch when the cgroup changes): reading the
@@ -269,6 +301,13 @@ int BPF_PROG(handle_switch, bool preempt, struct task_struct *prev, struct task_
 	last = bpf_map_lookup_elem(&counters_last, &key);
 	if (!last)
 		return 0;
+	/* Past exit_notify(): an exit record may wait for this switch (before the config check:
+	 * it is emitted even if counters were turned off since). */
+	if (prev->exit_state && counters_exit_flush(ctx, prev)) {
+		last->owner_tgid = next_tgid;
+		last->owner_cgroup = next_cgroup;
+		return 0;
+	}
 	if (next_tgid != 0 && prev->tgid == next_tgid && last->owner_tgid == next_tgid &&
 	    last->owner_cgroup == next_cgroup)
 		return 0;

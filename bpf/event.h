@@ -203,9 +203,15 @@ struct perfrelay_unit_counters {
 
 /* The counters program's configuration (pinned "counters_config", one entry), set by the
  * daemon. */
+/* counters_config.exit_probe: */
+#define PERFRELAY_EXIT_PROBE_ON    1u /* the exit probe is attached: it takes a process's totals */
+/* and the switch program is attached too: the exit probe leaves its record in exit_pending for
+ * the process's last switch, which takes the totals after the teardown (counters.bpf.h) */
+#define PERFRELAY_EXIT_PROBE_DEFER 2u
+
 struct perfrelay_counters_config {
 	__u32 mask;       /* the counters to read (bits PERFRELAY_COUNTER_*); 0: charge nothing */
-	__u32 exit_probe; /* 1 while the exit probe is attached: it takes a process's totals */
+	__u32 exit_probe; /* PERFRELAY_EXIT_PROBE_* */
 };
 
 /* Value of the pinned per-CPU "counters_stats" array (one entry): what the counters program

@@ -192,7 +192,8 @@ static int append_counters(sd_bus_message *m, const StatsSnapshot *s) {
 			{ "reaped", s->counters.reaped },
 			{ "events", s->counters_events },
 			{ "intervals", s->counters_intervals },
-			{ "cgroups_removed", s->counters_cgroups_removed });
+			{ "cgroups_removed", s->counters_cgroups_removed },
+			{ "exit_dropped", s->counters_exit_dropped });
 	return r < 0 ? r : close_entry(m);
 }
 

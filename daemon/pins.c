@@ -21,7 +21,8 @@ static const char *const owned_maps[] = { "events",         "counters",        "
 					  "connect_args",   "probes_scratch",  "received",
 					  "idle",           "recorder",        "recorder_on",
 					  "recorder_stats", "counters_config", "counters_stats",
-					  "counters_last",  "counters_procs",  "counters_cgroups" };
+					  "counters_last",  "counters_procs",  "counters_cgroups",
+					  "exit_pending" };
 
 static int mkdir_bpffs(const char *path) {
 	if (mkdir(path, 0755) < 0 && errno != EEXIST)

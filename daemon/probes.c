@@ -18,6 +18,7 @@
 #include "pins.h"
 #include "probes.h"
 #include "probes.skel.h"
+#include "time-util.h"
 
 #define MAX_PROGS_PER_PROBE 3
 
@@ -36,6 +37,7 @@ struct Probes {
 	/* The counters programs' links (docs/counters.md), attached while counters are on, and
 	 * the counters they read (what counters_config says; 0: off). */
 	int counters_link_fd[2];
+	uint64_t exit_records_dropped; /* exit records left for a switch program that went */
 	uint32_t counters_mask;
 	/* Per possible CPU: the counters tick's link (its sampling event inside), or NULL. Not
 	 * pinned: a tick needs the event, which only lives with this daemon. */
@@ -45,6 +47,9 @@ struct Probes {
 /* The counters programs, in attach order: the reaper first, so that no process entry is made
  * that nothing removes. */
 static const char *const counters_prog_names[2] = { "handle_counters_reap", "handle_switch" };
+#define COUNTERS_SWITCH        1 /* the index of handle_switch */
+/* How long turning counters off waits for the exit records left for the switch program. */
+#define EXIT_PENDING_WAIT_USEC (1000 * 1000)
 
 /* The programs of each probe, in attach order. For open and connect the reaper (thread exit)
  * and the syscall exit come before the syscall enter, so that no pending entry is made that
@@ -81,7 +86,8 @@ static bool is_private_map(const struct bpf_map *m) {
 	const char *n = bpf_map__name(m);
 
 	return streq(n, "open_args") || streq(n, "connect_args") || streq(n, "probes_scratch") ||
-		streq(n, "counters_last") || streq(n, "counters_procs") || streq(n, "counters_cgroups");
+		streq(n, "counters_last") || streq(n, "counters_procs") || streq(n, "counters_cgroups") ||
+		streq(n, "exit_pending");
 }
 
 /* Links under links/ whose program this build does not have (a probe renamed or removed by an
@@ -442,9 +448,15 @@ static int detach_probe(Probes *p, unsigned probe) {
 }
 
 /* Tells the counters programs what to read (p->counters_mask) and who takes a process's
- * totals at exit (counters.bpf.h). */
+ * totals at exit (counters.bpf.h): the exit probe, and while the switch program is attached
+ * too, at the process's last switch (PERFRELAY_EXIT_PROBE_DEFER). */
 static int write_counters_config(Probes *p, bool exit_probe) {
-	struct perfrelay_counters_config cfg = { .mask = p->counters_mask, .exit_probe = exit_probe };
+	bool defer = exit_probe && p->counters_mask != 0 && p->counters_link_fd[COUNTERS_SWITCH] >= 0;
+	struct perfrelay_counters_config cfg = {
+		.mask = p->counters_mask,
+		.exit_probe = (exit_probe ? PERFRELAY_EXIT_PROBE_ON : 0) |
+			(defer ? PERFRELAY_EXIT_PROBE_DEFER : 0),
+	};
 	uint32_t key = 0;
 
 	if (bpf_map_update_elem(bpf_map__fd(p->skel->maps.counters_config), &key, &cfg, BPF_ANY) < 0)
@@ -508,12 +520,42 @@ static void clear_counters_procs(Probes *p) {
 			break;
 }
 
+/* Before the switch program goes: the exit records the exit probe left for it (counters.bpf.h)
+ * are emitted by it as their processes finish their teardown. The probe no longer leaves any
+ * (the config was written); wait for those, a bounded time, and count what is left: a process
+ * stuck in its exit for longer loses its exit event. */
+static void drain_exit_pending(Probes *p) {
+	int fd = bpf_map__fd(p->skel->maps.exit_pending);
+	uint64_t until = now_usec(CLOCK_MONOTONIC) + EXIT_PENDING_WAIT_USEC;
+	uint32_t key;
+	unsigned n = 0;
+
+	while (bpf_map_get_next_key(fd, NULL, &key) == 0 && now_usec(CLOCK_MONOTONIC) < until)
+		usleep(10 * 1000);
+	while (bpf_map_get_next_key(fd, NULL, &key) == 0 && bpf_map_delete_elem(fd, &key) == 0)
+		n++;
+	if (n == 0)
+		return;
+	p->exit_records_dropped += n;
+	log_warning(
+		"Counters off: %u exit events of processes still exiting after %u ms were dropped "
+		"(counted: exit_records_dropped)",
+		n,
+		EXIT_PENDING_WAIT_USEC / 1000);
+}
+
+uint64_t probes_exit_records_dropped(const Probes *p) {
+	return p->exit_records_dropped;
+}
+
 int probes_set_counters(Probes *p, uint32_t mask) {
 	int r;
 
 	p->counters_mask = mask;
 	if (mask == 0) {
 		r = write_counters_config(p, p->enabled[PROBE_EXIT]);
+		if (p->counters_link_fd[COUNTERS_SWITCH] >= 0)
+			drain_exit_pending(p);
 		detach_counters(p);
 		clear_counters_procs(p);
 		return r;
@@ -531,11 +573,13 @@ int probes_set_counters(Probes *p, uint32_t mask) {
 		if (r < 0) {
 			p->counters_mask = 0;
 			(void) write_counters_config(p, p->enabled[PROBE_EXIT]);
+			drain_exit_pending(p);
 			detach_counters(p);
 			return r;
 		}
 	}
-	return 0;
+	/* The switch program runs: the exit probe may leave its records for it. */
+	return write_counters_config(p, p->enabled[PROBE_EXIT]);
 }
 
 int probes_counters_tick(Probes *p, unsigned cpu, uint64_t period_ns) {

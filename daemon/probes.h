@@ -57,6 +57,9 @@ int probes_recorder_stats_fd(const Probes *p);
 bool probes_counters_created(const Probes *p);
 bool probes_received_created(const Probes *p);
 unsigned probes_possible_cpus(const Probes *p);
+/* Exit events dropped because counters were turned off while their processes were still in
+ * their teardown (probes_set_counters()). */
+uint64_t probes_exit_records_dropped(const Probes *p);
 
 /* Makes the set of attached probes equal to `mask` (bits PROBE_*): reuses pinned links whose
  * program is identical to the loaded one and uses the same maps, attaches and pins the others, and unpins

@@ -274,6 +274,7 @@ int stats_snapshot(const StatsSources *src, StatsSnapshot **ret) {
 	s->counters_events = src->counters_events;
 	s->counters_intervals = src->counters_intervals;
 	s->counters_cgroups_removed = src->counters_cgroups_removed;
+	s->counters_exit_dropped = probes_exit_records_dropped(src->probes);
 	(void) perfcount_read_stats(
 		probes_counters_stats_fd(src->probes), probes_possible_cpus(src->probes), &s->counters);
 	if (src->recorder) {
