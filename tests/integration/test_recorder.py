@@ -9,6 +9,7 @@ import base64
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -35,6 +36,8 @@ d_busy = Daemon(BINARY, "recorder-busy", stdout=False, config="[Probes]\nProbes=
 d_off = Daemon(BINARY, "recorder-off", stdout=False, config="[Recorder]\nRecorder=no\n")
 d_crash = Daemon(BINARY, "recorder-crash", stdout=False)
 d_tear = Daemon(BINARY, "recorder-tear", stdout=False, config="[Probes]\nProbes=none\n[Recorder]\nRecorderPagesPerCpu=16\n")
+d_written = Daemon(BINARY, "recorder-written", stdout=False,
+                   config="[Probes]\nProbes=none\n[Recorder]\nRecorderPagesPerCpu=16\n")
 TEAR_SNAPSHOTS = 200
 
 
@@ -265,10 +268,34 @@ def test_no_torn_record():
     d.stop()
 
 
+def test_written_at_pause():
+    """A snapshot's `written` is what the ring took up to its pause, not the writes after it
+    resumed: under a steady producer emitting flat out on one CPU (its records numbered by its
+    calls from 0, each one written to the recorder until the first pause), the newest record
+    kept is call written - 1 exactly."""
+    d = d_written
+    d.start()
+    prod = SteadyProducer(BUILDDIR, d.pin_path, CPU)
+    try:
+        prod.cmd("rate 10000000")
+        wait_for(lambda: bus.producer(STEADY_PRODUCER)["received"] >= 20000 or None, "the producer emits")
+        r, lines = snapshot()
+        check_eq(r.returncode, 0, f"a snapshot (stderr: {r.stderr.strip()})")
+    finally:
+        prod.close()
+    summary, events = lines[-1], lines[:-1]
+    calls = [struct.unpack_from("<Q", base64.b64decode(e["payload"]))[0]
+             for e in events if e.get("type_id") == STEADY_TYPE and e["cpu"] == CPU]
+    cpu = next(c for c in summary["cpus"] if c["cpu"] == CPU)
+    check(calls, f"the snapshot holds the producer's records: {cpu}")
+    check_eq(cpu["written"], max(calls) + 1, "written = the newest kept call + 1 (nothing after the pause)")
+    d.stop()
+
+
 try:
     run_tests([test_commands_then_snapshot, test_unit_of_removed_cgroup, test_overwritten, test_snapshot_under_load,
-               test_recorder_off, test_recorder_off_after_crash, test_no_torn_record])
+               test_recorder_off, test_recorder_off_after_crash, test_no_torn_record, test_written_at_pause])
 finally:
-    for d in (d_full, d_small, d_busy, d_off, d_crash, d_tear):
+    for d in (d_full, d_small, d_busy, d_off, d_crash, d_tear, d_written):
         d.cleanup()
     bus.close()
