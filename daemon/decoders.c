@@ -193,7 +193,7 @@ static bool load_pending(Decoders *d) {
 	return false;
 }
 
-static void want_scan(Decoders *d) {
+void decoders_want_scan(Decoders *d) {
 	uint64_t one = 1;
 
 	if (atomic_load_explicit(&d->want, memory_order_relaxed) || atomic_exchange(&d->want, true))
@@ -249,6 +249,6 @@ DecoderVerdict decoders_missing(Decoders *d, unsigned reader, uint16_t type, uin
 		settled[bit / 64] |= UINT64_C(1) << (bit % 64);
 		return DECODER_UNKNOWN;
 	}
-	want_scan(d);
+	decoders_want_scan(d);
 	return DECODER_HOLD;
 }

@@ -47,11 +47,15 @@ int decoders_want_fd(const Decoders *d);
  * ts_ns) has completed, and decoders_current() is its result. */
 void decoders_scan_done(Decoders *d, uint64_t started_ns);
 /* Main thread: `ring`, CPU `cpu`'s watch of program loads (not owned; it must outlive the
- * readers), whose owner consumes a record only after calling decoders_note_load() for a load
- * that matters. Readers then hold records while a load record waits to be consumed. */
+ * readers), whose reader (loadwatch.h) consumes a record only after calling
+ * decoders_note_load() for a load that matters. Readers then hold records while a load record
+ * waits to be consumed. */
 void decoders_set_watch(Decoders *d, unsigned cpu, const Ring *ring);
-/* Main thread: a program that writes into the events map has loaded. */
+/* Any thread: a program that writes into the events map has loaded (before the watch ring's
+ * tail moves past its load record). */
 void decoders_note_load(Decoders *d);
+/* Any thread: asks the main thread for a scan (decoders_want_fd()). */
+void decoders_want_scan(Decoders *d);
 
 /* Reader thread `reader`: the current scan (or NULL), held until decoders_leave(). */
 const ProducerScan *decoders_enter(Decoders *d, unsigned reader);

@@ -14,6 +14,7 @@
 #include "hub.h"
 #include "kernelfeatures.h"
 #include "ledger.h"
+#include "loadwatch.h"
 #include "manager.h"
 #include "perfcount.h"
 #include "probes.h"
@@ -77,16 +78,7 @@ struct Manager {
 	uint64_t producer_scans;
 	sd_event_source *producers_want_source;  /* a reader asks for a scan */
 	sd_event_source *producers_timer_source; /* a scan deferred by the interval */
-	/* The watch of program loads: a ring of PERF_RECORD_BPF_EVENT records per CPU (NULL where
-	 * none could be opened), and the programs that write into the events map loaded since the
-	 * last scan, held open (and their BTF with them) until a scan has described them. */
-	Ring **load_watch;
-	sd_event_source **load_watch_sources;
-	size_t n_load_watch; /* rings opened */
-	unsigned load_watch_cpus;
-	int *loaded_fds;
-	size_t n_loaded_fds;
-	uint64_t producer_loads, producer_loads_missed;
+	LoadWatch *load_watch; /* program loads; NULL without the kernel feature bpf_event */
 
 	/* CPU hotplug (manager_hotplug_*()). */
 	HotplugWatch *hotplug; /* kernel uevents; NULL where they cannot be had (the tick remains) */

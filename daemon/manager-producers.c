@@ -11,6 +11,7 @@
 
 #include "perfrelay-config.h"
 
+#include "loadwatch.h"
 #include "log.h"
 #include "manager-internal.h"
 #include "time-util.h"
@@ -66,25 +67,26 @@ static void log_scan(const ProducerScan *old, const ProducerScan *s) {
 	}
 }
 
-static void close_loaded(Manager *m) {
-	for (size_t i = 0; i < m->n_loaded_fds; i++)
-		safe_close(m->loaded_fds[i]);
-	m->n_loaded_fds = 0;
-}
-
 static int scan_now(Manager *m) {
 	_cleanup_(producers_scan_freep) ProducerScan *s = NULL;
 	const ProducerScan *old = decoders_current(m->decoders);
 	uint64_t started_ns = now_nsec(CLOCK_BOOTTIME);
+	int loaded[PRODUCERS_MAX_LOADED];
+	size_t n_loaded = 0;
 	int r;
+
+	/* The programs the load watch opened so far stay loaded through the scan: it describes
+	 * them even if their loaders unloaded them already. Those it opens meanwhile wait for the
+	 * next scan (which their loads ask for). */
+	n_loaded = load_watch_take(m->load_watch, loaded, ELEMENTSOF(loaded));
 
 	m->producers_scanned_usec = now_usec(CLOCK_MONOTONIC);
 	r = producers_scan(m->events_map_id, &s);
+	for (size_t i = 0; i < n_loaded; i++)
+		safe_close(loaded[i]);
 	if (r < 0)
 		return log_warning_errno(r, "Failed to look for third-party producers: %m");
 	m->producer_scans++;
-	/* Every program held open was loaded before the scan began: it has been described. */
-	close_loaded(m);
 	if (!old || !producers_scan_same(old, s)) {
 		log_scan(old, s);
 		r = decoders_publish(m->decoders, TAKE_PTR(s));
@@ -123,59 +125,6 @@ int manager_scan_producers(Manager *m, bool force) {
 	return 0;
 }
 
-/* A program loaded: if it writes into the events map, hold it open (its BTF with it, so that a
- * producer that unloads at once is still described) and note the load for the readers. */
-static void on_program_load(Manager *m, uint32_t id) {
-	_cleanup_close_ int fd = bpf_prog_get_fd_by_id(id);
-
-	if (fd < 0) {
-		/* Gone already. Whether it was a producer nobody can tell any more. */
-		m->producer_loads_missed++;
-		return;
-	}
-	if (producers_prog_uses_map(fd, m->events_map_id) <= 0)
-		return;
-	m->producer_loads++;
-	if (m->n_loaded_fds >= PRODUCERS_MAX_LOADED)
-		(void) scan_now(m); /* describes (and closes) those held so far */
-	m->loaded_fds[m->n_loaded_fds++] = TAKE_FD(fd);
-	decoders_note_load(m->decoders);
-}
-
-static bool on_watch_record(void *userdata, const uint8_t *rec, uint32_t size) {
-	const struct perf_event_header *h = (const void *) rec;
-	struct {
-		struct perf_event_header header;
-		uint16_t type;
-		uint16_t flags;
-		uint32_t id;
-		uint8_t tag[8];
-	} ev;
-	Manager *m = userdata;
-
-	if (h->type == PERF_RECORD_BPF_EVENT && size >= sizeof(ev)) {
-		memcpy(&ev, rec, sizeof(ev));
-		if (ev.type == PERF_BPF_EVENT_PROG_LOAD)
-			on_program_load(m, ev.id);
-	} else if (h->type == PERF_RECORD_LOST)
-		m->producer_loads_missed++; /* not a count of producers: loads of any program */
-	return true;
-}
-
-static int on_load_watch(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
-	Manager *m = userdata;
-	uint64_t loads = m->producer_loads, skipped;
-
-	for (size_t i = 0; i < m->load_watch_cpus; i++)
-		if (m->load_watch[i] && ring_pending(m->load_watch[i]))
-			/* The tail moves past a load only after on_program_load() noted it: readers
-			 * hold their records until then (decoders_missing()). */
-			(void) ring_drain(m->load_watch[i], 0, on_watch_record, m, &skipped);
-	if (m->producer_loads != loads)
-		(void) manager_scan_producers(m, false);
-	return 0;
-}
-
 static int on_want_scan(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
 	Manager *m = userdata;
 
@@ -184,50 +133,20 @@ static int on_want_scan(sd_event_source *s, int fd, uint32_t revents, void *user
 	return 0;
 }
 
-/* Opens the load watch of `cpu`; quietly nothing where the kernel has no bpf_event (< 5.1) or
- * the CPU is offline. */
-static void load_watch_open(Manager *m, unsigned cpu) {
-	/* Side-band records wake by watermark only (wakeup_events counts samples): one byte. */
-	RingOptions o = { .pages = LOAD_WATCH_PAGES, .bpf_events = true, .watermark = 1 };
-	int r;
-
-	if (cpu >= m->load_watch_cpus || m->load_watch[cpu] || !features_has(m->features, FEATURE_BPF_EVENT))
-		return;
-	r = ring_open(cpu, &o, &m->load_watch[cpu]);
-	if (r < 0)
-		return;
-	r = sd_event_add_io(
-		m->event, &m->load_watch_sources[cpu], ring_fd(m->load_watch[cpu]), EPOLLIN, on_load_watch, m);
-	if (r < 0) {
-		log_warning_errno(r, "Failed to watch program loads on CPU %u: %m", cpu);
-		m->load_watch[cpu] = ring_free(m->load_watch[cpu]);
-		return;
-	}
-	m->n_load_watch++;
-	decoders_set_watch(m->decoders, cpu, m->load_watch[cpu]);
-}
-
 void manager_producers_cpu_online(Manager *m, unsigned cpu) {
-	if (m->decoders && m->n_load_watch > 0)
-		load_watch_open(m, cpu);
+	load_watch_cpu_online(m->load_watch, cpu);
 }
 
 void manager_free_producers(Manager *m) {
 	sd_event_source_disable_unref(m->producers_want_source);
 	sd_event_source_disable_unref(m->producers_timer_source);
-	for (size_t i = 0; i < m->load_watch_cpus; i++) {
-		sd_event_source_disable_unref(m->load_watch_sources[i]);
-		ring_free(m->load_watch[i]);
-	}
-	free(m->load_watch_sources);
-	free(m->load_watch);
-	close_loaded(m);
-	free(m->loaded_fds);
+	m->load_watch = load_watch_free(m->load_watch);
 }
 
 int manager_setup_producers(Manager *m) {
 	struct bpf_map_info info = {};
 	uint32_t len = sizeof(info);
+	unsigned n_cpus;
 	int r;
 
 	if (bpf_obj_get_info_by_fd(probes_events_fd(m->probes), &info, &len) < 0)
@@ -236,13 +155,8 @@ int manager_setup_producers(Manager *m) {
 	r = libbpf_num_possible_cpus();
 	if (r < 0)
 		return log_error_errno(r, "Failed to count the possible CPUs: %m");
-	m->load_watch_cpus = (unsigned) r;
-	m->load_watch = calloc(m->load_watch_cpus, sizeof(Ring *));
-	m->load_watch_sources = calloc(m->load_watch_cpus, sizeof(sd_event_source *));
-	m->loaded_fds = calloc(PRODUCERS_MAX_LOADED, sizeof(int));
-	if (!m->load_watch || !m->load_watch_sources || !m->loaded_fds)
-		return log_oom();
-	r = decoders_new(m->n_readers, m->load_watch_cpus, &m->decoders);
+	n_cpus = (unsigned) r;
+	r = decoders_new(m->n_readers, n_cpus, &m->decoders);
 	if (r < 0)
 		return log_error_errno(r, "Failed to set up the third-party decoders: %m");
 	r = sd_event_add_io(
@@ -252,11 +166,15 @@ int manager_setup_producers(Manager *m) {
 	for (size_t i = 0; i < m->n_readers; i++)
 		reader_set_decoders(m->readers[i], m->decoders);
 	/* The watch first: a program that loads during the first scan is then not missed. */
-	for (unsigned cpu = 0; cpu < m->load_watch_cpus; cpu++)
-		load_watch_open(m, cpu);
-	if (m->n_load_watch == 0 && features_has(m->features, FEATURE_BPF_EVENT))
-		log_warning(
-			"Failed to watch program loads on any CPU: producers that load later are found when their records arrive");
+	if (features_has(m->features, FEATURE_BPF_EVENT)) {
+		r = load_watch_new(
+			n_cpus, m->events_map_id, m->decoders, m->config->reader_nice, &m->load_watch);
+		if (r < 0)
+			log_warning_errno(
+				r,
+				"Failed to watch program loads: %m; producers that load later are found when "
+				"their records arrive");
+	}
 	(void) scan_now(m);
 	return 0;
 }

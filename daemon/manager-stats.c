@@ -10,6 +10,7 @@
 #include "time-util.h"
 
 void manager_stats_sources(Manager *m, StatsSources *ret) {
+	uint64_t loads, loads_missed;
 	StatsClients others = {
 		.offered = m->stdout_gone.offered,
 		.delivered = m->stdout_gone.sent,
@@ -32,6 +33,7 @@ void manager_stats_sources(Manager *m, StatsSources *ret) {
 	 * offered is what it sent or dropped. */
 	others.offered += bs.delivered + bs.dropped;
 
+	load_watch_stats(m->load_watch, &loads, &loads_missed);
 	*ret = (StatsSources){
 		.probes = m->probes,
 		.ledger = m->ledger,
@@ -43,9 +45,9 @@ void manager_stats_sources(Manager *m, StatsSources *ret) {
 		.others = others,
 		.scan = m->decoders ? decoders_current(m->decoders) : NULL,
 		.producer_scans = m->producer_scans,
-		.producer_watching = m->n_load_watch > 0,
-		.producer_loads = m->producer_loads,
-		.producer_loads_missed = m->producer_loads_missed,
+		.producer_watching = load_watch_n_rings(m->load_watch) > 0,
+		.producer_loads = loads,
+		.producer_loads_missed = loads_missed,
 		.recorder = m->recorder,
 		.cgroup_watch = m->cgroup_watch,
 		.counters_mask = m->counters_mask,

@@ -565,7 +565,7 @@ static void reader_affinity(const Reader *r, const cpu_set_t *allowed, cpu_set_t
  * lets its wakeup preempt a task still in its protected slice (PREEMPT_SHORT) rather than wait
  * up to a whole base slice (3 ms on 2 CPUs, longer than a 64-page ring holds at full rate).
  * Older kernels ignore the slice. Returns 0, or 1 with the errno in *ret_errno. */
-static int reader_schedule(pid_t tid, int nice, int *ret_errno) {
+int reader_schedule(pid_t tid, int nice, int *ret_errno) {
 	struct sched_attr_v1 {
 		uint32_t size, sched_policy;
 		uint64_t sched_flags;

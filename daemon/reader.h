@@ -4,6 +4,7 @@
 #pragma once
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "cgroup.h"
 #include "cpuset.h"
@@ -59,6 +60,9 @@ int reader_new(
 Reader *reader_free(Reader *r); /* stops the thread first if it runs (bounded last drain) */
 DEFINE_TRIVIAL_CLEANUP_FUNC(Reader *, reader_free);
 
+/* Gives thread `tid` a reader's scheduling: nice value `nice` and EEVDF's short slice where
+ * the kernel has it. Returns 0, or 1 with the errno in *ret_errno (left as it was). */
+int reader_schedule(pid_t tid, int nice, int *ret_errno);
 /* The thread gets nice value `nice` (inherited from the calling thread, which is back at its own
  * when this returns). Returns 0, 1 if the nice value could not be set (the thread runs at the
  * caller's: *ret_errno says why), or a negative errno. */

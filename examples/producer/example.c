@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <bpf/libbpf.h>
@@ -17,12 +18,16 @@
 int main(int argc, char *argv[]) {
 	LIBBPF_OPTS(bpf_object_open_opts, opts);
 	struct example_bpf *skel;
+	struct timespec loaded;
 	unsigned long n;
 	cpu_set_t set;
 	int r;
 
-	if (argc != 4 && !(argc == 5 && (strcmp(argv[4], "--hold") == 0 || strcmp(argv[4], "--stdin") == 0))) {
-		fprintf(stderr, "usage: %s PIN_ROOT N CPU [--hold|--stdin]\n", argv[0]);
+	if (argc != 4 &&
+	    !(argc == 5 &&
+	      (strcmp(argv[4], "--hold") == 0 || strcmp(argv[4], "--stdin") == 0 ||
+	       strcmp(argv[4], "--timed") == 0))) {
+		fprintf(stderr, "usage: %s PIN_ROOT N CPU [--hold|--stdin|--timed]\n", argv[0]);
 		return 2;
 	}
 	opts.pin_root_path = argv[1];
@@ -45,6 +50,7 @@ int main(int argc, char *argv[]) {
 	bpf_map__set_max_entries(skel->maps.recorder, libbpf_num_possible_cpus());
 	skel->rodata->target_tgid = getpid();
 	r = example_bpf__load(skel);
+	clock_gettime(CLOCK_MONOTONIC, &loaded);
 	if (r == 0)
 		r = example_bpf__attach(skel);
 	if (r < 0) {
@@ -67,6 +73,18 @@ int main(int argc, char *argv[]) {
 			printf("{\"emitted\":%llu}\n", (unsigned long long) skel->bss->count);
 			fflush(stdout);
 		}
+	} else if (argc == 5 && strcmp(argv[4], "--timed") == 0) {
+		/* --timed: how long the program lived, from its load to the unload (the detach that
+		 * follows waits for the programs in flight, which only makes it longer). */
+		struct timespec gone;
+
+		clock_gettime(CLOCK_MONOTONIC, &gone);
+		example_bpf__destroy(skel);
+		fprintf(stderr,
+			"{\"loaded_ns\":%lld}\n",
+			(long long) (gone.tv_sec - loaded.tv_sec) * 1000000000LL +
+				(gone.tv_nsec - loaded.tv_nsec));
+		return 0;
 	} else if (argc == 5) {
 		/* --hold keeps the program loaded until stdin closes, so it can be discovered. */
 		fflush(stdout);

@@ -176,18 +176,24 @@ def test_late_producer():
     program is gone before its records are read: its BTF was taken when it loaded."""
     d.start()
     c = Client({"subscribe": {"types": [TYPE]}})
+    fast = 0
     try:
         for run, cpu in enumerate([0, 1 % os.cpu_count(), 0]):
-            r = subprocess.run([EXAMPLE, d.pin_path, str(LATE_N), str(cpu)], capture_output=True, text=True,
-                               timeout=60)
+            r = subprocess.run([EXAMPLE, d.pin_path, str(LATE_N), str(cpu), "--timed"], capture_output=True,
+                               text=True, timeout=60)
             check_eq((r.returncode, r.stdout.strip()), (0, json.dumps({"emitted": LATE_N}, separators=(",", ":"))),
                      f"run {run}: the example producer emitted and exited (stderr: {r.stderr.strip()})")
+            lived = json.loads(r.stderr.strip().splitlines()[-1])["loaded_ns"]
+            print(f"run {run}: the program lived {lived / 1e6:.1f} ms from its load to its unload call")
+            fast += lived < 50_000_000
             got = c.events(LATE_N)
             check_eq([ev["type"] for ev in got].count("unknown"), 0,
                      f"run {run} (CPU {cpu}): no record of the late producer published as unknown")
             for n, ev in enumerate(got):
                 want = {"type": "example", "producer": PRODUCER, "producer_name": "example_producer"} | expected(n)
                 check_eq({k: ev.get(k) for k in want}, want, f"run {run}: record {n}'s fields")
+        # The loader is quick: at least one run's program lived less than 50 ms (all, unloaded).
+        check(fast > 0, "a program that loaded, emitted and unloaded within 50 ms was among them")
         st = bus.stats()
         check_eq(sum(r["btf_decoded"] for r in st["readers"]), 3 * LATE_N, "btf_decoded over the readers")
         check_eq(sum(r["decoder_hold_expired"] for r in st["readers"]), 0, "no hold ran out of time")
