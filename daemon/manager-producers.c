@@ -20,10 +20,8 @@
  * of undeclared record types or of ListProducers() calls cannot keep the main thread busy. A
  * reader holds the records that wait for a scan (reader.h): short. */
 #define PRODUCERS_SCAN_INTERVAL_USEC (50 * USEC_PER_MSEC)
-/* Programs loaded since the last scan held open: when full, the scan is made at once. */
-#define PRODUCERS_MAX_LOADED         64u
-/* A load record is 32 bytes: a page holds 128 loads between two wakeups of the main thread. */
-#define LOAD_WATCH_PAGES             1u
+/* Programs held by the load watch that one scan takes; more wait for the next, asked for. */
+#define PRODUCERS_MAX_LOADED         256u
 
 static void log_scan(const ProducerScan *old, const ProducerScan *s) {
 	for (size_t i = 0; i < s->n_progs; i++) {
@@ -79,6 +77,8 @@ static int scan_now(Manager *m) {
 	 * them even if their loaders unloaded them already. Those it opens meanwhile wait for the
 	 * next scan (which their loads ask for). */
 	n_loaded = load_watch_take(m->load_watch, loaded, ELEMENTSOF(loaded));
+	if (n_loaded == ELEMENTSOF(loaded))
+		decoders_want_scan(m->decoders);
 
 	m->producers_scanned_usec = now_usec(CLOCK_MONOTONIC);
 	r = producers_scan(m->events_map_id, &s);
