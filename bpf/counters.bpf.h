@@ -130,9 +130,9 @@ static __always_inline long counter_read(__u32 i, struct bpf_perf_event_value *v
 /* Charges what the counters counted on this CPU since the last charge to the running task:
  * its process (`charge_process`, COUNTERS_PROCESS_*) and its cgroup. A thread that exits
  * (PF_EXITING) still charges its process while the process has an entry: the other threads'
- * exits, and the last one's teardown until the exit probe takes the totals (exit_mm() runs
- * before it: freeing a large address space is CPU time of the process, which rusage counts
- * too); after that the entry is gone and is not made again. Callers
+ * exits, and the last one's teardown until its totals are taken (at its last switch,
+ * counters_exit_flush(), or at the exit tracepoint); after that the entry is gone and is not
+ * made again. Callers
  * run with preemption off (tracepoints), so the per-CPU state is theirs. `tid` 0 is the idle
  * task, whose slices belong to nobody.
  * The deltas live in the per-CPU state, not on the stack: the verifier then sees the same

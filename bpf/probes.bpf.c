@@ -211,8 +211,8 @@ int handle_exit(void *ctx) {
 	struct task_struct *leader;
 	struct perfrelay_exit *e;
 	unsigned int sig_flags;
-	__u32 zero = 0;
-	int code, defer;
+	__u32 zero = 0, tid = (__u32) pid_tgid;
+	int code;
 
 	if (BPF_CORE_READ(task, signal, live.counter) != 0)
 		return 0;
@@ -220,15 +220,6 @@ int handle_exit(void *ctx) {
 	e = scratch_get(SCRATCH_EXIT);
 	if (!e)
 		return 0;
-	cfg = bpf_map_lookup_elem(&counters_config, &zero);
-	defer = cfg && (cfg->exit_probe & PERFRELAY_EXIT_PROBE_DEFER);
-	if (!defer) {
-		/* Taken even while idle: the process's entry must leave the table with it. */
-		counters_take(pid_tgid >> 32, (__u32) pid_tgid, &e->counters);
-		if (perfrelay_idle(PERFRELAY_PRODUCER_EXIT))
-			return 0;
-	}
-
 	/* What wait() reports for the process: the group's code after exit_group() or a fatal
 	 * signal, else the code of the thread that ended the group, this one (set in do_exit()
 	 * before the tracepoint). Older kernels report the leader's own code to wait() in that
@@ -250,17 +241,17 @@ int handle_exit(void *ctx) {
 	e->runtime_ns = bpf_ktime_get_ns() - BPF_CORE_READ(leader, start_time);
 	BPF_CORE_READ_STR_INTO(&e->comm, leader, comm);
 
-	/* The counters' switch program takes the totals and emits the record once the teardown
-	 * is done (counters_exit_flush()); a full table: now, with the totals of now. */
-	if (defer) {
-		__u32 tid = (__u32) pid_tgid;
-
-		if (bpf_map_update_elem(&exit_pending, &tid, e, BPF_NOEXIST) == 0)
-			return 0;
-		counters_take(pid_tgid >> 32, tid, &e->counters);
-		if (perfrelay_idle(PERFRELAY_PRODUCER_EXIT))
-			return 0;
-	}
+	/* With the counters' switch program attached, it takes the totals and emits the record
+	 * once the teardown is done (counters_exit_flush()); without it, or with its table full:
+	 * now, with the totals of now. */
+	cfg = bpf_map_lookup_elem(&counters_config, &zero);
+	if (cfg && (cfg->exit_probe & PERFRELAY_EXIT_PROBE_DEFER) &&
+	    bpf_map_update_elem(&exit_pending, &tid, e, BPF_NOEXIST) == 0)
+		return 0;
+	/* Taken even while idle: the process's entry must leave the table with it. */
+	counters_take(pid_tgid >> 32, tid, &e->counters);
+	if (perfrelay_idle(PERFRELAY_PRODUCER_EXIT))
+		return 0;
 	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_EXIT, PERFRELAY_PRODUCER_EXIT);
 	return 0;
 }

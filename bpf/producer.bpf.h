@@ -128,7 +128,8 @@ static __always_inline struct perfrelay_counters *perfrelay_counters_of(__u32 pr
  * daemon settling its accounts reads the pair while such emitters run (the pair is read with
  * plain loads, attempts first); in this order what it can catch between the two increments
  * says one record fewer was accepted, never one more, and a record that never was cannot be
- * taken for one lost with a dead daemon's rings (docs/exactness.md, "Settling"). */
+ * taken for one lost with a dead daemon's rings (docs/pipeline.md, "Settling against emitters
+ * that keep running"). */
 static __always_inline void perfrelay_count_failed(struct perfrelay_counters *c) {
 	__sync_fetch_and_add(&c->failures, 1);
 	__sync_fetch_and_add(&c->attempts, 1);

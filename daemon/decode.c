@@ -110,11 +110,15 @@ bool event_type_name_is_daemons(const char *name) {
 	return false;
 }
 
-bool event_type_name_is_reserved(const char *name) {
+const char *event_type_like(const char *name) {
 	for (size_t i = 0; i < ELEMENTSOF(event_type_table); i++)
 		if (event_type_table[i] && strcasecmp(event_type_table[i], name) == 0)
-			return true;
-	return event_type_name_is_daemons(name);
+			return event_type_table[i];
+	return NULL;
+}
+
+bool event_type_name_is_reserved(const char *name) {
+	return event_type_like(name) || event_type_name_is_daemons(name);
 }
 
 static bool has_nul(const char *s, size_t n) {

@@ -83,6 +83,8 @@ static inline bool event_type_on_request(uint16_t type) {
 
 /* Type name for JSON ("exec", ...), or NULL for types without a name. */
 const char *event_type_to_string(uint16_t type);
+/* The built-in type name `name` is, in any letter case ("EXEC": "exec"), or NULL. */
+const char *event_type_like(const char *name);
 /* Whether `name` (any case) is the "type" of a line the daemon makes (lost, unknown, hello,
  * error, goodbye, schema, unit). */
 bool event_type_name_is_daemons(const char *name);

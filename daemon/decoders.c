@@ -35,8 +35,8 @@ struct Decoders {
 	/* CLOCK_BOOTTIME ns at which the last completed scan started; 0 before the first. Stored
 	 * (release) after `current` is its result. */
 	_Atomic uint64_t scanned_ns;
-	_Atomic uint64_t loads; /* program loads that matter, noted by the main thread */
-	atomic_bool want;       /* a reader asked for a scan; the main thread clears it */
+	_Atomic uint64_t loads; /* program loads that matter, noted by the load watch thread */
+	atomic_bool want;       /* a scan was asked for; the main thread clears it */
 	int want_fd;            /* eventfd, written when `want` is set */
 	ProducerScan **retired; /* main thread only */
 	size_t n_retired;
@@ -237,7 +237,7 @@ DecoderVerdict decoders_missing(Decoders *d, unsigned reader, uint16_t type, uin
 		return DECODER_UNKNOWN;
 	/* Checked before the settled set: a load noted after this returns changes `loads`. */
 	if (load_pending(d))
-		return DECODER_HOLD; /* the watch ring woke the main thread */
+		return DECODER_HOLD; /* the ring woke the load watch thread */
 	settled = settled_set(d, s, ts_ns);
 	if (settled[bit / 64] & (UINT64_C(1) << (bit % 64)))
 		return DECODER_UNKNOWN;

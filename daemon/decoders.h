@@ -6,9 +6,9 @@
  * A record of a third-party type the held scan has no decoder for may come from a program that
  * loaded after the scan was made. decoders_missing() tells the reader whether to publish it as
  * "unknown" or to hold it (leave it in its ring) until a scan that started after the record was
- * emitted has completed: the main thread learns of program loads from the kernel (a watch ring
- * per CPU of PERF_RECORD_BPF_EVENT records) and scans at once, and readers ask for a scan when
- * they hold a record. docs/producers.md, "Producers that load late". */
+ * emitted has completed: the load watch thread (loadwatch.h) learns of program loads from the
+ * kernel (a ring per CPU of PERF_RECORD_BPF_EVENT records) and asks the main thread for a scan,
+ * and readers ask for one when they hold a record. docs/producers.md, "Producers that load late". */
 #pragma once
 
 #include <stdbool.h>
@@ -38,10 +38,10 @@ int decoders_publish(Decoders *d, ProducerScan *scan);
 const ProducerScan *decoders_current(const Decoders *d);
 /* Main thread. Frees replaced scans that no reader holds. Returns how many are still held. */
 size_t decoders_collect(Decoders *d);
-/* Main thread. Whether a reader asked for a scan since the last call (and clears the
- * eventfd the request signals, decoders_want_fd()). */
+/* Main thread. Whether a scan was asked for since the last call (and clears the eventfd the
+ * request signals, decoders_want_fd()). */
 bool decoders_take_want(Decoders *d);
-/* Main thread: readable when a reader asks for a scan. Owned by d. */
+/* Main thread: readable when a scan is asked for. Owned by d. */
 int decoders_want_fd(const Decoders *d);
 /* Main thread: a scan that started at CLOCK_BOOTTIME `started_ns` (the clock of the records'
  * ts_ns) has completed, and decoders_current() is its result. */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The hub's state, shared by its two sides: hub.c (the hub, its clients, and the readers'
  * side: publishing into the queues) and hub-consume.c (the main thread's side: taking frames
- * out of them). Nobody else includes this. */
+ * out of them). Nobody else includes this but the hub's unit test. */
 #pragma once
 
 #include <pthread.h>

@@ -16,6 +16,7 @@
 #include <bpf/libbpf.h>
 
 #include "kernelfeatures.h"
+#include "loadwatch.h"
 #include "macro.h"
 
 struct Features {
@@ -227,20 +228,6 @@ static bool probe_membarrier(void) {
 	return r >= 0 && (r & MEMBARRIER_CMD_PRIVATE_EXPEDITED);
 }
 
-/* A dummy software event with perf_event_attr.bpf_event: what the load watch opens. */
-static bool probe_bpf_event(void) {
-	struct perf_event_attr attr = {
-		.type = PERF_TYPE_SOFTWARE,
-		.size = sizeof(attr),
-		.config = PERF_COUNT_SW_DUMMY,
-		.bpf_event = 1,
-	};
-	/* CPU 0: x86 cannot take it offline, and the attribute is refused or taken for all. */
-	_cleanup_close_ int fd = (int) syscall(__NR_perf_event_open, &attr, -1, 0, -1, PERF_FLAG_FD_CLOEXEC);
-
-	return fd >= 0;
-}
-
 int features_probe(const char *pin_dir, Features **ret) {
 	Features *f;
 	const char *env;
@@ -264,7 +251,7 @@ int features_probe(const char *pin_dir, Features **ret) {
 	f->has[FEATURE_MMAPABLE] = probe_map_create(BPF_MAP_TYPE_ARRAY, 8, BPF_F_MMAPABLE);
 	f->has[FEATURE_TASK_STORAGE] = libbpf_probe_bpf_map_type(BPF_MAP_TYPE_TASK_STORAGE, NULL) == 1;
 	f->has[FEATURE_MEMBARRIER] = probe_membarrier();
-	f->has[FEATURE_BPF_EVENT] = probe_bpf_event();
+	f->has[FEATURE_BPF_EVENT] = load_watch_probe();
 
 	/* Test-only: lets the tests see the daemon on a kernel without a feature. Unknown names
 	 * are ignored here; the manager warns about every forced feature. */

@@ -123,14 +123,22 @@ static void *watch_thread(void *userdata) {
 	}
 }
 
+/* Side-band records wake by watermark only (wakeup_events counts samples): one byte. */
+static const RingOptions ring_options = { .pages = LOAD_WATCH_PAGES, .bpf_events = true, .watermark = 1 };
+
+bool load_watch_probe(void) {
+	_cleanup_(ring_freep) Ring *ring = NULL;
+
+	/* CPU 0: x86 cannot take it offline, and the attribute is refused or taken for all. */
+	return ring_open(0, &ring_options, &ring) >= 0;
+}
+
 static int open_ring(LoadWatch *w, unsigned cpu) {
-	/* Side-band records wake by watermark only (wakeup_events counts samples): one byte. */
-	RingOptions o = { .pages = LOAD_WATCH_PAGES, .bpf_events = true, .watermark = 1 };
 	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = cpu };
 	Ring *ring;
 	int r;
 
-	r = ring_open(cpu, &o, &ring);
+	r = ring_open(cpu, &ring_options, &ring);
 	if (r < 0)
 		return r;
 	atomic_store_explicit(&w->rings[cpu], ring, memory_order_release);

@@ -7,6 +7,7 @@
  * thread itself. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,6 +15,10 @@
 #include "macro.h"
 
 typedef struct LoadWatch LoadWatch;
+
+/* Whether the kernel can give the watch its rings (perf_event_attr.bpf_event, Linux 5.1): the
+ * kernel feature bpf_event (kernelfeatures.h). */
+bool load_watch_probe(void);
 
 /* Opens a ring on each of the n_cpus CPUs that are online (-ENODEV for none), hands them to
  * `decoders` and starts the thread at `nice` (as ReaderNice=; kept when it cannot be set). */

@@ -29,21 +29,45 @@ static Reader *manager_reader_of(Manager *m, unsigned cpu) {
 	return NULL;
 }
 
-static void manager_cpu_offline(Manager *m, unsigned cpu) {
+/* Empties the slot of `cpu` (from then on emits there fail, counted), has its reader drain its
+ * ring to empty and let it go, and parks the CPU; `what` says what happened to it, for the
+ * messages. A CPU gone offline runs no emitter any more. One that still runs (`in_flight`) may
+ * have emitters that took the ring from the slot before it was emptied: they are waited out
+ * (one grace period, as at stop) before the drain, and if that cannot be made sure the ring
+ * stays, read, and the CPU is not parked. Returns whether it was parked. */
+static bool manager_cpu_retire(Manager *m, Reader *rd, unsigned cpu, bool in_flight, const char *what) {
 	uint32_t key = cpu;
-	Reader *rd = manager_reader_of(m, cpu);
 	int r;
+
+	if (bpf_map_delete_elem(probes_events_fd(m->probes), &key) < 0 && errno != ENOENT) {
+		log_warning_errno(-errno, "CPU %u %s; failed to empty its slot: %m", cpu, what);
+		if (in_flight)
+			return false;
+	}
+	if (in_flight) {
+		r = grace_period(NULL);
+		if (r < 0) {
+			log_warning_errno(
+				r, "CPU %u %s; failed to wait out the emitters in flight: %m", cpu, what);
+			return false; /* the slot stays empty: its emits fail, counted */
+		}
+	}
+	r = reader_replace_ring(rd, cpu, NULL);
+	if (r < 0) {
+		log_warning_errno(r, "CPU %u %s; failed to hand its ring back: %m", cpu, what);
+		if (in_flight)
+			return false;
+	}
+	cpuset_add(&m->cpus_parked, cpu);
+	return true;
+}
+
+static void manager_cpu_offline(Manager *m, unsigned cpu) {
+	Reader *rd = manager_reader_of(m, cpu);
 
 	if (!rd || !cpuset_contains(&m->cpus, cpu) || cpuset_contains(&m->cpus_parked, cpu))
 		return;
-	/* Slot first: from here on emits on that CPU fail and are counted, so that the drain
-	 * that follows empties the ring for good. */
-	if (bpf_map_delete_elem(probes_events_fd(m->probes), &key) < 0 && errno != ENOENT)
-		log_warning_errno(-errno, "CPU %u went offline; failed to empty its slot: %m", cpu);
-	r = reader_replace_ring(rd, cpu, NULL);
-	if (r < 0)
-		log_warning_errno(r, "CPU %u went offline; failed to hand its ring back: %m", cpu);
-	cpuset_add(&m->cpus_parked, cpu);
+	(void) manager_cpu_retire(m, rd, cpu, false, "went offline");
 	log_info("CPU %u went offline: its ring is drained and its slot empty", cpu);
 }
 
@@ -66,32 +90,11 @@ static void manager_cpu_online(Manager *m, unsigned cpu) {
 	}
 	/* Even if we never saw it go: an online event means the CPU went through offline, which
 	 * killed the perf event of its ring. But if we never saw it go, its ring may still be
-	 * written (a lost offline uevent, or one made up by a write to its uevent file): the same
-	 * quiesce as at stop before the ring is let go. The slot is emptied (emits fail from here
-	 * on, counted), the emitters that took the old ring from it are waited out, and the
-	 * reader drains it to empty before it takes the new one. */
+	 * written (a lost offline uevent, or one made up by a write to its uevent file): it is
+	 * retired with the quiesce of a stop before it is replaced. */
 	if (!cpuset_contains(&m->cpus_parked, cpu)) {
-		const char *how;
-
-		if (bpf_map_delete_elem(probes_events_fd(m->probes), &key) < 0 && errno != ENOENT) {
-			log_warning_errno(
-				-errno, "CPU %u came online again; failed to empty its slot: %m", cpu);
+		if (!manager_cpu_retire(m, rd, cpu, true, "came online again"))
 			return;
-		}
-		r = grace_period(&how);
-		if (r < 0) {
-			log_warning_errno(
-				r,
-				"CPU %u came online again; failed to wait out the emitters in flight: %m",
-				cpu);
-			return; /* the slot stays empty until the tick finds the CPU parked */
-		}
-		r = reader_replace_ring(rd, cpu, NULL);
-		if (r < 0) {
-			log_warning_errno(r, "CPU %u came online again; failed to hand its ring back: %m", cpu);
-			return;
-		}
-		cpuset_add(&m->cpus_parked, cpu);
 		log_info("CPU %u came online again without going offline first: its ring is replaced", cpu);
 	}
 	r = ring_open(cpu, &ro, &ring);

@@ -180,9 +180,7 @@ int manager_setup_producers(Manager *m) {
 }
 
 void manager_producers_tick(Manager *m) {
-	if (!m->decoders)
-		return;
-	if (decoders_take_want(m->decoders))
-		(void) manager_scan_producers(m, false);
-	(void) decoders_collect(m->decoders);
+	/* Requests for scans come through decoders_want_fd() (on_want_scan()). */
+	if (m->decoders)
+		(void) decoders_collect(m->decoders);
 }

@@ -185,14 +185,11 @@ void recorder_clear(int array_fd, int on_fd, unsigned n_cpus) {
 }
 
 void recorder_stop(Recorder *r) {
-	uint32_t key = 0, off = 0;
-
 	if (!r || r->stopped)
 		return;
 	r->stopped = true;
-	(void) bpf_map_update_elem(r->on_fd, &key, &off, BPF_ANY);
-	for (size_t i = 0; i < r->n_rings; i++)
-		(void) bpf_map_delete_elem(r->array_fd, &(uint32_t){ r->rings[i].cpu });
+	/* Every slot: those of CPUs we gave no ring are empty since the start. */
+	recorder_clear(r->array_fd, r->on_fd, r->n_possible);
 }
 
 Recorder *recorder_free(Recorder *r) {

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <json-c/json.h>
 
@@ -176,17 +175,6 @@ static int get_string(
 	return 0;
 }
 
-/* A built-in type's name spelled with other letter case ("EXEC"): a typo, not a third-party name. */
-static const char *builtin_type_like(const char *name) {
-	for (uint16_t k = 1; k < SUBSCRIPTION_TYPE_MASK_BITS; k++) {
-		const char *known = event_type_to_string(k);
-
-		if (known && strcasecmp(known, name) == 0)
-			return known;
-	}
-	return NULL;
-}
-
 static bool identifier_is_valid(const char *s, size_t max) {
 	size_t n = strlen(s);
 
@@ -227,7 +215,9 @@ static int parse_types(Subscription *s, json_object *v, RequestError *e) {
 				}
 			}
 			if (id == 0) {
-				const char *builtin = builtin_type_like(name);
+				/* A built-in type's name spelled with other letter case ("EXEC"): a
+				 * typo, not a third-party name. */
+				const char *builtin = event_type_like(name);
 
 				if (builtin)
 					return fail(

@@ -17,12 +17,11 @@
 
 #include "btfrec.h"
 #include "encode.h"
+#include "hub-internal.h"
 #include "hub.h"
 #include "macro.h"
 
 #include "unit-test.h"
-
-#define HUB_LOST_MARKS_FOR_TESTS 64u /* HUB_LOST_MARKS, hub-internal.h */
 
 static struct perfrelay_open make_open(uint32_t pid, uint64_t seq, const char *path) {
 	struct perfrelay_open r = {
@@ -474,7 +473,7 @@ static void test_lost_named_event(void) {
 	ASSERT(hub_new(1, &h) == 0);
 	HubClientOptions o = { .format = HUB_FORMAT_JSON, .queue_bytes = 64 * 1024 };
 	ASSERT(hub_client_new(h, p.fds[0], &o, &c) == 0 && hub_client_attach(h, c) == 0);
-	for (unsigned round = 0; round < 3 * HUB_LOST_MARKS_FOR_TESTS; round++) {
+	for (unsigned round = 0; round < 3 * HUB_LOST_MARKS; round++) {
 		/* A burst the queue cannot hold, read, and a batch end that queues the notice. */
 		hub_reader_begin(h, 0);
 		for (unsigned i = 0; i < 6000; i++) {
@@ -524,7 +523,7 @@ static void test_lost_named_event(void) {
 	hub_client_detach(h, c);
 	hub_client_discard(c);
 	hub_client_get_stats(c, &st);
-	ASSERT(notices > HUB_LOST_MARKS_FOR_TESTS);
+	ASSERT(notices > HUB_LOST_MARKS);
 	ASSERT(st.offered == offered && st.sent == lines && st.offered == st.sent + st.dropped);
 	ASSERT(told == st.dropped);
 	hub_client_free(c);
