@@ -107,10 +107,10 @@ int bus_read_filter(
 	void *userdata,
 	Subscription **ret,
 	sd_bus_error *error);
-/* For methods that show every user's `what` (Snapshot, captures): root and AllowGroups= members
- * only, AccessDenied naming the method for others. */
-int bus_require_all_access(
-	Bus *b, sd_bus_message *message, const char *method, const char *what, sd_bus_error *error);
+/* For methods that act (Snapshot, StartCapture, StopCapture): root and ControlGroups= members
+ * only, AccessDenied naming the method for others; *ret_uid (may be NULL) the caller's uid.
+ * AllowGroups= lets a group see every event, not act (docs/security.md). */
+int bus_require_control(Bus *b, sd_bus_message *message, const char *method, uid_t *ret_uid, sd_bus_error *error);
 /* Root and AllowGroups= members see everything, others their own uid, as on the socket. */
 int bus_sender_access(
 	Bus *b, sd_bus_message *message, uid_t *ret_uid, SubscriptionAccess *ret_access, sd_bus_error *error);

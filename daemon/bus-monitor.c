@@ -437,14 +437,21 @@ static int sender_groups(Bus *b, const char *sender, gid_t **ret) {
 	return (int) MIN(n, (size_t) INT32_MAX);
 }
 
-/* Root and AllowGroups= members see everything, others their own uid, as on the socket. The
- * uid and groups are what the bus recorded when the caller connected, never read from /proc,
- * where a caller that execs a set-uid or set-gid program right after its call could pass for
- * someone else. */
-int bus_sender_access(
-	Bus *b, sd_bus_message *message, uid_t *ret_uid, SubscriptionAccess *ret_access, sd_bus_error *error) {
+/* The caller's uid, and whether one of its groups is in AllowGroups= and in ControlGroups=. The
+ * uid and groups are what the bus recorded when the caller connected, never read from /proc, where
+ * a caller that execs a set-uid or set-gid program right after its call could pass for someone
+ * else. Without groups from the bus, no group applies (fail closed). */
+static int sender_identity(
+	Bus *b,
+	sd_bus_message *message,
+	const char *method,
+	uid_t *ret_uid,
+	bool *ret_allowed,
+	bool *ret_control,
+	sd_bus_error *error) {
 	_cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
 	_cleanup_free_ gid_t *groups = NULL;
+	const Config *c = b->config;
 	const char *sender = sd_bus_message_get_sender(message);
 	uid_t uid;
 	int r, n = 0;
@@ -456,22 +463,61 @@ int bus_sender_access(
 		return sd_bus_error_setf(
 			error,
 			SD_BUS_ERROR_ACCESS_DENIED,
-			"Subscribe: the caller's user id could not be determined");
-	if (uid != 0 && b->config->n_allow_groups > 0) {
+			"%s: the caller's user id could not be determined",
+			method);
+	if (uid != 0 && c->allow_groups.n + c->control_groups.n > 0) {
 		n = sender_groups(b, sender, &groups);
 		if (n < 0) {
-			/* Without the groups, AllowGroups= cannot grant more than the caller's own events. */
 			log_debug_errno(
 				n,
-				"Subscribe from %s: no supplementary groups from the bus (%m), AllowGroups= does not apply",
+				"%s from %s: no supplementary groups from the bus (%m), no group of the config applies",
+				method,
 				strna(sender));
 			n = 0;
 		}
 	}
 	_Static_assert(sizeof(gid_t) == sizeof(uint32_t), "gid_t is 32 bits");
 	*ret_uid = uid;
-	*ret_access = filter_access(
-		uid, (gid_t) -1, groups, (size_t) n, b->config->allow_groups, b->config->n_allow_groups);
+	*ret_allowed = groups_include((gid_t) -1, groups, (size_t) n, c->allow_groups.gids, c->allow_groups.n);
+	*ret_control = groups_include(
+		(gid_t) -1, groups, (size_t) n, c->control_groups.gids, c->control_groups.n);
+	return 0;
+}
+
+/* Root, AllowGroups= and ControlGroups= members see everything (control shows every user's
+ * events anyway), others their own uid, as on the socket. */
+int bus_sender_access(
+	Bus *b, sd_bus_message *message, uid_t *ret_uid, SubscriptionAccess *ret_access, sd_bus_error *error) {
+	bool allowed, control;
+	uid_t uid;
+	int r;
+
+	r = sender_identity(b, message, "Subscribe", &uid, &allowed, &control, error);
+	if (r < 0)
+		return r;
+	*ret_uid = uid;
+	*ret_access = uid == 0 || allowed || control ? SUBSCRIPTION_ACCESS_ALL : SUBSCRIPTION_ACCESS_UID;
+	return 0;
+}
+
+int bus_require_control(Bus *b, sd_bus_message *message, const char *method, uid_t *ret_uid, sd_bus_error *error) {
+	bool allowed, control;
+	uid_t uid;
+	int r;
+
+	r = sender_identity(b, message, method, &uid, &allowed, &control, error);
+	if (r < 0)
+		return r;
+	if (uid != 0 && !control)
+		return sd_bus_error_setf(
+			error,
+			SD_BUS_ERROR_ACCESS_DENIED,
+			"%s needs root or a group of ControlGroups= (the caller is uid %u; AllowGroups= lets a "
+			"group see events, not act)",
+			method,
+			(unsigned) uid);
+	if (ret_uid)
+		*ret_uid = uid;
 	return 0;
 }
 
@@ -623,11 +669,17 @@ void bus_monitors_revoke(Bus *b, const Config *config) {
 
 		if (s->uid == 0 || s->sub->access != SUBSCRIPTION_ACCESS_ALL)
 			continue;
-		if (config->n_allow_groups > 0 && (n = sender_groups(b, s->sender, &groups)) < 0)
+		if (config->allow_groups.n + config->control_groups.n > 0 &&
+		    (n = sender_groups(b, s->sender, &groups)) < 0)
 			n = 0;
-		if (filter_access(
-			    s->uid, (gid_t) -1, groups, (size_t) n, config->allow_groups, config->n_allow_groups) ==
-		    SUBSCRIPTION_ACCESS_ALL)
+		if (groups_include(
+			    (gid_t) -1, groups, (size_t) n, config->allow_groups.gids, config->allow_groups.n) ||
+		    groups_include(
+			    (gid_t) -1,
+			    groups,
+			    (size_t) n,
+			    config->control_groups.gids,
+			    config->control_groups.n))
 			continue;
 		log_info(
 			"Bus subscriber %s (%s, uid %u): AllowGroups= no longer grants it every event, removing it",
@@ -649,24 +701,4 @@ void bus_monitors_add_stats(const Bus *b, BusStats *st) {
 			st->dropped += hs.dropped;
 		}
 	}
-}
-
-int bus_require_all_access(
-	Bus *b, sd_bus_message *message, const char *method, const char *what, sd_bus_error *error) {
-	SubscriptionAccess access;
-	uid_t uid;
-	int r;
-
-	r = bus_sender_access(b, message, &uid, &access, error);
-	if (r < 0)
-		return r;
-	if (access != SUBSCRIPTION_ACCESS_ALL)
-		return sd_bus_error_setf(
-			error,
-			SD_BUS_ERROR_ACCESS_DENIED,
-			"%s shows every user's %s: it needs root or a group of AllowGroups= (the caller is uid %u)",
-			method,
-			what,
-			(unsigned) uid);
-	return 0;
 }

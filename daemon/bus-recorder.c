@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Snapshot(): the flight recorder's window (docs/recorder.md) as a file descriptor of JSON
- * lines. Root and AllowGroups= members only: a snapshot shows every user's events. */
+ * lines. Root and ControlGroups= members only: a snapshot shows every user's events, and taking
+ * one is an act (docs/security.md), which AllowGroups= does not grant. */
 #include "bus-internal.h"
 #include "request.h"
 
@@ -34,7 +35,7 @@ int bus_method_snapshot(sd_bus_message *message, void *userdata, sd_bus_error *e
 	Bus *b = userdata;
 	int r;
 
-	r = bus_require_all_access(b, message, "Snapshot", "events", error);
+	r = bus_require_control(b, message, "Snapshot", NULL, error);
 	if (r < 0)
 		return r;
 	r = bus_read_filter(b, message, read_bound, &bounds, &sub, error);

@@ -38,6 +38,9 @@ typedef struct CaptureRequest {
 	const char *direction;       /* "ingress", "egress", "both" (default) */
 	uint32_t bytes;              /* per packet; 0: CaptureBytes= */
 	uint32_t packets_per_second; /* 0: CapturePacketsPerSecond= */
+	/* Filled in by the bus, not by the requester: */
+	const char *unit_cgroup; /* systemd's ControlGroup of `unit`; NULL: search the tree */
+	bool may_capture_host;   /* root, or AllowHostCaptures= for ControlGroups= members */
 } CaptureRequest;
 
 typedef struct Captures Captures;

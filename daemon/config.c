@@ -78,7 +78,7 @@ typedef enum ValueType {
 	VALUE_PROBES,
 	VALUE_COUNTERS,
 	VALUE_CPU_GROUPS,
-	VALUE_ALLOW_GROUPS,
+	VALUE_GROUPS, /* group names or gids, into a GroupList */
 } ValueType;
 
 typedef struct ConfigKey {
@@ -120,7 +120,8 @@ static const ConfigKey config_keys[] = {
 	{ "Socket", "MaxRequestBytes", VALUE_SIZE, FIELD(max_request_bytes), 256, MIB, NULL, true },
 	{ "Socket", "RequestTimeoutMs", VALUE_UINT, FIELD(request_timeout_ms), 10, 600000, NULL, true },
 	{ "Socket", "MaxJsonDepth", VALUE_UINT, FIELD(max_json_depth), 2, 64, NULL, true },
-	{ "Socket", "AllowGroups", VALUE_ALLOW_GROUPS, 0, 0, 0, 0, NULL, true },
+	{ "Socket", "AllowGroups", VALUE_GROUPS, FIELD(allow_groups), 0, 0, NULL, true },
+	{ "Socket", "ControlGroups", VALUE_GROUPS, FIELD(control_groups), 0, 0, NULL, true },
 
 	{ "Bus", "BusEventsPerSecond", VALUE_UINT, FIELD(bus_events_per_second), 1, 100000, NULL, true },
 
@@ -135,6 +136,7 @@ static const ConfigKey config_keys[] = {
 	{ "Capture", "CaptureBytes", VALUE_UINT, FIELD(capture_bytes), 1, PERFRELAY_CAPTURE_BYTES_MAX, NULL, true },
 	{ "Capture", "MaxCaptures", VALUE_UINT, FIELD(max_captures), 1, 64, NULL, false },
 	{ "Capture", "CapturePacketsPerSecond", VALUE_UINT, FIELD(capture_packets_per_second), 0, 10000000, NULL, true },
+	{ "Capture", "AllowHostCaptures", VALUE_BOOL, FIELD(allow_host_captures), 0, 0, NULL, true },
 };
 
 static const char *const config_sections[] = { "Daemon", "Ring",     "Readers",  "Probes", "Socket",
@@ -391,13 +393,13 @@ static int lookup_group(const char *name, gid_t *ret) {
 	}
 }
 
-typedef struct AllowGroupsState {
+typedef struct GroupsState {
 	gid_t *gids;
 	size_t n;
-} AllowGroupsState;
+} GroupsState;
 
-static int allow_groups_word(ConfParseState *st, const char *word, void *userdata) {
-	AllowGroupsState *as = userdata;
+static int groups_word(ConfParseState *st, const char *word, void *userdata) {
+	GroupsState *as = userdata;
 	_cleanup_free_ char *esc = NULL;
 	gid_t gid = 0;
 	gid_t *a;
@@ -427,8 +429,8 @@ static int allow_groups_word(ConfParseState *st, const char *word, void *userdat
 	for (size_t i = 0; i < as->n; i++)
 		if (as->gids[i] == gid)
 			return 0; /* listed twice (or by name and by number): harmless */
-	if (as->n >= CONFIG_MAX_ALLOW_GROUPS)
-		return conf_line_error(st, "too many groups (at most %u)", CONFIG_MAX_ALLOW_GROUPS);
+	if (as->n >= CONFIG_MAX_GROUPS)
+		return conf_line_error(st, "too many groups (at most %u)", CONFIG_MAX_GROUPS);
 
 	a = reallocarray(as->gids, as->n + 1, sizeof(gid_t));
 	if (!a)
@@ -438,20 +440,19 @@ static int allow_groups_word(ConfParseState *st, const char *word, void *userdat
 	return 0;
 }
 
-static int apply_allow_groups(ConfParseState *st, Config *c) {
-	AllowGroupsState as = {};
+static int apply_groups(ConfParseState *st, GroupList *list) {
+	GroupsState as = {};
 	int r;
 
-	r = conf_for_each_word(st, true, allow_groups_word, &as);
+	r = conf_for_each_word(st, true, groups_word, &as);
 	if (r == 0 && as.n == 0)
 		r = conf_line_error(st, "no group names");
 	if (r < 0) {
 		free(as.gids);
 		return r;
 	}
-	free(c->allow_groups);
-	c->allow_groups = as.gids;
-	c->n_allow_groups = as.n;
+	free(list->gids);
+	*list = (GroupList){ .gids = as.gids, .n = as.n };
 	return 0;
 }
 
@@ -472,10 +473,9 @@ static int reset_key(Config *c, const ConfigKey *k) {
 		c->cpu_groups = NULL;
 		c->n_cpu_groups = 0;
 		return 0;
-	case VALUE_ALLOW_GROUPS:
-		free(c->allow_groups);
-		c->allow_groups = NULL;
-		c->n_allow_groups = 0;
+	case VALUE_GROUPS:
+		free(((GroupList *) ((uint8_t *) c + k->offset))->gids);
+		*(GroupList *) ((uint8_t *) c + k->offset) = (GroupList){};
 		return 0;
 	default:
 		memcpy((uint8_t *) c + k->offset, (const uint8_t *) &config_defaults + k->offset, k->width);
@@ -510,8 +510,8 @@ static int apply_key(ConfParseState *st, Config *c, const ConfigKey *k) {
 		return apply_names(st, &counter_names, field);
 	case VALUE_CPU_GROUPS:
 		return apply_cpu_groups(st, c);
-	case VALUE_ALLOW_GROUPS:
-		return apply_allow_groups(st, c);
+	case VALUE_GROUPS:
+		return apply_groups(st, field);
 	}
 	return -EINVAL;
 }
@@ -550,7 +550,8 @@ static void config_clear(Config *c) {
 	free(c->pin_path);
 	free(c->socket_path);
 	free(c->cpu_groups);
-	free(c->allow_groups);
+	free(c->allow_groups.gids);
+	free(c->control_groups.gids);
 }
 
 int config_new(Config **ret) {
@@ -601,15 +602,19 @@ static int config_dup(const Config *c, Config **ret) {
 	d->pin_path = c->pin_path ? strdup(c->pin_path) : NULL;
 	d->socket_path = c->socket_path ? strdup(c->socket_path) : NULL;
 	d->cpu_groups = memdup_array(c->cpu_groups, c->n_cpu_groups, sizeof(CpuSet));
-	d->allow_groups = memdup_array(c->allow_groups, c->n_allow_groups, sizeof(gid_t));
+	d->allow_groups.gids = memdup_array(c->allow_groups.gids, c->allow_groups.n, sizeof(gid_t));
+	d->control_groups.gids = memdup_array(c->control_groups.gids, c->control_groups.n, sizeof(gid_t));
 	if ((c->pin_path && !d->pin_path) || (c->socket_path && !d->socket_path) ||
 	    (c->cpu_groups && c->n_cpu_groups > 0 && !d->cpu_groups) ||
-	    (c->allow_groups && c->n_allow_groups > 0 && !d->allow_groups))
+	    (c->allow_groups.gids && c->allow_groups.n > 0 && !d->allow_groups.gids) ||
+	    (c->control_groups.gids && c->control_groups.n > 0 && !d->control_groups.gids))
 		return -ENOMEM;
 	if (!d->cpu_groups)
 		d->n_cpu_groups = 0;
-	if (!d->allow_groups)
-		d->n_allow_groups = 0;
+	if (!d->allow_groups.gids)
+		d->allow_groups.n = 0;
+	if (!d->control_groups.gids)
+		d->control_groups.n = 0;
 	*ret = TAKE_PTR(d);
 	return 0;
 }
@@ -662,12 +667,12 @@ int config_keep_restart_keys(Config *new, Config *running, char **ret_list) {
 				running->n_cpu_groups,
 				sizeof(CpuSet));
 			break;
-		case VALUE_ALLOW_GROUPS:
+		case VALUE_GROUPS:
 			same = same_array(
-				new->allow_groups,
-				new->n_allow_groups,
-				running->allow_groups,
-				running->n_allow_groups,
+				((GroupList *) n)->gids,
+				((GroupList *) n)->n,
+				((GroupList *) o)->gids,
+				((GroupList *) o)->n,
 				sizeof(gid_t));
 			break;
 		default:
@@ -688,9 +693,8 @@ int config_keep_restart_keys(Config *new, Config *running, char **ret_list) {
 			SWAP_TWO(new->cpu_groups, running->cpu_groups);
 			SWAP_TWO(new->n_cpu_groups, running->n_cpu_groups);
 			break;
-		case VALUE_ALLOW_GROUPS:
-			SWAP_TWO(new->allow_groups, running->allow_groups);
-			SWAP_TWO(new->n_allow_groups, running->n_allow_groups);
+		case VALUE_GROUPS:
+			SWAP_TWO(*(GroupList *) n, *(GroupList *) o);
 			break;
 		default:
 			memcpy(n, o, k->width);

@@ -16,8 +16,14 @@
 #define CONFIG_DEFAULT_FILE       "/etc/perfrelay/perfrelay.conf"
 #define CONFIG_DEFAULT_DROPIN_DIR "/etc/perfrelay/perfrelay.conf.d"
 #define CONFIG_MAX_CPU_GROUPS     256u
-#define CONFIG_MAX_ALLOW_GROUPS   64u
+#define CONFIG_MAX_GROUPS         64u
 #define CONFIG_MAX_FILE_BYTES     (1u << 20) /* a config file larger than this is an error */
+
+/* Groups named in the config (names resolved to gids at load). */
+typedef struct GroupList {
+	gid_t *gids;
+	size_t n;
+} GroupList;
 
 typedef struct Config {
 	/* [Daemon] */
@@ -51,8 +57,8 @@ typedef struct Config {
 	uint32_t max_request_bytes;        /* MaxRequestBytes=, default 65536, 256..1M */
 	unsigned request_timeout_ms;       /* RequestTimeoutMs=, default 5000, 10..600000 */
 	unsigned max_json_depth;           /* MaxJsonDepth=, default 8, 2..64 */
-	gid_t *allow_groups;               /* AllowGroups= group names or numeric gids (resolved at load) */
-	size_t n_allow_groups;
+	GroupList allow_groups;            /* AllowGroups=: members see every user's events */
+	GroupList control_groups; /* ControlGroups=: members act (Snapshot, captures; docs/security.md) */
 
 	/* [Bus] */
 	unsigned bus_events_per_second; /* BusEventsPerSecond=, default 100, 1..100000 */
@@ -71,6 +77,7 @@ typedef struct Config {
 	uint32_t capture_bytes; /* CaptureBytes=, 1..65000, default 128: the most a capture takes */
 	unsigned max_captures;  /* MaxCaptures=, 1..64, default 8 */
 	uint32_t capture_packets_per_second; /* CapturePacketsPerSecond=, 0..10000000, default 10000 (0: none) */
+	bool allow_host_captures; /* AllowHostCaptures=, default no: ControlGroups= members may capture / and interfaces */
 } Config;
 
 int config_new(Config **ret);   /* all defaults */

@@ -196,8 +196,8 @@ static int connection_access(Connection *c, SubscriptionAccess *ret) {
 	_cleanup_free_ gid_t *groups = NULL;
 	socklen_t len = 64 * sizeof(gid_t);
 
-	if (c->cred.uid == 0 || cfg->n_allow_groups == 0) {
-		*ret = filter_access(c->cred.uid, c->cred.gid, NULL, 0, cfg->allow_groups, cfg->n_allow_groups);
+	if (c->cred.uid == 0 || cfg->allow_groups.n + cfg->control_groups.n == 0) {
+		*ret = c->cred.uid == 0 ? SUBSCRIPTION_ACCESS_ALL : SUBSCRIPTION_ACCESS_UID;
 		return 0;
 	}
 	/* Supplementary groups as they were at connect(), like SO_PEERCRED. */
@@ -213,7 +213,16 @@ static int connection_access(Connection *c, SubscriptionAccess *ret) {
 			return negative_errno();
 	}
 	*ret = filter_access(
-		c->cred.uid, c->cred.gid, groups, len / sizeof(gid_t), cfg->allow_groups, cfg->n_allow_groups);
+		c->cred.uid,
+		c->cred.gid,
+		groups,
+		len / sizeof(gid_t),
+		cfg->allow_groups.gids,
+		cfg->allow_groups.n);
+	/* ControlGroups= members take snapshots and captures of every user: they see what those show. */
+	if (groups_include(
+		    c->cred.gid, groups, len / sizeof(gid_t), cfg->control_groups.gids, cfg->control_groups.n))
+		*ret = SUBSCRIPTION_ACCESS_ALL;
 	return 0;
 }
 
@@ -611,7 +620,7 @@ void server_flush_client(Server *s, HubClient *hc) {
 		connection_free(c);
 }
 
-/* Reload: a group taken out of AllowGroups= takes its access along. A client that saw
+/* Reload: a group taken out of AllowGroups= (or ControlGroups=) takes its access along. A client that saw
  * everything only through it is closed like an overflowed client (what was queued before goes
  * out, then the error line), so that none keeps more than its hello line would now say. */
 void connection_recheck_access(Connection *c) {

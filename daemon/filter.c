@@ -6,17 +6,21 @@
 #include "filter.h"
 #include "macro.h"
 
+bool groups_include(gid_t gid, const gid_t *groups, size_t n_groups, const gid_t *listed, size_t n_listed) {
+	for (size_t i = 0; i < n_listed; i++) {
+		if (listed[i] == gid)
+			return true;
+		for (size_t k = 0; k < n_groups; k++)
+			if (listed[i] == groups[k])
+				return true;
+	}
+	return false;
+}
+
 SubscriptionAccess filter_access(
 	uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups, const gid_t *allowed, size_t n_allowed) {
-	if (uid == 0)
+	if (uid == 0 || groups_include(gid, groups, n_groups, allowed, n_allowed))
 		return SUBSCRIPTION_ACCESS_ALL;
-	for (size_t i = 0; i < n_allowed; i++) {
-		if (allowed[i] == gid)
-			return SUBSCRIPTION_ACCESS_ALL;
-		for (size_t k = 0; k < n_groups; k++)
-			if (allowed[i] == groups[k])
-				return SUBSCRIPTION_ACCESS_ALL;
-	}
 	return SUBSCRIPTION_ACCESS_UID;
 }
 

@@ -11,6 +11,9 @@
 #include "decode.h"
 #include "request.h"
 
+/* True if the primary group `gid` ((gid_t) -1: none) or one of `groups` is in `listed`. */
+bool groups_include(gid_t gid, const gid_t *groups, size_t n_groups, const gid_t *listed, size_t n_listed);
+
 /* The access rule of docs/protocol.md from a peer's credentials (SO_PEERCRED's uid and gid and
  * the supplementary groups from SO_PEERGROUPS): root and members of an allowed group see every
  * event, everybody else only events that carry their own uid. */

@@ -18,41 +18,64 @@
 #include "manager-internal.h"
 #include "unitname.h"
 
-/* The unit's cgroup: systemd names a unit's cgroup after the unit, below its slices. */
-#define FIND_DEPTH_MAX 8
-#define FIND_DIRS_MAX  65536u
+/* A unit's cgroup without systemd to ask (bus-capture.c asks it when it runs): systemd names a
+ * unit's cgroup after the unit, below its slices. Only directories root made are trusted: the walk
+ * never descends into a delegated subtree (a user's manager, user@UID.service, or a cgroup whose
+ * cgroup.subtree_control belongs to someone else), where any user could make a directory named
+ * after a system unit. A name found twice is refused, naming the candidates. */
+#define FIND_DEPTH_MAX      8
+#define FIND_DIRS_MAX       65536u
+#define FIND_CANDIDATES_MAX 4
 
-static int find_unit_cgroup(
-	const char *dir, const char *unit, unsigned depth, unsigned *budget, char *ret, size_t size) {
+typedef struct UnitSearch {
+	const char *unit;
+	unsigned budget;
+	size_t n_found;
+	char found[FIND_CANDIDATES_MAX][PATH_MAX];
+} UnitSearch;
+
+static bool cgroup_is_delegated(const char *path, const char *name) {
+	char file[PATH_MAX];
+	struct stat st;
+
+	if (startswith(name, "user@") && endswith(name, ".service"))
+		return true;
+	if (stat(path, &st) < 0 || st.st_uid != 0)
+		return true;
+	if (snprintf(file, sizeof(file), "%s/cgroup.subtree_control", path) >= (int) sizeof(file))
+		return true;
+	return stat(file, &st) < 0 || st.st_uid != 0;
+}
+
+static int find_unit_cgroup(const char *dir, unsigned depth, UnitSearch *us) {
 	DIR *d;
 	struct dirent *de;
-	int r = -ENOENT;
+	int r = 0;
 
 	if (depth > FIND_DEPTH_MAX)
-		return -ENOENT;
+		return 0;
 	d = opendir(dir);
 	if (!d)
-		return -ENOENT;
-	while (r == -ENOENT && (de = readdir(d))) {
+		return 0;
+	while (r == 0 && (de = readdir(d))) {
 		char sub[PATH_MAX];
 
 		if (de->d_type != DT_DIR || de->d_name[0] == '.')
 			continue;
-		if (*budget == 0) {
+		if (us->budget == 0) {
 			r = -E2BIG;
 			break;
 		}
-		(*budget)--;
+		us->budget--;
 		if (snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name) >= (int) sizeof(sub))
 			continue;
-		if (streq(de->d_name, unit)) {
-			if (snprintf(ret, size, "%s", sub) >= (int) size)
-				r = -ENAMETOOLONG;
-			else
-				r = 0;
-			break;
+		if (streq(de->d_name, us->unit)) {
+			if (us->n_found < FIND_CANDIDATES_MAX)
+				snprintf(us->found[us->n_found], sizeof(us->found[0]), "%s", sub);
+			us->n_found++;
 		}
-		r = find_unit_cgroup(sub, unit, depth + 1, budget, ret, size);
+		if (!cgroup_is_delegated(sub, de->d_name))
+			r = find_unit_cgroup(sub, depth + 1, us);
 	}
 	closedir(d);
 	return r;
@@ -64,7 +87,7 @@ int manager_start_capture(Manager *m, const CaptureRequest *req, uint32_t *ret_i
 	Capture *capture = NULL;
 	char path[PATH_MAX];
 	const char *root;
-	unsigned budget = FIND_DIRS_MAX;
+	UnitSearch us;
 	int dir, r;
 
 	if (!m->captures || !m->cgroups)
@@ -89,11 +112,23 @@ int manager_start_capture(Manager *m, const CaptureRequest *req, uint32_t *ret_i
 				"PrivateNetwork=yes)",
 				req->ifindex);
 		snprintf(path, sizeof(path), "%s", name);
+	} else if (req->unit && req->unit_cgroup) {
+		/* systemd said where the unit runs (bus-capture.c). */
+		if (req->unit_cgroup[0] != '/' || strstr(req->unit_cgroup, "/.") ||
+		    snprintf(path, sizeof(path), "%s%s", root, streq(req->unit_cgroup, "/") ? "" : req->unit_cgroup) >=
+			    (int) sizeof(path))
+			return error_textf(
+				ret_error,
+				-EINVAL,
+				"systemd's ControlGroup of %s, \"%s\", is not a cgroup path",
+				req->unit,
+				req->unit_cgroup);
 	} else if (req->unit) {
 		if (!unit_name_is_attributable(req->unit, strlen(req->unit)))
 			return error_textf(
 				ret_error, -EINVAL, "\"%s\" is not a unit name processes run in", req->unit);
-		r = find_unit_cgroup(root, req->unit, 0, &budget, path, sizeof(path));
+		us = (UnitSearch){ .unit = req->unit, .budget = FIND_DIRS_MAX };
+		r = find_unit_cgroup(root, 0, &us);
 		if (r == -E2BIG)
 			return error_textf(
 				ret_error,
@@ -101,23 +136,48 @@ int manager_start_capture(Manager *m, const CaptureRequest *req, uint32_t *ret_i
 				"the cgroup tree under %s has more than %u directories",
 				root,
 				FIND_DIRS_MAX);
-		if (r < 0)
+		if (us.n_found == 0)
 			return error_textf(
 				ret_error,
 				-ENOENT,
-				"unit %s has no cgroup under %s (is it running?)",
+				"unit %s has no cgroup under %s outside delegated subtrees (is it running?)",
 				req->unit,
 				root);
+		if (us.n_found > 1)
+			return error_textf(
+				ret_error,
+				-EINVAL,
+				"unit %s names %zu cgroups (%s, %s%s%s%s%s): give the one to capture as \"cgroup\"",
+				req->unit,
+				us.n_found,
+				us.found[0] + strlen(root),
+				us.found[1] + strlen(root),
+				us.n_found > 2 ? ", " : "",
+				us.n_found > 2 ? us.found[2] + strlen(root) : "",
+				us.n_found > 3 ? ", " : "",
+				us.n_found > 3 ? us.found[3] + strlen(root) : "");
+		snprintf(path, sizeof(path), "%s", us.found[0]);
 	} else {
-		if (req->cgroup[0] != '/' || strstr(req->cgroup, "/..") || strstr(req->cgroup, "//"))
+		/* No "." component and no trailing slash: "/" is the only way to say the root. */
+		if (req->cgroup[0] != '/' || strstr(req->cgroup, "/.") || strstr(req->cgroup, "//") ||
+		    (req->cgroup[1] && endswith(req->cgroup, "/")))
 			return error_textf(
 				ret_error,
 				-EINVAL,
 				"cgroup \"%s\": a path below the cgroup2 root, starting with /",
 				req->cgroup);
-		if (snprintf(path, sizeof(path), "%s%s", root, req->cgroup) >= (int) sizeof(path))
+		if (snprintf(path, sizeof(path), "%s%s", root, streq(req->cgroup, "/") ? "" : req->cgroup) >=
+		    (int) sizeof(path))
 			return error_textf(ret_error, -ENAMETOOLONG, "cgroup path too long");
 	}
+	/* Every packet of the host: root's decision, or the admin's by AllowHostCaptures=. */
+	if ((req->ifindex || streq(path, root)) && !req->may_capture_host)
+		return error_textf(
+			ret_error,
+			-EPERM,
+			"capturing %s takes every packet of the host: it needs root (or AllowHostCaptures=yes "
+			"for ControlGroups= members)",
+			req->ifindex ? "an interface" : "the root cgroup");
 	dir = req->direction ? capture_direction_from_string(req->direction) : CAPTURE_BOTH;
 	if (dir < 0)
 		return error_textf(

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -73,4 +74,14 @@ static inline int negative_errno(void) {
 
 static inline int streq(const char *a, const char *b) {
 	return strcmp(a, b) == 0;
+}
+
+static inline bool startswith(const char *s, const char *prefix) {
+	return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static inline bool endswith(const char *s, const char *suffix) {
+	size_t n = strlen(s), k = strlen(suffix);
+
+	return n >= k && memcmp(s + n - k, suffix, k) == 0;
 }

@@ -25,7 +25,8 @@
  *   {"reply":METHOD,"error":NAME|null,"message":TEXT|null}
  * ("t" is CLOCK_MONOTONIC at receipt, for checking rate limits.)
  * Commands on standard input, one per line: "unsubscribe [PATH]" (default: our monitor),
- * "call METHOD [SIGNATURE ARG...]" (a Manager method; s, b (true/false), u and t arguments) and
+ * "call METHOD [SIGNATURE ARG...]" (a Manager method; s, b (true/false), u, t and o arguments, and
+ * A for an a{sv} written KEY=VALUE,... ("-": empty); a reply of one object path is printed as "path") and
  * "quit". End of input quits too, which closes the bus connection. */
 
 static sd_bus *bus;
@@ -212,13 +213,48 @@ static void call_method(char *args) {
 		case 't':
 			r = sd_bus_message_append(m, "t", (uint64_t) strtoull(arg, NULL, 10));
 			break;
+		case 'o':
+			r = sd_bus_message_append(m, "o", arg);
+			break;
+		case 'A':
+			/* a{sv} as KEY=VALUE[,KEY=VALUE...]: "ifindex" a u, the others strings. */
+			r = sd_bus_message_open_container(m, 'a', "{sv}");
+			for (char *s2 = NULL, *kv = strcmp(arg, "-") == 0 ? NULL : strtok_r(arg, ",", &s2);
+			     r >= 0 && kv;
+			     kv = strtok_r(NULL, ",", &s2)) {
+				char *eq = strchr(kv, '=');
+
+				if (!eq) {
+					r = -EINVAL;
+					break;
+				}
+				*eq = 0;
+				if (strcmp(kv, "ifindex") == 0)
+					r = sd_bus_message_append(
+						m, "{sv}", kv, "u", (uint32_t) strtoul(eq + 1, NULL, 10));
+				else
+					r = sd_bus_message_append(m, "{sv}", kv, "s", eq + 1);
+			}
+			if (r >= 0)
+				r = sd_bus_message_close_container(m);
+			break;
 		default:
 			r = -EINVAL;
 		}
 	}
 	if (r >= 0)
 		r = sd_bus_call(bus, m, 0, &e, &reply);
-	print_error(method ?: "", r < 0 ? &e : NULL, r);
+	if (r >= 0 && sd_bus_message_has_signature(reply, "o")) {
+		const char *path = NULL;
+		json_object *o = json_object_new_object();
+
+		(void) sd_bus_message_read(reply, "o", &path);
+		add_string(o, "reply", method);
+		add_string(o, "error", NULL);
+		add_string(o, "path", path);
+		print_json(o);
+	} else
+		print_error(method ?: "", r < 0 ? &e : NULL, r);
 	sd_bus_error_free(&e);
 	sd_bus_message_unref(m);
 	sd_bus_message_unref(reply);

@@ -235,15 +235,23 @@ def cgroup2_mount():
 
 
 class UnitCgroup:
-    """A cgroup directly under the cgroup2 root, named like a service so that it resolves to a
-    unit (perfrelay-TAG-PID.service), for processes the test starts in it."""
+    """A cgroup named like a service so that it resolves to a unit (perfrelay-TAG-PID.service, or
+    `name`), directly under the cgroup2 root or below `parent` (a relative path whose missing
+    directories it makes and removes), for processes the test starts in it."""
 
-    def __init__(self, tag):
+    def __init__(self, tag, parent="", name=None):
         root = cgroup2_mount()
         if root is None:
             raise Failure("no cgroup2 mount")
-        self.name = f"perfrelay-{tag}-{os.getpid()}.service"
-        self.path = os.path.join(root, self.name)
+        self.name = name or f"perfrelay-{tag}-{os.getpid()}.service"
+        self.made = []
+        where = root
+        for part in filter(None, parent.split("/")):
+            where = os.path.join(where, part)
+            if not os.path.isdir(where):
+                os.mkdir(where)
+                self.made.append(where)
+        self.path = os.path.join(where, self.name)
         os.mkdir(self.path)
         self.id = os.stat(self.path).st_ino  # the cgroup id is the directory's inode
 
@@ -258,6 +266,11 @@ class UnitCgroup:
     def remove(self):
         if os.path.isdir(self.path):
             os.rmdir(self.path)
+        for where in reversed(self.made):
+            try:
+                os.rmdir(where)
+            except OSError:
+                pass  # another cgroup of the test is still in it; that one removes it
 
 
 def bpftool_json(*args):
@@ -287,7 +300,10 @@ def producer_counters(pin_path, producer):
 def run_tests(tests):
     """Runs each test function; prints a line per test and a closing count; exit code 1 on failure."""
     passed = failed = 0
+    only = os.environ.get("PRTEST_ONLY")  # comma-separated test names, for a developer's rerun
     for t in tests:
+        if only and t.__name__ not in only.split(","):
+            continue
         try:
             t()
             print(f"ok {t.__name__}")

@@ -65,6 +65,13 @@ for i in range(int(sys.argv[2])):
 """
 
 
+def delegate(path, uid):
+    """What systemd does for Delegate=yes (and for a user's manager): the cgroup and the files that
+    control its subtree belong to the user, who may then make cgroups below it."""
+    for p in (path, *(os.path.join(path, f) for f in ("cgroup.procs", "cgroup.subtree_control", "cgroup.threads"))):
+        os.chown(p, uid, uid)
+
+
 class Unit(UnitCgroup):
     def popen(self, code, *args, **kw):
         """python3 -c code in this unit's cgroup and in the test's network namespace."""
@@ -177,6 +184,54 @@ def test_unit_capture():
     check_eq(blocks[0][0], 0x0A0D0D0A, "a section header first")
     isbs = [isb_options(b) for t, b in blocks if t == 5]
     check(isbs and isbs[0].get(5) == 0, f"the interface statistics say nothing was dropped: {isbs}")
+    d.stop()
+
+
+def test_unit_is_not_a_users_decoy():
+    """A user may make cgroups in the subtree delegated to them, named like any system unit: one in
+    their user manager's subtree (user@UID.service) and one below a Delegate=yes service. Without
+    systemd to ask, `capture --unit` takes the root-made cgroup under system.slice, and only its
+    packets; two root-made cgroups of one name are refused, the error naming both."""
+    d.start()
+    uid = 4243
+    name = f"perfrelay-decoy-{os.getpid()}.service"
+    users = f"user.slice/user-{uid}.slice"
+    units = [Unit("", parent=f"{users}/user@{uid}.service/app.slice", name=name),
+             Unit("", parent=f"system.slice/perfrelay-delegate-{os.getpid()}.service", name=name),
+             Unit("", parent="system.slice", name=name)]
+    decoy, decoy2, real = units
+    delegate(os.path.dirname(os.path.dirname(decoy.path)), uid)
+    for u in (decoy, decoy2):
+        delegate(os.path.dirname(u.path), uid)
+        os.chown(os.path.dirname(u.path), uid, uid)
+        delegate(u.path, uid)
+    out = os.path.join(d.dir, "decoy.pcapng")
+    marker, foreign = f"real-unit-{uuid.uuid4().hex[:12]}", f"decoy-unit-{uuid.uuid4().hex[:12]}"
+    try:
+        p = ctl("capture", "--unit", name, "-w", out, daemon=d)
+        cid = active_capture()
+        check_eq(captures()[cid]["cgroup"], f"/system.slice/{name}", "the capture is of the root-made cgroup")
+        converse(real, 8081, marker)
+        converse(decoy, 9091, foreign)
+        converse(decoy2, 9092, foreign)
+        err = stop_capture(p)
+        frames = tshark(out, "tcp.srcport", "tcp.dstport", "tcp.payload")
+        ports = {int(f[0]) for f in frames} | {int(f[1]) for f in frames}
+        check(8081 in ports, f"the unit's connection is there: ports {ports} ({err.strip()})")
+        check(not ports & {9091, 9092}, f"none of the decoys' traffic: ports {ports}")
+        payloads = b"".join(bytes.fromhex(f[2].replace(":", "")) for f in frames if f[2])
+        check(marker.encode() in payloads and foreign.encode() not in payloads, "the real unit's payload only")
+
+        twin = Unit("", parent=f"perfrelay-twin-{os.getpid()}.slice", name=name)
+        units.append(twin)
+        r = subprocess.run([bus.ctl, "capture", "--unit", name, "-w", "/dev/null"], capture_output=True, text=True,
+                           timeout=30, env=dict(os.environ, PERFRELAY_SOCKET=d.socket_path))
+        check(r.returncode != 0 and f"/system.slice/{name}" in r.stderr and
+              f"/perfrelay-twin-{os.getpid()}.slice/{name}" in r.stderr,
+              f"an ambiguous unit name is refused, naming both cgroups: {r.stderr.strip()}")
+    finally:
+        for u in reversed(units):
+            u.remove()
     d.stop()
 
 
@@ -341,7 +396,7 @@ def test_requester_leaves_and_access():
         r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--groups=65534", bus.ctl, "capture",
                             "--unit", mine.name, "-w", "/dev/null"], capture_output=True, text=True, timeout=30,
                            env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=bus.address, PERFRELAY_SOCKET=d.socket_path))
-        check(r.returncode != 0 and "AllowGroups" in r.stderr, f"nobody may not capture: {r.stderr.strip()}")
+        check(r.returncode != 0 and "ControlGroups" in r.stderr, f"nobody may not capture: {r.stderr.strip()}")
         check(not any(c["active"] for c in captures().values()), "and no capture runs")
         r = subprocess.run([bus.ctl, "capture", "--unit", "no-such-unit-here.service", "-w", "/dev/null"],
                            capture_output=True, text=True, timeout=30,
@@ -355,7 +410,7 @@ def test_requester_leaves_and_access():
 
 try:
     setup_module()
-    run_tests([test_unit_capture, test_truncation, test_rate_limit, test_stop_under_load, test_interface_capture, test_stdout_stream,
+    run_tests([test_unit_capture, test_unit_is_not_a_users_decoy, test_truncation, test_rate_limit, test_stop_under_load, test_interface_capture, test_stdout_stream,
                test_requester_leaves_and_access])
 finally:
     subprocess.run(["ip", "netns", "delete", NETNS], capture_output=True)

@@ -24,6 +24,7 @@ import xml.etree.ElementTree as ET
 from prtest import Daemon, Failure, check, check_eq, producer_counters, require_root_and_bpf, run_tests, skip
 from schema import schemas_by_type
 from statsbus import CONFIG as BUS_CONFIG
+from busclient import BusPeer, as_user
 
 BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
@@ -109,14 +110,6 @@ class PrivateBus:
         self.proc.wait(10)
 
 
-def as_user(user, cmd):
-    """None: root; "nobody": nobody without groups; "nobody+GID": nobody in group GID."""
-    if user is None:
-        return cmd
-    groups = f"--groups={user.split('+')[1]}" if "+" in user else "--clear-groups"
-    return ["setpriv", "--reuid=nobody", "--regid=nogroup", groups] + cmd
-
-
 def busctl(*args, user=None, check_rc=True, address=None):
     cmd = as_user(user, ["busctl", f"--address={address or BUS.address}"] + list(args))
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
@@ -165,83 +158,11 @@ def on_cpu(fn):
         os.sched_setaffinity(0, saved)
 
 
-class Subscriber:
-    """bus-subscriber: a D-Bus connection that (unless subscribe=False) calls Subscribe with
-    the filter and prints every signal reaching it."""
+class Subscriber(BusPeer):
+    """The helper on this test's bus (busclient.BusPeer)."""
 
     def __init__(self, *filters, user=None, subscribe=True, address=None):
-        cmd = as_user(user, [HELPER, f"--address={address or BUS.address}"] + ([] if subscribe else ["--no-subscribe"]) +
-                      list(filters))
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
-        self.msgs = []
-        self.cond = threading.Condition()
-        self.eof = False
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-        first = self.wait(lambda m: "subscribed" in m or "error" in m, "the subscriber's first line")
-        if "error" in first and "reply" not in first:
-            self.close()
-            raise Failure(f"Subscribe failed: {first}")
-        self.path = first["subscribed"]
-        self.name = first["unique_name"]
-
-    def _read(self):
-        for line in self.proc.stdout:
-            with self.cond:
-                self.msgs.append(json.loads(line))
-                self.cond.notify_all()
-        with self.cond:
-            self.eof = True
-            self.cond.notify_all()
-
-    def wait(self, pred, what, timeout=10):
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                for m in self.msgs:
-                    if pred(m):
-                        return m
-                left = deadline - time.monotonic()
-                if left <= 0 or self.eof:
-                    raise Failure(f"{what}: not received within {timeout}s ({self.msgs[-5:]}, "
-                                  f"stderr: {self.proc.stderr.read() if self.eof else ''})")
-                self.cond.wait(left)
-
-    def messages(self):
-        with self.cond:
-            return list(self.msgs)
-
-    def events(self):
-        return [m for m in self.messages() if m.get("signal") == "Event"]
-
-    def command(self, line, reply):
-        """Sends a command and waits for its reply line (the n-th of that method)."""
-        before = len([m for m in self.messages() if m.get("reply") == reply])
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        deadline = time.monotonic() + 10
-        with self.cond:
-            while True:
-                got = [m for m in self.msgs if m.get("reply") == reply]
-                if len(got) > before:
-                    return got[before]
-                left = deadline - time.monotonic()
-                check(left > 0 and not self.eof, f"a reply to {line!r}")
-                self.cond.wait(left)
-
-    def close(self):
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.thread.join(5)
+        super().__init__(HELPER, address or BUS.address, *filters, user=user, subscribe=subscribe)
 
 
 class SocketClient:

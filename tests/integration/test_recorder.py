@@ -3,7 +3,7 @@
 """The flight recorder (docs/recorder.md): commands run, then a snapshot (D-Bus Snapshot()
 through perfrelayctl snapshot) holds their exec and exit events, oldest first with correct
 fields and nothing newer than the snapshot; a recorder filled past its size keeps exactly the
-newest records and says how many it overwrote; only root and AllowGroups= members may take one;
+newest records and says how many it overwrote; only root and ControlGroups= members may take one;
 the live stream's accounting is untouched."""
 import base64
 import json
@@ -96,7 +96,7 @@ def test_commands_then_snapshot():
     # Not for everyone: a snapshot shows every user's events.
     os.chmod(bus.dir, 0o755)  # the private bus's socket, reachable for nobody too
     r, _ = snapshot(user="65534")
-    check(r.returncode != 0 and "AllowGroups" in r.stderr, f"nobody is refused: {r.stderr.strip()}")
+    check(r.returncode != 0 and "ControlGroups" in r.stderr, f"nobody is refused: {r.stderr.strip()}")
     st = bus.stats()["recorder"]
     check(st["snapshots"] >= 2, f"snapshots counted: {st}")
     check_eq(st["failed"], 0, "no recorder output failed")

@@ -63,9 +63,13 @@ static bool config_equal(const Config *a, const Config *b) {
 		a->max_clients_per_uid == b->max_clients_per_uid &&
 		a->max_request_bytes == b->max_request_bytes &&
 		a->request_timeout_ms == b->request_timeout_ms && a->max_json_depth == b->max_json_depth &&
-		a->n_allow_groups == b->n_allow_groups &&
-		(a->n_allow_groups == 0 ||
-		 memcmp(a->allow_groups, b->allow_groups, a->n_allow_groups * sizeof(gid_t)) == 0) &&
+		a->allow_groups.n == b->allow_groups.n &&
+		(a->allow_groups.n == 0 ||
+		 memcmp(a->allow_groups.gids, b->allow_groups.gids, a->allow_groups.n * sizeof(gid_t)) == 0) &&
+		a->control_groups.n == b->control_groups.n &&
+		(a->control_groups.n == 0 ||
+		 memcmp(a->control_groups.gids, b->control_groups.gids, a->control_groups.n * sizeof(gid_t)) ==
+			 0) &&
 		a->bus_events_per_second == b->bus_events_per_second && a->recorder == b->recorder &&
 		a->recorder_pages_per_cpu == b->recorder_pages_per_cpu && a->counters == b->counters &&
 		a->counters_interval_ms == b->counters_interval_ms &&
@@ -167,7 +171,7 @@ static void test_defaults(void) {
 	ASSERT(c->max_request_bytes == 65536);
 	ASSERT(c->request_timeout_ms == 5000);
 	ASSERT(c->max_json_depth == 8);
-	ASSERT(c->allow_groups == NULL && c->n_allow_groups == 0);
+	ASSERT(c->allow_groups.gids == NULL && c->allow_groups.n == 0);
 	ASSERT(c->bus_events_per_second == 100);
 	ASSERT(c->recorder && c->recorder_pages_per_cpu == 256);
 
@@ -298,7 +302,7 @@ static void test_values(void) {
 	ASSERT(c && c->client_queue_bytes == 1024u * 1024 * 1024 && c->max_clients == 3 &&
 	       c->max_clients_per_uid == 2 && c->max_request_bytes == 1024 * 1024 &&
 	       c->request_timeout_ms == 10 && c->max_json_depth == 64);
-	ASSERT(c && c->n_allow_groups == 2 && c->allow_groups[0] == 0 && c->allow_groups[1] == 7);
+	ASSERT(c && c->allow_groups.n == 2 && c->allow_groups.gids[0] == 0 && c->allow_groups.gids[1] == 7);
 	config_free(c);
 
 	c = parse_ok("[Bus]\nBusEventsPerSecond=100000\n");
@@ -560,19 +564,20 @@ static void test_allow_groups(void) {
 	Config *c;
 
 	c = parse_ok("[Socket]\nAllowGroups=5,6 7\n");
-	ASSERT(c && c->n_allow_groups == 3 && c->allow_groups[0] == 5 && c->allow_groups[2] == 7);
+	ASSERT(c && c->allow_groups.n == 3 && c->allow_groups.gids[0] == 5 && c->allow_groups.gids[2] == 7);
 	config_free(c);
 
 	/* Duplicates collapse; a later line replaces the list. */
 	c = parse_ok("[Socket]\nAllowGroups=1 2\nAllowGroups=9 9 9\n");
-	ASSERT(c && c->n_allow_groups == 1 && c->allow_groups[0] == 9);
+	ASSERT(c && c->allow_groups.n == 1 && c->allow_groups.gids[0] == 9);
 	config_free(c);
 
 	if (root && root->gr_name) {
 		char text[256];
 		snprintf(text, sizeof(text), "[Socket]\nAllowGroups=%s 0 12\n", root->gr_name);
 		c = parse_ok(text);
-		ASSERT(c && c->n_allow_groups == 2 && c->allow_groups[0] == 0 && c->allow_groups[1] == 12);
+		ASSERT(c && c->allow_groups.n == 2 && c->allow_groups.gids[0] == 0 &&
+		       c->allow_groups.gids[1] == 12);
 		config_free(c);
 	} else
 		fprintf(stderr, "no group with gid 0 here; skipping name resolution check\n");
@@ -590,13 +595,26 @@ static void test_allow_groups(void) {
 	expect_error("[Socket]\nAllowGroups=,\n", "test.conf:2: AllowGroups=,: no group names");
 
 	char text[1024] = "[Socket]\nAllowGroups=";
-	for (unsigned i = 0; i < CONFIG_MAX_ALLOW_GROUPS; i++)
+	for (unsigned i = 0; i < CONFIG_MAX_GROUPS; i++)
 		snprintf(text + strlen(text), sizeof(text) - strlen(text), "%u ", 1000 + i);
 	c = parse_ok(text);
-	ASSERT(c && c->n_allow_groups == CONFIG_MAX_ALLOW_GROUPS);
+	ASSERT(c && c->allow_groups.n == CONFIG_MAX_GROUPS);
 	config_free(c);
 	strcat(text, "5000");
 	expect_error(text, "too many groups (at most 64)");
+
+	/* ControlGroups= is a list of its own: seeing is not acting (docs/security.md). */
+	c = parse_ok("[Socket]\nAllowGroups=5\nControlGroups=8 9\n");
+	ASSERT(c && c->allow_groups.n == 1 && c->allow_groups.gids[0] == 5);
+	ASSERT(c->control_groups.n == 2 && c->control_groups.gids[0] == 8 && c->control_groups.gids[1] == 9);
+	config_free(c);
+	c = parse_ok("[Socket]\nControlGroups=8\nControlGroups=\n");
+	ASSERT(c && c->control_groups.n == 0 && c->control_groups.gids == NULL);
+	config_free(c);
+	expect_error(
+		"[Socket]\nControlGroups=perfrelay-no-such-group-xyz\n",
+		"test.conf:2: ControlGroups=perfrelay-no-such-group-xyz: ",
+		"unknown group \"perfrelay-no-such-group-xyz\"");
 }
 
 static void test_syntax(void) {
@@ -715,7 +733,7 @@ static void test_incremental_and_atomic(void) {
 	ASSERT(parse(c, "[Ring]\nPagesPerCpu=8\n[Readers]\nCpuGroups=0 1\n", &error) == 0);
 	ASSERT(parse(c, "[Socket]\nMaxClients=5\nAllowGroups=3\n", &error) == 0);
 	ASSERT(error == NULL);
-	ASSERT(c->pages_per_cpu == 8 && c->max_clients == 5 && c->n_cpu_groups == 2 && c->n_allow_groups == 1);
+	ASSERT(c->pages_per_cpu == 8 && c->max_clients == 5 && c->n_cpu_groups == 2 && c->allow_groups.n == 1);
 
 	ASSERT(parse(c,
 		     "[Ring]\nPagesPerCpu=16\n[Readers]\nCpuGroups=4\n[Socket]\nSocketPath=/a\nMaxClients=0\n",
@@ -828,7 +846,7 @@ static void test_load(void) {
 		ASSERT(c->wakeup_events == 5);      /* from 10-a.conf, untouched later */
 		ASSERT(c->flush_interval_ms == 20); /* main file */
 		ASSERT(c->max_clients == 10);       /* main file */
-		ASSERT(c->n_allow_groups == 0);     /* reset by the empty value in 20-b.conf */
+		ASSERT(c->allow_groups.n == 0);     /* reset by the empty value in 20-b.conf */
 	}
 
 	/* Missing main file and missing directory are the defaults. */
