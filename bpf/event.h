@@ -124,6 +124,14 @@ struct perfrelay_received {
 	__u64 _reserved;  /* 0: room for one later field without a new pin */
 };
 
+/* The task's effective uid beside the real one (`uid`): a set-uid program run by a user has that
+ * user's uid and root's euid, and the daemon shows its events only to clients who own both
+ * (docs/security.md). Appended to a record so that the fields before it keep their offsets. */
+struct perfrelay_creds {
+	__u32 euid;
+	__u32 _pad; /* 0: the records stay a multiple of 8 bytes */
+};
+
 struct perfrelay_exec {
 	struct perfrelay_hdr hdr;
 	__u32 pid;  /* tgid */
@@ -138,7 +146,10 @@ struct perfrelay_exec {
 	char comm[PERFRELAY_COMM_LEN];
 	char filename[PERFRELAY_PATH_LEN];
 	char argv[PERFRELAY_ARGV_LEN];
+	/* Since event schema 2; records of older probes end before it (PERFRELAY_EXEC_SIZE_V1). */
+	struct perfrelay_creds creds;
 };
+#define PERFRELAY_EXEC_SIZE_V1 848u
 
 /* Counter values of a process or a unit: only the counters in `mask` were counted. */
 struct perfrelay_counter_values {
@@ -160,8 +171,10 @@ struct perfrelay_exit {
 	/* What the process used, all its threads, while counters were on (mask 0 when off).
 	 * Records of older probes end before this field (PERFRELAY_EXIT_SIZE_V1). */
 	struct perfrelay_counter_values counters;
+	struct perfrelay_creds creds; /* since schema 2 (PERFRELAY_EXIT_SIZE_V2 without) */
 };
 #define PERFRELAY_EXIT_SIZE_V1 80u
+#define PERFRELAY_EXIT_SIZE_V2 152u
 
 struct perfrelay_fork {
 	struct perfrelay_hdr hdr;
@@ -170,7 +183,9 @@ struct perfrelay_fork {
 	__u32 child_tgid; /* == child_pid unless a thread was created */
 	__u32 uid;
 	char comm[PERFRELAY_COMM_LEN]; /* parent's comm (the child inherits it) */
+	struct perfrelay_creds creds;  /* since schema 2 (PERFRELAY_FORK_SIZE_V1 without) */
 };
+#define PERFRELAY_FORK_SIZE_V1 64u
 
 struct perfrelay_open {
 	struct perfrelay_hdr hdr;
@@ -180,7 +195,9 @@ struct perfrelay_open {
 	__s32 result; /* fd or -errno */
 	char comm[PERFRELAY_COMM_LEN];
 	char path[PERFRELAY_PATH_LEN];
+	struct perfrelay_creds creds; /* since schema 2 (PERFRELAY_OPEN_SIZE_V1 without) */
 };
+#define PERFRELAY_OPEN_SIZE_V1 320u
 
 struct perfrelay_connect {
 	struct perfrelay_hdr hdr;
@@ -191,7 +208,9 @@ struct perfrelay_connect {
 	__u16 port;                    /* host byte order; 0 for families without ports */
 	__u8 addr[PERFRELAY_ADDR_LEN]; /* network byte order, as in the sockaddr */
 	char comm[PERFRELAY_COMM_LEN];
+	struct perfrelay_creds creds; /* since schema 2 (PERFRELAY_CONNECT_SIZE_V1 without) */
 };
+#define PERFRELAY_CONNECT_SIZE_V1 80u
 
 /* PERFRELAY_TYPE_COUNTERS, made by perfrelayd: what a cgroup's tasks used in one interval. */
 struct perfrelay_unit_counters {
@@ -273,17 +292,23 @@ _Static_assert(sizeof(struct perfrelay_hdr) == 32, "perfrelay_hdr ABI");
 _Static_assert(sizeof(struct perfrelay_counters) == 16, "perfrelay_counters ABI");
 _Static_assert(sizeof(struct perfrelay_recorder_stats) == 24, "perfrelay_recorder_stats ABI");
 _Static_assert(sizeof(struct perfrelay_received) == 48, "perfrelay_received ABI");
-_Static_assert(sizeof(struct perfrelay_exec) == 32 + 32 + 16 + 256 + 512, "perfrelay_exec ABI");
+_Static_assert(sizeof(struct perfrelay_creds) == 8, "perfrelay_creds ABI");
+_Static_assert(sizeof(struct perfrelay_exec) == PERFRELAY_EXEC_SIZE_V1 + 8, "perfrelay_exec ABI");
+_Static_assert(PERFRELAY_EXEC_SIZE_V1 == 32 + 32 + 16 + 256 + 512, "perfrelay_exec ABI v1");
 _Static_assert(
 	sizeof(struct perfrelay_counter_values) == 8 + 8 * PERFRELAY_COUNTERS_MAX,
 	"perfrelay_counter_values ABI");
-_Static_assert(sizeof(struct perfrelay_exit) == PERFRELAY_EXIT_SIZE_V1 + 72, "perfrelay_exit ABI");
+_Static_assert(sizeof(struct perfrelay_exit) == PERFRELAY_EXIT_SIZE_V2 + 8, "perfrelay_exit ABI");
+_Static_assert(PERFRELAY_EXIT_SIZE_V2 == PERFRELAY_EXIT_SIZE_V1 + 72, "perfrelay_exit ABI v2");
 _Static_assert(sizeof(struct perfrelay_unit_counters) == 32 + 16 + 72, "perfrelay_unit_counters ABI");
 _Static_assert(sizeof(struct perfrelay_counters_config) == 8, "perfrelay_counters_config ABI");
 _Static_assert(sizeof(struct perfrelay_counters_stats) == 48, "perfrelay_counters_stats ABI");
-_Static_assert(sizeof(struct perfrelay_fork) == 32 + 16 + 16, "perfrelay_fork ABI");
-_Static_assert(sizeof(struct perfrelay_open) == 32 + 16 + 16 + 256, "perfrelay_open ABI");
-_Static_assert(sizeof(struct perfrelay_connect) == 32 + 16 + 16 + 16, "perfrelay_connect ABI");
+_Static_assert(sizeof(struct perfrelay_fork) == PERFRELAY_FORK_SIZE_V1 + 8, "perfrelay_fork ABI");
+_Static_assert(PERFRELAY_FORK_SIZE_V1 == 32 + 16 + 16, "perfrelay_fork ABI v1");
+_Static_assert(sizeof(struct perfrelay_open) == PERFRELAY_OPEN_SIZE_V1 + 8, "perfrelay_open ABI");
+_Static_assert(PERFRELAY_OPEN_SIZE_V1 == 32 + 16 + 16 + 256, "perfrelay_open ABI v1");
+_Static_assert(sizeof(struct perfrelay_connect) == PERFRELAY_CONNECT_SIZE_V1 + 8, "perfrelay_connect ABI");
+_Static_assert(PERFRELAY_CONNECT_SIZE_V1 == 32 + 16 + 16 + 16, "perfrelay_connect ABI v1");
 _Static_assert(sizeof(struct perfrelay_bench) == 40, "perfrelay_bench ABI");
 _Static_assert(sizeof(struct perfrelay_unit) == 40, "perfrelay_unit ABI");
 _Static_assert(sizeof(struct perfrelay_packet) == 32 + 8 + 16 + 8, "perfrelay_packet ABI");

@@ -48,7 +48,7 @@ union probe_record {
 	struct perfrelay_connect connect;
 };
 
-/* Records do not fit the 512-byte BPF stack (exec is 848 bytes). */
+/* Records do not fit the 512-byte BPF stack (exec is 856 bytes). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, SCRATCH_SLOTS);
@@ -135,6 +135,14 @@ static __always_inline void *pending_take(void *map, __u64 *pid_tgid, __u32 slot
 	return copy;
 }
 
+/* The current task's effective uid; bpf_get_current_uid_gid() gives the real one. A set-uid
+ * program has its caller's uid and its owner's euid (docs/security.md). */
+static __always_inline void current_creds(struct perfrelay_creds *c) {
+	struct task_struct *task = (struct task_struct *) bpf_get_current_task();
+
+	c->euid = BPF_CORE_READ(task, cred, euid.val);
+}
+
 SEC("tp/sched/sched_process_exec")
 int handle_exec(struct trace_event_raw_sched_process_exec *ctx) {
 	struct task_struct *task = (struct task_struct *) bpf_get_current_task();
@@ -154,6 +162,7 @@ int handle_exec(struct trace_event_raw_sched_process_exec *ctx) {
 	e->ppid = BPF_CORE_READ(task, real_parent, tgid);
 	e->uid = (__u32) uid_gid;
 	e->gid = uid_gid >> 32;
+	current_creds(&e->creds);
 	e->cgroup_id = bpf_get_current_cgroup_id();
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 
@@ -234,6 +243,7 @@ int handle_exit(void *ctx) {
 	e->pid = BPF_CORE_READ(task, tgid);
 	e->ppid = BPF_CORE_READ(task, real_parent, tgid);
 	e->uid = (__u32) bpf_get_current_uid_gid();
+	current_creds(&e->creds);
 	e->exit_code = (code >> 8) & 0xff;
 	e->signal = code & 0x7f;
 	/* start_time is CLOCK_MONOTONIC, like bpf_ktime_get_ns(); the process started with its
@@ -272,6 +282,7 @@ int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child)
 	e->child_pid = BPF_CORE_READ(child, pid);
 	e->child_tgid = BPF_CORE_READ(child, tgid);
 	e->uid = (__u32) bpf_get_current_uid_gid();
+	current_creds(&e->creds);
 	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), parent->comm);
 
 	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_FORK, PERFRELAY_PRODUCER_FORK);
@@ -292,6 +303,7 @@ int handle_open_enter(struct trace_event_raw_sys_enter *ctx) {
 
 	e->pid = pid_tgid >> 32;
 	e->uid = (__u32) bpf_get_current_uid_gid();
+	current_creds(&e->creds);
 	e->flags = (int) ctx->args[2];
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	/* Read now: the user buffer may be reused or freed by the time the syscall returns. */
@@ -335,6 +347,7 @@ int handle_connect_enter(struct trace_event_raw_sys_enter *ctx) {
 
 	e->pid = pid_tgid >> 32;
 	e->uid = (__u32) bpf_get_current_uid_gid();
+	current_creds(&e->creds);
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 
 	/* A short or unreadable sockaddr still yields a record (family 0 or family only): the

@@ -81,6 +81,15 @@ static inline StatsSources bus_stats_sources(Bus *b) {
 uint64_t bus_now(Bus *b);
 /* Methods that change state need root: 0, or an AccessDenied error set on `error`. */
 int bus_check_root(sd_bus_message *message, const char *what, sd_bus_error *error);
+/* The sender's effective uid, as the bus recorded it (or from /proc where it has none). */
+int bus_sender_euid(sd_bus_message *message, uid_t *ret);
+/* Who reads other peers' metadata (their uids, pids, filters): root sees every peer's, anyone
+ * else only their own uid's (docs/security.md). A caller whose uid is unknown sees none. */
+#define BUS_VIEWER_NOBODY ((uid_t) -1)
+uid_t bus_viewer(sd_bus_message *message);
+static inline bool bus_viewer_sees(uid_t viewer, uid_t owner) {
+	return viewer == 0 || (viewer != BUS_VIEWER_NOBODY && viewer == owner);
+}
 
 /* bus-manager.c */
 extern const sd_bus_vtable bus_manager_vtable[];

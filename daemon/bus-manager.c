@@ -130,11 +130,19 @@ static int property_get_counter(
 
 /* Manager methods --------------------------------------------------------------------------- */
 
+typedef struct ClientListing {
+	sd_bus_message *reply;
+	uid_t viewer;
+} ClientListing;
+
 static int append_client(const ServerClientInfo *c, void *userdata) {
-	sd_bus_message *reply = userdata;
+	ClientListing *l = userdata;
+	sd_bus_message *reply = l->reply;
 	_cleanup_free_ char *filter = NULL;
 	int r;
 
+	if (!bus_viewer_sees(l->viewer, c->uid))
+		return 0;
 	r = subscription_to_json(c->sub, &filter);
 	if (r < 0)
 		return r;
@@ -161,7 +169,10 @@ static int method_list_clients(sd_bus_message *message, void *userdata, sd_bus_e
 	r = sd_bus_message_open_container(reply, 'a', "(tuusttt)");
 	if (r < 0)
 		return r;
-	r = server_foreach_client(b->host.server, append_client, reply);
+	r = server_foreach_client(
+		b->host.server,
+		append_client,
+		&(ClientListing){ .reply = reply, .viewer = bus_viewer(message) });
 	if (r < 0)
 		return r;
 	r = sd_bus_message_close_container(reply);

@@ -191,7 +191,16 @@ static int monitor_property_get_filter(
 	void *userdata,
 	sd_bus_error *error) {
 	BusSubscriber *s = userdata;
+	sd_bus_message *call = sd_bus_get_current_message(bus);
 
+	/* A subscriber's filter (the pids, comms and units it watches) is its business and root's. */
+	if (!call || !bus_viewer_sees(bus_viewer(call), s->uid))
+		return sd_bus_error_setf(
+			error,
+			SD_BUS_ERROR_ACCESS_DENIED,
+			"The filter of %s is for its subscriber (uid %u) and root",
+			s->path,
+			(unsigned) s->uid);
 	return sd_bus_message_append(reply, "s", s->filter_text);
 }
 

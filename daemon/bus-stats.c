@@ -360,11 +360,19 @@ int bus_method_get_stats(sd_bus_message *message, void *userdata, sd_bus_error *
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
 	_cleanup_(stats_snapshot_freep) StatsSnapshot *s = NULL;
 	Bus *b = userdata;
+	size_t kept = 0;
+	uid_t viewer;
 	int r;
 
 	r = stats_reply_new(message, b, &s, &reply, error);
 	if (r < 0)
 		return r;
+	/* Other users' connections (uid, pid) are for root only; the totals are for everyone. */
+	viewer = bus_viewer(message);
+	for (size_t i = 0; i < s->n_clients; i++)
+		if (bus_viewer_sees(viewer, s->clients[i].uid))
+			s->clients[kept++] = s->clients[i];
+	s->n_clients = kept;
 	r = append_stats(reply, s);
 	if (r < 0)
 		return r;

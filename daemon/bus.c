@@ -17,16 +17,23 @@ uint64_t bus_now(Bus *b) {
 	return t;
 }
 
-/* Methods that change state need root. The bus policy says so too; this is the check that does
- * not depend on the policy file being installed right. No uid, no access. */
-int bus_check_root(sd_bus_message *message, const char *what, sd_bus_error *error) {
+int bus_sender_euid(sd_bus_message *message, uid_t *ret) {
 	_cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
-	uid_t euid = (uid_t) -1; /* nobody until the bus says otherwise */
 	int r;
 
 	r = sd_bus_query_sender_creds(message, SD_BUS_CREDS_EUID | SD_BUS_CREDS_AUGMENT, &creds);
 	if (r >= 0)
-		r = sd_bus_creds_get_euid(creds, &euid);
+		r = sd_bus_creds_get_euid(creds, ret);
+	return r;
+}
+
+/* Methods that change state need root. The bus policy says so too; this is the check that does
+ * not depend on the policy file being installed right. No uid, no access. */
+int bus_check_root(sd_bus_message *message, const char *what, sd_bus_error *error) {
+	uid_t euid = (uid_t) -1; /* nobody until the bus says otherwise */
+	int r;
+
+	r = bus_sender_euid(message, &euid);
 	if (r < 0) {
 		log_debug_errno(
 			r,
@@ -47,6 +54,12 @@ int bus_check_root(sd_bus_message *message, const char *what, sd_bus_error *erro
 			what,
 			(unsigned) euid);
 	return 0;
+}
+
+uid_t bus_viewer(sd_bus_message *message) {
+	uid_t uid;
+
+	return bus_sender_euid(message, &uid) >= 0 ? uid : BUS_VIEWER_NOBODY;
 }
 
 /* Counters and loss, once a second ---------------------------------------------------------- */

@@ -156,7 +156,10 @@ const char *cgroup_fs_path(const CgroupFs *fs) {
 }
 
 ssize_t cgroup_fs_resolve(void *userdata, uint64_t id, char *unit, size_t size) {
-	const CgroupFs *fs = userdata;
+	return cgroup_fs_resolve_owner(userdata, id, unit, size, NULL);
+}
+
+ssize_t cgroup_fs_resolve_owner(const CgroupFs *fs, uint64_t id, char *unit, size_t size, uid_t *ret_owner) {
 	union {
 		struct file_handle fh;
 		uint8_t raw[sizeof(struct file_handle) + sizeof(uint64_t)];
@@ -184,6 +187,8 @@ ssize_t cgroup_fs_resolve(void *userdata, uint64_t id, char *unit, size_t size) 
 	if ((size_t) n >= fs->path_len && memcmp(path, fs->path, fs->path_len) == 0 &&
 	    (path[fs->path_len] == '/' || path[fs->path_len] == '\0'))
 		rel = path + fs->path_len;
+	if (ret_owner)
+		*ret_owner = cgroup_path_owner(rel);
 	return unit_from_cgroup_path(rel, unit, size);
 }
 

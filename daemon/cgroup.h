@@ -26,6 +26,8 @@ const char *cgroup_fs_path(const CgroupFs *fs);
  * the cgroup belongs to no unit; negative errno if it cannot be resolved (-ESTALE: the cgroup
  * is gone). Thread-safe. Signature of CgroupResolveFn, userdata = the CgroupFs. */
 ssize_t cgroup_fs_resolve(void *userdata, uint64_t id, char *unit, size_t size);
+/* The same, and the user the cgroup belongs to (cgroup_path_owner(): (uid_t) -1 for the system). */
+ssize_t cgroup_fs_resolve_owner(const CgroupFs *fs, uint64_t id, char *unit, size_t size, uid_t *ret_owner);
 
 typedef ssize_t (*CgroupResolveFn)(void *userdata, uint64_t id, char *unit, size_t size);
 

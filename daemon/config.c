@@ -580,17 +580,6 @@ Config *config_free(Config *c) {
 }
 
 
-static void *memdup_array(const void *p, size_t n, size_t size) {
-	void *q;
-
-	if (!p || n == 0)
-		return NULL;
-	q = reallocarray(NULL, n, size);
-	if (q)
-		memcpy(q, p, n * size);
-	return q;
-}
-
 /* Deep copy, so that parsing and loading can work on a copy and leave c as it was on failure. */
 static int config_dup(const Config *c, Config **ret) {
 	_cleanup_(config_freep) Config *d = NULL;

@@ -182,10 +182,19 @@ static DecodeError check_connect(const uint8_t *rec) {
 		(ev)->comm = FIELD_PTR(rec, type, comm);       \
 	} while (0)
 
+/* The euid of a record that has its creds (schema 2 probes); older ones end before them. */
+#define FILL_EUID(ev, rec, type)                                                                \
+	do {                                                                                    \
+		if ((ev)->hdr.size >= offsetof(type, creds) + sizeof(struct perfrelay_creds)) { \
+			(ev)->has_euid = true;                                                  \
+			(ev)->euid = READ_FIELD(rec, type, creds.euid);                         \
+		}                                                                               \
+	} while (0)
+
 static inline __attribute__((always_inline)) void
 	fill_fields(const uint8_t *rec, uint16_t type, bool known, DecodedEvent *ev) {
-	ev->has_pid = ev->has_uid = false;
-	ev->pid = ev->uid = 0;
+	ev->has_pid = ev->has_uid = ev->has_euid = false;
+	ev->pid = ev->uid = ev->euid = 0;
 	ev->comm = NULL;
 	ev->cgroup_id = 0;
 	ev->capture_id = 0;
@@ -194,20 +203,25 @@ static inline __attribute__((always_inline)) void
 	switch (type) {
 	case PERFRELAY_TYPE_EXEC:
 		FILL_PID_UID_COMM(ev, rec, struct perfrelay_exec, pid);
+		FILL_EUID(ev, rec, struct perfrelay_exec);
 		ev->cgroup_id = READ_FIELD(rec, struct perfrelay_exec, cgroup_id);
 		break;
 	case PERFRELAY_TYPE_EXIT:
 		FILL_PID_UID_COMM(ev, rec, struct perfrelay_exit, pid);
+		FILL_EUID(ev, rec, struct perfrelay_exit);
 		break;
 	case PERFRELAY_TYPE_FORK:
 		/* Filters by pid match the process that forked: the child has not run anything yet. */
 		FILL_PID_UID_COMM(ev, rec, struct perfrelay_fork, parent_pid);
+		FILL_EUID(ev, rec, struct perfrelay_fork);
 		break;
 	case PERFRELAY_TYPE_OPEN:
 		FILL_PID_UID_COMM(ev, rec, struct perfrelay_open, pid);
+		FILL_EUID(ev, rec, struct perfrelay_open);
 		break;
 	case PERFRELAY_TYPE_CONNECT:
 		FILL_PID_UID_COMM(ev, rec, struct perfrelay_connect, pid);
+		FILL_EUID(ev, rec, struct perfrelay_connect);
 		break;
 	case PERFRELAY_TYPE_COUNTERS:
 		ev->cgroup_id = READ_FIELD(rec, struct perfrelay_unit_counters, cgroup_id);
@@ -280,30 +294,33 @@ DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret) {
 		return DECODE_BAD_SIZE;
 
 	switch (hdr.type) {
+	/* Records of probes older than schema 2 end before their creds (the euid): they come from
+	 * links still attached while a newer daemon replaces them. */
 	case PERFRELAY_TYPE_EXEC:
-		if (hdr.size != sizeof(struct perfrelay_exec))
+		if (hdr.size != sizeof(struct perfrelay_exec) && hdr.size != PERFRELAY_EXEC_SIZE_V1)
 			return DECODE_BAD_SIZE;
 		e = check_exec(rec);
 		break;
 	case PERFRELAY_TYPE_EXIT:
 		/* Probes of an older perfrelay (still attached while it is replaced) write the
 		 * record without its counters. */
-		if (hdr.size != sizeof(struct perfrelay_exit) && hdr.size != PERFRELAY_EXIT_SIZE_V1)
+		if (hdr.size != sizeof(struct perfrelay_exit) && hdr.size != PERFRELAY_EXIT_SIZE_V2 &&
+		    hdr.size != PERFRELAY_EXIT_SIZE_V1)
 			return DECODE_BAD_SIZE;
 		e = check_exit(rec);
 		break;
 	case PERFRELAY_TYPE_FORK:
-		if (hdr.size != sizeof(struct perfrelay_fork))
+		if (hdr.size != sizeof(struct perfrelay_fork) && hdr.size != PERFRELAY_FORK_SIZE_V1)
 			return DECODE_BAD_SIZE;
 		e = check_fork(rec);
 		break;
 	case PERFRELAY_TYPE_OPEN:
-		if (hdr.size != sizeof(struct perfrelay_open))
+		if (hdr.size != sizeof(struct perfrelay_open) && hdr.size != PERFRELAY_OPEN_SIZE_V1)
 			return DECODE_BAD_SIZE;
 		e = check_open(rec);
 		break;
 	case PERFRELAY_TYPE_CONNECT:
-		if (hdr.size != sizeof(struct perfrelay_connect))
+		if (hdr.size != sizeof(struct perfrelay_connect) && hdr.size != PERFRELAY_CONNECT_SIZE_V1)
 			return DECODE_BAD_SIZE;
 		e = check_connect(rec);
 		break;

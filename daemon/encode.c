@@ -575,7 +575,7 @@ static int encode_counter_values(Out *o, const char *key, size_t klen, const str
 static int encode_exit_counters(Out *o, const DecodedEvent *ev) {
 	struct perfrelay_counter_values v;
 
-	if (ev->hdr.size < sizeof(struct perfrelay_exit))
+	if (ev->hdr.size < PERFRELAY_EXIT_SIZE_V2)
 		return 0; /* an older probe's record */
 	memcpy(&v, FIELD_PTR(ev->record, struct perfrelay_exit, counters), sizeof(v));
 	if (v.mask == 0)
@@ -745,6 +745,9 @@ static int encode_body(Out *o, const DecodedEvent *ev, const char *unit) {
 			TRY(encode_unknown(o, ev));
 			break;
 		}
+	/* Set by decode_event() for built-in records of schema 2 probes. */
+	if (ev->known && ev->has_euid)
+		PUT_U32(o, "euid", ev->euid);
 
 	if (unit) {
 		size_t len = strnlen(unit, ENCODE_UNIT_MAX + 1);
@@ -844,7 +847,8 @@ ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size) {
 #define COMMON_JSON_MAX                                                                                  \
 	(LITLEN("{\"type\":\"") + TYPE_NAME_MAX + 1 + KEYLEN("ts") + NUM_MAX + KEYLEN("cpu") + NUM_MAX + \
 	 KEYLEN("seq") + NUM_MAX + KEYLEN("producer") + NUM_MAX)
-#define TAIL_JSON_MAX (KEYLEN("unit") + JSON_STRING_MAX(ENCODE_UNIT_MAX) + LITLEN("}\n"))
+#define TAIL_JSON_MAX \
+	(KEYLEN("euid") + NUM_MAX + KEYLEN("unit") + JSON_STRING_MAX(ENCODE_UNIT_MAX) + LITLEN("}\n"))
 
 #define EXEC_JSON_MAX                                                                                     \
 	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("ppid") + KEYLEN("uid") + KEYLEN("gid") + 4 * NUM_MAX + \

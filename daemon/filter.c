@@ -107,7 +107,9 @@ bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *uni
 	case SUBSCRIPTION_ACCESS_ALL:
 		break;
 	case SUBSCRIPTION_ACCESS_UID:
-		if (!ev->has_uid || ev->uid != s->access_uid)
+		/* Both the real and the effective uid must be the client's: a set-uid program its
+		 * user runs (sudo) acts as someone else. Records of older probes have no euid. */
+		if (!ev->has_uid || ev->uid != s->access_uid || (ev->has_euid && ev->euid != s->access_uid))
 			return false;
 		break;
 	default:

@@ -71,6 +71,7 @@ static bool ran(const CgroupCounters *cur, const CgroupCounters *prev) {
  * table once their last interval is out. */
 static void counters_interval(Manager *m) {
 	_cleanup_free_ CgroupCounters *cur = NULL;
+	_cleanup_free_ UnitCounters *view = NULL;
 	uint64_t now = now_nsec(CLOCK_MONOTONIC);
 	int cg_fd = probes_counters_cgroups_fd(m->probes);
 	bool baseline = m->counters_prev_at == 0;
@@ -84,15 +85,25 @@ static void counters_interval(Manager *m) {
 		return;
 	}
 	m->counters_intervals++;
+	view = calloc(n ?: 1, sizeof(*view));
+	if (!view)
+		log_warning("Counters: out of memory for GetUnitCounters()' view; it keeps the last one");
 	if (!baseline)
 		hub_reader_begin(m->hub, m->counters_slot);
 	for (size_t i = 0; i < n; i++) {
 		const CgroupCounters *prev = find_prev(m, cur[i].cgroup_id);
 		char buf[256];
 		const char *unit;
+		uid_t owner;
 		bool gone;
 
-		unit = manager_cgroup_unit(m, cur[i].cgroup_id, buf, sizeof(buf), &gone);
+		unit = manager_cgroup_unit(m, cur[i].cgroup_id, buf, sizeof(buf), &gone, &owner);
+		if (view) {
+			snprintf(view[i].unit, sizeof(view[i].unit), "%s", unit ?: "");
+			view[i].owner = owner;
+			view[i].counters = cur[i];
+			view[i].counters.mask &= m->counters_mask;
+		}
 		if (!baseline && ran(&cur[i], prev))
 			publish(m, &cur[i], prev, now - m->counters_prev_at, unit);
 		if (gone) {
@@ -108,6 +119,11 @@ static void counters_interval(Manager *m) {
 	if (!baseline) {
 		hub_reader_end(m->hub, m->counters_slot);
 		manager_flush(m);
+	}
+	if (view) {
+		free(m->unit_view);
+		m->unit_view = TAKE_PTR(view);
+		m->unit_view_n = n;
 	}
 	free(m->counters_prev);
 	m->counters_prev = TAKE_PTR(cur);
@@ -230,43 +246,27 @@ void manager_counters_cpu_online(Manager *m, unsigned cpu) {
 
 void manager_free_counters(Manager *m) {
 	m->counters_source = sd_event_source_disable_unref(m->counters_source);
+	free(m->unit_view);
+	m->unit_view = NULL;
+	m->unit_view_n = 0;
 	free(m->counters_prev);
 	m->counters_prev = NULL;
 	m->counters_prev_n = 0;
 }
 
 int manager_unit_counters(Manager *m, UnitCounters **ret, size_t *ret_n) {
-	_cleanup_free_ CgroupCounters *cur = NULL;
-	_cleanup_free_ UnitCounters *out = NULL;
-	size_t n = 0;
-	int r;
+	UnitCounters *out;
 
-	if (m->counters_mask == 0) {
+	if (m->counters_mask == 0 || !m->unit_view) {
+		/* No counters, or no interval yet: nothing counted that a caller could rate. */
 		*ret = NULL;
 		*ret_n = 0;
 		return 0;
 	}
-	r = perfcount_read_cgroups(
-		probes_counters_cgroups_fd(m->probes),
-		probes_possible_cpus(m->probes),
-		m->config->counters_max_cgroups,
-		&cur,
-		&n);
-	if (r < 0)
-		return r;
-	out = calloc(n ?: 1, sizeof(*out));
+	out = memdup_array(m->unit_view, m->unit_view_n ?: 1, sizeof(*out));
 	if (!out)
 		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		const char *unit = manager_cgroup_unit(
-			m, cur[i].cgroup_id, out[i].unit, sizeof(out[i].unit), NULL);
-
-		if (unit != out[i].unit)
-			snprintf(out[i].unit, sizeof(out[i].unit), "%s", unit ?: "");
-		out[i].counters = cur[i];
-		out[i].counters.mask &= m->counters_mask;
-	}
-	*ret = TAKE_PTR(out);
-	*ret_n = n;
+	*ret = out;
+	*ret_n = m->unit_view_n;
 	return 0;
 }

@@ -92,6 +92,10 @@ struct Manager {
 	CgroupCounters *counters_prev;    /* every cgroup's totals at the last interval, by id */
 	size_t counters_prev_n;
 	uint64_t counters_prev_at; /* CLOCK_MONOTONIC ns of the last interval; 0 before the first */
+	/* GetUnitCounters()' answer, made once per interval from what the interval read anyway:
+	 * callers cannot make the main thread walk the table. */
+	UnitCounters *unit_view;
+	size_t unit_view_n;
 	/* The next "counters" event's seq. It starts at CLOCK_BOOTTIME ns when the daemon starts, so
 	 * it never repeats within a boot across restarts (fewer than one event per ns is made): the
 	 * exporter's message ids (boot id, producer, cpu, seq) stay unique (docs/counters.md). */
@@ -108,8 +112,9 @@ void manager_flush(Manager *m); /* the flush loop: every client's consumer, unti
 RingOptions manager_ring_options(const Manager *m);
 /* The unit of cgroup `id` (written to buf, NULL when it has none): as it is, or, when it cannot
  * be resolved (removed), as the cgroup watch saw it; *ret_gone (may be NULL) says whether it
- * was removed. Main thread. */
-const char *manager_cgroup_unit(Manager *m, uint64_t id, char *buf, size_t size, bool *ret_gone);
+ * was removed; *ret_owner (may be NULL) the user it belongs to ((uid_t) -1: the system, or
+ * unknown). Main thread. */
+const char *manager_cgroup_unit(Manager *m, uint64_t id, char *buf, size_t size, bool *ret_gone, uid_t *ret_owner);
 void manager_park_offline_cpus(Manager *m, const CpuSet *online, CpuSet *groups, size_t n_groups);
 
 /* manager-bus.c: the bus connection, with the manager as its BusHost */

@@ -64,7 +64,7 @@ void manager_setup_recorder(Manager *m) {
 static const char *snapshot_unit(uint64_t cgroup_id, void *userdata) {
 	static char unit[256];
 
-	return manager_cgroup_unit(userdata, cgroup_id, unit, sizeof(unit), NULL);
+	return manager_cgroup_unit(userdata, cgroup_id, unit, sizeof(unit), NULL, NULL);
 }
 
 static const ProducerType *snapshot_decoder(uint16_t type, void *userdata) {

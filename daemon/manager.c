@@ -469,9 +469,13 @@ static void manager_open_cgroups(Manager *m) {
 		log_debug("Resolving units from the cgroup2 hierarchy at %s", cgroup_fs_path(m->cgroups));
 }
 
-const char *manager_cgroup_unit(Manager *m, uint64_t id, char *buf, size_t size, bool *ret_gone) {
-	ssize_t n = m->cgroups ? cgroup_fs_resolve(m->cgroups, id, buf, size) : 0;
+const char *manager_cgroup_unit(
+	Manager *m, uint64_t id, char *buf, size_t size, bool *ret_gone, uid_t *ret_owner) {
+	ssize_t n;
 
+	if (ret_owner)
+		*ret_owner = (uid_t) -1; /* the system's, also for a cgroup that is gone */
+	n = m->cgroups ? cgroup_fs_resolve_owner(m->cgroups, id, buf, size, ret_owner) : 0;
 	if (ret_gone)
 		*ret_gone = n == -ESTALE || n == -ENOENT;
 	if (n >= 0)

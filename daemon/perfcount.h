@@ -61,6 +61,7 @@ int perfcount_cmp_cgroup(const void *a, const void *b);
 /* A cgroup's totals with its unit ("" for none), for GetUnitCounters(). */
 typedef struct UnitCounters {
 	char unit[256];
+	uid_t owner; /* the user whose slice or manager it is in; (uid_t) -1: the system's */
 	CgroupCounters counters;
 } UnitCounters;
 

@@ -14,7 +14,7 @@
 #include "request.h"
 
 #define PROTOCOL_VERSION 1u
-#define SCHEMA_VERSION   1u
+#define SCHEMA_VERSION   2u
 
 typedef struct Server Server;
 

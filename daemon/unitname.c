@@ -2,6 +2,7 @@
 /* Unit name validation and the cgroup path → unit rule, following systemd's unit-name.c and
  * cgroup-util.c. */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "macro.h"
@@ -77,5 +78,31 @@ ssize_t unit_from_cgroup_path(const char *path, char *buf, size_t size) {
 		memcpy(buf, p, n);
 		buf[n] = '\0';
 		return (ssize_t) n;
+	}
+}
+
+uid_t cgroup_path_owner(const char *path) {
+	const char *p = path;
+
+	for (;;) {
+		char name[64];
+		unsigned long uid;
+		size_t n;
+		int used = 0;
+
+		p += strspn(p, "/");
+		n = strcspn(p, "/");
+		if (n == 0)
+			return (uid_t) -1;
+		if (n < sizeof(name)) {
+			memcpy(name, p, n);
+			name[n] = '\0';
+			/* systemd's names for a user's slice and manager: user-UID.slice, user@UID.service. */
+			if ((sscanf(name, "user-%lu.slice%n", &uid, &used) == 1 ||
+			     sscanf(name, "user@%lu.service%n", &uid, &used) == 1) &&
+			    (size_t) used == n && name[5] >= '0' && name[5] <= '9' && uid < (uid_t) -1)
+				return (uid_t) uid;
+		}
+		p += n;
 	}
 }

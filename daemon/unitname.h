@@ -21,3 +21,7 @@ bool unit_name_is_attributable(const char *s, size_t len);
  * if the path belongs to no unit (the root, a slice, a cgroup not made by systemd), or
  * -ENOBUFS if size is too small. */
 ssize_t unit_from_cgroup_path(const char *path, char *buf, size_t size);
+
+/* The user a cgroup path belongs to: the UID of the first user-UID.slice or user@UID.service
+ * component (a user's sessions and manager), or (uid_t) -1 for the system's. Pure. */
+uid_t cgroup_path_owner(const char *path);

@@ -76,6 +76,18 @@ static inline int streq(const char *a, const char *b) {
 	return strcmp(a, b) == 0;
 }
 
+/* A malloc'd copy of n elements of p; NULL for none (or out of memory). */
+static inline void *memdup_array(const void *p, size_t n, size_t size) {
+	void *q;
+
+	if (!p || n == 0)
+		return NULL;
+	q = reallocarray(NULL, n, size);
+	if (q)
+		memcpy(q, p, n * size);
+	return q;
+}
+
 static inline bool startswith(const char *s, const char *prefix) {
 	return strncmp(s, prefix, strlen(prefix)) == 0;
 }

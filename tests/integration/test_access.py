@@ -6,14 +6,17 @@ tries each method on a private bus. Roles: nobody, a member of a group the confi
 Seeing is not acting: only root and ControlGroups= members take snapshots and start captures;
 capturing the whole host (the root cgroup) needs root unless AllowHostCaptures=yes; only the
 requester or root stops a capture."""
+import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 from busclient import BusPeer, as_user
-from prtest import Daemon, check, check_eq, cgroup2_mount, require_root_and_bpf, run_tests, skip
+from prtest import Daemon, UnitCgroup, check, check_eq, cgroup2_mount, read_line, require_root_and_bpf, run_tests, skip
 from statsbus import StatsBus, wait_for
 
 BINARY = sys.argv[1]
@@ -41,7 +44,8 @@ ROLES = {
 bus = StatsBus(BINARY)
 os.chmod(bus.dir, 0o755)  # the private bus's socket, reachable for every role
 d = Daemon(BINARY, "access", stdout=False,
-           config=f"[Probes]\nProbes=none\n[Socket]\nAllowGroups={ALLOWED_GID}\nControlGroups={CONTROL_GID}\n")
+           config=f"[Probes]\nProbes=none\n[Socket]\nAllowGroups={ALLOWED_GID}\nControlGroups={CONTROL_GID}\n"
+                  "[Counters]\nCounters=task-clock context-switches\nCountersIntervalMs=1000\n")
 WORK = tempfile.mkdtemp(prefix="perfrelay-access-")
 os.chmod(WORK, 0o755)
 HELPER = os.path.join(WORK, "bus-subscriber")
@@ -128,9 +132,186 @@ def test_snapshot_and_capture_by_role():
     d.stop()
 
 
+def busctl_json(role, *args):
+    r = busctl(role, "--json=short", *args)
+    return r.returncode, (json.loads(r.stdout)["data"] if r.returncode == 0 and r.stdout.strip() else None)
+
+
+def test_metadata_by_role():
+    """Other users' uids, pids and filters (ListClients, GetStats' client_list, a monitor's
+    Filter) are for root and their owner; the totals are for everyone."""
+    d.start()
+    client = socket.socket(socket.AF_UNIX)
+    client.connect(d.socket_path)
+    client.sendall(b'{"subscribe":{"comm":["root-secret"]}}\n')
+    check_eq(json.loads(read_line(client, 10))["type"], "hello", "root's socket client is subscribed")
+    root_mon = BusPeer(HELPER, bus.address, "comm=root-secret")
+    own = {role: BusPeer(HELPER, bus.address, f"comm={role}-own", user=ROLES[role]) for role in ("nobody", "allowed", "control")}
+    try:
+        for role in ROLES:
+            rc, data = busctl_json(role, "call", *MANAGER, "ListClients")
+            check_eq(rc, 0, f"{role} calls ListClients")
+            uids = {c[1] for c in data[0]}
+            if role == "root":
+                check(0 in uids, f"root sees root's client: {data}")
+            else:
+                check(0 not in uids, f"{role} does not see root's client: {data}")
+            rc, data = busctl_json(role, "call", *MANAGER, "GetStats")
+            check_eq(rc, 0, f"{role} calls GetStats")
+            stats = data[0]
+            listed = {c["uid"]["data"] for c in stats["client_list"]["data"]}
+            check_eq(0 in listed, role == "root", f"GetStats' client_list shows root's client to {role} only if root")
+            check(stats["clients"]["data"]["connected"]["data"] >= 1, "the totals are for everyone")
+
+            r = busctl(role, "get-property", "org.perfrelay1", root_mon.path, "org.perfrelay1.Monitor", "Filter")
+            check_eq(r.returncode == 0, role == "root", f"root's monitor's Filter readable by {role}: {r.stderr.strip()}")
+            if role in own:
+                r = busctl(role, "get-property", "org.perfrelay1", own[role].path, "org.perfrelay1.Monitor", "Filter")
+                check(r.returncode == 0 and f"{role}-own" in r.stdout, f"{role} reads its own monitor's Filter: {r}")
+                other = own["control" if role != "control" else "nobody"]
+                r = busctl(role, "get-property", "org.perfrelay1", other.path, "org.perfrelay1.Monitor", "Filter")
+                check(r.returncode != 0, f"{role} does not read another user's Filter")
+    finally:
+        client.close()
+        root_mon.close()
+        for p in own.values():
+            p.close()
+    d.stop()
+
+
+def test_unit_counters_by_role():
+    """GetUnitCounters(): a user's own slice (user-UID.slice) for that user, every cgroup for root,
+    AllowGroups= and ControlGroups= members; the figures are the interval's view, the same for
+    every call until the next interval."""
+    d.start()
+    uid = int(subprocess.run(["id", "-u", "lp"], capture_output=True, text=True, check=True).stdout)
+    users = UnitCgroup("acc-user", parent=f"user.slice/user-{uid}.slice", name=f"perfrelay-acc-{os.getpid()}.scope")
+    system = UnitCgroup("acc-sys")
+    burners = [u.popen([sys.executable, "-c", "while True: pass"]) for u in (users, system)]
+    try:
+        def units(role):
+            rc, data = busctl_json(role, "call", *MANAGER, "GetUnitCounters")
+            check_eq(rc, 0, f"{role} calls GetUnitCounters")
+            return {u[0]: u[2] for u in data[0]}
+        wait_for(lambda: {users.name, system.name} <= set(units("root")), "both cgroups counted", timeout=20)
+        for role in ROLES:
+            seen = set(units(role)) & {users.name, system.name}
+            want = {users.name, system.name} if role in ("root", "allowed", "control", "control2") else \
+                {users.name} if role == "member" else set()
+            check_eq(seen, want, f"the test's cgroups that {role} (uid {uid} owns the scope) is shown")
+
+        def intervals():
+            return bus.stats()["counters"]["intervals"]
+        for _ in range(20):
+            before = intervals()
+            a = units("root")
+            time.sleep(0.2)  # the burners run on: a fresh read of the table would differ
+            b = units("root")
+            if intervals() == before:
+                check_eq(a[system.name], b[system.name], "two calls within one interval get the same view")
+                break
+        else:
+            check(False, "no two calls fell within one interval")
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait()
+        wait_for(lambda: all(not open(os.path.join(u.path, "cgroup.procs")).read().strip() for u in (users, system)),
+                 "the burners left their cgroups")
+        users.remove()
+        system.remove()
+    d.stop()
+
+
+d_probes = Daemon(BINARY, "access-probes", stdout=False, config="[Probes]\nProbes=exec open\n")
+NOBODY_CLIENT = """
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b'{"subscribe":{"types":["exec","open"]}}\\n')
+buf = b""
+while True:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    buf += chunk
+    while b"\\n" in buf:
+        line, buf = buf.split(b"\\n", 1)
+        print(line.decode(), flush=True)
+        if json.loads(line).get("path") == sys.argv[2]:
+            sys.exit(0)
+"""
+
+
+def test_setuid_events_are_not_the_callers():
+    """A set-uid program run by nobody has nobody's real uid and root's effective uid: its
+    events (exec, open) carry both (euid) and reach root, not nobody's uid-scoped client, which
+    still gets nobody's own events."""
+    where = next(p for p in (WORK, os.path.dirname(os.path.abspath(BINARY)))
+                 if not os.statvfs(p).f_flag & os.ST_NOSUID)
+    setuid_cat = os.path.join(where, "prsetuidcat")
+    plain_cat = os.path.join(where, "prplaincat")
+    for path, mode in ((setuid_cat, 0o4755), (plain_cat, 0o755)):
+        shutil.copy("/bin/cat", path)
+        os.chmod(path, mode)
+    tag = f"{os.getpid()}-{time.monotonic_ns()}"
+    secret, own, done = (os.path.join(WORK, f"{n}-{tag}") for n in ("secret", "own", "done"))
+    for path in (secret, own, done):
+        with open(path, "w") as f:
+            f.write("x\n")
+        os.chmod(path, 0o644)
+    d_probes.start()
+    os.chmod(d_probes.dir, 0o755)
+    os.chown(d_probes.socket_path, -1, 65534)  # the socket is 0660: nobody's group may connect
+    root_client = socket.socket(socket.AF_UNIX)
+    root_client.connect(d_probes.socket_path)
+    root_client.sendall(b'{"subscribe":{"types":["open"]}}\n')
+    root_client.settimeout(30)
+    root_lines = root_client.makefile("rb")
+    check_eq(json.loads(root_lines.readline())["type"], "hello", "root's client")
+    nobody = subprocess.Popen(as_user("nobody", [sys.executable, "-c", NOBODY_CLIENT, d_probes.socket_path, done]),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        check_eq(json.loads(nobody.stdout.readline())["type"], "hello", "nobody's client")
+        saved = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {min(saved)})  # one CPU: one ring, events in order
+        try:
+            for cat, path in ((setuid_cat, secret), (plain_cat, own), (plain_cat, done)):
+                subprocess.run(as_user("nobody", [cat, path]), check=True, capture_output=True)
+        finally:
+            os.sched_setaffinity(0, saved)
+        out, err = nobody.communicate(timeout=30)
+        got = [json.loads(l) for l in out.splitlines()]
+        opens = {e["path"]: e for e in got if e["type"] == "open"}
+        check(own in opens and done in opens, f"nobody sees its own opens ({err.strip()})")
+        check(secret not in opens, f"and not the set-uid program's open, run by itself: {opens.get(secret)}")
+        check_eq((opens[own]["uid"], opens[own].get("euid")), (65534, 65534), "its own open: uid and euid nobody")
+        check(not any(e["type"] == "exec" and e.get("argv", [None, None])[1:2] == [secret] for e in got),
+              "nor its exec")
+
+        def root_saw():
+            while True:
+                e = json.loads(root_lines.readline())
+                if e.get("path") == secret:
+                    return e
+        e = root_saw()
+        check_eq((e["uid"], e["euid"]), (65534, 0), "root sees it, with the real and the effective uid")
+    finally:
+        if nobody.poll() is None:
+            nobody.kill()
+            nobody.wait()
+        root_lines.close()
+        root_client.close()
+        for path in (setuid_cat, plain_cat):
+            os.unlink(path)
+    d_probes.stop()
+
+
 try:
-    run_tests([test_snapshot_and_capture_by_role])
+    run_tests([test_snapshot_and_capture_by_role, test_metadata_by_role, test_unit_counters_by_role,
+               test_setuid_events_are_not_the_callers])
 finally:
     d.cleanup()
+    d_probes.cleanup()
     bus.close()
     shutil.rmtree(WORK, ignore_errors=True)

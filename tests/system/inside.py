@@ -374,8 +374,23 @@ while time.monotonic() < end:
 """
 
 
-@step("under the shipped unit: a service's counters (perfrelayctl top) and packets (perfrelayctl capture)")
+def cgroup2():
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[fields.index("-") + 1] == "cgroup2":
+                return fields[4]
+    raise AssertionError("no cgroup2 mount in the container")
+
+
+# Beside the unit, under the slice systemd gave the container's services.
+DECOY = os.path.join(cgroup2(), "system.slice", "prtest-decoy.slice", "prtest-talk.service")
+
+
+@step("under the shipped unit: a service's counters (perfrelayctl top) and packets (perfrelayctl capture, "
+      "of systemd's ControlGroup, not of a same-named cgroup)")
 def _():
+    decoy = None
     run("systemctl", "start", "perfrelay.service")
     run("systemd-run", "--unit=prtest-talk", "--property=Type=exec", "python3", "-c", TALKER)
     try:
@@ -390,7 +405,13 @@ def _():
             raise AssertionError(f"{e}\n{out.stdout}{out.stderr}\n" +
                                  "\n".join(l for l in log.splitlines() if "ounter" in l)[-2000:])
         assert float(row.split()[1]) > 0, f"a CPU rate for it: {row}"
-        r = run("perfrelayctl", "capture", "--unit", "prtest-talk.service", "-c", "12", "-w", "/tmp/talk.pcapng")
+        # A cgroup of the same name that systemd did not make, with its own talker: the capture
+        # follows systemd's ControlGroup of the unit (the tree alone would be ambiguous).
+        os.makedirs(DECOY, exist_ok=True)
+        decoy = subprocess.Popen(["python3", "-c", TALKER.replace("prsys-talk", "prsys-decoy")])
+        with open(os.path.join(DECOY, "cgroup.procs"), "w") as f:
+            f.write(str(decoy.pid))
+        r = run("perfrelayctl", "capture", "--unit", "prtest-talk.service", "-c", "40", "-w", "/tmp/talk.pcapng")
         with open("/tmp/talk.pcapng", "rb") as f:
             data = f.read()
         off, kinds, links = 0, [], []
@@ -400,11 +421,20 @@ def _():
             if btype == 1:
                 links.append(struct.unpack_from("<H", data, off + 8)[0])
             off += blen
-        assert kinds.count(6) == 12, f"12 packets in the file: {kinds} ({r.stderr.strip()})"
+        assert kinds.count(6) == 40, f"40 packets in the file: {kinds} ({r.stderr.strip()})"
         assert links and set(links) == {101}, f"raw IP link type: {links}"
         assert b"prsys-talk" in data, "the service's payload"
+        assert b"prsys-decoy" not in data, "none of the decoy cgroup's"
     finally:
         run("systemctl", "stop", "prtest-talk.service", check=False)
+        if decoy:
+            decoy.kill()
+            decoy.wait()
+        wait_for(lambda: not open(os.path.join(DECOY, "cgroup.procs")).read().strip() if os.path.isdir(DECOY) else True,
+                 "the decoy cgroup is empty")
+        for path in (DECOY, os.path.dirname(DECOY)):
+            if os.path.isdir(path):
+                os.rmdir(path)
 
 
 @step("stop: exit 0, the array stays pinned")

@@ -102,6 +102,21 @@ static void test_path_to_unit(void) {
 	ASSERT(unit_from_cgroup_path("/system.slice/sshd.service", buf, 13) == 12);
 }
 
+static void test_path_owner(void) {
+	ASSERT(cgroup_path_owner("/user.slice/user-1000.slice/session-2.scope") == 1000);
+	ASSERT(cgroup_path_owner("/user.slice/user-1000.slice/user@1000.service/app.slice/x.service") == 1000);
+	ASSERT(cgroup_path_owner("/user.slice/user@0.service") == 0);
+	ASSERT(cgroup_path_owner("/system.slice/sshd.service") == (uid_t) -1);
+	ASSERT(cgroup_path_owner("/") == (uid_t) -1);
+	/* Not systemd's names for a user: no number, a sign, trailing text, beyond uid_t. */
+	ASSERT(cgroup_path_owner("/user.slice/user-.slice") == (uid_t) -1);
+	ASSERT(cgroup_path_owner("/user.slice/user--5.slice") == (uid_t) -1);
+	ASSERT(cgroup_path_owner("/user.slice/user- 5.slice") == (uid_t) -1);
+	ASSERT(cgroup_path_owner("/user.slice/user-5.slicex") == (uid_t) -1);
+	ASSERT(cgroup_path_owner("/user.slice/user-99999999999.slice") == (uid_t) -1);
+	ASSERT(cgroup_path_owner("/system.slice/user-5.slice.service") == (uid_t) -1);
+}
+
 static void test_mountinfo(void) {
 	char *p = NULL;
 
@@ -256,6 +271,7 @@ static void test_kernfs(void) {
 int main(void) {
 	test_unit_names();
 	test_path_to_unit();
+	test_path_owner();
 	test_mountinfo();
 	test_cache();
 	test_kernfs();

@@ -399,9 +399,22 @@ static void test_known_sizes(void) {
 		ASSERT(decode_exact(buf, types[i].size + 1, &ev) == DECODE_BAD_SIZE);
 		h.size = (uint16_t) types[i].size;
 		memcpy(buf, &h, sizeof(h));
+		/* The euid is the last field of each: a record of schema 2 has it. */
+		memcpy(buf + types[i].size - sizeof(struct perfrelay_creds), &(uint32_t){ 4321 }, 4);
 		ASSERT(decode_exact(buf, types[i].size, &ev) == DECODE_OK);
-		ASSERT(ev.known);
+		ASSERT(ev.known && ev.has_uid && ev.has_euid && ev.euid == 4321);
+		/* An older probe's record ends before it: valid, without an euid. */
+		memset(buf, 0, sizeof(buf));
+		h.size = (uint16_t) (types[i].size - sizeof(struct perfrelay_creds));
+		memcpy(buf, &h, sizeof(h));
+		ASSERT(decode_exact(buf, h.size, &ev) == DECODE_OK);
+		ASSERT(ev.known && ev.has_uid && !ev.has_euid && ev.euid == 0);
 	}
+	/* The exit record before the counters (V1) too. */
+	memset(buf, 0, sizeof(buf));
+	h = make_hdr(PERFRELAY_TYPE_EXIT, PERFRELAY_EXIT_SIZE_V1, 1);
+	memcpy(buf, &h, sizeof(h));
+	ASSERT(decode_exact(buf, PERFRELAY_EXIT_SIZE_V1, &ev) == DECODE_OK && !ev.has_euid);
 
 	/* bench: anything from its struct size up; the rest is opaque. */
 	memset(buf, 0x5a, sizeof(buf));

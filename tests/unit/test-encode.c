@@ -463,6 +463,7 @@ static void test_exec(void) {
 		"argc",
 		"argv_truncated",
 		"cgroup_id",
+		"euid",
 		"unit");
 	expect_common(obj, &r.hdr, "exec");
 	expect_u64(obj, "pid", 4242);
@@ -510,7 +511,8 @@ static void test_exec(void) {
 		"argv",
 		"argc",
 		"argv_truncated",
-		"cgroup_id");
+		"cgroup_id",
+		"euid");
 	expect_u64(obj, "argc", 40);
 	expect_bool(obj, "argv_truncated", true);
 	argv = get_at(obj, "argv", json_type_array, __FILE__, __LINE__);
@@ -607,7 +609,8 @@ static void test_exit(void) {
 		"exit_code",
 		"signal",
 		"runtime_ns",
-		"comm");
+		"comm",
+		"euid");
 	expect_common(obj, &r.hdr, "exit");
 	expect_u64(obj, "pid", 777);
 	expect_u64(obj, "ppid", 776);
@@ -650,7 +653,18 @@ static void test_fork(void) {
 	json_object *obj = encode_parse(&ev, NULL);
 
 	expect_keys(
-		obj, "type", "ts", "cpu", "seq", "producer", "parent_pid", "child_pid", "child_tgid", "uid", "comm");
+		obj,
+		"type",
+		"ts",
+		"cpu",
+		"seq",
+		"producer",
+		"parent_pid",
+		"child_pid",
+		"child_tgid",
+		"uid",
+		"comm",
+		"euid");
 	expect_common(obj, &r.hdr, "fork");
 	expect_u64(obj, "parent_pid", 100);
 	expect_u64(obj, "child_pid", 102);
@@ -666,7 +680,7 @@ static void test_open(void) {
 	json_object *obj = encode_parse(&ev, NULL);
 
 	expect_keys(
-		obj, "type", "ts", "cpu", "seq", "producer", "pid", "uid", "comm", "path", "flags", "result");
+		obj, "type", "ts", "cpu", "seq", "producer", "pid", "uid", "comm", "path", "flags", "result", "euid");
 	expect_common(obj, &r.hdr, "open");
 	expect_u64(obj, "pid", 555);
 	expect_u64(obj, "uid", 1001);
@@ -738,7 +752,8 @@ static void test_connect(void) {
 			"family_name",
 			"address",
 			"port",
-			"result");
+			"result",
+			"euid");
 		expect_common(obj, &r.hdr, "connect");
 		expect_u64(obj, "pid", 999);
 		expect_u64(obj, "uid", 33);
@@ -773,7 +788,8 @@ static void test_connect(void) {
 			"family_name",
 			"address",
 			"port",
-			"result");
+			"result",
+			"euid");
 		expect_u64(obj, "family", AF_INET6);
 		expect_str(obj, "family_name", "inet6");
 		expect_str(obj, "address", v6[i].text);
@@ -801,7 +817,8 @@ static void test_connect(void) {
 		"family",
 		"family_name",
 		"port",
-		"result");
+		"result",
+		"euid");
 	expect_str(obj, "family_name", "unix");
 	expect_u64(obj, "family", AF_UNIX);
 	json_object_put(obj);
@@ -811,7 +828,7 @@ static void test_connect(void) {
 	ev = decode_ok(&r, sizeof(r));
 	obj = encode_parse(&ev, NULL);
 	expect_keys(
-		obj, "type", "ts", "cpu", "seq", "producer", "pid", "uid", "comm", "family", "port", "result");
+		obj, "type", "ts", "cpu", "seq", "producer", "pid", "uid", "comm", "family", "port", "result", "euid");
 	expect_u64(obj, "family", AF_NETLINK);
 	json_object_put(obj);
 }
@@ -1156,7 +1173,8 @@ static void test_strings_roundtrip(void) {
 			"exit_code",
 			"signal",
 			"runtime_ns",
-			"comm");
+			"comm",
+			"euid");
 		json_object_put(obj);
 	}
 }

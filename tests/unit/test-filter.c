@@ -197,6 +197,20 @@ static void test_access_match(void) {
 	/* A subscription the server never vetted sees nothing. */
 	ASSERT(!filter_match(none, &mine, NULL) && !filter_match(none, &o, NULL));
 
+	/* A set-uid program its user runs: real uid theirs, effective uid root's. Only clients of
+	 * both see it; a record of an older probe (no euid) goes by the real uid. */
+	DecodedEvent setuid = mine, same = mine, old = mine;
+	setuid.has_euid = same.has_euid = true;
+	setuid.euid = 0;
+	same.euid = 1000;
+	ASSERT(!filter_match(own, &setuid, NULL));
+	ASSERT(filter_match(own, &same, NULL) && filter_match(own, &old, NULL));
+	ASSERT(filter_match(all, &setuid, NULL));
+	DecodedEvent sudo_to_me = roots; /* root's real uid, this user's euid: not theirs either */
+	sudo_to_me.has_euid = true;
+	sudo_to_me.euid = 1000;
+	ASSERT(!filter_match(own, &sudo_to_me, NULL));
+
 	/* The uid filter cannot widen access. */
 	Subscription *wide = sub("{\"subscribe\":{\"uid\":[0, 1000]}}", SUBSCRIPTION_ACCESS_UID, 1000);
 	ASSERT(filter_match(wide, &mine, NULL) && !filter_match(wide, &roots, NULL));
