@@ -44,6 +44,8 @@ struct BusSubscriber {
 	uint64_t dropped_at;           /* CLOCK_MONOTONIC usec of the last Dropped signal; 0: none */
 	uint64_t delivered;            /* Event signals sent */
 	uint64_t dropped; /* events taken from the hub but not sent: over the rate, or sd-bus refused */
+	bool charged;     /* counted against its uid with the socket's clients (users.h) */
+	uint64_t charged_bytes; /* its queues */
 };
 
 struct Bus {

@@ -43,6 +43,8 @@ static BusSubscriber *subscriber_free(BusSubscriber *s) {
 			s->dropped + st.dropped);
 		hub_client_free(s->client);
 	}
+	if (s->charged)
+		users_release(server_users(b->host.server), s->uid, 1, s->charged_bytes);
 	subscription_free(s->sub);
 	sd_event_source_disable_unref(s->window_timer);
 	sd_bus_slot_unref(s->slot);
@@ -530,7 +532,13 @@ int bus_require_control(Bus *b, sd_bus_message *message, const char *method, uid
 	return 0;
 }
 
-static int subscriber_new(Bus *b, const char *sender, uid_t uid, Subscription *sub_in, BusSubscriber **ret) {
+static int subscriber_new(
+	Bus *b,
+	const char *sender,
+	uid_t uid,
+	Subscription *sub_in,
+	UsersRefusal *ret_refusal,
+	BusSubscriber **ret) {
 	_cleanup_(subscription_freep) Subscription *sub = sub_in;
 	HubClientOptions o = {
 		.format = HUB_FORMAT_JSON_TAGGED,
@@ -540,6 +548,7 @@ static int subscriber_new(Bus *b, const char *sender, uid_t uid, Subscription *s
 		.flush = subscriber_flush,
 	};
 	_cleanup_(subscriber_freep) BusSubscriber *s = NULL;
+	UsersLimits limits;
 	int r;
 
 	s = calloc(1, sizeof(*s));
@@ -578,6 +587,14 @@ static int subscriber_new(Bus *b, const char *sender, uid_t uid, Subscription *s
 	r = hub_client_new(b->host.hub, -EBADF, &o, &s->client);
 	if (r < 0)
 		return r;
+	/* A monitor is a client of its uid like a socket connection: one count, its queues. */
+	limits = server_users_limits(b->config);
+	r = users_charge(
+		server_users(b->host.server), &limits, uid, 1, hub_client_capacity(s->client), ret_refusal);
+	if (r < 0)
+		return r;
+	s->charged = true;
+	s->charged_bytes = hub_client_capacity(s->client);
 	s->sub = TAKE_PTR(sub);
 	r = hub_client_attach(b->host.hub, s->client);
 	if (r < 0)
@@ -591,8 +608,8 @@ int bus_method_subscribe(sd_bus_message *message, void *userdata, sd_bus_error *
 	Bus *b = userdata;
 	const char *sender = sd_bus_message_get_sender(message);
 	SubscriptionAccess access = SUBSCRIPTION_ACCESS_NONE;
+	UsersRefusal refusal = _USERS_REFUSAL_MAX;
 	BusSubscriber *s;
-	size_t same_uid = 0;
 	uid_t uid = (uid_t) -1;
 	int r;
 
@@ -605,25 +622,25 @@ int bus_method_subscribe(sd_bus_message *message, void *userdata, sd_bus_error *
 	if (r < 0)
 		return r;
 
-	LIST_FOREACH(subscribers, i, b->subscribers)
-		same_uid += i->uid == uid;
-	if (b->n_subscribers >= b->config->max_clients)
-		return sd_bus_error_setf(
-			error,
-			SD_BUS_ERROR_LIMITS_EXCEEDED,
-			"The daemon serves at most %u bus subscribers at once (MaxClients=)",
-			b->config->max_clients);
-	if (same_uid >= b->config->max_clients_per_uid)
-		return sd_bus_error_setf(
-			error,
-			SD_BUS_ERROR_LIMITS_EXCEEDED,
-			"uid %u has %zu bus subscribers already (MaxClientsPerUid=)",
-			(unsigned) uid,
-			same_uid);
-
 	sub->access = access;
 	sub->access_uid = uid;
-	r = subscriber_new(b, sender, uid, TAKE_PTR(sub), &s);
+	r = subscriber_new(b, sender, uid, TAKE_PTR(sub), &refusal, &s);
+	if (r == -EDQUOT) {
+		unsigned clients;
+		uint64_t bytes;
+
+		users_get(server_users(b->host.server), uid, &clients, &bytes);
+		return sd_bus_error_setf(
+			error,
+			SD_BUS_ERROR_LIMITS_EXCEEDED,
+			"uid %u holds %u clients and %" PRIu64
+			" bytes of event queues, on the socket and the bus; "
+			"one more passes %s",
+			(unsigned) uid,
+			clients,
+			bytes,
+			users_refusal_to_string(refusal));
+	}
 	if (r < 0)
 		return sd_bus_error_set_errnof(error, r, "Failed to set up the subscription: %m");
 	log_debug(

@@ -297,6 +297,21 @@ static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
 	if (r >= 0)
 		r = close_entry(m);
 	if (r >= 0)
+		r = open_entry(m, "users", "a{sv}", 'a', "{sv}");
+	if (r >= 0)
+		r = APPEND_FIGURES(
+			m,
+			{ "uids", s->users.uids },
+			{ "clients", s->users.clients },
+			{ "queue_bytes", s->users.bytes },
+			{ "queue_bytes_max", s->users.bytes_max },
+			{ "refused_clients", s->users.refused[USERS_CLIENTS] },
+			{ "refused_clients_per_uid", s->users.refused[USERS_CLIENTS_PER_UID] },
+			{ "refused_queue_bytes", s->users.refused[USERS_BYTES] },
+			{ "refused_queue_bytes_per_uid", s->users.refused[USERS_BYTES_PER_UID] });
+	if (r >= 0)
+		r = close_entry(m);
+	if (r >= 0)
 		r = APPEND_FIGURES(m, { "ring_lost", s->ring_lost });
 	if (r >= 0)
 		r = open_entry(m, "recorder", "a{sv}", 'a', "{sv}");
@@ -312,6 +327,8 @@ static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
 			{ "snapshots", s->recorder.snapshots },
 			{ "pause_max_ns", s->recorder.pause_max_ns },
 			{ "cgroups_remembered", s->cgroup_watch.remembered },
+			{ "cgroups_evicted", s->cgroup_watch.evicted },
+			{ "cgroups_evicted_users", s->cgroup_watch.evicted_users },
 			{ "cgroups_missed", s->cgroup_watch.missed },
 			{ "cgroups_unwatched", s->cgroup_watch.unwatched });
 	if (r >= 0)

@@ -26,8 +26,15 @@ typedef struct Watch {
 
 typedef struct Remembered {
 	uint64_t id;
+	uint64_t seq; /* the order cgroups were seen in, across both rings */
 	char *unit;
 } Remembered;
+
+/* The cgroups of one kind of owner, oldest overwritten first. */
+typedef struct RememberRing {
+	Remembered entries[CGROUP_WATCH_REMEMBER];
+	size_t next;
+} RememberRing;
 
 struct CgroupWatch {
 	int fd;
@@ -35,14 +42,18 @@ struct CgroupWatch {
 	sd_event_source *source;
 	Watch *watches;
 	size_t n_watches;
-	Remembered ring[CGROUP_WATCH_REMEMBER]; /* oldest overwritten first */
-	size_t next;
+	/* Directories root made (systemd's units) apart from those users made in subtrees
+	 * delegated to them: a user who makes thousands of cgroups pushes out only users' cgroups,
+	 * never the unit of a service that failed an hour ago. */
+	RememberRing system, users;
+	uint64_t seq;
 	CgroupWatchStats stats;
 };
 
 static void remember(CgroupWatch *w, const char *rel) {
 	char full[PATH_MAX], unit[256];
 	struct stat st;
+	RememberRing *ring;
 	Remembered *r;
 	ssize_t n;
 
@@ -55,11 +66,19 @@ static void remember(CgroupWatch *w, const char *rel) {
 	n = unit_from_cgroup_path(rel, unit, sizeof(unit));
 	if (n <= 0)
 		return;
-	r = &w->ring[w->next];
+	ring = st.st_uid == 0 ? &w->system : &w->users;
+	r = &ring->entries[ring->next];
+	if (r->unit) {
+		if (ring == &w->system)
+			w->stats.evicted++;
+		else
+			w->stats.evicted_users++;
+	}
 	free(r->unit);
 	r->unit = strdup(unit);
 	r->id = r->unit ? (uint64_t) st.st_ino : 0;
-	w->next = (w->next + 1) % CGROUP_WATCH_REMEMBER;
+	r->seq = ++w->seq;
+	ring->next = (ring->next + 1) % CGROUP_WATCH_REMEMBER;
 	w->stats.remembered++;
 }
 
@@ -182,10 +201,23 @@ CgroupWatch *cgroup_watch_free(CgroupWatch *w) {
 	for (size_t i = 0; i < w->n_watches; i++)
 		free(w->watches[i].path);
 	free(w->watches);
-	for (size_t i = 0; i < CGROUP_WATCH_REMEMBER; i++)
-		free(w->ring[i].unit);
+	for (size_t i = 0; i < CGROUP_WATCH_REMEMBER; i++) {
+		free(w->system.entries[i].unit);
+		free(w->users.entries[i].unit);
+	}
 	free(w->root);
 	free(w);
+	return NULL;
+}
+
+static const Remembered *ring_find(const RememberRing *ring, uint64_t id) {
+	for (size_t k = 0; k < CGROUP_WATCH_REMEMBER; k++) {
+		const Remembered *r =
+			&ring->entries[(ring->next + CGROUP_WATCH_REMEMBER - 1 - k) % CGROUP_WATCH_REMEMBER];
+
+		if (r->id == id)
+			return r;
+	}
 	return NULL;
 }
 
@@ -193,15 +225,11 @@ const char *cgroup_watch_lookup(CgroupWatch *w, uint64_t id) {
 	if (!w || id == 0)
 		return NULL;
 	read_events(w);
-	/* Newest first: an inode number reused by a later cgroup names the later one. */
-	for (size_t k = 0; k < CGROUP_WATCH_REMEMBER; k++) {
-		const Remembered *r =
-			&w->ring[(w->next + CGROUP_WATCH_REMEMBER - 1 - k) % CGROUP_WATCH_REMEMBER];
-
-		if (r->id == id)
-			return r->unit;
-	}
-	return NULL;
+	/* The newest: an inode number reused by a later cgroup names the later one. */
+	const Remembered *a = ring_find(&w->system, id), *b = ring_find(&w->users, id);
+	if (a && b)
+		return a->seq > b->seq ? a->unit : b->unit;
+	return a ? a->unit : b ? b->unit : NULL;
 }
 
 void cgroup_watch_get_stats(const CgroupWatch *w, CgroupWatchStats *ret) {

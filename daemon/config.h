@@ -54,10 +54,12 @@ typedef struct Config {
 	unsigned max_shared_rings_per_uid; /* MaxSharedRingsPerUid=, default 4, 1..4096 */
 	unsigned max_clients;              /* MaxClients=, default 256, 1..65536 */
 	unsigned max_clients_per_uid;      /* MaxClientsPerUid=, default 32, 1..65536 */
-	uint32_t max_request_bytes;        /* MaxRequestBytes=, default 65536, 256..1M */
-	unsigned request_timeout_ms;       /* RequestTimeoutMs=, default 5000, 10..600000 */
-	unsigned max_json_depth;           /* MaxJsonDepth=, default 8, 2..64 */
-	GroupList allow_groups;            /* AllowGroups=: members see every user's events */
+	uint64_t max_queue_bytes;         /* MaxQueueBytes=, default 512M, 1M..1T: users but root together */
+	uint64_t max_queue_bytes_per_uid; /* MaxQueueBytesPerUid=, default 64M, 256K..1T */
+	uint32_t max_request_bytes;       /* MaxRequestBytes=, default 65536, 256..1M */
+	unsigned request_timeout_ms;      /* RequestTimeoutMs=, default 5000, 10..600000 */
+	unsigned max_json_depth;          /* MaxJsonDepth=, default 8, 2..64 */
+	GroupList allow_groups;           /* AllowGroups=: members see every user's events */
 	GroupList control_groups; /* ControlGroups=: members act (Snapshot, captures; docs/security.md) */
 
 	/* [Bus] */

@@ -96,6 +96,8 @@ void connection_free(Connection *c) {
 		s->stats.clients--;
 	} else
 		s->stats.pending--;
+	if (c->charged)
+		users_release(s->users, c->cred.uid, 1, c->charged_bytes);
 	subscription_free(c->sub);
 	sd_event_source_disable_unref(c->io);
 	sd_event_source_disable_unref(c->timer);
@@ -276,6 +278,44 @@ int connection_send_hello(Connection *c, const int *fds, size_t n_fds, const cha
 	return k == n ? 0 : -EAGAIN;
 }
 
+/* The queues a subscriber gets are memory the daemon holds for its uid: charged, or refused. */
+static int charge_queues(Connection *c) {
+	Server *s = c->server;
+	const Config *cfg = s->config;
+	uint64_t bytes = hub_client_capacity(c->client), have;
+	UsersLimits limits = server_users_limits(cfg);
+	UsersRefusal refusal;
+	unsigned clients;
+	int r;
+
+	r = users_charge(s->users, &limits, c->cred.uid, 0, bytes, &refusal);
+	if (r >= 0) {
+		c->charged_bytes = bytes;
+		return 0;
+	}
+	users_get(s->users, c->cred.uid, &clients, &have);
+	if (r == -EDQUOT && refusal == USERS_BYTES)
+		connection_refusef(
+			c,
+			PROTOCOL_TOO_MANY_CLIENTS,
+			"the clients of users other than root hold %" PRIu64
+			" bytes of queues, at most (MaxQueueBytes=)",
+			cfg->max_queue_bytes);
+	else if (r == -EDQUOT)
+		connection_refusef(
+			c,
+			PROTOCOL_TOO_MANY_CLIENTS,
+			"uid %u holds %" PRIu64 " bytes of event queues already, of %" PRIu64
+			", and this client's are %" PRIu64 " (MaxQueueBytesPerUid=)",
+			(unsigned) c->cred.uid,
+			have,
+			cfg->max_queue_bytes_per_uid,
+			bytes);
+	else
+		connection_free(c);
+	return -EDQUOT;
+}
+
 static void connection_subscribe(Connection *c, Subscription *sub_in) {
 	_cleanup_(subscription_freep) Subscription *sub = sub_in;
 	Server *s = c->server;
@@ -315,6 +355,9 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 	}
 	s->stats.pending--;
 	s->stats.clients++;
+	r = charge_queues(c);
+	if (r < 0)
+		return; /* c is gone */
 
 	/* Before attaching: the hello line is always the first thing the client reads. */
 	c->sub = TAKE_PTR(sub);
@@ -499,17 +542,11 @@ static int on_request_timeout(sd_event_source *es, uint64_t usec, void *userdata
 	return 0;
 }
 
-static size_t server_count_uid(const Server *s, uid_t uid) {
-	size_t n = 0;
-
-	LIST_FOREACH(connections, c, s->connections)
-		n += c->cred.uid == uid;
-	return n;
-}
-
 void connection_new(Server *s, int fd_in) {
 	_cleanup_close_ int fd = fd_in;
 	const Config *cfg = s->config;
+	UsersLimits limits = server_users_limits(cfg);
+	UsersRefusal refusal;
 	socklen_t len = sizeof(struct ucred);
 	struct ucred cred;
 	Connection *c;
@@ -542,25 +579,35 @@ void connection_new(Server *s, int fd_in) {
 		(unsigned) cred.uid,
 		(unsigned) cred.gid);
 
-	/* Counted with the new one: pending connections hold a slot too, so that clients that
-	 * never send a request cannot get around the limit. */
-	if (s->n_connections > cfg->max_clients) {
-		connection_refusef(
-			c,
-			PROTOCOL_TOO_MANY_CLIENTS,
-			"the daemon serves at most %u clients at once (MaxClients=)",
-			cfg->max_clients);
+	/* Charged at once: pending connections hold a slot too, so that clients that never send
+	 * a request cannot get around the limits. The uid's bus monitors count as well. */
+	r = users_charge(s->users, &limits, cred.uid, 1, 0, &refusal);
+	if (r == -EDQUOT) {
+		unsigned clients;
+		uint64_t bytes;
+
+		users_get(s->users, cred.uid, &clients, &bytes);
+		if (refusal == USERS_CLIENTS)
+			connection_refusef(
+				c,
+				PROTOCOL_TOO_MANY_CLIENTS,
+				"the daemon serves at most %u clients of users other than root at once (MaxClients=)",
+				cfg->max_clients);
+		else
+			connection_refusef(
+				c,
+				PROTOCOL_TOO_MANY_CLIENTS,
+				"uid %u has %u clients already, on the socket and the bus (MaxClientsPerUid=)",
+				(unsigned) cred.uid,
+				clients);
 		return;
 	}
-	if (server_count_uid(s, cred.uid) > cfg->max_clients_per_uid) {
-		connection_refusef(
-			c,
-			PROTOCOL_TOO_MANY_CLIENTS,
-			"uid %u has %u clients already (MaxClientsPerUid=)",
-			(unsigned) cred.uid,
-			cfg->max_clients_per_uid);
+	if (r < 0) {
+		log_warning_errno(r, "Out of memory accounting a connection, closing it: %m");
+		connection_free(c);
 		return;
 	}
+	c->charged = true;
 
 	r = sd_event_add_io(s->event, &c->io, c->fd, EPOLLIN, on_connection_io, c);
 	if (r >= 0)

@@ -248,6 +248,16 @@ bool hub_client_overflowed(const HubClient *c) {
 	return atomic_load_explicit(&c->overflowed, memory_order_relaxed);
 }
 
+uint64_t hub_client_capacity(const HubClient *c) {
+	uint64_t bytes = 0;
+
+	if (c->o.shared)
+		return 0; /* the ring set's memory, shared by its members */
+	for (unsigned i = 0; i < c->hub->n_readers; i++)
+		bytes += c->q[i].mask + 1;
+	return bytes;
+}
+
 void hub_client_get_stats(const HubClient *c, HubClientStats *ret) {
 	HubClientStats s = { .bytes_sent = c->bytes_sent };
 

@@ -121,6 +121,9 @@ void *hub_client_userdata(const HubClient *c);
 void hub_client_run_flush(HubClient *c);
 HubFormat hub_client_format(const HubClient *c);
 void hub_client_get_stats(const HubClient *c, HubClientStats *ret);
+/* The bytes its queues may hold, all of them (what a user is charged for it, users.h); 0 for a
+ * member of a shared ring set. */
+uint64_t hub_client_capacity(const HubClient *c);
 /* True after hub_client_flush() found the fd full; the next flush clears it. */
 bool hub_client_blocked(const HubClient *c);
 /* True if the client asked for HUB_OVERFLOW_DISCONNECT and lost an event. From then on it is

@@ -72,6 +72,7 @@ static bool ran(const CgroupCounters *cur, const CgroupCounters *prev) {
 static void counters_interval(Manager *m) {
 	_cleanup_free_ CgroupCounters *cur = NULL;
 	_cleanup_free_ UnitCounters *view = NULL;
+	size_t n_view = 0;
 	uint64_t now = now_nsec(CLOCK_MONOTONIC);
 	int cg_fd = probes_counters_cgroups_fd(m->probes);
 	bool baseline = m->counters_prev_at == 0;
@@ -98,11 +99,14 @@ static void counters_interval(Manager *m) {
 		bool gone;
 
 		unit = manager_cgroup_unit(m, cur[i].cgroup_id, buf, sizeof(buf), &gone, &owner);
-		if (view) {
-			snprintf(view[i].unit, sizeof(view[i].unit), "%s", unit ?: "");
-			view[i].owner = owner;
-			view[i].counters = cur[i];
-			view[i].counters.mask &= m->counters_mask;
+		/* The view is the table as this interval leaves it: without the cgroups gone. */
+		if (view && !gone) {
+			UnitCounters *v = &view[n_view++];
+
+			snprintf(v->unit, sizeof(v->unit), "%s", unit ?: "");
+			v->owner = owner;
+			v->counters = cur[i];
+			v->counters.mask &= m->counters_mask;
 		}
 		if (!baseline && ran(&cur[i], prev))
 			publish(m, &cur[i], prev, now - m->counters_prev_at, unit);
@@ -123,7 +127,7 @@ static void counters_interval(Manager *m) {
 	if (view) {
 		free(m->unit_view);
 		m->unit_view = TAKE_PTR(view);
-		m->unit_view_n = n;
+		m->unit_view_n = n_view;
 	}
 	free(m->counters_prev);
 	m->counters_prev = TAKE_PTR(cur);

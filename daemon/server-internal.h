@@ -60,6 +60,8 @@ struct Connection {
 	SharedMember *member;      /* its place in shared->ring */
 	bool input_open;           /* false after the client shut down its sending side */
 	bool draining;             /* overflowed: detached, writing what is queued, then closed */
+	bool charged;              /* counted against its uid (users.h) */
+	uint64_t charged_bytes;    /* its queues' bytes, charged to its uid */
 	ProtocolError drain_error; /* why it is draining: the error line it gets at the end */
 };
 
@@ -75,6 +77,7 @@ struct Server {
 	sd_event_source *accept_source;
 	sd_event_source *accept_pause;
 	uint64_t accept_warned_usec; /* CLOCK_MONOTONIC of the last accept failure logged */
+	Users *users;                /* what each uid holds, socket and bus together */
 	Connection *connections;
 	size_t n_connections;
 	SharedEntry *shared_entries;

@@ -201,6 +201,9 @@ int server_new(
 	s->flush = flush;
 	s->userdata = userdata;
 	s->listen_fd = -EBADF;
+	r = users_new(&s->users);
+	if (r < 0)
+		return r;
 
 	r = server_take_activated_socket(s, &activated);
 	if (r >= 0 && !activated)
@@ -240,8 +243,13 @@ Server *server_free(Server *s) {
 		(void) unlink(s->created_path);
 	free(s->created_path);
 	free(s->path);
+	users_free(s->users);
 	free(s);
 	return NULL;
+}
+
+Users *server_users(const Server *s) {
+	return s->users;
 }
 
 void server_set_config(Server *s, const Config *config) {

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "hub.h"
 #include "request.h"
+#include "users.h"
 
 #define PROTOCOL_VERSION 1u
 #define SCHEMA_VERSION   2u
@@ -57,6 +58,18 @@ int server_new(
  * file if this server created it. */
 Server *server_free(Server *s);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Server *, server_free);
+
+/* Every connection and bus monitor is charged to its uid here (users.h), against [Socket]'s
+ * MaxClients=, MaxClientsPerUid=, MaxQueueBytes=, MaxQueueBytesPerUid=. */
+Users *server_users(const Server *s);
+static inline UsersLimits server_users_limits(const Config *c) {
+	return (UsersLimits){
+		.max_clients = c->max_clients,
+		.max_clients_per_uid = c->max_clients_per_uid,
+		.max_bytes = c->max_queue_bytes,
+		.max_bytes_per_uid = c->max_queue_bytes_per_uid,
+	};
+}
 
 /* The limits of [Socket] apply to connections accepted from now on. */
 void server_set_config(Server *s, const Config *config);

@@ -252,6 +252,7 @@ int stats_snapshot(const StatsSources *src, StatsSnapshot **ret) {
 		s->shared.clients = ss.shared_clients;
 		s->shared.fallbacks = ss.shared_fallbacks;
 		s->shared.hostile = ss.shared_hostile;
+		users_get_stats(server_users(src->server), &s->users);
 	}
 	s->producer_scan.scans = src->producer_scans;
 	s->producer_scan.watching = src->producer_watching;

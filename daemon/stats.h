@@ -18,6 +18,7 @@
 #include "captures.h"
 #include "recorder.h"
 #include "server.h"
+#include "users.h"
 
 /* The clients outside the event socket (standard output, bus monitors), as totals. */
 typedef struct StatsClients {
@@ -129,6 +130,7 @@ typedef struct StatsSnapshot {
 	uint64_t clients_dropped;
 	ClientSnapshot *clients; /* socket subscribers connected now, oldest first */
 	size_t n_clients;
+	UsersStats users; /* what the uids hold, socket and bus together (users.h) */
 	/* The shared path (ServerStats.shared_*). */
 	struct {
 		uint64_t rings, bytes, clients, fallbacks, hostile;

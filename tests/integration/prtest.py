@@ -223,6 +223,42 @@ def read_line(sock, timeout=None):
     return buf
 
 
+HOLD_CONNECTIONS = r"""
+import json, socket, sys
+path, n, request = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode() + b"\n"
+socks, replies = [], []
+for i in range(n):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    socks.append(s)
+    try:
+        s.sendall(request)
+    except OSError:
+        pass  # refused at once
+for s in socks:
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = s.recv(1)
+        if not chunk:
+            break
+        buf += chunk
+    replies.append(json.loads(buf) if buf else None)
+print(json.dumps(replies), flush=True)
+sys.stdin.readline()
+"""
+
+
+def hold_connections(socket_path, n, request, uid="nobody", gid="nogroup", groups=None):
+    """n connections from uid (a name or a number: the socket needs no account) that each send
+    `request` (a dict) and read their first line (hello or error) and nothing after: their
+    queues fill. The first line of the returned process's stdout is the list of those replies;
+    the connections close when its stdin gets a line."""
+    groups = f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"
+    return subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={gid}", groups, sys.executable, "-c",
+                             HOLD_CONNECTIONS, socket_path, str(n), json.dumps(request)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def cgroup2_mount():
     """Where the cgroup2 hierarchy is mounted (unit names come from its paths), or None."""
     with open("/proc/self/mountinfo") as f:
@@ -232,6 +268,13 @@ def cgroup2_mount():
             if fields[sep + 1] == "cgroup2" and fields[3] == "/":
                 return fields[4]
     return None
+
+
+def delegate_cgroup(path, uid):
+    """What systemd does for Delegate=yes (and for a user's manager): the cgroup and the files that
+    control its subtree belong to the user, who may then make cgroups below it."""
+    for p in (path, *(os.path.join(path, f) for f in ("cgroup.procs", "cgroup.subtree_control", "cgroup.threads"))):
+        os.chown(p, uid, uid)
 
 
 class UnitCgroup:

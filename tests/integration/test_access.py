@@ -16,7 +16,7 @@ import tempfile
 import time
 
 from busclient import BusPeer, as_user
-from prtest import Daemon, UnitCgroup, check, check_eq, cgroup2_mount, read_line, require_root_and_bpf, run_tests, skip
+from prtest import Daemon, UnitCgroup, check, hold_connections, check_eq, cgroup2_mount, read_line, require_root_and_bpf, run_tests, skip
 from statsbus import StatsBus, wait_for
 
 BINARY = sys.argv[1]
@@ -307,11 +307,98 @@ def test_setuid_events_are_not_the_callers():
     d_probes.stop()
 
 
+QUEUE_UID_BOUND, QUEUE_BOUND = 4 << 20, 24 << 20
+d_users = Daemon(BINARY, "access-users", stdout=False,
+                 config=f"[Probes]\nProbes=open\n[Socket]\nClientQueueBytes=1M\nMaxClients=1024\nMaxClientsPerUid=64\n"
+                        f"MaxQueueBytesPerUid={QUEUE_UID_BOUND}\nMaxQueueBytes={QUEUE_BOUND}\nAllowGroups={ALLOWED_GID}\n")
+
+
+def rss(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS:"))
+
+
+def test_memory_per_user():
+    """What users make the daemon hold is bounded per uid and for all of them together, on the
+    socket and the bus as one: 64 clients of one uid that never read, then 64 from each of 16
+    more uids, under a flood of events: the queues held stay within MaxQueueBytesPerUid= per uid
+    and MaxQueueBytes= in all, the daemon's RSS grows by no more than that, and root's new
+    subscriber is served."""
+    d_users.start()
+    os.chmod(d_users.dir, 0o755)
+    os.chmod(d_users.socket_path, 0o666)  # every test uid may connect; the daemon decides
+    request = {"subscribe": {"types": ["open"]}}
+    base = rss(d_users.proc.pid)
+    holders = []
+    monitor = None
+    try:
+        one = hold_connections(d_users.socket_path, 64, request, uid="lp", gid="lp", groups=[ALLOWED_GID])
+        holders.append(one)
+        replies = json.loads(one.stdout.readline())
+        users = bus.stats()["users"]
+        kept = [r["type"] for r in replies].count("hello")
+        check(kept > 0 and users["clients"] == kept, f"one uid's clients are charged: {users}")
+        per_client = users["queue_bytes"] // kept
+        check_eq(kept, QUEUE_UID_BOUND // per_client, f"as many as MaxQueueBytesPerUid= holds ({per_client} bytes each)")
+        check_eq(users["refused_queue_bytes_per_uid"], 64 - kept, "the others refused and counted")
+        check(all("MaxQueueBytesPerUid=" in r["message"] for r in replies if r["type"] == "error"),
+              f"refused naming the limit: {replies[-1]}")
+        # The bus is the same account: the uid has nothing left for a monitor.
+        try:
+            monitor = BusPeer(HELPER, bus.address, "types=open", user=f"lp+{ALLOWED_GID}")
+            check(False, f"a bus monitor past the uid's queue bytes was refused: {monitor.path}")
+        except Exception as e:
+            check("LimitsExceeded" in str(e) and "MaxQueueBytesPerUid=" in str(e), f"the bus monitor is refused: {e}")
+
+        for uid in range(5001, 5017):
+            holders.append(hold_connections(d_users.socket_path, 64, request, uid=str(uid), gid=str(uid),
+                                            groups=[ALLOWED_GID]))
+            json.loads(holders[-1].stdout.readline())
+        users = bus.stats()["users"]
+        check(users["queue_bytes"] <= QUEUE_BOUND and users["queue_bytes"] + per_client > QUEUE_BOUND,
+              f"the users together fill MaxQueueBytes= and no more: {users}")
+        check(users["refused_queue_bytes"] > 0, f"and the rest is refused, counted: {users}")
+
+        # Events for everyone, never read: every queue fills.
+        subprocess.run([sys.executable, "-c", "for i in range(120000): open('/dev/null').close()"], check=True)
+        wait_for(lambda: all(c["queued_bytes"] * 2 > per_client for c in bus.stats()["client_list"] if c["uid"]),
+                 "every held client's queue filled", timeout=60)
+        grown = rss(d_users.proc.pid) - base
+        check(grown <= QUEUE_BOUND + (16 << 20), f"the daemon's RSS grew by {grown >> 20} MiB, within "
+              f"MaxQueueBytes= ({QUEUE_BOUND >> 20} MiB) and 16 MiB")
+
+        # Root is not locked out by the others.
+        c = socket.socket(socket.AF_UNIX)
+        c.connect(d_users.socket_path)
+        c.settimeout(30)
+        lines = c.makefile("rb")
+        marker = os.path.join(WORK, f"root-marker-{os.getpid()}")
+        c.sendall(json.dumps({"subscribe": {"types": ["open"], "comm": ["prrootmark"]}}).encode() + b"\n")
+        check_eq(json.loads(lines.readline())["type"], "hello", "root's subscriber is accepted")
+        subprocess.run(["python3", "-c", f"import ctypes,sys; ctypes.CDLL(None).prctl(15, b'prrootmark', 0, 0, 0); "
+                        f"open({marker!r}, 'w').close()"], check=True)
+        check_eq(json.loads(lines.readline()).get("path"), marker, "and served")
+        lines.close()
+        c.close()
+    finally:
+        if monitor:
+            monitor.close()
+        for h in holders:
+            try:
+                h.stdin.write("done\n")
+                h.stdin.close()
+            except OSError:
+                pass
+            h.wait(30)
+    d_users.stop()
+
+
 try:
     run_tests([test_snapshot_and_capture_by_role, test_metadata_by_role, test_unit_counters_by_role,
-               test_setuid_events_are_not_the_callers])
+               test_setuid_events_are_not_the_callers, test_memory_per_user])
 finally:
     d.cleanup()
     d_probes.cleanup()
+    d_users.cleanup()
     bus.close()
     shutil.rmtree(WORK, ignore_errors=True)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import uuid
 
-from prtest import Daemon, UnitCgroup, check, check_eq, require_root_and_bpf, run_tests, cgroup2_mount, skip
+from prtest import Daemon, UnitCgroup, check, delegate_cgroup, check_eq, require_root_and_bpf, run_tests, cgroup2_mount, skip
 from statsbus import StatsBus, wait_for
 
 BINARY = sys.argv[1]
@@ -63,13 +63,6 @@ s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for i in range(int(sys.argv[2])):
     s.sendto(b"datagram %d" % i, ("127.0.0.1", int(sys.argv[1])))
 """
-
-
-def delegate(path, uid):
-    """What systemd does for Delegate=yes (and for a user's manager): the cgroup and the files that
-    control its subtree belong to the user, who may then make cgroups below it."""
-    for p in (path, *(os.path.join(path, f) for f in ("cgroup.procs", "cgroup.subtree_control", "cgroup.threads"))):
-        os.chown(p, uid, uid)
 
 
 class Unit(UnitCgroup):
@@ -200,11 +193,11 @@ def test_unit_is_not_a_users_decoy():
              Unit("", parent=f"system.slice/perfrelay-delegate-{os.getpid()}.service", name=name),
              Unit("", parent="system.slice", name=name)]
     decoy, decoy2, real = units
-    delegate(os.path.dirname(os.path.dirname(decoy.path)), uid)
+    delegate_cgroup(os.path.dirname(os.path.dirname(decoy.path)), uid)
     for u in (decoy, decoy2):
-        delegate(os.path.dirname(u.path), uid)
+        delegate_cgroup(os.path.dirname(u.path), uid)
         os.chown(os.path.dirname(u.path), uid, uid)
-        delegate(u.path, uid)
+        delegate_cgroup(u.path, uid)
     out = os.path.join(d.dir, "decoy.pcapng")
     marker, foreign = f"real-unit-{uuid.uuid4().hex[:12]}", f"decoy-unit-{uuid.uuid4().hex[:12]}"
     try:

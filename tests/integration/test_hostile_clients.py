@@ -17,7 +17,7 @@ from prtest import Daemon, check, check_eq, read_line, require_root_and_bpf, run
 BINARY = sys.argv[1]
 require_root_and_bpf()
 d = Daemon(BINARY, "hclients", stdout=False,
-           config="[Socket]\nRequestTimeoutMs=300\nMaxClients=256\nMaxClientsPerUid=256\n")
+           config="[Socket]\nRequestTimeoutMs=300\nMaxClients=256\nMaxClientsPerUid=256\nMaxQueueBytesPerUid=1G\n")
 CYCLES = 10000
 WORK = tempfile.mkdtemp(prefix="perfrelay-hclients-")
 MARKER = os.path.join(WORK, "perfrelay-hc")  # its comm, which the keeper subscribes to

@@ -16,7 +16,7 @@ import time
 import uuid
 
 from prtest import (Daemon, UnitCgroup, bpftool_json, check, check_eq, require_root_and_bpf, run_tests,
-                    cgroup2_mount)
+                    cgroup2_mount, delegate_cgroup)
 from statsbus import StatsBus, wait_for
 from steady import STEADY_TYPE, SteadyProducer, payload_checks_out
 
@@ -126,6 +126,54 @@ def test_unit_of_removed_cgroup():
     watch = bus.stats()["recorder"]
     check(watch["cgroups_remembered"] >= 1, f"the cgroup watch remembered it: {watch}")
     check_eq(watch["cgroups_unwatched"], 0, "every cgroup directory watched")
+    d.stop()
+
+
+FLOOD = """
+import os, sys
+for i in range(int(sys.argv[2])):
+    os.mkdir(os.path.join(sys.argv[1], f"flood-{i}.scope"))
+"""
+
+
+def test_users_cgroups_do_not_push_out_a_failed_unit():
+    """A user makes 4100 cgroups in the subtree delegated to them, more than the 4096 the daemon
+    remembers: they push out only cgroups users made. The unit that failed before keeps its name
+    in the snapshot; every cgroup made is remembered and the users' evictions are counted."""
+    check(cgroup2_mount() is not None, "a cgroup2 mount (needed for unit names)")
+    d = d_full
+    d.start()
+    uid, n = 4244, 4100
+    cg = UnitCgroup("recfail")  # made (and remembered) before the user's cgroups
+    marker = f"perfrelay-failed-{uuid.uuid4().hex[:8]}"
+    before = wait_for(lambda: (s := bus.stats()["recorder"])["cgroups_remembered"] > 0 and s, "the unit remembered")
+    manager = UnitCgroup("", parent=f"user.slice/user-{uid}.slice", name=f"user@{uid}.service")
+    try:
+        delegate_cgroup(manager.path, uid)
+        r = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-c", FLOOD,
+                            manager.path, str(n)], capture_output=True, text=True, timeout=120)
+        check_eq(r.returncode, 0, f"the user made {n} cgroups ({r.stderr.strip()})")
+        after = wait_for(lambda: (s := bus.stats()["recorder"])["cgroups_remembered"] >= before["cgroups_remembered"] + n + 1
+                         and s, "every new cgroup remembered", timeout=60, interval=0.2)
+        # The unit runs (its events are the recorder's newest) and fails; its cgroup goes.
+        p = subprocess.run(["/bin/sh", "-c", "exit 3", marker], preexec_fn=cg.enter, timeout=30)
+        check_eq(p.returncode, 3, "the failing unit ran")
+    finally:
+        cg.remove()
+        for i in range(n):
+            path = os.path.join(manager.path, f"flood-{i}.scope")
+            if os.path.isdir(path):
+                os.rmdir(path)
+        manager.remove()
+    r, lines = snapshot("--unit", cg.name)
+    check_eq(r.returncode, 0, f"perfrelayctl snapshot --unit (stderr: {r.stderr.strip()})")
+    execs = [e for e in lines[:-1] if e["type"] == "exec" and marker in e["argv"]]
+    check_eq([e.get("unit") for e in execs], [cg.name], "the failed unit's exec, still with its unit")
+    check(after["cgroups_remembered"] - before["cgroups_remembered"] >= n + 1,
+          "the user's cgroups and their manager's remembered (and whatever else the machine made)")
+    check_eq(after["cgroups_evicted"], before["cgroups_evicted"], "no cgroup root made was forgotten")
+    check(after["cgroups_evicted_users"] - before["cgroups_evicted_users"] >= n - 4096,
+          f"the users' ring overflowed and said so: {after}")
     d.stop()
 
 
@@ -293,7 +341,8 @@ def test_written_at_pause():
 
 
 try:
-    run_tests([test_commands_then_snapshot, test_unit_of_removed_cgroup, test_overwritten, test_snapshot_under_load,
+    run_tests([test_commands_then_snapshot, test_unit_of_removed_cgroup, test_users_cgroups_do_not_push_out_a_failed_unit,
+               test_overwritten, test_snapshot_under_load,
                test_recorder_off, test_recorder_off_after_crash, test_no_torn_record, test_written_at_pause])
 finally:
     for d in (d_full, d_small, d_busy, d_off, d_crash, d_tear, d_written):

@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 
-from prtest import Daemon, Failure, check, check_eq, read_line, require_root_and_bpf, run_tests, cgroup2_mount
+from prtest import hold_connections, Daemon, Failure, check, check_eq, read_line, require_root_and_bpf, run_tests, cgroup2_mount
 from schema import schemas_by_type, validator_self_test
 
 BINARY = sys.argv[1]
@@ -596,40 +596,17 @@ def read_reply(s):
     return json.loads(buf.split(b"\n")[0]) if buf else None
 
 
-NOBODY_CONNECT = r"""
-import json, socket, sys
-path, n = sys.argv[1], int(sys.argv[2])
-socks, replies = [], []
-for i in range(n):
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(path)
-    socks.append(s)
-    try:
-        s.sendall(b'{"subscribe":{"types":[65000]}}\n')
-    except OSError:
-        pass  # refused at once
-for s in socks:
-    buf = b""
-    while not buf.endswith(b"\n"):
-        chunk = s.recv(4096)
-        if not chunk:
-            break
-        buf += chunk
-    replies.append(json.loads(buf.split(b"\n")[0]))
-print(json.dumps(replies), flush=True)
-sys.stdin.readline()
-"""
-
-
 def as_nobody(*args, **kw):
     return subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "python3", *args],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
 def test_connection_storm():
-    """1000 connections at once: MaxClientsPerUid= for root, then MaxClients= for another uid."""
+    """1000 connections at once: MaxClientsPerUid= for root; then MaxClientsPerUid= for another
+    uid, and MaxClients= for the uids other than root together (root's do not count there)."""
     os.chown(d.socket_path, -1, NOGROUP)  # lets nobody connect (the socket is 0660)
     socks = []
+    helpers = []
     try:
         for _ in range(1000):
             s = socket.socket(socket.AF_UNIX)
@@ -649,20 +626,28 @@ def test_connection_storm():
         validate(refused[0])
         check(d.proc.poll() is None, "daemon up")
 
-        # Another uid is refused once MaxClients= is reached.
-        helper = as_nobody("-c", NOBODY_CONNECT, d.socket_path, "20")
-        line = helper.stdout.readline()
-        check(line, f"nobody's helper answered: {helper.stderr.read() if not line else ''}")
-        nobody_replies = json.loads(line)
-        kinds = [r["type"] for r in nobody_replies]
-        check_eq(kinds.count("hello"), MAX_CLIENTS - MAX_CLIENTS_PER_UID, "nobody gets the slots left")
-        check(all("MaxClients=" in r["message"] for r in nobody_replies if r["type"] == "error"),
-              f"the rest is refused by MaxClients=: {nobody_replies[-1]}")
-        check(all(r["access"] == "uid" for r in nobody_replies if r["type"] == "hello"), "nobody's access is uid")
-        helper.stdin.write("done\n")
-        helper.stdin.close()
-        helper.wait(10)
+        # Other uids: each within MaxClientsPerUid=, all of them within MaxClients=, whatever root holds.
+        def connect_as(uid, n):
+            helper = hold_connections(d.socket_path, n, MATCH_NOTHING, uid=uid, gid=NOGROUP)
+            helpers.append(helper)
+            line = helper.stdout.readline()
+            check(line, f"uid {uid}'s helper answered: {helper.stderr.read() if not line else ''}")
+            return json.loads(line)
+        first = connect_as("nobody", MAX_CLIENTS_PER_UID + 5)
+        check_eq([r["type"] for r in first].count("hello"), MAX_CLIENTS_PER_UID, "nobody gets its MaxClientsPerUid=")
+        check(all("MaxClientsPerUid=" in r["message"] for r in first if r["type"] == "error"),
+              f"the rest refused by MaxClientsPerUid=: {first[-1]}")
+        check(all(r["access"] == "uid" for r in first if r["type"] == "hello"), "nobody's access is uid")
+        second = connect_as("4999", 20)
+        check_eq([r["type"] for r in second].count("hello"), MAX_CLIENTS - MAX_CLIENTS_PER_UID,
+                 "another uid gets the slots left of MaxClients=")
+        check(all("MaxClients=" in r["message"] for r in second if r["type"] == "error"),
+              f"the rest refused by MaxClients=: {second[-1]}")
     finally:
+        for helper in helpers:
+            helper.stdin.write("done\n")
+            helper.stdin.close()
+            helper.wait(10)
         for s in socks:
             s.close()
     wait_fd_baseline(FD_BASELINE, "1000 connections")
