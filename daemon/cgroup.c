@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* cgroup id → systemd unit: the cgroup2 mount, kernfs file handles, and the readers' caches. */
+/* cgroup id → systemd unit: the cgroup2 mount, and the readers' caches in front of the cgroup
+ * watch's index (cgroupwatch.h). */
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -13,12 +14,6 @@
 #include "counters.h"
 #include "unitname.h"
 
-/* include/linux/exportfs.h: kernfs (and so cgroupfs) file handles are the 64-bit node id,
- * which is also the cgroup id BPF's bpf_get_current_cgroup_id() returns. */
-#ifndef FILEID_KERNFS
-#define FILEID_KERNFS 0xfe
-#endif
-
 /* A cgroup id that failed to resolve for a reason that may pass (no fd left, no memory) is
  * tried again after this many lookups rather than on every event. */
 #define CGROUP_RETRY_LOOKUPS 4096u
@@ -26,9 +21,7 @@
 #define CGROUP_PROBE         8u
 
 struct CgroupFs {
-	int root_fd;
 	char *path;
-	size_t path_len;
 };
 
 /* Mount points in mountinfo escape space, tab, newline and backslash as \ooo. */
@@ -94,7 +87,7 @@ int cgroup_fs_open(const char *mountinfo_path, CgroupFs **ret) {
 	_cleanup_free_ char *text = NULL, *path = NULL;
 	size_t size = 0, n = 0;
 	FILE *f;
-	int r, fd;
+	int r;
 
 	f = fopen(mountinfo_path, "re");
 	if (!f)
@@ -125,18 +118,9 @@ int cgroup_fs_open(const char *mountinfo_path, CgroupFs **ret) {
 	r = cgroup2_mount_from_mountinfo(text, &path);
 	if (r < 0)
 		return r;
-	/* Not O_PATH: open_by_handle_at() wants a mount fd it can fdget(). */
-	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return negative_errno();
-
 	CgroupFs *fs = calloc(1, sizeof(*fs));
-	if (!fs) {
-		safe_close(fd);
+	if (!fs)
 		return -ENOMEM;
-	}
-	fs->root_fd = fd;
-	fs->path_len = strlen(path);
 	fs->path = TAKE_PTR(path);
 	*ret = fs;
 	return 0;
@@ -145,7 +129,6 @@ int cgroup_fs_open(const char *mountinfo_path, CgroupFs **ret) {
 CgroupFs *cgroup_fs_free(CgroupFs *fs) {
 	if (!fs)
 		return NULL;
-	safe_close(fs->root_fd);
 	free(fs->path);
 	free(fs);
 	return NULL;
@@ -153,43 +136,6 @@ CgroupFs *cgroup_fs_free(CgroupFs *fs) {
 
 const char *cgroup_fs_path(const CgroupFs *fs) {
 	return fs->path;
-}
-
-ssize_t cgroup_fs_resolve(void *userdata, uint64_t id, char *unit, size_t size) {
-	return cgroup_fs_resolve_owner(userdata, id, unit, size, NULL);
-}
-
-ssize_t cgroup_fs_resolve_owner(const CgroupFs *fs, uint64_t id, char *unit, size_t size, uid_t *ret_owner) {
-	union {
-		struct file_handle fh;
-		uint8_t raw[sizeof(struct file_handle) + sizeof(uint64_t)];
-	} h = { .fh = { .handle_bytes = sizeof(uint64_t), .handle_type = FILEID_KERNFS } };
-	char proc[64], path[PATH_MAX];
-	const char *rel = path;
-	ssize_t n;
-	int fd;
-
-	memcpy(h.fh.f_handle, &id, sizeof(id));
-	fd = open_by_handle_at(fs->root_fd, &h.fh, O_PATH | O_CLOEXEC);
-	if (fd < 0)
-		return negative_errno();
-	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
-	n = readlink(proc, path, sizeof(path) - 1);
-	if (n < 0) {
-		int r = negative_errno();
-		safe_close(fd);
-		return r;
-	}
-	safe_close(fd);
-	path[n] = '\0';
-
-	/* The link is the path in our mount namespace: drop the mount point. */
-	if ((size_t) n >= fs->path_len && memcmp(path, fs->path, fs->path_len) == 0 &&
-	    (path[fs->path_len] == '/' || path[fs->path_len] == '\0'))
-		rel = path + fs->path_len;
-	if (ret_owner)
-		*ret_owner = cgroup_path_owner(rel);
-	return unit_from_cgroup_path(rel, unit, size);
 }
 
 /* The cache ------------------------------------------------------------------------------ */

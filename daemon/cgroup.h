@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Unit resolution for events that carry a cgroup v2 id: a per-reader bounded cache in front of
- * a resolver that turns the id into a cgroup path with a kernfs file handle, and the path into
- * a systemd unit name (unitname.h). A miss costs one open_by_handle_at() and one readlink()
- * (kernfs: never blocks on I/O); hits cost a hash and a short probe. */
+/* Unit resolution for events that carry a cgroup v2 id: where the cgroup2 tree is mounted, and a
+ * per-reader bounded cache in front of a resolver (the cgroup watch's index of the tree,
+ * cgroupwatch.h: the id's path, and the path's systemd unit, unitname.h). A miss takes the
+ * watch's lock once; hits cost a hash and a short probe. */
 #pragma once
 
 #include <stdint.h>
@@ -22,13 +22,9 @@ int cgroup_fs_open(const char *mountinfo_path, CgroupFs **ret);
 CgroupFs *cgroup_fs_free(CgroupFs *fs);
 const char *cgroup_fs_path(const CgroupFs *fs);
 
-/* Resolves a cgroup id: writes the unit to unit (NUL-terminated) and returns its length; 0 if
- * the cgroup belongs to no unit; negative errno if it cannot be resolved (-ESTALE: the cgroup
- * is gone). Thread-safe. Signature of CgroupResolveFn, userdata = the CgroupFs. */
-ssize_t cgroup_fs_resolve(void *userdata, uint64_t id, char *unit, size_t size);
-/* The same, and the user the cgroup belongs to (cgroup_path_owner(): (uid_t) -1 for the system). */
-ssize_t cgroup_fs_resolve_owner(const CgroupFs *fs, uint64_t id, char *unit, size_t size, uid_t *ret_owner);
-
+/* Resolves a cgroup id (cgroup_watch_resolve()): writes the unit to unit (NUL-terminated) and
+ * returns its length; 0 if the cgroup belongs to no unit; negative errno if it cannot be
+ * resolved (-ESTALE: the cgroup is gone). Called by the reader that owns the cache. */
 typedef ssize_t (*CgroupResolveFn)(void *userdata, uint64_t id, char *unit, size_t size);
 
 /* A reader thread's own cache: no locks, the thread that looks up is the only user. */

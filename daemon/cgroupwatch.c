@@ -1,12 +1,17 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Remembers the units of cgroups as they are created (cgroupwatch.h). mkdir(2) on cgroup2 goes
- * through vfs_mkdir(), which reports IN_CREATE|IN_ISDIR to a watch on the parent; systemd makes
- * a unit's cgroup before it moves the unit's first process in, so the cgroup is normally looked
- * at (stat: its inode is the cgroup id) while it exists, and remembered after it is removed. */
+/* The cgroup tree as the daemon knows it (cgroupwatch.h): every directory watched with inotify,
+ * indexed by its inode (the cgroup id), so that a cgroup id names its path and unit without a
+ * file handle (open_by_handle_at() and CAP_DAC_READ_SEARCH, which open any inode of a mounted
+ * filesystem); and the units of cgroups remembered after they are removed. mkdir(2) on cgroup2
+ * goes through vfs_mkdir(), which reports IN_CREATE|IN_ISDIR to a watch on the parent; systemd
+ * makes a unit's cgroup before it moves the unit's first process in, so a cgroup is known (its
+ * IN_CREATE is at least queued) before any of its tasks can emit an event. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <search.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,11 +22,16 @@
 #include "cgroupwatch.h"
 #include "unitname.h"
 
-#define WATCH_MASK (IN_CREATE | IN_ONLYDIR | IN_DONT_FOLLOW)
+/* IN_DELETE on the parent: rmdir(2) of a cgroup reports no IN_DELETE_SELF or IN_IGNORED to the
+ * cgroup's own watch (kernfs keeps the inode's link count), only IN_DELETE|IN_ISDIR to its
+ * parent's. */
+#define WATCH_MASK (IN_CREATE | IN_DELETE | IN_ONLYDIR | IN_DONT_FOLLOW)
 
+/* One watched directory: a live cgroup. */
 typedef struct Watch {
 	int wd;
-	char *path; /* relative to the root: "" or "/system.slice/..." */
+	uint64_t id; /* its inode, the cgroup id; 0 when it could not be looked at */
+	char *path;  /* relative to the root: "" or "/system.slice/..." */
 } Watch;
 
 typedef struct Remembered {
@@ -37,10 +47,14 @@ typedef struct RememberRing {
 } RememberRing;
 
 struct CgroupWatch {
+	/* Everything below: the main thread (inotify, lookups) and the reader threads (a miss of
+	 * their unit cache, cgroup_watch_resolve()). Held for one batch of inotify events or one
+	 * lookup; readers take it only for a cgroup id they have not seen. */
+	pthread_mutex_t lock;
 	int fd;
 	char *root;
 	sd_event_source *source;
-	Watch *watches;
+	void *by_wd, *by_id, *by_path; /* tsearch() trees of the same Watches */
 	size_t n_watches;
 	/* Directories root made (systemd's units) apart from those users made in subtrees
 	 * delegated to them: a user who makes thousands of cgroups pushes out only users' cgroups,
@@ -50,23 +64,44 @@ struct CgroupWatch {
 	CgroupWatchStats stats;
 };
 
-static void remember(CgroupWatch *w, const char *rel) {
-	char full[PATH_MAX], unit[256];
-	struct stat st;
+static int cmp_wd(const void *a, const void *b) {
+	const Watch *x = a, *y = b;
+
+	return (x->wd > y->wd) - (x->wd < y->wd);
+}
+
+static int cmp_id(const void *a, const void *b) {
+	const Watch *x = a, *y = b;
+
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+static int cmp_path(const void *a, const void *b) {
+	return strcmp(((const Watch *) a)->path, ((const Watch *) b)->path);
+}
+
+static Watch *find_wd(const CgroupWatch *w, int wd) {
+	Watch key = { .wd = wd };
+	Watch **p = tfind(&key, &w->by_wd, cmp_wd);
+
+	return p ? *p : NULL;
+}
+
+static Watch *find_id(const CgroupWatch *w, uint64_t id) {
+	Watch key = { .id = id };
+	Watch **p = tfind(&key, &w->by_id, cmp_id);
+
+	return p ? *p : NULL;
+}
+
+static void remember(CgroupWatch *w, const char *rel, const struct stat *st) {
+	char unit[256];
 	RememberRing *ring;
 	Remembered *r;
-	ssize_t n;
 
-	if (snprintf(full, sizeof(full), "%s%s", w->root, rel) >= (int) sizeof(full))
+	if (unit_from_cgroup_path(rel, unit, sizeof(unit)) <= 0)
 		return;
-	if (stat(full, &st) < 0) {
-		w->stats.missed++;
-		return;
-	}
-	n = unit_from_cgroup_path(rel, unit, sizeof(unit));
-	if (n <= 0)
-		return;
-	ring = st.st_uid == 0 ? &w->system : &w->users;
+	ring = st->st_uid == 0 ? &w->system : &w->users;
 	r = &ring->entries[ring->next];
 	if (r->unit) {
 		if (ring == &w->system)
@@ -76,16 +111,52 @@ static void remember(CgroupWatch *w, const char *rel) {
 	}
 	free(r->unit);
 	r->unit = strdup(unit);
-	r->id = r->unit ? (uint64_t) st.st_ino : 0;
+	r->id = r->unit ? (uint64_t) st->st_ino : 0;
 	r->seq = ++w->seq;
 	ring->next = (ring->next + 1) % CGROUP_WATCH_REMEMBER;
 	w->stats.remembered++;
 }
 
+/* Indexes a watched directory by its wd and its id; false if it is watched already (an
+ * IN_CREATE and the listing of its parent both saw it). */
+static bool add_watch(CgroupWatch *w, int wd, const char *rel, const struct stat *st) {
+	Watch *x = calloc(1, sizeof(*x));
+	Watch **p;
+
+	if (!x)
+		return false;
+	*x = (Watch){ .wd = wd, .id = st ? (uint64_t) st->st_ino : 0, .path = strdup(rel) };
+	if (!x->path || !(p = tsearch(x, &w->by_wd, cmp_wd)) || *p != x) {
+		free(x->path);
+		free(x);
+		return false;
+	}
+	if (!tsearch(x, &w->by_path, cmp_path)) {
+		tdelete(x, &w->by_wd, cmp_wd);
+		free(x->path);
+		free(x);
+		return false;
+	}
+	/* An id already indexed belongs to a directory gone whose IN_IGNORED is still queued:
+	 * the new one is the live one. */
+	if (x->id != 0) {
+		Watch *old = find_id(w, x->id);
+
+		if (old) {
+			tdelete(old, &w->by_id, cmp_id);
+			old->id = 0;
+		}
+		(void) tsearch(x, &w->by_id, cmp_id);
+	}
+	w->n_watches++;
+	return true;
+}
+
 /* Watches the directory rel and every directory below it, remembering each. */
 static void watch_tree(CgroupWatch *w, const char *rel, unsigned depth) {
 	char full[PATH_MAX];
-	Watch *grown;
+	struct stat st;
+	bool looked;
 	DIR *d;
 	int wd;
 
@@ -101,15 +172,13 @@ static void watch_tree(CgroupWatch *w, const char *rel, unsigned depth) {
 		w->stats.missed++;
 		return;
 	}
-	grown = reallocarray(w->watches, w->n_watches + 1, sizeof(Watch));
-	if (!grown)
+	looked = stat(full, &st) >= 0;
+	if (!looked)
+		w->stats.missed++;
+	if (!add_watch(w, wd, rel, looked ? &st : NULL))
 		return;
-	w->watches = grown;
-	w->watches[w->n_watches] = (Watch){ .wd = wd, .path = strdup(rel) };
-	if (!w->watches[w->n_watches].path)
-		return;
-	w->n_watches++;
-	remember(w, rel);
+	if (looked)
+		remember(w, rel, &st);
 
 	d = opendir(full);
 	if (!d)
@@ -125,20 +194,35 @@ static void watch_tree(CgroupWatch *w, const char *rel, unsigned depth) {
 	closedir(d);
 }
 
-static void forget_watch(CgroupWatch *w, int wd) {
-	for (size_t i = 0; i < w->n_watches; i++)
-		if (w->watches[i].wd == wd) {
-			free(w->watches[i].path);
-			w->watches[i] = w->watches[--w->n_watches];
-			return;
-		}
+static void free_watch(void *p) {
+	Watch *x = p;
+
+	free(x->path);
+	free(x);
 }
 
-static const char *watch_path(const CgroupWatch *w, int wd) {
-	for (size_t i = 0; i < w->n_watches; i++)
-		if (w->watches[i].wd == wd)
-			return w->watches[i].path;
-	return NULL;
+/* The directory is gone: its cgroup lives on only in the remembered rings. */
+static void forget(CgroupWatch *w, Watch *x) {
+	Watch **p;
+
+	tdelete(x, &w->by_wd, cmp_wd);
+	p = tfind(x, &w->by_path, cmp_path);
+	if (p && *p == x)
+		tdelete(x, &w->by_path, cmp_path);
+	if (x->id != 0 && find_id(w, x->id) == x)
+		tdelete(x, &w->by_id, cmp_id);
+	free_watch(x);
+	w->n_watches--;
+}
+
+static void forget_path(CgroupWatch *w, const char *rel) {
+	Watch key = { .path = (char *) rel }, **p = tfind(&key, &w->by_path, cmp_path);
+
+	if (!p)
+		return;
+	/* Its IN_IGNORED, if the kernel sends one, finds no watch by then. */
+	(void) inotify_rm_watch(w->fd, (*p)->wd);
+	forget(w, *p);
 }
 
 static void read_events(CgroupWatch *w) {
@@ -148,28 +232,40 @@ static void read_events(CgroupWatch *w) {
 	while ((n = read(w->fd, buf, sizeof(buf))) > 0)
 		for (char *p = buf; p < buf + n;) {
 			const struct inotify_event *e = (const struct inotify_event *) p;
-			const char *parent;
+			const Watch *parent;
 			char rel[PATH_MAX];
 
 			p += sizeof(*e) + e->len;
 			if (e->mask & IN_IGNORED) {
-				forget_watch(w, e->wd);
+				Watch *x = find_wd(w, e->wd);
+
+				if (x)
+					forget(w, x);
 				continue;
 			}
 			if (e->mask & IN_Q_OVERFLOW) {
 				w->stats.missed++;
 				continue;
 			}
-			if (!(e->mask & IN_CREATE) || !(e->mask & IN_ISDIR) || e->len == 0)
+			if (!(e->mask & (IN_CREATE | IN_DELETE)) || !(e->mask & IN_ISDIR) || e->len == 0)
 				continue;
-			parent = watch_path(w, e->wd);
-			if (parent && snprintf(rel, sizeof(rel), "%s/%s", parent, e->name) < (int) sizeof(rel))
+			parent = find_wd(w, e->wd);
+			if (!parent ||
+			    snprintf(rel, sizeof(rel), "%s/%s", parent->path, e->name) >= (int) sizeof(rel))
+				continue;
+			if (e->mask & IN_CREATE)
 				watch_tree(w, rel, 0);
+			else
+				forget_path(w, rel);
 		}
 }
 
 static int on_inotify(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
-	read_events(userdata);
+	CgroupWatch *w = userdata;
+
+	pthread_mutex_lock(&w->lock);
+	read_events(w);
+	pthread_mutex_unlock(&w->lock);
 	return 0;
 }
 
@@ -179,6 +275,7 @@ int cgroup_watch_new(sd_event *event, const char *root, CgroupWatch **ret) {
 
 	if (!w)
 		return -ENOMEM;
+	pthread_mutex_init(&w->lock, NULL);
 	w->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
 	if (w->fd < 0)
 		return -errno;
@@ -186,11 +283,16 @@ int cgroup_watch_new(sd_event *event, const char *root, CgroupWatch **ret) {
 	if (!w->root)
 		return -ENOMEM;
 	watch_tree(w, "", 0);
-	r = sd_event_add_io(event, &w->source, w->fd, EPOLLIN, on_inotify, w);
-	if (r < 0)
-		return r;
+	if (event) {
+		r = sd_event_add_io(event, &w->source, w->fd, EPOLLIN, on_inotify, w);
+		if (r < 0)
+			return r;
+	}
 	*ret = TAKE_PTR(w);
 	return 0;
+}
+
+static void no_free(void *p) {
 }
 
 CgroupWatch *cgroup_watch_free(CgroupWatch *w) {
@@ -198,16 +300,41 @@ CgroupWatch *cgroup_watch_free(CgroupWatch *w) {
 		return NULL;
 	sd_event_source_disable_unref(w->source);
 	safe_close(w->fd);
-	for (size_t i = 0; i < w->n_watches; i++)
-		free(w->watches[i].path);
-	free(w->watches);
+	tdestroy(w->by_id, no_free); /* the same Watches as by_wd */
+	tdestroy(w->by_path, no_free);
+	tdestroy(w->by_wd, free_watch);
 	for (size_t i = 0; i < CGROUP_WATCH_REMEMBER; i++) {
 		free(w->system.entries[i].unit);
 		free(w->users.entries[i].unit);
 	}
 	free(w->root);
+	pthread_mutex_destroy(&w->lock);
 	free(w);
 	return NULL;
+}
+
+ssize_t cgroup_watch_resolve_owner(CgroupWatch *w, uint64_t id, char *unit, size_t size, uid_t *ret_owner) {
+	const Watch *x;
+	ssize_t n;
+
+	if (ret_owner)
+		*ret_owner = (uid_t) -1;
+	pthread_mutex_lock(&w->lock);
+	read_events(w); /* a cgroup made just now is in the queue */
+	x = find_id(w, id);
+	if (!x)
+		n = -ESTALE; /* removed, or never seen (CGROUP_WATCH_MAX_WATCHES, an overflow) */
+	else {
+		if (ret_owner)
+			*ret_owner = cgroup_path_owner(x->path);
+		n = unit_from_cgroup_path(x->path, unit, size);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return n;
+}
+
+ssize_t cgroup_watch_resolve(void *userdata, uint64_t id, char *unit, size_t size) {
+	return cgroup_watch_resolve_owner(userdata, id, unit, size, NULL);
 }
 
 static const Remembered *ring_find(const RememberRing *ring, uint64_t id) {
@@ -221,17 +348,36 @@ static const Remembered *ring_find(const RememberRing *ring, uint64_t id) {
 	return NULL;
 }
 
-const char *cgroup_watch_lookup(CgroupWatch *w, uint64_t id) {
+ssize_t cgroup_watch_lookup(CgroupWatch *w, uint64_t id, char *unit, size_t size) {
+	const Remembered *a, *b, *r;
+	ssize_t n = 0;
+
 	if (!w || id == 0)
-		return NULL;
+		return 0;
+	pthread_mutex_lock(&w->lock);
 	read_events(w);
 	/* The newest: an inode number reused by a later cgroup names the later one. */
-	const Remembered *a = ring_find(&w->system, id), *b = ring_find(&w->users, id);
-	if (a && b)
-		return a->seq > b->seq ? a->unit : b->unit;
-	return a ? a->unit : b ? b->unit : NULL;
+	a = ring_find(&w->system, id);
+	b = ring_find(&w->users, id);
+	r = a && b ? (a->seq > b->seq ? a : b) : a ?: b;
+	if (r) {
+		n = (ssize_t) strlen(r->unit);
+		if ((size_t) n + 1 > size)
+			n = -ENOBUFS;
+		else
+			memcpy(unit, r->unit, (size_t) n + 1);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return n;
 }
 
-void cgroup_watch_get_stats(const CgroupWatch *w, CgroupWatchStats *ret) {
-	*ret = w ? w->stats : (CgroupWatchStats){};
+void cgroup_watch_get_stats(CgroupWatch *w, CgroupWatchStats *ret) {
+	if (!w) {
+		*ret = (CgroupWatchStats){};
+		return;
+	}
+	pthread_mutex_lock(&w->lock);
+	*ret = w->stats;
+	ret->watched = w->n_watches;
+	pthread_mutex_unlock(&w->lock);
 }

@@ -1,25 +1,29 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The units of cgroups that no longer exist: the cgroup2 tree watched with inotify, each new
- * cgroup's id (its inode) and unit remembered, so that a flight recorder snapshot can name the
- * unit of events whose cgroup was removed since (a unit that failed). Bounded: the most recent
- * CGROUP_WATCH_REMEMBER cgroups with a unit that root made (systemd's units), and as many that
- * users made in subtrees delegated to them, in a ring of their own: however many cgroups users
- * make, they push out only users' cgroups (counted); at most CGROUP_WATCH_MAX_WATCHES
- * directories. Main thread only. */
+/* The cgroup2 tree as the daemon knows it: every directory watched with inotify and indexed by
+ * its inode (the cgroup id), which names a cgroup's path, unit and owner without a file handle;
+ * and the units of cgroups that no longer exist, remembered from when they were made, so that a
+ * flight recorder snapshot can name the unit of events whose cgroup was removed since (a unit
+ * that failed). Bounded: at most CGROUP_WATCH_MAX_WATCHES directories (more are counted as
+ * unwatched and name no unit); the most recent CGROUP_WATCH_REMEMBER cgroups with a unit that
+ * root made (systemd's units), and as many that users made in subtrees delegated to them, in a
+ * ring of their own: however many cgroups users make, they push out only users' cgroups
+ * (counted). Thread-safe: the main thread owns it, reader threads resolve ids through it. */
 #pragma once
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <systemd/sd-event.h>
 
 #include "macro.h"
 
 #define CGROUP_WATCH_REMEMBER    4096u
-#define CGROUP_WATCH_MAX_WATCHES 16384u
+#define CGROUP_WATCH_MAX_WATCHES 65536u
 
 typedef struct CgroupWatch CgroupWatch;
 
 typedef struct CgroupWatchStats {
+	uint64_t watched;       /* directories (live cgroups) watched now */
 	uint64_t remembered;    /* cgroups with a unit seen (created, or found at start) */
 	uint64_t evicted;       /* root-made ones forgotten for newer root-made ones */
 	uint64_t evicted_users; /* ones users made (delegated subtrees) forgotten for newer such */
@@ -27,13 +31,21 @@ typedef struct CgroupWatchStats {
 	uint64_t unwatched;     /* directories not watched: CGROUP_WATCH_MAX_WATCHES reached */
 } CgroupWatchStats;
 
-/* Watches the cgroup2 tree mounted at `root` (every directory) from the event loop, and
- * remembers the cgroups that exist now. */
+/* Watches the cgroup2 tree mounted at `root` (every directory), from `event` (NULL: only when
+ * asked), and indexes and remembers the cgroups that exist now. */
 int cgroup_watch_new(sd_event *event, const char *root, CgroupWatch **ret);
 CgroupWatch *cgroup_watch_free(CgroupWatch *w);
 DEFINE_TRIVIAL_CLEANUP_FUNC(CgroupWatch *, cgroup_watch_free);
 
-/* The unit of cgroup `id` as it was when the cgroup existed, or NULL. Reads the pending inotify
- * events first, so that a cgroup created just before the call is known. */
-const char *cgroup_watch_lookup(CgroupWatch *w, uint64_t id);
-void cgroup_watch_get_stats(const CgroupWatch *w, CgroupWatchStats *ret);
+/* A live cgroup's unit: writes it to unit (NUL-terminated) and returns its length; 0 if the
+ * cgroup belongs to no unit; -ESTALE if it is not a live cgroup the watch knows (removed, or
+ * unwatched). Reads the pending inotify events first. Any thread. Signature of
+ * CgroupResolveFn (cgroup.h), userdata = the CgroupWatch. */
+ssize_t cgroup_watch_resolve(void *userdata, uint64_t id, char *unit, size_t size);
+/* The same, and the user the cgroup belongs to (cgroup_path_owner(): (uid_t) -1 for the system). */
+ssize_t cgroup_watch_resolve_owner(CgroupWatch *w, uint64_t id, char *unit, size_t size, uid_t *ret_owner);
+
+/* The unit cgroup `id` had when it was made (it may be gone since): as cgroup_watch_resolve(),
+ * 0 if none is remembered. Reads the pending inotify events first. Any thread. */
+ssize_t cgroup_watch_lookup(CgroupWatch *w, uint64_t id, char *unit, size_t size);
+void cgroup_watch_get_stats(CgroupWatch *w, CgroupWatchStats *ret);

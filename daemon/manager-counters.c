@@ -203,14 +203,6 @@ int manager_setup_counters(Manager *m) {
 				"charged only when it leaves it",
 				cpu);
 	}
-	/* Units of cgroups removed within an interval still get their last counters. */
-	if (m->cgroups && !m->cgroup_watch) {
-		r = cgroup_watch_new(m->event, cgroup_fs_path(m->cgroups), &m->cgroup_watch);
-		if (r < 0)
-			log_warning_errno(
-				r,
-				"Failed to watch the cgroup tree: %m; units removed within an interval are not named");
-	}
 	counters_interval(m); /* the baseline */
 	r = sd_event_add_time_relative(
 		m->event,

@@ -45,15 +45,6 @@ void manager_setup_recorder(Manager *m) {
 			m->config->recorder_pages_per_cpu);
 		return;
 	}
-	/* Snapshots name the units of cgroups removed since (a unit that failed). */
-	if (m->cgroups) {
-		r = cgroup_watch_new(m->event, cgroup_fs_path(m->cgroups), &m->cgroup_watch);
-		if (r < 0)
-			log_warning_errno(
-				r,
-				"Failed to watch the cgroup tree: %m; snapshots name no unit for cgroups "
-				"removed since");
-	}
 	log_info(
 		"Flight recorder on: %u pages per CPU on %u CPUs (%s/recorder)",
 		m->config->recorder_pages_per_cpu,

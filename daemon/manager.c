@@ -343,7 +343,7 @@ static int manager_open_rings(Manager *m, const CpuSet *groups, size_t n_groups)
 			rings,
 			n,
 			m->hub,
-			m->cgroups,
+			m->cgroup_watch,
 			m->ledger,
 			c->flush_interval_ms,
 			&m->readers[g]);
@@ -460,13 +460,24 @@ static void manager_raise_fd_limit(Manager *m) {
 static void manager_open_cgroups(Manager *m) {
 	int r = cgroup_fs_open("/proc/self/mountinfo", &m->cgroups);
 
-	if (r < 0)
+	if (r < 0) {
 		log_warning_errno(
 			r,
 			"No cgroup2 hierarchy (%m): events will carry no systemd unit and unit filters "
 			"will match nothing");
-	else
-		log_debug("Resolving units from the cgroup2 hierarchy at %s", cgroup_fs_path(m->cgroups));
+		return;
+	}
+	/* The tree's index names the units of events (and of removed cgroups, for snapshots and
+	 * the counters' last intervals). */
+	r = cgroup_watch_new(m->event, cgroup_fs_path(m->cgroups), &m->cgroup_watch);
+	if (r < 0) {
+		log_warning_errno(
+			r,
+			"Failed to watch the cgroup2 hierarchy at %s: %m; events will carry no systemd unit",
+			cgroup_fs_path(m->cgroups));
+		return;
+	}
+	log_debug("Resolving units from the cgroup2 hierarchy at %s", cgroup_fs_path(m->cgroups));
 }
 
 const char *manager_cgroup_unit(
@@ -475,13 +486,13 @@ const char *manager_cgroup_unit(
 
 	if (ret_owner)
 		*ret_owner = (uid_t) -1; /* the system's, also for a cgroup that is gone */
-	n = m->cgroups ? cgroup_fs_resolve_owner(m->cgroups, id, buf, size, ret_owner) : 0;
+	n = m->cgroup_watch ? cgroup_watch_resolve_owner(m->cgroup_watch, id, buf, size, ret_owner) : 0;
 	if (ret_gone)
-		*ret_gone = n == -ESTALE || n == -ENOENT;
+		*ret_gone = n == -ESTALE;
 	if (n >= 0)
 		return n > 0 ? buf : NULL;
-	/* Gone, or not resolvable here: the unit the cgroup watch saw it made for. */
-	return cgroup_watch_lookup(m->cgroup_watch, id);
+	/* Gone: the unit the cgroup watch saw it made for. */
+	return cgroup_watch_lookup(m->cgroup_watch, id, buf, size) > 0 ? buf : NULL;
 }
 
 /* Probes the kernel; refuses to go on without a required feature (main() exits with

@@ -108,7 +108,7 @@ int reader_new(
 	Ring **rings,
 	size_t n_rings,
 	Hub *hub,
-	CgroupFs *cgroups,
+	CgroupWatch *cgroups,
 	Ledger *ledger,
 	unsigned flush_interval_ms,
 	Reader **ret) {
@@ -161,7 +161,7 @@ int reader_new(
 		}
 	}
 	if (cgroups) {
-		k = cgroup_cache_new(READER_UNIT_CACHE_ENTRIES, cgroup_fs_resolve, cgroups, &r->units);
+		k = cgroup_cache_new(READER_UNIT_CACHE_ENTRIES, cgroup_watch_resolve, cgroups, &r->units);
 		if (k < 0)
 			return k;
 	}

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "cgroup.h"
+#include "cgroupwatch.h"
 #include "cpuset.h"
 #include "macro.h"
 #include "hub.h"
@@ -53,7 +54,7 @@ int reader_new(
 	Ring **rings,
 	size_t n_rings,
 	Hub *hub,
-	CgroupFs *cgroups,
+	CgroupWatch *cgroups,
 	Ledger *ledger,
 	unsigned flush_interval_ms,
 	Reader **ret);

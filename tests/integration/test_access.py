@@ -393,9 +393,38 @@ def test_memory_per_user():
     d_users.stop()
 
 
+def test_units_without_file_handles():
+    """The daemon names an event's unit without CAP_DAC_READ_SEARCH (the shipped unit does not
+    grant it: open_by_handle_at() could open any inode of a mounted filesystem): from its own
+    index of the cgroup tree, for a cgroup made before it started and one made after."""
+    wrapper = os.path.join(WORK, "perfrelayd-no-dac")
+    with open(wrapper, "w") as f:
+        f.write(f"#!/bin/sh\nexec setpriv --bounding-set=-dac_read_search --inh-caps=-dac_read_search {BINARY} \"$@\"\n")
+    os.chmod(wrapper, 0o755)
+    before = UnitCgroup("acc-before")
+    dm = Daemon(wrapper, "access-nodac", stdout=True, config="[Probes]\nProbes=exec\n")
+    try:
+        dm.start()
+        after = UnitCgroup("acc-after")
+        try:
+            for cg in (before, after):
+                marker = f"prnodac-{cg.name}"
+                check_eq(subprocess.run(["/bin/sh", "-c", "exit 0", marker], preexec_fn=cg.enter).returncode, 0,
+                         "the marker ran")
+                ev = dm.wait_event(lambda e: e.get("type") == "exec" and marker in e.get("argv", []),
+                                   f"the exec in {cg.name}")
+                check_eq(ev.get("unit"), cg.name, "its unit, named without a file handle")
+        finally:
+            after.remove()
+        dm.stop()
+    finally:
+        before.remove()
+        dm.cleanup()
+
+
 try:
     run_tests([test_snapshot_and_capture_by_role, test_metadata_by_role, test_unit_counters_by_role,
-               test_setuid_events_are_not_the_callers, test_memory_per_user])
+               test_setuid_events_are_not_the_callers, test_memory_per_user, test_units_without_file_handles])
 finally:
     d.cleanup()
     d_probes.cleanup()

@@ -114,14 +114,14 @@ def _():
     assert r.returncode == 0 and not r.stderr.strip(), f"systemd-analyze verify: {r.stderr}"
 
 
-@step("security exposure <= 2.5")
+@step("security exposure <= 1.5")
 def _():
     out = run("systemd-analyze", "security", "--no-pager", "perfrelay.service").stdout
     m = re.search(r"Overall exposure level for perfrelay.service: ([\d.]+)", out)
     assert m, out[-500:]
     state["exposure"] = float(m.group(1))
     print(f"exposure {m.group(1)}")
-    assert state["exposure"] <= 2.5, f"exposure {m.group(1)}"
+    assert state["exposure"] <= 1.5, f"exposure {m.group(1)}"
 
 
 @step("socket activation: the first client gets its hello and events")

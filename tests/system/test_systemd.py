@@ -73,7 +73,9 @@ def prepare_root(root):
         f.write(f"# The system test's own pin root, beside any live daemon's\n[Daemon]\nPinPath={PIN}\n")
     os.makedirs(os.path.join(root, "etc/systemd/system/perfrelay.service.d"), exist_ok=True)
     with open(os.path.join(root, "etc/systemd/system/perfrelay.service.d/50-test.conf"), "w") as f:
-        f.write("# The watchdog test waits for this, not for the default 30 s\n[Service]\nWatchdogSec=3s\n")
+        f.write("# The watchdog test waits for this, not for the default 30 s\n[Service]\nWatchdogSec=3s\n"
+                "# The test's pin root, writable under ProtectKernelTunables= (docs/config.md, PinPath=)\n"
+                f"ExecStartPre=-+/bin/mkdir -p {PIN}\nReadWritePaths=-{PIN}\n")
     shutil.copy("/bin/true", os.path.join(root, "usr/local/bin/prsys-marker"))
     shutil.copy(os.path.join(HERE, "inside.py"), os.path.join(root, "root/inside.py"))
     with open(os.path.join(root, "etc/hostname"), "w") as f:

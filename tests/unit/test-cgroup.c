@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cgroup.h"
+#include "cgroupwatch.h"
 #include "macro.h"
 #include "unitname.h"
 
@@ -225,46 +226,48 @@ static void test_cache(void) {
 	ASSERT(cgroup_cache_free(NULL) == NULL);
 }
 
-/* The real resolver: needs a cgroup2 mount we may create cgroups in and CAP_DAC_READ_SEARCH. */
-static void test_kernfs(void) {
+/* The real resolver, the cgroup watch's index: needs a cgroup2 mount we may create cgroups in
+ * (root); without one it says so and checks nothing else. */
+static void test_watch(void) {
 	CgroupFs *fs = NULL;
-	char dir[4096], sub[4200], unit[UNIT_NAME_MAX];
-	struct stat st;
-	ssize_t r;
+	CgroupWatch *w = NULL;
+	char dir[4096], sub[4200], unit[UNIT_NAME_MAX], want[128];
+	struct stat st, root;
+	uid_t owner = 0;
 
 	if (cgroup_fs_open("/proc/self/mountinfo", &fs) < 0) {
-		printf("test-cgroup: no cgroup2 mount, skipping the kernfs resolver test\n");
+		printf("test-cgroup: no cgroup2 mount, skipping the cgroup watch test\n");
 		return;
 	}
 	snprintf(dir, sizeof(dir), "%s/perfrelay-unit-test-%d.scope", cgroup_fs_path(fs), (int) getpid());
 	snprintf(sub, sizeof(sub), "%s/inner", dir);
+	snprintf(want, sizeof(want), "perfrelay-unit-test-%d.scope", (int) getpid());
+	ASSERT(cgroup_watch_new(NULL, cgroup_fs_path(fs), &w) == 0);
+	/* Made after the watch started: known from its IN_CREATE, without a file handle. */
 	if (mkdir(dir, 0755) < 0) {
-		printf("test-cgroup: cannot create %s (%s), skipping the kernfs resolver test\n",
+		printf("test-cgroup: cannot create %s (%s), skipping the cgroup watch test\n",
 		       dir,
 		       strerror(errno));
+		cgroup_watch_free(w);
 		cgroup_fs_free(fs);
 		return;
 	}
 	ASSERT(mkdir(sub, 0755) == 0);
 	ASSERT(stat(sub, &st) == 0);
-	r = cgroup_fs_resolve(fs, st.st_ino, unit, sizeof(unit));
-	if (r == -EPERM)
-		printf("test-cgroup: open_by_handle_at() not permitted, skipping the kernfs resolver test\n");
-	else {
-		char want[128];
-
-		snprintf(want, sizeof(want), "perfrelay-unit-test-%d.scope", (int) getpid());
-		ASSERT(r == (ssize_t) strlen(want) && streq(unit, want));
-		/* The root cgroup belongs to no unit. */
-		ASSERT(stat(cgroup_fs_path(fs), &st) == 0);
-		ASSERT(cgroup_fs_resolve(fs, st.st_ino, unit, sizeof(unit)) == 0);
-		ASSERT(stat(sub, &st) == 0);
-	}
+	ASSERT(cgroup_watch_resolve_owner(w, st.st_ino, unit, sizeof(unit), &owner) == (ssize_t) strlen(want));
+	ASSERT(streq(unit, want) && owner == (uid_t) -1);
+	ASSERT(cgroup_watch_resolve(w, st.st_ino, unit, 4) == -ENOBUFS);
+	/* The root cgroup belongs to no unit; an id nobody made is unknown. */
+	ASSERT(stat(cgroup_fs_path(fs), &root) == 0);
+	ASSERT(cgroup_watch_resolve(w, root.st_ino, unit, sizeof(unit)) == 0);
+	ASSERT(cgroup_watch_resolve(w, UINT64_MAX - 1, unit, sizeof(unit)) == -ESTALE);
 	ASSERT(rmdir(sub) == 0);
 	ASSERT(rmdir(dir) == 0);
-	/* A removed cgroup's handle is stale. */
-	if (r != -EPERM)
-		ASSERT(cgroup_fs_resolve(fs, st.st_ino, unit, sizeof(unit)) == -ESTALE);
+	/* Removed: not live any more, but its unit is remembered. */
+	ASSERT(cgroup_watch_resolve(w, st.st_ino, unit, sizeof(unit)) == -ESTALE);
+	ASSERT(cgroup_watch_lookup(w, st.st_ino, unit, sizeof(unit)) == (ssize_t) strlen(want) &&
+	       streq(unit, want));
+	cgroup_watch_free(w);
 	cgroup_fs_free(fs);
 }
 
@@ -274,7 +277,7 @@ int main(void) {
 	test_path_owner();
 	test_mountinfo();
 	test_cache();
-	test_kernfs();
+	test_watch();
 
 	if (failures) {
 		fprintf(stderr, "%d failures\n", failures);
