@@ -131,11 +131,18 @@ static bool add_watch(CgroupWatch *w, int wd, const char *rel, const struct stat
 		free(x);
 		return false;
 	}
-	if (!tsearch(x, &w->by_path, cmp_path)) {
+	p = tsearch(x, &w->by_path, cmp_path);
+	if (!p) {
 		tdelete(x, &w->by_wd, cmp_wd);
 		free(x->path);
 		free(x);
 		return false;
+	}
+	if (*p != x) {
+		/* A directory of that name removed and made again, its IN_DELETE still queued: the
+		 * path names the new one. */
+		tdelete(*p, &w->by_path, cmp_path);
+		(void) tsearch(x, &w->by_path, cmp_path);
 	}
 	/* An id already indexed belongs to a directory gone whose IN_IGNORED is still queued:
 	 * the new one is the live one. */

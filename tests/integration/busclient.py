@@ -6,7 +6,7 @@ import subprocess
 import threading
 import time
 
-from prtest import Failure, check
+from prtest import Collected, Failure, check
 
 
 def as_user(user, cmd):
@@ -19,7 +19,7 @@ def as_user(user, cmd):
     return ["setpriv", f"--reuid={uid}", f"--regid={gid}", f"--groups={groups}" if groups else "--clear-groups"] + cmd
 
 
-class BusPeer:
+class BusPeer(Collected):
     """bus-subscriber: a D-Bus connection that (unless subscribe=False) calls Subscribe with
     the filter and prints every signal reaching it."""
 
@@ -28,9 +28,7 @@ class BusPeer:
                       list(filters))
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)
-        self.msgs = []
-        self.cond = threading.Condition()
-        self.eof = False
+        self._collect_init()
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
         first = self.wait(lambda m: "subscribed" in m or "error" in m, "the subscriber's first line")
@@ -49,18 +47,8 @@ class BusPeer:
             self.eof = True
             self.cond.notify_all()
 
-    def wait(self, pred, what, timeout=10):
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                for m in self.msgs:
-                    if pred(m):
-                        return m
-                left = deadline - time.monotonic()
-                if left <= 0 or self.eof:
-                    raise Failure(f"{what}: not received within {timeout}s ({self.msgs[-5:]}, "
-                                  f"stderr: {self.proc.stderr.read() if self.eof else ''})")
-                self.cond.wait(left)
+    def _detail(self):
+        return f"{self.msgs[-5:]}, stderr: {self.proc.stderr.read() if self.eof else ''}"
 
     def messages(self):
         with self.cond:

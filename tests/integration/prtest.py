@@ -211,6 +211,32 @@ class Daemon:
             raise Failure(f"--cleanup left {self.pin_path} behind")
 
 
+class Collected:
+    """Messages a reader thread of the object collects: self.msgs, appended under self.cond,
+    and self.eof once its source ended. Call _collect_init() before starting the thread."""
+
+    def _collect_init(self):
+        self.msgs = []
+        self.cond = threading.Condition()
+        self.eof = False
+
+    def _detail(self):
+        return f"eof={self.eof}"
+
+    def wait(self, pred, what, timeout=10):
+        """The first message that pred accepts, waiting up to `timeout` s for it."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for m in self.msgs:
+                    if pred(m):
+                        return m
+                left = deadline - time.monotonic()
+                if left <= 0 or self.eof:
+                    raise Failure(f"{what}: not received within {timeout}s ({self._detail()})")
+                self.cond.wait(left)
+
+
 def read_line(sock, timeout=None):
     """Reads from a socket up to and including the first newline (or EOF); returns the bytes."""
     sock.settimeout(timeout)

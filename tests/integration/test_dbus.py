@@ -21,7 +21,7 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 
-from prtest import Daemon, Failure, check, check_eq, producer_counters, require_root_and_bpf, run_tests, skip
+from prtest import Collected, Daemon, Failure, check, check_eq, producer_counters, require_root_and_bpf, run_tests, skip
 from schema import schemas_by_type
 from statsbus import CONFIG as BUS_CONFIG
 from busclient import BusPeer, as_user
@@ -165,16 +165,14 @@ class Subscriber(BusPeer):
         super().__init__(HELPER, address or BUS.address, *filters, user=user, subscribe=subscribe)
 
 
-class SocketClient:
+class SocketClient(Collected):
     """A subscriber on the event socket; lines are collected by a thread."""
 
     def __init__(self, request):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(d.socket_path)
         self.sock.sendall(json.dumps(request).encode() + b"\n")
-        self.msgs = []
-        self.eof = False
-        self.cond = threading.Condition()
+        self._collect_init()
         threading.Thread(target=self._read, daemon=True).start()
         self.hello = self.wait(lambda m: m["type"] == "hello", "hello line")
 
@@ -194,18 +192,6 @@ class SocketClient:
                 *lines, buf = buf.split(b"\n")
                 self.msgs += [json.loads(l) for l in lines]
                 self.cond.notify_all()
-
-    def wait(self, pred, what, timeout=10):
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                for m in self.msgs:
-                    if pred(m):
-                        return m
-                left = deadline - time.monotonic()
-                if left <= 0 or self.eof:
-                    raise Failure(f"{what}: not received within {timeout}s (eof={self.eof})")
-                self.cond.wait(left)
 
     def wait_eof(self, what, timeout=10):
         deadline = time.monotonic() + timeout
