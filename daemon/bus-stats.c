@@ -329,6 +329,9 @@ static int append_stats(sd_bus_message *m, const StatsSnapshot *s) {
 			{ "cgroups_remembered", s->cgroup_watch.remembered },
 			{ "cgroups_evicted", s->cgroup_watch.evicted },
 			{ "cgroups_evicted_users", s->cgroup_watch.evicted_users },
+			{ "cgroups_evicted_young", s->cgroup_watch.evicted_young },
+			{ "cgroups_kept", s->cgroup_watch.kept },
+			{ "cgroups_watched", s->cgroup_watch.watched },
 			{ "cgroups_missed", s->cgroup_watch.missed },
 			{ "cgroups_unwatched", s->cgroup_watch.unwatched });
 	if (r >= 0)

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cgroupwatch.h"
+#include "time-util.h"
 #include "unitname.h"
 
 /* IN_DELETE on the parent: rmdir(2) of a cgroup reports no IN_DELETE_SELF or IN_IGNORED to the
@@ -30,20 +31,24 @@
 /* One watched directory: a live cgroup. */
 typedef struct Watch {
 	int wd;
-	uint64_t id; /* its inode, the cgroup id; 0 when it could not be looked at */
-	char *path;  /* relative to the root: "" or "/system.slice/..." */
+	uint64_t id;   /* its inode, the cgroup id; 0 when it could not be looked at */
+	uid_t dir_uid; /* who made it: root (systemd), or a user in a subtree delegated to them */
+	char *path;    /* relative to the root: "" or "/system.slice/..." */
 } Watch;
 
 typedef struct Remembered {
 	uint64_t id;
-	uint64_t seq; /* the order cgroups were seen in, across both rings */
+	uint64_t removed_ns; /* CLOCK_MONOTONIC when the watch saw it go */
+	uint64_t seq;        /* the order cgroups went in, across both rings */
 	char *unit;
 } Remembered;
 
-/* The cgroups of one kind of owner, oldest overwritten first. */
+/* Removed cgroups of one kind of owner, oldest first: a queue in a circular array that grows
+ * from CGROUP_WATCH_REMEMBER to CGROUP_WATCH_REMEMBER_MAX while its oldest entry may still have
+ * records in the flight recorder. */
 typedef struct RememberRing {
-	Remembered entries[CGROUP_WATCH_REMEMBER];
-	size_t next;
+	Remembered *entries;
+	size_t head, n, capacity;
 } RememberRing;
 
 struct CgroupWatch {
@@ -61,6 +66,7 @@ struct CgroupWatch {
 	 * never the unit of a service that failed an hour ago. */
 	RememberRing system, users;
 	uint64_t seq;
+	uint64_t window_start_ns; /* removed before this, a cgroup has no record in the recorder */
 	CgroupWatchStats stats;
 };
 
@@ -94,26 +100,63 @@ static Watch *find_id(const CgroupWatch *w, uint64_t id) {
 	return p ? *p : NULL;
 }
 
-static void remember(CgroupWatch *w, const char *rel, const struct stat *st) {
+static bool ring_grow(RememberRing *ring) {
+	size_t capacity = ring->capacity ? ring->capacity * 2 : 64;
+	Remembered *e;
+
+	if (ring->capacity >= CGROUP_WATCH_REMEMBER_MAX)
+		return false;
+	e = calloc(capacity, sizeof(*e));
+	if (!e)
+		return false;
+	for (size_t i = 0; i < ring->n; i++)
+		e[i] = ring->entries[(ring->head + i) % ring->capacity];
+	free(ring->entries);
+	*ring = (RememberRing){ .entries = e, .head = 0, .n = ring->n, .capacity = capacity };
+	return true;
+}
+
+static void ring_pop(CgroupWatch *w, RememberRing *ring, bool young) {
+	Remembered *oldest = &ring->entries[ring->head];
+
+	free(oldest->unit);
+	*oldest = (Remembered){};
+	ring->head = (ring->head + 1) % ring->capacity;
+	ring->n--;
+	if (ring == &w->system)
+		w->stats.evicted++;
+	else
+		w->stats.evicted_users++;
+	if (young)
+		w->stats.evicted_young++;
+}
+
+/* A cgroup went: its unit is kept for snapshots of the events it had, and for the counters'
+ * last interval. Beyond CGROUP_WATCH_REMEMBER the oldest are forgotten once the flight recorder
+ * can no longer hold records from before they went; while it can, the ring grows, and only at
+ * CGROUP_WATCH_REMEMBER_MAX is the oldest forgotten anyway (counted as young). */
+static void remember_removed(CgroupWatch *w, const Watch *x) {
+	RememberRing *ring = x->dir_uid == 0 ? &w->system : &w->users;
 	char unit[256];
-	RememberRing *ring;
 	Remembered *r;
 
-	if (unit_from_cgroup_path(rel, unit, sizeof(unit)) <= 0)
+	if (x->id == 0 || unit_from_cgroup_path(x->path, unit, sizeof(unit)) <= 0)
 		return;
-	ring = st->st_uid == 0 ? &w->system : &w->users;
-	r = &ring->entries[ring->next];
-	if (r->unit) {
-		if (ring == &w->system)
-			w->stats.evicted++;
-		else
-			w->stats.evicted_users++;
+	/* Back to the bound, as far as the recorder allows. */
+	while (ring->n >= CGROUP_WATCH_REMEMBER && ring->entries[ring->head].removed_ns < w->window_start_ns)
+		ring_pop(w, ring, false);
+	if (ring->n == ring->capacity && !ring_grow(ring)) {
+		if (ring->n == 0)
+			return; /* out of memory */
+		ring_pop(w, ring, true);
 	}
-	free(r->unit);
-	r->unit = strdup(unit);
-	r->id = r->unit ? (uint64_t) st->st_ino : 0;
-	r->seq = ++w->seq;
-	ring->next = (ring->next + 1) % CGROUP_WATCH_REMEMBER;
+	r = &ring->entries[(ring->head + ring->n) % ring->capacity];
+	*r = (Remembered){
+		.id = x->id, .removed_ns = now_nsec(CLOCK_MONOTONIC), .seq = ++w->seq, .unit = strdup(unit)
+	};
+	if (!r->unit)
+		return;
+	ring->n++;
 	w->stats.remembered++;
 }
 
@@ -125,7 +168,12 @@ static bool add_watch(CgroupWatch *w, int wd, const char *rel, const struct stat
 
 	if (!x)
 		return false;
-	*x = (Watch){ .wd = wd, .id = st ? (uint64_t) st->st_ino : 0, .path = strdup(rel) };
+	*x = (Watch){
+		.wd = wd,
+		.id = st ? (uint64_t) st->st_ino : 0,
+		.dir_uid = st ? st->st_uid : 0,
+		.path = strdup(rel),
+	};
 	if (!x->path || !(p = tsearch(x, &w->by_wd, cmp_wd)) || *p != x) {
 		free(x->path);
 		free(x);
@@ -184,8 +232,6 @@ static void watch_tree(CgroupWatch *w, const char *rel, unsigned depth) {
 		w->stats.missed++;
 	if (!add_watch(w, wd, rel, looked ? &st : NULL))
 		return;
-	if (looked)
-		remember(w, rel, &st);
 
 	d = opendir(full);
 	if (!d)
@@ -229,6 +275,7 @@ static void forget_path(CgroupWatch *w, const char *rel) {
 		return;
 	/* Its IN_IGNORED, if the kernel sends one, finds no watch by then. */
 	(void) inotify_rm_watch(w->fd, (*p)->wd);
+	remember_removed(w, *p);
 	forget(w, *p);
 }
 
@@ -246,8 +293,11 @@ static void read_events(CgroupWatch *w) {
 			if (e->mask & IN_IGNORED) {
 				Watch *x = find_wd(w, e->wd);
 
-				if (x)
+				/* Gone (other filesystems say so to the directory's own watch first). */
+				if (x) {
+					remember_removed(w, x);
 					forget(w, x);
+				}
 				continue;
 			}
 			if (e->mask & IN_Q_OVERFLOW) {
@@ -310,10 +360,12 @@ CgroupWatch *cgroup_watch_free(CgroupWatch *w) {
 	tdestroy(w->by_id, no_free); /* the same Watches as by_wd */
 	tdestroy(w->by_path, no_free);
 	tdestroy(w->by_wd, free_watch);
-	for (size_t i = 0; i < CGROUP_WATCH_REMEMBER; i++) {
+	for (size_t i = 0; i < w->system.capacity; i++)
 		free(w->system.entries[i].unit);
+	for (size_t i = 0; i < w->users.capacity; i++)
 		free(w->users.entries[i].unit);
-	}
+	free(w->system.entries);
+	free(w->users.entries);
 	free(w->root);
 	pthread_mutex_destroy(&w->lock);
 	free(w);
@@ -345,14 +397,21 @@ ssize_t cgroup_watch_resolve(void *userdata, uint64_t id, char *unit, size_t siz
 }
 
 static const Remembered *ring_find(const RememberRing *ring, uint64_t id) {
-	for (size_t k = 0; k < CGROUP_WATCH_REMEMBER; k++) {
-		const Remembered *r =
-			&ring->entries[(ring->next + CGROUP_WATCH_REMEMBER - 1 - k) % CGROUP_WATCH_REMEMBER];
+	for (size_t k = ring->n; k > 0; k--) {
+		const Remembered *r = &ring->entries[(ring->head + k - 1) % ring->capacity];
 
 		if (r->id == id)
 			return r;
 	}
 	return NULL;
+}
+
+void cgroup_watch_set_window(CgroupWatch *w, uint64_t start_ns) {
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->lock);
+	w->window_start_ns = start_ns;
+	pthread_mutex_unlock(&w->lock);
 }
 
 ssize_t cgroup_watch_lookup(CgroupWatch *w, uint64_t id, char *unit, size_t size) {
@@ -386,5 +445,6 @@ void cgroup_watch_get_stats(CgroupWatch *w, CgroupWatchStats *ret) {
 	pthread_mutex_lock(&w->lock);
 	*ret = w->stats;
 	ret->watched = w->n_watches;
+	ret->kept = w->system.n + w->users.n;
 	pthread_mutex_unlock(&w->lock);
 }

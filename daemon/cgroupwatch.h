@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The cgroup2 tree as the daemon knows it: every directory watched with inotify and indexed by
  * its inode (the cgroup id), which names a cgroup's path, unit and owner without a file handle;
- * and the units of cgroups that no longer exist, remembered from when they were made, so that a
- * flight recorder snapshot can name the unit of events whose cgroup was removed since (a unit
- * that failed). Bounded: at most CGROUP_WATCH_MAX_WATCHES directories (more are counted as
- * unwatched and name no unit); the most recent CGROUP_WATCH_REMEMBER cgroups with a unit that
- * root made (systemd's units), and as many that users made in subtrees delegated to them, in a
- * ring of their own: however many cgroups users make, they push out only users' cgroups
- * (counted). Thread-safe: the main thread owns it, reader threads resolve ids through it. */
+ * and the units of cgroups that no longer exist, remembered when they go, so that a flight
+ * recorder snapshot can name the unit of events whose cgroup was removed since (a unit that
+ * failed). Bounded: at most CGROUP_WATCH_MAX_WATCHES directories (more are counted as
+ * unwatched and name no unit). Removed cgroups are kept in two queues, those root made
+ * (systemd's units) and those users made in subtrees delegated to them, so that however many
+ * cgroups users make they push out only users' cgroups; each keeps CGROUP_WATCH_REMEMBER and
+ * forgets its oldest only once the flight recorder can hold no record from before it went
+ * (cgroup_watch_set_window()), growing meanwhile up to CGROUP_WATCH_REMEMBER_MAX (beyond, the
+ * oldest goes anyway, counted as evicted young). Thread-safe: the main thread owns it, reader
+ * threads resolve ids through it. */
 #pragma once
 
 #include <stdint.h>
@@ -17,16 +20,19 @@
 
 #include "macro.h"
 
-#define CGROUP_WATCH_REMEMBER    4096u
-#define CGROUP_WATCH_MAX_WATCHES 65536u
+#define CGROUP_WATCH_REMEMBER     4096u
+#define CGROUP_WATCH_REMEMBER_MAX 65536u
+#define CGROUP_WATCH_MAX_WATCHES  65536u
 
 typedef struct CgroupWatch CgroupWatch;
 
 typedef struct CgroupWatchStats {
 	uint64_t watched;       /* directories (live cgroups) watched now */
-	uint64_t remembered;    /* cgroups with a unit seen (created, or found at start) */
+	uint64_t remembered;    /* removed cgroups with a unit remembered */
+	uint64_t kept;          /* of which remembered now */
 	uint64_t evicted;       /* root-made ones forgotten for newer root-made ones */
 	uint64_t evicted_users; /* ones users made (delegated subtrees) forgotten for newer such */
+	uint64_t evicted_young; /* of the evicted, ones the recorder may still have events of */
 	uint64_t missed;        /* directories that were gone before they could be looked at */
 	uint64_t unwatched;     /* directories not watched: CGROUP_WATCH_MAX_WATCHES reached */
 } CgroupWatchStats;
@@ -48,4 +54,8 @@ ssize_t cgroup_watch_resolve_owner(CgroupWatch *w, uint64_t id, char *unit, size
 /* The unit cgroup `id` had when it was made (it may be gone since): as cgroup_watch_resolve(),
  * 0 if none is remembered. Reads the pending inotify events first. Any thread. */
 ssize_t cgroup_watch_lookup(CgroupWatch *w, uint64_t id, char *unit, size_t size);
+/* Cgroups removed before start_ns (CLOCK_MONOTONIC) have no record in the flight recorder any
+ * more (recorder_window_start()); UINT64_MAX without a recorder. Until it is called, nothing
+ * is known to be out of the window. */
+void cgroup_watch_set_window(CgroupWatch *w, uint64_t start_ns);
 void cgroup_watch_get_stats(CgroupWatch *w, CgroupWatchStats *ret);

@@ -97,6 +97,14 @@ static void manager_cpu_online(Manager *m, unsigned cpu) {
 			return;
 		log_info("CPU %u came online again without going offline first: its ring is replaced", cpu);
 	}
+	/* The recorder's ring first: every record the live ring takes from now on is recorded
+	 * too (before, those emitted between the two found no recorder ring). */
+	r = recorder_cpu_online(m->recorder, cpu);
+	if (r < 0)
+		log_warning_errno(
+			r,
+			"CPU %u came online; failed to give it a flight recorder ring: %m (its records are not kept)",
+			cpu);
 	r = ring_open(cpu, &ro, &ring);
 	if (r < 0) {
 		log_warning_errno(r, "CPU %u came online; failed to open its new ring (retrying): %m", cpu);
@@ -124,12 +132,7 @@ static void manager_cpu_online(Manager *m, unsigned cpu) {
 	}
 	cpuset_remove(&m->cpus_parked, cpu);
 	log_info("CPU %u came online: reader %u reads its new ring", cpu, reader_id(rd));
-	r = recorder_cpu_online(m->recorder, cpu);
-	if (r < 0)
-		log_warning_errno(
-			r,
-			"CPU %u came online; failed to give it a flight recorder ring: %m (its records are not kept)",
-			cpu); /* Its counting events went with it (a perf event on an offline CPU stays off). */
+	/* Its counting events went with it (a perf event on an offline CPU stays off). */
 	manager_counters_cpu_online(m, cpu);
 	manager_producers_cpu_online(m, cpu);
 }

@@ -68,7 +68,8 @@ struct Manager {
 	uint64_t health_last_events;
 	bool watchdog_withheld;
 
-	Recorder *recorder;        /* the flight recorder; NULL when off (manager-recorder.c) */
+	Recorder *recorder; /* the flight recorder; NULL when off (manager-recorder.c) */
+	sd_event_source *recorder_window_source; /* samples how far back it reaches, for the cgroup watch */
 	CgroupWatch *cgroup_watch; /* the units of removed cgroups, for snapshots; NULL: none */
 
 	/* Third-party producers (manager-producers.c). */

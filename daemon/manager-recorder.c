@@ -14,9 +14,24 @@
 #include "cgroupwatch.h"
 #include "snapshot.h"
 
+/* How far back the recorder reaches, for the cgroup watch: it keeps the units of removed cgroups
+ * at least that long (cgroupwatch.h). */
+static int on_window_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+	Manager *m = userdata;
+
+	cgroup_watch_set_window(m->cgroup_watch, recorder_window_start(m->recorder, now_nsec(CLOCK_MONOTONIC)));
+	(void) sd_event_source_set_time(s, usec + RECORDER_WINDOW_PERIOD_USEC);
+	(void) sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+	return 0;
+}
+
 void manager_setup_recorder(Manager *m) {
 	CpuSet cpus = m->cpus;
 	int r;
+
+	/* Without a recorder no snapshot can ask for a removed cgroup's unit: the cgroup watch
+	 * keeps only its bound. */
+	cgroup_watch_set_window(m->cgroup_watch, UINT64_MAX);
 
 	/* A daemon killed with its recorder on left it on, its rings in the slots of every CPU
 	 * (those we give none, offline ones, too): from a clean state whether we record or not. */
@@ -45,6 +60,15 @@ void manager_setup_recorder(Manager *m) {
 			m->config->recorder_pages_per_cpu);
 		return;
 	}
+	cgroup_watch_set_window(m->cgroup_watch, 0);
+	r = sd_event_add_time_relative(
+		m->event, &m->recorder_window_source, CLOCK_MONOTONIC, 0, USEC_PER_SEC, on_window_timer, m);
+	if (r < 0)
+		log_warning_errno(
+			r,
+			"Failed to start the recorder's window timer: %m; the units of removed cgroups are "
+			"kept up to their most (%u)",
+			CGROUP_WATCH_REMEMBER_MAX);
 	log_info(
 		"Flight recorder on: %u pages per CPU on %u CPUs (%s/recorder)",
 		m->config->recorder_pages_per_cpu,

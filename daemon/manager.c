@@ -164,6 +164,7 @@ Manager *manager_free(Manager *m) {
 	decoders_free(m->decoders);
 	manager_free_counters(m);
 	captures_free(m->captures);
+	sd_event_source_disable_unref(m->recorder_window_source);
 	recorder_free(m->recorder);
 	cgroup_watch_free(m->cgroup_watch);
 	hub_free(m->hub);

@@ -34,6 +34,11 @@ typedef struct RecRing {
 	size_t map_size;
 	uint64_t data_size;
 	uint64_t written_at_open; /* recorder_stats.written of this CPU when the ring was opened */
+	/* recorder_window_start()'s samples of this CPU's written count, oldest overwritten. */
+	struct {
+		uint64_t at_ns, written;
+	} samples[RECORDER_WINDOW_SAMPLES];
+	unsigned n_samples, next_sample;
 } RecRing;
 
 struct Recorder {
@@ -311,4 +316,34 @@ void recorder_get_stats(Recorder *r, RecorderStats *ret) {
 
 unsigned recorder_pages(const Recorder *r) {
 	return r->pages;
+}
+
+uint64_t recorder_window_start(Recorder *r, uint64_t now_ns) {
+	_cleanup_free_ struct perfrelay_recorder_stats *per_cpu = NULL;
+	/* The fewest records that fill a ring: the smallest sample (perf header, size, a record
+	 * header of 32 bytes, padded to 8) is 48 bytes. */
+	uint64_t fill, start = UINT64_MAX;
+
+	if (!r || r->stopped || r->n_rings == 0)
+		return 0;
+	per_cpu = calloc(r->n_possible, sizeof(*per_cpu));
+	if (!per_cpu || read_stats(r, per_cpu) < 0)
+		return 0;
+	fill = r->rings[0].data_size / 48;
+	for (size_t i = 0; i < r->n_rings; i++) {
+		RecRing *ring = &r->rings[i];
+		uint64_t written = ring->cpu < r->n_possible ? per_cpu[ring->cpu].written : 0, cpu_start = 0;
+
+		/* The newest sample after which the ring took a whole ring's worth of records: nothing
+		 * it held before that moment is left. */
+		for (unsigned k = 0; k < ring->n_samples; k++)
+			if (written - ring->samples[k].written >= fill && ring->samples[k].at_ns > cpu_start)
+				cpu_start = ring->samples[k].at_ns;
+		start = MIN(start, cpu_start);
+		ring->samples[ring->next_sample].at_ns = now_ns;
+		ring->samples[ring->next_sample].written = written;
+		ring->next_sample = (ring->next_sample + 1) % RECORDER_WINDOW_SAMPLES;
+		ring->n_samples = MIN(ring->n_samples + 1, RECORDER_WINDOW_SAMPLES);
+	}
+	return start;
 }

@@ -9,6 +9,7 @@
 
 #include "cpuset.h"
 #include "macro.h"
+#include "time-util.h"
 
 typedef struct Recorder Recorder;
 
@@ -58,4 +59,13 @@ size_t recorder_copy_walk(
 	const RecorderCopy *c, void (*fn)(const uint8_t *rec, uint32_t size, void *userdata), void *userdata);
 
 void recorder_get_stats(Recorder *r, RecorderStats *ret);
+
+/* How far back the rings may still reach: a CLOCK_MONOTONIC time before which none of them holds
+ * a record any more (each took enough records since to overwrite itself whole), or 0 when some
+ * ring may still hold older ones (it has not wrapped within the samples kept). Samples each
+ * CPU's written count at `now_ns`: call it now and then (RECORDER_WINDOW_PERIOD_USEC); the
+ * answer is as old as the sample it rests on, never newer than the truth. */
+#define RECORDER_WINDOW_SAMPLES     64u
+#define RECORDER_WINDOW_PERIOD_USEC (10 * USEC_PER_SEC)
+uint64_t recorder_window_start(Recorder *r, uint64_t now_ns);
 unsigned recorder_pages(const Recorder *r);

@@ -119,6 +119,14 @@ def test_snapshot_and_capture_by_role():
                  "root stops another's capture")
         check_eq(len(active()), 1, "root's own capture is left")
 
+        # Changing the daemon is root's alone, whatever group a caller is in.
+        for role, p in peers.items():
+            for line, method in (("call SetProbeEnabled sb exec false", "SetProbeEnabled"),
+                                 ("call DisconnectClient t 999999", "DisconnectClient"), ("call Reload", "Reload")):
+                rep = p.command(line, method)
+                denied = rep["error"] == "org.freedesktop.DBus.Error.AccessDenied"
+                check_eq(denied, role != "root", f"{method} by {role}: {rep}")
+
         with open(d.config_path, "a") as f:
             f.write("[Capture]\nAllowHostCaptures=yes\n")
         check_eq(busctl("root", "call", *MANAGER, "Reload").returncode, 0, "Reload")

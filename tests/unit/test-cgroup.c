@@ -271,6 +271,67 @@ static void test_watch(void) {
 	cgroup_fs_free(fs);
 }
 
+/* Removed cgroups are kept past CGROUP_WATCH_REMEMBER while the recorder may still hold their
+ * events, and root's apart from users': on a tree of plain directories (inotify works the same
+ * on tmpfs), so without root but for the users' part. */
+static void test_remembered(void) {
+	char root[] = "/tmp/perfrelay-test-cgroup-XXXXXX", path[256], unit[UNIT_NAME_MAX];
+	CgroupWatchStats st;
+	CgroupWatch *w = NULL;
+	const unsigned n = CGROUP_WATCH_REMEMBER + 10;
+	struct stat first;
+
+	ASSERT(mkdtemp(root));
+	ASSERT(cgroup_watch_new(NULL, root, &w) == 0);
+	for (unsigned i = 0; i < n; i++) {
+		snprintf(path, sizeof(path), "%s/u-%u.service", root, i);
+		ASSERT(mkdir(path, 0755) == 0);
+		if (i == 0)
+			ASSERT(stat(path, &first) == 0);
+		if (i % 512 == 511 || i == n - 1)
+			ASSERT(cgroup_watch_resolve(w, 1, unit, sizeof(unit)) == -ESTALE); /* reads the queue */
+	}
+	for (unsigned i = 0; i < n; i++) {
+		snprintf(path, sizeof(path), "%s/u-%u.service", root, i);
+		ASSERT(rmdir(path) == 0);
+		if (i % 512 == 511 || i == n - 1)
+			ASSERT(cgroup_watch_resolve(w, 1, unit, sizeof(unit)) == -ESTALE);
+	}
+	/* Nothing is known to be out of the recorder's reach yet: every one is kept. */
+	cgroup_watch_get_stats(w, &st);
+	ASSERT(st.remembered == n && st.kept == n && st.evicted == 0 && st.watched == 1);
+	ASSERT(cgroup_watch_lookup(w, first.st_ino, unit, sizeof(unit)) > 0 && streq(unit, "u-0.service"));
+
+	/* Once the recorder has wrapped past them, the next removal takes the ring back to its bound. */
+	cgroup_watch_set_window(w, UINT64_MAX);
+	snprintf(path, sizeof(path), "%s/u-last.service", root);
+	ASSERT(mkdir(path, 0755) == 0);
+	ASSERT(cgroup_watch_resolve(w, 1, unit, sizeof(unit)) == -ESTALE);
+	ASSERT(rmdir(path) == 0);
+	ASSERT(cgroup_watch_resolve(w, 1, unit, sizeof(unit)) == -ESTALE);
+	cgroup_watch_get_stats(w, &st);
+	ASSERT(st.kept == CGROUP_WATCH_REMEMBER && st.evicted == 11 && st.evicted_young == 0);
+	ASSERT(cgroup_watch_lookup(w, first.st_ino, unit, sizeof(unit)) == 0);
+
+	/* A user's cgroups go to a queue of their own: they push out none of root's. */
+	if (geteuid() == 0) {
+		for (unsigned i = 0; i < 2 * CGROUP_WATCH_REMEMBER; i++) {
+			snprintf(path, sizeof(path), "%s/user-%u.service", root, i);
+			ASSERT(mkdir(path, 0755) == 0 && chown(path, 4245, 4245) == 0);
+			ASSERT(cgroup_watch_resolve(w, 1, unit, sizeof(unit)) ==
+			       -ESTALE); /* stat while it is there */
+			ASSERT(rmdir(path) == 0);
+		}
+		ASSERT(cgroup_watch_resolve(w, 1, unit, sizeof(unit)) == -ESTALE);
+		cgroup_watch_get_stats(w, &st);
+		ASSERT(st.evicted == 11 && st.evicted_users == CGROUP_WATCH_REMEMBER);
+		ASSERT(st.kept == 2 * CGROUP_WATCH_REMEMBER);
+	} else
+		printf("test-cgroup: not root, the users' queue is not tested\n");
+	cgroup_watch_free(w);
+	ASSERT(rmdir(root) == 0);
+}
+
 int main(void) {
 	test_unit_names();
 	test_path_to_unit();
@@ -278,6 +339,7 @@ int main(void) {
 	test_mountinfo();
 	test_cache();
 	test_watch();
+	test_remembered();
 
 	if (failures) {
 		fprintf(stderr, "%d failures\n", failures);
