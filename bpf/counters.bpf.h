@@ -90,6 +90,19 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } counters_procs SEC(".maps");
 
+/* The cgroup table's share for cgroups users made (in subtrees delegated to them, so their
+ * directory is the user's): [PERFRELAY_COUNTERS_USERS_HELD] the rows they hold, recounted by the
+ * daemon each interval; [_MAX] the most they may hold (the daemon sets half the table; 0: no
+ * share); [_REFUSED] their charges refused for it. A user who makes cgroups by the thousand
+ * then leaves the other half to systemd's units. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PERFRELAY_COUNTERS_USERS_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} counters_cgroups_users SEC(".maps");
+
 /* Per cgroup id and CPU (no atomics needed), summed by the daemon each interval. Preallocated
  * for the same reason; sized from CountersMaxCgroups=; the daemon removes removed cgroups. */
 struct {
@@ -126,6 +139,33 @@ static __always_inline long counter_read(__u32 i, struct bpf_perf_event_value *v
 #define COUNTERS_PROCESS_OFF    0 /* not at all */
 #define COUNTERS_PROCESS_ADD    1 /* its entry, made if it has none */
 #define COUNTERS_PROCESS_EXISTS 2 /* its entry if it has one: an exiting thread's */
+
+/* Who owns the running task's cgroup directory: root for the cgroups systemd makes, the user
+ * for those made in a subtree delegated to them (kernfs keeps the owner in the node's iattrs,
+ * which stay NULL until someone changes them: root). */
+static __always_inline __u32 current_cgroup_owner(void) {
+	struct task_struct *task = (struct task_struct *) bpf_get_current_task();
+	struct kernfs_iattrs *ia = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, iattr);
+
+	return ia ? BPF_CORE_READ(ia, ia_uid.val) : 0;
+}
+
+/* A row for a cgroup the table has none for yet, unless users' cgroups are at their share. */
+static __always_inline void counters_cgroup_add(__u64 cgid, const struct perfrelay_counter_values *zero) {
+	__u32 k_held = PERFRELAY_COUNTERS_USERS_HELD, k_max = PERFRELAY_COUNTERS_USERS_MAX,
+	      k_refused = PERFRELAY_COUNTERS_USERS_REFUSED;
+	__u64 *held = bpf_map_lookup_elem(&counters_cgroups_users, &k_held);
+	__u64 *max = bpf_map_lookup_elem(&counters_cgroups_users, &k_max);
+	__u64 *refused = bpf_map_lookup_elem(&counters_cgroups_users, &k_refused);
+	int user = current_cgroup_owner() != 0;
+
+	if (user && held && max && refused && *max != 0 && *held >= *max) {
+		__sync_fetch_and_add(refused, 1);
+		return;
+	}
+	if (bpf_map_update_elem(&counters_cgroups, &cgid, zero, BPF_NOEXIST) == 0 && user && held)
+		__sync_fetch_and_add(held, 1);
+}
 
 /* Charges what the counters counted on this CPU since the last charge to the running task:
  * its process (`charge_process`, COUNTERS_PROCESS_*) and its cgroup. A thread that exits
@@ -202,7 +242,7 @@ static __always_inline void counters_charge(__u32 tgid, __u32 tid, int charge_pr
 	cgid = bpf_get_current_cgroup_id();
 	cg = bpf_map_lookup_elem(&counters_cgroups, &cgid);
 	if (!cg) {
-		bpf_map_update_elem(&counters_cgroups, &cgid, &zero, BPF_NOEXIST);
+		counters_cgroup_add(cgid, &zero);
 		cg = bpf_map_lookup_elem(&counters_cgroups, &cgid);
 	}
 	if (!cg)

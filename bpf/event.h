@@ -233,6 +233,13 @@ struct perfrelay_counters_config {
 	__u32 exit_probe; /* PERFRELAY_EXIT_PROBE_* */
 };
 
+/* Slots of the pinned "counters_cgroups_users" array (u64 each): the cgroup table's share for
+ * cgroups users made (docs/counters.md). */
+#define PERFRELAY_COUNTERS_USERS_HELD    0
+#define PERFRELAY_COUNTERS_USERS_MAX     1
+#define PERFRELAY_COUNTERS_USERS_REFUSED 2
+#define PERFRELAY_COUNTERS_USERS_SLOTS   3
+
 /* Value of the pinned per-CPU "counters_stats" array (one entry): what the counters program
  * did and could not do on that CPU. */
 struct perfrelay_counters_stats {

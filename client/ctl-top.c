@@ -291,7 +291,8 @@ int verb_top(int argc, char *argv[]) {
 		if (r < 0)
 			break;
 		compute_rates(&cur, &prev);
-		qsort(cur.units, cur.n, sizeof(TopUnit), cmp_rate);
+		if (cur.n > 0) /* a caller shown no unit gets none: NULL */
+			qsort(cur.units, cur.n, sizeof(TopUnit), cmp_rate);
 		if (!batch && !json && isatty(STDOUT_FILENO))
 			printf("\033[H\033[2J");
 		else if (i > 0 && !json)

@@ -392,6 +392,19 @@ ssize_t cgroup_watch_resolve_owner(CgroupWatch *w, uint64_t id, char *unit, size
 	return n;
 }
 
+uid_t cgroup_watch_dir_owner(CgroupWatch *w, uint64_t id) {
+	const Watch *x;
+	uid_t uid;
+
+	if (!w)
+		return 0;
+	pthread_mutex_lock(&w->lock);
+	x = find_id(w, id);
+	uid = x ? x->dir_uid : 0;
+	pthread_mutex_unlock(&w->lock);
+	return uid;
+}
+
 ssize_t cgroup_watch_resolve(void *userdata, uint64_t id, char *unit, size_t size) {
 	return cgroup_watch_resolve_owner(userdata, id, unit, size, NULL);
 }

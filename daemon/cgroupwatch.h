@@ -51,6 +51,10 @@ ssize_t cgroup_watch_resolve(void *userdata, uint64_t id, char *unit, size_t siz
 /* The same, and the user the cgroup belongs to (cgroup_path_owner(): (uid_t) -1 for the system). */
 ssize_t cgroup_watch_resolve_owner(CgroupWatch *w, uint64_t id, char *unit, size_t size, uid_t *ret_owner);
 
+/* Who made live cgroup `id` (its directory's owner): a user for cgroups made in a subtree
+ * delegated to them; 0 (root) for systemd's, and for cgroups the watch does not know. */
+uid_t cgroup_watch_dir_owner(CgroupWatch *w, uint64_t id);
+
 /* The unit cgroup `id` had when it was made (it may be gone since): as cgroup_watch_resolve(),
  * 0 if none is remembered. Reads the pending inotify events first. Any thread. */
 ssize_t cgroup_watch_lookup(CgroupWatch *w, uint64_t id, char *unit, size_t size);

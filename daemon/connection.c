@@ -278,14 +278,40 @@ int connection_send_hello(Connection *c, const int *fds, size_t n_fds, const cha
 	return k == n ? 0 : -EAGAIN;
 }
 
+/* Refused by a limit of users.h: the error line names it and what the uid holds. */
+static void connection_refuse_over(Connection *c, UsersRefusal refusal) {
+	const Config *cfg = c->server->config;
+	unsigned clients;
+	uint64_t bytes;
+
+	users_get(c->server->users, c->cred.uid, &clients, &bytes);
+	if (refusal == USERS_CLIENTS || refusal == USERS_BYTES)
+		connection_refusef(
+			c,
+			PROTOCOL_TOO_MANY_CLIENTS,
+			"the clients of users other than root are at the daemon's limit of %u clients or %" PRIu64
+			" bytes of event queues (%s)",
+			cfg->max_clients,
+			cfg->max_queue_bytes,
+			users_refusal_to_string(refusal));
+	else
+		connection_refusef(
+			c,
+			PROTOCOL_TOO_MANY_CLIENTS,
+			"uid %u holds %u clients and %" PRIu64
+			" bytes of event queues already, on the socket and the bus; one more passes %s",
+			(unsigned) c->cred.uid,
+			clients,
+			bytes,
+			users_refusal_to_string(refusal));
+}
+
 /* The queues a subscriber gets are memory the daemon holds for its uid: charged, or refused. */
 static int charge_queues(Connection *c) {
 	Server *s = c->server;
-	const Config *cfg = s->config;
-	uint64_t bytes = hub_client_capacity(c->client), have;
-	UsersLimits limits = server_users_limits(cfg);
+	UsersLimits limits = server_users_limits(s->config);
+	uint64_t bytes = hub_client_capacity(c->client);
 	UsersRefusal refusal;
-	unsigned clients;
 	int r;
 
 	r = users_charge(s->users, &limits, c->cred.uid, 0, bytes, &refusal);
@@ -293,27 +319,11 @@ static int charge_queues(Connection *c) {
 		c->charged_bytes = bytes;
 		return 0;
 	}
-	users_get(s->users, c->cred.uid, &clients, &have);
-	if (r == -EDQUOT && refusal == USERS_BYTES)
-		connection_refusef(
-			c,
-			PROTOCOL_TOO_MANY_CLIENTS,
-			"the clients of users other than root hold %" PRIu64
-			" bytes of queues, at most (MaxQueueBytes=)",
-			cfg->max_queue_bytes);
-	else if (r == -EDQUOT)
-		connection_refusef(
-			c,
-			PROTOCOL_TOO_MANY_CLIENTS,
-			"uid %u holds %" PRIu64 " bytes of event queues already, of %" PRIu64
-			", and this client's are %" PRIu64 " (MaxQueueBytesPerUid=)",
-			(unsigned) c->cred.uid,
-			have,
-			cfg->max_queue_bytes_per_uid,
-			bytes);
+	if (r == -EDQUOT)
+		connection_refuse_over(c, refusal);
 	else
 		connection_free(c);
-	return -EDQUOT;
+	return r;
 }
 
 static void connection_subscribe(Connection *c, Subscription *sub_in) {
@@ -583,23 +593,7 @@ void connection_new(Server *s, int fd_in) {
 	 * a request cannot get around the limits. The uid's bus monitors count as well. */
 	r = users_charge(s->users, &limits, cred.uid, 1, 0, &refusal);
 	if (r == -EDQUOT) {
-		unsigned clients;
-		uint64_t bytes;
-
-		users_get(s->users, cred.uid, &clients, &bytes);
-		if (refusal == USERS_CLIENTS)
-			connection_refusef(
-				c,
-				PROTOCOL_TOO_MANY_CLIENTS,
-				"the daemon serves at most %u clients of users other than root at once (MaxClients=)",
-				cfg->max_clients);
-		else
-			connection_refusef(
-				c,
-				PROTOCOL_TOO_MANY_CLIENTS,
-				"uid %u has %u clients already, on the socket and the bus (MaxClientsPerUid=)",
-				(unsigned) cred.uid,
-				clients);
+		connection_refuse_over(c, refusal);
 		return;
 	}
 	if (r < 0) {

@@ -4,6 +4,7 @@
  * that ran, published to subscribers through the hub's main-thread slot. */
 #include "perfrelay-config.h"
 
+#include <bpf/bpf.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,7 @@ static bool ran(const CgroupCounters *cur, const CgroupCounters *prev) {
 static void counters_interval(Manager *m) {
 	_cleanup_free_ CgroupCounters *cur = NULL;
 	_cleanup_free_ UnitCounters *view = NULL;
+	uint64_t users_held = 0;
 	size_t n_view = 0;
 	uint64_t now = now_nsec(CLOCK_MONOTONIC);
 	int cg_fd = probes_counters_cgroups_fd(m->probes);
@@ -99,6 +101,8 @@ static void counters_interval(Manager *m) {
 		bool gone;
 
 		unit = manager_cgroup_unit(m, cur[i].cgroup_id, buf, sizeof(buf), &gone, &owner);
+		if (!gone && cgroup_watch_dir_owner(m->cgroup_watch, cur[i].cgroup_id) != 0)
+			users_held++;
 		/* The view is the table as this interval leaves it: without the cgroups gone. */
 		if (view && !gone) {
 			UnitCounters *v = &view[n_view++];
@@ -124,6 +128,14 @@ static void counters_interval(Manager *m) {
 		hub_reader_end(m->hub, m->counters_slot);
 		manager_flush(m);
 	}
+	/* The programs count the rows users' cgroups take as they add them; the daemon recounts,
+	 * since only it takes rows out. A row added between the read and this write is missed
+	 * until the next interval: the share is a bound within one interval's new cgroups. */
+	(void) bpf_map_update_elem(
+		probes_counters_users_fd(m->probes),
+		&(uint32_t){ PERFRELAY_COUNTERS_USERS_HELD },
+		&users_held,
+		BPF_ANY);
 	if (view) {
 		free(m->unit_view);
 		m->unit_view = TAKE_PTR(view);
@@ -194,6 +206,13 @@ int manager_setup_counters(Manager *m) {
 		log_warning_errno(r, "Failed to attach the counters programs: %m; running without counters");
 		return 0;
 	}
+	/* Users' cgroups may take half the cgroup table, so that systemd's units keep the rest. */
+	if (bpf_map_update_elem(
+		    probes_counters_users_fd(m->probes),
+		    &(uint32_t){ PERFRELAY_COUNTERS_USERS_MAX },
+		    &(uint64_t){ m->config->counters_max_cgroups / 2 },
+		    BPF_ANY) < 0)
+		log_warning_errno(-errno, "Counters: failed to set the users' share of the cgroup table: %m");
 	FOREACH_CPU(cpu, &online) {
 		r = probes_counters_tick(m->probes, (unsigned) cpu, counters_tick_ns(m));
 		if (r < 0)

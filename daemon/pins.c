@@ -17,12 +17,23 @@
 #include "pins.h"
 
 /* Maps perfrelay creates under the pin root (the probes object's maps, pinned by name). */
-static const char *const owned_maps[] = { "events",         "counters",        "open_args",
-					  "connect_args",   "probes_scratch",  "received",
-					  "idle",           "recorder",        "recorder_on",
-					  "recorder_stats", "counters_config", "counters_stats",
-					  "counters_last",  "counters_procs",  "counters_cgroups",
-					  "exit_pending" };
+static const char *const owned_maps[] = { "events",
+					  "counters",
+					  "open_args",
+					  "connect_args",
+					  "probes_scratch",
+					  "received",
+					  "idle",
+					  "recorder",
+					  "recorder_on",
+					  "recorder_stats",
+					  "counters_config",
+					  "counters_stats",
+					  "counters_last",
+					  "counters_procs",
+					  "counters_cgroups",
+					  "exit_pending",
+					  "counters_cgroups_users" };
 
 static int mkdir_bpffs(const char *path) {
 	if (mkdir(path, 0755) < 0 && errno != EEXIST)

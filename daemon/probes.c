@@ -87,7 +87,7 @@ static bool is_private_map(const struct bpf_map *m) {
 
 	return streq(n, "open_args") || streq(n, "connect_args") || streq(n, "probes_scratch") ||
 		streq(n, "counters_last") || streq(n, "counters_procs") || streq(n, "counters_cgroups") ||
-		streq(n, "exit_pending");
+		streq(n, "counters_cgroups_users") || streq(n, "exit_pending");
 }
 
 /* Links under links/ whose program this build does not have (a probe renamed or removed by an
@@ -622,6 +622,9 @@ int probes_counter_array_fd(const Probes *p, unsigned id) {
 }
 int probes_counters_cgroups_fd(const Probes *p) {
 	return bpf_map__fd(p->skel->maps.counters_cgroups);
+}
+int probes_counters_users_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.counters_cgroups_users);
 }
 int probes_counters_stats_fd(const Probes *p) {
 	return bpf_map__fd(p->skel->maps.counters_stats);

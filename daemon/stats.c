@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The one snapshot of every counter: pinned producer counters, the pinned ledger, the readers'
  * and the clients' counters, taken in one place so that every consumer reports the same. */
+#include <bpf/bpf.h>
 #include <stdlib.h>
 
 #include "macro.h"
@@ -278,6 +279,8 @@ int stats_snapshot(const StatsSources *src, StatsSnapshot **ret) {
 	s->counters_exit_dropped = probes_exit_records_dropped(src->probes);
 	(void) perfcount_read_stats(
 		probes_counters_stats_fd(src->probes), probes_possible_cpus(src->probes), &s->counters);
+	for (uint32_t k = 0; k < PERFRELAY_COUNTERS_USERS_SLOTS; k++)
+		(void) bpf_map_lookup_elem(probes_counters_users_fd(src->probes), &k, &s->counters_users[k]);
 	if (src->recorder) {
 		s->recorder_on = true;
 		s->recorder_pages_per_cpu = recorder_pages(src->recorder);

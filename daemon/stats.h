@@ -156,7 +156,8 @@ typedef struct StatsSnapshot {
 	uint32_t counters_mask;
 	struct perfrelay_counters_stats counters;
 	uint64_t counters_events, counters_intervals, counters_cgroups_removed;
-	uint64_t counters_exit_dropped; /* probes_exit_records_dropped() */
+	uint64_t counters_users[PERFRELAY_COUNTERS_USERS_SLOTS]; /* the cgroup table's users' share */
+	uint64_t counters_exit_dropped;                          /* probes_exit_records_dropped() */
 	/* Packet captures (docs/capture.md): active and recently ended ones, and totals. */
 	unsigned max_captures;
 	CaptureSummary *captures;

@@ -372,8 +372,15 @@ def test_memory_per_user():
         wait_for(lambda: all(c["queued_bytes"] * 2 > per_client for c in bus.stats()["client_list"] if c["uid"]),
                  "every held client's queue filled", timeout=60)
         grown = rss(d_users.proc.pid) - base
-        check(grown <= QUEUE_BOUND + (16 << 20), f"the daemon's RSS grew by {grown >> 20} MiB, within "
-              f"MaxQueueBytes= ({QUEUE_BOUND >> 20} MiB) and 16 MiB")
+        with open(f"/proc/{d_users.proc.pid}/maps") as f:
+            sanitized = "libasan" in f.read()
+        if sanitized:
+            # AddressSanitizer's shadow memory and its quarantine of freed blocks are RSS the
+            # daemon does not hold; the bound is checked by the plain build's run of this test.
+            print(f"the daemon's RSS grew by {grown >> 20} MiB under AddressSanitizer (not checked)")
+        else:
+            check(grown <= QUEUE_BOUND + (16 << 20), f"the daemon's RSS grew by {grown >> 20} MiB, within "
+                  f"MaxQueueBytes= ({QUEUE_BOUND >> 20} MiB) and 16 MiB")
 
         # Root is not locked out by the others.
         c = socket.socket(socket.AF_UNIX)

@@ -13,7 +13,8 @@ import subprocess
 import sys
 import threading
 
-from prtest import Daemon, Failure, UnitCgroup, check, check_eq, require_root_and_bpf, run_tests, cgroup2_mount
+from prtest import (Daemon, Failure, UnitCgroup, check, check_eq, cgroup2_mount, delegate_cgroup, require_root_and_bpf,
+                    run_tests)
 from statsbus import StatsBus, wait_for
 
 BINARY = sys.argv[1]
@@ -28,6 +29,8 @@ if CG2 is None:
 bus = StatsBus(BINARY)
 d = Daemon(BINARY, "counters", config=f"[Counters]\nCountersIntervalMs={INTERVAL_MS}\n")
 d_off = Daemon(BINARY, "counters-off", config="[Counters]\nCounters=none\n")
+d_share = Daemon(BINARY, "counters-share", config=f"[Counters]\nCountersIntervalMs={INTERVAL_MS}\nCountersMaxCgroups=16\n")
+NAP = "import time\nwhile True: time.sleep(0.002)\n"
 
 SPIN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {secs}: pass\n"
 SLEEP = "import time\nfor i in range({n}): time.sleep(0.01)\n"
@@ -257,6 +260,43 @@ def test_restart():
     d.stop()
 
 
+def test_users_share():
+    """A user's cgroups take at most half the cgroup table (CountersMaxCgroups=16 here): a user
+    running tasks in 16 cgroups of their delegated subtree fills their half and is refused the
+    rest (counted); a system unit started afterwards still gets its row."""
+    dm = d_share
+    dm.start()
+    uid = 4247
+    manager = UnitCgroup("", parent=f"user.slice/user-{uid}.slice", name=f"user@{uid}.service")
+    mine, procs = [], []
+    try:
+        delegate_cgroup(manager.path, uid)
+        for i in range(16):
+            cg = UnitCgroup("", parent=os.path.relpath(manager.path, cgroup2_mount()), name=f"share-{i}.scope")
+            delegate_cgroup(cg.path, uid)  # made by the user, as their manager would
+            mine.append(cg)
+            procs.append(cg.popen([sys.executable, "-c", NAP]))
+        wait_for(lambda: bus.stats()["counters"]["cgroup_full"] > 0, "the table refuses rows", timeout=30,
+                 interval=0.1)
+        system = UnitCgroup("share-sys")
+        mine.append(system)
+        procs.append(system.popen([sys.executable, "-c", NAP]))
+        wait_for(lambda: totals_of(system), "the system unit started after the flood has its row", timeout=20)
+        st = bus.stats()["counters"]
+        check(st["cgroup_full_users"] > 0, f"the user's refused charges are counted: {st}")
+        check_eq(st["cgroups_users_max"], 8, "users may take half of CountersMaxCgroups=")
+        check(st["cgroups_users"] <= 8, f"the user's cgroups hold no more than their half: {st}")
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        for cg in reversed(mine):
+            wait_for(lambda: not open(os.path.join(cg.path, "cgroup.procs")).read().strip(), "the cgroup empty")
+            cg.remove()
+        manager.remove()
+    dm.stop()
+
+
 def test_off():
     d_off.start()
     st = bus.stats()["counters"]
@@ -270,8 +310,8 @@ def test_off():
 
 
 try:
-    run_tests([test_exit_teardown, test_spin_and_sleep, test_top, test_restart, test_off])
+    run_tests([test_exit_teardown, test_spin_and_sleep, test_top, test_restart, test_users_share, test_off])
 finally:
-    for dm in (d, d_off):
+    for dm in (d, d_off, d_share):
         dm.cleanup()
     bus.close()
