@@ -140,15 +140,16 @@ static __always_inline long counter_read(__u32 i, struct bpf_perf_event_value *v
 #define COUNTERS_PROCESS_ADD    1 /* its entry, made if it has none */
 #define COUNTERS_PROCESS_EXISTS 2 /* its entry if it has one: an exiting thread's */
 
-/* Who owns the running task's cgroup directory: root for the cgroups systemd makes, the user
- * for those made in a subtree delegated to them (kernfs keeps the owner in the node's iattrs,
- * which stay NULL until someone changes them: root). */
-static __always_inline __u32 current_cgroup_owner(void) {
-	struct task_struct *task = (struct task_struct *) bpf_get_current_task();
-	struct kernfs_iattrs *ia = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, iattr);
-
-	return ia ? BPF_CORE_READ(ia, ia_uid.val) : 0;
-}
+/* The cgroups users made (in subtrees delegated to them): ids the daemon puts here from its
+ * cgroup watch as they are made, and takes out as they go. Kernel-independent: an owner read
+ * from kernfs internals did not hold across kernels. Sized with the cgroup table. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} counters_users_cgroup_ids SEC(".maps");
 
 /* A row for a cgroup the table has none for yet, unless users' cgroups are at their share. */
 static __always_inline void counters_cgroup_add(__u64 cgid, const struct perfrelay_counter_values *zero) {
@@ -157,7 +158,7 @@ static __always_inline void counters_cgroup_add(__u64 cgid, const struct perfrel
 	__u64 *held = bpf_map_lookup_elem(&counters_cgroups_users, &k_held);
 	__u64 *max = bpf_map_lookup_elem(&counters_cgroups_users, &k_max);
 	__u64 *refused = bpf_map_lookup_elem(&counters_cgroups_users, &k_refused);
-	int user = current_cgroup_owner() != 0;
+	int user = bpf_map_lookup_elem(&counters_users_cgroup_ids, &cgid) != NULL;
 
 	if (user && held && max && refused && *max != 0 && *held >= *max) {
 		__sync_fetch_and_add(refused, 1);

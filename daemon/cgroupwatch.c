@@ -66,7 +66,9 @@ struct CgroupWatch {
 	 * never the unit of a service that failed an hour ago. */
 	RememberRing system, users;
 	uint64_t seq;
-	uint64_t window_start_ns; /* removed before this, a cgroup has no record in the recorder */
+	uint64_t window_start_ns;  /* removed before this, a cgroup has no record in the recorder */
+	CgroupWatchUserFn user_fn; /* told of cgroups users make and remove */
+	void *user_userdata;
 	CgroupWatchStats stats;
 };
 
@@ -194,6 +196,8 @@ static bool add_watch(CgroupWatch *w, int wd, const char *rel, const struct stat
 	}
 	/* An id already indexed belongs to a directory gone whose IN_IGNORED is still queued:
 	 * the new one is the live one. */
+	if (x->id != 0 && x->dir_uid != 0 && w->user_fn)
+		w->user_fn(w->user_userdata, x->id, true);
 	if (x->id != 0) {
 		Watch *old = find_id(w, x->id);
 
@@ -262,8 +266,11 @@ static void forget(CgroupWatch *w, Watch *x) {
 	p = tfind(x, &w->by_path, cmp_path);
 	if (p && *p == x)
 		tdelete(x, &w->by_path, cmp_path);
-	if (x->id != 0 && find_id(w, x->id) == x)
+	if (x->id != 0 && find_id(w, x->id) == x) {
 		tdelete(x, &w->by_id, cmp_id);
+		if (x->dir_uid != 0 && w->user_fn)
+			w->user_fn(w->user_userdata, x->id, false);
+	}
 	free_watch(x);
 	w->n_watches--;
 }
@@ -390,6 +397,30 @@ ssize_t cgroup_watch_resolve_owner(CgroupWatch *w, uint64_t id, char *unit, size
 	}
 	pthread_mutex_unlock(&w->lock);
 	return n;
+}
+
+static CgroupWatch *walk_watch; /* twalk() passes no userdata; only under the lock */
+
+static void tell_user_cgroup(const void *node, VISIT which, int depth) {
+	const Watch *x = *(const Watch *const *) node;
+
+	if ((which == postorder || which == leaf) && x->dir_uid != 0)
+		walk_watch->user_fn(walk_watch->user_userdata, x->id, true);
+}
+
+void cgroup_watch_set_user_fn(CgroupWatch *w, CgroupWatchUserFn fn, void *userdata) {
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->lock);
+	read_events(w);
+	w->user_fn = fn;
+	w->user_userdata = userdata;
+	if (fn) {
+		walk_watch = w;
+		twalk(w->by_id, tell_user_cgroup);
+		walk_watch = NULL;
+	}
+	pthread_mutex_unlock(&w->lock);
 }
 
 uid_t cgroup_watch_dir_owner(CgroupWatch *w, uint64_t id) {

@@ -13,6 +13,7 @@
  * threads resolve ids through it. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -50,6 +51,13 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(CgroupWatch *, cgroup_watch_free);
 ssize_t cgroup_watch_resolve(void *userdata, uint64_t id, char *unit, size_t size);
 /* The same, and the user the cgroup belongs to (cgroup_path_owner(): (uid_t) -1 for the system). */
 ssize_t cgroup_watch_resolve_owner(CgroupWatch *w, uint64_t id, char *unit, size_t size, uid_t *ret_owner);
+
+/* Told, under the watch's lock (on the main thread or a reader's, whichever reads the inotify
+ * events), of each cgroup a user made (its directory is not root's) as it appears (`added`) and
+ * as it goes. */
+typedef void (*CgroupWatchUserFn)(void *userdata, uint64_t id, bool added);
+/* Sets it (NULL: none) and calls it at once for every such cgroup live now. */
+void cgroup_watch_set_user_fn(CgroupWatch *w, CgroupWatchUserFn fn, void *userdata);
 
 /* Who made live cgroup `id` (its directory's owner): a user for cgroups made in a subtree
  * delegated to them; 0 (root) for systemd's, and for cgroups the watch does not know. */

@@ -164,6 +164,28 @@ static uint64_t counters_tick_ns(const Manager *m) {
 	return MIN((uint64_t) m->config->counters_interval_ms / 4, (uint64_t) 100) * NSEC_PER_MSEC;
 }
 
+/* The cgroup watch's cgroups users made, into the programs' set (counters_users_cgroup_ids):
+ * those are held to the users' share of the cgroup table. */
+static void on_user_cgroup(void *userdata, uint64_t id, bool added) {
+	Manager *m = userdata;
+	int fd = probes_counters_user_ids_fd(m->probes);
+
+	if (added)
+		(void) bpf_map_update_elem(fd, &id, &(uint8_t){ 1 }, BPF_ANY);
+	else
+		(void) bpf_map_delete_elem(fd, &id);
+}
+
+/* Empties the pinned set (ids a previous daemon put there may be of cgroups gone since). */
+static void clear_user_cgroups(Manager *m) {
+	int fd = probes_counters_user_ids_fd(m->probes);
+	uint64_t key;
+
+	while (bpf_map_get_next_key(fd, NULL, &key) == 0)
+		if (bpf_map_delete_elem(fd, &key) < 0)
+			break;
+}
+
 int manager_setup_counters(Manager *m) {
 	int fds[PERFRELAY_COUNTERS_MAX];
 	PerfCountReport rep;
@@ -207,6 +229,8 @@ int manager_setup_counters(Manager *m) {
 		return 0;
 	}
 	/* Users' cgroups may take half the cgroup table, so that systemd's units keep the rest. */
+	clear_user_cgroups(m);
+	cgroup_watch_set_user_fn(m->cgroup_watch, on_user_cgroup, m);
 	if (bpf_map_update_elem(
 		    probes_counters_users_fd(m->probes),
 		    &(uint32_t){ PERFRELAY_COUNTERS_USERS_MAX },
@@ -260,6 +284,7 @@ void manager_counters_cpu_online(Manager *m, unsigned cpu) {
 }
 
 void manager_free_counters(Manager *m) {
+	cgroup_watch_set_user_fn(m->cgroup_watch, NULL, NULL);
 	m->counters_source = sd_event_source_disable_unref(m->counters_source);
 	free(m->unit_view);
 	m->unit_view = NULL;

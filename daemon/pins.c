@@ -33,7 +33,8 @@ static const char *const owned_maps[] = { "events",
 					  "counters_procs",
 					  "counters_cgroups",
 					  "exit_pending",
-					  "counters_cgroups_users" };
+					  "counters_cgroups_users",
+					  "counters_users_cgroup_ids" };
 
 static int mkdir_bpffs(const char *path) {
 	if (mkdir(path, 0755) < 0 && errno != EEXIST)

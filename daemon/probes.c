@@ -87,7 +87,8 @@ static bool is_private_map(const struct bpf_map *m) {
 
 	return streq(n, "open_args") || streq(n, "connect_args") || streq(n, "probes_scratch") ||
 		streq(n, "counters_last") || streq(n, "counters_procs") || streq(n, "counters_cgroups") ||
-		streq(n, "counters_cgroups_users") || streq(n, "exit_pending");
+		streq(n, "counters_cgroups_users") || streq(n, "counters_users_cgroup_ids") ||
+		streq(n, "exit_pending");
 }
 
 /* Links under links/ whose program this build does not have (a probe renamed or removed by an
@@ -223,6 +224,9 @@ int probes_new(const char *pin_path, bool replace_incompatible, const ProbesLimi
 	bpf_map__set_max_entries(p->skel->maps.connect_args, limits->pending_syscalls);
 	bpf_map__set_max_entries(p->skel->maps.counters_procs, limits->counters_max_processes);
 	bpf_map__set_max_entries(p->skel->maps.counters_cgroups, limits->counters_max_cgroups);
+	/* Every cgroup the watch can know (CGROUP_WATCH_MAX_WATCHES): one a user made but missing
+	 * here would take a row outside the users' share. */
+	bpf_map__set_max_entries(p->skel->maps.counters_users_cgroup_ids, 65536);
 	r = set_counter_pins(p);
 	if (r < 0)
 		return r;
@@ -622,6 +626,9 @@ int probes_counter_array_fd(const Probes *p, unsigned id) {
 }
 int probes_counters_cgroups_fd(const Probes *p) {
 	return bpf_map__fd(p->skel->maps.counters_cgroups);
+}
+int probes_counters_user_ids_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.counters_users_cgroup_ids);
 }
 int probes_counters_users_fd(const Probes *p) {
 	return bpf_map__fd(p->skel->maps.counters_cgroups_users);

@@ -81,9 +81,10 @@ int probes_set_counters(Probes *p, uint32_t mask);
  * counters tick), so that a task that keeps its CPU is not charged only when it stops. */
 int probes_counters_tick(Probes *p, unsigned cpu, uint64_t period_ns);
 int probes_counter_array_fd(const Probes *p, unsigned id); /* PERFRELAY_COUNTER_* */
-int probes_counters_cgroups_fd(const Probes *p); /* per-CPU perfrelay_counter_values by cgroup id */
-int probes_counters_users_fd(const Probes *p);   /* u64 by PERFRELAY_COUNTERS_USERS_*: users' share */
-int probes_counters_stats_fd(const Probes *p);   /* per-CPU perfrelay_counters_stats */
+int probes_counters_cgroups_fd(const Probes *p);  /* per-CPU perfrelay_counter_values by cgroup id */
+int probes_counters_user_ids_fd(const Probes *p); /* the ids of cgroups users made (u64 -> u8) */
+int probes_counters_users_fd(const Probes *p);    /* u64 by PERFRELAY_COUNTERS_USERS_*: users' share */
+int probes_counters_stats_fd(const Probes *p);    /* per-CPU perfrelay_counters_stats */
 
 /* The producer id (PERFRELAY_PRODUCER_*) in the records of a built-in probe, or 0. */
 uint32_t probe_producer(unsigned probe);

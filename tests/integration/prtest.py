@@ -324,6 +324,14 @@ class UnitCgroup:
         os.mkdir(self.path)
         self.id = os.stat(self.path).st_ino  # the cgroup id is the directory's inode
 
+    @classmethod
+    def existing(cls, path):
+        """A cgroup someone else made (removed with the others by remove())."""
+        cg = cls.__new__(cls)
+        cg.name, cg.path, cg.made = os.path.basename(path), path, []
+        cg.id = os.stat(path).st_ino
+        return cg
+
     def enter(self):
         """A preexec_fn: the child joins this cgroup before it execs."""
         with open(os.path.join(self.path, "cgroup.procs"), "w") as f:

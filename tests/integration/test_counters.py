@@ -30,7 +30,7 @@ bus = StatsBus(BINARY)
 d = Daemon(BINARY, "counters", config=f"[Counters]\nCountersIntervalMs={INTERVAL_MS}\n")
 d_off = Daemon(BINARY, "counters-off", config="[Counters]\nCounters=none\n")
 d_share = Daemon(BINARY, "counters-share", config=f"[Counters]\nCountersIntervalMs={INTERVAL_MS}\nCountersMaxCgroups=16\n")
-NAP = "import time\nwhile True: time.sleep(0.002)\n"
+NAP = "import time\nwhile True: time.sleep(0.05)\n"  # switches out 20 times a second: charged, lightly
 
 SPIN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {secs}: pass\n"
 SLEEP = "import time\nfor i in range({n}): time.sleep(0.01)\n"
@@ -271,17 +271,26 @@ def test_users_share():
     mine, procs = [], []
     try:
         delegate_cgroup(manager.path, uid)
-        for i in range(16):
-            cg = UnitCgroup("", parent=os.path.relpath(manager.path, cgroup2_mount()), name=f"share-{i}.scope")
-            delegate_cgroup(cg.path, uid)  # made by the user, as their manager would
+        # The user makes them (their directories are the user's from the start), and then runs
+        # tasks in them once the daemon's cgroup watch has seen them.
+        watched = bus.stats()["recorder"]["cgroups_watched"]
+        names = [f"share-{i}.scope" for i in range(16)]
+        subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "mkdir",
+                        *(os.path.join(manager.path, n) for n in names)], check=True)
+        wait_for(lambda: bus.stats()["recorder"]["cgroups_watched"] >= watched + 16, "the user's cgroups watched")
+        for n in names:
+            cg = UnitCgroup.existing(os.path.join(manager.path, n))
             mine.append(cg)
             procs.append(cg.popen([sys.executable, "-c", NAP]))
-        wait_for(lambda: bus.stats()["counters"]["cgroup_full"] > 0, "the table refuses rows", timeout=30,
+        wait_for(lambda: bus.stats()["counters"]["cgroup_full"] > 0, "the table refuses rows", timeout=60,
                  interval=0.1)
         system = UnitCgroup("share-sys")
         mine.append(system)
         procs.append(system.popen([sys.executable, "-c", NAP]))
-        wait_for(lambda: totals_of(system), "the system unit started after the flood has its row", timeout=20)
+        try:
+            wait_for(lambda: totals_of(system), "the system unit started after the flood has its row", timeout=60)
+        except Failure as e:
+            raise Failure(f"{e}: {bus.stats()['counters']}")
         st = bus.stats()["counters"]
         check(st["cgroup_full_users"] > 0, f"the user's refused charges are counted: {st}")
         check_eq(st["cgroups_users_max"], 8, "users may take half of CountersMaxCgroups=")
