@@ -194,10 +194,8 @@ static bool add_watch(CgroupWatch *w, int wd, const char *rel, const struct stat
 		tdelete(*p, &w->by_path, cmp_path);
 		(void) tsearch(x, &w->by_path, cmp_path);
 	}
-	/* An id already indexed belongs to a directory gone whose IN_IGNORED is still queued:
-	 * the new one is the live one. */
-	if (x->id != 0 && x->dir_uid != 0 && w->user_fn)
-		w->user_fn(w->user_userdata, x->id, true);
+	/* An id already indexed belongs to a directory gone whose removal is still queued: the
+	 * new one is the live one. */
 	if (x->id != 0) {
 		Watch *old = find_id(w, x->id);
 
@@ -207,6 +205,8 @@ static bool add_watch(CgroupWatch *w, int wd, const char *rel, const struct stat
 		}
 		(void) tsearch(x, &w->by_id, cmp_id);
 	}
+	if (x->id != 0 && x->dir_uid != 0 && w->user_fn)
+		w->user_fn(w->user_userdata, x->id, true);
 	w->n_watches++;
 	return true;
 }

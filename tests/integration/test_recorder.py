@@ -136,6 +136,8 @@ import os, sys
 paths = [os.path.join(sys.argv[1], f"flood-{i}.scope") for i in range(int(sys.argv[2]))]
 for p in paths:
     os.mkdir(p)
+print("made", flush=True)
+sys.stdin.readline()
 for p in paths:
     os.rmdir(p)
 """
@@ -162,11 +164,18 @@ def test_users_cgroups_do_not_push_out_a_failed_unit():
     manager = UnitCgroup("", parent=f"user.slice/user-{uid}.slice", name=f"user@{uid}.service")
     try:
         delegate_cgroup(manager.path, uid)
-        r = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-c", FLOOD,
-                            manager.path, str(n)], capture_output=True, text=True, timeout=120)
-        check_eq(r.returncode, 0, f"the user made {n} cgroups and removed them ({r.stderr.strip()})")
+        watched = bus.stats()["recorder"]["cgroups_watched"]
+        flood = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-c",
+                                  FLOOD, manager.path, str(n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        check_eq(flood.stdout.readline().strip(), "made", f"the user made {n} cgroups")
+        # Each seen made before it goes, as a user's real cgroups are (tasks run in them).
+        wait_for(lambda: bus.stats()["recorder"]["cgroups_watched"] >= watched + n, "the user's cgroups watched",
+                 timeout=120, interval=0.5)
+        _, err = flood.communicate("go\n", timeout=120)
+        check_eq(flood.returncode, 0, f"the user removed them ({err.strip()})")
         after = wait_for(lambda: (s := bus.stats()["recorder"])["cgroups_remembered"] >= before["cgroups_remembered"] + n
-                         and s, "every removed cgroup remembered", timeout=60, interval=0.5)
+                         and s, "every removed cgroup remembered", timeout=120, interval=0.5)
     finally:
         for i in range(n):
             path = os.path.join(manager.path, f"flood-{i}.scope")
