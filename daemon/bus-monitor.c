@@ -448,7 +448,8 @@ static int sender_groups(Bus *b, const char *sender, gid_t **ret) {
 	return (int) MIN(n, (size_t) INT32_MAX);
 }
 
-/* The caller's uid, and whether one of its groups is in AllowGroups= and in ControlGroups=. The
+/* The caller's uid, what it may see (filter_access()), and whether one of its groups is in
+ * ControlGroups=. The
  * uid and groups are what the bus recorded when the caller connected, never read from /proc, where
  * a caller that execs a set-uid or set-gid program right after its call could pass for someone
  * else. Without groups from the bus, no group applies (fail closed). */
@@ -457,7 +458,7 @@ static int sender_identity(
 	sd_bus_message *message,
 	const char *method,
 	uid_t *ret_uid,
-	bool *ret_allowed,
+	SubscriptionAccess *ret_access,
 	bool *ret_control,
 	sd_bus_error *error) {
 	_cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
@@ -489,34 +490,28 @@ static int sender_identity(
 	}
 	_Static_assert(sizeof(gid_t) == sizeof(uint32_t), "gid_t is 32 bits");
 	*ret_uid = uid;
-	*ret_allowed = groups_include((gid_t) -1, groups, (size_t) n, c->allow_groups.gids, c->allow_groups.n);
+	*ret_access = filter_access(uid, (gid_t) -1, groups, (size_t) n, &c->allow_groups, &c->control_groups);
 	*ret_control = groups_include(
 		(gid_t) -1, groups, (size_t) n, c->control_groups.gids, c->control_groups.n);
 	return 0;
 }
 
-/* Root, AllowGroups= and ControlGroups= members see everything (control shows every user's
- * events anyway), others their own uid, as on the socket. */
+/* Root, AllowGroups= and ControlGroups= members see everything, others their own uid, as on the
+ * socket. */
 int bus_sender_access(
 	Bus *b, sd_bus_message *message, uid_t *ret_uid, SubscriptionAccess *ret_access, sd_bus_error *error) {
-	bool allowed, control;
-	uid_t uid;
-	int r;
+	bool control;
 
-	r = sender_identity(b, message, "Subscribe", &uid, &allowed, &control, error);
-	if (r < 0)
-		return r;
-	*ret_uid = uid;
-	*ret_access = uid == 0 || allowed || control ? SUBSCRIPTION_ACCESS_ALL : SUBSCRIPTION_ACCESS_UID;
-	return 0;
+	return sender_identity(b, message, "Subscribe", ret_uid, ret_access, &control, error);
 }
 
 int bus_require_control(Bus *b, sd_bus_message *message, const char *method, uid_t *ret_uid, sd_bus_error *error) {
-	bool allowed, control;
+	SubscriptionAccess access;
+	bool control;
 	uid_t uid;
 	int r;
 
-	r = sender_identity(b, message, method, &uid, &allowed, &control, error);
+	r = sender_identity(b, message, method, &uid, &access, &control, error);
 	if (r < 0)
 		return r;
 	if (uid != 0 && !control)
@@ -549,6 +544,7 @@ static int subscriber_new(
 	};
 	_cleanup_(subscriber_freep) BusSubscriber *s = NULL;
 	UsersLimits limits;
+	uint64_t bytes;
 	int r;
 
 	s = calloc(1, sizeof(*s));
@@ -589,12 +585,12 @@ static int subscriber_new(
 		return r;
 	/* A monitor is a client of its uid like a socket connection: one count, its queues. */
 	limits = server_users_limits(b->config);
-	r = users_charge(
-		server_users(b->host.server), &limits, uid, 1, hub_client_capacity(s->client), ret_refusal);
+	bytes = hub_client_capacity(s->client);
+	r = users_charge(server_users(b->host.server), &limits, uid, 1, bytes, ret_refusal);
 	if (r < 0)
 		return r;
 	s->charged = true;
-	s->charged_bytes = hub_client_capacity(s->client);
+	s->charged_bytes = bytes;
 	s->sub = TAKE_PTR(sub);
 	r = hub_client_attach(b->host.hub, s->client);
 	if (r < 0)
@@ -698,14 +694,9 @@ void bus_monitors_revoke(Bus *b, const Config *config) {
 		if (config->allow_groups.n + config->control_groups.n > 0 &&
 		    (n = sender_groups(b, s->sender, &groups)) < 0)
 			n = 0;
-		if (groups_include(
-			    (gid_t) -1, groups, (size_t) n, config->allow_groups.gids, config->allow_groups.n) ||
-		    groups_include(
-			    (gid_t) -1,
-			    groups,
-			    (size_t) n,
-			    config->control_groups.gids,
-			    config->control_groups.n))
+		if (filter_access(
+			    s->uid, (gid_t) -1, groups, (size_t) n, &config->allow_groups, &config->control_groups) ==
+		    SUBSCRIPTION_ACCESS_ALL)
 			continue;
 		log_info(
 			"Bus subscriber %s (%s, uid %u): AllowGroups= no longer grants it every event, removing it",

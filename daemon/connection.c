@@ -215,16 +215,7 @@ static int connection_access(Connection *c, SubscriptionAccess *ret) {
 			return negative_errno();
 	}
 	*ret = filter_access(
-		c->cred.uid,
-		c->cred.gid,
-		groups,
-		len / sizeof(gid_t),
-		cfg->allow_groups.gids,
-		cfg->allow_groups.n);
-	/* ControlGroups= members take snapshots and captures of every user: they see what those show. */
-	if (groups_include(
-		    c->cred.gid, groups, len / sizeof(gid_t), cfg->control_groups.gids, cfg->control_groups.n))
-		*ret = SUBSCRIPTION_ACCESS_ALL;
+		c->cred.uid, c->cred.gid, groups, len / sizeof(gid_t), &cfg->allow_groups, &cfg->control_groups);
 	return 0;
 }
 

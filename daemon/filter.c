@@ -18,8 +18,14 @@ bool groups_include(gid_t gid, const gid_t *groups, size_t n_groups, const gid_t
 }
 
 SubscriptionAccess filter_access(
-	uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups, const gid_t *allowed, size_t n_allowed) {
-	if (uid == 0 || groups_include(gid, groups, n_groups, allowed, n_allowed))
+	uid_t uid,
+	gid_t gid,
+	const gid_t *groups,
+	size_t n_groups,
+	const GroupList *allow,
+	const GroupList *control) {
+	if (uid == 0 || groups_include(gid, groups, n_groups, allow->gids, allow->n) ||
+	    groups_include(gid, groups, n_groups, control->gids, control->n))
 		return SUBSCRIPTION_ACCESS_ALL;
 	return SUBSCRIPTION_ACCESS_UID;
 }

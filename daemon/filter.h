@@ -8,17 +8,24 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "config.h"
 #include "decode.h"
 #include "request.h"
 
 /* True if the primary group `gid` ((gid_t) -1: none) or one of `groups` is in `listed`. */
 bool groups_include(gid_t gid, const gid_t *groups, size_t n_groups, const gid_t *listed, size_t n_listed);
 
-/* The access rule of docs/protocol.md from a peer's credentials (SO_PEERCRED's uid and gid and
- * the supplementary groups from SO_PEERGROUPS): root and members of an allowed group see every
- * event, everybody else only events that carry their own uid. */
+/* The access rule of docs/protocol.md from a peer's credentials (uid, primary group or
+ * (gid_t) -1, supplementary groups): root and members of a group of AllowGroups= or of
+ * ControlGroups= (which act on every user's events, so see them) see every event, everybody
+ * else only events that carry their own uid. The one rule for the socket and the bus. */
 SubscriptionAccess filter_access(
-	uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups, const gid_t *allowed, size_t n_allowed);
+	uid_t uid,
+	gid_t gid,
+	const gid_t *groups,
+	size_t n_groups,
+	const GroupList *allow,
+	const GroupList *control);
 
 /* True if the client with subscription s receives ev. `unit` is the unit of the event's cgroup,
  * or NULL if the event has no cgroup id or it belongs to no unit. */

@@ -222,17 +222,21 @@ static void test_access_match(void) {
 
 static void test_access_rule(void) {
 	gid_t allowed[] = { 50, 60 }, groups[] = { 10, 60 }, others[] = { 10, 11 };
+	const GroupList none = {}, allow = { .gids = allowed, .n = 2 };
 
-	ASSERT(filter_access(0, 0, NULL, 0, NULL, 0) == SUBSCRIPTION_ACCESS_ALL);
-	ASSERT(filter_access(0, 1, others, 2, allowed, 2) == SUBSCRIPTION_ACCESS_ALL);
-	ASSERT(filter_access(1000, 1000, NULL, 0, NULL, 0) == SUBSCRIPTION_ACCESS_UID);
-	ASSERT(filter_access(1000, 1000, others, 2, allowed, 2) == SUBSCRIPTION_ACCESS_UID);
+	ASSERT(filter_access(0, 0, NULL, 0, &none, &none) == SUBSCRIPTION_ACCESS_ALL);
+	ASSERT(filter_access(0, 1, others, 2, &allow, &none) == SUBSCRIPTION_ACCESS_ALL);
+	ASSERT(filter_access(1000, 1000, NULL, 0, &none, &none) == SUBSCRIPTION_ACCESS_UID);
+	ASSERT(filter_access(1000, 1000, others, 2, &allow, &none) == SUBSCRIPTION_ACCESS_UID);
 	/* A supplementary group or the primary group may be the allowed one. */
-	ASSERT(filter_access(1000, 1000, groups, 2, allowed, 2) == SUBSCRIPTION_ACCESS_ALL);
-	ASSERT(filter_access(1000, 50, others, 2, allowed, 2) == SUBSCRIPTION_ACCESS_ALL);
-	ASSERT(filter_access(1000, 50, NULL, 0, allowed, 2) == SUBSCRIPTION_ACCESS_ALL);
+	ASSERT(filter_access(1000, 1000, groups, 2, &allow, &none) == SUBSCRIPTION_ACCESS_ALL);
+	ASSERT(filter_access(1000, 50, others, 2, &allow, &none) == SUBSCRIPTION_ACCESS_ALL);
+	ASSERT(filter_access(1000, 50, NULL, 0, &allow, &none) == SUBSCRIPTION_ACCESS_ALL);
 	/* Group 0 is not root. */
-	ASSERT(filter_access(1000, 0, NULL, 0, NULL, 0) == SUBSCRIPTION_ACCESS_UID);
+	ASSERT(filter_access(1000, 0, NULL, 0, &none, &none) == SUBSCRIPTION_ACCESS_UID);
+	/* ControlGroups= members see every event too. */
+	ASSERT(filter_access(1000, 1000, groups, 2, &none, &allow) == SUBSCRIPTION_ACCESS_ALL);
+	ASSERT(filter_access(1000, 1000, others, 2, &none, &allow) == SUBSCRIPTION_ACCESS_UID);
 }
 
 /* Units' counters and packets go only to those who name them; "capture" picks packets. */
