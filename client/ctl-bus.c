@@ -111,6 +111,24 @@ int parse_json_options(int argc, char *argv[], const char *verb, void (*help)(vo
 	return 1;
 }
 
+int parse_help_option(int argc, char *argv[], const char *verb, void (*help)(void)) {
+	static const struct option options[] = { { "help", no_argument, NULL, 'h' }, {} };
+	int opt;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "h", options, NULL)) >= 0)
+		switch (opt) {
+		case 'h':
+			help();
+			return 0;
+		default:
+			return -EINVAL;
+		}
+	if (optind < argc)
+		return error_msg("%s: unexpected argument '%s'", verb, argv[optind]);
+	return 1;
+}
+
 int bus_call_json(const char *method, json_object **ret) {
 	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
@@ -454,21 +472,47 @@ finish:
 	return r;
 }
 
+static void probes_help(void) {
+	printf("%s probes [OPTIONS...]\n\n"
+	       "List the built-in probes (D-Bus ListProbes()): name, state and events emitted.\n\n"
+	       "     --no-legend   No header line (for scripts and shell completion)\n"
+	       "  -h --help        Show this help\n",
+	       program);
+}
+
 int verb_probes(int argc, char *argv[]) {
+	enum { ARG_NO_LEGEND = 0x100 };
+	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
+						 { "no-legend", no_argument, NULL, ARG_NO_LEGEND },
+						 {} };
 	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	bool legend = true;
 	const char *name;
 	uint64_t events;
-	int enabled, r;
+	int enabled, opt, r;
 
-	if (argc > 1)
-		return error_msg("probes: unexpected argument '%s'", argv[1]);
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "h", options, NULL)) >= 0)
+		switch (opt) {
+		case 'h':
+			probes_help();
+			return 0;
+		case ARG_NO_LEGEND:
+			legend = false;
+			break;
+		default:
+			return -EINVAL;
+		}
+	if (optind < argc)
+		return error_msg("probes: unexpected argument '%s'", argv[optind]);
 	r = bus_connect(&bus);
 	if (r >= 0)
 		r = bus_call(bus, "ListProbes", &reply, NULL);
 	if (r < 0)
 		return r;
-	printf("%-10s %-9s %s\n", "PROBE", "STATE", "EVENTS");
+	if (legend)
+		printf("%-10s %-9s %s\n", "PROBE", "STATE", "EVENTS");
 	r = sd_bus_message_enter_container(reply, 'a', "(sbt)");
 	while (r >= 0 && (r = sd_bus_message_read(reply, "(sbt)", &name, &enabled, &events)) > 0)
 		printf("%-10s %-9s %" PRIu64 "\n", name, enabled ? "enabled" : "disabled", events);
@@ -489,6 +533,15 @@ static int client_row_compare(const void *a, const void *b) {
 	return (x->id > y->id) - (x->id < y->id);
 }
 
+static void clients_help(void) {
+	printf("%s clients [OPTIONS...]\n\n"
+	       "List the socket subscribers (D-Bus ListClients()): id, uid, pid, events sent, dropped\n"
+	       "and queued, and the filter. Root sees every client, anyone else only their own\n"
+	       "uid's (docs/security.md).\n\n"
+	       "  -h --help   Show this help\n",
+	       program);
+}
+
 int verb_clients(int argc, char *argv[]) {
 	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
@@ -496,8 +549,9 @@ int verb_clients(int argc, char *argv[]) {
 	size_t n = 0;
 	int r;
 
-	if (argc > 1)
-		return error_msg("clients: unexpected argument '%s'", argv[1]);
+	r = parse_help_option(argc, argv, "clients", clients_help);
+	if (r <= 0)
+		return r;
 	r = bus_connect(&bus);
 	if (r >= 0)
 		r = bus_call(bus, "ListClients", &reply, NULL);
@@ -547,11 +601,23 @@ int verb_clients(int argc, char *argv[]) {
 	return 0;
 }
 
+static void probe_help(void) {
+	printf("%s probe enable|disable NAME\n\n"
+	       "Attach or detach a built-in probe (D-Bus SetProbeEnabled(), root). The next reload\n"
+	       "applies Probes= again. 'perfrelayctl probes' lists the names.\n\n"
+	       "  -h --help   Show this help\n",
+	       program);
+}
+
 int verb_probe(int argc, char *argv[]) {
 	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
 	bool enable;
 	int r;
 
+	if (argc >= 2 && (streq(argv[1], "-h") || streq(argv[1], "--help"))) {
+		probe_help();
+		return 0;
+	}
 	if (argc != 3 || (!streq(argv[1], "enable") && !streq(argv[1], "disable")))
 		return error_msg("usage: %s probe enable|disable NAME", program);
 	enable = streq(argv[1], "enable");

@@ -104,26 +104,69 @@ static void producers_help(void) {
 	       "activity or declared by a loaded program (PERFRELAY_PRODUCER), its programs, the\n"
 	       "record types their BTF declares with the fields perfrelayd decodes, and its counters.\n"
 	       "See docs/producers.md.\n\n"
-	       "  -j --json   One JSON array, the ListProducers() answer as is\n"
-	       "  -h --help   Show this help\n",
+	       "  -j --json    One JSON array, the ListProducers() answer as is\n"
+	       "     --types   Only the names of the record types, one per line (for scripts\n"
+	       "               and shell completion: what 'monitor --type' takes)\n"
+	       "  -h --help    Show this help\n",
 	       program);
 }
 
-int verb_producers(int argc, char *argv[]) {
-	_cleanup_(json_object_putp) json_object *o = NULL;
-	bool json;
-	int r;
+static void print_type_names(json_object *list) {
+	for (size_t i = 0; i < json_object_array_length(list); i++) {
+		json_object *types;
 
-	r = parse_json_options(argc, argv, "producers", producers_help, &json);
-	if (r <= 0)
-		return r;
+		if (!json_object_object_get_ex(json_object_array_get_idx(list, i), "types", &types) ||
+		    !json_object_is_type(types, json_type_array))
+			continue;
+		for (size_t k = 0; k < json_object_array_length(types); k++) {
+			const char *name = jstr_or(json_object_array_get_idx(types, k), "name", "");
+
+			if (name[0])
+				puts(name);
+		}
+	}
+}
+
+int verb_producers(int argc, char *argv[]) {
+	enum { ARG_TYPES = 0x100 };
+	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
+						 { "json", no_argument, NULL, 'j' },
+						 { "types", no_argument, NULL, ARG_TYPES },
+						 {} };
+	_cleanup_(json_object_putp) json_object *o = NULL;
+	bool json = false, types = false;
+	int opt, r;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "hj", options, NULL)) >= 0)
+		switch (opt) {
+		case 'h':
+			producers_help();
+			return 0;
+		case 'j':
+			json = true;
+			break;
+		case ARG_TYPES:
+			types = true;
+			break;
+		default:
+			return -EINVAL;
+		}
+	if (optind < argc)
+		return error_msg("producers: unexpected argument '%s'", argv[optind]);
+	if (json && types)
+		return error_msg("producers: --json and --types exclude each other");
 	r = bus_call_json("ListProducers", &o);
 	if (r < 0)
 		return r;
 	if (json)
 		puts(json_object_to_json_string_ext(
 			o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
-	else if (json_object_is_type(o, json_type_array))
+	else if (!json_object_is_type(o, json_type_array))
+		return error_msg("ListProducers() did not answer an array");
+	else if (types)
+		print_type_names(o);
+	else
 		print_producers(o);
 	return 0;
 }

@@ -163,9 +163,11 @@ int verb_snapshots(int argc, char *argv[]) {
 	while ((opt = getopt_long(argc, argv, "hd:", options, NULL)) >= 0)
 		switch (opt) {
 		case 'h':
-			printf("%s snapshots [--directory=DIR]\n\n"
-			       "List the flight recorder snapshots saved by perfrelay-snapshot@.service (perfrelayctl\n"
-			       "snapshot --save), newest first: time, size, file. Default directory %s.\n",
+			printf("%s snapshots [OPTIONS...]\n\n"
+			       "List the flight recorder snapshots that perfrelay-snapshot@.service saved when units\n"
+			       "failed, newest first: time, size, file.\n\n"
+			       "  -d --directory=DIR  The snapshot directory (default %s)\n"
+			       "  -h --help           Show this help\n",
 			       program,
 			       SNAPSHOT_DIR);
 			return 0;

@@ -35,6 +35,8 @@ int bus_call_json(const char *method, json_object **ret);
 /* A verb's options when they are -h/--help and -j/--json only: 1 with *ret_json, 0 after
  * printing the help, or a negative errno after a message. */
 int parse_json_options(int argc, char *argv[], const char *verb, void (*help)(void), bool *ret_json);
+/* The same for a verb whose only option is -h/--help: 1, 0 after the help, or a negative errno. */
+int parse_help_option(int argc, char *argv[], const char *verb, void (*help)(void));
 
 int verb_monitor(int argc, char *argv[]);   /* ctl-monitor.c */
 int verb_status(int argc, char *argv[]);    /* ctl-bus.c */

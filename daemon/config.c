@@ -150,6 +150,10 @@ static const ConfigKey config_keys[] = {
 	{ "Capture", "AllowHostCaptures", VALUE_BOOL, FIELD(allow_host_captures), 0, 0, NULL, true },
 };
 
+size_t config_n_keys(void) {
+	return ELEMENTSOF(config_keys);
+}
+
 static const char *const config_sections[] = { "Daemon", "Ring",     "Readers",  "Probes", "Socket",
 					       "Bus",    "Recorder", "Counters", "Capture" };
 

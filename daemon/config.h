@@ -99,6 +99,8 @@ int config_load(Config *c, const char *main_path, const char *dropin_dir, char *
 
 /* Checks cross-key constraints; called by config_load() and usable after config_parse_text(). */
 int config_validate(const Config *c, char **ret_error);
+/* How many keys the schema has (the shipped perfrelay.conf lists each: tests/unit/test-config.c). */
+size_t config_n_keys(void);
 
 /* Reload: the keys a reload cannot apply (documented as "restart" in docs/config.md) keep their
  * running values. For each that `new` changes, the running value goes into `new` (so that the

@@ -19,7 +19,10 @@ export PERFRELAY_ROOT
 # makes its network namespace. libcurl4-openssl-dev, libprotobuf-c-dev and protobuf-c-compiler
 # build perfrelay-export's OTLP target; nodejs and npm run the OTLP test's receiver (npm's
 # OpenTelemetry packages; test_otlp installs them) and are added only where no node/npm is
-# on PATH (a machine may carry another build of Node.js that provides both).
+# on PATH (a machine may carry another build of Node.js that provides both). scdoc builds the
+# manual pages and man-db renders them in their test; debhelper, dpkg-dev, fakeroot and lintian
+# build and check the Debian packages (scripts/build-debs, tests/system/test_package.py);
+# bash-completion (its completionsdir, and the completion test), zsh and fish check the completions.
 PERFRELAY_PACKAGES=(
 	libbpf-dev bpftool clang llvm libsystemd-dev libjson-c-dev libelf-dev zlib1g-dev
 	meson ninja-build pkg-config dbus python3 gcc libc6-dev
@@ -29,6 +32,7 @@ PERFRELAY_PACKAGES=(
 	clang-format git
 	tshark tcpdump iproute2
 	libcurl4-openssl-dev libprotobuf-c-dev protobuf-c-compiler
+	scdoc man-db debhelper dpkg-dev fakeroot lintian bash-completion zsh fish
 )
 command -v node >/dev/null 2>&1 || PERFRELAY_PACKAGES+=(nodejs)
 command -v npm >/dev/null 2>&1 || PERFRELAY_PACKAGES+=(npm)
