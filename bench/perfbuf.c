@@ -15,6 +15,7 @@
 #include "load.h"
 #include "macro.h"
 #include "perfbuf.h"
+#include "perfring-open.h"
 
 /* Only for noticing the stop request: wakeups come from the rings. */
 #define PERFBUF_POLL_MS 20
@@ -122,16 +123,13 @@ int perfbuf_start(int map_fd, PerfbufKind kind, unsigned pages, uint32_t waterma
 	p->cpu = cpu;
 
 	if (kind == PERFBUF_RAW) {
-		/* Exactly what perfrelayd's ring_open() asks for. */
-		struct perf_event_attr attr = {
-			.type = PERF_TYPE_SOFTWARE,
-			.size = sizeof(attr),
-			.config = PERF_COUNT_SW_BPF_OUTPUT,
-			.sample_type = PERF_SAMPLE_RAW,
-			.sample_period = 1,
-			.watermark = 1,
-			.wakeup_watermark = watermark ?: (uint32_t) ((uint64_t) page * pages / 4),
-		};
+		/* Exactly what perfrelayd's ring_open() asks for (perfring-open.h). */
+		struct perf_event_attr attr;
+
+		perf_ring_attr(
+			&(PerfRingAttr){ .pages = pages,
+					 .watermark = watermark ?: (uint32_t) ((uint64_t) page * pages / 4) },
+			&attr);
 		LIBBPF_OPTS(perf_buffer_raw_opts, o);
 
 		p->pb = perf_buffer__new_raw(map_fd, pages, &attr, on_raw_event, p, &o);

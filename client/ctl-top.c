@@ -55,7 +55,7 @@ static void sample_clear(TopSample *s) {
 
 /* A counter by its key in GetUnitCounters() or its name in Counters=. */
 static int counter_index(const char *key) {
-	int k = counter_from_json_key(key);
+	int k = counter_key_from_string(key);
 
 	return k >= 0 ? k : counter_from_string(key);
 }
@@ -187,7 +187,9 @@ static void print_table(const TopSample *s, bool json) {
 			for (unsigned c = 0; c < TOP_COUNTERS; c++)
 				if (u->mask & (1u << c))
 					json_object_object_add(
-						rates, counter_json_key(c), json_object_new_double(u->rate[c]));
+						rates,
+						counter_key_to_string(c),
+						json_object_new_double(u->rate[c]));
 			json_object_object_add(o, "per_second", rates);
 			json_object_array_add(a, o);
 			continue;

@@ -12,6 +12,7 @@
 #include "btfrec-internal.h"
 #include "event.h"
 #include "macro.h"
+#include "string-table.h"
 
 /* Worst-case JSON of n bytes: as an escaped string (encode.c: 6 bytes per input byte) and as
  * quoted base64. */
@@ -25,7 +26,7 @@ typedef struct Builder {
 	BtfRecError error;
 } Builder;
 
-static const char *const kind_names[_BTFREC_KIND_MAX] = {
+static const char *const btfrec_kind_table[_BTFREC_KIND_MAX] = {
 	[BTFREC_UINT] = "uint",
 	[BTFREC_INT] = "int",
 	[BTFREC_ENUM] = "enum",
@@ -37,11 +38,9 @@ static const char *const kind_names[_BTFREC_KIND_MAX] = {
 	[BTFREC_ARRAY_END] = "array_end",
 };
 
-const char *btfrec_kind_to_string(BtfRecKind k) {
-	return (unsigned) k < _BTFREC_KIND_MAX ? kind_names[k] : NULL;
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(btfrec_kind, BtfRecKind);
 
-static const char *const error_names[_BTFREC_ERROR_MAX] = {
+static const char *const btfrec_error_table[_BTFREC_ERROR_MAX] = {
 	[BTFREC_OK] = "ok",
 	[BTFREC_BAD_TYPE] = "bad-type",
 	[BTFREC_NO_HEADER] = "no-header",
@@ -55,9 +54,7 @@ static const char *const error_names[_BTFREC_ERROR_MAX] = {
 	[BTFREC_OUTPUT_TOO_LARGE] = "output-too-large",
 };
 
-const char *btfrec_error_to_string(BtfRecError e) {
-	return (unsigned) e < _BTFREC_ERROR_MAX ? error_names[e] : NULL;
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(btfrec_error, BtfRecError);
 
 BtfRec *btfrec_free(BtfRec *r) {
 	if (!r)

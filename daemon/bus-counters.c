@@ -38,7 +38,7 @@ int bus_method_get_unit_counters(sd_bus_message *message, void *userdata, sd_bus
 			r = sd_bus_message_open_container(reply, 'a', "{st}");
 		for (unsigned k = 0; r >= 0 && k < PERFRELAY_COUNTERS_MAX; k++)
 			if (c->mask & (1u << k))
-				r = sd_bus_message_append(reply, "{st}", counter_json_key(k), c->value[k]);
+				r = sd_bus_message_append(reply, "{st}", counter_key_to_string(k), c->value[k]);
 		if (r >= 0)
 			r = sd_bus_message_close_container(reply);
 		if (r >= 0)

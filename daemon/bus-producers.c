@@ -3,6 +3,7 @@
  * "events" (producers.c) and the stats snapshot (their counters), as aa{sv} (docs/dbus.md,
  * "ListProducers"). */
 #include "bus-internal.h"
+#include "decode.h"
 #include "stats.h"
 
 static int append_fields(sd_bus_message *m, const BtfRec *rec) {
@@ -81,6 +82,9 @@ static int append_producer(
 			name = scan->progs[i].producer_name;
 			break;
 		}
+	/* perfrelay's own producers are named by the daemon, not by a program's BTF. */
+	if (!only && !name[0] && builtin_producer_to_string(id))
+		name = builtin_producer_to_string(id);
 	r = sd_bus_message_open_container(m, 'a', "{sv}");
 	if (r >= 0)
 		r = sd_bus_message_append(m, "{sv}{sv}", "id", "u", id, "name", "s", name);

@@ -14,6 +14,7 @@
 #include "capture.skel.h"
 #include "event.h"
 #include "percpu.h"
+#include "string-table.h"
 
 struct Capture {
 	struct capture_bpf *skel;
@@ -24,22 +25,13 @@ struct Capture {
 	struct bpf_tc_opts tc[2]; /* ingress, egress */
 };
 
-static const char *const direction_names[] = {
+static const char *const capture_direction_table[] = {
 	[CAPTURE_INGRESS] = "ingress",
 	[CAPTURE_EGRESS] = "egress",
 	[CAPTURE_BOTH] = "both",
 };
 
-const char *capture_direction_to_string(CaptureDirection d) {
-	return (unsigned) d < ELEMENTSOF(direction_names) ? direction_names[d] : NULL;
-}
-
-int capture_direction_from_string(const char *s) {
-	for (unsigned i = CAPTURE_INGRESS; s && i < ELEMENTSOF(direction_names); i++)
-		if (streq(s, direction_names[i]))
-			return (int) i;
-	return -EINVAL;
-}
+DEFINE_STRING_TABLE_LOOKUP(capture_direction, CaptureDirection);
 
 /* The clsact hook of the interface (made if missing; never removed: other filters may use it)
  * and our filter on each direction asked for. */

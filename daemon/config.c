@@ -252,22 +252,19 @@ static int apply_path(ConfParseState *st, const ConfigKey *k, char **field) {
  * stand alone: the whole set (or the default one) and none. */
 typedef struct NameList {
 	const char *what;     /* "probe", "counter" */
-	const char *known;    /* the names, for the error message */
 	const char *all_word; /* "all", "default" */
 	uint32_t all_mask;    /* what all_word means */
+	unsigned n;           /* the names are to_string(0..n-1): the module's own table */
+	const char *(*to_string)(unsigned i);
 	int (*from_string)(const char *s);
 } NameList;
 
 static const NameList probe_names = {
-	"probe", "exec exit fork open connect", "all", PROBES_ALL, probe_from_string,
+	"probe", "all", PROBES_ALL, _PROBE_MAX, probe_to_string, probe_from_string,
 };
 static const NameList counter_names = {
-	"counter",
-	"task-clock context-switches page-faults cpu-migrations cycles instructions cache-misses "
-	"branch-misses",
-	"default",
-	COUNTERS_DEFAULT,
-	counter_from_string,
+	"counter",         "default",           COUNTERS_DEFAULT, PERFRELAY_COUNTERS_MAX,
+	counter_to_string, counter_from_string,
 };
 
 typedef struct NamesState {
@@ -281,6 +278,8 @@ static int names_word(ConfParseState *st, const char *word, void *userdata) {
 	NamesState *ns = userdata;
 	const NameList *l = ns->list;
 	_cleanup_free_ char *esc = NULL;
+	char known[256];
+	size_t o = 0;
 	int p;
 
 	ns->n_words++;
@@ -293,12 +292,21 @@ static int names_word(ConfParseState *st, const char *word, void *userdata) {
 			esc = conf_escape(word, CONF_ERROR_VALUE_MAX);
 			if (!esc)
 				return -ENOMEM;
+			known[0] = 0;
+			for (unsigned i = 0; i < l->n && o + 1 < sizeof(known); i++) {
+				int w = snprintf(
+					known + o, sizeof(known) - o, "%s%s", o ? " " : "", l->to_string(i));
+
+				if (w < 0)
+					break;
+				o = MIN(o + (size_t) w, sizeof(known) - 1);
+			}
 			return conf_line_error(
 				st,
 				"unknown %s \"%s\" (known: %s, or %s or none)",
 				l->what,
 				esc,
-				l->known,
+				known,
 				l->all_word);
 		}
 		ns->mask |= 1u << p;

@@ -7,6 +7,7 @@
 
 #include "decode.h"
 #include "macro.h"
+#include "string-table.h"
 
 /* The raw data of a sample sits at offset 12 of an 8-aligned perf record, so every multi-byte
  * field is read with memcpy into a local: casting to a struct pointer would be undefined
@@ -80,11 +81,7 @@ static const char *const decode_error_table[_DECODE_ERROR_MAX] = {
 	[DECODE_BAD_LENGTH] = "bad-length",
 };
 
-const char *decode_error_to_string(DecodeError e) {
-	if ((unsigned) e >= ELEMENTSOF(decode_error_table))
-		return NULL;
-	return decode_error_table[e];
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(decode_error, DecodeError);
 
 static const char *const event_type_table[] = {
 	[PERFRELAY_TYPE_EXEC] = "exec",         [PERFRELAY_TYPE_EXIT] = "exit",
@@ -93,11 +90,17 @@ static const char *const event_type_table[] = {
 	[PERFRELAY_TYPE_COUNTERS] = "counters", [PERFRELAY_TYPE_PACKET] = "packet",
 };
 
-const char *event_type_to_string(uint16_t type) {
-	if (type >= ELEMENTSOF(event_type_table))
-		return NULL;
-	return event_type_table[type];
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(event_type, uint16_t);
+
+/* perfrelay's own producers, as ListProducers() and `perfrelayctl producers` name them. */
+static const char *const builtin_producer_table[PERFRELAY_PRODUCER_THIRD_PARTY_MIN] = {
+	[PERFRELAY_PRODUCER_EXEC] = "exec",       [PERFRELAY_PRODUCER_EXIT] = "exit",
+	[PERFRELAY_PRODUCER_FORK] = "fork",       [PERFRELAY_PRODUCER_OPEN] = "open",
+	[PERFRELAY_PRODUCER_CONNECT] = "connect", [PERFRELAY_PRODUCER_CAPTURE] = "capture",
+	[PERFRELAY_PRODUCER_BENCH] = "bench",     [PERFRELAY_PRODUCER_COUNTERS] = "counters",
+};
+
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(builtin_producer, uint32_t);
 
 /* The "type" of lines and frames the daemon makes itself (docs/protocol.md). */
 static const char *const daemon_line_types[] = { "lost",    "unknown", "hello", "error",

@@ -84,6 +84,9 @@ static inline bool event_type_on_request(uint16_t type) {
 
 /* Type name for JSON ("exec", ...), or NULL for types without a name. */
 const char *event_type_to_string(uint16_t type);
+/* The name of one of perfrelay's own producers (PERFRELAY_PRODUCER_EXEC: "exec", ...), or NULL
+ * (a third-party id, or an unused one). */
+const char *builtin_producer_to_string(uint32_t id);
 /* The built-in type name `name` is, in any letter case ("EXEC": "exec"), or NULL. */
 const char *event_type_like(const char *name);
 /* Whether `name` (any case) is the "type" of a line the daemon makes (lost, unknown, hello,

@@ -551,7 +551,7 @@ static int encode_counter_values(Out *o, const char *key, size_t klen, const str
 	TRY(out_put(o, key, klen));
 	PUT_LIT(o, "{");
 	for (unsigned i = 0; i < PERFRELAY_COUNTERS_MAX; i++) {
-		const char *name = counter_json_key(i);
+		const char *name = counter_key_to_string(i);
 
 		if (!(v->mask & (1u << i)))
 			continue;

@@ -3,11 +3,11 @@
  * and the D-Bus interface key them. */
 #include <errno.h>
 
-#include "macro.h"
 #include "perfcount.h"
+#include "string-table.h"
 
 /* clang-format off */
-static const char *const counter_names[PERFRELAY_COUNTERS_MAX] = {
+static const char *const counter_table[PERFRELAY_COUNTERS_MAX] = {
 	[PERFRELAY_COUNTER_TASK_CLOCK] = "task-clock",
 	[PERFRELAY_COUNTER_CONTEXT_SWITCHES] = "context-switches",
 	[PERFRELAY_COUNTER_PAGE_FAULTS] = "page-faults",
@@ -18,7 +18,7 @@ static const char *const counter_names[PERFRELAY_COUNTERS_MAX] = {
 	[PERFRELAY_COUNTER_BRANCH_MISSES] = "branch-misses",
 };
 
-static const char *const counter_keys[PERFRELAY_COUNTERS_MAX] = {
+static const char *const counter_key_table[PERFRELAY_COUNTERS_MAX] = {
 	[PERFRELAY_COUNTER_TASK_CLOCK] = "task_clock_ns",
 	[PERFRELAY_COUNTER_CONTEXT_SWITCHES] = "context_switches",
 	[PERFRELAY_COUNTER_PAGE_FAULTS] = "page_faults",
@@ -30,27 +30,8 @@ static const char *const counter_keys[PERFRELAY_COUNTERS_MAX] = {
 };
 /* clang-format on */
 
-const char *counter_to_string(unsigned id) {
-	return id < PERFRELAY_COUNTERS_MAX ? counter_names[id] : NULL;
-}
-
-int counter_from_string(const char *s) {
-	for (unsigned i = 0; s && i < PERFRELAY_COUNTERS_MAX; i++)
-		if (streq(s, counter_names[i]))
-			return (int) i;
-	return -EINVAL;
-}
-
-const char *counter_json_key(unsigned id) {
-	return id < PERFRELAY_COUNTERS_MAX ? counter_keys[id] : NULL;
-}
-
-int counter_from_json_key(const char *s) {
-	for (unsigned i = 0; s && i < PERFRELAY_COUNTERS_MAX; i++)
-		if (streq(s, counter_keys[i]))
-			return (int) i;
-	return -EINVAL;
-}
+DEFINE_STRING_TABLE_LOOKUP(counter, unsigned);
+DEFINE_STRING_TABLE_LOOKUP(counter_key, unsigned);
 
 bool counter_is_hardware(unsigned id) {
 	return id >= PERFRELAY_COUNTER_CYCLES && id < PERFRELAY_COUNTERS_MAX;

@@ -26,8 +26,8 @@ const char *counter_to_string(unsigned id); /* "task-clock", ... or NULL */
 int counter_from_string(const char *s);     /* PERFRELAY_COUNTER_* or -EINVAL */
 /* The key of a counter in JSON ("task_clock_ns", "context_switches", ...) and in
  * GetUnitCounters(). */
-const char *counter_json_key(unsigned id);
-int counter_from_json_key(const char *s);
+const char *counter_key_to_string(unsigned id);
+int counter_key_from_string(const char *s);
 bool counter_is_hardware(unsigned id);
 
 /* The counting events of one start: opened on every online CPU and put in the counter arrays

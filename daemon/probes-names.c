@@ -2,11 +2,11 @@
 /* The names of the built-in probes, as Probes= and the D-Bus interface spell them. */
 #include <errno.h>
 
-#include "macro.h"
 #include "probes.h"
+#include "string-table.h"
 
 /* clang-format off */
-static const char *const probe_names[_PROBE_MAX] = {
+static const char *const probe_table[_PROBE_MAX] = {
 	[PROBE_EXEC] = "exec",
 	[PROBE_EXIT] = "exit",
 	[PROBE_FORK] = "fork",
@@ -15,17 +15,4 @@ static const char *const probe_names[_PROBE_MAX] = {
 };
 /* clang-format on */
 
-const char *probe_to_string(unsigned probe) {
-	if (probe >= _PROBE_MAX)
-		return NULL;
-	return probe_names[probe];
-}
-
-int probe_from_string(const char *s) {
-	if (!s)
-		return -EINVAL;
-	for (unsigned i = 0; i < _PROBE_MAX; i++)
-		if (streq(s, probe_names[i]))
-			return (int) i;
-	return -EINVAL;
-}
+DEFINE_STRING_TABLE_LOOKUP(probe, unsigned);

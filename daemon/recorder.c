@@ -11,7 +11,6 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,6 +22,7 @@
 #include "grace.h"
 #include "percpu.h"
 #include "perfring.h"
+#include "perfring-open.h"
 #include "recorder.h"
 #include "time-util.h"
 
@@ -62,35 +62,26 @@ static int read_stats(const Recorder *r, struct perfrelay_recorder_stats *per_cp
 }
 
 static int ring_open_backward(RecRing *ring, unsigned cpu, unsigned pages) {
-	struct perf_event_attr attr = {
-		.type = PERF_TYPE_SOFTWARE,
-		.size = sizeof(attr),
-		.config = PERF_COUNT_SW_BPF_OUTPUT,
-		.sample_type = PERF_SAMPLE_RAW,
-		.sample_period = 1,
-		.write_backward = 1,
-		/* Nobody polls these rings: a wakeup only when a whole ring was written keeps the
-		 * kernel's irq_work off the producers' path. */
-		.watermark = 1,
-	};
 	long page = sysconf(_SC_PAGESIZE);
-	void *map;
+	/* Nobody polls these rings: a wakeup only when a whole ring was written keeps the kernel's
+	 * irq_work off the producers' path. */
+	PerfRingAttr a = {
+		.pages = pages,
+		.backward = true,
+		.watermark = (uint32_t) MIN((uint64_t) page * pages, (uint64_t) UINT32_MAX),
+	};
+	PerfRingMap m;
+	int k;
 
 	ring->cpu = cpu;
-	ring->data_size = (uint64_t) page * pages;
-	attr.wakeup_watermark = (uint32_t) MIN(ring->data_size, (uint64_t) UINT32_MAX);
-	ring->fd = (int) syscall(SYS_perf_event_open, &attr, -1, (int) cpu, -1, PERF_FLAG_FD_CLOEXEC);
-	if (ring->fd < 0)
-		return -errno;
-	ring->map_size = (size_t) page * (1 + pages);
-	/* PROT_READ without PROT_WRITE makes this an overwrite ring (perf's "overwritable"). */
-	map = mmap(NULL, ring->map_size, PROT_READ, MAP_SHARED, ring->fd, 0);
-	if (map == MAP_FAILED)
-		return -errno;
-	ring->meta = map;
-	ring->data = (uint8_t *) map + page;
-	if (ioctl(ring->fd, PERF_EVENT_IOC_ENABLE, 0) < 0)
-		return -errno;
+	k = perf_ring_open(cpu, &a, &m);
+	if (k < 0)
+		return k;
+	ring->fd = m.fd;
+	ring->meta = m.meta;
+	ring->data = m.data;
+	ring->map_size = m.map_size;
+	ring->data_size = m.data_size;
 	return 0;
 }
 

@@ -1,15 +1,13 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* One CPU's perf ring: perf_event_open + mmap, and the consumer side of the ring contract. */
-#include <fcntl.h>
 #include <stdlib.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <linux/perf_event.h>
 
 #include "macro.h"
+#include "perfring-open.h"
 #include "perfring.h"
 #include "ring.h"
 
@@ -26,60 +24,38 @@ struct Ring {
 };
 
 int ring_open(unsigned cpu, const RingOptions *o, Ring **ret) {
-	struct perf_event_attr attr = {
-		.type = PERF_TYPE_SOFTWARE,
-		.size = sizeof(attr),
-		.config = PERF_COUNT_SW_BPF_OUTPUT,
-		.sample_type = PERF_SAMPLE_RAW,
-		.sample_period = 1,
+	PerfRingAttr a = {
+		.pages = o->pages,
+		.watermark = o->watermark,
+		.wakeup_events = o->wakeup_events,
+		.bpf_events = o->bpf_events,
 	};
-	long page = sysconf(_SC_PAGESIZE);
 	_cleanup_(ring_freep) Ring *r = NULL;
-	void *map;
+	PerfRingMap m;
+	int k;
 
 	if (o->pages == 0 || (o->pages & (o->pages - 1)))
 		return -EINVAL;
-	if (o->bpf_events) {
-		attr.config = PERF_COUNT_SW_DUMMY;
-		attr.sample_type = 0;
-		attr.sample_period = 0;
-		attr.bpf_event = 1;
-	}
-	if (o->watermark > 0) {
-		attr.watermark = 1;
-		attr.wakeup_watermark = o->watermark;
-	} else
-		attr.wakeup_events = o->wakeup_events ?: 1;
-
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	r->fd = -EBADF;
 	r->cpu = cpu;
 	r->watermark = o->watermark;
-	r->wakeup_events = o->watermark > 0 ? 0 : attr.wakeup_events;
+	r->wakeup_events = o->watermark > 0 ? 0 : (o->wakeup_events ?: 1);
 
-	r->fd = syscall(SYS_perf_event_open, &attr, -1, (int) cpu, -1, PERF_FLAG_FD_CLOEXEC);
-	if (r->fd < 0)
-		return negative_errno();
-	if (fcntl(r->fd, F_SETFL, O_NONBLOCK) < 0)
-		return -errno;
-
-	r->map_size = (size_t) page * (1 + o->pages);
-	/* PROT_WRITE makes this a non-overwrite ring: the kernel never passes our data_tail. */
-	map = mmap(NULL, r->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
-	if (map == MAP_FAILED)
-		return -errno;
-	r->meta = map;
-	r->data = (uint8_t *) map + page;
-	r->mask = (uint64_t) page * o->pages - 1;
+	k = perf_ring_open(cpu, &a, &m);
+	if (k < 0)
+		return k;
+	r->fd = m.fd;
+	r->meta = m.meta;
+	r->map_size = m.map_size;
+	r->data = m.data;
+	r->mask = m.data_size - 1;
 
 	r->scratch = aligned_alloc(8, ALIGN_TO(PERFRING_RECORD_MAX, 8u));
 	if (!r->scratch)
 		return -ENOMEM;
-
-	if (ioctl(r->fd, PERF_EVENT_IOC_ENABLE, 0) < 0)
-		return -errno;
 
 	*ret = TAKE_PTR(r);
 	return 0;

@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Parsing of perfrelay-export's INI configuration (docs/export.md lists every key). */
+/* perfrelay-export's configuration (docs/export.md lists every key): its schema, read by the
+ * daemon's INI parser (conf-parser.h), so both read files the same way and say the same errors. */
 #include "export-config.h"
 
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "conf-parser.h"
 #include "macro.h"
 
 int export_config_new(ExportConfig **ret) {
@@ -286,144 +287,39 @@ static int set_key(ExportConfig *c, const char *section, const char *k, const ch
 	return -ENOKEY;
 }
 
-static char *strip(char *s) {
-	char *e;
+static const char *const export_sections[] = { "NATS", "OTLP", "Stream", "Export" };
 
-	while (isspace((unsigned char) *s))
-		s++;
-	e = s + strlen(s);
-	while (e > s && isspace((unsigned char) e[-1]))
-		*--e = 0;
-	return s;
+/* The schema's apply callback of conf-parser.h: the message names the file, line, key and value. */
+static int apply_key(ConfParseState *st, void *userdata) {
+	int r = set_key(userdata, st->section, st->key, st->value);
+
+	switch (r) {
+	case 0:
+		return 0;
+	case -ENOMEM:
+		return r;
+	case -ENOKEY:
+		return conf_line_error(st, "unknown key in section [%s]", st->section);
+	case -E2BIG:
+		return conf_line_error(st, "too many list entries (at most %u)", EXPORT_LIST_MAX);
+	default:
+		return conf_line_error(st, "invalid value");
+	}
 }
+
+static const ConfSchema export_schema = {
+	.sections = export_sections,
+	.n_sections = ELEMENTSOF(export_sections),
+	.apply = apply_key,
+};
 
 int export_config_parse_text(
 	ExportConfig *c, const char *text, size_t size, const char *filename, char **ret_error) {
-	char section[64] = "";
-	unsigned lineno = 0;
-	size_t pos = 0;
-
-	while (pos < size) {
-		char line[4096], *p, *eq;
-		const char *why = NULL;
-		size_t len = 0;
-		int r;
-
-		lineno++;
-		while (pos < size && text[pos] != '\n') {
-			if (len + 1 >= sizeof(line)) {
-				why = "line too long";
-				break;
-			}
-			line[len++] = text[pos++];
-		}
-		while (pos < size && text[pos] != '\n')
-			pos++;
-		pos++;
-		line[len] = 0;
-		p = strip(line);
-		if (!why) {
-			if (!*p || *p == '#' || *p == ';')
-				continue;
-			if (*p == '[') {
-				size_t n = strlen(p);
-
-				if (p[n - 1] != ']' || n - 2 >= sizeof(section))
-					why = "bad section header";
-				else {
-					memcpy(section, p + 1, n - 2);
-					section[n - 2] = 0;
-					continue;
-				}
-			} else if (!(eq = strchr(p, '=')))
-				why = "expected KEY=VALUE";
-			else {
-				*eq = 0;
-				r = set_key(c, section, strip(p), strip(eq + 1));
-				if (r == -ENOMEM)
-					return r;
-				if (r == -ENOENT)
-					why = "unknown section";
-				else if (r == -ENOKEY)
-					why = "unknown key";
-				else if (r == -E2BIG)
-					why = "too many list entries";
-				else if (r < 0)
-					why = "invalid value";
-			}
-		}
-		if (why) {
-			if (ret_error && asprintf(ret_error, "%s:%u: %s", filename, lineno, why) < 0)
-				*ret_error = NULL;
-			return -EINVAL;
-		}
-	}
-	return 0;
-}
-
-static int load_file(ExportConfig *c, const char *path, bool must_exist, char **ret_error) {
-	_cleanup_free_ char *text = NULL;
-	size_t size = 0;
-	FILE *f;
-	int r;
-
-	f = fopen(path, "re");
-	if (!f)
-		return errno == ENOENT && !must_exist ? 0 : -errno;
-	text = malloc(1 << 20);
-	if (!text) {
-		fclose(f);
-		return -ENOMEM;
-	}
-	size = fread(text, 1, 1 << 20, f);
-	r = ferror(f) ? -EIO : !feof(f) ? -EFBIG : 0;
-	fclose(f);
-	if (r < 0)
-		return r;
-	return export_config_parse_text(c, text, size, path, ret_error);
-}
-
-static int cmp_str(const void *a, const void *b) {
-	return strcmp(*(char *const *) a, *(char *const *) b);
+	return conf_parse_text(&export_schema, c, text, size, filename, ret_error);
 }
 
 int export_config_load(ExportConfig *c, const char *main_path, const char *dropin_dir, char **ret_error) {
-	char *names[256];
-	size_t n = 0;
-	struct dirent *de;
-	DIR *d;
-	int r;
-
-	if (main_path) {
-		r = load_file(c, main_path, false, ret_error);
-		if (r < 0)
-			return r;
-	}
-	if (!dropin_dir)
-		return 0;
-	d = opendir(dropin_dir);
-	if (!d)
-		return errno == ENOENT ? 0 : -errno;
-	while ((de = readdir(d)) && n < ELEMENTSOF(names)) {
-		size_t l = strlen(de->d_name);
-
-		if (l > 5 && streq(de->d_name + l - 5, ".conf") && de->d_name[0] != '.')
-			if ((names[n] = strdup(de->d_name)))
-				n++;
-	}
-	closedir(d);
-	qsort(names, n, sizeof(char *), cmp_str);
-	r = 0;
-	for (size_t i = 0; i < n; i++) {
-		char path[4096];
-
-		if (r >= 0) {
-			snprintf(path, sizeof(path), "%s/%s", dropin_dir, names[i]);
-			r = load_file(c, path, true, ret_error);
-		}
-		free(names[i]);
-	}
-	return r;
+	return conf_parse_files(&export_schema, c, main_path, dropin_dir, EXPORT_CONFIG_FILE_MAX, ret_error);
 }
 
 int export_config_check(const ExportConfig *c, char **ret_error) {

@@ -7,7 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define EXPORT_LIST_MAX 32 /* servers, types, units: a bound on every list the file may hold */
+#define EXPORT_LIST_MAX        32 /* servers, types, units: a bound on every list the file may hold */
+#define EXPORT_CONFIG_FILE_MAX (1u << 20) /* bytes of one configuration file */
 
 /* [Export] Targets= */
 #define EXPORT_TARGET_NATS 0x1u

@@ -157,13 +157,3 @@ class NatsClient:
     def close(self):
         self.sock.close()
 
-
-def wait_for(pred, what, timeout=30, interval=0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise Failure(f"{what} within {timeout}s")
-        time.sleep(interval)

@@ -374,9 +374,26 @@ def producer_counters(pin_path, producer):
     return attempts, failures
 
 
+def wait_for(pred, what, timeout=30, interval=0.02):
+    """Polls pred() until it returns something true and returns that; a Failure after `timeout`
+    seconds. For what the daemon (or a server) makes true in its own time, e.g. counters it
+    stores at the end of a batch: a bounded wait for a condition that must come true, never a
+    sleep standing in for one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise Failure(f"{what}: not within {timeout}s")
+        time.sleep(interval)
+
+
 def run_tests(tests):
-    """Runs each test function; prints a line per test and a closing count; exit code 1 on failure."""
-    passed = failed = 0
+    """Runs each test function; prints a line per test and a closing count. Exit code 1 if any
+    test failed, whatever the others did: a test that skips (skip(), exit 77) after another one
+    failed does not hide that failure. 77 only when every test that ran skipped."""
+    passed = failed = skipped = 0
     only = os.environ.get("PRTEST_ONLY")  # comma-separated test names, for a developer's rerun
     for t in tests:
         if only and t.__name__ not in only.split(","):
@@ -385,16 +402,28 @@ def run_tests(tests):
             t()
             print(f"ok {t.__name__}")
             passed += 1
+        except SystemExit as e:
+            if e.code == SKIP:
+                print(f"skip {t.__name__}")
+                skipped += 1
+            else:
+                print(f"FAIL {t.__name__}: exited with {e.code!r}")
+                failed += 1
+                _stop_daemons()
         except Exception:
             print(f"FAIL {t.__name__}")
             traceback.print_exc()
             failed += 1
-            # The next test starts from no running daemon, as it would after a pass.
-            for dm in _daemons:
-                if dm.proc is not None and dm.proc.poll() is None:
-                    dm.proc.kill()
-                    dm.proc.wait()
-                dm.proc = None
+            _stop_daemons()
         sys.stdout.flush()
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    sys.exit(1 if failed else SKIP if skipped and not passed else 0)
+
+
+def _stop_daemons():
+    """The next test starts from no running daemon, as it would after a pass."""
+    for dm in _daemons:
+        if dm.proc is not None and dm.proc.poll() is None:
+            dm.proc.kill()
+            dm.proc.wait()
+        dm.proc = None

@@ -42,26 +42,59 @@ CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configurat
 """
 
 
-class StatsBus:
-    def __init__(self, binary):
+class PrivateBus:
+    """A dbus-daemon configured like the system bus: deny by default, policies from a system.d
+    directory that holds a copy of the project's policy file (policy_dir: a test may add its
+    own and reload()). In `directory`, or a temporary one that close() removes."""
+
+    def __init__(self, directory=None):
         if not shutil.which("dbus-daemon"):
             skip("dbus-daemon is not installed")
-        builddir = os.path.dirname(os.path.dirname(os.path.abspath(binary)))
-        self.ctl = os.path.join(builddir, "client", "perfrelayctl")
-        if not os.access(self.ctl, os.X_OK):
-            raise Failure(f"{self.ctl} was not built")
-        self.dir = tempfile.mkdtemp(prefix="perfrelay-statsbus-")
-        os.makedirs(os.path.join(self.dir, "system.d"))
-        shutil.copy(POLICY, os.path.join(self.dir, "system.d"))
+        self.own_dir = directory is None
+        self.dir = directory or tempfile.mkdtemp(prefix="perfrelay-bus-")
+        self.policy_dir = os.path.join(self.dir, "system.d")
+        os.makedirs(self.policy_dir)
+        os.chmod(self.dir, 0o755)  # users of other roles connect too
+        shutil.copy(POLICY, self.policy_dir)
         conf = os.path.join(self.dir, "system.conf")
         with open(conf, "w") as f:
             f.write(CONFIG.format(dir=self.dir))
         self.proc = subprocess.Popen(["dbus-daemon", f"--config-file={conf}", "--nofork", "--print-address=1"],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # The address is printed once the bus listens.
         line = self.proc.stdout.readline().strip()
         if not line:
             raise Failure(f"dbus-daemon did not start: {self.proc.stderr.read()}")
         self.address = line.split(",")[0]
+
+    def reload(self):
+        """Makes the bus read its policy files again (after a test changed policy_dir)."""
+        r = subprocess.run(["busctl", f"--address={self.address}", "call", "org.freedesktop.DBus",
+                            "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig"],
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise Failure(f"ReloadConfig: {r.stderr.strip()}")
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        if self.own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    stop = close
+
+
+class StatsBus(PrivateBus):
+    """A private bus whose address is exported to what the test starts afterwards, with the
+    daemon's statistics read through perfrelayctl."""
+
+    def __init__(self, binary):
+        builddir = os.path.dirname(os.path.dirname(os.path.abspath(binary)))
+        self.ctl = os.path.join(builddir, "client", "perfrelayctl")
+        if not os.access(self.ctl, os.X_OK):
+            raise Failure(f"{self.ctl} was not built")
+        super().__init__()
         os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = self.address
 
     def stats(self):
@@ -79,23 +112,3 @@ class StatsBus:
             if p["id"] == producer_id:
                 return p
         return {k: (0 if isinstance(v, int) else v) for k, v in st["total"].items()} | {"id": producer_id}
-
-    def close(self):
-        self.proc.terminate()
-        self.proc.wait(10)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def wait_for(fn, what, timeout=10, interval=0.02):
-    """Polls fn() until it returns something true and returns that; a Failure after `timeout`
-    seconds. For counters the daemon stores at the end of a batch: a bounded wait for a
-    condition that must come true, never a sleep standing in for one."""
-    import time
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise Failure(f"{what}: not within {timeout}s")
-        time.sleep(interval)

@@ -16,8 +16,8 @@ import tempfile
 import time
 
 from busclient import BusPeer, as_user
-from prtest import Daemon, UnitCgroup, check, hold_connections, check_eq, cgroup2_mount, read_line, require_root_and_bpf, run_tests, skip
-from statsbus import StatsBus, wait_for
+from prtest import Daemon, UnitCgroup, cgroup2_mount, check, check_eq, hold_connections, read_line, require_root_and_bpf, run_tests, skip, wait_for
+from statsbus import StatsBus
 
 BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))

@@ -6,13 +6,14 @@ with its declared producer id and name, its program and its record type's fields
 then reach subscribers with named fields of every kind and the right values, "types" selects it
 by name and "where" selects exactly the matching records; the counters say so exactly."""
 import json
+import re
 import os
 import socket
 import subprocess
 import sys
 
-from prtest import Daemon, check, check_eq, read_line, require_root_and_bpf, run_tests
-from statsbus import StatsBus, wait_for
+from prtest import Daemon, check, check_eq, read_line, require_root_and_bpf, run_tests, wait_for
+from statsbus import StatsBus
 
 BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
@@ -157,6 +158,14 @@ def test_example_decoded():
         check_eq(table.returncode, 0, f"perfrelayctl producers (stderr: {table.stderr.strip()})")
         check("example_producer" in table.stdout and "type 0x8001 example: decoder ok" in table.stdout,
               f"the table lists the producer and its type: {table.stdout}")
+        # perfrelay's own producers are named too (they were bare ids with name "-").
+        names = {p["id"]: p["name"] for p in producers()}
+        check_eq(names.get(1), "exec", "ListProducers() names producer 1")
+        check(re.search(r"^1 +exec ", table.stdout, re.M), f"the table names producer 1 exec: {table.stdout}")
+        # What completions offer for monitor --type: every declared type's name, one per line.
+        types = subprocess.run([bus.ctl, "producers", "--types"], capture_output=True, text=True, timeout=30)
+        check_eq((types.returncode, "example" in types.stdout.split("\n")), (0, True),
+                 f"perfrelayctl producers --types: {types.stdout!r} {types.stderr.strip()}")
         check_eq(sum(r["btf_decoded"] for r in st["readers"]), N, "btf_decoded over the readers")
         check_eq(sum(r["btf_short"] for r in st["readers"]), 0, "btf_short")
         for c in (everything, blue, one, builtin):

@@ -15,8 +15,8 @@ import subprocess
 import sys
 import uuid
 
-from prtest import Daemon, UnitCgroup, check, delegate_cgroup, check_eq, require_root_and_bpf, run_tests, cgroup2_mount, skip
-from statsbus import StatsBus, wait_for
+from prtest import Daemon, UnitCgroup, cgroup2_mount, check, check_eq, delegate_cgroup, require_root_and_bpf, run_tests, skip, wait_for
+from statsbus import StatsBus
 
 BINARY = sys.argv[1]
 

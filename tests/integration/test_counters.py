@@ -15,7 +15,8 @@ import threading
 
 from prtest import (Daemon, Failure, UnitCgroup, check, check_eq, cgroup2_mount, delegate_cgroup, require_root_and_bpf,
                     run_tests)
-from statsbus import StatsBus, wait_for
+from prtest import wait_for
+from statsbus import StatsBus
 
 BINARY = sys.argv[1]
 INTERVAL_MS = 200

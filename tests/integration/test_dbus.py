@@ -21,9 +21,9 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 
-from prtest import Collected, Daemon, Failure, check, check_eq, producer_counters, require_root_and_bpf, run_tests, skip
+from prtest import Collected, Daemon, Failure, check, check_eq, producer_counters, require_root_and_bpf, run_tests, skip, wait_for
 from schema import schemas_by_type
-from statsbus import CONFIG as BUS_CONFIG
+from statsbus import PrivateBus
 from busclient import BusPeer, as_user
 
 BINARY = sys.argv[1]
@@ -31,7 +31,6 @@ BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 SRCDIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CTL = os.path.join(BUILDDIR, "client", "perfrelayctl")
 HELPER_BUILT = os.path.join(BUILDDIR, "tests", "integration", "bus-subscriber")
-POLICY = os.path.join(SRCDIR, "config", "org.perfrelay1.conf")
 DOC = os.path.join(SRCDIR, "docs", "dbus.md")
 
 require_root_and_bpf()
@@ -79,35 +78,6 @@ def online_cpus():
     return sorted(cpus)
 
 
-class PrivateBus:
-    """A dbus-daemon configured like the system bus: deny by default, policies from a system.d
-    directory that holds a copy of the project's policy file."""
-
-    CONFIG = BUS_CONFIG  # the system-like bus of statsbus.py
-
-    def __init__(self, name="bus"):
-        self.dir = os.path.join(WORK, name)
-        self.policy_dir = os.path.join(self.dir, "system.d")
-        os.makedirs(self.policy_dir)
-        os.chmod(self.dir, 0o755)
-        shutil.copy(POLICY, self.policy_dir)
-        conf = os.path.join(self.dir, "system.conf")
-        with open(conf, "w") as f:
-            f.write(self.CONFIG.format(dir=self.dir))
-        self.proc = subprocess.Popen(["dbus-daemon", f"--config-file={conf}", "--nofork", "--print-address=1"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        # The address is printed once the bus listens.
-        line = self.proc.stdout.readline().strip()
-        if not line:
-            raise Failure(f"dbus-daemon did not start: {self.proc.stderr.read()}")
-        self.address = line.split(",")[0]
-
-    def reload(self):
-        busctl("call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig")
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(10)
 
 
 def busctl(*args, user=None, check_rc=True, address=None):
@@ -135,15 +105,6 @@ def prop(name):
     return json.loads(busctl("--json=short", "get-property", *MANAGER, name).stdout)["data"]
 
 
-def wait_for(pred, what, timeout=10, interval=0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise Failure(f"{what}: not within {timeout}s")
-        time.sleep(interval)
 
 
 def on_cpu(fn):
@@ -219,7 +180,7 @@ def validate(ev):
 
 # ---- the bus and the daemon ----
 
-BUS = PrivateBus()
+BUS = PrivateBus(os.path.join(WORK, "bus"))
 os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = BUS.address  # for the daemon and perfrelayctl
 d = Daemon(BINARY, "dbus", config=f"[Bus]\nBusEventsPerSecond={RATE}\n", stdout=False)
 T_BEFORE = time.time()
@@ -851,7 +812,7 @@ def test_second_daemon_and_no_bus():
 def test_bus_goes_away():
     """When the bus goes away the daemon says so once, drops its bus subscribers and keeps
     serving the socket."""
-    bus = PrivateBus("bus-short-lived")
+    bus = PrivateBus(os.path.join(WORK, "bus-short-lived"))
     other = Daemon(BINARY, "dbusgone", stdout=False)
     saved = os.environ["DBUS_SYSTEM_BUS_ADDRESS"]
     os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = bus.address

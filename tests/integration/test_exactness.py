@@ -21,7 +21,8 @@ import tempfile
 
 from prtest import (Daemon, Failure, bpftool_json, check, check_eq, producer_counters,
                     require_root_and_bpf, run_tests)
-from statsbus import StatsBus, wait_for
+from prtest import wait_for
+from statsbus import StatsBus
 from steady import SteadyProducer
 
 BINARY = sys.argv[1]

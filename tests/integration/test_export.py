@@ -13,10 +13,9 @@ import subprocess
 import sys
 import tempfile
 
-from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests, skip
-from natstest import NatsClient, NatsServer, require_nats_server, wait_for
+from prtest import Daemon, Failure, UnitCgroup, check, check_eq, require_root_and_bpf, run_tests, skip, wait_for
+from natstest import NatsClient, NatsServer, require_nats_server
 from exporttest import HDR, Exporter, boot_id, parse_batch, stream_events, write_frames
-from prtest import UnitCgroup
 
 BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))

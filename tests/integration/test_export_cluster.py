@@ -12,8 +12,8 @@ import sys
 import tempfile
 import time
 
-from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests, skip
-from natstest import NatsClient, cluster, require_nats_server, wait_for
+from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests, skip, wait_for
+from natstest import NatsClient, cluster, require_nats_server
 from exporttest import Exporter, stream_events, write_frames
 
 BINARY = sys.argv[1]

@@ -10,8 +10,8 @@ import subprocess
 import sys
 import time
 
-from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests
-from statsbus import StatsBus, wait_for
+from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests, wait_for
+from statsbus import StatsBus
 from steady import PRODUCER as STEADY_PRODUCER, SteadyProducer
 
 BINARY = sys.argv[1]

@@ -16,8 +16,8 @@ import tempfile
 import time
 import urllib.request
 
-from prtest import Daemon, Failure, UnitCgroup, check, check_eq, require_root_and_bpf, run_tests, skip
-from natstest import free_port, wait_for
+from prtest import Daemon, Failure, UnitCgroup, check, check_eq, require_root_and_bpf, run_tests, skip, wait_for
+from natstest import free_port
 from statsbus import StatsBus
 
 BINARY = sys.argv[1]

@@ -16,8 +16,7 @@ import sys
 import tempfile
 import time
 
-from prtest import Daemon, Failure, UnitCgroup, check, check_eq, require_root_and_bpf, run_tests, skip
-from natstest import wait_for
+from prtest import Daemon, Failure, UnitCgroup, check, check_eq, require_root_and_bpf, run_tests, skip, wait_for
 from exporttest import Exporter, boot_id, write_frames
 from otlpreceiver import Receiver, ensure_node_modules
 

@@ -9,8 +9,7 @@ import os
 import subprocess
 import sys
 
-from prtest import Daemon, check, check_eq, require_root_and_bpf, run_tests
-from statsbus import wait_for
+from prtest import Daemon, check, check_eq, require_root_and_bpf, run_tests, wait_for
 
 BINARY = sys.argv[1]
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))

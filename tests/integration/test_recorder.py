@@ -17,7 +17,8 @@ import uuid
 
 from prtest import (Daemon, UnitCgroup, bpftool_json, check, check_eq, require_root_and_bpf, run_tests,
                     cgroup2_mount, delegate_cgroup)
-from statsbus import StatsBus, wait_for
+from prtest import wait_for
+from statsbus import StatsBus
 from steady import STEADY_TYPE, SteadyProducer, payload_checks_out
 
 BINARY = sys.argv[1]

@@ -20,7 +20,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nspawn import Container, require, run  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "integration"))
+from nspawn import Container, require  # noqa: E402
+from prtest import Failure, wait_for  # noqa: E402
 
 SOURCE, BUILD = sys.argv[1], sys.argv[2]
 PIN = f"/sys/fs/bpf/perfrelay-package-{os.getpid()}"
@@ -67,13 +69,13 @@ def build(version):
 
 def check(cond, what):
     if not cond:
-        raise AssertionError(what)
+        raise Failure(what)
 
 
 def inside_ok(c, *args, **kw):
     r = c.run(*args, **kw)
     if r.returncode != 0:
-        raise AssertionError(f"{' '.join(args)}: exit {r.returncode}: {r.stdout[-2000:]} {r.stderr[-2000:]}")
+        raise Failure(f"{' '.join(args)}: exit {r.returncode}: {r.stdout[-2000:]} {r.stderr[-2000:]}")
     return r.stdout
 
 
@@ -85,15 +87,6 @@ def producer(c):
     return next((p for p in stats(c)["producers"] if p["id"] == STEADY_PRODUCER), None)
 
 
-def wait_for(pred, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.2)
 
 
 def apt_install(c, debs):
@@ -215,7 +208,7 @@ def main():
 
                 try:
                     cmd("rate 2000")
-                    wait_for(lambda: (producer(c) or {}).get("received", 0) > 1000, "the first daemon receives")
+                    wait_for(lambda: (producer(c) or {}).get("received", 0) > 1000, "the first daemon receives", timeout=60, interval=0.2)
                     before = inside_ok(c, "systemctl", "show", "-p", "MainPID", "--value", "perfrelay.service").strip()
                     apt_install(c, newer)
                     v = inside_ok(c, "dpkg-query", "-W", "-f", "${Version}", "perfrelay")
@@ -223,17 +216,17 @@ def main():
                     after = wait_for(lambda: (inside_ok(c, "systemctl", "show", "-p", "MainPID", "--value",
                                                         "perfrelay.service").strip() or "0") not in ("0", before)
                                      and inside_ok(c, "systemctl", "show", "-p", "MainPID", "--value",
-                                                   "perfrelay.service").strip(), "a restarted daemon")
+                                                   "perfrelay.service").strip(), "a restarted daemon", timeout=60, interval=0.2)
                     state["pids"] = (before, after)
                     received = producer(c)["received"]
-                    wait_for(lambda: producer(c)["received"] > received + 1000, "the new daemon receives")
+                    wait_for(lambda: producer(c)["received"] > received + 1000, "the new daemon receives", timeout=60, interval=0.2)
                     cmd("rate 0")
                     counts = json.loads(cmd("counts"))
                 finally:
                     prod.stdin.close()
                     prod.wait(30)
                 p = wait_for(lambda: (lambda q: q if q["received"] + q["crash_lost"] >= counts["accepted"] else None)(
-                    producer(c)), f"every accepted record ({counts['accepted']}) received")
+                    producer(c)), f"every accepted record ({counts['accepted']}) received", timeout=60, interval=0.2)
                 check(p["crash_lost"] == 0, f"crash_lost {p['crash_lost']} after an upgrade")
                 check(p["attempts"] == counts["calls"], f"attempts {p['attempts']} != the producer's calls {counts}")
                 check(p["attempts"] == p["received"] + p["failures"] + p["crash_lost"],
@@ -251,7 +244,7 @@ def main():
                 left = [os.path.join(d, f) for d, _, files in os.walk(PIN) for f in files]
                 check(not left, f"pins left after purge: {left}")
                 check(not os.path.exists(c.path("var/lib/perfrelay")), "/var/lib/perfrelay left after purge")
-    except AssertionError as e:
+    except Failure as e:
         print(f"FAIL: {e}")
         if c is not None and c.init is not None and c.nspawn.poll() is None:
             print(c.run("journalctl", "-u", "perfrelay.service", "--no-pager", "-n", "40").stdout)

@@ -97,12 +97,12 @@ static void test_names(void) {
 	ASSERT(counter_from_string("branch-misses") == PERFRELAY_COUNTER_BRANCH_MISSES);
 	ASSERT(counter_from_string("task_clock") == -EINVAL);
 	ASSERT(counter_from_string(NULL) == -EINVAL);
-	ASSERT(strcmp(counter_json_key(PERFRELAY_COUNTER_TASK_CLOCK), "task_clock_ns") == 0);
-	ASSERT(counter_from_json_key("context_switches") == PERFRELAY_COUNTER_CONTEXT_SWITCHES);
+	ASSERT(strcmp(counter_key_to_string(PERFRELAY_COUNTER_TASK_CLOCK), "task_clock_ns") == 0);
+	ASSERT(counter_key_from_string("context_switches") == PERFRELAY_COUNTER_CONTEXT_SWITCHES);
 	ASSERT(counter_to_string(PERFRELAY_COUNTERS_MAX) == NULL);
 	for (unsigned i = 0; i < PERFRELAY_COUNTERS_MAX; i++) {
 		ASSERT(counter_from_string(counter_to_string(i)) == (int) i);
-		ASSERT(counter_from_json_key(counter_json_key(i)) == (int) i);
+		ASSERT(counter_key_from_string(counter_key_to_string(i)) == (int) i);
 		ASSERT(counter_is_hardware(i) == !(COUNTERS_SOFTWARE & (1u << i)));
 	}
 }

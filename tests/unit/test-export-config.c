@@ -34,10 +34,11 @@ int main(void) {
 	ASSERT(parse(c, "[Export]\nTypes=\n", &err) == 0 && c->n_types == 0);
 
 	ASSERT(parse(c, "[Export]\nMaxInFlight=0\n", &err) == -EINVAL);
-	ASSERT(err && strcmp(err, "export.conf:2: invalid value") == 0);
+	ASSERT(err && strcmp(err, "export.conf:2: MaxInFlight=0: invalid value") == 0);
 	free(err);
 	err = NULL;
-	ASSERT(parse(c, "[Export]\nNoSuchKey=1\n", &err) == -EINVAL && err && strstr(err, ":2: unknown key"));
+	ASSERT(parse(c, "[Export]\nNoSuchKey=1\n", &err) == -EINVAL && err &&
+	       strstr(err, ":2: NoSuchKey=1: unknown key in section [Export]"));
 	free(err);
 	err = NULL;
 	ASSERT(parse(c, "[Nope]\nA=1\n", &err) == -EINVAL && err && strstr(err, "unknown section"));
