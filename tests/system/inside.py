@@ -13,6 +13,8 @@ import struct
 import sys
 import time
 
+from prtest import wait_for  # copied beside this file by test_systemd.py
+
 PIN = sys.argv[1]          # the test's pin root (a drop-in sets PinPath= to it)
 SOCK = "/run/perfrelay/events.sock"
 passed = 0
@@ -29,15 +31,6 @@ def show(prop):
     return run("systemctl", "show", "-p", prop, "--value", "perfrelay.service").stdout.strip()
 
 
-def wait_for(pred, what, timeout=30):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s")
-        time.sleep(0.05)
 
 
 def step(name):
