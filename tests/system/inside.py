@@ -151,7 +151,7 @@ def _():
     with open("/etc/perfrelay/perfrelay.conf.d/60-probes.conf", "w") as f:
         f.write("[Probes]\nProbes=exec exit\n")
     run("systemctl", "reload", "perfrelay.service")
-    probes = wait_for(lambda: set(json.loads(run("busctl", "--json=short", "get-property", "org.perfrelay1",
+    wait_for(lambda: set(json.loads(run("busctl", "--json=short", "get-property", "org.perfrelay1",
                                                  "/org/perfrelay1", "org.perfrelay1.Manager",
                                                  "Probes").stdout)["data"]) == {"exec", "exit"},
                       "Probes after reload")
