@@ -152,9 +152,9 @@ def _():
         f.write("[Probes]\nProbes=exec exit\n")
     run("systemctl", "reload", "perfrelay.service")
     wait_for(lambda: set(json.loads(run("busctl", "--json=short", "get-property", "org.perfrelay1",
-                                                 "/org/perfrelay1", "org.perfrelay1.Manager",
-                                                 "Probes").stdout)["data"]) == {"exec", "exit"},
-                      "Probes after reload")
+                                        "/org/perfrelay1", "org.perfrelay1.Manager",
+                                        "Probes").stdout)["data"]) == {"exec", "exit"},
+             "Probes after reload")
     assert show("MainPID") == state["pid"], "reload keeps the process"
     assert not os.path.exists(f"{PIN}/links/handle_open_enter"), "the open probe was detached"
     os.unlink("/etc/perfrelay/perfrelay.conf.d/60-probes.conf")
