@@ -237,6 +237,71 @@ class Collected:
                 self.cond.wait(left)
 
 
+class SocketClient(Collected):
+    """A subscriber on the event socket at `path`: sends the request line, then a thread
+    collects the JSON lines that come back (self.msgs); the hello line is waited for."""
+
+    def __init__(self, path, request):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.sock.sendall(json.dumps(request).encode() + b"\n")
+        self._collect_init()
+        self.returned = 0  # events() handed out so far
+        threading.Thread(target=self._read, daemon=True).start()
+        self.hello = self.wait(lambda m: m["type"] in ("hello", "error"), f"hello line for {request}")
+        if self.hello["type"] != "hello":
+            raise Failure(f"the daemon refused {request}: {self.hello}")
+
+    def _read(self):
+        buf = b""
+        while True:
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except OSError:
+                chunk = b""
+            with self.cond:
+                if not chunk:
+                    self.eof = True
+                    self.cond.notify_all()
+                    return
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                self.msgs += [json.loads(line) for line in lines]
+                self.cond.notify_all()
+
+    def events(self, n, timeout=20):
+        """The next n events (neither the hello line nor lost notices), in order."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                evs = [m for m in self.msgs if m["type"] not in ("hello", "lost")]
+                if len(evs) >= self.returned + n:
+                    out = evs[self.returned:self.returned + n]
+                    self.returned += n
+                    return out
+                left = deadline - time.monotonic()
+                if left <= 0 or self.eof:
+                    raise Failure(f"{n} events: got {len(evs) - self.returned} within {timeout}s (eof={self.eof})")
+                self.cond.wait(left)
+
+    def wait_eof(self, what, timeout=10):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not self.eof:
+                left = deadline - time.monotonic()
+                check(left > 0, f"{what}: the connection closes")
+                self.cond.wait(left)
+
+    def close(self):
+        # shutdown() first: close() alone leaves the connection open while the reading thread
+        # is inside recv().
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
 def read_line(sock, timeout=None):
     """Reads from a socket up to and including the first newline (or EOF); returns the bytes."""
     sock.settimeout(timeout)

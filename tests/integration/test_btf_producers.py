@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 
-from prtest import Daemon, check, check_eq, read_line, require_root_and_bpf, run_tests, wait_for
+from prtest import Daemon, SocketClient, check, check_eq, read_line, require_root_and_bpf, run_tests, wait_for
 from statsbus import StatsBus
 
 BINARY = sys.argv[1]
@@ -44,33 +44,10 @@ def example_entry():
     return None
 
 
-class Client:
-    """A socket subscriber reading JSON lines."""
 
-    def __init__(self, request):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(d.socket_path)
-        self.sock.sendall((json.dumps(request) + "\n").encode())
-        hello = json.loads(read_line(self.sock, 10))
-        check_eq(hello["type"], "hello", f"hello for {request}")
-        self.buf = b""
-
-    def events(self, n, timeout=20):
-        out = []
-        self.sock.settimeout(timeout)
-        while len(out) < n:
-            while b"\n" not in self.buf:
-                chunk = self.sock.recv(65536)
-                check(chunk, f"connection open while waiting for {n} events (got {len(out)})")
-                self.buf += chunk
-            line, self.buf = self.buf.split(b"\n", 1)
-            m = json.loads(line)
-            if m["type"] != "lost":
-                out.append(m)
-        return out
-
-    def close(self):
-        self.sock.close()
+def Client(request):
+    """A subscriber on this test's daemon (prtest.SocketClient)."""
+    return SocketClient(d.socket_path, request)
 
 
 def expected(n):

@@ -17,11 +17,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import xml.etree.ElementTree as ET
 
-from prtest import Collected, Daemon, Failure, check, check_eq, producer_counters, require_root_and_bpf, run_tests, skip, wait_for
+import prtest
+from prtest import Daemon, Failure, check, check_eq, producer_counters, require_root_and_bpf, run_tests, skip, wait_for
 from schema import schemas_by_type
 from statsbus import PrivateBus
 from busclient import BusPeer, as_user
@@ -126,50 +126,10 @@ class Subscriber(BusPeer):
         super().__init__(HELPER, address or BUS.address, *filters, user=user, subscribe=subscribe)
 
 
-class SocketClient(Collected):
-    """A subscriber on the event socket; lines are collected by a thread."""
 
-    def __init__(self, request):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(d.socket_path)
-        self.sock.sendall(json.dumps(request).encode() + b"\n")
-        self._collect_init()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.hello = self.wait(lambda m: m["type"] == "hello", "hello line")
-
-    def _read(self):
-        buf = b""
-        while True:
-            try:
-                chunk = self.sock.recv(1 << 16)
-            except OSError:
-                chunk = b""
-            with self.cond:
-                if not chunk:
-                    self.eof = True
-                    self.cond.notify_all()
-                    return
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                self.msgs += [json.loads(l) for l in lines]
-                self.cond.notify_all()
-
-    def wait_eof(self, what, timeout=10):
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while not self.eof:
-                left = deadline - time.monotonic()
-                check(left > 0, f"{what}: the connection closes")
-                self.cond.wait(left)
-
-    def close(self):
-        # shutdown() first: close() alone leaves the connection open while the reading thread
-        # is inside recv().
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+def SocketClient(request):
+    """A subscriber on this test's daemon (prtest.SocketClient)."""
+    return prtest.SocketClient(d.socket_path, request)
 
 
 def validate(ev):
