@@ -575,6 +575,13 @@ static const struct btf_type *decl_struct(const struct btf *btf, uint32_t id, ui
 	return t;
 }
 
+bool btfrec_btf_aligned(const struct btf *btf) {
+	/* Every BTF type record is a multiple of 4 bytes long: the first one's place says it all. */
+	const void *t = btf__type_cnt(btf) > 1 ? btf__type_by_id(btf, 1) : NULL;
+
+	return !t || (uintptr_t) t % _Alignof(struct btf_type) == 0;
+}
+
 size_t btfrec_find_decls(const struct btf *btf, BtfRecDecl *decls, size_t max, unsigned *ret_bad) {
 	uint32_t n_types = btf__type_cnt(btf);
 	unsigned bad = 0;

@@ -129,6 +129,10 @@ typedef struct BtfRecDecl {
  * PERFRELAY_TYPE_THIRD_PARTY_MIN) from btf. Malformed tags are skipped and counted in
  * *ret_bad (may be NULL). Returns the number found. */
 size_t btfrec_find_decls(const struct btf *btf, BtfRecDecl *decls, size_t max, unsigned *ret_bad);
+/* Whether the BTF's type section is 4-byte aligned, as its u32 fields are read (libbpf's
+ * accessors and ours). The kernel refuses an unaligned one, but libbpf 1.1 parses it: check
+ * before using a BTF that did not come from the kernel's checks, and refuse it when false. */
+bool btfrec_btf_aligned(const struct btf *btf);
 
 /* PERFRELAY_PRODUCER()'s declaration in btf: 1 with the producer id (a third-party id) and its
  * name (a C identifier) filled in, 0 if btf has none, -EBADMSG if the declaration is malformed

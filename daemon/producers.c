@@ -76,6 +76,11 @@ static void add_types(ProducerScan *s, ProducerProg *p) {
 	btf = btf__load_from_kernel_by_id(p->btf_id);
 	if (!btf)
 		return;
+	if (!btfrec_btf_aligned(btf)) {
+		s->bad_decls++;
+		btf__free(btf);
+		return;
+	}
 	if (btfrec_find_producer(btf, &p->producer, p->producer_name) < 0)
 		s->bad_decls++;
 	n = btfrec_find_decls(btf, decls, BTFREC_MAX_DECLS, &bad);
