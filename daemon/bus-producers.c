@@ -83,8 +83,8 @@ static int append_producer(
 			break;
 		}
 	/* perfrelay's own producers are named by the daemon, not by a program's BTF. */
-	if (!only && !name[0] && builtin_producer_to_string(id))
-		name = builtin_producer_to_string(id);
+	if (!only && !name[0])
+		name = builtin_producer_to_string(id) ?: "";
 	r = sd_bus_message_open_container(m, 'a', "{sv}");
 	if (r >= 0)
 		r = sd_bus_message_append(m, "{sv}{sv}", "id", "u", id, "name", "s", name);

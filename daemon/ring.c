@@ -31,18 +31,19 @@ int ring_open(unsigned cpu, const RingOptions *o, Ring **ret) {
 		.bpf_events = o->bpf_events,
 	};
 	_cleanup_(ring_freep) Ring *r = NULL;
+	struct perf_event_attr attr;
 	PerfRingMap m;
 	int k;
 
-	if (o->pages == 0 || (o->pages & (o->pages - 1)))
-		return -EINVAL;
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	r->fd = -EBADF;
 	r->cpu = cpu;
-	r->watermark = o->watermark;
-	r->wakeup_events = o->watermark > 0 ? 0 : (o->wakeup_events ?: 1);
+	/* As opened: what perf_ring_open() asks the kernel for (it also checks the page count). */
+	perf_ring_attr(&a, &attr);
+	r->watermark = attr.watermark ? attr.wakeup_watermark : 0;
+	r->wakeup_events = attr.watermark ? 0 : attr.wakeup_events;
 
 	k = perf_ring_open(cpu, &a, &m);
 	if (k < 0)

@@ -282,8 +282,8 @@ static int set_key(ExportConfig *c, const char *section, const char *k, const ch
 			return set_string(&c->hostname, v);
 		if (streq(k, "StatsFile"))
 			return set_string(&c->stats_file, v);
-	} else
-		return -ENOENT;
+	}
+	/* conf-parser.c refuses unknown sections before calling here. */
 	return -ENOKEY;
 }
 

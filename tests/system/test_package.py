@@ -209,14 +209,16 @@ def main():
                 try:
                     cmd("rate 2000")
                     wait_for(lambda: (producer(c) or {}).get("received", 0) > 1000, "the first daemon receives", timeout=60, interval=0.2)
-                    before = inside_ok(c, "systemctl", "show", "-p", "MainPID", "--value", "perfrelay.service").strip()
+                    def main_pid():
+                        return inside_ok(c, "systemctl", "show", "-p", "MainPID", "--value",
+                                         "perfrelay.service").strip()
+
+                    before = main_pid()
                     apt_install(c, newer)
                     v = inside_ok(c, "dpkg-query", "-W", "-f", "${Version}", "perfrelay")
                     check(v == NEWER, f"perfrelay {v} after the upgrade")
-                    after = wait_for(lambda: (inside_ok(c, "systemctl", "show", "-p", "MainPID", "--value",
-                                                        "perfrelay.service").strip() or "0") not in ("0", before)
-                                     and inside_ok(c, "systemctl", "show", "-p", "MainPID", "--value",
-                                                   "perfrelay.service").strip(), "a restarted daemon", timeout=60, interval=0.2)
+                    after = wait_for(lambda: (lambda pid: pid if pid not in ("", "0", before) else None)(main_pid()),
+                                     "a restarted daemon", timeout=60, interval=0.2)
                     state["pids"] = (before, after)
                     received = producer(c)["received"]
                     wait_for(lambda: producer(c)["received"] > received + 1000, "the new daemon receives", timeout=60, interval=0.2)

@@ -39,7 +39,7 @@ def render(page):
     if len(r.stdout.splitlines()) < 20:
         fail(f"man -l {page}: only {len(r.stdout.splitlines())} lines")
     # Hyphenation at the line end would split option names: join "-\n   word" back.
-    return re.sub(r"‐\n\s*", "", r.stdout.replace("\u2010", "‐"))
+    return re.sub(r"\u2010\n\s*", "", r.stdout)
 
 
 def section(text, title):
