@@ -360,20 +360,21 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 	if (r < 0)
 		return; /* c is gone */
 
-	/* Before attaching: the hello line is always the first thing the client reads. */
+	/* Attached before the hello line is sent: a client that acts once it has read its hello
+	 * (starts a workload, as the tests do) sees every event from then on. Readers only queue;
+	 * queues are written by this thread alone, so the hello line still goes first. */
 	c->sub = TAKE_PTR(sub);
-	r = connection_send_hello(c, NULL, 0, NULL);
-	if (r < 0) {
-		log_debug_errno(r, "Client %" PRIu64 ": could not send the hello line: %m", c->id);
-		connection_free(c);
-		return;
-	}
-
 	r = hub_client_attach(s->hub, c->client);
 	if (r < 0) {
 		log_warning_errno(
 			r, "Client %" PRIu64 ": failed to attach it to the readers, closing: %m", c->id);
 		connection_free(c);
+		return;
+	}
+	r = connection_send_hello(c, NULL, 0, NULL);
+	if (r < 0) {
+		log_debug_errno(r, "Client %" PRIu64 ": could not send the hello line: %m", c->id);
+		connection_free(c); /* what was queued meanwhile counts as dropped */
 		return;
 	}
 	connection_subscribed(c);

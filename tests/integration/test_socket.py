@@ -495,6 +495,31 @@ def test_slow_client():
     wait_fd_baseline(FD_BASELINE, "slow client")
 
 
+def test_hello_means_subscribed():
+    """An event made after the client has read its hello line reaches that client: the
+    subscription is in effect before the hello is written (a user starts a workload on it)."""
+    fd, path = tempfile.mkstemp(prefix="perfrelay-hello-", dir=WORK)
+    os.close(fd)
+    request = {"subscribe": {"types": ["open"], "pid": [os.getpid()]}}
+    # Other processes' opens keep the readers draining, as on a busy host: an event is then
+    # read within microseconds of being made, not at the next idle flush.
+    load = subprocess.Popen(["sh", "-c", f"while :; do : < {path}; done"])
+    try:
+        for i in range(100):
+            c = Client(request)
+            try:
+                c.wait_subscribed()
+                os.close(os.open(path, os.O_RDONLY))
+                for cpu in on_each_cpu(lambda cpu: os.close(os.open(f"{path}-barrier-{cpu}", os.O_RDONLY | os.O_CREAT, 0o600))):
+                    c.wait(lambda m: m.get("path") == f"{path}-barrier-{cpu}", f"connection {i}: barrier of CPU {cpu}")
+                check(any(m.get("path") == path for m in c.messages()), f"connection {i}: the open made right after its hello")
+            finally:
+                c.close()
+    finally:
+        load.kill()
+        load.wait()
+
+
 def test_malformed():
     e = error_of(b'{"subscribe": {"types": ["exec"}\n')
     check_eq(e["error"], "bad-request", "malformed JSON")
@@ -869,7 +894,7 @@ def test_goodbye():
 
 
 try:
-    run_tests([test_socket_file, test_two_filters, test_unit_filter, test_slow_client, test_malformed, test_too_large,
+    run_tests([test_socket_file, test_two_filters, test_unit_filter, test_slow_client, test_hello_means_subscribed, test_malformed, test_too_large,
                test_timeout, test_too_deep, test_fd_passed, test_connection_storm, test_fd_exhaustion, test_non_root,
                test_allow_groups_revoked, test_goodbye])
 finally:
