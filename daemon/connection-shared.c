@@ -56,36 +56,6 @@ static void shared_entry_free(SharedEntry *e) {
 	free(e);
 }
 
-/* The ring's hub client has nothing to write; the flush loop runs it after a writer found a
- * hostile member: those are closed (their figures say what they had not read). */
-static void shared_flush(HubClient *hc, void *userdata) {
-	SharedEntry *e = userdata;
-	Server *s = e->server;
-	Connection *next;
-
-	if (!shared_ring_has_hostile(e->ring))
-		return; /* the usual case, without a walk over every connection */
-	for (Connection *c = s->connections; c; c = next) {
-		next = c->connections_next;
-		if (c->shared == e && shared_member_hostile(c->member)) {
-			log_warning(
-				"Client %" PRIu64
-				" (pid %d, uid %u) moved its shared ring position under the "
-				"daemon %u times in a row, closing it",
-				c->id,
-				(int) c->cred.pid,
-				(unsigned) c->cred.uid,
-				SHARED_RING_CAS_TRIES);
-			s->stats.shared_hostile++;
-			/* The last member frees e: stop once it is gone. */
-			bool last = shared_ring_n_members(e->ring) == 1;
-			connection_free(c);
-			if (last)
-				return;
-		}
-	}
-}
-
 static size_t count_rings_of(const Server *s, uid_t uid) {
 	size_t n = 0;
 
@@ -94,7 +64,8 @@ static size_t count_rings_of(const Server *s, uid_t uid) {
 	return n;
 }
 
-static int shared_entry_new(Server *s, const Subscription *sub, char *key, uid_t creator, SharedEntry **ret) {
+static int shared_entry_new(
+	Server *s, const Subscription *sub, char *key, uid_t creator, HubFlushFn flush, SharedEntry **ret) {
 	_cleanup_free_ char *k = key;
 	SharedEntry *e;
 	HubClientOptions o;
@@ -126,7 +97,7 @@ static int shared_entry_new(Server *s, const Subscription *sub, char *key, uid_t
 		.match = match_shared,
 		.filter = e->sub,
 		.userdata = e,
-		.flush = shared_flush,
+		.flush = flush,
 		.shared = e->ring,
 	};
 	r = hub_client_new(s->hub, -EBADF, &o, &e->client);
@@ -143,15 +114,15 @@ static int shared_entry_new(Server *s, const Subscription *sub, char *key, uid_t
 	return 0;
 }
 
-int connection_subscribe_shared(Connection *c, Subscription **sub) {
+int connection_join_shared(
+	Connection *c, Subscription **sub, HubFlushFn flush, int ret_fds[2], char *extra, size_t extra_size) {
 	Server *s = c->server;
 	const Config *cfg = s->config;
 	_cleanup_free_ char *key = NULL;
 	_cleanup_(shared_member_freep) SharedMember *m = NULL;
 	_cleanup_close_ int ro = -EBADF;
 	SharedEntry *e = NULL;
-	char extra[128];
-	int r, fds[2];
+	int r;
 
 	/* on_overflow=disconnect asks to be closed at its first loss: the socket does that. */
 	if (cfg->shared_ring_bytes == 0 || (*sub)->overflow != SUBSCRIPTION_OVERFLOW_DROP ||
@@ -178,7 +149,7 @@ int connection_subscribe_shared(Connection *c, Subscription **sub) {
 				cfg->max_shared_rings_per_uid);
 			goto fallback;
 		}
-		r = shared_entry_new(s, *sub, TAKE_PTR(key), c->cred.uid, &e);
+		r = shared_entry_new(s, *sub, TAKE_PTR(key), c->cred.uid, flush, &e);
 		if (r < 0) {
 			log_warning_errno(r, "Client %" PRIu64 ": failed to make a shared ring: %m", c->id);
 			goto fallback;
@@ -208,19 +179,12 @@ int connection_subscribe_shared(Connection *c, Subscription **sub) {
 
 	(void) snprintf(
 		extra,
-		sizeof(extra),
+		extra_size,
 		",\"shared\":{\"rings\":%u,\"bytes\":%" PRIu64 "}",
 		shared_ring_n_slots(e->ring),
 		shared_ring_bytes(e->ring));
-	fds[0] = ro;
-	fds[1] = shared_member_fd(c->member);
-	r = connection_send_hello(c, fds, 2, extra);
-	if (r < 0) {
-		log_debug_errno(r, "Client %" PRIu64 ": could not send the hello line: %m", c->id);
-		connection_free(c);
-		return 1;
-	}
-	connection_subscribed(c);
+	ret_fds[0] = TAKE_FD(ro);
+	ret_fds[1] = shared_member_fd(c->member);
 	return 1;
 
 fallback:

@@ -317,6 +317,36 @@ static int charge_queues(Connection *c) {
 	return r;
 }
 
+/* The ring's hub client has nothing to write; the flush loop runs it after a writer found a
+ * hostile member: those are closed (their figures say what they had not read). */
+static void connection_shared_flush(HubClient *hc, void *userdata) {
+	SharedEntry *e = userdata;
+	Server *s = e->server;
+	Connection *next;
+
+	if (!shared_ring_has_hostile(e->ring))
+		return; /* the usual case, without a walk over every connection */
+	for (Connection *c = s->connections; c; c = next) {
+		next = c->connections_next;
+		if (c->shared == e && shared_member_hostile(c->member)) {
+			log_warning(
+				"Client %" PRIu64
+				" (pid %d, uid %u) moved its shared ring position under the "
+				"daemon %u times in a row, closing it",
+				c->id,
+				(int) c->cred.pid,
+				(unsigned) c->cred.uid,
+				SHARED_RING_CAS_TRIES);
+			s->stats.shared_hostile++;
+			/* The last member frees e: stop once it is gone. */
+			bool last = shared_ring_n_members(e->ring) == 1;
+			connection_free(c);
+			if (last)
+				return;
+		}
+	}
+}
+
 static void connection_subscribe(Connection *c, Subscription *sub_in) {
 	_cleanup_(subscription_freep) Subscription *sub = sub_in;
 	Server *s = c->server;
@@ -343,9 +373,23 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 	sub->access_uid = c->cred.uid;
 
 	if (sub->shared) {
-		r = connection_subscribe_shared(c, &sub);
-		if (r > 0)
-			return; /* c may be gone */
+		_cleanup_close_ int ro = -EBADF;
+		char extra[128];
+		int fds[2];
+
+		r = connection_join_shared(c, &sub, connection_shared_flush, fds, extra, sizeof(extra));
+		if (r > 0) {
+			ro = fds[0];
+			r = connection_send_hello(c, fds, 2, extra);
+			if (r < 0) {
+				log_debug_errno(
+					r, "Client %" PRIu64 ": could not send the hello line: %m", c->id);
+				connection_free(c);
+				return;
+			}
+			connection_subscribed(c);
+			return;
+		}
 	}
 
 	r = hub_client_new(s->hub, c->fd, &o, &c->client);

@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The JSON fields of a record described by its producer's BTF (issue 12): a loop over the
- * decoder's flat steps (btfrec-internal.h), bounded by the worst case computed when it was built. */
+/* The JSON line of a record described by its producer's BTF (issue 12): its fields by a loop over
+ * the decoder's flat steps (btfrec-internal.h), bounded by the worst case computed when it was
+ * built, in a line made with encode.c's primitives (this file uses encode.c, never the reverse). */
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "btfrec-internal.h"
 #include "encode.h"
+#include "macro.h"
 
 
 static char *put_i64(char *p, int64_t v) {
@@ -96,5 +100,65 @@ ssize_t encode_json_btf_fields(const BtfRec *r, const void *rec, size_t size, ch
 			break;
 		}
 	}
+	return p - buf;
+}
+
+/* Appends what encode_json_string() writes for s (cut at max bytes) after `key`. */
+static char *put_key_string(char *p, char *end, const char *key, const char *s, size_t max) {
+	size_t klen = strlen(key);
+	ssize_t k;
+
+	if (!p || (size_t) (end - p) < klen)
+		return NULL;
+	memcpy(p, key, klen);
+	k = encode_json_string(s, strnlen(s, max), p + klen, (size_t) (end - p) - klen);
+	return k < 0 ? NULL : p + klen + k;
+}
+
+static char *put_key_u64(char *p, char *end, const char *key, uint64_t v) {
+	size_t klen = strlen(key);
+
+	/* 20 digits at most */
+	if (!p || (size_t) (end - p) < klen + 20)
+		return NULL;
+	memcpy(p, key, klen);
+	return encode_u64_digits(p + klen, v);
+}
+
+ssize_t encode_json_btf(
+	const DecodedEvent *ev,
+	const BtfRec *rec,
+	const char *producer_name,
+	const char *unit,
+	char *buf,
+	size_t size) {
+	char *p = buf, *end = buf + MIN(size, (size_t) SSIZE_MAX);
+	const char *name = btfrec_name(rec);
+	size_t n = strlen(name);
+	ssize_t k;
+
+	if ((size_t) (end - p) < n + 10)
+		return -ENOBUFS;
+	p = mempcpy(p, "{\"type\":\"", 9);
+	p = mempcpy(p, name, n);
+	*p++ = '"';
+	p = put_key_u64(p, end, ",\"ts\":", ev->hdr.ts_ns);
+	p = put_key_u64(p, end, ",\"cpu\":", ev->hdr.cpu);
+	p = put_key_u64(p, end, ",\"seq\":", ev->hdr.seq);
+	p = put_key_u64(p, end, ",\"producer\":", ev->hdr.producer);
+	if (producer_name)
+		p = put_key_string(p, end, ",\"producer_name\":", producer_name, ENCODE_PRODUCER_NAME_MAX);
+	if (!p)
+		return -ENOBUFS;
+	k = encode_json_btf_fields(rec, ev->record, ev->hdr.size, p, (size_t) (end - p));
+	if (k < 0)
+		return k;
+	p += k;
+	if (unit && strnlen(unit, ENCODE_UNIT_MAX + 1) <= ENCODE_UNIT_MAX)
+		p = put_key_string(p, end, ",\"unit\":", unit, ENCODE_UNIT_MAX);
+	if (!p || end - p < 2)
+		return -ENOBUFS;
+	*p++ = '}';
+	*p++ = '\n';
 	return p - buf;
 }

@@ -27,7 +27,6 @@
 
 /* Unit names longer than systemd's UNIT_NAME_MAX - 1 cannot exist; refusing them keeps
  * ENCODE_JSON_MAX a real bound whatever the caller passes. */
-#define ENCODE_UNIT_MAX 255u
 
 #define KEY(name)    ",\"" name "\":"
 #define KEYLEN(name) (sizeof(KEY(name)) - 1)
@@ -773,50 +772,6 @@ ssize_t encode_json(const DecodedEvent *ev, const char *unit, char *buf, size_t 
 /* ---- third-party records decoded from their BTF (issue 12) ---- */
 
 /* Producer names are kernel program names (16 bytes) or C identifiers from BTF (63). */
-#define ENCODE_PRODUCER_NAME_MAX 63u
-
-ssize_t encode_json_btf(
-	const DecodedEvent *ev,
-	const BtfRec *rec,
-	const char *producer_name,
-	const char *unit,
-	char *buf,
-	size_t size) {
-	Out o = { .p = buf, .end = buf + MIN(size, (size_t) SSIZE_MAX) };
-	const char *name = btfrec_name(rec);
-	ssize_t k;
-
-	PUT_LIT(&o, "{\"type\":\"");
-	TRY(out_put(&o, name, strlen(name)));
-	PUT_LIT(&o, "\"");
-	PUT_U64(&o, "ts", ev->hdr.ts_ns);
-	PUT_U32(&o, "cpu", ev->hdr.cpu);
-	PUT_U64(&o, "seq", ev->hdr.seq);
-	PUT_U32(&o, "producer", ev->hdr.producer);
-	if (producer_name) {
-		size_t len = strnlen(producer_name, ENCODE_PRODUCER_NAME_MAX);
-
-		PUT_LIT(&o, KEY("producer_name"));
-		if (out_string(&o, producer_name, len, len) < 0)
-			return -ENOBUFS;
-	}
-	k = encode_json_btf_fields(rec, ev->record, ev->hdr.size, o.p, out_room(&o));
-	if (k < 0)
-		return k;
-	o.p += k;
-	if (unit) {
-		size_t len = strnlen(unit, ENCODE_UNIT_MAX + 1);
-
-		if (len <= ENCODE_UNIT_MAX) {
-			PUT_LIT(&o, KEY("unit"));
-			if (out_string(&o, unit, len, len) < 0)
-				return -ENOBUFS;
-		}
-	}
-	PUT_LIT(&o, "}\n");
-	return o.p - buf;
-}
-
 ssize_t encode_lost_json(uint64_t count, char *buf, size_t size) {
 	Out o = { .p = buf, .end = buf + MIN(size, (size_t) SSIZE_MAX) };
 

@@ -13,7 +13,11 @@
 
 /* Upper bound of one encoded JSON line for any record (the worst case is an unknown type with
  * a 64 KiB payload in base64, or strings made only of bytes that need \u escapes). */
-#define ENCODE_JSON_MAX (96u * 1024u)
+#define ENCODE_JSON_MAX          (96u * 1024u)
+/* A unit name longer than this is left out of the event (systemd's own limit is 255). */
+#define ENCODE_UNIT_MAX          255u
+/* The producer_name of a third-party record is cut here. */
+#define ENCODE_PRODUCER_NAME_MAX 63u
 
 /* Writes one JSON line for ev into buf. `unit` is the systemd unit of the event's cgroup or
  * NULL (then the key is omitted). Returns the number of bytes written, or -ENOBUFS if size is

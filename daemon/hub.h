@@ -46,6 +46,9 @@ typedef enum HubOverflow {
  * the event's cgroup or NULL. Must not block or allocate. */
 typedef bool (*HubMatchFn)(const void *filter, const DecodedEvent *ev, const char *unit);
 
+/* A client's consumer (HubClientOptions.flush). */
+typedef void (*HubFlushFn)(HubClient *c, void *userdata);
+
 typedef struct HubClientOptions {
 	HubFormat format;
 	HubOverflow overflow;
@@ -59,7 +62,7 @@ typedef struct HubClientOptions {
 	/* The client's consumer: the main thread's flush loop calls it (with userdata) when the
 	 * client may have output; it writes the queues out (hub_client_flush()) or takes them
 	 * (hub_client_consume()). NULL: hub_client_flush() to the fd. */
-	void (*flush)(HubClient *c, void *userdata);
+	HubFlushFn flush;
 	/* Not a queue but a shared ring set (fanout.h), written in place of the client's queues:
 	 * nothing is ever dropped for lack of room (its members are moved on instead), no lost
 	 * notice is written, and the flush loop has nothing to write. format JSON or BINARY. */

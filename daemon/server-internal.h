@@ -102,11 +102,13 @@ void server_flush_client(Server *s, HubClient *hc);
 int connection_send_hello(Connection *c, const int *fds, size_t n_fds, const char *extra);
 
 /* connection-shared.c */
-/* Subscribes c to the shared ring of its subscription (made if none serves it yet) and answers
- * with the hello that passes the ring and the member page. Returns 1 if done (c may have been
- * freed), 0 if the subscription cannot share (limits, or off): the caller serves it over the
- * socket. */
-int connection_subscribe_shared(Connection *c, Subscription **sub);
+/* Joins c to the shared ring of its subscription (made if none serves it yet, with `flush` as
+ * its ring's consumer: connection_shared_flush()). Returns 1 if joined: *sub is taken, ret_fds
+ * get the read-only ring (the caller's to close) and the member page (the member's), and
+ * `extra` the hello line's "shared" part; the caller sends the hello. 0 if the subscription
+ * cannot share (limits, or off): the caller serves it over the socket. */
+int connection_join_shared(
+	Connection *c, Subscription **sub, HubFlushFn flush, int ret_fds[2], char *extra, size_t extra_size);
 /* Leaves the ring (the last member frees it) and adds the member's figures to the gone ones. */
 void connection_leave_shared(Connection *c);
 void connection_shared_stats(const Connection *c, HubClientStats *ret);
