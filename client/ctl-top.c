@@ -17,7 +17,7 @@
 #include "ctl.h"
 #include "event.h"
 #include "json-util.h"
-#include "perfcount.h"
+#include "counter-names.h"
 #include "time-util.h"
 
 #define TOP_COUNTERS  PERFRELAY_COUNTERS_MAX

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Schema frames: the JSON the daemon sends before the first record of a third-party type
  * (docs/protocol.md, "Schema frames"), and decoding a record's fields with it, the same way the
- * daemon's decoder does (daemon/btfrec.c: btfrec_get()). */
+ * daemon's decoder does (daemon/decode/btfrec.c: btfrec_get()). */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>

@@ -16,6 +16,8 @@
 #define _printf_(a, b) __attribute__((format(printf, a, b)))
 
 #define ELEMENTSOF(a)  (sizeof(a) / sizeof((a)[0]))
+/* A NULL-terminated list of strings, as sd-bus takes them. */
+#define STRV_MAKE(...) ((char **) ((const char *[]){ __VA_ARGS__, NULL }))
 #define MIN(a, b)      ((a) < (b) ? (a) : (b))
 #define MAX(a, b)      ((a) > (b) ? (a) : (b))
 #define ALIGN_TO(x, a) (((x) + (a) -1) & ~((__typeof__(x)) (a) -1))

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "perfcount.h"
+#include "counter-names.h"
 #include "macro.h"
 
 #ifndef SRCDIR

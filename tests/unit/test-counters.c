@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "counters-scale.h"
-#include "perfcount.h"
+#include "counter-names.h"
 
 #include "unit-test.h"
 

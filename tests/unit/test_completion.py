@@ -4,7 +4,7 @@
 `perfrelayctl --help` and, for each command, every option of `perfrelayctl COMMAND --help`; bash's
 script, loaded through bash-completion as the installed one is, and fish's complete commands,
 options and probe names (`perfrelayctl probe enable <Tab>`; with no daemon to ask, the built-in
-probes of daemon/probes-names.c); zsh's parses."""
+probes of daemon/kernel/probes-names.c); zsh's parses."""
 import os
 import re
 import shutil
@@ -44,7 +44,7 @@ def verbs():
 
 
 def builtin_probes():
-    with open(os.path.join(SOURCE, "daemon", "probes-names.c")) as f:
+    with open(os.path.join(SOURCE, "daemon", "kernel", "probes-names.c")) as f:
         return re.findall(r"\[PROBE_\w+\] = \"(\w+)\"", f.read())
 
 

@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* What features use of the core (manager.h): the manager's objects, the flush loop, the units of
+ * cgroups and the stats snapshot. */
+#include "perfrelay-config.h"
+
+#include "manager-internal.h"
+
+const Config *manager_config(const Manager *m) {
+	return m->config;
+}
+
+const ManagerOptions *manager_options(const Manager *m) {
+	return &m->o;
+}
+
+sd_event *manager_event(const Manager *m) {
+	return m->event;
+}
+
+Hub *manager_hub(const Manager *m) {
+	return m->hub;
+}
+
+Probes *manager_probes(const Manager *m) {
+	return m->probes;
+}
+
+Decoders *manager_decoders(const Manager *m) {
+	return m->decoders;
+}
+
+Bus *manager_bus(const Manager *m) {
+	return m->bus;
+}
+
+const KernelFeatures *manager_kernel(const Manager *m) {
+	return m->features;
+}
+
+const CpuSet *manager_cpus(const Manager *m) {
+	return &m->cpus;
+}
+
+const CpuSet *manager_cpus_parked(const Manager *m) {
+	return &m->cpus_parked;
+}
+
+Reader *const *manager_readers(const Manager *m, size_t *ret_n) {
+	*ret_n = m->n_readers;
+	return m->readers;
+}
+
+CgroupFs *manager_cgroups(const Manager *m) {
+	return m->cgroups;
+}
+
+CgroupWatch *manager_cgroup_watch(const Manager *m) {
+	return m->cgroup_watch;
+}
+
+bool manager_is_running(const Manager *m) {
+	return m->state == MANAGER_RUNNING;
+}
+
+const char *manager_pin_path(const Manager *m) {
+	return m->config->pin_path;
+}
+
+bool manager_kernel_unsupported(const Manager *m) {
+	return m->kernel_unsupported;
+}
+
+static void flush_one(HubClient *c, void *userdata) {
+	/* An overflowed client is closed even while it blocks: hub_prepare_sleep() does not let
+	 * the loop sleep until it is gone. Each client's own consumer writes it out: the socket
+	 * server, the bus monitors, standard output. */
+	if (!hub_client_blocked(c) || hub_client_overflowed(c))
+		hub_client_run_flush(c);
+}
+
+void manager_flush(Manager *m) {
+	do
+		hub_foreach_client(m->hub, flush_one, m);
+	while (hub_prepare_sleep(m->hub));
+}
+
+const char *manager_cgroup_unit(
+	Manager *m, uint64_t id, char *buf, size_t size, bool *ret_gone, uid_t *ret_owner) {
+	ssize_t n;
+
+	if (ret_owner)
+		*ret_owner = (uid_t) -1; /* the system's, also for a cgroup that is gone */
+	n = m->cgroup_watch ? cgroup_watch_resolve_owner(m->cgroup_watch, id, buf, size, ret_owner) : 0;
+	if (ret_gone)
+		*ret_gone = n == -ESTALE;
+	if (n >= 0)
+		return n > 0 ? buf : NULL;
+	/* Gone: the unit the cgroup watch saw it made for. */
+	return cgroup_watch_lookup(m->cgroup_watch, id, buf, size) > 0 ? buf : NULL;
+}
+
+int manager_stats_snapshot(Manager *m, StatsSnapshot **ret) {
+	StatsSources src;
+
+	manager_stats_sources(m, &src);
+	return stats_snapshot(&src, ret);
+}

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Reload (SIGHUP, Reload()): what a running daemon can change. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "perfrelay-config.h"
+
+#include "log.h"
+#include "manager-internal.h"
+#include "stats.h"
+#include "time-util.h"
+
+int manager_reload(Manager *m, char **ret_error) {
+	_cleanup_(config_freep) Config *c = NULL;
+	_cleanup_free_ char *error = NULL, *restart = NULL;
+	Config *old;
+	int r;
+
+	log_info("Reloading configuration from %s and %s/", m->o.config_path, m->dropin_dir);
+	r = config_new(&c);
+	if (r < 0)
+		return log_error_errno(r, "Failed to allocate a configuration: %m");
+	r = config_load(c, m->o.config_path, m->dropin_dir, &error);
+	if (r < 0) {
+		if (!error) {
+			errno = -r;
+			if (asprintf(&error, "%s: %m", m->o.config_path) < 0)
+				return log_oom();
+		}
+		log_error("Reload failed, keeping the previous configuration: %s", error);
+		if (ret_error)
+			*ret_error = TAKE_PTR(error);
+		return r;
+	}
+	if (m->o.pin_path) {
+		/* --pin-path wins over PinPath= as it did at start. */
+		char *p = strdup(m->o.pin_path);
+
+		if (!p)
+			return -ENOMEM;
+		free(c->pin_path);
+		c->pin_path = p;
+	}
+	r = config_keep_restart_keys(c, m->config, &restart);
+	if (r < 0)
+		return log_error_errno(r, "Failed to compare the configurations: %m");
+
+	old = m->config;
+	m->config = TAKE_PTR(c);
+	server_set_config(m->server, m->config);
+	bus_set_config(m->bus, m->config);
+	config_free(old);
+
+	if (restart)
+		log_warning(
+			"Reload: changes to %s take effect only after a restart "
+			"(systemctl restart perfrelay)",
+			restart);
+
+	r = manager_features_reload(m);
+	if (r < 0)
+		/* The feature logged what failed; the rest is applied all the same. */
+		return r;
+	log_info("Reloaded configuration");
+	return 0;
+}

@@ -1,0 +1,748 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Packet captures (docs/capture.md): StartCapture() finds the unit's cgroup, bounds the request
+ * by [Capture], and attaches a capture, which gets an org.perfrelay1.Capture object at
+ * /org/perfrelay1/capture/<id>; StopCapture() and the requester's departure end it. Root and
+ * ControlGroups= members only (packets carry every user's traffic; AllowGroups= members see
+ * events but do not act). GetStats()' "capture" section. */
+#include "perfrelay-config.h"
+
+#include <dirent.h>
+#include <net/if.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <systemd/sd-daemon.h>
+
+#include "bus-figures.h"
+#include "captures.h"
+#include "error-util.h"
+#include "feature-table.h"
+#include "manager.h"
+#include "list.h"
+#include "log.h"
+#include "unitname.h"
+
+typedef struct BusCapture BusCapture;
+
+typedef struct CaptureFeature {
+	Feature feature;
+	Captures *captures;  /* NULL if they could not be set up */
+	BusCapture *objects; /* the capture objects on the bus */
+} CaptureFeature;
+
+/* A unit's cgroup without systemd to ask (bus-capture.c asks it when it runs): systemd names a
+ * unit's cgroup after the unit, below its slices. Only directories root made are trusted: the walk
+ * never descends into a delegated subtree (a user's manager, user@UID.service, or a cgroup whose
+ * cgroup.subtree_control belongs to someone else), where any user could make a directory named
+ * after a system unit. A name found twice is refused, naming the candidates. */
+#define FIND_DEPTH_MAX      8
+#define FIND_DIRS_MAX       65536u
+#define FIND_CANDIDATES_MAX 4
+
+typedef struct UnitSearch {
+	const char *unit;
+	unsigned budget;
+	size_t n_found;
+	char found[FIND_CANDIDATES_MAX][PATH_MAX];
+} UnitSearch;
+
+static bool cgroup_is_delegated(const char *path, const char *name) {
+	char file[PATH_MAX];
+	struct stat st;
+
+	if (startswith(name, "user@") && endswith(name, ".service"))
+		return true;
+	if (stat(path, &st) < 0 || st.st_uid != 0)
+		return true;
+	if (snprintf(file, sizeof(file), "%s/cgroup.subtree_control", path) >= (int) sizeof(file))
+		return true;
+	return stat(file, &st) < 0 || st.st_uid != 0;
+}
+
+static int find_unit_cgroup(const char *dir, unsigned depth, UnitSearch *us) {
+	DIR *d;
+	struct dirent *de;
+	int r = 0;
+
+	if (depth > FIND_DEPTH_MAX)
+		return 0;
+	d = opendir(dir);
+	if (!d)
+		return 0;
+	while (r == 0 && (de = readdir(d))) {
+		char sub[PATH_MAX];
+
+		if (de->d_type != DT_DIR || de->d_name[0] == '.')
+			continue;
+		if (us->budget == 0) {
+			r = -E2BIG;
+			break;
+		}
+		us->budget--;
+		if (snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name) >= (int) sizeof(sub))
+			continue;
+		if (streq(de->d_name, us->unit)) {
+			if (us->n_found < FIND_CANDIDATES_MAX)
+				snprintf(us->found[us->n_found], sizeof(us->found[0]), "%s", sub);
+			us->n_found++;
+		}
+		if (!cgroup_is_delegated(sub, de->d_name))
+			r = find_unit_cgroup(sub, depth + 1, us);
+	}
+	closedir(d);
+	return r;
+}
+
+/* On failure *ret_error (if given) says why, for the D-Bus error. */
+static int capture_start_one(CaptureFeature *cf, const CaptureRequest *req, uint32_t *ret_id, char **ret_error) {
+	Manager *m = cf->feature.manager;
+	const Config *c = manager_config(m);
+	CaptureSummary info = {};
+	Capture *capture = NULL;
+	char path[PATH_MAX];
+	const char *root;
+	UnitSearch us;
+	int dir, r;
+
+	if (!cf->captures || !manager_cgroups(m))
+		return error_textf(ret_error, -EOPNOTSUPP, "packet capture needs a cgroup2 mount");
+	root = cgroup_fs_path(manager_cgroups(m));
+	if (captures_full(cf->captures)) {
+		captures_count_refused(cf->captures);
+		return error_textf(
+			ret_error, -EBUSY, "%u captures run already (MaxCaptures=)", c->max_captures);
+	}
+	if (!!req->unit + !!req->cgroup + !!req->ifindex != 1)
+		return error_textf(
+			ret_error, -EINVAL, "give one of the options \"unit\", \"cgroup\" and \"ifindex\"");
+	if (req->ifindex) {
+		char name[IF_NAMESIZE];
+
+		if (!if_indextoname(req->ifindex, name))
+			return error_textf(
+				ret_error,
+				-EINVAL,
+				"no interface with index %u in perfrelayd's network namespace (the shipped unit has "
+				"PrivateNetwork=yes)",
+				req->ifindex);
+		snprintf(path, sizeof(path), "%s", name);
+	} else if (req->unit && req->unit_cgroup) {
+		/* systemd said where the unit runs (bus-capture.c). */
+		if (req->unit_cgroup[0] != '/' || strstr(req->unit_cgroup, "/.") ||
+		    snprintf(path, sizeof(path), "%s%s", root, streq(req->unit_cgroup, "/") ? "" : req->unit_cgroup) >=
+			    (int) sizeof(path))
+			return error_textf(
+				ret_error,
+				-EINVAL,
+				"systemd's ControlGroup of %s, \"%s\", is not a cgroup path",
+				req->unit,
+				req->unit_cgroup);
+	} else if (req->unit) {
+		if (!unit_name_is_attributable(req->unit, strlen(req->unit)))
+			return error_textf(
+				ret_error, -EINVAL, "\"%s\" is not a unit name processes run in", req->unit);
+		us = (UnitSearch){ .unit = req->unit, .budget = FIND_DIRS_MAX };
+		r = find_unit_cgroup(root, 0, &us);
+		if (r == -E2BIG)
+			return error_textf(
+				ret_error,
+				r,
+				"the cgroup tree under %s has more than %u directories",
+				root,
+				FIND_DIRS_MAX);
+		if (us.n_found == 0)
+			return error_textf(
+				ret_error,
+				-ENOENT,
+				"unit %s has no cgroup under %s outside delegated subtrees (is it running?)",
+				req->unit,
+				root);
+		if (us.n_found > 1)
+			return error_textf(
+				ret_error,
+				-EINVAL,
+				"unit %s names %zu cgroups (%s, %s%s%s%s%s): give the one to capture as \"cgroup\"",
+				req->unit,
+				us.n_found,
+				us.found[0] + strlen(root),
+				us.found[1] + strlen(root),
+				us.n_found > 2 ? ", " : "",
+				us.n_found > 2 ? us.found[2] + strlen(root) : "",
+				us.n_found > 3 ? ", " : "",
+				us.n_found > 3 ? us.found[3] + strlen(root) : "");
+		snprintf(path, sizeof(path), "%s", us.found[0]);
+	} else {
+		/* No "." component and no trailing slash: "/" is the only way to say the root. */
+		if (req->cgroup[0] != '/' || strstr(req->cgroup, "/.") || strstr(req->cgroup, "//") ||
+		    (req->cgroup[1] && endswith(req->cgroup, "/")))
+			return error_textf(
+				ret_error,
+				-EINVAL,
+				"cgroup \"%s\": a path below the cgroup2 root, starting with /",
+				req->cgroup);
+		if (snprintf(path, sizeof(path), "%s%s", root, streq(req->cgroup, "/") ? "" : req->cgroup) >=
+		    (int) sizeof(path))
+			return error_textf(ret_error, -ENAMETOOLONG, "cgroup path too long");
+	}
+	/* Every packet of the host: root's decision, or the admin's by AllowHostCaptures=. */
+	if ((req->ifindex || streq(path, root)) && !req->may_capture_host)
+		return error_textf(
+			ret_error,
+			-EPERM,
+			"capturing %s takes every packet of the host: it needs root (or AllowHostCaptures=yes "
+			"for ControlGroups= members)",
+			req->ifindex ? "an interface" : "the root cgroup");
+	dir = req->direction ? capture_direction_from_string(req->direction) : CAPTURE_BOTH;
+	if (dir < 0)
+		return error_textf(
+			ret_error, -EINVAL, "direction \"%s\": ingress, egress or both", req->direction);
+	info.bytes = req->bytes ?: c->capture_bytes;
+	if (info.bytes > c->capture_bytes)
+		return error_textf(
+			ret_error, -EINVAL, "bytes %u: above CaptureBytes=%u", info.bytes, c->capture_bytes);
+	info.packets_per_second = c->capture_packets_per_second;
+	if (req->packets_per_second > 0 &&
+	    (info.packets_per_second == 0 || req->packets_per_second < info.packets_per_second))
+		info.packets_per_second = req->packets_per_second;
+	info.direction = (CaptureDirection) dir;
+	info.id = captures_next_id(cf->captures);
+	info.ifindex = req->ifindex;
+	snprintf(info.unit, sizeof(info.unit), "%s", req->unit ?: "");
+	if (!req->ifindex)
+		snprintf(info.cgroup, sizeof(info.cgroup), "%s", path + strlen(root));
+
+	r = capture_new(
+		&(CaptureOptions){
+			.id = info.id,
+			.pin_path = c->pin_path,
+			.n_possible_cpus = probes_possible_cpus(manager_probes(m)),
+			.cgroup_path = req->ifindex ? NULL : path,
+			.ifindex = (int) req->ifindex,
+			.direction = info.direction,
+			.bytes = info.bytes,
+			.packets_per_second = info.packets_per_second,
+		},
+		&capture,
+		&info.cgroup_id);
+	if (r == -EPERM && req->ifindex)
+		return error_textf(
+			ret_error,
+			r,
+			"failed to attach a capture to interface %s: %s (tc needs CAP_NET_ADMIN, which the "
+			"shipped unit does not grant)",
+			path,
+			strerror(-r));
+	if (r < 0)
+		return error_textf(ret_error, r, "failed to attach a capture to %s: %s", path, strerror(-r));
+	r = captures_add(cf->captures, capture, &info);
+	if (r < 0)
+		return error_textf(ret_error, r, "failed to keep the capture");
+	log_info(
+		"Capture %u started: %s (%s, %s, %u bytes, %u packets/s)",
+		info.id,
+		info.unit[0]         ? info.unit :
+			info.ifindex ? "interface" :
+				       info.cgroup,
+		path,
+		capture_direction_to_string(info.direction),
+		info.bytes,
+		info.packets_per_second);
+	*ret_id = info.id;
+	return 0;
+}
+
+static int capture_stop_one(CaptureFeature *cf, uint32_t id) {
+	CaptureSummary s;
+	int r;
+
+	if (!cf->captures)
+		return -ENOENT;
+	r = captures_stop(cf->captures, id);
+	if (r < 0)
+		return r;
+	if (captures_get(cf->captures, id, &s) >= 0)
+		log_info(
+			"Capture %u stopped: %" PRIu64 " packets seen, %" PRIu64 " captured, %" PRIu64
+			" over the rate, %" PRIu64 " failed",
+			id,
+			s.stats.seen,
+			s.stats.captured,
+			s.stats.rate_dropped,
+			s.stats.failed);
+	return 0;
+}
+
+static int capture_feature_start(Feature *f) {
+	CaptureFeature *cf = (CaptureFeature *) f;
+	int r = captures_new(manager_config(f->manager)->max_captures, &cf->captures);
+
+	if (r < 0)
+		log_warning_errno(r, "Failed to set up packet captures: %m; StartCapture() will refuse");
+	return 0;
+}
+
+/* On the bus: StartCapture(), StopCapture() and the capture objects --------------------------- */
+
+struct BusCapture {
+	CaptureFeature *feature;
+	LIST_FIELDS(BusCapture, captures);
+	uint32_t id;
+	uid_t requester_uid; /* who may stop it besides root */
+	char path[64];
+	sd_bus_slot *slot;
+	sd_bus_track *track; /* the requester: when it leaves the bus, the capture ends */
+};
+
+static BusCapture *bus_capture_free(BusCapture *c) {
+	if (!c)
+		return NULL;
+	LIST_REMOVE(captures, c->feature->objects, c);
+	sd_bus_slot_unref(c->slot);
+	sd_bus_track_unref(c->track);
+	free(c);
+	return NULL;
+}
+
+static void bus_capture_end(BusCapture *c) {
+	(void) capture_stop_one(c->feature, c->id);
+	bus_capture_free(c);
+}
+
+static int on_requester_gone(sd_bus_track *track, void *userdata) {
+	BusCapture *c = userdata;
+
+	log_info("The requester of capture %u left the bus: capture stopped", c->id);
+	bus_capture_end(c);
+	return 0;
+}
+
+static int capture_property_get(
+	sd_bus *bus,
+	const char *path,
+	const char *interface,
+	const char *property,
+	sd_bus_message *reply,
+	void *userdata,
+	sd_bus_error *error) {
+	BusCapture *c = userdata;
+	CaptureSummary s;
+	int r;
+
+	r = c->feature->captures ? captures_get(c->feature->captures, c->id, &s) : -ENOENT;
+	if (r < 0)
+		return sd_bus_error_set_errnof(error, r, "Capture %u: %m", c->id);
+	if (streq(property, "Id"))
+		return sd_bus_message_append(reply, "u", s.id);
+	if (streq(property, "Unit"))
+		return sd_bus_message_append(reply, "s", s.unit);
+	if (streq(property, "Cgroup"))
+		return sd_bus_message_append(reply, "s", s.cgroup);
+	if (streq(property, "CgroupId"))
+		return sd_bus_message_append(reply, "t", s.cgroup_id);
+	if (streq(property, "Ifindex"))
+		return sd_bus_message_append(reply, "u", s.ifindex);
+	if (streq(property, "Direction"))
+		return sd_bus_message_append(reply, "s", capture_direction_to_string(s.direction));
+	if (streq(property, "Bytes"))
+		return sd_bus_message_append(reply, "u", s.bytes);
+	if (streq(property, "PacketsPerSecond"))
+		return sd_bus_message_append(reply, "u", s.packets_per_second);
+	if (streq(property, "Seen"))
+		return sd_bus_message_append(reply, "t", s.stats.seen);
+	if (streq(property, "Captured"))
+		return sd_bus_message_append(reply, "t", s.stats.captured);
+	if (streq(property, "RateDropped"))
+		return sd_bus_message_append(reply, "t", s.stats.rate_dropped);
+	return sd_bus_message_append(reply, "t", s.stats.failed);
+}
+
+/* clang-format off */
+static const sd_bus_vtable capture_vtable[] = {
+	SD_BUS_VTABLE_START(0),
+	SD_BUS_PROPERTY("Id", "u", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Unit", "s", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Cgroup", "s", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("CgroupId", "t", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Ifindex", "u", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Direction", "s", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Bytes", "u", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("PacketsPerSecond", "u", capture_property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+	SD_BUS_PROPERTY("Seen", "t", capture_property_get, 0, 0),
+	SD_BUS_PROPERTY("Captured", "t", capture_property_get, 0, 0),
+	SD_BUS_PROPERTY("RateDropped", "t", capture_property_get, 0, 0),
+	SD_BUS_PROPERTY("Failed", "t", capture_property_get, 0, 0),
+	SD_BUS_VTABLE_END
+};
+/* clang-format on */
+
+static int read_options(sd_bus_message *m, CaptureRequest *req, sd_bus_error *error) {
+	const char *key;
+	int r;
+
+	r = sd_bus_message_enter_container(m, 'a', "{sv}");
+	while (r >= 0 && (r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+		const char *sig;
+		const char **s = NULL;
+		uint32_t *u = NULL;
+
+		r = sd_bus_message_read(m, "s", &key);
+		if (r < 0)
+			return r;
+		if (streq(key, "unit"))
+			s = &req->unit;
+		else if (streq(key, "cgroup"))
+			s = &req->cgroup;
+		else if (streq(key, "direction"))
+			s = &req->direction;
+		else if (streq(key, "bytes"))
+			u = &req->bytes;
+		else if (streq(key, "ifindex"))
+			u = &req->ifindex;
+		else if (streq(key, "packets_per_second"))
+			u = &req->packets_per_second;
+		else
+			return sd_bus_error_setf(
+				error,
+				SD_BUS_ERROR_INVALID_ARGS,
+				"unknown option \"%.64s\" (known: unit, cgroup, ifindex, direction, bytes, "
+				"packets_per_second)",
+				key);
+		sig = s ? "s" : "u";
+		r = s ? sd_bus_message_read(m, "v", sig, s) : sd_bus_message_read(m, "v", sig, u);
+		if (r < 0)
+			return sd_bus_error_setf(
+				error,
+				SD_BUS_ERROR_INVALID_ARGS,
+				"option \"%s\": expected a variant of type %s",
+				key,
+				sig);
+		r = sd_bus_message_exit_container(m);
+	}
+	if (r >= 0)
+		r = sd_bus_message_exit_container(m);
+	return r;
+}
+
+/* A StartCapture() call between the caller's check and the reply: while systemd is asked where
+ * the unit runs, the call's message (and the option strings that point into it) is kept. */
+typedef struct PendingCapture {
+	CaptureFeature *feature;
+	sd_bus_message *message;
+	CaptureRequest req;
+	uid_t uid;
+} PendingCapture;
+
+static void pending_capture_free(void *userdata) {
+	PendingCapture *p = userdata;
+
+	sd_bus_message_unref(p->message);
+	free(p);
+}
+
+static int capture_start(
+	CaptureFeature *cf, sd_bus_message *message, const CaptureRequest *req, uid_t uid, sd_bus_error *error) {
+	_cleanup_free_ char *why = NULL;
+	sd_bus *bus = sd_bus_message_get_bus(message);
+	BusCapture *c;
+	uint32_t id;
+	int r;
+
+	r = capture_start_one(cf, req, &id, &why);
+	if (r < 0)
+		return sd_bus_error_setf(
+			error,
+			r == -EBUSY                          ? SD_BUS_ERROR_LIMITS_EXCEEDED :
+				r == -EPERM                  ? SD_BUS_ERROR_ACCESS_DENIED :
+				r == -EINVAL || r == -ENOENT ? SD_BUS_ERROR_INVALID_ARGS :
+							       SD_BUS_ERROR_FAILED,
+			"StartCapture: %s",
+			why ?: strerror(-r));
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		(void) capture_stop_one(cf, id);
+		return -ENOMEM;
+	}
+	c->feature = cf;
+	c->id = id;
+	c->requester_uid = uid;
+	snprintf(c->path, sizeof(c->path), "%s/%" PRIu32, BUS_CAPTURE_PATH_PREFIX, id);
+	LIST_PREPEND(captures, cf->objects, c);
+	r = sd_bus_add_object_vtable(bus, &c->slot, c->path, BUS_INTERFACE_CAPTURE, capture_vtable, c);
+	if (r >= 0)
+		r = sd_bus_track_new(bus, &c->track, on_requester_gone, c);
+	if (r >= 0)
+		r = sd_bus_track_add_sender(c->track, message);
+	if (r < 0) {
+		bus_capture_end(c);
+		return r;
+	}
+	return sd_bus_reply_method_return(message, "o", c->path);
+}
+
+/* systemd's answer: the unit's ControlGroup, or that it has none. */
+static int on_unit_cgroup(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+	PendingCapture *p = userdata;
+	const sd_bus_error *e = sd_bus_message_get_error(reply);
+	const char *cgroup = NULL;
+	int r;
+
+	if (e && (sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER))) {
+		/* Not systemd's bus (a private bus): the daemon searches the tree. */
+		r = capture_start(p->feature, p->message, &p->req, p->uid, &error);
+	} else if (e) {
+		r = sd_bus_error_setf(
+			&error,
+			SD_BUS_ERROR_INVALID_ARGS,
+			"StartCapture: systemd does not say where unit %s runs: %s",
+			p->req.unit,
+			e->message ?: e->name);
+	} else {
+		r = sd_bus_message_read(reply, "v", "s", &cgroup);
+		if (r >= 0 && (!cgroup || !cgroup[0]))
+			r = sd_bus_error_setf(
+				&error,
+				SD_BUS_ERROR_INVALID_ARGS,
+				"StartCapture: unit %s has no cgroup (systemd says it is not running)",
+				p->req.unit);
+		else if (r >= 0) {
+			p->req.unit_cgroup = cgroup;
+			r = capture_start(p->feature, p->message, &p->req, p->uid, &error);
+		}
+	}
+	if (sd_bus_error_is_set(&error))
+		(void) sd_bus_reply_method_error(p->message, &error);
+	else if (r < 0)
+		(void) sd_bus_reply_method_errnof(p->message, r, "StartCapture: %m");
+	return 0;
+}
+
+/* When systemd runs, it says which cgroup a unit has (its ControlGroup property): a directory of
+ * the same name elsewhere in the tree is not the unit. The answer comes back asynchronously, so
+ * the event loop keeps serving while systemd answers. */
+static int ask_systemd_for_cgroup(
+	CaptureFeature *cf, sd_bus_message *message, const CaptureRequest *req, uid_t uid) {
+	static const struct {
+		const char *suffix, *interface;
+	} interfaces[] = {
+		{ ".service", "org.freedesktop.systemd1.Service" },
+		{ ".scope", "org.freedesktop.systemd1.Scope" },
+		{ ".slice", "org.freedesktop.systemd1.Slice" },
+		{ ".socket", "org.freedesktop.systemd1.Socket" },
+		{ ".mount", "org.freedesktop.systemd1.Mount" },
+		{ ".swap", "org.freedesktop.systemd1.Swap" },
+	};
+	_cleanup_free_ char *path = NULL;
+	sd_bus_slot *slot = NULL;
+	const char *interface = NULL;
+	PendingCapture *p;
+	int r;
+
+	for (size_t i = 0; i < ELEMENTSOF(interfaces); i++)
+		if (endswith(req->unit, interfaces[i].suffix))
+			interface = interfaces[i].interface;
+	if (!interface)
+		return 0; /* the manager refuses the name */
+	r = sd_bus_path_encode("/org/freedesktop/systemd1/unit", req->unit, &path);
+	if (r < 0)
+		return r;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	*p = (PendingCapture){ .feature = cf, .message = sd_bus_message_ref(message), .req = *req, .uid = uid };
+	r = sd_bus_call_method_async(
+		sd_bus_message_get_bus(message),
+		&slot,
+		"org.freedesktop.systemd1",
+		path,
+		"org.freedesktop.DBus.Properties",
+		"Get",
+		on_unit_cgroup,
+		p,
+		"ss",
+		interface,
+		"ControlGroup");
+	if (r < 0) {
+		pending_capture_free(p);
+		return r;
+	}
+	/* The slot frees p when the call ends, or with the bus. */
+	(void) sd_bus_slot_set_destroy_callback(slot, pending_capture_free);
+	(void) sd_bus_slot_set_floating(slot, 1);
+	sd_bus_slot_unref(slot);
+	return 1;
+}
+
+static int method_start_capture(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+	CaptureRequest req = {};
+	CaptureFeature *cf = userdata;
+	Bus *b = manager_bus(cf->feature.manager);
+	uid_t uid;
+	int r;
+
+	r = bus_require_control(b, message, "StartCapture", &uid, error);
+	if (r < 0)
+		return r;
+	r = read_options(message, &req, error);
+	if (r < 0)
+		return r;
+	req.may_capture_host = uid == 0 || manager_config(cf->feature.manager)->allow_host_captures;
+	if (req.unit && sd_booted() > 0) {
+		r = ask_systemd_for_cgroup(cf, message, &req, uid);
+		if (r != 0)
+			return r;
+	}
+	return capture_start(cf, message, &req, uid, error);
+}
+
+/* Only the requester (by uid) or root ends a capture early: a ControlGroups= member cannot stop
+ * another admin's capture. */
+static int method_stop_capture(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+	CaptureFeature *cf = userdata;
+	Bus *b = manager_bus(cf->feature.manager);
+	const char *path;
+	uid_t uid;
+	int r;
+
+	r = bus_require_control(b, message, "StopCapture", &uid, error);
+	if (r < 0)
+		return r;
+	r = sd_bus_message_read(message, "o", &path);
+	if (r < 0)
+		return r;
+	LIST_FOREACH(captures, c, cf->objects)
+		if (streq(c->path, path)) {
+			if (uid != 0 && uid != c->requester_uid)
+				return sd_bus_error_setf(
+					error,
+					SD_BUS_ERROR_ACCESS_DENIED,
+					"StopCapture: capture %s was started by uid %u; only it or root may stop it",
+					path,
+					(unsigned) c->requester_uid);
+			bus_capture_end(c);
+			return sd_bus_reply_method_return(message, NULL);
+		}
+	return sd_bus_error_setf(error, BUS_ERROR_NO_SUCH_CAPTURE, "No capture %s", path);
+}
+
+/* The bus is gone or closing: no requester can stop its capture any more, so each ends. */
+static void capture_bus_gone(Feature *f) {
+	CaptureFeature *cf = (CaptureFeature *) f;
+
+	while (cf->objects)
+		bus_capture_end(cf->objects);
+}
+
+static void capture_done(Feature *f) {
+	CaptureFeature *cf = (CaptureFeature *) f;
+
+	while (cf->objects)
+		bus_capture_free(cf->objects);
+	cf->captures = captures_free(cf->captures); /* detaches the active ones */
+}
+
+static int append_capture(sd_bus_message *m, const CaptureSummary *c) {
+	int r = sd_bus_message_append(
+		m,
+		"{sv}{sv}{sv}{sv}{sv}{sv}",
+		"id",
+		"u",
+		c->id,
+		"unit",
+		"s",
+		c->unit,
+		"cgroup",
+		"s",
+		c->cgroup,
+		"direction",
+		"s",
+		capture_direction_to_string(c->direction),
+		"active",
+		"b",
+		(int) c->active,
+		"bytes",
+		"u",
+		c->bytes);
+
+	if (r >= 0)
+		r = APPEND_FIGURES(
+			m,
+			{ "cgroup_id", c->cgroup_id },
+			{ "ifindex", c->ifindex },
+			{ "packets_per_second", c->packets_per_second },
+			{ "seen", c->stats.seen },
+			{ "captured", c->stats.captured },
+			{ "rate_dropped", c->stats.rate_dropped },
+			{ "failed", c->stats.failed });
+	return r;
+}
+
+/* "capture": the limits, the totals and each active or recently ended capture. */
+static int capture_stats_append(Feature *f, sd_bus_message *m) {
+	CaptureFeature *cf = (CaptureFeature *) f;
+	_cleanup_free_ CaptureSummary *list = NULL;
+	CaptureTotals t = {};
+	size_t n = 0;
+	int r;
+
+	if (cf->captures) {
+		r = captures_snapshot(cf->captures, &list, &n, &t);
+		if (r < 0)
+			return r;
+	}
+	r = open_section(m, "capture");
+	if (r >= 0)
+		r = APPEND_FIGURES(
+			m,
+			{ "max_captures", manager_config(f->manager)->max_captures },
+			{ "started", t.started },
+			{ "stopped", t.stopped },
+			{ "refused", t.refused },
+			{ "seen", t.stats.seen },
+			{ "captured", t.stats.captured },
+			{ "rate_dropped", t.stats.rate_dropped },
+			{ "failed", t.stats.failed });
+	if (r >= 0)
+		r = open_entry(m, "captures", "aa{sv}", 'a', "a{sv}");
+	for (size_t i = 0; r >= 0 && i < n; i++) {
+		r = sd_bus_message_open_container(m, 'a', "{sv}");
+		if (r >= 0)
+			r = append_capture(m, &list[i]);
+		if (r >= 0)
+			r = sd_bus_message_close_container(m);
+	}
+	if (r >= 0)
+		r = close_entry(m);
+	return r < 0 ? r : close_entry(m);
+}
+
+/* clang-format off */
+static const sd_bus_vtable capture_bus_vtable[] = {
+	SD_BUS_VTABLE_START(0),
+	SD_BUS_METHOD_WITH_NAMES("StartCapture",
+	                         "a{sv}", SD_BUS_PARAM(options),
+	                         "o", SD_BUS_PARAM(capture),
+	                         method_start_capture, SD_BUS_VTABLE_UNPRIVILEGED),
+	SD_BUS_METHOD_WITH_NAMES("StopCapture",
+	                         "o", SD_BUS_PARAM(capture),
+	                         NULL, "",
+	                         method_stop_capture, SD_BUS_VTABLE_UNPRIVILEGED),
+	SD_BUS_VTABLE_END
+};
+/* clang-format on */
+
+const FeatureVtable capture_feature = {
+	.name = "capture",
+	.object_size = sizeof(CaptureFeature),
+	.start = capture_feature_start,
+	.done = capture_done,
+	.bus_vtable = capture_bus_vtable,
+	.bus_gone = capture_bus_gone,
+	.stats_append = capture_stats_append,
+};

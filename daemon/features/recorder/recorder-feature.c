@@ -1,0 +1,281 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The flight recorder (docs/recorder.md): its rings from start to stop, snapshots for D-Bus
+ * Snapshot() (root and ControlGroups= members only: a snapshot shows every user's events, and
+ * taking one is an act, which AllowGroups= does not grant; docs/security.md), and GetStats()'
+ * "recorder" section. */
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "perfrelay-config.h"
+
+#include "bus-figures.h"
+#include "feature-table.h"
+#include "manager.h"
+#include "log.h"
+#include "recorder.h"
+#include "snapshot.h"
+#include "time-util.h"
+
+typedef struct RecorderFeature {
+	Feature feature;
+	Recorder *recorder;             /* NULL when off */
+	sd_event_source *window_source; /* samples how far back it reaches, for the cgroup watch */
+} RecorderFeature;
+
+/* How far back the recorder reaches, for the cgroup watch: it keeps the units of removed cgroups
+ * at least that long (cgroupwatch.h). */
+static int on_window_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+	RecorderFeature *rf = userdata;
+
+	cgroup_watch_set_window(
+		manager_cgroup_watch(rf->feature.manager),
+		recorder_window_start(rf->recorder, now_nsec(CLOCK_MONOTONIC)));
+	(void) sd_event_source_set_time(s, usec + RECORDER_WINDOW_PERIOD_USEC);
+	(void) sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+	return 0;
+}
+
+static int recorder_setup(Feature *f) {
+	RecorderFeature *rf = (RecorderFeature *) f;
+	Manager *m = f->manager;
+	const Config *c = manager_config(m);
+	Probes *p = manager_probes(m);
+	CpuSet cpus = *manager_cpus(m);
+	int r;
+
+	/* Without a recorder no snapshot can ask for a removed cgroup's unit: the cgroup watch
+	 * keeps only its bound. */
+	cgroup_watch_set_window(manager_cgroup_watch(m), UINT64_MAX);
+
+	/* A daemon killed with its recorder on left it on, its rings in the slots of every CPU
+	 * (those we give none, offline ones, too): from a clean state whether we record or not. */
+	recorder_clear(probes_recorder_fd(p), probes_recorder_on_fd(p), probes_possible_cpus(p));
+	if (!c->recorder)
+		return 0;
+	/* Offline CPUs get no ring (a perf event cannot be opened there); their records were
+	 * never going to be made anyway until they come online. */
+	FOREACH_CPU(cpu, manager_cpus_parked(m))
+		cpuset_remove(&cpus, (unsigned) cpu);
+	r = recorder_new(
+		&cpus,
+		c->recorder_pages_per_cpu,
+		probes_recorder_fd(p),
+		probes_recorder_on_fd(p),
+		probes_recorder_stats_fd(p),
+		&rf->recorder);
+	if (r < 0) {
+		log_warning_errno(
+			r,
+			"Failed to set up the flight recorder (%u pages per CPU, RecorderPagesPerCpu=): %m; "
+			"running without it",
+			c->recorder_pages_per_cpu);
+		return 0;
+	}
+	cgroup_watch_set_window(manager_cgroup_watch(m), 0);
+	r = sd_event_add_time_relative(
+		manager_event(m), &rf->window_source, CLOCK_MONOTONIC, 0, USEC_PER_SEC, on_window_timer, rf);
+	if (r < 0)
+		log_warning_errno(
+			r,
+			"Failed to start the recorder's window timer: %m; the units of removed cgroups are "
+			"kept up to their most (%u)",
+			CGROUP_WATCH_REMEMBER_MAX);
+	log_info(
+		"Flight recorder on: %u pages per CPU on %u CPUs (%s/recorder)",
+		c->recorder_pages_per_cpu,
+		cpuset_count(&cpus),
+		c->pin_path);
+	return 0;
+}
+
+static const char *snapshot_unit(uint64_t cgroup_id, void *userdata) {
+	static char unit[256];
+
+	return manager_cgroup_unit(userdata, cgroup_id, unit, sizeof(unit), NULL, NULL);
+}
+
+static const ProducerType *snapshot_decoder(uint16_t type, void *userdata) {
+	Manager *m = userdata;
+	const ProducerScan *scan = decoders_current(manager_decoders(m));
+
+	return scan ? producers_scan_find(scan, type) : NULL;
+}
+
+/* The recorder's window, filtered, as JSON lines in a new file (*ret_fd, at offset 0); -ENODEV
+ * when the recorder is off. */
+static int recorder_take_snapshot(
+	RecorderFeature *rf, uint64_t since_ns, uint64_t until_ns, const Subscription *filter, int *ret_fd) {
+	Manager *m = rf->feature.manager;
+	_cleanup_close_ int fd = -EBADF;
+	RecorderCopy *copies = NULL;
+	SnapshotOptions o = {
+		.since_ns = since_ns,
+		.until_ns = until_ns,
+		.filter = filter,
+		.unit = snapshot_unit,
+		.decoder = snapshot_decoder,
+		.userdata = m,
+	};
+	SnapshotSummary sum;
+	size_t n = 0;
+	FILE *f;
+	int r, dup_fd;
+
+	if (!rf->recorder)
+		return -ENODEV;
+	fd = memfd_create("perfrelay-snapshot", MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (dup_fd < 0)
+		return -errno;
+	f = fdopen(dup_fd, "w");
+	if (!f) {
+		safe_close(dup_fd);
+		return -errno;
+	}
+	r = recorder_snapshot(rf->recorder, &copies, &n);
+	if (r >= 0)
+		r = snapshot_write(copies, n, &o, f, &sum);
+	recorder_copies_free(copies, n);
+	if (fclose(f) != 0 && r >= 0)
+		r = -errno;
+	if (r < 0)
+		return log_warning_errno(r, "Failed to take a flight recorder snapshot: %m");
+	if (lseek(fd, 0, SEEK_SET) < 0)
+		return -errno;
+	log_info("Flight recorder snapshot: %" PRIu64 " events of %" PRIu64 " records", sum.events, sum.records);
+	*ret_fd = TAKE_FD(fd);
+	return 0;
+}
+
+/* Snapshot() ------------------------------------------------------------------------------ */
+
+typedef struct SnapshotBounds {
+	uint64_t since_ns, until_ns;
+} SnapshotBounds;
+
+/* since_ns and until_ns (t): the options a filter does not have. */
+static int read_bound(sd_bus_message *message, const char *key, void *userdata, sd_bus_error *error) {
+	SnapshotBounds *b = userdata;
+	uint64_t *v;
+	int r;
+
+	if (streq(key, "since_ns"))
+		v = &b->since_ns;
+	else if (streq(key, "until_ns"))
+		v = &b->until_ns;
+	else
+		return 0;
+	r = sd_bus_message_read(message, "v", "t", v);
+	if (r < 0)
+		return sd_bus_error_setf(
+			error, SD_BUS_ERROR_INVALID_ARGS, "option \"%s\": expected a variant of type t", key);
+	return 1;
+}
+
+static int method_snapshot(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+	_cleanup_(subscription_freep) Subscription *sub = NULL;
+	_cleanup_close_ int fd = -EBADF;
+	SnapshotBounds bounds = {};
+	RecorderFeature *rf = userdata;
+	Bus *b = manager_bus(rf->feature.manager);
+	int r;
+
+	r = bus_require_control(b, message, "Snapshot", NULL, error);
+	if (r < 0)
+		return r;
+	r = bus_read_filter(b, message, read_bound, &bounds, &sub, error);
+	if (r < 0)
+		return r;
+	sub->access = SUBSCRIPTION_ACCESS_ALL;
+	r = recorder_take_snapshot(rf, bounds.since_ns, bounds.until_ns, sub, &fd);
+	if (r == -ENODEV)
+		return sd_bus_error_set(
+			error, SD_BUS_ERROR_NOT_SUPPORTED, "The flight recorder is off (Recorder=no)");
+	if (r < 0)
+		return sd_bus_error_set_errnof(error, r, "Failed to take a snapshot: %m");
+	return sd_bus_reply_method_return(message, "h", fd);
+}
+
+static void recorder_quiesce(Feature *f) {
+	/* Its writes in flight are waited out with the others'. */
+	recorder_stop(((RecorderFeature *) f)->recorder);
+}
+
+static void recorder_cpu_prepare(Feature *f, unsigned cpu) {
+	int r = recorder_cpu_online(((RecorderFeature *) f)->recorder, cpu);
+
+	if (r < 0)
+		log_warning_errno(
+			r,
+			"CPU %u came online; failed to give it a flight recorder ring: %m (its records are not kept)",
+			cpu);
+}
+
+static void recorder_done(Feature *f) {
+	RecorderFeature *rf = (RecorderFeature *) f;
+
+	rf->window_source = sd_event_source_disable_unref(rf->window_source);
+	rf->recorder = recorder_free(rf->recorder);
+}
+
+/* "recorder": on, pages per CPU, its counters, and the cgroup watch's, which it keeps units of
+ * removed cgroups for. */
+static int recorder_stats_append(Feature *f, sd_bus_message *m) {
+	RecorderFeature *rf = (RecorderFeature *) f;
+	RecorderStats rs = {};
+	CgroupWatchStats cw = {};
+	int r;
+
+	if (rf->recorder) {
+		recorder_get_stats(rf->recorder, &rs);
+		cgroup_watch_get_stats(manager_cgroup_watch(f->manager), &cw);
+	}
+	r = open_section(m, "recorder");
+	if (r >= 0)
+		r = sd_bus_message_append(m, "{sv}", "on", "b", (int) !!rf->recorder);
+	if (r >= 0)
+		r = APPEND_FIGURES(
+			m,
+			{ "pages_per_cpu", rf->recorder ? recorder_pages(rf->recorder) : 0 },
+			{ "written", rs.written },
+			{ "paused", rs.paused },
+			{ "failed", rs.failed },
+			{ "snapshots", rs.snapshots },
+			{ "pause_max_ns", rs.pause_max_ns },
+			{ "cgroups_remembered", cw.remembered },
+			{ "cgroups_evicted", cw.evicted },
+			{ "cgroups_evicted_users", cw.evicted_users },
+			{ "cgroups_evicted_young", cw.evicted_young },
+			{ "cgroups_kept", cw.kept },
+			{ "cgroups_watched", cw.watched },
+			{ "cgroups_missed", cw.missed },
+			{ "cgroups_unwatched", cw.unwatched });
+	return r < 0 ? r : close_entry(m);
+}
+
+/* clang-format off */
+static const sd_bus_vtable recorder_bus_vtable[] = {
+	SD_BUS_VTABLE_START(0),
+	SD_BUS_METHOD_WITH_NAMES("Snapshot",
+	                         "a{sv}", SD_BUS_PARAM(options),
+	                         "h", SD_BUS_PARAM(events),
+	                         method_snapshot, SD_BUS_VTABLE_UNPRIVILEGED),
+	SD_BUS_VTABLE_END
+};
+/* clang-format on */
+
+const FeatureVtable recorder_feature = {
+	.name = "recorder",
+	.object_size = sizeof(RecorderFeature),
+	.setup = recorder_setup,
+	.quiesce = recorder_quiesce,
+	.cpu_prepare = recorder_cpu_prepare,
+	.done = recorder_done,
+	.bus_vtable = recorder_bus_vtable,
+	.stats_append = recorder_stats_append,
+};

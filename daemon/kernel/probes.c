@@ -1,0 +1,763 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Built-in probes: skeleton lifecycle, pinned maps and pinned links. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "log.h"
+#include "counter-names.h"
+#include "pins.h"
+#include "probes.h"
+#include "probes.skel.h"
+#include "time-util.h"
+
+#define MAX_PROGS_PER_PROBE 3
+
+struct Probes {
+	struct probes_bpf *skel;
+	char *pin_path;
+	int lock_fd; /* the pin root, flock()ed for as long as we serve it */
+	unsigned n_cpus;
+	/* Per probe and program: the link fd we hold (pinned), or -EBADF. */
+	int link_fd[_PROBE_MAX][MAX_PROGS_PER_PROBE];
+	bool enabled[_PROBE_MAX];
+	bool reused[_PROBE_MAX];
+	bool counters_created; /* no "counters" pin existed: this load made it */
+	bool received_created; /* no "received" pin existed: this load made it */
+	bool no_pin_links;     /* the kernel cannot pin these links (kernelfeatures.h: link_pin) */
+	/* The counters programs' links (docs/counters.md), attached while counters are on, and
+	 * the counters they read (what counters_config says; 0: off). */
+	int counters_link_fd[2];
+	uint64_t exit_records_dropped; /* exit records left for a switch program that went */
+	uint32_t counters_mask;
+	/* Per possible CPU: the counters tick's link (its sampling event inside), or NULL. Not
+	 * pinned: a tick needs the event, which only lives with this daemon. */
+	struct bpf_link **tick_links;
+};
+
+/* The counters programs, in attach order: the reaper first, so that no process entry is made
+ * that nothing removes. */
+static const char *const counters_prog_names[2] = { "handle_counters_reap", "handle_switch" };
+#define COUNTERS_SWITCH        1 /* the index of handle_switch */
+/* How long turning counters off waits for the exit records left for the switch program. */
+#define EXIT_PENDING_WAIT_USEC (1000 * 1000)
+
+/* The programs of each probe, in attach order. For open and connect the reaper (thread exit)
+ * and the syscall exit come before the syscall enter, so that no pending entry is made that
+ * nothing would take out again. */
+static const char *const probe_prog_names[_PROBE_MAX][MAX_PROGS_PER_PROBE] = {
+	[PROBE_EXEC] = { "handle_exec" },
+	[PROBE_EXIT] = { "handle_exit" },
+	[PROBE_FORK] = { "handle_fork" },
+	[PROBE_OPEN] = { "handle_open_reap", "handle_open_exit", "handle_open_enter" },
+	[PROBE_CONNECT] = { "handle_connect_reap", "handle_connect_exit", "handle_connect_enter" },
+};
+
+static struct bpf_program *probe_prog(const Probes *p, unsigned probe, unsigned i) {
+	if (!probe_prog_names[probe][i])
+		return NULL;
+	return bpf_object__find_program_by_name(p->skel->obj, probe_prog_names[probe][i]);
+}
+
+static bool is_probe_prog_name(const char *name) {
+	for (unsigned i = 0; i < _PROBE_MAX; i++)
+		for (unsigned k = 0; k < MAX_PROGS_PER_PROBE; k++)
+			if (probe_prog_names[i][k] && streq(probe_prog_names[i][k], name))
+				return true;
+	for (unsigned k = 0; k < ELEMENTSOF(counters_prog_names); k++)
+		if (streq(counters_prog_names[k], name))
+			return true;
+	return false;
+}
+
+/* Maps only the probes use: an incompatible pin of one of them (PendingSyscalls= changed) is
+ * replaced without asking, as nobody else reads them; at worst a few pending syscalls lose
+ * their record. */
+static bool is_private_map(const struct bpf_map *m) {
+	const char *n = bpf_map__name(m);
+
+	return streq(n, "open_args") || streq(n, "connect_args") || streq(n, "probes_scratch") ||
+		streq(n, "counters_last") || streq(n, "counters_procs") || streq(n, "counters_cgroups") ||
+		streq(n, "counters_cgroups_users") || streq(n, "counters_users_cgroup_ids") ||
+		streq(n, "exit_pending");
+}
+
+/* Links under links/ whose program this build does not have (a probe renamed or removed by an
+ * upgrade) would stay attached forever, emitting with the old program: unpin them. */
+static int probes_prune_stale_links(Probes *p) {
+	_cleanup_free_ char *links = NULL;
+	DIR *d;
+	struct dirent *de;
+	int r = 0;
+
+	if (asprintf(&links, "%s/links", p->pin_path) < 0)
+		return -ENOMEM;
+	d = opendir(links);
+	if (!d)
+		return errno == ENOENT ? 0 : log_error_errno(-errno, "Failed to open %s: %m", links);
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.' || is_probe_prog_name(de->d_name))
+			continue;
+		if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT) {
+			r = log_error_errno(
+				-errno, "Failed to remove the stale link %s/%s: %m", links, de->d_name);
+			continue;
+		}
+		log_notice(
+			"Removed the stale link %s/%s: this build has no program of that name",
+			links,
+			de->d_name);
+	}
+	closedir(d);
+	return r;
+}
+
+static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap) {
+	char buf[1024];
+	size_t n;
+
+	if (level == LIBBPF_DEBUG && log_max_level < LOG_DEBUG)
+		return 0;
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	n = strlen(buf);
+	if (n > 0 && buf[n - 1] == '\n')
+		buf[n - 1] = '\0';
+	log_internal(level == LIBBPF_WARN ? LOG_WARNING : LOG_DEBUG, "libbpf: %s", buf);
+	return 0;
+}
+
+static bool tracefs_mounted(void) {
+	return access("/sys/kernel/tracing/events", F_OK) == 0 ||
+		access("/sys/kernel/debug/tracing/events", F_OK) == 0;
+}
+
+/* The counter arrays, by PERFRELAY_COUNTER_* id. */
+static struct bpf_map *counter_array(const Probes *p, unsigned id) {
+	struct bpf_map *const maps[PERFRELAY_COUNTERS_MAX] = {
+		[PERFRELAY_COUNTER_TASK_CLOCK] = p->skel->maps.counter_task_clock,
+		[PERFRELAY_COUNTER_CONTEXT_SWITCHES] = p->skel->maps.counter_context_switches,
+		[PERFRELAY_COUNTER_PAGE_FAULTS] = p->skel->maps.counter_page_faults,
+		[PERFRELAY_COUNTER_CPU_MIGRATIONS] = p->skel->maps.counter_cpu_migrations,
+		[PERFRELAY_COUNTER_CYCLES] = p->skel->maps.counter_cycles,
+		[PERFRELAY_COUNTER_INSTRUCTIONS] = p->skel->maps.counter_instructions,
+		[PERFRELAY_COUNTER_CACHE_MISSES] = p->skel->maps.counter_cache_misses,
+		[PERFRELAY_COUNTER_BRANCH_MISSES] = p->skel->maps.counter_branch_misses,
+	};
+
+	return id < PERFRELAY_COUNTERS_MAX ? maps[id] : NULL;
+}
+
+/* Each counter array is pinned at <PinPath>/perf-counters/<name> (docs/counters.md). */
+static int set_counter_pins(Probes *p) {
+	for (unsigned i = 0; i < PERFRELAY_COUNTERS_MAX; i++) {
+		char path[PATH_MAX];
+		int r;
+
+		bpf_map__set_max_entries(counter_array(p, i), p->n_cpus);
+		snprintf(path, sizeof(path), "%s/perf-counters/%s", p->pin_path, counter_to_string(i));
+		r = bpf_map__set_pin_path(counter_array(p, i), path);
+		if (r < 0)
+			return log_error_errno(r, "Failed to set the pin path %s: %m", path);
+	}
+	return 0;
+}
+
+int probes_new(const char *pin_path, bool replace_incompatible, const ProbesLimits *limits, Probes **ret) {
+	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = pin_path);
+	struct perfrelay_counters_config cfg = {};
+	_cleanup_(probes_freep) Probes *p = NULL;
+	struct bpf_map *m;
+	int r;
+
+	libbpf_set_print(libbpf_print);
+
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->lock_fd = -EBADF;
+	for (unsigned i = 0; i < _PROBE_MAX; i++)
+		for (unsigned k = 0; k < MAX_PROGS_PER_PROBE; k++)
+			p->link_fd[i][k] = -EBADF;
+	for (unsigned k = 0; k < ELEMENTSOF(p->counters_link_fd); k++)
+		p->counters_link_fd[k] = -EBADF;
+	p->pin_path = strdup(pin_path);
+	if (!p->pin_path)
+		return -ENOMEM;
+
+	/* Before any pin is touched: two daemons on one pin root would take each other's slots. */
+	r = pins_lock(pin_path);
+	if (r == -EWOULDBLOCK)
+		return log_error_errno(
+			r,
+			"Another perfrelayd serves %s; refusing to start a second one on the "
+			"same PinPath=",
+			pin_path);
+	if (r < 0)
+		return log_error_errno(r, "Failed to lock %s: %m", pin_path);
+	p->lock_fd = r;
+
+	r = libbpf_num_possible_cpus();
+	if (r <= 0)
+		return log_error_errno(r ?: -EINVAL, "Failed to read the number of possible CPUs: %m");
+	p->n_cpus = r;
+
+	p->skel = probes_bpf__open_opts(&opts);
+	if (!p->skel)
+		return log_error_errno(negative_errno(), "Failed to open the probes BPF object: %m");
+
+	/* The array must have one slot per possible CPU whoever creates it (us or, first, a
+	 * third-party producer); set it before checking pins so the check compares it. */
+	bpf_map__set_max_entries(p->skel->maps.events, p->n_cpus);
+	bpf_map__set_max_entries(p->skel->maps.recorder, p->n_cpus);
+	/* One struct perfrelay_received per (producer, possible CPU). */
+	bpf_map__set_max_entries(p->skel->maps.received, PERFRELAY_MAX_PRODUCERS * p->n_cpus);
+	bpf_map__set_max_entries(p->skel->maps.open_args, limits->pending_syscalls);
+	bpf_map__set_max_entries(p->skel->maps.connect_args, limits->pending_syscalls);
+	bpf_map__set_max_entries(p->skel->maps.counters_procs, limits->counters_max_processes);
+	bpf_map__set_max_entries(p->skel->maps.counters_cgroups, limits->counters_max_cgroups);
+	/* Every cgroup the watch can know (CGROUP_WATCH_MAX_WATCHES): one a user made but missing
+	 * here would take a row outside the users' share. */
+	bpf_map__set_max_entries(p->skel->maps.counters_users_cgroup_ids, 65536);
+	r = set_counter_pins(p);
+	if (r < 0)
+		return r;
+
+	bpf_object__for_each_map(m, p->skel->obj) {
+		const char *path = bpf_map__pin_path(m);
+
+		if (!path)
+			continue;
+		r = pins_check_map(path, m, replace_incompatible || is_private_map(m));
+		if (r < 0)
+			return r;
+	}
+
+	/* Whether the accounting pins exist before libbpf makes missing ones: the ledger's figures
+	 * only mean something against the counters they were kept beside. */
+	p->counters_created = access(bpf_map__pin_path(p->skel->maps.counters), F_OK) < 0;
+	p->received_created = access(bpf_map__pin_path(p->skel->maps.received), F_OK) < 0;
+
+	/* Programs are loaded even when pinned links exist: attaching or replacing a probe later
+	 * (Probes= on reload, SetProbeEnabled) needs them, and comparing tags needs them. */
+	r = probes_bpf__load(p->skel);
+	if (r < 0)
+		return log_error_errno(
+			r, "Failed to load the probes BPF object (maps pinned under %s): %m", pin_path);
+	r = probes_prune_stale_links(p);
+	if (r < 0)
+		return r;
+	/* What pinned counters programs of an earlier daemon read now: kept until
+	 * probes_set_counters(), so that attaching the exit probe first does not stop them. */
+	if (bpf_map_lookup_elem(bpf_map__fd(p->skel->maps.counters_config), &(uint32_t){ 0 }, &cfg) == 0)
+		p->counters_mask = cfg.mask;
+	*ret = TAKE_PTR(p);
+	return 0;
+}
+
+Probes *probes_free(Probes *p) {
+	if (!p)
+		return NULL;
+	for (unsigned i = 0; i < _PROBE_MAX; i++)
+		for (unsigned k = 0; k < MAX_PROGS_PER_PROBE; k++)
+			safe_close(p->link_fd[i][k]);
+	for (unsigned k = 0; k < ELEMENTSOF(p->counters_link_fd); k++)
+		safe_close(p->counters_link_fd[k]);
+	for (unsigned c = 0; p->tick_links && c < p->n_cpus; c++)
+		bpf_link__destroy(p->tick_links[c]);
+	free(p->tick_links);
+	probes_bpf__destroy(p->skel);
+	safe_close(p->lock_fd);
+	free(p->pin_path);
+	free(p);
+	return NULL;
+}
+
+int probes_events_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.events);
+}
+int probes_counters_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.counters);
+}
+int probes_received_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.received);
+}
+int probes_idle_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.idle);
+}
+int probes_recorder_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.recorder);
+}
+int probes_recorder_on_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.recorder_on);
+}
+int probes_recorder_stats_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.recorder_stats);
+}
+bool probes_counters_created(const Probes *p) {
+	return p->counters_created;
+}
+bool probes_received_created(const Probes *p) {
+	return p->received_created;
+}
+unsigned probes_possible_cpus(const Probes *p) {
+	return p->n_cpus;
+}
+bool probes_is_enabled(const Probes *p, unsigned probe) {
+	return probe < _PROBE_MAX && p->enabled[probe];
+}
+bool probes_was_reused(const Probes *p, unsigned probe) {
+	return probe < _PROBE_MAX && p->reused[probe];
+}
+
+#define PROG_MAPS_MAX 64u
+
+typedef struct ProgIdentity {
+	uint8_t tag[BPF_TAG_SIZE];
+	uint32_t n_maps;
+	uint32_t map_ids[PROG_MAPS_MAX]; /* sorted */
+} ProgIdentity;
+
+static int cmp_u32(const void *a, const void *b) {
+	uint32_t x = *(const uint32_t *) a, y = *(const uint32_t *) b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int prog_identity(int prog_fd, ProgIdentity *ret) {
+	struct bpf_prog_info info = {};
+	uint32_t len = sizeof(info);
+	ProgIdentity id = {};
+
+	info.nr_map_ids = PROG_MAPS_MAX;
+	info.map_ids = (uint64_t) (uintptr_t) id.map_ids;
+	if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) < 0)
+		return negative_errno();
+	if (info.nr_map_ids > PROG_MAPS_MAX)
+		return -E2BIG;
+	memcpy(id.tag, info.tag, BPF_TAG_SIZE);
+	id.n_maps = info.nr_map_ids;
+	qsort(id.map_ids, id.n_maps, sizeof(uint32_t), cmp_u32);
+	*ret = id;
+	return 0;
+}
+
+/* Whether the pinned link runs a program identical to prog that also uses the very same maps.
+ * The tag alone is not enough: it hashes the instructions without the maps, so a link whose
+ * program still counts into a "counters" or writes into an "events" that were replaced (or
+ * re-created after a --cleanup that left the link) would look current and emit into maps that
+ * nobody reads any more. (A program with a .rodata or .bss map never matches: those are
+ * private to each load. The probes have none.) */
+static bool link_runs_same_program(int link_fd, const struct bpf_program *prog) {
+	struct bpf_link_info info = {};
+	uint32_t len = sizeof(info);
+	ProgIdentity a, b;
+	_cleanup_close_ int fd = -EBADF;
+
+	if (bpf_obj_get_info_by_fd(link_fd, &info, &len) < 0)
+		return false;
+	fd = bpf_prog_get_fd_by_id(info.prog_id);
+	if (fd < 0)
+		return false;
+	if (prog_identity(fd, &a) < 0 || prog_identity(bpf_program__fd(prog), &b) < 0)
+		return false;
+	return memcmp(a.tag, b.tag, BPF_TAG_SIZE) == 0 && a.n_maps == b.n_maps &&
+		memcmp(a.map_ids, b.map_ids, sizeof(uint32_t) * a.n_maps) == 0;
+}
+
+/* Attaches prog (or reuses its pinned link) for `what` (a probe's name, or "counters") and
+ * stores the link fd we hold in *ret_fd. 1 if the pinned link was reused. */
+static int attach_prog(Probes *p, const char *what, const struct bpf_program *prog, int *ret_fd) {
+	char path[PATH_MAX];
+	_cleanup_close_ int old = -EBADF;
+	struct bpf_link *link;
+	int r;
+
+	snprintf(path, sizeof(path), "%s/links/%s", p->pin_path, bpf_program__name(prog));
+
+	old = bpf_obj_get(path);
+	if (old >= 0 && link_runs_same_program(old, prog)) {
+		*ret_fd = TAKE_FD(old);
+		return 1;
+	}
+
+	if (!tracefs_mounted())
+		return log_error_errno(
+			-ENOENT,
+			"Probe %s: tracefs is not mounted (mount -t tracefs tracefs "
+			"/sys/kernel/tracing)",
+			what);
+	link = bpf_program__attach(prog);
+	if (!link)
+		return log_error_errno(
+			negative_errno(), "Probe %s: failed to attach %s: %m", what, bpf_program__name(prog));
+	if (old >= 0) {
+		/* A different program (an upgrade) holds the pin: the new one is attached already,
+		 * so swapping the pin leaves no gap, at worst a few duplicate events. */
+		log_notice("Probe %s: replacing the pinned link %s (program or its maps changed)", what, path);
+		if (unlink(path) < 0 && errno != ENOENT) {
+			r = log_error_errno(-errno, "Failed to remove pin %s: %m", path);
+			bpf_link__destroy(link);
+			return r;
+		}
+	}
+	r = p->no_pin_links ? 0 : bpf_link__pin(link, path);
+	if (r < 0) {
+		bpf_link__destroy(link);
+		return log_error_errno(r, "Probe %s: failed to pin link at %s: %m", what, path);
+	}
+	*ret_fd = fcntl(bpf_link__fd(link), F_DUPFD_CLOEXEC, 3);
+	r = *ret_fd < 0 ? negative_errno() : 0;
+	/* The pin and our duplicate keep the link alive; the libbpf object goes. Not disconnected
+	 * first: for these links libbpf's "detach" only closes its own descriptors (the link's and,
+	 * for tracepoints, the perf event's), and a disconnected link would leak them, so that the
+	 * probe stayed attached after detach_probe() (SetProbeEnabled, Probes= on reload). */
+	bpf_link__destroy(link);
+	return r;
+}
+
+static int detach_probe(Probes *p, unsigned probe) {
+	int r = 0;
+
+	/* In reverse attach order: the syscall enter goes first, so that no pending entry is made
+	 * once its exit and reaper are gone. */
+	for (unsigned i = MAX_PROGS_PER_PROBE; i-- > 0;) {
+		const struct bpf_program *prog = probe_prog(p, probe, i);
+		char path[PATH_MAX];
+
+		if (!prog)
+			continue;
+		snprintf(path, sizeof(path), "%s/links/%s", p->pin_path, bpf_program__name(prog));
+		/* A pin an earlier daemon left (a probe off from the start): hold the link first.
+		 * The last reference must go with our close(), which detaches at once; dropped by
+		 * the unlink, it goes to a kernel worker (6.x), and the probe could still emit after
+		 * READY=1. */
+		if (p->link_fd[probe][i] < 0)
+			p->link_fd[probe][i] = bpf_obj_get(path);
+		if (unlink(path) < 0 && errno != ENOENT)
+			r = log_error_errno(-errno, "Failed to remove pin %s: %m", path);
+		/* With the pin gone, closing our fd detaches the program. */
+		p->link_fd[probe][i] = safe_close(p->link_fd[probe][i]);
+	}
+	p->enabled[probe] = false;
+	return r;
+}
+
+/* Tells the counters programs what to read (p->counters_mask) and who takes a process's
+ * totals at exit (counters.bpf.h): the exit probe, and while the switch program is attached
+ * too, at the process's last switch (PERFRELAY_EXIT_PROBE_DEFER). */
+static int write_counters_config(Probes *p, bool exit_probe) {
+	bool defer = exit_probe && p->counters_mask != 0 && p->counters_link_fd[COUNTERS_SWITCH] >= 0;
+	struct perfrelay_counters_config cfg = {
+		.mask = p->counters_mask,
+		.exit_probe = (exit_probe ? PERFRELAY_EXIT_PROBE_ON : 0) |
+			(defer ? PERFRELAY_EXIT_PROBE_DEFER : 0),
+	};
+	uint32_t key = 0;
+
+	if (bpf_map_update_elem(bpf_map__fd(p->skel->maps.counters_config), &key, &cfg, BPF_ANY) < 0)
+		return log_error_errno(negative_errno(), "Failed to write counters_config: %m");
+	return 0;
+}
+
+int probes_set_enabled(Probes *p, unsigned probe, bool enabled) {
+	bool all_reused = true;
+	int r;
+
+	if (probe >= _PROBE_MAX)
+		return -EINVAL;
+	if (!enabled) {
+		/* The reaper takes over the processes' counter totals before the exit probe goes. */
+		if (probe == PROBE_EXIT)
+			(void) write_counters_config(p, false);
+		return detach_probe(p, probe);
+	}
+	if (p->enabled[probe])
+		return 0;
+
+	for (unsigned i = 0; i < MAX_PROGS_PER_PROBE; i++) {
+		const struct bpf_program *prog = probe_prog(p, probe, i);
+
+		if (!prog)
+			continue;
+		r = attach_prog(p, probe_to_string(probe), prog, &p->link_fd[probe][i]);
+		if (r < 0) {
+			detach_probe(p, probe);
+			return r;
+		}
+		all_reused &= r > 0;
+	}
+	p->enabled[probe] = true;
+	p->reused[probe] = all_reused;
+	if (probe == PROBE_EXIT)
+		(void) write_counters_config(p, true);
+	return 0;
+}
+
+static void detach_counters(Probes *p) {
+	for (unsigned k = ELEMENTSOF(counters_prog_names); k-- > 0;) {
+		char path[PATH_MAX];
+
+		snprintf(path, sizeof(path), "%s/links/%s", p->pin_path, counters_prog_names[k]);
+		if (unlink(path) < 0 && errno != ENOENT)
+			log_warning_errno(-errno, "Failed to remove pin %s: %m", path);
+		p->counters_link_fd[k] = safe_close(p->counters_link_fd[k]);
+	}
+}
+
+/* Empties the process table: entries of processes charged while counters were on would
+ * otherwise stay until those processes exit, or forever if counters stay off. */
+static void clear_counters_procs(Probes *p) {
+	int fd = bpf_map__fd(p->skel->maps.counters_procs);
+	uint32_t key;
+
+	while (bpf_map_get_next_key(fd, NULL, &key) == 0)
+		if (bpf_map_delete_elem(fd, &key) < 0)
+			break;
+}
+
+/* Before the switch program goes: the exit records the exit probe left for it (counters.bpf.h)
+ * are emitted by it as their processes finish their teardown. The probe no longer leaves any
+ * (the config was written); wait for those, a bounded time, and count what is left: a process
+ * stuck in its exit for longer loses its exit event. */
+static void drain_exit_pending(Probes *p) {
+	int fd = bpf_map__fd(p->skel->maps.exit_pending);
+	uint64_t until = now_usec(CLOCK_MONOTONIC) + EXIT_PENDING_WAIT_USEC;
+	uint32_t key;
+	unsigned n = 0;
+
+	while (bpf_map_get_next_key(fd, NULL, &key) == 0 && now_usec(CLOCK_MONOTONIC) < until)
+		usleep(10 * 1000);
+	while (bpf_map_get_next_key(fd, NULL, &key) == 0 && bpf_map_delete_elem(fd, &key) == 0)
+		n++;
+	if (n == 0)
+		return;
+	p->exit_records_dropped += n;
+	log_warning(
+		"Counters off: %u exit events of processes still exiting after %u ms were dropped "
+		"(counted: exit_records_dropped)",
+		n,
+		EXIT_PENDING_WAIT_USEC / 1000);
+}
+
+uint64_t probes_exit_records_dropped(const Probes *p) {
+	return p->exit_records_dropped;
+}
+
+int probes_set_counters(Probes *p, uint32_t mask) {
+	int r;
+
+	p->counters_mask = mask;
+	if (mask == 0) {
+		r = write_counters_config(p, p->enabled[PROBE_EXIT]);
+		if (p->counters_link_fd[COUNTERS_SWITCH] >= 0)
+			drain_exit_pending(p);
+		detach_counters(p);
+		clear_counters_procs(p);
+		return r;
+	}
+	r = write_counters_config(p, p->enabled[PROBE_EXIT]);
+	if (r < 0)
+		return r;
+	for (unsigned k = 0; k < ELEMENTSOF(counters_prog_names); k++) {
+		const struct bpf_program *prog = bpf_object__find_program_by_name(
+			p->skel->obj, counters_prog_names[k]);
+
+		if (p->counters_link_fd[k] >= 0)
+			continue;
+		r = prog ? attach_prog(p, "counters", prog, &p->counters_link_fd[k]) : -ENOENT;
+		if (r < 0) {
+			p->counters_mask = 0;
+			(void) write_counters_config(p, p->enabled[PROBE_EXIT]);
+			drain_exit_pending(p);
+			detach_counters(p);
+			return r;
+		}
+	}
+	/* The switch program runs: the exit probe may leave its records for it. */
+	return write_counters_config(p, p->enabled[PROBE_EXIT]);
+}
+
+int probes_counters_tick(Probes *p, unsigned cpu, uint64_t period_ns) {
+	struct perf_event_attr attr = {
+		.size = sizeof(attr),
+		.type = PERF_TYPE_SOFTWARE,
+		.config = PERF_COUNT_SW_CPU_CLOCK,
+		.sample_period = period_ns,
+	};
+	struct bpf_link *link;
+	int fd;
+
+	if (cpu >= p->n_cpus)
+		return -ERANGE;
+	if (!p->tick_links) {
+		p->tick_links = calloc(p->n_cpus, sizeof(*p->tick_links));
+		if (!p->tick_links)
+			return -ENOMEM;
+	}
+	fd = (int) syscall(SYS_perf_event_open, &attr, -1, (int) cpu, -1, PERF_FLAG_FD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	link = bpf_program__attach_perf_event(p->skel->progs.handle_counters_tick, fd);
+	if (!link) {
+		int r = negative_errno();
+
+		close(fd);
+		return r;
+	}
+	/* The link owns the event now; a CPU that went offline and back gets a new one. */
+	bpf_link__destroy(p->tick_links[cpu]);
+	p->tick_links[cpu] = link;
+	return 0;
+}
+
+int probes_counter_array_fd(const Probes *p, unsigned id) {
+	const struct bpf_map *m = counter_array(p, id);
+
+	return m ? bpf_map__fd(m) : -EINVAL;
+}
+int probes_counters_cgroups_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.counters_cgroups);
+}
+int probes_counters_user_ids_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.counters_users_cgroup_ids);
+}
+int probes_counters_users_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.counters_cgroups_users);
+}
+int probes_counters_stats_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.counters_stats);
+}
+
+void probes_set_pin_links(Probes *p, bool pin) {
+	p->no_pin_links = !pin;
+}
+
+int probes_apply(Probes *p, uint32_t mask) {
+	int r = 0;
+
+	for (unsigned i = 0; i < _PROBE_MAX; i++) {
+		bool want = mask & (1u << i);
+		char path[PATH_MAX];
+
+		/* A probe switched off while we were down still has its pins: remove them too. */
+		if (!want && !p->enabled[i]) {
+			const struct bpf_program *prog = probe_prog(p, i, 0);
+
+			snprintf(path, sizeof(path), "%s/links/%s", p->pin_path, bpf_program__name(prog));
+			if (access(path, F_OK) < 0)
+				continue;
+		}
+		r = probes_set_enabled(p, i, want) ?: r;
+	}
+	return r;
+}
+
+uint32_t probe_producer(unsigned probe) {
+	static const uint32_t producers[_PROBE_MAX] = {
+		[PROBE_EXEC] = PERFRELAY_PRODUCER_EXEC,       [PROBE_EXIT] = PERFRELAY_PRODUCER_EXIT,
+		[PROBE_FORK] = PERFRELAY_PRODUCER_FORK,       [PROBE_OPEN] = PERFRELAY_PRODUCER_OPEN,
+		[PROBE_CONNECT] = PERFRELAY_PRODUCER_CONNECT,
+	};
+
+	return probe < _PROBE_MAX ? producers[probe] : 0;
+}
+
+/* Producer ids read per batch syscall: 64 ids of 16 bytes per possible CPU. */
+#define COUNTERS_BATCH 64u
+
+static void add_counters(
+	const struct perfrelay_counters *v,
+	unsigned n_cpus,
+	struct perfrelay_counters *sum,
+	struct perfrelay_counters *per_cpu) {
+	for (unsigned c = 0; c < n_cpus; c++) {
+		sum->attempts += v[c].attempts;
+		sum->failures += v[c].failures;
+		if (per_cpu) {
+			per_cpu[c].attempts += v[c].attempts;
+			per_cpu[c].failures += v[c].failures;
+		}
+	}
+}
+
+int probes_read_all_counters(
+	const Probes *p, struct perfrelay_counters *ret_sum, struct perfrelay_counters *per_cpu) {
+	LIBBPF_OPTS(bpf_map_batch_opts, opts);
+	_cleanup_free_ struct perfrelay_counters *v = NULL, *cpus = NULL;
+	struct perfrelay_counters sum = {};
+	uint32_t keys[COUNTERS_BATCH], in = 0, out = 0;
+	int fd = probes_counters_fd(p);
+	bool first = true;
+
+	v = calloc((size_t) COUNTERS_BATCH * p->n_cpus, sizeof(*v));
+	cpus = per_cpu ? calloc(p->n_cpus, sizeof(*cpus)) : NULL;
+	if (!v || (per_cpu && !cpus))
+		return -ENOMEM;
+
+	/* One syscall per 64 producer ids instead of one per id: the bus reads this every
+	 * second. Kernels without batch operations on arrays (before 5.6) get the loop below. */
+	for (;;) {
+		uint32_t count = COUNTERS_BATCH;
+		int r = bpf_map_lookup_batch(fd, first ? NULL : &in, &out, keys, v, &count, &opts);
+
+		if (r < 0 && errno != ENOENT) {
+			if (!first || (errno != EINVAL && errno != ENOTSUP && errno != EOPNOTSUPP))
+				return negative_errno();
+			break; /* no batch support: fall back */
+		}
+		for (uint32_t i = 0; i < count; i++)
+			add_counters(v + (size_t) i * p->n_cpus, p->n_cpus, &sum, cpus);
+		if (r < 0) { /* ENOENT: that was the last batch */
+			if (per_cpu)
+				memcpy(per_cpu, cpus, sizeof(*cpus) * p->n_cpus);
+			*ret_sum = sum;
+			return 0;
+		}
+		in = out;
+		first = false;
+	}
+
+	for (uint32_t id = 0; id < PERFRELAY_MAX_PRODUCERS; id++) {
+		if (bpf_map_lookup_elem(fd, &id, v) < 0)
+			return negative_errno();
+		add_counters(v, p->n_cpus, &sum, cpus);
+	}
+	if (per_cpu)
+		memcpy(per_cpu, cpus, sizeof(*cpus) * p->n_cpus);
+	*ret_sum = sum;
+	return 0;
+}
+
+int probes_read_counters(
+	const Probes *p,
+	uint32_t producer,
+	struct perfrelay_counters *ret_sum,
+	struct perfrelay_counters *per_cpu) {
+	_cleanup_free_ struct perfrelay_counters *v = NULL;
+	struct perfrelay_counters sum = {};
+
+	if (producer >= PERFRELAY_MAX_PRODUCERS)
+		return -ERANGE;
+	v = calloc(p->n_cpus, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	if (bpf_map_lookup_elem(probes_counters_fd(p), &producer, v) < 0)
+		return negative_errno();
+	for (unsigned i = 0; i < p->n_cpus; i++) {
+		sum.attempts += v[i].attempts;
+		sum.failures += v[i].failures;
+	}
+	if (per_cpu)
+		memcpy(per_cpu, v, sizeof(*v) * p->n_cpus);
+	*ret_sum = sum;
+	return 0;
+}
