@@ -23,9 +23,10 @@ export PERFRELAY_ROOT
 # manual pages and man-db renders them in their test; debhelper, dpkg-dev, fakeroot and lintian
 # build and check the Debian packages (scripts/build-debs, tests/system/test_package.py);
 # bash-completion (its completionsdir, and the completion test), zsh and fish check the completions.
+# python3-pytest runs the python suites (tests/pytest.ini).
 PERFRELAY_PACKAGES=(
 	libbpf-dev bpftool clang llvm libsystemd-dev libjson-c-dev libelf-dev zlib1g-dev
-	meson ninja-build pkg-config dbus python3 gcc libc6-dev
+	meson ninja-build pkg-config dbus python3 python3-pytest gcc libc6-dev
 	libclang-rt-14-dev libdbus-1-dev systemd-container debootstrap
 	libnats-dev nats-server prometheus
 	qemu-system-x86 busybox-static

@@ -10,15 +10,55 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 
 SKIP = 77
 BPFFS = "/sys/fs/bpf"
 
+# Set by tests/conftest.py: the tests run under pytest, against this daemon binary.
+_pytest = False
+_binary = None
+
+
+def use_pytest(binary):
+    global _pytest, _binary
+    _pytest = True
+    _binary = binary
+
+
+def daemon_binary():
+    """The perfrelayd under test (pytest's --perfrelayd, or the build tree's)."""
+    if _binary is None:
+        raise Failure("no daemon binary: run the tests with pytest (tests/pytest.ini)")
+    return _binary
+
+
+def build_root():
+    """The build tree of the daemon under test."""
+    return os.path.dirname(os.path.dirname(daemon_binary()))
+
+
+def source_root():
+    """The source tree (tests/integration/ is two below it)."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def skip(reason):
+    """This test (or, outside a test, the module) cannot run here: a skip, with its reason. Only
+    for what the machine lacks; a failure is never reported as one."""
+    if _pytest:
+        import pytest
+
+        pytest.skip(reason, allow_module_level=True)
     print(f"SKIP: {reason}")
     sys.exit(SKIP)
+
+
+def main(path):
+    """`python3 test_X.py PERFRELAYD [pytest args]` (the kernels suite's guest runs them so): the
+    file under pytest, with meson's exit statuses (77: nothing but skips)."""
+    import pytest
+
+    sys.exit(pytest.main([path, f"--perfrelayd={sys.argv[1]}", *sys.argv[2:]]))
 
 
 def require_root_and_bpf():
@@ -52,7 +92,7 @@ def check_eq(got, want, what):
         raise Failure(f"{what}: got {got!r}, want {want!r}")
 
 
-_daemons = []  # every Daemon of the test file, for run_tests() to stop after a failed test
+_daemons = []  # every Daemon of the test file, stopped after a failed test (tests/conftest.py)
 
 
 class Daemon:
@@ -454,38 +494,7 @@ def wait_for(pred, what, timeout=30, interval=0.02):
         time.sleep(interval)
 
 
-def run_tests(tests):
-    """Runs each test function; prints a line per test and a closing count. Exit code 1 if any
-    test failed, whatever the others did: a test that skips (skip(), exit 77) after another one
-    failed does not hide that failure. 77 only when every test that ran skipped."""
-    passed = failed = skipped = 0
-    only = os.environ.get("PRTEST_ONLY")  # comma-separated test names, for a developer's rerun
-    for t in tests:
-        if only and t.__name__ not in only.split(","):
-            continue
-        try:
-            t()
-            print(f"ok {t.__name__}")
-            passed += 1
-        except SystemExit as e:
-            if e.code == SKIP:
-                print(f"skip {t.__name__}")
-                skipped += 1
-            else:
-                print(f"FAIL {t.__name__}: exited with {e.code!r}")
-                failed += 1
-                _stop_daemons()
-        except Exception:
-            print(f"FAIL {t.__name__}")
-            traceback.print_exc()
-            failed += 1
-            _stop_daemons()
-        sys.stdout.flush()
-    print(f"{passed} passed, {failed} failed, {skipped} skipped")
-    sys.exit(1 if failed else SKIP if skipped and not passed else 0)
-
-
-def _stop_daemons():
+def stop_daemons():
     """The next test starts from no running daemon, as it would after a pass."""
     for dm in _daemons:
         if dm.proc is not None and dm.proc.poll() is None:

@@ -12,18 +12,18 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 from busclient import BusPeer, as_user
-from prtest import Daemon, UnitCgroup, cgroup2_mount, check, check_eq, hold_connections, read_line, require_root_and_bpf, run_tests, skip, wait_for
-from statsbus import StatsBus
+import pytest
 
-BINARY = sys.argv[1]
+from prtest import (Daemon, UnitCgroup, cgroup2_mount, check, check_eq, daemon_binary, hold_connections, main,
+                    read_line, skip, wait_for)
+
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 HELPER_BUILT = os.path.join(BUILDDIR, "tests", "integration", "bus-subscriber")
 
-require_root_and_bpf()
 for tool in ("dbus-daemon", "busctl", "setpriv"):
     if not shutil.which(tool):
         skip(f"{tool} is not installed (scripts/lib.sh installs dbus and util-linux)")
@@ -41,15 +41,27 @@ ROLES = {
     "control2": f"bin+{CONTROL_GID}",    # another ControlGroups= member
     "root": None,
 }
-bus = StatsBus(BINARY)
-os.chmod(bus.dir, 0o755)  # the private bus's socket, reachable for every role
-d = Daemon(BINARY, "access", stdout=False,
-           config=f"[Probes]\nProbes=none\n[Socket]\nAllowGroups={ALLOWED_GID}\nControlGroups={CONTROL_GID}\n"
-                  "[Counters]\nCounters=task-clock context-switches\nCountersIntervalMs=1000\n")
-WORK = tempfile.mkdtemp(prefix="perfrelay-access-")
-os.chmod(WORK, 0o755)
-HELPER = os.path.join(WORK, "bus-subscriber")
-shutil.copy(HELPER_BUILT, HELPER)
+QUEUE_UID_BOUND, QUEUE_BOUND = 4 << 20, 24 << 20
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(make_daemon, stats_bus, workdir):
+    global bus, d, d_probes, d_users, WORK, HELPER
+    bus = stats_bus
+    os.chmod(bus.dir, 0o755)  # the private bus's socket, reachable for every role
+    d = make_daemon("access", stdout=False, start=False,
+                    config=f"[Probes]\nProbes=none\n[Socket]\nAllowGroups={ALLOWED_GID}\nControlGroups={CONTROL_GID}\n"
+                           "[Counters]\nCounters=task-clock context-switches\nCountersIntervalMs=1000\n")
+    d_probes = make_daemon("access-probes", stdout=False, config="[Probes]\nProbes=exec open\n", start=False)
+    d_users = make_daemon("access-users", stdout=False, start=False,
+                          config=f"[Probes]\nProbes=open\n[Socket]\nClientQueueBytes=1M\nMaxClients=1024\n"
+                                 f"MaxClientsPerUid=64\nMaxQueueBytesPerUid={QUEUE_UID_BOUND}\n"
+                                 f"MaxQueueBytes={QUEUE_BOUND}\nAllowGroups={ALLOWED_GID}\n")
+    WORK = workdir
+    HELPER = os.path.join(WORK, "bus-subscriber")
+    shutil.copy(HELPER_BUILT, HELPER)
+
+
 MANAGER = ("org.perfrelay1", "/org/perfrelay1", "org.perfrelay1.Manager")
 
 
@@ -231,7 +243,6 @@ def test_unit_counters_by_role():
     d.stop()
 
 
-d_probes = Daemon(BINARY, "access-probes", stdout=False, config="[Probes]\nProbes=exec open\n")
 NOBODY_CLIENT = """
 import json, socket, sys
 s = socket.socket(socket.AF_UNIX)
@@ -315,10 +326,6 @@ def test_setuid_events_are_not_the_callers():
     d_probes.stop()
 
 
-QUEUE_UID_BOUND, QUEUE_BOUND = 4 << 20, 24 << 20
-d_users = Daemon(BINARY, "access-users", stdout=False,
-                 config=f"[Probes]\nProbes=open\n[Socket]\nClientQueueBytes=1M\nMaxClients=1024\nMaxClientsPerUid=64\n"
-                        f"MaxQueueBytesPerUid={QUEUE_UID_BOUND}\nMaxQueueBytes={QUEUE_BOUND}\nAllowGroups={ALLOWED_GID}\n")
 
 
 def rss(pid):
@@ -390,7 +397,7 @@ def test_memory_per_user():
         marker = os.path.join(WORK, f"root-marker-{os.getpid()}")
         c.sendall(json.dumps({"subscribe": {"types": ["open"], "comm": ["prrootmark"]}}).encode() + b"\n")
         check_eq(json.loads(lines.readline())["type"], "hello", "root's subscriber is accepted")
-        subprocess.run(["python3", "-c", f"import ctypes,sys; ctypes.CDLL(None).prctl(15, b'prrootmark', 0, 0, 0); "
+        subprocess.run([sys.executable, "-c", f"import ctypes,sys; ctypes.CDLL(None).prctl(15, b'prrootmark', 0, 0, 0); "
                         f"open({marker!r}, 'w').close()"], check=True)
         check_eq(json.loads(lines.readline()).get("path"), marker, "and served")
         lines.close()
@@ -437,12 +444,5 @@ def test_units_without_file_handles():
         dm.cleanup()
 
 
-try:
-    run_tests([test_snapshot_and_capture_by_role, test_metadata_by_role, test_unit_counters_by_role,
-               test_setuid_events_are_not_the_callers, test_memory_per_user, test_units_without_file_handles])
-finally:
-    d.cleanup()
-    d_probes.cleanup()
-    d_users.cleanup()
-    bus.close()
-    shutil.rmtree(WORK, ignore_errors=True)
+if __name__ == "__main__":
+    main(__file__)

@@ -10,24 +10,28 @@ import os
 import socket
 import struct
 import subprocess
-import sys
 import time
 
-from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests
-import event_abi
-from statsbus import StatsBus
+import pytest
 
-BINARY = sys.argv[1]
+from prtest import Daemon, Failure, check, check_eq, daemon_binary, main
+import event_abi
+
+BINARY = daemon_binary()
 # perfrelay-bench is built beside the daemon: <build>/bench/perfrelay-bench.
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(BINARY))), "bench", "perfrelay-bench")
 PRODUCER = event_abi.PRODUCER_BENCH
 TYPE_LOST = 0x7FFF
 HDR = struct.Struct("<HBBHHIIQQ")  # struct perfrelay_hdr
 
-require_root_and_bpf()
 if not os.access(BENCH, os.X_OK):
-    raise SystemExit(f"FAIL: {BENCH} is missing (meson compile builds it with the daemon)")
-BUS = StatsBus(BINARY)
+    raise Failure(f"{BENCH} is missing (meson compile builds it with the daemon)")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(root_and_bpf, stats_bus):
+    global BUS
+    BUS = stats_bus
 
 
 class SlowClient:
@@ -178,7 +182,5 @@ def test_accounting_under_overload():
         d.cleanup()
 
 
-try:
-    run_tests([test_accounting_under_overload])
-finally:
-    BUS.close()
+if __name__ == "__main__":
+    main(__file__)

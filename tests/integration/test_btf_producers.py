@@ -10,12 +10,12 @@ import re
 import os
 import socket
 import subprocess
-import sys
 
-from prtest import Daemon, SocketClient, check, check_eq, read_line, require_root_and_bpf, run_tests, wait_for
-from statsbus import StatsBus
+import pytest
 
-BINARY = sys.argv[1]
+from prtest import SocketClient, check, check_eq, daemon_binary, main, read_line, wait_for
+
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 EXAMPLE = os.path.join(BUILDDIR, "examples", "example-producer")
 HOSTILE = os.path.join(BUILDDIR, "tests", "integration", "hostile-producer")
@@ -26,9 +26,14 @@ PRODUCER, TYPE = 300, 0x8001
 N = 20
 LATE_N = 200
 
-require_root_and_bpf()
-bus = StatsBus(BINARY)
-d = Daemon(BINARY, "btfprod", stdout=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(make_daemon, stats_bus):
+    global bus, d
+    bus = stats_bus
+    d = make_daemon("btfprod", stdout=False, start=False)
+
 
 
 def producers():
@@ -272,8 +277,5 @@ def test_request_errors():
     d.stop()
 
 
-try:
-    run_tests([test_example_decoded, test_late_producer, test_hostile_btf_refused, test_undeclared_type_unknown, test_request_errors])
-finally:
-    d.cleanup()
-    bus.close()
+if __name__ == "__main__":
+    main(__file__)

@@ -6,7 +6,6 @@ pcapng that tshark reads, with that unit's TCP handshake and payload and nothing
 unit; CaptureBytes=64 truncates (caplen 64, len the real length); a rate limit drops packets
 and counts them exactly, in GetStats() and in the pcapng interface statistics' isb_ifdrop; a
 capture ends when its requester leaves the bus; only root may capture."""
-import json
 import os
 import shutil
 import signal
@@ -15,21 +14,18 @@ import subprocess
 import sys
 import uuid
 
-from prtest import Daemon, UnitCgroup, cgroup2_mount, check, check_eq, delegate_cgroup, require_root_and_bpf, run_tests, skip, wait_for
-from statsbus import StatsBus
+import pytest
 
-BINARY = sys.argv[1]
+from prtest import UnitCgroup, cgroup2_mount, check, check_eq, daemon_binary, delegate_cgroup, main, skip, wait_for
 
-require_root_and_bpf()
+BINARY = daemon_binary()
+
 CG2 = cgroup2_mount()
 if CG2 is None:
     skip("no cgroup2 mount (captures attach to a unit's cgroup)")
 for tool in ("tshark", "tcpdump", "ip", "busctl"):
     if not shutil.which(tool):
         skip(f"{tool} is not installed (scripts/lib.sh installs tshark, tcpdump, iproute2 and systemd's busctl)")
-bus = StatsBus(BINARY)
-d = Daemon(BINARY, "capture", stdout=False, config="[Probes]\nProbes=none\n")
-d64 = Daemon(BINARY, "capture64", stdout=False, config="[Probes]\nProbes=none\n[Capture]\nCaptureBytes=64\n")
 NETNS = f"perfrelay-cap-{os.getpid()}"
 
 SERVER = """
@@ -135,9 +131,20 @@ def isb_options(body):
     return {k: struct.unpack("<Q", v)[0] for k, v in opts.items() if k in (4, 5)}
 
 
-def setup_module():
+@pytest.fixture(scope="module", autouse=True)
+def _setup(make_daemon, stats_bus):
+    """The daemons, and a network namespace of the module's own for its conversations."""
+    global bus, d, d64
+    bus = stats_bus
+    d = make_daemon("capture", stdout=False, config="[Probes]\nProbes=none\n", start=False)
+    d64 = make_daemon("capture64", stdout=False, config="[Probes]\nProbes=none\n[Capture]\nCaptureBytes=64\n",
+                      start=False)
     subprocess.run(["ip", "netns", "add", NETNS], check=True)
-    subprocess.run(["ip", "-n", NETNS, "link", "set", "lo", "up"], check=True)
+    try:
+        subprocess.run(["ip", "-n", NETNS, "link", "set", "lo", "up"], check=True)
+        yield
+    finally:
+        subprocess.run(["ip", "netns", "delete", NETNS], capture_output=True)
 
 
 def test_unit_capture():
@@ -401,12 +408,5 @@ def test_requester_leaves_and_access():
     d.stop()
 
 
-try:
-    setup_module()
-    run_tests([test_unit_capture, test_unit_is_not_a_users_decoy, test_truncation, test_rate_limit, test_stop_under_load, test_interface_capture, test_stdout_stream,
-               test_requester_leaves_and_access])
-finally:
-    subprocess.run(["ip", "netns", "delete", NETNS], capture_output=True)
-    for dm in (d, d64):
-        dm.cleanup()
-    bus.close()
+if __name__ == "__main__":
+    main(__file__)

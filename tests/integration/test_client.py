@@ -9,33 +9,36 @@ import re
 import signal
 import socket
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 
-from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests
+import pytest
+
+from prtest import Failure, check, check_eq, daemon_binary, main
 from schema import SCHEMA_DIR, schemas_by_type, validator_self_test
 
-BINARY = sys.argv[1]
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 CTL = os.path.join(BUILDDIR, "client", "perfrelayctl")
 
-require_root_and_bpf()
 if not os.access(CTL, os.X_OK):
-    print(f"FAIL: {CTL} was not built")
-    sys.exit(1)
+    raise Failure(f"{CTL} was not built")
 
-WORK = tempfile.mkdtemp(prefix="perfrelay-client-")
-SOCK = os.path.join(WORK, "events.sock")
-d = Daemon(BINARY, "client", config=f"[Socket]\nSocketPath={SOCK}", stdout=False)
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(make_daemon, workdir):
+    global WORK, SOCK, d
+    WORK = workdir
+    SOCK = os.path.join(WORK, "events.sock")
+    d = make_daemon("client", config=f"[Socket]\nSocketPath={SOCK}", stdout=False)
+
 
 
 # ---- perfrelayctl monitor as a child process ----
 
 class Monitor:
-    def __init__(self, *args, socket_path=SOCK):
-        self.proc = subprocess.Popen([CTL, "monitor", "--socket", socket_path] + list(args),
+    def __init__(self, *args, socket_path=None):
+        self.proc = subprocess.Popen([CTL, "monitor", "--socket", socket_path or SOCK] + list(args),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.lines = []
         self.err = []
@@ -275,12 +278,5 @@ def test_no_daemon():
     check("File name too long" in "\n".join(m.err), f"message for a long path: {m.err}")
 
 
-try:
-    d.start()
-    run_tests([test_monitor_shows_exec, test_monitor_details, test_json_lines_validate, test_refused_subscription,
-               test_daemon_goes_away, test_no_daemon])
-finally:
-    try:
-        d.cleanup()
-    finally:
-        subprocess.run(["rm", "-rf", WORK])
+if __name__ == "__main__":
+    main(__file__)

@@ -13,24 +13,29 @@ import subprocess
 import sys
 import threading
 
-from prtest import (Daemon, Failure, UnitCgroup, check, check_eq, cgroup2_mount, delegate_cgroup, require_root_and_bpf,
-                    run_tests)
-from prtest import wait_for
-from statsbus import StatsBus
+import pytest
 
-BINARY = sys.argv[1]
+from prtest import cgroup2_mount, check, check_eq, daemon_binary, delegate_cgroup, Failure, main, skip, UnitCgroup
+from prtest import wait_for
+
+BINARY = daemon_binary()
 INTERVAL_MS = 200
 SOFTWARE = {"task-clock", "context-switches", "page-faults", "cpu-migrations"}
 
-require_root_and_bpf()
 CG2 = cgroup2_mount()
 if CG2 is None:
-    from prtest import skip
     skip("no cgroup2 mount (units come from cgroup2 paths)")
-bus = StatsBus(BINARY)
-d = Daemon(BINARY, "counters", config=f"[Counters]\nCountersIntervalMs={INTERVAL_MS}\n")
-d_off = Daemon(BINARY, "counters-off", config="[Counters]\nCounters=none\n")
-d_share = Daemon(BINARY, "counters-share", config=f"[Counters]\nCountersIntervalMs={INTERVAL_MS}\nCountersMaxCgroups=16\n")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(make_daemon, stats_bus):
+    global bus, d, d_off, d_share
+    bus = stats_bus
+    d = make_daemon("counters", config=f"[Counters]\nCountersIntervalMs={INTERVAL_MS}\n", start=False)
+    d_off = make_daemon("counters-off", config="[Counters]\nCounters=none\n", start=False)
+    d_share = make_daemon("counters-share", start=False,
+                          config=f"[Counters]\nCountersIntervalMs={INTERVAL_MS}\nCountersMaxCgroups=16\n")
+
 NAP = "import time\nwhile True: time.sleep(0.05)\n"  # switches out 20 times a second: charged, lightly
 
 SPIN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {secs}: pass\n"
@@ -112,6 +117,28 @@ def totals_of(unit):
     return next((v for (u, _), v in unit_counters().items() if u == unit.name), None)
 
 
+def test_exit_teardown():
+    """A process whose exit frees GiBs: the teardown (exit_mm(), after the exit tracepoint on
+    newer kernels, 6.18 here) is CPU time of the process, in its rusage and in its exit event's
+    task_clock_ns, which is taken at the process's last switch: within 2% (the teardown is
+    about 5% of this process's time here, where faulting the pages in costs far more than
+    freeing them; totals taken at the tracepoint were off by that much)."""
+    d.start()
+    unit = Unit("teardown")
+    try:
+        p = unit.run(TEARDOWN.format(n=teardown_bytes()))
+        real = cpu_ns(p)
+        ev = d.wait_event(lambda e: e["type"] == "exit" and e["pid"] == p.pid, "the exit event")
+        got = ev["counters"]["task_clock_ns"]
+        print(f"exit teardown: the exit event says {got} ns, rusage {real} ns")
+        check(abs(got - real) <= real * TEARDOWN_MARGIN,
+              f"the exit event's task_clock_ns {got} is within {TEARDOWN_MARGIN:.0%} of the process's CPU time {real} "
+              "(teardown included)")
+    finally:
+        unit.remove()
+    d.stop()
+
+
 def test_spin_and_sleep():
     d.start()
     st = bus.stats()["counters"]
@@ -176,28 +203,6 @@ def test_spin_and_sleep():
     # A removed cgroup leaves the table once its last interval is out.
     wait_for(lambda: bus.stats()["counters"]["cgroups_removed"] >= 2, "the removed cgroups taken out", timeout=30)
     check(all(u not in (spin.name, sleep.name) for u, _ in unit_counters()), "and GetUnitCounters() no longer lists them")
-    d.stop()
-
-
-def test_exit_teardown():
-    """A process whose exit frees GiBs: the teardown (exit_mm(), after the exit tracepoint on
-    newer kernels, 6.18 here) is CPU time of the process, in its rusage and in its exit event's
-    task_clock_ns, which is taken at the process's last switch: within 2% (the teardown is
-    about 5% of this process's time here, where faulting the pages in costs far more than
-    freeing them; totals taken at the tracepoint were off by that much)."""
-    d.start()
-    unit = Unit("teardown")
-    try:
-        p = unit.run(TEARDOWN.format(n=teardown_bytes()))
-        real = cpu_ns(p)
-        ev = d.wait_event(lambda e: e["type"] == "exit" and e["pid"] == p.pid, "the exit event")
-        got = ev["counters"]["task_clock_ns"]
-        print(f"exit teardown: the exit event says {got} ns, rusage {real} ns")
-        check(abs(got - real) <= real * TEARDOWN_MARGIN,
-              f"the exit event's task_clock_ns {got} is within {TEARDOWN_MARGIN:.0%} of the process's CPU time {real} "
-              "(teardown included)")
-    finally:
-        unit.remove()
     d.stop()
 
 
@@ -311,7 +316,7 @@ def test_off():
     d_off.start()
     st = bus.stats()["counters"]
     check_eq(st["counters"], [], "Counters=none: no counters")
-    p = subprocess.run(["/bin/true"])
+    subprocess.run(["/bin/true"])
     e = d_off.wait_event(lambda e: e["type"] == "exit" and e["comm"] == "true", "an exit")
     check("counters" not in e, f"exit events without counters: {e}")
     check(not os.path.exists(os.path.join(d_off.pin_path, "links", "handle_switch")), "no counters program pinned")
@@ -319,9 +324,5 @@ def test_off():
     d_off.stop()
 
 
-try:
-    run_tests([test_exit_teardown, test_spin_and_sleep, test_top, test_restart, test_users_share, test_off])
-finally:
-    for dm in (d, d_off, d_share):
-        dm.cleanup()
-    bus.close()
+if __name__ == "__main__":
+    main(__file__)

@@ -15,42 +15,37 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
 
 import prtest
-from prtest import Daemon, Failure, check, check_eq, producer_counters, require_root_and_bpf, run_tests, skip, wait_for
+import pytest
+
+from prtest import Daemon, Failure, check, check_eq, daemon_binary, main, producer_counters, skip, wait_for
 from schema import schemas_by_type
 from statsbus import PrivateBus
 from busclient import BusPeer, as_user
 
-BINARY = sys.argv[1]
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 SRCDIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CTL = os.path.join(BUILDDIR, "client", "perfrelayctl")
 HELPER_BUILT = os.path.join(BUILDDIR, "tests", "integration", "bus-subscriber")
 DOC = os.path.join(SRCDIR, "docs", "dbus.md")
 
-require_root_and_bpf()
 for tool in ("dbus-daemon", "busctl", "setpriv"):
     if not shutil.which(tool):
         skip(f"{tool} is not installed")
 for path in (CTL, HELPER_BUILT):
     if not os.access(path, os.X_OK):
-        print(f"FAIL: {path} was not built")
-        sys.exit(1)
+        raise Failure(f"{path} was not built")
 
 RATE = 5  # BusEventsPerSecond= of the daemon under test: low, so that a burst exceeds it
 NOBODY = 65534
 MANAGER = ("org.perfrelay1", "/org/perfrelay1", "org.perfrelay1.Manager")
 PROBE_NAMES = ["exec", "exit", "fork", "open", "connect"]
 
-WORK = tempfile.mkdtemp(prefix="perfrelay-dbus-")
-os.chmod(WORK, 0o755)  # nobody runs the helper and the markers from here
-HELPER = os.path.join(WORK, "bus-subscriber")
-shutil.copy(HELPER_BUILT, HELPER)
 
 
 def make_marker(tag):
@@ -62,9 +57,6 @@ def make_marker(tag):
     return name, path
 
 
-MARKER_NAME, MARKER = make_marker("m")
-OTHER_NAME, OTHER = make_marker("o")
-RATE_NAME, RATE_MARKER = make_marker("r")
 with open("/proc/self/comm") as f:
     PY_COMM = f.read().strip()
 
@@ -140,14 +132,28 @@ def validate(ev):
 
 # ---- the bus and the daemon ----
 
-BUS = PrivateBus(os.path.join(WORK, "bus"))
-os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = BUS.address  # for the daemon and perfrelayctl
-d = Daemon(BINARY, "dbus", config=f"[Bus]\nBusEventsPerSecond={RATE}\n", stdout=False)
-T_BEFORE = time.time()
-d.start()
-T_AFTER = time.time()
-# Broadcast signals (PropertiesChanged, EventsLost), from before the first burst.
-LISTENER = Subscriber(subscribe=False)
+@pytest.fixture(scope="module", autouse=True)
+def _setup(make_daemon, workdir):
+    global WORK, HELPER, MARKER_NAME, MARKER, OTHER_NAME, OTHER, RATE_NAME, RATE_MARKER
+    global BUS, d, T_BEFORE, T_AFTER, LISTENER
+    WORK = workdir  # nobody runs the helper and the markers from here
+    HELPER = os.path.join(WORK, "bus-subscriber")
+    shutil.copy(HELPER_BUILT, HELPER)
+    MARKER_NAME, MARKER = make_marker("m")
+    OTHER_NAME, OTHER = make_marker("o")
+    RATE_NAME, RATE_MARKER = make_marker("r")
+    BUS = PrivateBus(os.path.join(WORK, "bus"))
+    os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = BUS.address  # for the daemon and perfrelayctl
+    d = make_daemon("dbus", config=f"[Bus]\nBusEventsPerSecond={RATE}\n", stdout=False, start=False)
+    T_BEFORE = time.time()
+    d.start()
+    T_AFTER = time.time()
+    # Broadcast signals (PropertiesChanged, EventsLost), from before the first burst.
+    LISTENER = Subscriber(subscribe=False)
+    yield
+    LISTENER.close()
+    d.cleanup()
+    BUS.stop()
 
 
 def test_properties():
@@ -807,13 +813,5 @@ def test_stopping():
                   "PropertiesChanged State=stopping")
 
 
-try:
-    run_tests([test_properties, test_cpu_and_reader_stats, test_probe_switch, test_disconnect_client, test_sent_means_written,
-               test_subscribers,
-               test_monitor_cleanup, test_rate_limit, test_non_root, test_introspect, test_perfrelayctl, test_reload,
-               test_second_daemon_and_no_bus, test_bus_goes_away, test_stopping])
-finally:
-    LISTENER.close()
-    d.cleanup()
-    BUS.stop()
-    shutil.rmtree(WORK, ignore_errors=True)
+if __name__ == "__main__":
+    main(__file__)

@@ -16,16 +16,15 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 
-from prtest import (Daemon, Failure, bpftool_json, check, check_eq, producer_counters,
-                    require_root_and_bpf, run_tests)
+import pytest
+
+from prtest import Daemon, bpftool_json, check, check_eq, daemon_binary, main, producer_counters
 from prtest import wait_for
-from statsbus import StatsBus
 from steady import SteadyProducer
 
-BINARY = sys.argv[1]
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 PRODUCER = 310  # steady.bpf.c
 STEADY_TYPE = 0x8310
@@ -35,8 +34,12 @@ FLAT_OUT = 10000000  # more than the producer can make: it emits as fast as it c
 IDLE_RESTARTS = 200
 CPU = min(os.sched_getaffinity(0))
 
-require_root_and_bpf()
-BUS = StatsBus(BINARY)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(root_and_bpf, stats_bus):
+    global BUS
+    BUS = stats_bus
 
 
 def Steady(pin_path):
@@ -359,9 +362,5 @@ def test_incompatible_received_pin():
         d.cleanup()
 
 
-try:
-    run_tests([test_sigterm_restarts, test_idle_hammered_restarts, test_sigkill_restarts, test_seq_gaps_under_overflow, test_seq_gaps_with_a_slow_client,
-               test_downtime_is_counted_cheaply, test_failed_start_loses_nothing, test_ledger_made_beside_old_counters,
-               test_emit_size_limit, test_incompatible_received_pin])
-finally:
-    BUS.close()
+if __name__ == "__main__":
+    main(__file__)

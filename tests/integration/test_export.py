@@ -10,19 +10,18 @@ import shutil
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 
-from prtest import Daemon, Failure, UnitCgroup, check, check_eq, require_root_and_bpf, run_tests, skip, wait_for
-from natstest import NatsClient, NatsServer, require_nats_server
+
+from prtest import Daemon, UnitCgroup, check, check_eq, daemon_binary, main, skip, wait_for
+from natstest import NatsClient, require_nats_server
 from exporttest import HDR, Exporter, boot_id, parse_batch, stream_events, write_frames
 
-BINARY = sys.argv[1]
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 EXPORT = os.path.join(BUILDDIR, "client", "export", "perfrelay-export")
 CTL = os.path.join(BUILDDIR, "client", "perfrelayctl")
 
-require_root_and_bpf()
 require_nats_server()
 if not os.access(EXPORT, os.X_OK):
     skip("perfrelay-export was not built (libnats-dev missing)")
@@ -43,8 +42,8 @@ def find_record(nc, stream, pred):
     return None
 
 
-def test_marker_exec_in_stream():
-    srv = NatsServer().start()
+def test_marker_exec_in_stream(root_and_bpf, nats_server):
+    srv = nats_server()
     d = Daemon(BINARY, "export", stdout=False, config="[Probes]\nProbes=exec\n")
     e = None
     work = tempfile.mkdtemp(prefix="perfrelay-marker-")
@@ -105,13 +104,12 @@ def test_marker_exec_in_stream():
         if e:
             e.cleanup()
         d.cleanup()
-        srv.cleanup()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def test_replay_adds_no_duplicates():
+def test_replay_adds_no_duplicates(root_and_bpf, nats_server):
     N = 2000
-    srv = NatsServer().start()
+    srv = nats_server()
     work = tempfile.mkdtemp(prefix="perfrelay-replay-")
     e1 = e2 = None
     try:
@@ -144,13 +142,12 @@ def test_replay_adds_no_duplicates():
         for e in (e1, e2):
             if e:
                 e.cleanup()
-        srv.cleanup()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def test_packet_records_whole():
+def test_packet_records_whole(root_and_bpf, nats_server):
     """A packet record's captured bytes travel with it (size = hdr.size + cap_len)."""
-    srv = NatsServer().start()
+    srv = nats_server()
     work = tempfile.mkdtemp(prefix="perfrelay-packet-")
     e = None
     try:
@@ -181,14 +178,13 @@ def test_packet_records_whole():
     finally:
         if e:
             e.cleanup()
-        srv.cleanup()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def test_counters_across_restarts():
+def test_counters_across_restarts(root_and_bpf, nats_server):
     """The daemon's own counters events keep unique ids across restarts inside the duplicate
     window: every one the exporters were offered is in the stream, none taken for a duplicate."""
-    srv = NatsServer().start()
+    srv = nats_server()
     d = Daemon(BINARY, "export-counters", stdout=False,
                config="[Probes]\nProbes=none\n[Counters]\nCounters=task-clock\nCountersIntervalMs=100\n")
     unit = UnitCgroup("export-counters")
@@ -225,8 +221,7 @@ def test_counters_across_restarts():
             e.cleanup()
         d.cleanup()
         unit.remove()
-        srv.cleanup()
 
 
-run_tests([test_marker_exec_in_stream, test_replay_adds_no_duplicates, test_packet_records_whole,
-           test_counters_across_restarts])
+if __name__ == "__main__":
+    main(__file__)

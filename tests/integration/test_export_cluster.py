@@ -8,20 +8,19 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 
-from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests, skip, wait_for
-from natstest import NatsClient, cluster, require_nats_server
+
+from prtest import Daemon, Failure, check, check_eq, daemon_binary, main, skip, wait_for
+from natstest import NatsClient, require_nats_server
 from exporttest import Exporter, stream_events, write_frames
 
-BINARY = sys.argv[1]
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 EXPORT = os.path.join(BUILDDIR, "client", "export", "perfrelay-export")
 BENCH = os.path.join(BUILDDIR, "bench", "perfrelay-bench")
 
-require_root_and_bpf()
 require_nats_server()
 if not os.access(EXPORT, os.X_OK):
     skip("perfrelay-export was not built (libnats-dev missing)")
@@ -45,9 +44,9 @@ def stream_messages(nodes):
     raise Failure("no node answered a stream info request")
 
 
-def test_kill_one_node_loses_nothing():
+def test_kill_one_node_loses_nothing(root_and_bpf, nats_server):
     N = 300000
-    nodes = cluster()
+    nodes = nats_server.cluster()
     work = tempfile.mkdtemp(prefix="perfrelay-cluster-")
     e = None
     try:
@@ -83,13 +82,11 @@ def test_kill_one_node_loses_nothing():
     finally:
         if e:
             e.cleanup()
-        for n in nodes:
-            n.cleanup()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def test_all_nodes_down_counts_and_recovers():
-    nodes = cluster()
+def test_all_nodes_down_counts_and_recovers(root_and_bpf, nats_server):
+    nodes = nats_server.cluster()
     d = Daemon(BINARY, "cluster", stdout=False, config="[Probes]\nProbes=none\n")
     e = bench = None
     try:
@@ -166,8 +163,7 @@ def test_all_nodes_down_counts_and_recovers():
         if e:
             e.cleanup()
         d.cleanup()
-        for n in nodes:
-            n.cleanup()
 
 
-run_tests([test_kill_one_node_loses_nothing, test_all_nodes_down_counts_and_recovers])
+if __name__ == "__main__":
+    main(__file__)

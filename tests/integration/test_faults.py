@@ -3,19 +3,24 @@
 """Faults at start and at random moments: a tiny RLIMIT_NOFILE, SIGKILL at random points of 50
 restarts (pins reused every time, no growth of pins, links or programs, events flow after each),
 tracefs missing, and a CPU group naming a CPU that is not online."""
-import json
 import os
 import random
 import signal
 import subprocess
-import sys
 import time
 
-from prtest import Daemon, bpftool_json, check, check_eq, require_root_and_bpf, run_tests
+import pytest
 
-BINARY = sys.argv[1]
-require_root_and_bpf()
-d = Daemon(BINARY, "faults")
+from prtest import Daemon, bpftool_json, check, check_eq, daemon_binary, main
+
+BINARY = daemon_binary()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(make_daemon):
+    global d
+    d = make_daemon("faults", start=False)
+
 
 
 def ours():
@@ -33,17 +38,13 @@ def ours():
     return events_id, progs, links
 
 
-def isolated(test):
+@pytest.fixture(autouse=True)
+def isolated():
     """A failed test must not leave its daemon running into the next one."""
-    def run():
-        try:
-            test()
-        finally:
-            if d.proc is not None:
-                d.stop(signal.SIGKILL)
-            d.write_config("")
-    run.__name__ = test.__name__
-    return run
+    yield
+    if d.proc is not None:
+        d.stop(signal.SIGKILL)
+    d.write_config("")
 
 
 def pins():
@@ -146,8 +147,5 @@ def test_offline_cpu_in_group():
           "one reader per online CPU of the config")
 
 
-try:
-    run_tests([isolated(t) for t in (test_sigkill_at_random_moments, test_low_nofile_at_start,
-                                     test_tracefs_missing, test_offline_cpu_in_group)])
-finally:
-    d.cleanup()
+if __name__ == "__main__":
+    main(__file__)

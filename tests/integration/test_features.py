@@ -9,18 +9,17 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
-from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests, skip
-from statsbus import StatsBus
+import pytest
 
-BINARY = sys.argv[1]
+from prtest import Failure, check, check_eq, daemon_binary, main, skip
+
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 SRCDIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CTL = os.path.join(BUILDDIR, "client", "perfrelayctl")
 DOC = os.path.join(SRCDIR, "docs", "kernels.md")
 
-require_root_and_bpf()
 for tool in ("dbus-daemon", "busctl"):
     if not shutil.which(tool):
         skip(f"{tool} is not installed")
@@ -36,10 +35,15 @@ SINCE = {"perf_event_array": "4.3", "preserve_elems": "5.10", "btf": "5.4", "tra
 LINKS = ("handle_exec", "handle_exit", "handle_fork", "handle_open_enter", "handle_open_exit",
          "handle_connect_enter", "handle_connect_exit")
 
-BUS = StatsBus(BINARY)  # a private system bus; its address is exported to the daemons
-ADDRESS = BUS.address
 
-d = Daemon(BINARY, "features")
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(make_daemon, stats_bus):
+    global BUS, ADDRESS, d
+    BUS = stats_bus  # a private system bus; its address is exported to the daemons
+    ADDRESS = BUS.address
+    d = make_daemon("features", start=False)
+
 
 
 def start_with(disabled):
@@ -142,8 +146,5 @@ def test_required_missing_refuses():
         check(not os.path.exists(f"{d.pin_path}/events"), f"nothing pinned without {name}")
 
 
-try:
-    run_tests([test_all_on_here, test_optional_missing_keeps_running, test_required_missing_refuses])
-finally:
-    d.cleanup()
-    BUS.close()
+if __name__ == "__main__":
+    main(__file__)

@@ -9,12 +9,12 @@ import base64
 import json
 import os
 import subprocess
-import sys
 
-from prtest import Daemon, check, check_eq, require_root_and_bpf, run_tests, wait_for
-from statsbus import StatsBus
+import pytest
 
-BINARY = sys.argv[1]
+from prtest import check, check_eq, daemon_binary, main, wait_for
+
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 PRODUCER = os.path.join(BUILDDIR, "tests", "integration", "hostile-producer")
 N = 20000  # records of each kind
@@ -26,10 +26,15 @@ REASON = ["bad-magic", "truncated", "bad-magic", "truncated", "bad-version", "ba
 # Which malformed kinds name producer 301 in a header the decoder could read that far.
 NAMES_PRODUCER = [False, True, True, True, True, False, True, True, False]
 
-require_root_and_bpf()
-BUS = StatsBus(BINARY)
-# Big rings, so that the kernel takes every record (what it did not take is counted anyway).
-d = Daemon(BINARY, "hostile", config="[Probes]\nProbes=none\n[Ring]\nPagesPerCpu=512\n")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(make_daemon, stats_bus):
+    global BUS, d
+    BUS = stats_bus
+    # Big rings, so that the kernel takes every record (what it did not take is counted anyway).
+    d = make_daemon("hostile", config="[Probes]\nProbes=none\n[Ring]\nPagesPerCpu=512\n", start=False)
+
 
 
 def test_hostile_producer():
@@ -90,8 +95,5 @@ def test_hostile_producer():
     check(not any(e.get("producer") == 301 for e in d.events), "no malformed record is published")
 
 
-try:
-    run_tests([test_hostile_producer])
-finally:
-    d.cleanup()
-    BUS.close()
+if __name__ == "__main__":
+    main(__file__)

@@ -8,20 +8,24 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
-import tempfile
 import time
 
-from prtest import Daemon, check, check_eq, read_line, require_root_and_bpf, run_tests
+import pytest
 
-BINARY = sys.argv[1]
-require_root_and_bpf()
-d = Daemon(BINARY, "hclients", stdout=False,
-           config="[Socket]\nRequestTimeoutMs=300\nMaxClients=256\nMaxClientsPerUid=256\nMaxQueueBytesPerUid=1G\n")
+from prtest import check, check_eq, daemon_binary, main, read_line
+
+BINARY = daemon_binary()
 CYCLES = 10000
-WORK = tempfile.mkdtemp(prefix="perfrelay-hclients-")
-MARKER = os.path.join(WORK, "perfrelay-hc")  # its comm, which the keeper subscribes to
-shutil.copy("/bin/true", MARKER)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(make_daemon, workdir):
+    global d, MARKER
+    d = make_daemon("hclients", stdout=False, start=False,
+                    config="[Socket]\nRequestTimeoutMs=300\nMaxClients=256\nMaxClientsPerUid=256\nMaxQueueBytesPerUid=1G\n")
+    MARKER = os.path.join(workdir, "perfrelay-hc")  # its comm, which the keeper subscribes to
+    shutil.copy("/bin/true", MARKER)
+
 
 
 def rss_kib():
@@ -115,8 +119,5 @@ def test_churn_returns_to_baseline():
     check_eq(d.stop(), 0, "clean exit")
 
 
-try:
-    run_tests([test_churn_returns_to_baseline])
-finally:
-    d.cleanup()
-    shutil.rmtree(WORK)
+if __name__ == "__main__":
+    main(__file__)

@@ -10,16 +10,22 @@ import subprocess
 import sys
 import time
 
-from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests, wait_for
+import pytest
+
+from prtest import Daemon, Failure, check, check_eq, daemon_binary, main, wait_for
 from statsbus import StatsBus
 from steady import PRODUCER as STEADY_PRODUCER, SteadyProducer
 
-BINARY = sys.argv[1]
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 RATE = 400000        # records a second asked of the steady producer: more than it can make
 ONLINE_AGAIN = 200   # "online" uevents for the CPU it emits on
 
-require_root_and_bpf()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(root_and_bpf):
+    pass
 
 
 def hotpluggable_cpu():
@@ -204,5 +210,5 @@ def test_online_again_is_exact():
         bus.close()
 
 
-run_tests([test_offline_online_keeps_delivering, test_offline_at_start_is_served_when_online,
-           test_online_again_is_exact])
+if __name__ == "__main__":
+    main(__file__)

@@ -11,26 +11,29 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
-import tempfile
-import time
 import urllib.request
 
-from prtest import Daemon, Failure, UnitCgroup, check, check_eq, require_root_and_bpf, run_tests, skip, wait_for
+import pytest
+
+from prtest import Daemon, Failure, UnitCgroup, check, check_eq, daemon_binary, main, skip, wait_for
 from natstest import free_port
 from statsbus import StatsBus
 
-BINARY = sys.argv[1]
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 METRICS = os.path.join(BUILDDIR, "client", "metrics", "perfrelay-metrics")
 BENCH = os.path.join(BUILDDIR, "bench", "perfrelay-bench")
 
-require_root_and_bpf()
 for tool in ("dbus-daemon", "busctl", "prometheus", "promtool", "systemd-socket-activate"):
     if not shutil.which(tool):
         skip(f"{tool} is not installed")
 
-WORK = tempfile.mkdtemp(prefix="perfrelay-metrics-")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(root_and_bpf, workdir):
+    global WORK
+    WORK = workdir
 
 def bus_u64(prop):
     r = subprocess.run(["busctl", "--system", "--json=short", "get-property", "org.perfrelay1", "/org/perfrelay1",
@@ -191,7 +194,6 @@ def test_prometheus_scrapes_socket_activated_metrics():
                 p.wait(30)
         d.cleanup()
         bus.close()
-        shutil.rmtree(WORK, ignore_errors=True)
 
 
 def test_unit_counters():
@@ -239,4 +241,5 @@ def test_unit_counters():
         bus.close()
 
 
-run_tests([test_prometheus_scrapes_socket_activated_metrics, test_unit_counters])
+if __name__ == "__main__":
+    main(__file__)

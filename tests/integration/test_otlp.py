@@ -6,28 +6,32 @@ OpenTelemetry project's own code (otlp-receiver.js under Debian's nodejs, npm's
 fields as the body, its type, pid and unit as attributes and the host as resource, over
 http/protobuf and http/json; a receiver that answers 503 for a while gets everything in the
 end, retries counted; the exporter's books balance exactly against what the receiver decoded."""
-import json
 import os
 import shutil
 import socket
 import struct
-import subprocess
-import sys
 import tempfile
 import time
 
-from prtest import Daemon, Failure, UnitCgroup, check, check_eq, require_root_and_bpf, run_tests, skip, wait_for
+import pytest
+
+from prtest import Daemon, UnitCgroup, check, check_eq, daemon_binary, main, skip, wait_for
 from exporttest import Exporter, boot_id, write_frames
 from otlpreceiver import Receiver, ensure_node_modules
 
-BINARY = sys.argv[1]
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 EXPORT = os.path.join(BUILDDIR, "client", "export", "perfrelay-export")
-require_root_and_bpf()
 if not os.access(EXPORT, os.X_OK):
     skip("perfrelay-export was not built (libnats-dev, libcurl4-openssl-dev or libprotobuf-c-dev missing)")
 if not shutil.which("node") or not shutil.which("npm"):
     skip("nodejs/npm are not installed (scripts/lib.sh installs them)")
+
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(root_and_bpf):
+    pass
 
 
 def otlp_conf(endpoint, protocol, extra=""):
@@ -123,4 +127,5 @@ def test_503_then_everything():
         shutil.rmtree(work, ignore_errors=True)
 
 
-run_tests([test_marker_exec_protobuf, test_marker_exec_json, test_503_then_everything])
+if __name__ == "__main__":
+    main(__file__)

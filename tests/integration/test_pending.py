@@ -8,22 +8,26 @@ import os
 import signal
 import platform
 import subprocess
-import sys
 import threading
 import time
 
-from prtest import Daemon, Failure, check, check_eq, producer_counters, require_root_and_bpf, run_tests
+import pytest
 
-BINARY = sys.argv[1]
+from prtest import check, Daemon, daemon_binary, Failure, main, producer_counters, skip
+
+BINARY = daemon_binary()
 PRODUCER_OPEN = 4
 PENDING = 16      # PendingSyscalls= of the test daemon
 BLOCKED = 48      # threads parked in openat() at once: more than the map holds
 OPENAT = {"x86_64": 257, "aarch64": 56}.get(platform.machine())
 
-require_root_and_bpf()
 if OPENAT is None:
-    print(f"SKIP: the openat syscall number of {platform.machine()} is not known to this test")
-    sys.exit(77)
+    skip(f"the openat syscall number of {platform.machine()} is not known to this test")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(root_and_bpf):
+    pass
 
 
 def in_openat(tid):
@@ -123,4 +127,5 @@ def test_full_pending_map_is_counted():
         d.cleanup()
 
 
-run_tests([test_full_pending_map_is_counted])
+if __name__ == "__main__":
+    main(__file__)

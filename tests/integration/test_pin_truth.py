@@ -10,14 +10,19 @@ emptying frees the dead events but changes nothing a test could observe; the ker
 let user space read a perf event array's slots."""
 import os
 import subprocess
-import sys
 
-from prtest import Daemon, bpftool_json, check, check_eq, producer_counters, require_root_and_bpf, run_tests
+import pytest
 
-BINARY = sys.argv[1]
+from prtest import Daemon, bpftool_json, check, check_eq, daemon_binary, main, producer_counters
+
+BINARY = daemon_binary()
 PRODUCER_EXEC = 1
 
-require_root_and_bpf()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(root_and_bpf):
+    pass
 
 
 def run_true(n, cpu=None):
@@ -131,4 +136,5 @@ def test_replaced_counters_not_orphaned():
         d.cleanup()
 
 
-run_tests([test_one_daemon_per_pin_root, test_stale_link_removed_at_start, test_replaced_counters_not_orphaned])
+if __name__ == "__main__":
+    main(__file__)

@@ -7,12 +7,17 @@ import subprocess
 import sys
 import tempfile
 
-from prtest import (Daemon, Failure, bpftool_json, check, check_eq, possible_cpus, producer_counters, require_root_and_bpf,
-                    run_tests)
+import pytest
 
-BINARY = sys.argv[1]
-require_root_and_bpf()
-d = Daemon(BINARY, "pipeline").start()
+from prtest import (Daemon, Failure, bpftool_json, check, check_eq, daemon_binary, main, possible_cpus,
+                    producer_counters, require_root_and_bpf)
+
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(make_daemon):
+    global d
+    d = make_daemon("pipeline")
 
 
 def test_pinned_array():
@@ -146,8 +151,5 @@ def test_clean_stop_keeps_pins():
     check(os.path.exists(f"{d.pin_path}/links/handle_exec"), "links stay pinned after stop")
 
 
-try:
-    run_tests([test_pinned_array, test_exec_and_exit, test_long_argv_truncated, test_open, test_connect,
-               test_fork, test_per_cpu_sequence, test_clean_stop_keeps_pins])
-finally:
-    d.cleanup()
+if __name__ == "__main__":
+    main(__file__)

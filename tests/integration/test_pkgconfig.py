@@ -8,18 +8,17 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 
-from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests, skip
+import pytest
 
-BINARY = sys.argv[1]
+from prtest import check, check_eq, daemon_binary, main, skip
+
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pkgconfig-client.c")
 
-require_root_and_bpf()  # root also for `meson install` of the whole project, if only into a DESTDIR
 for tool in ("meson", "pkg-config", "cc", "readelf"):
     if not shutil.which(tool):
         skip(f"{tool} not found")
@@ -31,12 +30,19 @@ if _sanitize != "none":
     # program built from pkg-config flags does not do; the plain build runs this test.
     skip(f"the build uses b_sanitize={_sanitize}: an installed sanitized library cannot serve a plain program")
 
-WORK = tempfile.mkdtemp(prefix="perfrelay-pkgconfig-")
-DESTDIR = os.path.join(WORK, "destdir")
-SOCK = os.path.join(WORK, "events.sock")
-PROG = os.path.join(WORK, "pkgconfig-client")
-d = Daemon(BINARY, "pkgconfig", config=f"[Socket]\nSocketPath={SOCK}", stdout=False)
 state = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(make_daemon, workdir):
+    # root also for `meson install` of the whole project, if only into a DESTDIR (make_daemon)
+    global WORK, DESTDIR, SOCK, PROG, d
+    WORK = workdir
+    DESTDIR = os.path.join(WORK, "destdir")
+    SOCK = os.path.join(WORK, "events.sock")
+    PROG = os.path.join(WORK, "pkgconfig-client")
+    d = make_daemon("pkgconfig", config=f"[Socket]\nSocketPath={SOCK}", stdout=False)
+
 
 
 def installed_path(suffix):
@@ -139,11 +145,5 @@ def test_binary_client():
     run_client("binary")
 
 
-try:
-    d.start()
-    run_tests([test_install, test_build_with_pkg_config, test_json_client, test_binary_client])
-finally:
-    try:
-        d.cleanup()
-    finally:
-        shutil.rmtree(WORK, ignore_errors=True)
+if __name__ == "__main__":
+    main(__file__)

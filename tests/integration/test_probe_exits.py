@@ -5,19 +5,24 @@ reports: not when a non-leader thread's execve() replaces the old leader (de_thr
 when the leader leaves with pthread_exit() while other threads run."""
 import os
 import subprocess
-import sys
 import time
 
-from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests
+import pytest
 
-BINARY = sys.argv[1]
+from prtest import Daemon, Failure, check, check_eq, daemon_binary, main
+
+BINARY = daemon_binary()
 # exit-helper is built beside this test: <build>/tests/integration/exit-helper.
 HELPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(BINARY))), "tests", "integration",
                       "exit-helper")
 
-require_root_and_bpf()
 if not os.access(HELPER, os.X_OK):
-    raise SystemExit(f"FAIL: {HELPER} is missing (meson compile builds it)")
+    raise Failure(f"{HELPER} is missing (meson compile builds it)")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(root_and_bpf):
+    pass
 
 # Every process of a case runs on one CPU, and the fence after it too: its records then share
 # one ring, which the reader delivers in order, so once the fence's exit is seen every exit the
@@ -99,4 +104,5 @@ def test_killed_multithreaded_process():
         d.cleanup()
 
 
-run_tests([test_dethread_exec, test_leader_pthread_exit, test_killed_multithreaded_process])
+if __name__ == "__main__":
+    main(__file__)

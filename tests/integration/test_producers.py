@@ -7,17 +7,23 @@ unloaded, a new scan soon no longer lists it."""
 import json
 import os
 import subprocess
-import sys
 
-from prtest import Daemon, check, check_eq, require_root_and_bpf, run_tests, wait_for
+import pytest
 
-BINARY = sys.argv[1]
+from prtest import check, check_eq, daemon_binary, main, wait_for
+
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 EXAMPLE = os.path.join(BUILDDIR, "examples", "example-producer")
 SCAN = os.path.join(BUILDDIR, "tests", "integration", "producer-scan")
 
-require_root_and_bpf()
-d = Daemon(BINARY, "producers", stdout=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(make_daemon):
+    global d
+    d = make_daemon("producers", stdout=False)
+
 
 
 def scan():
@@ -65,8 +71,5 @@ def test_example_producer_is_found():
     check(after is not None, "unloaded program no longer listed")
 
 
-try:
-    d.start()
-    run_tests([test_example_producer_is_found])
-finally:
-    d.cleanup()
+if __name__ == "__main__":
+    main(__file__)

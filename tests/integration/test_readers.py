@@ -9,24 +9,27 @@ import json
 import os
 import re
 import subprocess
-import sys
 
-from prtest import Daemon, check, check_eq, require_root_and_bpf, run_tests, wait_for
-from statsbus import StatsBus
+import pytest
 
-BINARY = sys.argv[1]
+from prtest import check, check_eq, daemon_binary, main, skip, wait_for
+
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 BENCH = os.path.join(BUILDDIR, "bench", "perfrelay-bench")
 BENCH_PRODUCER = 16  # PERFRELAY_PRODUCER_BENCH in bpf/event.h
-require_root_and_bpf()
 ONLINE = sorted(os.sched_getaffinity(0))
 if len(ONLINE) < 2:
-    from prtest import skip
     skip("needs at least 2 online CPUs")
 
-bus = StatsBus(BINARY)
-# No probes: the benchmark's producer is the only one, so every count is known exactly.
-d = Daemon(BINARY, "readers", config="[Readers]\nCpusPerReader=1\n[Probes]\nProbes=none\n")
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(make_daemon, stats_bus):
+    global bus, d
+    bus = stats_bus
+    # No probes: the benchmark's producer is the only one, so every count is known exactly.
+    d = make_daemon("readers", config="[Readers]\nCpusPerReader=1\n[Probes]\nProbes=none\n", start=False)
+
 
 
 def threads(pid):
@@ -89,8 +92,5 @@ def test_one_reader_per_cpu():
     check_eq(got, expect, "records per CPU the --stdout client received")
 
 
-try:
-    run_tests([test_one_reader_per_cpu])
-finally:
-    d.cleanup()
-    bus.close()
+if __name__ == "__main__":
+    main(__file__)

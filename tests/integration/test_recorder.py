@@ -15,32 +15,38 @@ import sys
 import time
 import uuid
 
-from prtest import (Daemon, UnitCgroup, bpftool_json, check, check_eq, require_root_and_bpf, run_tests,
-                    cgroup2_mount, delegate_cgroup)
+import pytest
+
+from prtest import UnitCgroup, bpftool_json, cgroup2_mount, check, check_eq, daemon_binary, delegate_cgroup, main
 from prtest import wait_for
-from statsbus import StatsBus
 from steady import STEADY_TYPE, SteadyProducer, payload_checks_out
 
-BINARY = sys.argv[1]
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 EXAMPLE = os.path.join(BUILDDIR, "examples", "example-producer")
 STEADY = os.path.join(BUILDDIR, "tests", "integration", "steady-producer")
 STEADY_PRODUCER = 310
 CPU = min(os.sched_getaffinity(0))
 
-require_root_and_bpf()
-bus = StatsBus(BINARY)
-d_full = Daemon(BINARY, "recorder", stdout=False)
-d_small = Daemon(BINARY, "recorder-small", stdout=False,
-                 config="[Probes]\nProbes=none\n[Recorder]\nRecorderPagesPerCpu=1\n")
-d_busy = Daemon(BINARY, "recorder-busy", stdout=False, config="[Probes]\nProbes=none\n")
-d_off = Daemon(BINARY, "recorder-off", stdout=False, config="[Recorder]\nRecorder=no\n")
-d_crash = Daemon(BINARY, "recorder-crash", stdout=False)
-d_tear = Daemon(BINARY, "recorder-tear", stdout=False, config="[Probes]\nProbes=none\n[Recorder]\nRecorderPagesPerCpu=16\n")
-d_written = Daemon(BINARY, "recorder-written", stdout=False,
-                   config="[Probes]\nProbes=none\n[Recorder]\nRecorderPagesPerCpu=16\n")
-# Records only of execs, and room for minutes of them: the failed unit's exec outlives the test's own.
-d_flood = Daemon(BINARY, "recorder-flood", stdout=False, config="[Probes]\nProbes=exec\n[Recorder]\nRecorderPagesPerCpu=1024\n")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(make_daemon, stats_bus):
+    global bus, d_full, d_small, d_busy, d_off, d_crash, d_tear, d_written, d_flood
+    bus = stats_bus
+
+    def daemon(tag, config=""):
+        return make_daemon(tag, config=config, stdout=False, start=False)
+
+    d_full = daemon("recorder")
+    d_small = daemon("recorder-small", "[Probes]\nProbes=none\n[Recorder]\nRecorderPagesPerCpu=1\n")
+    d_busy = daemon("recorder-busy", "[Probes]\nProbes=none\n")
+    d_off = daemon("recorder-off", "[Recorder]\nRecorder=no\n")
+    d_crash = daemon("recorder-crash")
+    d_tear = daemon("recorder-tear", "[Probes]\nProbes=none\n[Recorder]\nRecorderPagesPerCpu=16\n")
+    d_written = daemon("recorder-written", "[Probes]\nProbes=none\n[Recorder]\nRecorderPagesPerCpu=16\n")
+    # Records only of execs, and room for minutes of them: the failed unit's exec outlives the test's own.
+    d_flood = daemon("recorder-flood", "[Probes]\nProbes=exec\n[Recorder]\nRecorderPagesPerCpu=1024\n")
 TEAR_SNAPSHOTS = 200
 
 
@@ -357,11 +363,5 @@ def test_written_at_pause():
     d.stop()
 
 
-try:
-    run_tests([test_commands_then_snapshot, test_unit_of_removed_cgroup, test_users_cgroups_do_not_push_out_a_failed_unit,
-               test_overwritten, test_snapshot_under_load,
-               test_recorder_off, test_recorder_off_after_crash, test_no_torn_record, test_written_at_pause])
-finally:
-    for d in (d_full, d_small, d_busy, d_off, d_crash, d_tear, d_written, d_flood):
-        d.cleanup()
-    bus.close()
+if __name__ == "__main__":
+    main(__file__)

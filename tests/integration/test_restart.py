@@ -6,15 +6,20 @@ events flow again after the restart. Also: incompatible pins and --cleanup."""
 import os
 import signal
 import subprocess
-import sys
 
-from prtest import (BPFFS, Daemon, bpftool_json, check, check_eq, producer_counters, require_root_and_bpf,
-                    run_tests)
+import pytest
+
+from prtest import Daemon, bpftool_json, check, check_eq, daemon_binary, main, producer_counters
 import event_abi
 
-BINARY = sys.argv[1]
-require_root_and_bpf()
-d = Daemon(BINARY, "restart")
+BINARY = daemon_binary()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(make_daemon):
+    global d
+    d = make_daemon("restart", start=False)
+
 
 LINKS = ("handle_exec", "handle_exit", "handle_fork", "handle_open_enter", "handle_open_exit",
          "handle_connect_enter", "handle_connect_exit")
@@ -132,8 +137,5 @@ def test_missing_bpffs_is_a_clear_error():
         subprocess.run(["rm", "-rf", os.path.dirname(t.pin_path), t.dir])
 
 
-try:
-    run_tests([test_sigkill_restart, test_probes_switched_off_in_config, test_incompatible_pin,
-               test_cleanup_removes_every_pin, test_missing_bpffs_is_a_clear_error])
-finally:
-    d.cleanup()
+if __name__ == "__main__":
+    main(__file__)

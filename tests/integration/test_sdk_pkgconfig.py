@@ -8,17 +8,16 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
-import tempfile
 
-from prtest import check, check_eq, require_root_and_bpf, run_tests, skip
+import pytest
 
-BINARY = sys.argv[1]
+from prtest import check, check_eq, daemon_binary, main, skip
+
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 SRCDIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(SRCDIR, "examples", "producer")
 
-require_root_and_bpf()  # root for `meson install` of the whole project, if only into a DESTDIR
 for tool in ("meson", "pkg-config", "clang", "bpftool"):
     if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
         skip(f"{tool} not found")
@@ -26,10 +25,16 @@ if not os.path.exists("/sys/kernel/btf/vmlinux"):
     skip("no /sys/kernel/btf/vmlinux to make the outside project's vmlinux.h from")
 BPFTOOL = shutil.which("bpftool") or "/usr/sbin/bpftool"
 
-WORK = tempfile.mkdtemp(prefix="perfrelay-sdk-")
-DESTDIR = os.path.join(WORK, "destdir")
-PROJECT = os.path.join(WORK, "project")
 state = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(root_and_bpf, workdir):
+    # root for `meson install` of the whole project, if only into a DESTDIR
+    global WORK, DESTDIR, PROJECT
+    WORK = workdir
+    DESTDIR = os.path.join(WORK, "destdir")
+    PROJECT = os.path.join(WORK, "project")
 
 
 def test_install():
@@ -74,7 +79,5 @@ def test_build_outside_the_repository():
     check("STRUCT 'example_rec' size=112" in r.stdout, "the record struct is in the object's BTF")
 
 
-try:
-    run_tests([test_install, test_build_outside_the_repository])
-finally:
-    shutil.rmtree(WORK, ignore_errors=True)
+if __name__ == "__main__":
+    main(__file__)

@@ -14,16 +14,16 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 
-from prtest import Daemon, Failure, check, check_eq, require_root_and_bpf, run_tests, wait_for
-from statsbus import StatsBus
+import pytest
+
+from prtest import Daemon, Failure, check, check_eq, daemon_binary, main, wait_for
 from steady import PRODUCER, STEADY_TYPE, SteadyProducer
 
-BINARY = sys.argv[1]
+BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 CTL = os.path.join(BUILDDIR, "client", "perfrelayctl")
 CPU = min(os.sched_getaffinity(0))
@@ -32,8 +32,12 @@ ALLOWED_GID = 4242  # an AllowGroups= group that no account on the machine needs
 # The smallest shared ring: 512 KiB per reader, a few thousand steady records.
 CONFIG = "[Probes]\nProbes=none\n[Socket]\nSharedRingBytes=512K\n"
 
-require_root_and_bpf()
-BUS = StatsBus(BINARY)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(root_and_bpf, stats_bus):
+    global BUS
+    BUS = stats_bus
 
 
 def producer_stats():
@@ -273,4 +277,4 @@ def test_uid_scoping():
 
 
 if __name__ == "__main__":
-    run_tests([test_stopped_client, test_garbage_client, test_uid_scoping])
+    main(__file__)

@@ -12,18 +12,18 @@ import shutil
 import signal
 import socket
 import struct
-import subprocess
 import sys
+import subprocess
 import tempfile
 import threading
 import time
 
-from prtest import hold_connections, Daemon, Failure, check, check_eq, read_line, require_root_and_bpf, run_tests, cgroup2_mount
+import pytest
+
+from prtest import cgroup2_mount, check, check_eq, daemon_binary, Failure, hold_connections, main, read_line, wait_for
 from schema import schemas_by_type, validator_self_test
 
-BINARY = sys.argv[1]
-require_root_and_bpf()
-
+BINARY = daemon_binary()
 # Limits the tests exercise. ClientQueueBytes is the minimum; readers get 256 pages per ring
 # so that the burst of the slow-client test is never lost in the kernel.
 MAX_CLIENTS = 100
@@ -44,38 +44,39 @@ NOBODY, NOGROUP = 65534, 65534
 # A request that matches nothing: for connections that only need to hold a slot.
 MATCH_NOTHING = {"subscribe": {"types": [65000]}}
 
-WORK = tempfile.mkdtemp(prefix="perfrelay-socket-")
-os.chmod(WORK, 0o755)
 # The marker binary: its comm ("prmk" + 6 digits) names nothing else on the machine.
 MARKER_NAME = f"prmk{random.randrange(10**6):06d}"
-MARKER = os.path.join(WORK, MARKER_NAME)
-shutil.copy("/bin/true", MARKER)
-os.chmod(MARKER, 0o755)
 
-d = Daemon(BINARY, "socket", stdout=False)
-# In a directory the daemon makes (0755). Clients that are not root need to reach the socket:
-# the parents must be searchable too.
-d.write_config(CONFIG + f"SocketPath={d.dir}/run/events.sock\n")
-os.chmod(d.dir, 0o711)
-d.start()
-# With no client connected, after one has come and gone (sd-event makes its timerfd for the
-# first request timeout and keeps it): every test must return to this.
-_sockets = d.socket_fds()
-_warmup = socket.socket(socket.AF_UNIX)
-_warmup.connect(d.socket_path)
-_warmup.sendall(b"{}\n")
-_warmup.recv(4096)
-_warmup.close()
-# The baseline is taken once the daemon has noticed the close and dropped the connection (a
-# socket it held before may also have gone, e.g. a transient sd_notify socket).
-_deadline = time.monotonic() + 10
-while not d.socket_fds() <= _sockets:
-    check(time.monotonic() < _deadline, f"the daemon closes a client that went away: {d.socket_fds() - _sockets}")
-    time.sleep(0.01)
-FD_BASELINE = d.fd_count()
-# 1000 connections at once need as many descriptors in this process.
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(make_daemon, workdir):
+    global WORK, MARKER, d, FD_BASELINE
+    WORK = workdir
+    MARKER = os.path.join(WORK, MARKER_NAME)
+    shutil.copy("/bin/true", MARKER)
+    os.chmod(MARKER, 0o755)
+
+    d = make_daemon("socket", stdout=False, start=False)
+    # In a directory the daemon makes (0755). Clients that are not root need to reach the socket:
+    # the parents must be searchable too.
+    d.write_config(CONFIG + f"SocketPath={d.dir}/run/events.sock\n")
+    os.chmod(d.dir, 0o711)
+    d.start()
+    # With no client connected, after one has come and gone (sd-event makes its timerfd for the
+    # first request timeout and keeps it): every test must return to this.
+    sockets = d.socket_fds()
+    warmup = socket.socket(socket.AF_UNIX)
+    warmup.connect(d.socket_path)
+    warmup.sendall(b"{}\n")
+    warmup.recv(4096)
+    warmup.close()
+    # The baseline is taken once the daemon has noticed the close and dropped the connection (a
+    # socket it held before may also have gone, e.g. a transient sd_notify socket).
+    wait_for(lambda: d.socket_fds() <= sockets, "the daemon closes a client that went away", timeout=10)
+    FD_BASELINE = d.fd_count()
+    # 1000 connections at once need as many descriptors in this process.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 validator_self_test()
@@ -622,7 +623,7 @@ def read_reply(s):
 
 
 def as_nobody(*args, **kw):
-    return subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "python3", *args],
+    return subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, *args],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -757,6 +758,38 @@ for line in s.makefile("rb"):
 """
 
 
+def test_non_root():
+    """A client running as nobody sees its own exec and not root's."""
+    os.chown(d.socket_path, -1, NOGROUP)
+    tag = random.randrange(10**9)
+    mine, roots = f"nobody-marker-{tag}", f"root-marker-{tag}"
+    root_client = Client({"subscribe": {"types": ["exec"]}})
+    root_client.hello()
+    helper = as_nobody("-c", NOBODY_MONITOR, d.socket_path, mine)
+    try:
+        hello = json.loads(helper.stdout.readline() or "{}")
+        check_eq((hello.get("type"), hello.get("access")), ("hello", "uid"), f"nobody's hello: {helper.stderr.read() if not hello else hello}")
+        subprocess.run(["/bin/true", roots])
+        # Once root's client has it, every client's filter has seen it.
+        root_client.wait(lambda m: m["type"] == "exec" and m["argv"][1:] == [roots], "root's marker exec")
+        helper.stdin.write("go\n")
+        helper.stdin.flush()
+        out = helper.stdout.readline()
+        helper.wait(20)
+        check(out, f"nobody's helper printed its events: {helper.stderr.read()}")
+        events = json.loads(out)
+        check(any(e["argv"][1:] == [mine] for e in events), f"nobody sees its own exec ({len(events)} events)")
+        check(not any(e["argv"][1:] == [roots] for e in events), "nobody does not see root's exec")
+        check(all(e["uid"] == NOBODY for e in events), f"nobody sees only its uid: {[e['uid'] for e in events]}")
+        root_client.wait(lambda m: m["type"] == "exec" and m["argv"][1:] == [mine], "root sees nobody's exec")
+    finally:
+        if helper.poll() is None:
+            helper.kill()
+        helper.wait()
+        root_client.close()
+    wait_fd_baseline(FD_BASELINE, "non-root client")
+
+
 def test_allow_groups_revoked():
     """A reload that takes a group out of AllowGroups= disconnects the clients that saw every
     event through it (access-revoked, nothing from after the reload); a client that only saw
@@ -770,7 +803,7 @@ def test_allow_groups_revoked():
     root_client = None
 
     def helper(groups):
-        p = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", groups, "python3", "-c", NOBODY_LINES,
+        p = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", groups, sys.executable, "-c", NOBODY_LINES,
                               d.socket_path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         helpers.append(p)
         hello = json.loads(p.stdout.readline() or "{}")
@@ -841,38 +874,6 @@ def test_allow_groups_revoked():
     wait_fd_baseline(FD_BASELINE, "revoked clients")
 
 
-def test_non_root():
-    """A client running as nobody sees its own exec and not root's."""
-    os.chown(d.socket_path, -1, NOGROUP)
-    tag = random.randrange(10**9)
-    mine, roots = f"nobody-marker-{tag}", f"root-marker-{tag}"
-    root_client = Client({"subscribe": {"types": ["exec"]}})
-    root_client.hello()
-    helper = as_nobody("-c", NOBODY_MONITOR, d.socket_path, mine)
-    try:
-        hello = json.loads(helper.stdout.readline() or "{}")
-        check_eq((hello.get("type"), hello.get("access")), ("hello", "uid"), f"nobody's hello: {helper.stderr.read() if not hello else hello}")
-        subprocess.run(["/bin/true", roots])
-        # Once root's client has it, every client's filter has seen it.
-        root_client.wait(lambda m: m["type"] == "exec" and m["argv"][1:] == [roots], "root's marker exec")
-        helper.stdin.write("go\n")
-        helper.stdin.flush()
-        out = helper.stdout.readline()
-        helper.wait(20)
-        check(out, f"nobody's helper printed its events: {helper.stderr.read()}")
-        events = json.loads(out)
-        check(any(e["argv"][1:] == [mine] for e in events), f"nobody sees its own exec ({len(events)} events)")
-        check(not any(e["argv"][1:] == [roots] for e in events), "nobody does not see root's exec")
-        check(all(e["uid"] == NOBODY for e in events), f"nobody sees only its uid: {[e['uid'] for e in events]}")
-        root_client.wait(lambda m: m["type"] == "exec" and m["argv"][1:] == [mine], "root sees nobody's exec")
-    finally:
-        if helper.poll() is None:
-            helper.kill()
-        helper.wait()
-        root_client.close()
-    wait_fd_baseline(FD_BASELINE, "non-root client")
-
-
 def test_goodbye():
     c = Client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}})
     c.hello()
@@ -893,10 +894,5 @@ def test_goodbye():
     b.close()
 
 
-try:
-    run_tests([test_socket_file, test_two_filters, test_unit_filter, test_slow_client, test_hello_means_subscribed, test_malformed, test_too_large,
-               test_timeout, test_too_deep, test_fd_passed, test_connection_storm, test_fd_exhaustion, test_non_root,
-               test_allow_groups_revoked, test_goodbye])
-finally:
-    d.cleanup()
-    shutil.rmtree(WORK, ignore_errors=True)
+if __name__ == "__main__":
+    main(__file__)

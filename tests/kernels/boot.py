@@ -9,11 +9,14 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 
-BUILDDIR = os.path.abspath(sys.argv[1])
+import pytest
+
+from prtest import Failure, build_root, skip
+
+BUILDDIR = build_root()
 SRCDIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CACHE = os.environ.get("PERFRELAY_KERNEL_CACHE", os.path.expanduser("~/.cache/perfrelay/kernels"))
 # Each package: a kernel the project's users run. The archive keeps one 6.1 ABI at a time, so the
@@ -25,11 +28,6 @@ BOOT_TIMEOUT = int(os.environ.get("PERFRELAY_KERNEL_BOOT_TIMEOUT", "420"))
 # The 9p root, and for test_capture's interface capture a veth pair and tc's clsact qdisc and
 # bpf classifier (Debian builds all of them as modules).
 MODULES = ["virtio_pci", "9pnet_virtio", "9p", "veth", "sch_ingress", "cls_bpf"]
-
-
-def skip(reason):
-    print(f"SKIP: {reason}")
-    sys.exit(77)
 
 
 def read_module(path):
@@ -193,7 +191,8 @@ def write_cpio(src, out):
         entry(f, "TRAILER!!!", 0, b"")
 
 
-def main():
+@pytest.fixture(scope="module", autouse=True)
+def _tools():
     for tool in ("qemu-system-x86_64", "apt-get", "dpkg-deb"):
         if not shutil.which(tool):
             skip(f"{tool} is not installed (scripts/lib.sh installs qemu-system-x86 and busybox-static)")
@@ -202,72 +201,69 @@ def main():
         skip("busybox-static is not installed")
     if os.geteuid() != 0:
         skip("needs root (the guest runs the integration tests of this build as root)")
-    failed = passed = 0
-    booted = 0
-    for label, prefix, pattern in KERNELS:
-        kroot, pkg = fetch_kernel(prefix, pattern)
-        if kroot is None:
-            print(f"kernel {label}: SKIP ({pkg})")
-            continue
-        kver = os.listdir(os.path.join(kroot, "lib", "modules"))[0]
-        work = tempfile.mkdtemp(prefix=f"perfrelay-kernel-{label}-")
-        try:
-            # Each test's exit status is echoed inside the pipe, so sed's status does not hide it.
-            tests = " ; ".join(
-                f"(python3 {SRCDIR}/tests/integration/{t}.py {BUILDDIR}/daemon/perfrelayd; echo \"rc=$?\") 2>&1 | "
-                f"sed \"s/^/GUEST {t}: /\""
-                for t in GUEST_TESTS)
-            # For debugging a kernel by hand: run this shell command in the guest instead.
-            tests = os.environ.get("PERFRELAY_KERNEL_GUEST_CMD", tests)
-            initrd = build_initramfs(kroot, kver, work, tests)
-            log_path = os.path.join(BUILDDIR, "meson-logs", f"kernel-{label}.log")
-            # KVM when it works (it does not for stock guests on some hosts: qemu aborts at once),
-            # TCG otherwise, single-threaded: with one host thread per vCPU, TCG lets a vCPU run
-            # kernel text that another is patching (int3 text poking of a static key), and 6.12
-            # Oopses in __schedule when a perf software event's key flips (docs/kernels.md).
+
+
+@pytest.mark.parametrize("label,prefix,pattern", KERNELS, ids=[k[0] for k in KERNELS])
+def test_kernel(label, prefix, pattern):
+    """Boots the kernel and runs GUEST_TESTS in it: each must pass."""
+    failed = []
+    kroot, pkg = fetch_kernel(prefix, pattern)
+    if kroot is None:
+        skip(f"kernel {label}: {pkg}")
+    kver = os.listdir(os.path.join(kroot, "lib", "modules"))[0]
+    work = tempfile.mkdtemp(prefix=f"perfrelay-kernel-{label}-")
+    try:
+        # Each test's exit status is echoed inside the pipe, so sed's status does not hide it.
+        tests = " ; ".join(
+            f"(python3 {SRCDIR}/tests/integration/{t}.py {BUILDDIR}/daemon/perfrelayd; echo \"rc=$?\") 2>&1 | "
+            f"sed \"s/^/GUEST {t}: /\""
+            for t in GUEST_TESTS)
+        # For debugging a kernel by hand: run this shell command in the guest instead.
+        tests = os.environ.get("PERFRELAY_KERNEL_GUEST_CMD", tests)
+        initrd = build_initramfs(kroot, kver, work, tests)
+        log_path = os.path.join(BUILDDIR, "meson-logs", f"kernel-{label}.log")
+        # KVM when it works (it does not for stock guests on some hosts: qemu aborts at once),
+        # TCG otherwise, single-threaded: with one host thread per vCPU, TCG lets a vCPU run
+        # kernel text that another is patching (int3 text poking of a static key), and 6.12
+        # Oopses in __schedule when a perf software event's key flips (docs/kernels.md).
+        t0 = time.monotonic()
+        for accel in (["-accel", "kvm", "-cpu", "host"], ["-accel", "tcg,thread=single", "-cpu", "max"]):
+            if accel[1] == "kvm" and not os.access("/dev/kvm", os.R_OK | os.W_OK):
+                continue
             t0 = time.monotonic()
-            for accel in (["-accel", "kvm", "-cpu", "host"], ["-accel", "tcg,thread=single", "-cpu", "max"]):
-                if accel[1] == "kvm" and not os.access("/dev/kvm", os.R_OK | os.W_OK):
-                    continue
-                t0 = time.monotonic()
-                cmd = ["qemu-system-x86_64", *accel, "-m", "1536", "-smp", "2", "-nographic", "-no-reboot",
-                       "-kernel", os.path.join(kroot, "boot", f"vmlinuz-{kver}"), "-initrd", initrd,
-                       "-append", "console=ttyS0 panic=-1 quiet loglevel=3",
-                       "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
-                       *[a for tag, path in project_shares() for a in
-                         ("-virtfs", f"local,path={path},mount_tag={tag},security_model=none,readonly=on,multidevs=remap")],
-                       "-nic", "none"]
-                with open(log_path, "w") as log:
-                    try:
-                        subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=BOOT_TIMEOUT,
-                                       stdin=subprocess.DEVNULL)
-                    except subprocess.TimeoutExpired:
-                        print(f"kernel {label}: no power-off within {BOOT_TIMEOUT}s")
-                if "KERNELS: booted" in open(log_path, errors="replace").read():
-                    break
-                print(f"kernel {label}: {accel[1].split(',')[0]} did not boot, see {log_path}")
-            print(f"kernel {label}: booted with {accel[1].split(',')[0]}")
-            out = open(log_path, errors="replace").read()
-            secs = time.monotonic() - t0
-            results = {}
-            for t in GUEST_TESTS:
-                m = re.findall(rf"^GUEST {t}: rc=(\d+)", out, re.M)
-                results[t] = int(m[-1]) if m else None
-            for line in out.splitlines():
-                if line.startswith("GUEST "):
-                    print(line)
-            booted += "KERNELS: booted" in out
-            for t, rc in results.items():
-                ok = rc == 0
-                print(f"kernel {label} ({pkg}) {t}: {'PASS' if ok else 'FAIL'} (rc {rc}, {secs:.0f}s boot+tests)")
-                passed += ok
-                failed += not ok
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    if booted == 0 and failed == 0:
-        skip("no kernel package could be had")
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
-
-
-main()
+            cmd = ["qemu-system-x86_64", *accel, "-m", "1536", "-smp", "2", "-nographic", "-no-reboot",
+                   "-kernel", os.path.join(kroot, "boot", f"vmlinuz-{kver}"), "-initrd", initrd,
+                   "-append", "console=ttyS0 panic=-1 quiet loglevel=3",
+                   "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+                   *[a for tag, path in project_shares() for a in
+                     ("-virtfs", f"local,path={path},mount_tag={tag},security_model=none,readonly=on,multidevs=remap")],
+                   "-nic", "none"]
+            with open(log_path, "w") as log:
+                try:
+                    subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=BOOT_TIMEOUT,
+                                   stdin=subprocess.DEVNULL)
+                except subprocess.TimeoutExpired:
+                    print(f"kernel {label}: no power-off within {BOOT_TIMEOUT}s")
+            if "KERNELS: booted" in open(log_path, errors="replace").read():
+                break
+            print(f"kernel {label}: {accel[1].split(',')[0]} did not boot, see {log_path}")
+        print(f"kernel {label}: booted with {accel[1].split(',')[0]}")
+        out = open(log_path, errors="replace").read()
+        secs = time.monotonic() - t0
+        results = {}
+        for t in GUEST_TESTS:
+            m = re.findall(rf"^GUEST {t}: rc=(\d+)", out, re.M)
+            results[t] = int(m[-1]) if m else None
+        for line in out.splitlines():
+            if line.startswith("GUEST "):
+                print(line)
+        if "KERNELS: booted" not in out:
+            raise Failure(f"kernel {label} ({pkg}) did not boot: see {log_path}")
+        for t, rc in results.items():
+            print(f"kernel {label} ({pkg}) {t}: {'PASS' if rc == 0 else 'FAIL'} (rc {rc}, {secs:.0f}s boot+tests)")
+            if rc != 0:
+                failed.append(f"{t} (rc {rc})")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if failed:
+        raise Failure(f"kernel {label} ({pkg}): {', '.join(failed)} failed in the guest, see {log_path}")

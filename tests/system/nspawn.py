@@ -2,26 +2,22 @@
 """A Debian 12 container under a real systemd, for the system suite: the rootfs is
 debootstrapped once and cached in the build tree; each test boots a copy with systemd-nspawn,
 bpffs bound in, runs commands inside with nsenter and powers it off. Skips (77) only where
-nspawn cannot run at all."""
+nspawn cannot run at all. Tests take it as the `container` fixture (tests/system/conftest.py)."""
 import hashlib
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
+
+from prtest import skip
 
 # The stamp names the package list: a cached rootfs made from another list is made again.
 # bash-completion and man-db: the package test completes and reads pages as a user would.
 PACKAGES = ("systemd,systemd-sysv,dbus,libbpf1,libjson-c5,libelf1,zlib1g,bpftool,python3,libnats3.4,nats-server,libnss-systemd,"
             "libcurl4,libprotobuf-c1,bash-completion,man-db")
 STAMP = "perfrelay-rootfs-" + hashlib.sha256(PACKAGES.encode()).hexdigest()[:12]
-
-
-def skip(reason):
-    print(f"SKIP: {reason}")
-    sys.exit(77)
 
 
 def run(*args, **kw):

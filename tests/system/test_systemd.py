@@ -10,15 +10,13 @@ import shutil
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nspawn import Container, require, run  # noqa: E402
+from nspawn import run
+from prtest import Failure, build_root, source_root
 
-SOURCE, BUILD = sys.argv[1], sys.argv[2]
+SOURCE, BUILD = source_root(), build_root()
 HERE = os.path.dirname(os.path.abspath(__file__))
 SYSBUILD = os.path.join(BUILD, "system-build")
 PIN = f"/sys/fs/bpf/perfrelay-system-{os.getpid()}"
-
-require()
 
 
 def build_for_usr():
@@ -43,27 +41,26 @@ def prepare_root(c):
     shutil.copy(os.path.join(os.path.dirname(HERE), "integration", "prtest.py"), c.path("root/prtest.py"))
 
 
-def main():
+def test_units_under_systemd(container):
     build_for_usr()
     try:
-        with Container(BUILD, "system") as c:
-            prepare_root(c)
-            c.boot()
-            # What meson installed, set up as a package's maintainer scripts would.
-            for cmd in (["systemd-sysusers"], ["systemd-tmpfiles", "--create"], ["systemctl", "daemon-reload"],
-                        ["systemctl", "reload", "dbus"]):
-                r = c.run(*cmd)
-                if r.returncode != 0:
-                    raise SystemExit(f"FAIL: {' '.join(cmd)}: {r.stderr}")
-            r = c.run("python3", "/root/inside.py", PIN, timeout=600)
-            sys.stdout.write(r.stdout)
-            sys.stderr.write(r.stderr)
-            return r.returncode
+        c = container("system")
+        prepare_root(c)
+        c.boot()
+        # What meson installed, set up as a package's maintainer scripts would.
+        for cmd in (["systemd-sysusers"], ["systemd-tmpfiles", "--create"], ["systemctl", "daemon-reload"],
+                    ["systemctl", "reload", "dbus"]):
+            r = c.run(*cmd)
+            if r.returncode != 0:
+                raise Failure(f"{' '.join(cmd)}: {r.stderr}")
+        # inside.py runs its steps in the container (whose python has no pytest) and says which failed.
+        r = c.run("python3", "/root/inside.py", PIN, timeout=600)
+        sys.stdout.write(r.stdout)
+        sys.stderr.write(r.stderr)
+        if r.returncode != 0:
+            raise Failure(f"inside.py exited with {r.returncode}: {r.stdout.strip().splitlines()[-1:]}")
     finally:
         # The links and maps the container's daemon pinned on the host's bpffs.
         build_daemon = os.path.join(BUILD, "daemon", "perfrelayd")
         subprocess.run([build_daemon, "--pin-path", PIN, "--config", "/nonexistent/perfrelay.conf", "--cleanup"],
                        capture_output=True)
-
-
-sys.exit(main())

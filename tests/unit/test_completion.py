@@ -9,9 +9,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
-SOURCE, BUILD = sys.argv[1], sys.argv[2]
+import pytest
+
+from prtest import build_root, source_root
+
+SOURCE, BUILD = source_root(), build_root()
 SCRIPTS = os.path.join(SOURCE, "shell-completion")
 CTL = os.path.join(BUILD, "client", "perfrelayctl")
 BASH_COMPLETION = "/usr/share/bash-completion/bash_completion"
@@ -23,7 +26,6 @@ failures = []
 
 def fail(msg):
     failures.append(msg)
-    print(f"FAIL: {msg}")
 
 
 def check_eq(got, want, what):
@@ -135,16 +137,27 @@ def check_zsh():
     check_eq((r.returncode, r.stderr.strip()), (0, ""), "zsh -n _perfrelayctl")
 
 
-def main():
+@pytest.fixture(autouse=True)
+def _failures():
+    """Each test reports every mismatch it finds, not only the first."""
     if not os.access(CTL, os.X_OK):
-        fail(f"{CTL} is not built")
-    else:
-        check_tables()
-        check_bash()
-        check_fish()
-        check_zsh()
-    print(f"{len(failures)} failures")
-    return 1 if failures else 0
+        pytest.fail(f"{CTL} is not built")
+    failures.clear()
+    yield
+    assert not failures, "\n".join(failures)
 
 
-sys.exit(main())
+def test_tables():
+    check_tables()
+
+
+def test_bash():
+    check_bash()
+
+
+def test_fish():
+    check_fish()
+
+
+def test_zsh():
+    check_zsh()

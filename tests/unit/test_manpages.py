@@ -8,9 +8,12 @@ other, and so does the shipped perfrelay.conf; perfrelay-export(8) every key of 
 import os
 import re
 import subprocess
-import sys
 
-SOURCE, BUILD = sys.argv[1], sys.argv[2]
+import pytest
+
+from prtest import build_root, source_root
+
+SOURCE, BUILD = source_root(), build_root()
 MAN = os.path.join(BUILD, "man")
 PAGES = ["perfrelayd.8", "perfrelayctl.1", "perfrelay.conf.5", "perfrelay-export.8", "perfrelay-metrics.8",
          "perfrelay-producer.7"]
@@ -21,7 +24,6 @@ failures = []
 
 def fail(msg):
     failures.append(msg)
-    print(f"FAIL: {msg}")
 
 
 def render(page):
@@ -140,23 +142,24 @@ def check_export(text):
             fail(f"perfrelay-export.8 does not name {key}=")
 
 
-def main():
+@pytest.fixture(autouse=True)
+def _failures():
+    """Each test reports every mismatch it finds, not only the first."""
     if not os.path.isdir(MAN) or not all(os.path.exists(os.path.join(MAN, p)) for p in PAGES):
-        print(f"SKIP: the manual pages are not built in {MAN} (scdoc missing: apt-get install scdoc)")
-        return 77
-    for page in PAGES:
-        text = render(page)
-        if page in BINARIES:
-            check_options(page, text)
-        if page == "perfrelayctl.1":
-            check_perfrelayctl(text)
-        if page == "perfrelay.conf.5":
-            check_config(text)
-        if page == "perfrelay-export.8":
-            check_export(text)
-        print(f"ok {page}")
-    print(f"{len(PAGES)} pages, {len(failures)} failures")
-    return 1 if failures else 0
+        pytest.skip(f"the manual pages are not built in {MAN} (scdoc missing: apt-get install scdoc)")
+    failures.clear()
+    yield
+    assert not failures, "\n".join(failures)
 
 
-sys.exit(main())
+@pytest.mark.parametrize("page", PAGES)
+def test_page(page):
+    text = render(page)
+    if page in BINARIES:
+        check_options(page, text)
+    if page == "perfrelayctl.1":
+        check_perfrelayctl(text)
+    if page == "perfrelay.conf.5":
+        check_config(text)
+    if page == "perfrelay-export.8":
+        check_export(text)

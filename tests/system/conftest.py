@@ -1,0 +1,22 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The fixture of the system suite: Debian 12 containers under a real systemd (nspawn.py)."""
+import pytest
+
+import nspawn
+
+
+@pytest.fixture
+def container(build_root):
+    """container(name): a copy of the cached Debian 12 rootfs (debootstrapped once into the build
+    tree), not booted yet, so that the test can install into it first; powered off and removed
+    after the test. Skips where systemd-nspawn cannot run at all."""
+    nspawn.require()
+    made = []
+
+    def make(name):
+        made.append(nspawn.Container(build_root, name))
+        return made[-1]
+
+    yield make
+    for c in reversed(made):
+        c.__exit__(None, None, None)
