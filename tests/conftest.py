@@ -30,7 +30,7 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def source_root():
     """The source tree (the parent of tests/)."""
-    return os.path.dirname(HERE)
+    return prtest.source_root()
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +42,7 @@ def perfrelayd():
 @pytest.fixture(scope="session")
 def build_root(perfrelayd):
     """The build tree of the daemon under test."""
-    return os.path.dirname(os.path.dirname(perfrelayd))
+    return prtest.build_root()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -19,6 +19,16 @@ def as_user(user, cmd):
     return ["setpriv", f"--reuid={uid}", f"--regid={gid}", f"--groups={groups}" if groups else "--clear-groups"] + cmd
 
 
+def busctl(address, *args, user=None, check_rc=True):
+    """busctl on the bus at `address`, as `user` (as_user()); a Failure if it fails, unless
+    check_rc is false."""
+    cmd = as_user(user, ["busctl", f"--address={address}", *args])
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    if check_rc and r.returncode != 0:
+        raise Failure(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
+    return r
+
+
 class BusPeer(Collected):
     """bus-subscriber: a D-Bus connection that (unless subscribe=False) calls Subscribe with
     the filter and prints every signal reaching it."""

@@ -76,12 +76,12 @@ def workdir():
 
 @pytest.fixture
 def socket_client():
-    """socket_client(path, request): a subscriber of the event socket whose lines a thread
-    collects (prtest.SocketClient); closed after the test."""
+    """socket_client(path, request, read=True, raw=False): a subscriber of the event socket
+    whose lines a thread collects (prtest.SocketClient); closed after the test."""
     clients = []
 
-    def make(path, request):
-        clients.append(prtest.SocketClient(path, request))
+    def make(path, request, **kw):
+        clients.append(prtest.SocketClient(path, request, **kw))
         return clients[-1]
 
     yield make

@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import time
 
-from prtest import Failure, skip
+from prtest import Failure, free_port, skip
 
 NATS_SERVER = shutil.which("nats-server") or "/usr/bin/nats-server"
 
@@ -19,14 +19,6 @@ NATS_SERVER = shutil.which("nats-server") or "/usr/bin/nats-server"
 def require_nats_server():
     if not os.access(NATS_SERVER, os.X_OK):
         skip("nats-server is not installed (apt-get install nats-server)")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class NatsServer:

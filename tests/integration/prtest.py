@@ -222,6 +222,13 @@ class Daemon:
                     raise Failure(f"{what}: {len(got)} of {count} events within {timeout}s")
                 self.cond.wait(left)
 
+    def client(self, request, hello=False, **kw):
+        """A subscriber on this daemon's socket (SocketClient; its hello line read if `hello`)."""
+        c = SocketClient(self.socket_path, request, **kw)
+        if hello:
+            c.hello()
+        return c
+
     def stop(self, sig=signal.SIGTERM, timeout=30):
         if self.proc is None:
             return None
@@ -277,26 +284,41 @@ class Collected:
                 self.cond.wait(left)
 
 
-class SocketClient(Collected):
-    """A subscriber on the event socket at `path`: sends the request line, then a thread
-    collects the JSON lines that come back (self.msgs); the hello line is waited for."""
+class SocketClient:
+    """A subscriber on the event socket at `path`: sends `request` (a dict, or the raw bytes
+    when raw=True, nothing when empty), then a thread collects what comes back (at once unless
+    read=False: start() begins reading, so that the client's queue can fill meanwhile) as fast as
+    it comes; lines are parsed when asked for. The socket_client fixture closes it after the
+    test."""
 
-    def __init__(self, path, request):
+    def __init__(self, path, request, read=True, raw=False, rcvbuf=None):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if rcvbuf:
+            # A small receive buffer: the daemon's queue for this client fills sooner.
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.sock.connect(path)
-        self.sock.sendall(json.dumps(request).encode() + b"\n")
-        self._collect_init()
+        if not raw:
+            request = json.dumps(request).encode() + b"\n"
+        if request:
+            self.sock.sendall(request)
+        self.data = bytearray()
+        self.eof = False
+        self.cond = threading.Condition()
+        self.thread = None
+        self.parsed = 0
+        self.msgs = []
         self.returned = 0  # events() handed out so far
-        threading.Thread(target=self._read, daemon=True).start()
-        self.hello = self.wait(lambda m: m["type"] in ("hello", "error"), f"hello line for {request}")
-        if self.hello["type"] != "hello":
-            raise Failure(f"the daemon refused {request}: {self.hello}")
+        if read:
+            self.start()
+
+    def start(self):
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
 
     def _read(self):
-        buf = b""
         while True:
             try:
-                chunk = self.sock.recv(1 << 16)
+                chunk = self.sock.recv(1 << 20)
             except OSError:
                 chunk = b""
             with self.cond:
@@ -304,33 +326,91 @@ class SocketClient(Collected):
                     self.eof = True
                     self.cond.notify_all()
                     return
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                self.msgs += [json.loads(line) for line in lines]
+                self.data += chunk
                 self.cond.notify_all()
 
-    def events(self, n, timeout=20):
-        """The next n events (neither the hello line nor lost notices), in order."""
-        deadline = time.monotonic() + timeout
+    def _parse(self):
+        # Only the complete lines are taken under the lock; parsing them outside it keeps the
+        # reading thread from waiting on us.
         with self.cond:
-            while True:
-                evs = [m for m in self.msgs if m["type"] not in ("hello", "lost")]
-                if len(evs) >= self.returned + n:
-                    out = evs[self.returned:self.returned + n]
-                    self.returned += n
-                    return out
+            end = self.data.rfind(b"\n") + 1
+            if end <= self.parsed:
+                return
+            text = bytes(self.data[self.parsed:end])
+            self.parsed = end
+        self.msgs += [json.loads(line) for line in text.split(b"\n")[:-1]]
+
+    def messages(self):
+        self._parse()
+        return list(self.msgs)
+
+    def count(self, needle):
+        with self.cond:
+            return self.data.count(needle)
+
+    def wait(self, pred, what, timeout=10):
+        deadline = time.monotonic() + timeout
+        while True:
+            self._parse()
+            got = [m for m in self.msgs if pred(m)]
+            if got:
+                return got[0]
+            with self.cond:
                 left = deadline - time.monotonic()
-                if left <= 0 or self.eof:
-                    raise Failure(f"{n} events: got {len(evs) - self.returned} within {timeout}s (eof={self.eof})")
-                self.cond.wait(left)
+                if left <= 0 or (self.eof and self.parsed == len(self.data)):
+                    raise Failure(f"{what}: not received within {timeout}s ({len(self.msgs)} messages, eof={self.eof})")
+                self.cond.wait(min(left, 0.2))
 
     def wait_eof(self, what, timeout=10):
         deadline = time.monotonic() + timeout
         with self.cond:
             while not self.eof:
                 left = deadline - time.monotonic()
-                check(left > 0, f"{what}: the connection closes")
+                if left <= 0:
+                    raise Failure(f"{what}: connection not closed within {timeout}s")
                 self.cond.wait(left)
+        self._parse()
+        check_eq(self.parsed, len(self.data), f"{what}: no partial line before EOF")
+        return list(self.msgs)
+
+    def wait_subscribed(self, timeout=10):
+        """Returns once the hello line has arrived, without consuming anything."""
+        if self.thread is None:
+            self.sock.settimeout(timeout)
+            check(self.sock.recv(1, socket.MSG_PEEK) == b"{", "a hello line")
+            self.sock.settimeout(None)
+            return
+        with self.cond:
+            while b"\n" not in self.data:
+                check(self.cond.wait(timeout), "a hello line in time")
+
+    def hello(self, timeout=10):
+        """The hello line, waited for; a Failure if the daemon answered otherwise. A client that
+        does not read yet (read=False) reads up to it here, and nothing is read after that."""
+        if self.thread is None:
+            self.sock.settimeout(timeout)
+            while b"\n" not in self.data:
+                chunk = self.sock.recv(4096)
+                if not chunk:
+                    raise Failure("the connection closed before a hello line")
+                self.data += chunk
+            self.sock.settimeout(None)
+        h = self.wait(lambda m: True, "hello line", timeout)
+        check_eq(self.msgs[0]["type"], "hello", f"first line is the hello line ({self.msgs[0]})")
+        return h
+
+    def events(self, n, timeout=20):
+        """The next n events (neither the hello line nor lost notices), in order."""
+        got = []
+
+        def enough():
+            got[:] = [m for m in self.messages() if m["type"] not in ("hello", "lost")]
+            return len(got) >= self.returned + n
+
+        wait_for(enough, f"{n} events (eof={self.eof})", timeout)
+        out = got[self.returned:self.returned + n]
+        self.returned += n
+        return out
 
     def close(self):
         # shutdown() first: close() alone leaves the connection open while the reading thread
@@ -340,6 +420,8 @@ class SocketClient(Collected):
         except OSError:
             pass
         self.sock.close()
+        if self.thread:
+            self.thread.join(5)
 
 
 def read_line(sock, timeout=None):
@@ -462,6 +544,43 @@ def bpftool_json(*args):
     return json.loads(r.stdout)
 
 
+steps_passed = 0  # steps of this process that passed (step())
+
+
+def step(name, on_failure=None):
+    """A decorator that runs the function at once as one named step of a longer sequence (the
+    system tests): prints "ok NAME" when it returns; when it raises, calls on_failure(name, e)
+    (which may exit) and lets the exception go on."""
+    def run(fn):
+        global steps_passed
+        try:
+            fn()
+        except Exception as e:
+            if on_failure:
+                on_failure(name, e)
+            raise
+        steps_passed += 1
+        print(f"ok {name}", flush=True)
+        return fn
+    return run
+
+
+def link_ids(pin_path, prefix="handle_"):
+    """The ids of the BPF links pinned under pin_path/links whose names start with prefix, by
+    name (the built-in probes' are handle_exec, handle_open_enter, ...)."""
+    links = os.path.join(pin_path, "links")
+    return {name: bpftool_json("link", "show", "pinned", os.path.join(links, name))["id"]
+            for name in sorted(os.listdir(links)) if name.startswith(prefix)}
+
+
+def run_true(*args):
+    """Runs /bin/true with args (a marker that events of exec, fork and exit carry) to its end;
+    its pid."""
+    p = subprocess.Popen(["/bin/true", *args])
+    p.wait()
+    return p.pid
+
+
 def producer_counters(pin_path, producer):
     """Sums a producer's per-CPU (attempts, failures) from the pinned counters array."""
     key = [str(b) for b in producer.to_bytes(4, "little")]
@@ -477,6 +596,40 @@ def producer_counters(pin_path, producer):
             attempts += int.from_bytes(raw[0:8], "little")
             failures += int.from_bytes(raw[8:16], "little")
     return attempts, failures
+
+
+def on_cpu(fn):
+    """Runs fn pinned to one CPU: everything it makes happen lands in that CPU's ring in order,
+    and a ring reaches every subscriber in order, so an event that arrives proves that every
+    event emitted before it on that CPU has been seen."""
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(saved)})
+    try:
+        return fn()
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
+def on_each_cpu(fn):
+    """Runs fn(cpu) pinned to each online CPU in turn. An event fn makes lands in that CPU's ring
+    behind everything emitted there before, and a ring reaches a client in order: once a client
+    has the barrier events of every CPU, it has every earlier event too. This is how the tests
+    prove that something did not arrive, without sleeping."""
+    saved = os.sched_getaffinity(0)
+    try:
+        for cpu in sorted(saved):
+            os.sched_setaffinity(0, {cpu})
+            fn(cpu)
+    finally:
+        os.sched_setaffinity(0, saved)
+    return sorted(saved)
+
+
+def free_port():
+    """A TCP port on loopback that nothing listens on now (for a server the test starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_for(pred, what, timeout=30, interval=0.02):

@@ -159,3 +159,19 @@ def validator_self_test():
                 {"type": "exec", "pid": 1, "extra": 0}, {"type": "exec", "pid": 1, "kind": "c"},
                 {"type": "exec", "pid": 1.5}, [], "x"):
         check(v.errors(bad, schema, "-"), f"validator rejects {bad!r}")
+
+
+_checked = None  # (validator, by_type), made once: the validator tested, the schemas loaded
+
+
+def validate(msg):
+    """Every line a client gets (events, hello and error lines) matches the published schema of
+    its type; a Failure naming the differences if not."""
+    global _checked
+    if _checked is None:
+        validator_self_test()
+        _checked = schemas_by_type()
+    validator, by_type = _checked
+    name = by_type.get(msg.get("type"))
+    check(name is not None, f"a schema for type {msg.get('type')!r}")
+    check_eq(validator.errors(msg, validator.load(name), name), [], f"schema errors of {msg}")

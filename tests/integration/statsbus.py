@@ -105,10 +105,13 @@ class StatsBus(PrivateBus):
             raise Failure(f"perfrelayctl stats --json failed ({r.returncode}): {r.stderr.strip()}")
         return json.loads(r.stdout)
 
-    def producer(self, producer_id):
-        """One producer's entry of GetStats() (all zeros if the daemon lists no such producer)."""
+    def producer(self, producer_id, listed=False):
+        """One producer's entry of GetStats(): all zeros if the daemon lists no such producer, or
+        None then if `listed`."""
         st = self.stats()
         for p in st["producers"]:
             if p["id"] == producer_id:
                 return p
+        if listed:
+            return None
         return {k: (0 if isinstance(v, int) else v) for k, v in st["total"].items()} | {"id": producer_id}

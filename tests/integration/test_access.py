@@ -14,11 +14,11 @@ import subprocess
 import sys
 import time
 
-from busclient import BusPeer, as_user
+from busclient import BusPeer, as_user, busctl
 import pytest
 
-from prtest import (Daemon, UnitCgroup, cgroup2_mount, check, check_eq, daemon_binary, hold_connections, main,
-                    read_line, skip, wait_for)
+from prtest import (cgroup2_mount, check, check_eq, Daemon, daemon_binary, hold_connections, main, read_line,
+                    skip, UnitCgroup, wait_for)
 
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
@@ -65,9 +65,9 @@ def _setup(make_daemon, stats_bus, workdir):
 MANAGER = ("org.perfrelay1", "/org/perfrelay1", "org.perfrelay1.Manager")
 
 
-def busctl(role, *args):
-    return subprocess.run(as_user(ROLES[role], ["busctl", f"--address={bus.address}", *args]),
-                          capture_output=True, text=True, timeout=30)
+def as_role(role, *args):
+    """busctl on this test's bus as `role`; its result, whatever it is."""
+    return busctl(bus.address, *args, user=ROLES[role], check_rc=False)
 
 
 def peer(role):
@@ -141,7 +141,7 @@ def test_snapshot_and_capture_by_role():
 
         with open(d.config_path, "a") as f:
             f.write("[Capture]\nAllowHostCaptures=yes\n")
-        check_eq(busctl("root", "call", *MANAGER, "Reload").returncode, 0, "Reload")
+        check_eq(as_role("root", "call", *MANAGER, "Reload").returncode, 0, "Reload")
         rep = start_capture(peers["control"], "cgroup=/")
         check(rep["error"] is None, f"with AllowHostCaptures=yes a ControlGroups= member captures the host: {rep}")
     finally:
@@ -153,7 +153,7 @@ def test_snapshot_and_capture_by_role():
 
 
 def busctl_json(role, *args):
-    r = busctl(role, "--json=short", *args)
+    r = as_role(role, "--json=short", *args)
     return r.returncode, (json.loads(r.stdout)["data"] if r.returncode == 0 and r.stdout.strip() else None)
 
 
@@ -183,13 +183,13 @@ def test_metadata_by_role():
             check_eq(0 in listed, role == "root", f"GetStats' client_list shows root's client to {role} only if root")
             check(stats["clients"]["data"]["connected"]["data"] >= 1, "the totals are for everyone")
 
-            r = busctl(role, "get-property", "org.perfrelay1", root_mon.path, "org.perfrelay1.Monitor", "Filter")
+            r = as_role(role, "get-property", "org.perfrelay1", root_mon.path, "org.perfrelay1.Monitor", "Filter")
             check_eq(r.returncode == 0, role == "root", f"root's monitor's Filter readable by {role}: {r.stderr.strip()}")
             if role in own:
-                r = busctl(role, "get-property", "org.perfrelay1", own[role].path, "org.perfrelay1.Monitor", "Filter")
+                r = as_role(role, "get-property", "org.perfrelay1", own[role].path, "org.perfrelay1.Monitor", "Filter")
                 check(r.returncode == 0 and f"{role}-own" in r.stdout, f"{role} reads its own monitor's Filter: {r}")
                 other = own["control" if role != "control" else "nobody"]
-                r = busctl(role, "get-property", "org.perfrelay1", other.path, "org.perfrelay1.Monitor", "Filter")
+                r = as_role(role, "get-property", "org.perfrelay1", other.path, "org.perfrelay1.Monitor", "Filter")
                 check(r.returncode != 0, f"{role} does not read another user's Filter")
     finally:
         client.close()

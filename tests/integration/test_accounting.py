@@ -7,14 +7,12 @@ figure read from GetStats() (perfrelayctl stats --json) and checked against a se
 independent source."""
 import json
 import os
-import socket
 import struct
 import subprocess
-import time
 
 import pytest
 
-from prtest import Daemon, Failure, check, check_eq, daemon_binary, main
+from prtest import check, check_eq, Daemon, daemon_binary, Failure, main, SocketClient, wait_for
 import event_abi
 
 BINARY = daemon_binary()
@@ -34,98 +32,69 @@ def _setup(root_and_bpf, stats_bus):
     BUS = stats_bus
 
 
-class SlowClient:
-    """A subscriber that reads its hello and then nothing until told to, so that its queue
-    overflows; afterwards it reads to the end of what the daemon owes it."""
+class SlowClient(SocketClient):
+    """A subscriber that reads its hello and then nothing until drain(), so that its queue
+    overflows; drain() then reads to the end of what the daemon owes it, JSON lines or binary
+    frames, counting events and reported losses."""
 
     def __init__(self, path, fmt):
+        super().__init__(path, {"subscribe": {"types": ["bench"]}, "format": fmt}, read=False, rcvbuf=4096)
         self.fmt = fmt
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        # A small receive buffer: the daemon's queue for us fills sooner.
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        self.sock.connect(path)
-        self.sock.sendall(json.dumps({"subscribe": {"types": ["bench"]}, "format": fmt}).encode() + b"\n")
-        self.buf = b""
-        hello = json.loads(self._line(10))
-        check_eq(hello["type"], "hello", "first line")
-        self.id = hello["client_id"]
+        self.id = self.hello()["client_id"]
+        self.consumed = self.data.index(b"\n") + 1
         self.events = 0
         self.lost = 0
 
-    def _fill(self, deadline):
-        self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-        try:
-            data = self.sock.recv(1 << 16)
-        except socket.timeout:
-            return
-        if not data:
-            raise Failure(f"client {self.id}: the daemon closed the stream")
-        self.buf += data
-
-    def _line(self, timeout):
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self.buf:
-            if time.monotonic() > deadline:
-                raise Failure("no hello line")
-            self._fill(deadline)
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line
-
     def _consume(self):
+        with self.cond:
+            buf = bytes(self.data[self.consumed:])
         if self.fmt == "json":
-            *lines, self.buf = self.buf.split(b"\n")
-            for line in lines:
+            end = buf.rfind(b"\n") + 1
+            for line in buf[:end].split(b"\n")[:-1]:
                 ev = json.loads(line)
                 if ev["type"] == "lost":
                     self.lost += ev["count"]
                 else:
                     check_eq(ev["type"], "bench", "event type")
                     self.events += 1
+            self.consumed += end
             return
-        while len(self.buf) >= 4:
-            (length,) = struct.unpack_from("<I", self.buf)
-            if len(self.buf) < 4 + length:
+        pos = 0
+        while len(buf) - pos >= 4:
+            (length,) = struct.unpack_from("<I", buf, pos)
+            if len(buf) - pos < 4 + length:
                 break
-            rec = self.buf[4:4 + length]
-            self.buf = self.buf[4 + length:]
+            rec = buf[pos + 4:pos + 4 + length]
+            pos += 4 + length
             magic, _, _, typ, size, *_ = HDR.unpack_from(rec)
             check_eq((magic, size), (0x5250, length), "frame header")
             if typ == TYPE_LOST:
                 self.lost += struct.unpack_from("<Q", rec, HDR.size)[0]
             else:
                 self.events += 1
+        self.consumed += pos
 
     def drain(self, expected, timeout=60):
         """Reads until events + reported losses account for `expected` records; never sleeps:
         the daemon reports the last losses when room returns (at the latest FlushIntervalMs)."""
-        deadline = time.monotonic() + timeout
-        self._consume()
-        while self.events + self.lost < expected:
-            if time.monotonic() > deadline:
-                raise Failure(f"client {self.id} ({self.fmt}): {self.events} events + {self.lost} lost of "
-                              f"{expected} within {timeout}s")
-            self._fill(deadline)
-            self._consume()
-        check_eq(self.events + self.lost, expected, f"client {self.id}: events + lost")
+        self.start()
 
-    def close(self):
-        self.sock.close()
+        def accounted():
+            self._consume()
+            if self.eof and self.events + self.lost < expected:
+                raise Failure(f"client {self.id}: the daemon closed the stream")
+            return self.events + self.lost >= expected
+
+        wait_for(accounted, f"client {self.id} ({self.fmt}): events + lost reach {expected}", timeout)
+        check_eq(self.events + self.lost, expected, f"client {self.id}: events + lost")
 
 
 def fence(path):
     """A connection whose hello proves the daemon's main thread attached every subscriber whose
     hello came before: it serves connections one callback at a time."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(path)
-    s.sendall(b'{"subscribe":{"types":["exec"]}}\n')
-    s.settimeout(10)
-    data = b""
-    while b"\n" not in data:
-        chunk = s.recv(4096)
-        if not chunk:
-            raise Failure("fence connection closed without a hello")
-        data += chunk
-    s.close()
+    c = SocketClient(path, {"subscribe": {"types": ["exec"]}})
+    c.hello()
+    c.close()
 
 
 def test_accounting_under_overload():

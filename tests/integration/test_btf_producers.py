@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from prtest import SocketClient, check, check_eq, daemon_binary, main, read_line, wait_for
+from prtest import check, check_eq, daemon_binary, main, read_line, wait_for
 
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
@@ -48,11 +48,6 @@ def example_entry():
             return p
     return None
 
-
-
-def Client(request):
-    """A subscriber on this test's daemon (prtest.SocketClient)."""
-    return SocketClient(d.socket_path, request)
 
 
 def expected(n):
@@ -94,10 +89,10 @@ def test_example_decoded():
                  ["u8v", "s8v", "u16v", "s16v", "_pad", "u32v", "s32v", "u64v", "s64v", "color", "name",
                   "point", "values", "_pad2"], "the type's top-level fields")
 
-        everything = Client({"subscribe": {"types": ["example"]}})
-        blue = Client({"subscribe": {"types": ["example"], "where": {"color": "EXAMPLE_BLUE", "name": "example"}}})
-        one = Client({"subscribe": {"where": {"s8v": -101, "u64v": 18000000000000000001}}})
-        builtin = Client({"subscribe": {"types": ["exec"], "where": {"u8v": 200}}})
+        everything = d.client({"subscribe": {"types": ["example"]}}, hello=True)
+        blue = d.client({"subscribe": {"types": ["example"], "where": {"color": "EXAMPLE_BLUE", "name": "example"}}}, hello=True)
+        one = d.client({"subscribe": {"where": {"s8v": -101, "u64v": 18000000000000000001}}}, hello=True)
+        builtin = d.client({"subscribe": {"types": ["exec"], "where": {"u8v": 200}}}, hello=True)
         # A binary client: the raw records, and their fields through libperfrelay's iterator
         # from the schema frame the daemon sends before the first one.
         binary = subprocess.Popen([FIELD_CLIENT, d.socket_path, "example", str(N)], stdout=subprocess.PIPE,
@@ -166,7 +161,7 @@ def test_late_producer():
     loader loads, emits LATE_N records at once and unloads within a few milliseconds, so the
     program is gone before its records are read: its BTF was taken when it loaded."""
     d.start()
-    c = Client({"subscribe": {"types": [TYPE]}})
+    c = d.client({"subscribe": {"types": [TYPE]}}, hello=True)
     fast = 0
     try:
         for run, cpu in enumerate([0, 1 % os.cpu_count(), 0]):
@@ -199,7 +194,7 @@ def test_hostile_btf_refused():
     """Declarations no decoder may be built for are refused with their reason, counted, and the
     records of such a type still arrive as "unknown" with their payload."""
     d.start()
-    unknown = Client({"subscribe": {"types": [0x8123]}})
+    unknown = d.client({"subscribe": {"types": [0x8123]}}, hello=True)
     p = subprocess.Popen([HOSTILE, d.pin_path, "1", "0", "--hold"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -241,7 +236,7 @@ def test_undeclared_type_unknown():
     """No regression: a record type nobody declared is published as before, "unknown" with its
     payload in base64, and asks for no decoder that could not be built."""
     d.start()
-    c = Client({"subscribe": {"types": [STEADY_TYPE]}})
+    c = d.client({"subscribe": {"types": [STEADY_TYPE]}}, hello=True)
     p = subprocess.Popen([STEADY, d.pin_path, "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         p.stdin.write("burst 3\n")

@@ -61,7 +61,7 @@ for i in range(int(sys.argv[2])):
 """
 
 
-class Unit(UnitCgroup):
+class NetnsUnit(UnitCgroup):
     def popen(self, code, *args, **kw):
         """python3 -c code in this unit's cgroup and in the test's network namespace."""
         return super().popen(["ip", "netns", "exec", NETNS, sys.executable, "-c", code, *map(str, args)], **kw)
@@ -149,7 +149,7 @@ def _setup(make_daemon, stats_bus):
 
 def test_unit_capture():
     d.start()
-    mine, other = Unit("capmine"), Unit("capother")
+    mine, other = NetnsUnit("capmine"), NetnsUnit("capother")
     out = os.path.join(d.dir, "mine.pcapng")
     marker, foreign = f"perfrelay-capture-{uuid.uuid4().hex[:12]}", f"other-unit-{uuid.uuid4().hex[:12]}"
     try:
@@ -196,9 +196,9 @@ def test_unit_is_not_a_users_decoy():
     uid = 4243
     name = f"perfrelay-decoy-{os.getpid()}.service"
     users = f"user.slice/user-{uid}.slice"
-    units = [Unit("", parent=f"{users}/user@{uid}.service/app.slice", name=name),
-             Unit("", parent=f"system.slice/perfrelay-delegate-{os.getpid()}.service", name=name),
-             Unit("", parent="system.slice", name=name)]
+    units = [NetnsUnit("", parent=f"{users}/user@{uid}.service/app.slice", name=name),
+             NetnsUnit("", parent=f"system.slice/perfrelay-delegate-{os.getpid()}.service", name=name),
+             NetnsUnit("", parent="system.slice", name=name)]
     decoy, decoy2, real = units
     delegate_cgroup(os.path.dirname(os.path.dirname(decoy.path)), uid)
     for u in (decoy, decoy2):
@@ -222,7 +222,7 @@ def test_unit_is_not_a_users_decoy():
         payloads = b"".join(bytes.fromhex(f[2].replace(":", "")) for f in frames if f[2])
         check(marker.encode() in payloads and foreign.encode() not in payloads, "the real unit's payload only")
 
-        twin = Unit("", parent=f"perfrelay-twin-{os.getpid()}.slice", name=name)
+        twin = NetnsUnit("", parent=f"perfrelay-twin-{os.getpid()}.slice", name=name)
         units.append(twin)
         r = subprocess.run([bus.ctl, "capture", "--unit", name, "-w", "/dev/null"], capture_output=True, text=True,
                            timeout=30, env=dict(os.environ, PERFRELAY_SOCKET=d.socket_path))
@@ -237,7 +237,7 @@ def test_unit_is_not_a_users_decoy():
 
 def test_truncation():
     d64.start()
-    mine = Unit("captrunc")
+    mine = NetnsUnit("captrunc")
     out = os.path.join(d64.dir, "trunc.pcapng")
     big = "x" * 1000
     try:
@@ -260,7 +260,7 @@ def test_truncation():
 
 def test_rate_limit():
     d.start()
-    mine = Unit("caprate")
+    mine = NetnsUnit("caprate")
     out = os.path.join(d.dir, "rate.pcapng")
     try:
         p = ctl("capture", "--unit", mine.name, "--rate", "10", "--direction", "egress", "-w", out, daemon=d)
@@ -291,7 +291,7 @@ def test_stop_under_load():
     runs in flight ended (a grace period after the detach), so the file holds exactly the
     packets the capture says it captured, and what it saw is captured + dropped + failed."""
     d.start()
-    mine = Unit("capload")
+    mine = NetnsUnit("capload")
     out = os.path.join(d.dir, "load.pcapng")
     sender = None
     try:
@@ -356,7 +356,7 @@ def test_interface_capture():
 def test_stdout_stream():
     """-w - streams pcapng: tcpdump reads it from a pipe (`perfrelayctl capture -w - | tcpdump -r -`)."""
     d.start()
-    mine = Unit("capstream")
+    mine = NetnsUnit("capstream")
     marker = f"streamed-{uuid.uuid4().hex[:12]}"
     try:
         p = subprocess.Popen([bus.ctl, "capture", "--unit", mine.name, "-w", "-"], stdout=subprocess.PIPE,
@@ -379,7 +379,7 @@ def test_stdout_stream():
 
 def test_requester_leaves_and_access():
     d.start()
-    mine = Unit("capgone")
+    mine = NetnsUnit("capgone")
     try:
         # busctl starts a capture and exits: the capture goes with it.
         r = subprocess.run(["busctl", f"--address={bus.address}", "call", "org.perfrelay1", "/org/perfrelay1",

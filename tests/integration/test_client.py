@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from prtest import Failure, check, check_eq, daemon_binary, main
+from prtest import check, check_eq, daemon_binary, Failure, main, run_true
 from schema import SCHEMA_DIR, schemas_by_type, validator_self_test
 
 BINARY = daemon_binary()
@@ -103,12 +103,6 @@ def run_until_seen(monitor, make_event, matches, what, tries=20):
     return monitor.wait_line(lambda line: matches(line, token), what, timeout=10)
 
 
-def run_marker(marker):
-    p = subprocess.Popen(["/bin/true", marker])
-    p.wait()
-    return p.pid
-
-
 def seconds_of_day(hms):
     h, m, s = hms.split(":")
     return int(h) * 3600 + int(m) * 60 + float(s)
@@ -122,7 +116,7 @@ def test_monitor_shows_exec():
     try:
         header = m.wait_line(lambda line: True, "the header")
         check(header.split()[:6] == ["TIME", "TYPE", "PID", "UID", "COMM", "DETAILS"], f"header: {header!r}")
-        line = run_until_seen(m, lambda: run_marker(marker),
+        line = run_until_seen(m, lambda: run_true(marker),
                               lambda line, pid: f" {pid} " in line and marker in line, "the marker's exec")
         cols = line.split(None, 5)
         check(re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3}", cols[0]), f"TIME column: {line!r}")
@@ -204,7 +198,7 @@ def test_json_lines_validate():
     m = Monitor("--json")
     try:
         def make():
-            run_marker(marker)  # exec, fork (of this test), exit
+            run_true(marker)  # exec, fork (of this test), exit
             try:
                 os.close(os.open(path, os.O_RDONLY | os.O_CREAT, 0o600))  # a path that needs escaping
             except OSError:

@@ -8,14 +8,13 @@ counters; GetUnitCounters() and perfrelayctl top show them; totals and pins surv
 keep growing while no daemon runs, and are not counted twice."""
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 
 import pytest
 
-from prtest import cgroup2_mount, check, check_eq, daemon_binary, delegate_cgroup, Failure, main, skip, UnitCgroup
+from prtest import (cgroup2_mount, check, check_eq, daemon_binary, delegate_cgroup, Failure, main, skip, SocketClient,
+                    UnitCgroup)
 from prtest import wait_for
 
 BINARY = daemon_binary()
@@ -69,30 +68,8 @@ def cpu_ns(proc):
     return int((ru.ru_utime + ru.ru_stime) * 1e9)
 
 
-class Subscriber:
-    """A socket client with one request; lines collected by a thread."""
-
-    def __init__(self, request):
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.connect(d.socket_path)
-        self.sock.sendall(json.dumps(request).encode() + b"\n")
-        self.lines = []
-        self.cond = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        f = self.sock.makefile("rb")
-        for line in f:
-            with self.cond:
-                self.lines.append(json.loads(line))
-                self.cond.notify_all()
-
-    def events(self, type_):
-        with self.cond:
-            return [m for m in self.lines if m.get("type") == type_]
-
-    def close(self):
-        self.sock.close()
+def of_type(client, type_):
+    return [m for m in client.messages() if m.get("type") == type_]
 
 
 def intervals():
@@ -143,8 +120,8 @@ def test_spin_and_sleep():
     d.start()
     st = bus.stats()["counters"]
     check(SOFTWARE <= set(st["counters"]), f"the software counters are on by default: {st['counters']}")
-    counters_sub = Subscriber({"subscribe": {"types": ["counters", "exit"]}})
-    default_sub = Subscriber({"subscribe": {}})
+    counters_sub = SocketClient(d.socket_path, {"subscribe": {"types": ["counters", "exit"]}})
+    default_sub = SocketClient(d.socket_path, {"subscribe": {}})
     spin, sleep = Unit("spin"), Unit("sleep")
     try:
         n_sleeps = 40
@@ -166,7 +143,7 @@ def test_spin_and_sleep():
 
         # Everything charged so far is in the next intervals' events.
         wait_intervals(2)
-        evs = counters_sub.events("counters")
+        evs = of_type(counters_sub, "counters")
         per_unit = {}
         for e in evs:
             check_eq(set(e["values"]) >= {"task_clock_ns", "context_switches"}, True, f"values of {e}")
@@ -181,8 +158,8 @@ def test_spin_and_sleep():
         # The unit held nothing but the spinner: its intervals add up to the process's total.
         check(abs(spin_total - c_spin["task_clock_ns"]) <= c_spin["task_clock_ns"] * 0.10,
               f"the spinner's unit ({spin_total} ns) used what its process did ({c_spin['task_clock_ns']} ns)")
-        check_eq(default_sub.events("counters"), [], "a client that did not ask for counters gets none")
-        check(default_sub.events("exit"), "(while it gets the other events)")
+        check_eq(of_type(default_sub, "counters"), [], "a client that did not ask for counters gets none")
+        check(of_type(default_sub, "exit"), "(while it gets the other events)")
 
         vals = totals_of(spin)
         check(vals is not None and vals["task_clock_ns"] >= spin_total,

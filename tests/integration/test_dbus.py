@@ -19,12 +19,12 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 
-import prtest
 import pytest
 
-from prtest import Daemon, Failure, check, check_eq, daemon_binary, main, producer_counters, skip, wait_for
-from schema import schemas_by_type
+from prtest import check, check_eq, Daemon, daemon_binary, Failure, main, on_cpu, producer_counters, skip, wait_for
+from schema import validate
 from statsbus import PrivateBus
+import busclient
 from busclient import BusPeer, as_user
 
 BINARY = daemon_binary()
@@ -73,11 +73,8 @@ def online_cpus():
 
 
 def busctl(*args, user=None, check_rc=True, address=None):
-    cmd = as_user(user, ["busctl", f"--address={address or BUS.address}"] + list(args))
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-    if check_rc and r.returncode != 0:
-        raise Failure(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
-    return r
+    """busctl on this test's bus (or `address`)."""
+    return busclient.busctl(address or BUS.address, *args, user=user, check_rc=check_rc)
 
 
 def call(method, signature=None, *args, user=None):
@@ -99,35 +96,12 @@ def prop(name):
 
 
 
-def on_cpu(fn):
-    """Runs fn pinned to one CPU: everything it makes happen lands in that CPU's ring in order,
-    and a ring reaches every subscriber in order, so an event that arrives proves that every
-    event emitted before it on that CPU has been seen."""
-    saved = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(saved)})
-    try:
-        return fn()
-    finally:
-        os.sched_setaffinity(0, saved)
-
-
 class Subscriber(BusPeer):
     """The helper on this test's bus (busclient.BusPeer)."""
 
     def __init__(self, *filters, user=None, subscribe=True, address=None):
         super().__init__(HELPER, address or BUS.address, *filters, user=user, subscribe=subscribe)
 
-
-
-def SocketClient(request):
-    """A subscriber on this test's daemon (prtest.SocketClient)."""
-    return prtest.SocketClient(d.socket_path, request)
-
-
-def validate(ev):
-    validator, by_type = schemas_by_type()
-    name = by_type[ev["type"]]
-    check_eq(validator.errors(ev, validator.load(name), name), [], f"schema errors of {ev}")
 
 
 # ---- the bus and the daemon ----
@@ -177,7 +151,7 @@ def test_properties():
 
     # A burst of marker events: counters grow by at least that much.
     n = 20
-    client = SocketClient({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}})
+    client = d.client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}}, hello=True)
     before = get_all()
     for i in range(n):
         subprocess.run([MARKER, f"burst-{i}"], check=True)
@@ -238,7 +212,7 @@ def test_cpu_and_reader_stats():
 
 def test_probe_switch():
     """SetProbeEnabled("open", false) stops open events for a socket client; enabling restores them."""
-    client = SocketClient({"subscribe": {"types": ["open", "exec"], "comm": [PY_COMM, MARKER_NAME]}})
+    client = d.client({"subscribe": {"types": ["open", "exec"], "comm": [PY_COMM, MARKER_NAME]}}, hello=True)
     try:
         call("SetProbeEnabled", "sb", "open", "false")
         check_eq(prop("Probes"), ["exec", "exit", "fork", "connect"], "Probes without open")
@@ -269,11 +243,11 @@ def test_probe_switch():
 
 
 def test_disconnect_client():
-    a = SocketClient({"subscribe": {"types": ["exec"], "pid": [2, 1]}})
-    b = SocketClient({})
+    a = d.client({"subscribe": {"types": ["exec"], "pid": [2, 1]}}, hello=True)
+    b = d.client({}, hello=True)
     try:
         rows = {r[0]: r for r in call("ListClients")[0]}
-        ida, idb = a.hello["client_id"], b.hello["client_id"]
+        ida, idb = a.hello()["client_id"], b.hello()["client_id"]
         check_eq(set(rows), {ida, idb}, "ListClients lists both clients")
         check_eq(rows[ida][1:4], [0, os.getpid(), '{"types":["exec"],"pid":[1,2]}'], "client a: uid, pid, filter")
         check_eq(rows[idb][3], "{}", "client b's filter")
@@ -320,7 +294,7 @@ def test_sent_means_written():
             check(chunk, "the slow client's hello line")
             hello += chunk
         slow_id = json.loads(hello)["client_id"]
-        fast = SocketClient(request)
+        fast = d.client(request, hello=True)
         delivered0, drops0 = prop("EventsDelivered"), prop("ClientDrops")
         os.write(go_w, b"x")
         # The barrier comes last on the one CPU of the burst: with it, the reading client
@@ -659,7 +633,7 @@ def test_introspect():
 
 
 def test_perfrelayctl():
-    client = SocketClient({"subscribe": {"types": [65000]}})
+    client = d.client({"subscribe": {"types": [65000]}}, hello=True)
     try:
         before = get_all()
         r = subprocess.run([CTL, "status", "--json"], capture_output=True, text=True, timeout=30)
@@ -695,7 +669,7 @@ def test_perfrelayctl():
         r = subprocess.run([CTL, "clients"], capture_output=True, text=True, timeout=30)
         rows = [l.split() for l in r.stdout.splitlines()[1:]]
         check_eq([(int(x[0]), int(x[1]), int(x[2]), x[6]) for x in rows],
-                 [(client.hello["client_id"], 0, os.getpid(), '{"types":[65000]}')], "perfrelayctl clients")
+                 [(client.hello()["client_id"], 0, os.getpid(), '{"types":[65000]}')], "perfrelayctl clients")
 
         r = subprocess.run([CTL, "probe", "disable", "connect"], capture_output=True, text=True, timeout=30)
         check_eq((r.returncode, prop("Probes")), (0, ["exec", "exit", "fork", "open"]), "perfrelayctl probe disable")

@@ -46,11 +46,6 @@ def Steady(pin_path):
     return SteadyProducer(BUILDDIR, pin_path, CPU)
 
 
-def producer_stats():
-    st = BUS.stats()
-    return next((p for p in st["producers"] if p["id"] == PRODUCER), None)
-
-
 def restarts(tag, sig, n, rate=RATE):
     """Runs the producer through n stops by `sig` and restarts; returns its final counts and the
     producer's GetStats() entry read by a last daemon after everything was drained."""
@@ -62,13 +57,13 @@ def restarts(tag, sig, n, rate=RATE):
         prod.cmd(f"rate {rate}")
         for i in range(n):
             # Each daemon serves while records flow: stop it only once it has read some.
-            wait_for(lambda: (producer_stats() or {}).get("received_session", 0) >= RATE // 50,
+            wait_for(lambda: (BUS.producer(PRODUCER, listed=True) or {}).get("received_session", 0) >= RATE // 50,
                      f"daemon {i + 1} reads the producer's records", timeout=20)
             rc = d.stop(sig)
             check_eq(rc, 0 if sig == signal.SIGTERM else -sig, f"stop {i + 1} by {sig.name}")
             d.start()
             if i == 0:
-                p = producer_stats()
+                p = BUS.producer(PRODUCER, listed=True)
                 check(p is not None and p["failures_downtime"] > 0,
                       f"after a restart the downtime's failures are reported apart: {p}")
                 check_eq(p["failures_serving"] + p["failures_downtime"], p["failures"],
@@ -82,7 +77,7 @@ def restarts(tag, sig, n, rate=RATE):
         # pinned maps, with nothing in flight.
         check_eq(d.stop(), 0, "last stop by SIGTERM")
         d.start()
-        p = producer_stats()
+        p = BUS.producer(PRODUCER, listed=True)
         check(p is not None, f"GetStats lists producer {PRODUCER}")
         check_eq(d.stop(), 0, "clean exit")
         print(f"{tag}: producer {counts}, GetStats {json.dumps(p, sort_keys=True)}")
@@ -145,14 +140,14 @@ def test_seq_gaps_under_overflow():
             d.proc.send_signal(signal.SIGCONT)
 
         def settled():
-            p = producer_stats()
+            p = BUS.producer(PRODUCER, listed=True)
             return p if p and p["attempts"] == p["received"] + p["failures"] else None
         p = wait_for(settled, "the readers read what the kernel accepted", timeout=20)
         check(p["failures_serving"] > 0, f"a one-page ring overflowed: {p}")
         # One more record into the emptied ring: the detector learns the last seq, so every
         # failed attempt before it is a gap.
         prod.cmd("burst 1")
-        p = wait_for(lambda: (lambda q: q if q["received"] == p["received"] + 1 else None)(producer_stats()),
+        p = wait_for(lambda: (lambda q: q if q["received"] == p["received"] + 1 else None)(BUS.producer(PRODUCER, listed=True)),
                      "the last record", timeout=10)
         counts = prod.counts()
         check_eq(p["attempts"], counts["calls"], "attempts = the producer's own calls")
@@ -186,11 +181,11 @@ def test_seq_gaps_with_a_slow_client():
         prod = Steady(d.pin_path)
         prod.cmd("rate 20000")
         # Far more than 64 KiB of queue and a socket buffer hold: the client must lose events.
-        p = wait_for(lambda: (lambda q: q if q and q["received_session"] >= 30000 else None)(producer_stats()),
+        p = wait_for(lambda: (lambda q: q if q and q["received_session"] >= 30000 else None)(BUS.producer(PRODUCER, listed=True)),
                      "the daemon reads 30000 records", timeout=30)
         prod.cmd("rate 0")
         counts = prod.counts()
-        p = wait_for(lambda: (lambda q: q if q["received"] + q["failures"] == q["attempts"] else None)(producer_stats()),
+        p = wait_for(lambda: (lambda q: q if q["received"] + q["failures"] == q["attempts"] else None)(BUS.producer(PRODUCER, listed=True)),
                      "the readers read what the kernel accepted", timeout=10)
         check_eq(p["attempts"], counts["calls"], "attempts = the producer's own calls")
         check_eq(p["received"], counts["accepted"], "received = records the kernel accepted")
@@ -275,7 +270,7 @@ def test_failed_start_loses_nothing():
         prod.close()
         check_eq(d.stop(), 0, "clean exit")
         d.start()
-        p = producer_stats()
+        p = BUS.producer(PRODUCER, listed=True)
         check_eq(d.stop(), 0, "clean exit")
         print(f"failed starts: producer {counts}, GetStats {json.dumps(p, sort_keys=True)}")
         check_eq(p["attempts"], counts["calls"], "attempts = the producer's own calls")
@@ -299,7 +294,7 @@ def test_ledger_made_beside_old_counters():
         d.start()
         prod = Steady(d.pin_path)
         prod.cmd("burst 3000")
-        wait_for(lambda: (producer_stats() or {}).get("received", 0) == prod.counts()["accepted"],
+        wait_for(lambda: (BUS.producer(PRODUCER, listed=True) or {}).get("received", 0) == prod.counts()["accepted"],
                  "the daemon read the burst", timeout=10)
         check_eq(d.stop(), 0, "clean exit")
         os.unlink(f"{d.pin_path}/received")
@@ -307,7 +302,7 @@ def test_ledger_made_beside_old_counters():
         d.start()
         prod.cmd("burst 300")
         counts = prod.counts()
-        p = wait_for(lambda: (lambda q: q if q and q["received"] == counts["accepted"] else None)(producer_stats()),
+        p = wait_for(lambda: (lambda q: q if q and q["received"] == counts["accepted"] else None)(BUS.producer(PRODUCER, listed=True)),
                      "the daemon read the last burst", timeout=10)
         check_eq(p["attempts"], counts["calls"], "attempts = the producer's own calls")
         check_eq(p["crash_lost"], 0, "the old history is not crash loss")
@@ -333,12 +328,12 @@ def test_emit_size_limit():
         prod.cmd("big 65516")
         counts = prod.counts()
         check_eq(counts, {"calls": 1, "accepted": 1}, "a 65516-byte record is accepted")
-        p = wait_for(lambda: (lambda q: q if q and q["received"] == 1 else None)(producer_stats()),
+        p = wait_for(lambda: (lambda q: q if q and q["received"] == 1 else None)(BUS.producer(PRODUCER, listed=True)),
                      "the daemon reads the 65516-byte record", timeout=10)
         check_eq((p["attempts"], p["failures"], p["malformed"]), (1, 0, 0), "one attempt, received whole")
         prod.cmd("big 65517")
         check_eq(prod.counts(), {"calls": 2, "accepted": 1}, "a 65517-byte record is refused")
-        p = producer_stats()
+        p = BUS.producer(PRODUCER, listed=True)
         check_eq((p["attempts"], p["failures"], p["received"]), (2, 1, 1), "the refusal counts as a failure")
         prod.close()
         check_eq(d.stop(), 0, "clean exit")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from prtest import check, check_eq, daemon_binary, main, read_line
+from prtest import check, check_eq, daemon_binary, main, read_line, wait_for
 
 BINARY = daemon_binary()
 CYCLES = 10000
@@ -42,13 +42,6 @@ def connect():
     return s
 
 
-def wait_until(cond, what, timeout=20):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        check(time.monotonic() < deadline, what)
-        time.sleep(0.01)
-
-
 def cycles(n):
     for i in range(n):
         s = connect()
@@ -68,7 +61,7 @@ def test_churn_returns_to_baseline():
     # sd_notify() is still closing after READY=1 (gone a moment later, hence "subset").
     own = d.socket_fds()
     cycles(300)  # warm up: allocator arenas, sd-event's timer, queue sizes
-    wait_until(lambda: d.socket_fds() <= own, "no client connection left after the warm-up (only the daemon's own)")
+    wait_for(lambda: d.socket_fds() <= own, "no client connection left after the warm-up (only the daemon's own)")
     fd_base, rss_base = d.fd_count(), rss_kib()
 
     keeper = connect()  # a well-behaved client, served throughout
@@ -111,7 +104,7 @@ def test_churn_returns_to_baseline():
         s.close()
 
     check(d.proc.poll() is None, "the daemon stayed up")
-    wait_until(lambda: d.fd_count() == fd_base, f"fd count back to {fd_base}")
+    wait_for(lambda: d.fd_count() == fd_base, f"fd count back to {fd_base}")
     rss = rss_kib()
     # Queues are mmap-sized and returned; what may stay is allocator slack, bounded here.
     print(f"RSS {rss_base} KiB before, {rss} KiB after; fds {fd_base}")

@@ -3,7 +3,6 @@
 """A syscall the open probe cannot hold until it returns (its pending map is full) is counted as
 an attempt and a failure of the open producer, so that attempts = received + failures holds
 exactly for it."""
-import json
 import os
 import signal
 import platform
@@ -13,7 +12,7 @@ import time
 
 import pytest
 
-from prtest import check, Daemon, daemon_binary, Failure, main, producer_counters, skip
+from prtest import check, Daemon, daemon_binary, Failure, link_ids, main, producer_counters, skip
 
 BINARY = daemon_binary()
 PRODUCER_OPEN = 4
@@ -33,19 +32,6 @@ def _setup(root_and_bpf):
 def in_openat(tid):
     with open(f"/proc/self/task/{tid}/syscall") as f:
         return f.read().split()[0] == str(OPENAT)
-
-
-def link_ids(pin_path):
-    """Ids of the open probe's links pinned under pin_path (not the counters programs')."""
-    links = os.path.join(pin_path, "links")
-    ids = []
-    for name in os.listdir(links):
-        if not name.startswith("handle_open"):
-            continue
-        out = subprocess.run(["bpftool", "-j", "link", "show", "pinned", os.path.join(links, name)],
-                             capture_output=True, text=True, check=True).stdout
-        ids.append(json.loads(out)["id"])
-    return ids
 
 
 def link_exists(link_id):
@@ -97,7 +83,7 @@ def test_full_pending_map_is_counted():
 
         # Detach the probe (reload with Probes=none) and wait for its links to be gone: then
         # no attempt is added, and the counts become final once the rings are drained.
-        ids = link_ids(d.pin_path)
+        ids = list(link_ids(d.pin_path, "handle_open").values())
         check(len(ids) > 0, "the open probe's links are pinned")
         d.write_config(f"[Probes]\nProbes=none\nPendingSyscalls={PENDING}\n")
         d.proc.send_signal(signal.SIGHUP)

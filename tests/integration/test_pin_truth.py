@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from prtest import Daemon, bpftool_json, check, check_eq, daemon_binary, main, producer_counters
+from prtest import bpftool_json, check, check_eq, Daemon, daemon_binary, main, producer_counters, run_true
 
 BINARY = daemon_binary()
 PRODUCER_EXEC = 1
@@ -23,16 +23,6 @@ PRODUCER_EXEC = 1
 @pytest.fixture(scope="module", autouse=True)
 def _setup(root_and_bpf):
     pass
-
-
-def run_true(n, cpu=None):
-    """Runs /bin/true n times (on `cpu` if given); returns their pids."""
-    pids = []
-    for _ in range(n):
-        p = subprocess.Popen(["/bin/true"], preexec_fn=(lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None)
-        check_eq(p.wait(30), 0, "/bin/true")
-        pids.append(p.pid)
-    return pids
 
 
 def wait_execs(d, pids):
@@ -65,7 +55,7 @@ def test_one_daemon_per_pin_root():
         check(r.returncode != 0, "--cleanup is refused while the daemon serves the pin root")
         for pin in ("events", "counters", "links/handle_exec"):
             check(os.path.exists(os.path.join(d.pin_path, pin)), f"{pin} is still pinned after the refused --cleanup")
-        wait_execs(d, run_true(1))  # the daemon still serves
+        wait_execs(d, [run_true()])  # the daemon still serves
 
         check_eq(d.stop(), 0, "daemon exit status")
         r = subprocess.run([BINARY, "--config", d.config_path, "--cleanup"], capture_output=True, text=True,
@@ -100,7 +90,7 @@ def test_stale_link_removed_at_start():
         d.start()
         check(not os.path.exists(stale), "the stale link was unpinned at start")
         check(os.path.exists(os.path.join(d.pin_path, "links", "handle_exec")), "the current link stays")
-        wait_execs(d, run_true(1))
+        wait_execs(d, [run_true()])
     finally:
         d.stop()
         d.cleanup()
@@ -127,7 +117,7 @@ def test_replaced_counters_not_orphaned():
               f"the exec link runs a program that counts into the new counters (maps {sorted(maps)}, new {new}, "
               f"old {old})")
         before, _ = producer_counters(d.pin_path, PRODUCER_EXEC)
-        pids = run_true(5)
+        pids = [run_true() for _ in range(5)]
         wait_execs(d, pids)
         after, _ = producer_counters(d.pin_path, PRODUCER_EXEC)
         check(after - before >= len(pids), f"the pinned counters count our {len(pids)} execs ({before} -> {after})")

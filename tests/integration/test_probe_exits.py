@@ -30,14 +30,14 @@ def _setup(root_and_bpf):
 CPU = min(os.sched_getaffinity(0))
 
 
-def on_cpu():
+def pin_to_cpu():
     os.sched_setaffinity(0, {CPU})
 
 
 def run_case(d, mode, status):
-    p = subprocess.Popen([HELPER, mode, str(status)], preexec_fn=on_cpu)
+    p = subprocess.Popen([HELPER, mode, str(status)], preexec_fn=pin_to_cpu)
     rc = p.wait(30)
-    fence = subprocess.Popen([HELPER, "exit", "0"], preexec_fn=on_cpu)
+    fence = subprocess.Popen([HELPER, "exit", "0"], preexec_fn=pin_to_cpu)
     check_eq(fence.wait(30), 0, "fence exit status")
     d.wait_event(lambda e: e["type"] == "exit" and e["pid"] == fence.pid, f"the fence's exit ({mode})")
     exits = [e for e in d.events if e["type"] == "exit" and e["pid"] == p.pid]
@@ -83,7 +83,7 @@ def test_killed_multithreaded_process():
     d = Daemon(BINARY, "exits-killed", config="[Probes]\nProbes=exit\n")
     try:
         d.start()
-        p = subprocess.Popen([HELPER, "leader-exit-park", "0"], preexec_fn=on_cpu)
+        p = subprocess.Popen([HELPER, "leader-exit-park", "0"], preexec_fn=pin_to_cpu)
         # Waits for the leader to be gone, so the survivor is the one the signal kills.
         task = f"/proc/{p.pid}/task/{p.pid}/stat"
         while True:
@@ -93,7 +93,7 @@ def test_killed_multithreaded_process():
             time.sleep(0.001)  # polls for the state; nothing races with it
         p.kill()
         check_eq(p.wait(30), -9, "the process died of SIGKILL")
-        fence = subprocess.Popen([HELPER, "exit", "0"], preexec_fn=on_cpu)
+        fence = subprocess.Popen([HELPER, "exit", "0"], preexec_fn=pin_to_cpu)
         fence.wait(30)
         d.wait_event(lambda e: e["type"] == "exit" and e["pid"] == fence.pid, "the fence's exit")
         exits = [e for e in d.events if e["type"] == "exit" and e["pid"] == p.pid]

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from prtest import Daemon, bpftool_json, check, check_eq, daemon_binary, main, producer_counters
+from prtest import bpftool_json, check, check_eq, Daemon, daemon_binary, link_ids, main, producer_counters, run_true
 import event_abi
 
 BINARY = daemon_binary()
@@ -25,36 +25,24 @@ LINKS = ("handle_exec", "handle_exit", "handle_fork", "handle_open_enter", "hand
          "handle_connect_enter", "handle_connect_exit")
 
 
-def run_marker(n):
-    pids = []
-    for _ in range(n):
-        p = subprocess.Popen(["/bin/true", "perfrelay-restart-marker"])
-        p.wait()
-        pids.append(p.pid)
-    return pids
-
-
-def link_ids():
-    ids = {}
-    for name in LINKS:
-        info = bpftool_json("link", "show", "pinned", f"{d.pin_path}/links/{name}")
-        ids[name] = info["id"]
-    return ids
+def probe_links():
+    """The built-in probes' pinned links, by name: their ids."""
+    return {n: i for n, i in link_ids(d.pin_path).items() if n in LINKS}
 
 
 def test_sigkill_restart():
     d.start()
-    first = run_marker(1)[0]
+    first = run_true("perfrelay-restart-marker")
     d.wait_event(lambda e: e["type"] == "exec" and e["pid"] == first, "exec before the kill")
     map_id = bpftool_json("map", "show", "pinned", f"{d.pin_path}/events")["id"]
-    links_before = link_ids()
+    links_before = probe_links()
 
     d.stop(signal.SIGKILL)
 
     # Probes stay attached through their pinned links while no daemon runs.
-    check_eq(link_ids(), links_before, "pinned links survive SIGKILL")
+    check_eq(probe_links(), links_before, "pinned links survive SIGKILL")
     before = producer_counters(d.pin_path, event_abi.PRODUCER_EXEC)
-    down = run_marker(20)
+    down = [run_true("perfrelay-restart-marker") for _ in range(20)]
     after = producer_counters(d.pin_path, event_abi.PRODUCER_EXEC)
     check(after[0] - before[0] >= 20, f"exec attempts counted while down: {before} -> {after}")
     check(after[1] - before[1] >= 20,
@@ -64,10 +52,10 @@ def test_sigkill_restart():
     d.start()
     at_ready = producer_counters(d.pin_path, event_abi.PRODUCER_EXEC)
     check_eq(bpftool_json("map", "show", "pinned", f"{d.pin_path}/events")["id"], map_id, "map reused (same id)")
-    check_eq(link_ids(), links_before, "links reused, not re-attached")
+    check_eq(probe_links(), links_before, "links reused, not re-attached")
     check(not any(e["type"] == "exec" and e["pid"] in down for e in d.events),
           "no event emitted while down is delivered after the restart")
-    again = run_marker(1)[0]
+    again = run_true("perfrelay-restart-marker")
     d.wait_event(lambda e: e["type"] == "exec" and e["pid"] == again, "exec after the restart")
     final = producer_counters(d.pin_path, event_abi.PRODUCER_EXEC)
     check_eq(final[1], at_ready[1], "no new failures once the rings are mapped again")
@@ -83,7 +71,7 @@ def test_probes_switched_off_in_config():
     path = f"/tmp/perfrelay-restart-open-{os.getpid()}"
     open(path, "w").close()
     os.unlink(path)
-    pid = run_marker(1)[0]
+    pid = run_true("perfrelay-restart-marker")
     d.wait_event(lambda e: e["type"] == "exec" and e["pid"] == pid, "exec with open switched off")
     # Opens emitted before start-up detached the probe (the daemon's own) may still arrive;
     # the marker open happened after READY, with the probe gone.

@@ -40,13 +40,9 @@ def _setup(root_and_bpf, stats_bus):
     BUS = stats_bus
 
 
-def producer_stats():
-    return BUS.producer(PRODUCER)
-
-
 def producer_settled():
     """The producer's figures once the daemon read everything the kernel accepted."""
-    return wait_for(lambda: (lambda q: q if q["attempts"] == q["received"] + q["failures"] else None)(producer_stats()),
+    return wait_for(lambda: (lambda q: q if q["attempts"] == q["received"] + q["failures"] else None)(BUS.producer(PRODUCER)),
                     "the daemon read everything the kernel accepted")
 
 
@@ -55,7 +51,7 @@ def shared_clients(st=None):
     return [c for c in st["client_list"] if c.get("shared")]
 
 
-class Monitor:
+class FileMonitor:
     """perfrelayctl monitor --json into a file (so that stopping it fills nothing but its ring)."""
 
     def __init__(self, socket_path, *args, user=None, extra_groups=None):
@@ -90,15 +86,15 @@ def test_stopped_client():
     try:
         d.start()
         prod = SteadyProducer(BUILDDIR, d.pin_path, CPU)
-        mon = Monitor(d.socket_path, "--type", str(STEADY_TYPE))
+        mon = FileMonitor(d.socket_path, "--type", str(STEADY_TYPE))
         wait_for(lambda: len(shared_clients()) == 1, "the monitor reads a shared ring")
         prod.cmd("rate 20000")
-        wait_for(lambda: producer_stats()["received"] > 20000, "records flow")
+        wait_for(lambda: BUS.producer(PRODUCER)["received"] > 20000, "records flow")
         mon.proc.send_signal(signal.SIGSTOP)
         time.sleep(10)  # the behaviour under test: a client that does not read for 10 s
-        stopped_at = producer_stats()["received"]
+        stopped_at = BUS.producer(PRODUCER)["received"]
         mon.proc.send_signal(signal.SIGCONT)
-        wait_for(lambda: producer_stats()["received"] > stopped_at + 40000, "records flow after the stop")
+        wait_for(lambda: BUS.producer(PRODUCER)["received"] > stopped_at + 40000, "records flow after the stop")
         prod.cmd("rate 0")
         p = producer_settled()
 
@@ -151,7 +147,7 @@ def test_garbage_client():
     try:
         d.start()
         prod = SteadyProducer(BUILDDIR, d.pin_path, CPU)
-        mon = Monitor(d.socket_path, "--type", str(STEADY_TYPE))
+        mon = FileMonitor(d.socket_path, "--type", str(STEADY_TYPE))
         wait_for(lambda: len(shared_clients()) == 1, "the monitor reads a shared ring")
         sock, hello, ring_fd, page_fd = raw_shared_client(
             d.socket_path, {"subscribe": {"types": [STEADY_TYPE]}, "format": "json", "shared": True})
@@ -188,7 +184,7 @@ def test_garbage_client():
         t = threading.Thread(target=scribble)
         t.start()
         prod.cmd("rate 20000")
-        wait_for(lambda: producer_stats()["received"] > 60000, "records flow while the page is garbage", timeout=30)
+        wait_for(lambda: BUS.producer(PRODUCER)["received"] > 60000, "records flow while the page is garbage", timeout=30)
         stop.set()
         t.join()
         prod.cmd("rate 0")
@@ -243,11 +239,11 @@ def test_uid_scoping():
     try:
         d.start()
         os.chmod(d.socket_path, 0o666)
-        root = Monitor(d.socket_path, "--type", "exec")
+        root = FileMonitor(d.socket_path, "--type", "exec")
         mons.append(root)
-        nobody = Monitor(d.socket_path, "--type", "exec", user=NOBODY)
+        nobody = FileMonitor(d.socket_path, "--type", "exec", user=NOBODY)
         mons.append(nobody)
-        allowed = Monitor(d.socket_path, "--type", "exec", user=NOBODY, extra_groups=[ALLOWED_GID])
+        allowed = FileMonitor(d.socket_path, "--type", "exec", user=NOBODY, extra_groups=[ALLOWED_GID])
         mons.append(allowed)
         st = wait_for(lambda: (lambda s: s if len(shared_clients(s)) == 3 else None)(BUS.stats()),
                       "the three monitors read shared rings")

@@ -20,8 +20,9 @@ import time
 
 import pytest
 
-from prtest import cgroup2_mount, check, check_eq, daemon_binary, Failure, hold_connections, main, read_line, wait_for
-from schema import schemas_by_type, validator_self_test
+from prtest import (cgroup2_mount, check, check_eq, daemon_binary, Failure, hold_connections, main, on_each_cpu,
+                    read_line, wait_for)
+from schema import validate
 
 BINARY = daemon_binary()
 # Limits the tests exercise. ClientQueueBytes is the minimum; readers get 256 pages per ring
@@ -79,129 +80,9 @@ def _setup(make_daemon, workdir):
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-validator_self_test()
-VALIDATOR, SCHEMA_BY_TYPE = schemas_by_type()
-
-
-def validate(msg):
-    """Every line a client gets, hello and errors included, matches its published schema."""
-    name = SCHEMA_BY_TYPE.get(msg.get("type"))
-    check(name is not None, f"a schema for type {msg.get('type')!r}")
-    errors = VALIDATOR.errors(msg, VALIDATOR.load(name), name)
-    check_eq(errors, [], f"schema errors of {msg}")
-
-
-class Client:
-    """One connection. Received bytes are collected by a thread (started at once unless
-    read=False) as fast as they come; lines are parsed when asked for."""
-
-    def __init__(self, request, path=None, read=True, raw=False):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path or d.socket_path)
-        if not raw:
-            request = json.dumps(request).encode() + b"\n"
-        if request:
-            self.sock.sendall(request)
-        self.data = bytearray()
-        self.eof = False
-        self.cond = threading.Condition()
-        self.thread = None
-        self.parsed = 0
-        self.msgs = []
-        if read:
-            self.start()
-
-    def start(self):
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self):
-        while True:
-            try:
-                chunk = self.sock.recv(1 << 20)
-            except OSError:
-                chunk = b""
-            with self.cond:
-                if not chunk:
-                    self.eof = True
-                    self.cond.notify_all()
-                    return
-                self.data += chunk
-                self.cond.notify_all()
-
-    def _parse(self):
-        # Only the complete lines are taken under the lock; parsing them outside it keeps the
-        # reading thread from waiting on us.
-        with self.cond:
-            end = self.data.rfind(b"\n") + 1
-            if end <= self.parsed:
-                return
-            text = bytes(self.data[self.parsed:end])
-            self.parsed = end
-        self.msgs += [json.loads(line) for line in text.split(b"\n")[:-1]]
-
-    def messages(self):
-        self._parse()
-        return list(self.msgs)
-
-    def count(self, needle):
-        with self.cond:
-            return self.data.count(needle)
-
-    def wait(self, pred, what, timeout=10):
-        deadline = time.monotonic() + timeout
-        while True:
-            self._parse()
-            got = [m for m in self.msgs if pred(m)]
-            if got:
-                return got[0]
-            with self.cond:
-                left = deadline - time.monotonic()
-                if left <= 0 or (self.eof and self.parsed == len(self.data)):
-                    raise Failure(f"{what}: not received within {timeout}s ({len(self.msgs)} messages, eof={self.eof})")
-                self.cond.wait(min(left, 0.2))
-
-    def wait_eof(self, what, timeout=10):
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while not self.eof:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise Failure(f"{what}: connection not closed within {timeout}s")
-                self.cond.wait(left)
-        self._parse()
-        check_eq(self.parsed, len(self.data), f"{what}: no partial line before EOF")
-        return list(self.msgs)
-
-    def wait_subscribed(self, timeout=10):
-        """Returns once the hello line has arrived, without consuming anything."""
-        if self.thread is None:
-            self.sock.settimeout(timeout)
-            check(self.sock.recv(1, socket.MSG_PEEK) == b"{", "a hello line")
-            self.sock.settimeout(None)
-            return
-        with self.cond:
-            while b"\n" not in self.data:
-                check(self.cond.wait(timeout), "a hello line in time")
-
-    def hello(self):
-        h = self.wait(lambda m: True, "hello line")
-        check_eq(self.msgs[0]["type"], "hello", "first line is the hello line")
-        return h
-
-    def close(self):
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
-        if self.thread:
-            self.thread.join(5)
-
-
 def error_of(request, raw=True, timeout=10):
     """Sends a request and returns the error line, checking that the daemon then closes."""
-    c = Client(request, raw=raw)
+    c = d.client(request, raw=raw)
     try:
         msgs = c.wait_eof("refused connection", timeout)
         check_eq(len(msgs), 1, f"one line before the close, got {msgs}")
@@ -214,21 +95,6 @@ def error_of(request, raw=True, timeout=10):
 
 def events_of(c, type_=None):
     return [m for m in c.messages() if m["type"] not in ("hello", "lost") and (type_ is None or m["type"] == type_)]
-
-
-def on_each_cpu(fn):
-    """Runs fn(cpu) pinned to each online CPU in turn. An event fn makes lands in that CPU's ring
-    behind everything emitted there before, and a ring reaches a client in order: once a client
-    has the barrier events of every CPU, it has every earlier event too. This is how the tests
-    prove that something did not arrive, without sleeping."""
-    saved = os.sched_getaffinity(0)
-    try:
-        for cpu in sorted(saved):
-            os.sched_setaffinity(0, {cpu})
-            fn(cpu)
-    finally:
-        os.sched_setaffinity(0, saved)
-    return sorted(saved)
 
 
 def is_barrier(m):
@@ -252,7 +118,7 @@ def test_socket_file():
     st = os.stat(d.socket_path)
     check_eq(oct(st.st_mode & 0o777), oct(0o660), "socket mode")
     check_eq(oct(os.stat(os.path.dirname(d.socket_path)).st_mode & 0o777), oct(0o755), "socket directory mode")
-    c = Client({})
+    c = d.client({})
     h = c.hello()
     validate(h)
     check_eq((h["protocol"], h["schema"], h["format"], h["access"]), (1, 2, "json", "all"), "hello fields")
@@ -263,9 +129,9 @@ def test_socket_file():
 
 def test_two_filters():
     """An exec client and an open client each get exactly what matches."""
-    execs = Client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}})
-    opens = Client({"subscribe": {"types": ["open"], "pid": [os.getpid()]}})
-    binary = Client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}, "format": "binary"})
+    execs = d.client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}})
+    opens = d.client({"subscribe": {"types": ["open"], "pid": [os.getpid()]}})
+    binary = d.client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}, "format": "binary"})
     for c in (execs, opens, binary):
         c.wait_subscribed()
     # A client that half-closes after its request keeps receiving.
@@ -351,8 +217,8 @@ def test_unit_filter():
     os.mkdir(cgdir)
     by_unit = by_comm = None
     try:
-        by_unit = Client({"subscribe": {"unit": [unit]}})
-        by_comm = Client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}})
+        by_unit = d.client({"subscribe": {"unit": [unit]}})
+        by_comm = d.client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}})
         by_unit.hello()
         by_comm.hello()
 
@@ -426,9 +292,9 @@ def test_slow_client():
     clients = []
     try:
         request = {"subscribe": {"types": ["open"], "pid": [pid]}}
-        fast = Client(request)
-        slow = Client(request, read=False)
-        quitter = Client(dict(request, on_overflow="disconnect"), read=False)
+        fast = d.client(request)
+        slow = d.client(request, read=False)
+        quitter = d.client(dict(request, on_overflow="disconnect"), read=False)
         clients = [fast, slow, quitter]
         for c in clients:
             c.wait_subscribed()
@@ -507,7 +373,7 @@ def test_hello_means_subscribed():
     load = subprocess.Popen(["sh", "-c", f"while :; do : < {path}; done"])
     try:
         for i in range(100):
-            c = Client(request)
+            c = d.client(request)
             try:
                 c.wait_subscribed()
                 os.close(os.open(path, os.O_RDONLY))
@@ -539,7 +405,7 @@ def test_malformed():
 
 
 def test_too_large():
-    c = Client(b"", raw=True)
+    c = d.client(b"", raw=True)
 
     def send():
         try:
@@ -589,7 +455,7 @@ def held_paths():
 
 def test_fd_passed():
     fd, path = tempfile.mkstemp(prefix="perfrelay-passed-fd-", dir=WORK)
-    c = Client(b"", raw=True)
+    c = d.client(b"", raw=True)
     socket.send_fds(c.sock, [b'{"subscribe":{}}\n'], [fd, fd])
     os.close(fd)
     msgs = c.wait_eof("passed fd")
@@ -601,7 +467,7 @@ def test_fd_passed():
     # After the request, passed fds are closed too, and the client stays subscribed: once the
     # daemon no longer holds the file, an event for this client still reaches it.
     marker = f"{path}-after"
-    c = Client({"subscribe": {"types": ["open"], "pid": [os.getpid()]}})
+    c = d.client({"subscribe": {"types": ["open"], "pid": [os.getpid()]}})
     c.hello()
     fd = os.open(path, os.O_RDONLY)
     socket.send_fds(c.sock, [b"ignored"], [fd])
@@ -678,7 +544,7 @@ def test_connection_storm():
             s.close()
     wait_fd_baseline(FD_BASELINE, "1000 connections")
     # And the slots are free again.
-    c = Client(MATCH_NOTHING)
+    c = d.client(MATCH_NOTHING)
     c.hello()
     c.close()
     wait_fd_baseline(FD_BASELINE, "a client after the storm")
@@ -692,7 +558,7 @@ def test_fd_exhaustion():
     subprocess.run(["prlimit", "--pid", str(d.proc.pid), f"--nofile={FD_BASELINE + 5}:{limit[1]}"], check=True)
     clients = []
     try:
-        clients = [Client(MATCH_NOTHING) for _ in range(10)]
+        clients = [d.client(MATCH_NOTHING) for _ in range(10)]
         for c in clients[:5]:
             c.wait_subscribed()
         # The daemon tried to accept the sixth and ran out of descriptors: it says so once.
@@ -763,7 +629,7 @@ def test_non_root():
     os.chown(d.socket_path, -1, NOGROUP)
     tag = random.randrange(10**9)
     mine, roots = f"nobody-marker-{tag}", f"root-marker-{tag}"
-    root_client = Client({"subscribe": {"types": ["exec"]}})
+    root_client = d.client({"subscribe": {"types": ["exec"]}})
     root_client.hello()
     helper = as_nobody("-c", NOBODY_MONITOR, d.socket_path, mine)
     try:
@@ -829,7 +695,7 @@ def test_allow_groups_revoked():
         check_eq(access, "all", "a member of AllowGroups= sees every event")
         narrow, access = helper("--clear-groups")
         check_eq(access, "uid", "nobody without the group sees its own events")
-        root_client = Client({"subscribe": {"types": ["exec"]}})
+        root_client = d.client({"subscribe": {"types": ["exec"]}})
         root_client.hello()
         subprocess.run(["/bin/true", before])
         root_client.wait(lambda m: m["type"] == "exec" and m["argv"][1:] == [before], "root's marker before the reload")
@@ -875,9 +741,9 @@ def test_allow_groups_revoked():
 
 
 def test_goodbye():
-    c = Client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}})
+    c = d.client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}})
     c.hello()
-    b = Client({"format": "binary", "subscribe": {"types": [65000]}})
+    b = d.client({"format": "binary", "subscribe": {"types": [65000]}})
     b.wait_subscribed()
     rc = d.stop()
     check_eq(rc, 0, "exit status after SIGTERM")

@@ -11,13 +11,12 @@ import socket
 import subprocess
 import struct
 import sys
-import time
 
-from prtest import wait_for  # copied beside this file by test_systemd.py
+import prtest  # copied beside this file by test_systemd.py
+from prtest import SocketClient, free_port, wait_for
 
 PIN = sys.argv[1]          # the test's pin root (a drop-in sets PinPath= to it)
 SOCK = "/run/perfrelay/events.sock"
-passed = 0
 
 
 def run(*args, check=True):
@@ -31,49 +30,23 @@ def show(prop):
     return run("systemctl", "show", "-p", prop, "--value", "perfrelay.service").stdout.strip()
 
 
+def report(name, e):
+    print(f"FAIL {name}: {e}")
+    print(run("journalctl", "-u", "perfrelay.service", "-u", "perfrelay.socket", "-u", "perfrelay-export.service",
+              "-u", "perfrelay-metrics@*", "-u", "dbus.service", "--no-pager", "-n", "60", check=False).stdout)
+    print(f"{prtest.steps_passed} passed, 1 failed")
+    sys.exit(1)
 
 
 def step(name):
-    def wrap(fn):
-        global passed
-        try:
-            fn()
-        except Exception as e:
-            print(f"FAIL {name}: {e}")
-            print(run("journalctl", "-u", "perfrelay.service", "-u", "perfrelay.socket", "-u", "perfrelay-export.service",
-                      "-u", "perfrelay-metrics@*", "-u", "dbus.service", "--no-pager", "-n", "60", check=False).stdout)
-            print(f"{passed} passed, 1 failed")
-            sys.exit(1)
-        passed += 1
-        print(f"ok {name}", flush=True)
-        return fn
-    return wrap
+    return prtest.step(name, on_failure=report)
 
 
-class Client:
-    def __init__(self, request=b'{"subscribe":{"types":["exec"],"comm":["prsys-marker"]}}\n'):
-        self.s = socket.socket(socket.AF_UNIX)
-        self.s.settimeout(30)
-        self.s.connect(SOCK)
-        self.s.sendall(request)
-        self.buf = b""
-
-    def line(self):
-        while b"\n" not in self.buf:
-            chunk = self.s.recv(65536)
-            if not chunk:
-                raise AssertionError("the daemon closed the connection")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
-
-    def wait(self, pred, what):
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            m = self.line()
-            if pred(m):
-                return m
-        raise AssertionError(what)
+def client():
+    """A subscriber to the marker's execs (socket activation may start the daemon first)."""
+    c = SocketClient(SOCK, {"subscribe": {"types": ["exec"], "comm": ["prsys-marker"]}})
+    c.hello(timeout=30)
+    return c
 
 
 def marker(tag):
@@ -122,13 +95,11 @@ def _():
     run("systemctl", "enable", "perfrelay.socket", "perfrelay.service")
     run("systemctl", "start", "perfrelay.socket")
     assert show("ActiveState") == "inactive", "the service waits for the first client"
-    c = Client()
-    hello = c.line()
-    assert hello["type"] == "hello", hello
+    c = client()
     assert show("ActiveState") == "active", "the client started the service"
     marker("activation")
     ev = c.wait(lambda m: m.get("type") == "exec" and m.get("argv", [None, None])[1:] == ["activation"],
-                "the marker's exec")
+                "the marker's exec", timeout=30)
     assert ev["comm"] == "prsys-marker"
     state["pid"] = show("MainPID")
 
@@ -167,10 +138,9 @@ def _():
     run("systemctl", "restart", "perfrelay.service")
     assert show("MainPID") != state["pid"], "a new process"
     assert events_map_id() == map_id, "the array is reused"
-    c = Client()
-    c.line()
+    c = client()
     marker("restart")
-    c.wait(lambda m: m.get("argv", [None])[1:] == ["restart"], "exec after restart")
+    c.wait(lambda m: m.get("argv", [None])[1:] == ["restart"], "exec after restart", timeout=30)
     state["pid"] = show("MainPID")
 
 
@@ -185,10 +155,9 @@ def _():
     assert gap >= 5, f"exec failures while down: {gap}"
     wait_for(lambda: show("ActiveState") == "active" and show("MainPID") not in ("0", state["pid"]),
              "restarted by systemd")
-    c = Client()
-    c.line()
+    c = client()
     marker("after-kill")
-    c.wait(lambda m: m.get("argv", [None])[1:] == ["after-kill"], "exec after the automatic restart")
+    c.wait(lambda m: m.get("argv", [None])[1:] == ["after-kill"], "exec after the automatic restart", timeout=30)
     state["pid"] = show("MainPID")
 
 
@@ -227,12 +196,6 @@ def _():
     run("systemctl", "restart", "perfrelay.service")
     wait_for(lambda: show("ActiveState") == "active", "active again")
     state["pid"] = show("MainPID")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def export_stats():
@@ -439,4 +402,4 @@ def _():
     assert events_map_id() == map_id, "the array stays pinned after stop"
 
 
-print(f"{passed} passed, 0 failed")
+print(f"{prtest.steps_passed} passed, 0 failed")

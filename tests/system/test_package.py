@@ -18,7 +18,8 @@ import shutil
 import subprocess
 import time
 
-from prtest import Failure, build_root, check, source_root, wait_for
+import prtest
+from prtest import Failure, build_root, check, source_root, step, wait_for
 
 SOURCE, BUILD = source_root(), build_root()
 PIN = f"/sys/fs/bpf/perfrelay-package-{os.getpid()}"
@@ -30,20 +31,9 @@ FIRST = subprocess.run(["dpkg-parsechangelog", "-l", os.path.join(SOURCE, "debia
 NEWER = FIRST + "+rebuild1"
 PACKAGES = ["perfrelay", "libperfrelay0", "libperfrelay-dev", "perfrelay-producer-dev", "perfrelay-export",
             "perfrelay-metrics"]
-passed = 0
 
 if not os.access(STEADY, os.X_OK):
     raise Failure(f"{STEADY} is missing (meson compile builds it)")
-
-
-def step(name):
-    def wrap(fn):
-        global passed
-        fn()
-        passed += 1
-        print(f"ok {name}", flush=True)
-        return fn
-    return wrap
 
 
 def build(version):
@@ -239,11 +229,11 @@ def test_package_lifecycle(container):
     except Failure:
         if c is not None and c.init is not None and c.nspawn.poll() is None:
             print(c.run("journalctl", "-u", "perfrelay.service", "--no-pager", "-n", "40").stdout)
-        print(f"{passed} steps passed before the failure")
+        print(f"{prtest.steps_passed} steps passed before the failure")
         raise
     finally:
         subprocess.run([os.path.join(BUILD, "daemon", "perfrelayd"), "--pin-path", PIN, "--config",
                         "/nonexistent/perfrelay.conf", "--cleanup"], capture_output=True)
         if os.path.isdir(PIN):
             shutil.rmtree(PIN, ignore_errors=True)
-    print(f"{passed} steps passed")
+    print(f"{prtest.steps_passed} steps passed")

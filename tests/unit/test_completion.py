@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 
+from mismatches import check_eq, fail
 from prtest import build_root, source_root
 
 SOURCE, BUILD = source_root(), build_root()
@@ -21,18 +22,6 @@ BASH_COMPLETION = "/usr/share/bash-completion/bash_completion"
 # perfrelayctl must not reach a daemon here: the completions fall back to the built-in lists.
 ENV = dict(os.environ, PATH=os.path.dirname(CTL) + ":" + os.environ.get("PATH", "/usr/bin:/bin"),
            DBUS_SYSTEM_BUS_ADDRESS="unix:path=/nonexistent/perfrelay-test-bus", LC_ALL="C.UTF-8")
-failures = []
-
-
-def fail(msg):
-    failures.append(msg)
-
-
-def check_eq(got, want, what):
-    if got != want:
-        fail(f"{what}: got {got!r}, want {want!r}")
-    else:
-        print(f"ok {what}")
 
 
 def help_options(*verb):
@@ -138,13 +127,9 @@ def check_zsh():
 
 
 @pytest.fixture(autouse=True)
-def _failures():
-    """Each test reports every mismatch it finds, not only the first."""
+def _ctl_built():
     if not os.access(CTL, os.X_OK):
         pytest.fail(f"{CTL} is not built")
-    failures.clear()
-    yield
-    assert not failures, "\n".join(failures)
 
 
 def test_tables():
