@@ -44,7 +44,6 @@ static const Config config_defaults = {
 	.wakeup_events = 0,
 	.flush_interval_ms = 50,
 	.cpus_per_reader = 0,
-	.probes = PROBES_ALL,
 	.pending_syscalls = 10240,
 	.client_queue_bytes = 4 * MIB,
 	.shared_ring_bytes = 32 * MIB,
@@ -59,42 +58,11 @@ static const Config config_defaults = {
 	.request_timeout_ms = 5000,
 	.max_json_depth = 8,
 	.bus_events_per_second = 100,
-	.recorder = true,
-	.recorder_pages_per_cpu = 256,
-	.counters = COUNTERS_DEFAULT,
-	.counters_interval_ms = 1000,
 	.counters_max_processes = 32768,
 	.counters_max_cgroups = 4096,
-	.capture_bytes = 128,
-	.max_captures = 8,
-	.capture_packets_per_second = 10000,
 };
 
-typedef enum ValueType {
-	VALUE_BOOL,
-	VALUE_UINT, /* decimal integer in [min, max] */
-	VALUE_SIZE, /* like VALUE_UINT with an optional K/M/G suffix */
-	VALUE_POW2, /* like VALUE_UINT and a power of two */
-	VALUE_NICE, /* a nice value, -20..19, into an int */
-	VALUE_PATH, /* absolute, normalized path */
-	VALUE_PROBES,
-	VALUE_COUNTERS,
-	VALUE_CPU_GROUPS,
-	VALUE_GROUPS, /* group names or gids, into a GroupList */
-} ValueType;
-
-typedef struct ConfigKey {
-	const char *section;
-	const char *name;
-	ValueType type;
-	size_t offset;              /* of the field in Config */
-	size_t width;               /* sizeof the field, for integer and bool types */
-	uint64_t min, max;          /* bounds for integer types; max length for paths */
-	const char *default_string; /* VALUE_PATH */
-	bool live;                  /* a reload applies it; otherwise it takes a restart */
-} ConfigKey;
-
-#define FIELD(f) offsetof(Config, f), sizeof(((Config *) NULL)->f)
+#define FIELD(f) CONFIG_FIELD(Config, f)
 
 static const ConfigKey config_keys[] = {
 	{ "Daemon", "PinPath", VALUE_PATH, FIELD(pin_path), 0, PIN_PATH_MAX, DEFAULT_PIN_PATH, false },
@@ -109,7 +77,7 @@ static const ConfigKey config_keys[] = {
 	{ "Readers", "CpusPerReader", VALUE_UINT, FIELD(cpus_per_reader), 0, PERFRELAY_MAX_CPUS, NULL, false },
 	{ "Readers", "ReaderNice", VALUE_NICE, FIELD(reader_nice), 0, 0, NULL, false },
 
-	{ "Probes", "Probes", VALUE_PROBES, FIELD(probes), 0, 0, NULL, true },
+	/* Probes= is the probe feature's (features/probes/probes-config.c). */
 	{ "Probes", "PendingSyscalls", VALUE_UINT, FIELD(pending_syscalls), 16, 1048576, NULL, false },
 
 	{ "Socket", "SocketPath", VALUE_PATH, FIELD(socket_path), 0, SOCKET_PATH_MAX, DEFAULT_SOCKET_PATH, false },
@@ -136,26 +104,23 @@ static const ConfigKey config_keys[] = {
 
 	{ "Bus", "BusEventsPerSecond", VALUE_UINT, FIELD(bus_events_per_second), 1, 100000, NULL, true },
 
-	{ "Recorder", "Recorder", VALUE_BOOL, FIELD(recorder), 0, 0, NULL, false },
-	{ "Recorder", "RecorderPagesPerCpu", VALUE_POW2, FIELD(recorder_pages_per_cpu), 1, 65536, NULL, false },
-
-	{ "Counters", "Counters", VALUE_COUNTERS, FIELD(counters), 0, 0, NULL, false },
-	{ "Counters", "CountersIntervalMs", VALUE_UINT, FIELD(counters_interval_ms), 100, 3600000, NULL, false },
+	/* The sizes of the counters' pinned tables, which the core's probes make (probes_new()); the
+	 * section's other keys are the counters feature's (features/counters/counters-config.c). */
 	{ "Counters", "CountersMaxProcesses", VALUE_UINT, FIELD(counters_max_processes), 16, 4194304, NULL, false },
 	{ "Counters", "CountersMaxCgroups", VALUE_UINT, FIELD(counters_max_cgroups), 16, 1048576, NULL, false },
-
-	{ "Capture", "CaptureBytes", VALUE_UINT, FIELD(capture_bytes), 1, PERFRELAY_CAPTURE_BYTES_MAX, NULL, true },
-	{ "Capture", "MaxCaptures", VALUE_UINT, FIELD(max_captures), 1, 64, NULL, false },
-	{ "Capture", "CapturePacketsPerSecond", VALUE_UINT, FIELD(capture_packets_per_second), 0, 10000000, NULL, true },
-	{ "Capture", "AllowHostCaptures", VALUE_BOOL, FIELD(allow_host_captures), 0, 0, NULL, true },
 };
 
-size_t config_n_keys(void) {
-	return ELEMENTSOF(config_keys);
+size_t config_n_keys(const Config *c) {
+	size_t n = ELEMENTSOF(config_keys);
+
+	for (size_t i = 0; c && i < c->n_parts; i++)
+		n += c->parts[i]->n_keys;
+	return n;
 }
 
-static const char *const config_sections[] = { "Daemon", "Ring",     "Readers",  "Probes", "Socket",
-					       "Bus",    "Recorder", "Counters", "Capture" };
+/* The core's sections; the parts add theirs (a part may share one with the core). */
+static const char *const core_sections[] = { "Daemon", "Ring", "Readers", "Probes",
+					     "Socket", "Bus",  "Counters" };
 
 static void store_uint(void *field, size_t width, uint64_t v) {
 	switch (width) {
@@ -479,8 +444,16 @@ static int apply_groups(ConfParseState *st, GroupList *list) {
 	return 0;
 }
 
+/* Where a key's value lives: the Config's field, or a part's; and its default. */
+typedef struct KeyPlace {
+	const ConfigKey *key;
+	uint8_t *base;           /* the Config, or the part's values */
+	const uint8_t *defaults; /* the same layout, holding the defaults */
+} KeyPlace;
+
 /* An empty value puts the key back to its default. */
-static int reset_key(Config *c, const ConfigKey *k) {
+static int reset_key(Config *c, const KeyPlace *kp) {
+	const ConfigKey *k = kp->key;
 	char *s;
 
 	switch (k->type) {
@@ -488,8 +461,8 @@ static int reset_key(Config *c, const ConfigKey *k) {
 		s = strdup(k->default_string);
 		if (!s)
 			return -ENOMEM;
-		free(*(char **) ((uint8_t *) c + k->offset));
-		*(char **) ((uint8_t *) c + k->offset) = s;
+		free(*(char **) (kp->base + k->offset));
+		*(char **) (kp->base + k->offset) = s;
 		return 0;
 	case VALUE_CPU_GROUPS:
 		free(c->cpu_groups);
@@ -497,21 +470,22 @@ static int reset_key(Config *c, const ConfigKey *k) {
 		c->n_cpu_groups = 0;
 		return 0;
 	case VALUE_GROUPS:
-		free(((GroupList *) ((uint8_t *) c + k->offset))->gids);
-		*(GroupList *) ((uint8_t *) c + k->offset) = (GroupList){};
+		free(((GroupList *) (kp->base + k->offset))->gids);
+		*(GroupList *) (kp->base + k->offset) = (GroupList){};
 		return 0;
 	default:
-		memcpy((uint8_t *) c + k->offset, (const uint8_t *) &config_defaults + k->offset, k->width);
+		memcpy(kp->base + k->offset, kp->defaults + k->offset, k->width);
 		return 0;
 	}
 }
 
-static int apply_key(ConfParseState *st, Config *c, const ConfigKey *k) {
-	void *field = (uint8_t *) c + k->offset;
+static int apply_key(ConfParseState *st, Config *c, const KeyPlace *kp) {
+	const ConfigKey *k = kp->key;
+	void *field = kp->base + k->offset;
 	bool b;
 
 	if (st->value[0] == 0)
-		return reset_key(c, k);
+		return reset_key(c, kp);
 
 	switch (k->type) {
 	case VALUE_BOOL:
@@ -539,35 +513,48 @@ static int apply_key(ConfParseState *st, Config *c, const ConfigKey *k) {
 	return -EINVAL;
 }
 
-static const ConfigKey *find_key(const char *section, const char *name) {
+static bool key_matches(const ConfigKey *k, const char *section, const char *name) {
+	return (!section || streq(k->section, section)) && streq(k->name, name);
+}
+
+/* The key `name` of `section` (any section if NULL): the core's, or a part's. */
+static bool find_key(Config *c, const char *section, const char *name, KeyPlace *ret) {
 	for (size_t i = 0; i < ELEMENTSOF(config_keys); i++)
-		if ((!section || streq(config_keys[i].section, section)) && streq(config_keys[i].name, name))
-			return &config_keys[i];
-	return NULL;
+		if (key_matches(&config_keys[i], section, name)) {
+			*ret = (KeyPlace){ &config_keys[i], (uint8_t *) c, (const uint8_t *) &config_defaults };
+			return true;
+		}
+	for (size_t p = 0; p < c->n_parts; p++)
+		for (size_t i = 0; i < c->parts[p]->n_keys; i++)
+			if (key_matches(&c->parts[p]->keys[i], section, name)) {
+				*ret = (KeyPlace){ &c->parts[p]->keys[i],
+						   c->part_data[p],
+						   c->parts[p]->defaults };
+				return true;
+			}
+	return false;
 }
 
 /* The schema's part of a Key=Value line (ConfSchema.apply): which key it is, and its value. */
 static int apply_line(ConfParseState *st, void *userdata) {
-	const ConfigKey *k = find_key(st->section, st->key), *elsewhere;
+	Config *c = userdata;
+	KeyPlace kp;
 
-	if (k)
-		return apply_key(st, userdata, k);
-	elsewhere = find_key(NULL, st->key);
-	if (elsewhere)
+	if (find_key(c, st->section, st->key, &kp))
+		return apply_key(st, c, &kp);
+	if (find_key(c, NULL, st->key, &kp))
 		return conf_line_error(
 			st,
 			"unknown key in section [%s]; %s= belongs in [%s]",
 			st->section,
-			elsewhere->name,
-			elsewhere->section);
+			kp.key->name,
+			kp.key->section);
 	return conf_line_error(st, "unknown key in section [%s]", st->section);
 }
 
-static const ConfSchema config_schema = {
-	.sections = config_sections,
-	.n_sections = ELEMENTSOF(config_sections),
-	.apply = apply_line,
-};
+static ConfSchema config_schema(const Config *c) {
+	return (ConfSchema){ .sections = c->sections, .n_sections = c->n_sections, .apply = apply_line };
+}
 
 static void config_clear(Config *c) {
 	free(c->pin_path);
@@ -575,23 +562,79 @@ static void config_clear(Config *c) {
 	free(c->cpu_groups);
 	free(c->allow_groups.gids);
 	free(c->control_groups.gids);
+	for (size_t i = 0; c->part_data && i < c->n_parts; i++)
+		free(c->part_data[i]);
+	free(c->part_data);
+	free(c->sections);
 }
 
-int config_new(Config **ret) {
-	_cleanup_(config_freep) Config *c = NULL;
+/* The sections of the schema: the core's, then those of parts that the core does not have. */
+static int config_make_sections(Config *c) {
+	c->sections = calloc(ELEMENTSOF(core_sections) + c->n_parts, sizeof(char *));
+	if (!c->sections)
+		return -ENOMEM;
+	for (size_t i = 0; i < ELEMENTSOF(core_sections); i++)
+		c->sections[c->n_sections++] = core_sections[i];
+	for (size_t p = 0; p < c->n_parts; p++) {
+		bool known = false;
 
-	if (!ret)
+		for (size_t i = 0; i < c->n_sections && !known; i++)
+			known = streq(c->sections[i], c->parts[p]->section);
+		if (!known)
+			c->sections[c->n_sections++] = c->parts[p]->section;
+	}
+	return 0;
+}
+
+/* Part keys are scalars in their part's section, within its struct (ConfigPart). */
+static bool part_is_valid(const ConfigPart *p) {
+	for (size_t i = 0; i < p->n_keys; i++) {
+		const ConfigKey *k = &p->keys[i];
+
+		if (!streq(k->section, p->section) || k->type == VALUE_PATH || k->type == VALUE_CPU_GROUPS ||
+		    k->type == VALUE_GROUPS || k->offset + k->width > p->size)
+			return false;
+	}
+	return true;
+}
+
+int config_new(const ConfigPart *const *parts, size_t n_parts, Config **ret) {
+	_cleanup_(config_freep) Config *c = NULL;
+	int r;
+
+	if (!ret || (n_parts > 0 && !parts))
 		return -EINVAL;
+	for (size_t i = 0; i < n_parts; i++)
+		if (!part_is_valid(parts[i]))
+			return -EINVAL;
 	c = malloc(sizeof(*c));
 	if (!c)
 		return -ENOMEM;
 	*c = config_defaults;
+	c->parts = parts;
+	c->n_parts = n_parts;
 	c->pin_path = strdup(DEFAULT_PIN_PATH);
 	c->socket_path = strdup(DEFAULT_SOCKET_PATH);
-	if (!c->pin_path || !c->socket_path)
+	c->part_data = calloc(n_parts ?: 1, sizeof(void *));
+	if (!c->pin_path || !c->socket_path || !c->part_data)
 		return -ENOMEM;
+	for (size_t i = 0; i < n_parts; i++) {
+		c->part_data[i] = memdup_array(parts[i]->defaults, 1, parts[i]->size);
+		if (!c->part_data[i])
+			return -ENOMEM;
+	}
+	r = config_make_sections(c);
+	if (r < 0)
+		return r;
 	*ret = TAKE_PTR(c);
 	return 0;
+}
+
+const void *config_part(const Config *c, const ConfigPart *part) {
+	for (size_t i = 0; i < c->n_parts; i++)
+		if (c->parts[i] == part)
+			return c->part_data[i];
+	return NULL;
 }
 
 Config *config_free(Config *c) {
@@ -616,6 +659,15 @@ static int config_dup(const Config *c, Config **ret) {
 	d->cpu_groups = memdup_array(c->cpu_groups, c->n_cpu_groups, sizeof(CpuSet));
 	d->allow_groups.gids = memdup_array(c->allow_groups.gids, c->allow_groups.n, sizeof(gid_t));
 	d->control_groups.gids = memdup_array(c->control_groups.gids, c->control_groups.n, sizeof(gid_t));
+	d->sections = memdup_array(c->sections, c->n_sections, sizeof(char *));
+	d->part_data = calloc(c->n_parts ?: 1, sizeof(void *));
+	for (size_t i = 0; d->part_data && i < c->n_parts; i++)
+		d->part_data[i] = memdup_array(c->part_data[i], 1, c->parts[i]->size);
+	for (size_t i = 0; d->part_data && i < c->n_parts; i++)
+		if (!d->part_data[i])
+			return -ENOMEM;
+	if (!d->sections || !d->part_data)
+		return -ENOMEM;
 	if ((c->pin_path && !d->pin_path) || (c->socket_path && !d->socket_path) ||
 	    (c->cpu_groups && c->n_cpu_groups > 0 && !d->cpu_groups) ||
 	    (c->allow_groups.gids && c->allow_groups.n > 0 && !d->allow_groups.gids) ||
@@ -656,68 +708,93 @@ static bool same_array(const void *a, size_t n_a, const void *b, size_t n_b, siz
 	return n_a == n_b && (n_a == 0 || memcmp(a, b, n_a * size) == 0);
 }
 
+/* One key of the restart kind: when `new` changes it, the running value goes back into `new`
+ * (and the file's into `running`, to be freed with it), and its name onto *list. */
+static int keep_restart_key(
+	Config *new, Config *running, const KeyPlace *n_kp, const KeyPlace *o_kp, char **list) {
+	const ConfigKey *k = n_kp->key;
+	uint8_t *n = n_kp->base + k->offset, *o = o_kp->base + k->offset;
+	bool same;
+	int r;
+
+	switch (k->type) {
+	case VALUE_PATH:
+		same = streq(*(char **) n, *(char **) o);
+		break;
+	case VALUE_CPU_GROUPS:
+		same = same_array(
+			new->cpu_groups,
+			new->n_cpu_groups,
+			running->cpu_groups,
+			running->n_cpu_groups,
+			sizeof(CpuSet));
+		break;
+	case VALUE_GROUPS:
+		same = same_array(
+			((GroupList *) n)->gids,
+			((GroupList *) n)->n,
+			((GroupList *) o)->gids,
+			((GroupList *) o)->n,
+			sizeof(gid_t));
+		break;
+	default:
+		same = memcmp(n, o, k->width) == 0;
+	}
+	if (same)
+		return 0;
+	r = list_key(list, k->name);
+	if (r < 0)
+		return r;
+	switch (k->type) {
+	case VALUE_PATH:
+		SWAP_TWO(*(char **) n, *(char **) o);
+		break;
+	case VALUE_CPU_GROUPS:
+		SWAP_TWO(new->cpu_groups, running->cpu_groups);
+		SWAP_TWO(new->n_cpu_groups, running->n_cpu_groups);
+		break;
+	case VALUE_GROUPS:
+		SWAP_TWO(*(GroupList *) n, *(GroupList *) o);
+		break;
+	default:
+		memcpy(n, o, k->width);
+	}
+	return 0;
+}
+
 int config_keep_restart_keys(Config *new, Config *running, char **ret_list) {
 	_cleanup_free_ char *list = NULL;
+	int r;
 
 	for (size_t i = 0; i < ELEMENTSOF(config_keys); i++) {
-		const ConfigKey *k = &config_keys[i];
-		uint8_t *n = (uint8_t *) new + k->offset, *o = (uint8_t *) running + k->offset;
-		bool same;
-		int r;
+		KeyPlace n = { &config_keys[i], (uint8_t *) new },
+			 o = { &config_keys[i], (uint8_t *) running };
 
-		if (k->live)
+		if (config_keys[i].live)
 			continue;
-		switch (k->type) {
-		case VALUE_PATH:
-			same = streq(*(char **) n, *(char **) o);
-			break;
-		case VALUE_CPU_GROUPS:
-			same = same_array(
-				new->cpu_groups,
-				new->n_cpu_groups,
-				running->cpu_groups,
-				running->n_cpu_groups,
-				sizeof(CpuSet));
-			break;
-		case VALUE_GROUPS:
-			same = same_array(
-				((GroupList *) n)->gids,
-				((GroupList *) n)->n,
-				((GroupList *) o)->gids,
-				((GroupList *) o)->n,
-				sizeof(gid_t));
-			break;
-		default:
-			same = memcmp(n, o, k->width) == 0;
-		}
-		if (same)
-			continue;
-		r = list_key(&list, k->name);
+		r = keep_restart_key(new, running, &n, &o, &list);
 		if (r < 0)
 			return r;
-		/* The running value goes into `new`; `running` gets the one from the files, and
-		 * frees it with itself. */
-		switch (k->type) {
-		case VALUE_PATH:
-			SWAP_TWO(*(char **) n, *(char **) o);
-			break;
-		case VALUE_CPU_GROUPS:
-			SWAP_TWO(new->cpu_groups, running->cpu_groups);
-			SWAP_TWO(new->n_cpu_groups, running->n_cpu_groups);
-			break;
-		case VALUE_GROUPS:
-			SWAP_TWO(*(GroupList *) n, *(GroupList *) o);
-			break;
-		default:
-			memcpy(n, o, k->width);
-		}
 	}
+	/* The same parts in both: a reload makes its Config with the running one's. */
+	for (size_t p = 0; p < new->n_parts &&p < running->n_parts; p++)
+		for (size_t i = 0; i < new->parts[p]->n_keys; i++) {
+			const ConfigKey *k = &new->parts[p]->keys[i];
+			KeyPlace n = { k, new->part_data[p] }, o = { k, running->part_data[p] };
+
+			if (k->live || new->parts[p] != running->parts[p])
+				continue;
+			r = keep_restart_key(new, running, &n, &o, &list);
+			if (r < 0)
+				return r;
+		}
 	*ret_list = TAKE_PTR(list);
 	return 0;
 }
 
 int config_parse_text(Config *c, const char *text, size_t size, const char *filename, char **ret_error) {
 	_cleanup_(config_freep) Config *work = NULL;
+	ConfSchema schema;
 	int r;
 
 	if (!c)
@@ -725,7 +802,8 @@ int config_parse_text(Config *c, const char *text, size_t size, const char *file
 	r = config_dup(c, &work);
 	if (r < 0)
 		return r;
-	r = conf_parse_text(&config_schema, work, text, size, filename, ret_error);
+	schema = config_schema(work);
+	r = conf_parse_text(&schema, work, text, size, filename, ret_error);
 	if (r < 0)
 		return r;
 	config_replace(c, &work);
@@ -734,6 +812,7 @@ int config_parse_text(Config *c, const char *text, size_t size, const char *file
 
 int config_load(Config *c, const char *main_path, const char *dropin_dir, char **ret_error) {
 	_cleanup_(config_freep) Config *work = NULL;
+	ConfSchema schema;
 	int r;
 
 	if (!c)
@@ -741,7 +820,8 @@ int config_load(Config *c, const char *main_path, const char *dropin_dir, char *
 	r = config_dup(c, &work);
 	if (r < 0)
 		return r;
-	r = conf_parse_files(&config_schema, work, main_path, dropin_dir, CONFIG_MAX_FILE_BYTES, ret_error);
+	schema = config_schema(work);
+	r = conf_parse_files(&schema, work, main_path, dropin_dir, CONFIG_MAX_FILE_BYTES, ret_error);
 	if (r < 0)
 		return r;
 

@@ -19,6 +19,47 @@
 #define CONFIG_MAX_GROUPS         64u
 #define CONFIG_MAX_FILE_BYTES     (1u << 20) /* a config file larger than this is an error */
 
+/* The type of a key's value: how it is parsed and stored. */
+typedef enum ValueType {
+	VALUE_BOOL,
+	VALUE_UINT, /* decimal integer in [min, max] */
+	VALUE_SIZE, /* like VALUE_UINT with an optional K/M/G suffix */
+	VALUE_POW2, /* like VALUE_UINT and a power of two */
+	VALUE_NICE, /* a nice value, -20..19, into an int */
+	VALUE_PATH, /* absolute, normalized path */
+	VALUE_PROBES,
+	VALUE_COUNTERS,
+	VALUE_CPU_GROUPS,
+	VALUE_GROUPS, /* group names or gids, into a GroupList */
+} ValueType;
+
+typedef struct ConfigKey {
+	const char *section;
+	const char *name;
+	ValueType type;
+	size_t offset;              /* of the field in Config, or in its part's struct */
+	size_t width;               /* sizeof the field, for integer and bool types */
+	uint64_t min, max;          /* bounds for integer types; max length for paths */
+	const char *default_string; /* VALUE_PATH */
+	bool live;                  /* a reload applies it; otherwise it takes a restart */
+} ConfigKey;
+
+/* A key's field: its offset and width in `type` (the Config, or a part's struct). */
+#define CONFIG_FIELD(type, f) offsetof(type, f), sizeof(((type *) NULL)->f)
+
+/* The keys of a section that a feature owns (feature.h, FeatureVtable.config): their values
+ * live in a struct of the feature's, of `size` bytes, which `defaults` holds first. A section
+ * may also have keys of the core (PendingSyscalls= of [Probes]); its name is the same in both.
+ * Part keys are of the scalar types (bool, integers, names lists): nothing to free or copy
+ * deeply. */
+typedef struct ConfigPart {
+	const char *section;
+	const ConfigKey *keys;
+	size_t n_keys;
+	size_t size;
+	const void *defaults;
+} ConfigPart;
+
 /* Groups named in the config (names resolved to gids at load). */
 typedef struct GroupList {
 	gid_t *gids;
@@ -42,8 +83,7 @@ typedef struct Config {
 	unsigned cpus_per_reader; /* CpusPerReader=, 0 = not set; exclusive with CpuGroups= */
 	int reader_nice;          /* ReaderNice=, -20..19, default -10 */
 
-	/* [Probes] */
-	uint32_t probes;           /* Probes= list of names or "all", default all */
+	/* [Probes] (Probes= is the probe feature's) */
 	uint32_t pending_syscalls; /* PendingSyscalls=, default 10240, 16..1048576 */
 
 	/* [Socket] */
@@ -65,24 +105,23 @@ typedef struct Config {
 	/* [Bus] */
 	unsigned bus_events_per_second; /* BusEventsPerSecond=, default 100, 1..100000 */
 
-	/* [Recorder] (docs/recorder.md) */
-	bool recorder;                   /* Recorder=, default yes */
-	unsigned recorder_pages_per_cpu; /* RecorderPagesPerCpu=, power of two 1..65536, default 256 */
-
-	/* [Counters] (docs/counters.md) */
-	uint32_t counters;               /* Counters= names, bits PERFRELAY_COUNTER_*; 0: none */
-	unsigned counters_interval_ms;   /* CountersIntervalMs=, 100..3600000, default 1000 */
+	/* [Counters] (docs/counters.md): the sizes of the counters' pinned tables, which the core's
+	 * probes make; the section's other keys are the counters feature's. */
 	uint32_t counters_max_processes; /* CountersMaxProcesses=, 16..4194304, default 32768 */
 	uint32_t counters_max_cgroups;   /* CountersMaxCgroups=, 16..1048576, default 4096 */
 
-	/* [Capture] (docs/capture.md) */
-	uint32_t capture_bytes; /* CaptureBytes=, 1..65000, default 128: the most a capture takes */
-	unsigned max_captures;  /* MaxCaptures=, 1..64, default 8 */
-	uint32_t capture_packets_per_second; /* CapturePacketsPerSecond=, 0..10000000, default 10000 (0: none) */
-	bool allow_host_captures; /* AllowHostCaptures=, default no: ControlGroups= members may capture / and interfaces */
+	/* The sections of features (ConfigPart), and their values, in the order given to config_new(). */
+	const ConfigPart *const *parts;
+	size_t n_parts;
+	void **part_data;
+	const char **sections; /* the core's section names and the parts' */
+	size_t n_sections;
 } Config;
 
-int config_new(Config **ret);   /* all defaults */
+/* All defaults; `parts` (n_parts of them, which outlive the Config) add the features' sections. */
+int config_new(const ConfigPart *const *parts, size_t n_parts, Config **ret);
+/* A part's values (its struct), or NULL if the Config was made without that part. */
+const void *config_part(const Config *c, const ConfigPart *part);
 Config *config_free(Config *c); /* accepts NULL; returns NULL */
 DEFINE_TRIVIAL_CLEANUP_FUNC(Config *, config_free);
 
@@ -99,8 +138,9 @@ int config_load(Config *c, const char *main_path, const char *dropin_dir, char *
 
 /* Checks cross-key constraints; called by config_load() and usable after config_parse_text(). */
 int config_validate(const Config *c, char **ret_error);
-/* How many keys the schema has (the shipped perfrelay.conf lists each: tests/unit/test-config.c). */
-size_t config_n_keys(void);
+/* How many keys the schema has, with the parts' (the shipped perfrelay.conf lists each:
+ * tests/unit/test-config.c). */
+size_t config_n_keys(const Config *c);
 
 /* Reload: the keys a reload cannot apply (documented as "restart" in docs/config.md) keep their
  * running values. For each that `new` changes, the running value goes into `new` (so that the

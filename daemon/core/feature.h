@@ -32,6 +32,9 @@ struct Feature {
 struct FeatureVtable {
 	const char *name;   /* for messages: "recorder" */
 	size_t object_size; /* of the feature's struct, zeroed by the core, that starts with Feature */
+	/* Its section of perfrelay.conf (config.h): parsed with the core's, its values read with
+	 * config_part(manager_config(m), part). NULL: none. */
+	const ConfigPart *config;
 
 	/* Whether the feature publishes events from the main thread with this configuration: it
 	 * then gets a hub slot of its own (Feature.hub_slot; small, hub_set_small_slots()). */

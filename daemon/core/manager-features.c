@@ -25,6 +25,12 @@ int manager_features_new(Manager *m, const FeatureVtable *const *table, size_t n
 		f->manager = m;
 		m->feats[m->n_feats++] = f;
 	}
+	m->config_parts = calloc(n ?: 1, sizeof(ConfigPart *));
+	if (!m->config_parts)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		if (table[i]->config)
+			m->config_parts[m->n_config_parts++] = table[i]->config;
 	return 0;
 }
 

@@ -36,6 +36,8 @@ struct Manager {
 	uint64_t started_at; /* CLOCK_REALTIME usec */
 	char *dropin_dir;
 	Config *config;
+	const ConfigPart **config_parts; /* the features' sections (FeatureVtable.config) */
+	size_t n_config_parts;
 	sd_event *event;
 	Probes *probes;
 	Ledger *ledger; /* the pinned "received" map, mmapped */

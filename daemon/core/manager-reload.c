@@ -17,7 +17,7 @@ int manager_reload(Manager *m, char **ret_error) {
 	int r;
 
 	log_info("Reloading configuration from %s and %s/", m->o.config_path, m->dropin_dir);
-	r = config_new(&c);
+	r = config_new(m->config_parts, m->n_config_parts, &c);
 	if (r < 0)
 		return log_error_errno(r, "Failed to allocate a configuration: %m");
 	r = config_load(c, m->o.config_path, m->dropin_dir, &error);

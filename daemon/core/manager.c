@@ -48,7 +48,11 @@ int manager_new(const ManagerOptions *o, const FeatureVtable *const *features, s
 		return -ENOMEM;
 	}
 
-	r = config_new(&m->config);
+	/* The features first: their sections are part of the configuration. */
+	r = manager_features_new(m, features, n_features);
+	if (r < 0)
+		return log_oom();
+	r = config_new(m->config_parts, m->n_config_parts, &m->config);
 	if (r >= 0)
 		r = config_load(m->config, o->config_path, m->dropin_dir, &error);
 	if (r < 0) {
@@ -66,9 +70,6 @@ int manager_new(const ManagerOptions *o, const FeatureVtable *const *features, s
 	r = sd_event_default(&m->event);
 	if (r < 0)
 		return log_error_errno(r, "Failed to allocate event loop: %m");
-	r = manager_features_new(m, features, n_features);
-	if (r < 0)
-		return log_oom();
 	*ret = TAKE_PTR(m);
 	return 0;
 }
@@ -161,6 +162,7 @@ Manager *manager_free(Manager *m) {
 	features_free(m->features);
 	sd_event_unref(m->event);
 	config_free(m->config);
+	free(m->config_parts);
 	free(m->dropin_dir);
 	free(m);
 	return NULL;

@@ -4,7 +4,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "capture-config.h"
 #include "config.h"
+#include "counters-config.h"
+#include "macro.h"
+#include "probes-config.h"
+#include "recorder-config.h"
+
+/* The features' sections too, as the daemon parses them. */
+static const ConfigPart *const parts[] = { &probes_config, &recorder_config, &counters_config, &capture_config };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -12,7 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 	char *error = NULL;
 	int r;
 
-	if (config_new(&c) < 0)
+	if (config_new(parts, ELEMENTSOF(parts), &c) < 0)
 		return 0;
 	r = config_parse_text(c, (const char *) data, size, "fuzz.conf", &error);
 	if (r < 0 && error && strncmp(error, "fuzz.conf:", 10) != 0)

@@ -12,9 +12,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "capture-config.h"
 #include "config.h"
 #include "counter-names.h"
+#include "counters-config.h"
 #include "macro.h"
+#include "probes-config.h"
+#include "recorder-config.h"
 
 #ifndef SRCDIR
 #define SRCDIR "tests/unit"
@@ -35,10 +39,18 @@
 	} while (0)
 
 
+/* The features' sections, as the daemon registers them (feature-table.c). */
+static const ConfigPart *const parts[] = { &probes_config, &recorder_config, &counters_config, &capture_config };
+
+#define PROBES(c)   ((const ProbesConfig *) config_part(c, &probes_config))
+#define RECORDER(c) ((const RecorderConfig *) config_part(c, &recorder_config))
+#define COUNTERS(c) ((const CountersConfig *) config_part(c, &counters_config))
+#define CAPTURE(c)  ((const CaptureConfig *) config_part(c, &capture_config))
+
 static Config *new_default(void) {
 	Config *c = NULL;
 
-	if (config_new(&c) < 0) {
+	if (config_new(parts, ELEMENTSOF(parts), &c) < 0) {
 		fprintf(stderr, "config_new() failed\n");
 		exit(1);
 	}
@@ -57,7 +69,7 @@ static bool config_equal(const Config *a, const Config *b) {
 		a->n_cpu_groups == b->n_cpu_groups &&
 		(a->n_cpu_groups == 0 ||
 		 memcmp(a->cpu_groups, b->cpu_groups, a->n_cpu_groups * sizeof(CpuSet)) == 0) &&
-		a->cpus_per_reader == b->cpus_per_reader && a->probes == b->probes &&
+		a->cpus_per_reader == b->cpus_per_reader && PROBES(a)->probes == PROBES(b)->probes &&
 		str_eq_null(a->socket_path, b->socket_path) &&
 		a->client_queue_bytes == b->client_queue_bytes && a->max_clients == b->max_clients &&
 		a->max_clients_per_uid == b->max_clients_per_uid &&
@@ -70,13 +82,16 @@ static bool config_equal(const Config *a, const Config *b) {
 		(a->control_groups.n == 0 ||
 		 memcmp(a->control_groups.gids, b->control_groups.gids, a->control_groups.n * sizeof(gid_t)) ==
 			 0) &&
-		a->bus_events_per_second == b->bus_events_per_second && a->recorder == b->recorder &&
-		a->recorder_pages_per_cpu == b->recorder_pages_per_cpu && a->counters == b->counters &&
-		a->counters_interval_ms == b->counters_interval_ms &&
+		a->bus_events_per_second == b->bus_events_per_second &&
+		RECORDER(a)->recorder == RECORDER(b)->recorder &&
+		RECORDER(a)->pages_per_cpu == RECORDER(b)->pages_per_cpu &&
+		COUNTERS(a)->counters == COUNTERS(b)->counters &&
+		COUNTERS(a)->interval_ms == COUNTERS(b)->interval_ms &&
 		a->counters_max_processes == b->counters_max_processes &&
-		a->counters_max_cgroups == b->counters_max_cgroups && a->capture_bytes == b->capture_bytes &&
-		a->max_captures == b->max_captures &&
-		a->capture_packets_per_second == b->capture_packets_per_second;
+		a->counters_max_cgroups == b->counters_max_cgroups && CAPTURE(a)->bytes == CAPTURE(b)->bytes &&
+		CAPTURE(a)->max_captures == CAPTURE(b)->max_captures &&
+		CAPTURE(a)->packets_per_second == CAPTURE(b)->packets_per_second &&
+		CAPTURE(a)->allow_host_captures == CAPTURE(b)->allow_host_captures;
 }
 
 static int parse(Config *c, const char *text, char **error) {
@@ -160,7 +175,7 @@ static void test_defaults(void) {
 	ASSERT(c->flush_interval_ms == 50);
 	ASSERT(c->cpu_groups == NULL && c->n_cpu_groups == 0);
 	ASSERT(c->cpus_per_reader == 0);
-	ASSERT(c->probes == PROBES_ALL);
+	ASSERT(PROBES(c)->probes == PROBES_ALL);
 	ASSERT(strcmp(c->socket_path, "/run/perfrelay/events.sock") == 0);
 	ASSERT(c->client_queue_bytes == 4u * 1024 * 1024);
 	ASSERT(c->shared_ring_bytes == 32u * 1024 * 1024 && c->max_shared_rings == 64 &&
@@ -173,12 +188,16 @@ static void test_defaults(void) {
 	ASSERT(c->max_json_depth == 8);
 	ASSERT(c->allow_groups.gids == NULL && c->allow_groups.n == 0);
 	ASSERT(c->bus_events_per_second == 100);
-	ASSERT(c->recorder && c->recorder_pages_per_cpu == 256);
+	ASSERT(RECORDER(c)->recorder && RECORDER(c)->pages_per_cpu == 256);
+	ASSERT(COUNTERS(c)->counters == COUNTERS_DEFAULT && COUNTERS(c)->interval_ms == 1000);
+	ASSERT(CAPTURE(c)->bytes == 128 && CAPTURE(c)->max_captures == 8 &&
+	       CAPTURE(c)->packets_per_second == 10000 && !CAPTURE(c)->allow_host_captures);
 
 	ASSERT(config_validate(c, &error) == 0);
 	ASSERT(error == NULL);
 	ASSERT(config_free(NULL) == NULL);
-	ASSERT(config_new(NULL) == -EINVAL);
+	ASSERT(config_new(NULL, 0, NULL) == -EINVAL);
+	ASSERT(config_new(NULL, 1, &c) == -EINVAL);
 }
 
 static void test_probe_names(void) {
@@ -463,7 +482,7 @@ static void test_probes(void) {
 	for (size_t i = 0; i < ELEMENTSOF(good); i++) {
 		snprintf(text, sizeof(text), "[Probes]\nProbes=%s\n", good[i].value);
 		_cleanup_(config_freep) Config *c = parse_ok(text);
-		CHECK(c && c->probes == good[i].mask, "%s", good[i].value);
+		CHECK(c && PROBES(c)->probes == good[i].mask, "%s", good[i].value);
 	}
 	expect_error(
 		"[Probes]\nProbes=exec kprobe\n", "test.conf:2: Probes=exec kprobe: unknown probe \"kprobe\"");
@@ -495,11 +514,11 @@ static void test_counters(void) {
 	for (size_t i = 0; i < ELEMENTSOF(good); i++) {
 		snprintf(text, sizeof(text), "[Counters]\nCounters=%s\n", good[i].value);
 		_cleanup_(config_freep) Config *k = parse_ok(text);
-		CHECK(k && k->counters == good[i].mask, "%s", good[i].value);
+		CHECK(k && COUNTERS(k)->counters == good[i].mask, "%s", good[i].value);
 	}
 	c = parse_ok("[Counters]\nCountersIntervalMs=250\nCountersMaxProcesses=100\nCountersMaxCgroups=64\n");
-	ASSERT(c && c->counters_interval_ms == 250 && c->counters_max_processes == 100 &&
-	       c->counters_max_cgroups == 64 && c->counters == COUNTERS_DEFAULT);
+	ASSERT(c && COUNTERS(c)->interval_ms == 250 && c->counters_max_processes == 100 &&
+	       c->counters_max_cgroups == 64 && COUNTERS(c)->counters == COUNTERS_DEFAULT);
 	config_free(c);
 	expect_error(
 		"[Counters]\nCounters=task-clock bogus\n",
@@ -710,6 +729,14 @@ static void test_empty_resets(void) {
 		"[Socket]\nMaxJsonDepth=3\nMaxJsonDepth=\n",
 		"[Socket]\nAllowGroups=3\nAllowGroups=\n",
 		"[Bus]\nBusEventsPerSecond=3\nBusEventsPerSecond=\n",
+		/* Keys of the features' sections (ConfigPart) reset to their part's defaults. */
+		"[Recorder]\nRecorder=no\nRecorder=\n",
+		"[Recorder]\nRecorderPagesPerCpu=8\nRecorderPagesPerCpu=\n",
+		"[Counters]\nCounters=none\nCounters=\n",
+		"[Counters]\nCountersIntervalMs=300\nCountersIntervalMs=\n",
+		"[Capture]\nCaptureBytes=3\nCaptureBytes=\n",
+		"[Capture]\nMaxCaptures=3\nMaxCaptures=\n",
+		"[Capture]\nAllowHostCaptures=yes\nAllowHostCaptures=\n",
 	};
 	_cleanup_(config_freep) Config *d = new_default();
 
@@ -1008,7 +1035,7 @@ static void test_shipped_config(void) {
 	*o = 0;
 
 	/* Every key of the schema is listed (test_manpages.py checks them by name). */
-	CHECK(keys == config_n_keys(), "%u keys shipped, %zu in the schema", keys, config_n_keys());
+	CHECK(keys == config_n_keys(u), "%u keys shipped, %zu in the schema", keys, config_n_keys(u));
 	CHECK(config_parse_text(u, uncommented, strlen(uncommented), "uncommented", &error) == 0,
 	      "%s",
 	      error ?: "");
@@ -1039,11 +1066,55 @@ static void test_keep_restart_keys(void) {
 	config_free(running);
 	config_free(files);
 	config_free(same);
+
+	/* The same for the keys of the features' sections: RecorderPagesPerCpu= and MaxCaptures=
+	 * take a restart, CaptureBytes= and Probes= are live. */
+	running = parse_ok("[Recorder]\nRecorderPagesPerCpu=8\n[Capture]\nMaxCaptures=2\nCaptureBytes=100\n");
+	files = parse_ok(
+		"[Recorder]\nRecorderPagesPerCpu=16\n[Capture]\nMaxCaptures=4\nCaptureBytes=200\n"
+		"[Probes]\nProbes=exec\n");
+	if (!running || !files)
+		return;
+	list = NULL;
+	ASSERT(config_keep_restart_keys(files, running, &list) == 0);
+	ASSERT(list && streq(list, "RecorderPagesPerCpu=, MaxCaptures="));
+	ASSERT(RECORDER(files)->pages_per_cpu == 8 && CAPTURE(files)->max_captures == 2);
+	ASSERT(CAPTURE(files)->bytes == 200 && PROBES(files)->probes == (1u << PROBE_EXEC));
+	ASSERT(RECORDER(running)->pages_per_cpu == 8);
+	free(list);
+	config_free(running);
+	config_free(files);
+}
+
+/* A feature's section shares the parser's rules with the core's: shared sections ([Probes],
+ * [Counters]), the hint for a key in the wrong section, and unknown sections without the part. */
+static void test_parts(void) {
+	_cleanup_(config_freep) Config *c = parse_ok(
+		"[Probes]\nProbes=exec\nPendingSyscalls=64\n[Counters]\nCountersIntervalMs=500\nCountersMaxCgroups=32\n");
+	_cleanup_(config_freep) Config *bare = NULL;
+	_cleanup_free_ char *error = NULL;
+
+	ASSERT(c && PROBES(c)->probes == (1u << PROBE_EXEC) && c->pending_syscalls == 64);
+	ASSERT(c && COUNTERS(c)->interval_ms == 500 && c->counters_max_cgroups == 32);
+	expect_error("[Recorder]\nMaxCaptures=2\n", "MaxCaptures= belongs in [Capture]");
+	expect_error("[Capture]\nRecorder=no\n", "Recorder= belongs in [Recorder]");
+
+	/* Without the parts: the core's keys only, and no feature's section. */
+	ASSERT(config_new(NULL, 0, &bare) == 0);
+	ASSERT(config_part(bare, &recorder_config) == NULL);
+	ASSERT(config_n_keys(bare) + 2 + 1 + 2 + 4 == config_n_keys(c));
+	ASSERT(config_parse_text(bare, "[Recorder]\nRecorder=no\n", 23, "bare.conf", &error) < 0);
+	ASSERT(error && strstr(error, "bare.conf:1: unknown section [Recorder]"));
+	free(error);
+	error = NULL;
+	ASSERT(config_parse_text(bare, "[Probes]\nProbes=exec\n", 21, "bare.conf", &error) < 0);
+	ASSERT(error && strstr(error, "unknown key in section [Probes]"));
 }
 
 int main(void) {
 	test_defaults();
 	test_keep_restart_keys();
+	test_parts();
 	test_probe_names();
 	test_integer_bounds();
 	test_values();

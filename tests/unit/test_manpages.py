@@ -5,6 +5,7 @@ with man(1) without a warning; the options of perfrelayd, perfrelay-export, perf
 and of every perfrelayctl command are those their --help lists, both ways; perfrelay.conf(5)
 (made from docs/config.md) names every key of the daemon's schema (daemon/core/config.c) and no
 other, and so does the shipped perfrelay.conf; perfrelay-export(8) every key of export.conf."""
+import glob
 import os
 import re
 import subprocess
@@ -95,9 +96,13 @@ def check_perfrelayctl(text):
 
 
 def daemon_keys():
+    """The schema: the core's keys (config.c) and the features' sections (*-config.c)."""
     with open(os.path.join(SOURCE, "daemon", "core", "config.c")) as f:
-        table = f.read().split("config_keys[] = {", 1)[1].split("};", 1)[0]
-    return set(re.findall(r"\{\s*\"(\w+)\",\s*\"(\w+)\"", table))
+        tables = [f.read().split("config_keys[] = {", 1)[1].split("};", 1)[0]]
+    for path in sorted(glob.glob(os.path.join(SOURCE, "daemon", "features", "*", "*-config.c"))):
+        with open(path) as f:
+            tables.append(f.read().split("ConfigKey keys[] = {", 1)[1].split("};", 1)[0])
+    return {k for table in tables for k in re.findall(r"\{\s*\"(\w+)\",\s*\"(\w+)\"", table)}
 
 
 def export_keys():
@@ -108,7 +113,7 @@ def export_keys():
 def check_config(text):
     keys = daemon_keys()
     if len(keys) < 30:
-        fail(f"daemon/core/config.c: only {len(keys)} keys found in config_keys[]")
+        fail(f"daemon/core/config.c and the features' *-config.c: only {len(keys)} keys found")
     named = set()
     for sec, key in keys:
         # Each section's table in docs/config.md: the key's row under its section heading.

@@ -20,6 +20,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "bus-figures.h"
+#include "capture-config.h"
 #include "captures.h"
 #include "error-util.h"
 #include "feature-table.h"
@@ -99,10 +100,14 @@ static int find_unit_cgroup(const char *dir, unsigned depth, UnitSearch *us) {
 	return r;
 }
 
+static const CaptureConfig *capture_cfg(const Manager *m) {
+	return config_part(manager_config(m), &capture_config);
+}
+
 /* On failure *ret_error (if given) says why, for the D-Bus error. */
 static int capture_start_one(CaptureFeature *cf, const CaptureRequest *req, uint32_t *ret_id, char **ret_error) {
 	Manager *m = cf->feature.manager;
-	const Config *c = manager_config(m);
+	const CaptureConfig *c = capture_cfg(m);
 	CaptureSummary info = {};
 	Capture *capture = NULL;
 	char path[PATH_MAX];
@@ -202,11 +207,10 @@ static int capture_start_one(CaptureFeature *cf, const CaptureRequest *req, uint
 	if (dir < 0)
 		return error_textf(
 			ret_error, -EINVAL, "direction \"%s\": ingress, egress or both", req->direction);
-	info.bytes = req->bytes ?: c->capture_bytes;
-	if (info.bytes > c->capture_bytes)
-		return error_textf(
-			ret_error, -EINVAL, "bytes %u: above CaptureBytes=%u", info.bytes, c->capture_bytes);
-	info.packets_per_second = c->capture_packets_per_second;
+	info.bytes = req->bytes ?: c->bytes;
+	if (info.bytes > c->bytes)
+		return error_textf(ret_error, -EINVAL, "bytes %u: above CaptureBytes=%u", info.bytes, c->bytes);
+	info.packets_per_second = c->packets_per_second;
 	if (req->packets_per_second > 0 &&
 	    (info.packets_per_second == 0 || req->packets_per_second < info.packets_per_second))
 		info.packets_per_second = req->packets_per_second;
@@ -220,7 +224,7 @@ static int capture_start_one(CaptureFeature *cf, const CaptureRequest *req, uint
 	r = capture_new(
 		&(CaptureOptions){
 			.id = info.id,
-			.pin_path = c->pin_path,
+			.pin_path = manager_pin_path(m),
 			.n_possible_cpus = probes_possible_cpus(manager_probes(m)),
 			.cgroup_path = req->ifindex ? NULL : path,
 			.ifindex = (int) req->ifindex,
@@ -280,7 +284,7 @@ static int capture_stop_one(CaptureFeature *cf, uint32_t id) {
 
 static int capture_feature_start(Feature *f) {
 	CaptureFeature *cf = (CaptureFeature *) f;
-	int r = captures_new(manager_config(f->manager)->max_captures, &cf->captures);
+	int r = captures_new(capture_cfg(f->manager)->max_captures, &cf->captures);
 
 	if (r < 0)
 		log_warning_errno(r, "Failed to set up packet captures: %m; StartCapture() will refuse");
@@ -592,7 +596,7 @@ static int method_start_capture(sd_bus_message *message, void *userdata, sd_bus_
 	r = read_options(message, &req, error);
 	if (r < 0)
 		return r;
-	req.may_capture_host = uid == 0 || manager_config(cf->feature.manager)->allow_host_captures;
+	req.may_capture_host = uid == 0 || capture_cfg(cf->feature.manager)->allow_host_captures;
 	if (req.unit && sd_booted() > 0) {
 		r = ask_systemd_for_cgroup(cf, message, &req, uid);
 		if (r != 0)
@@ -700,7 +704,7 @@ static int capture_stats_append(Feature *f, sd_bus_message *m) {
 	if (r >= 0)
 		r = APPEND_FIGURES(
 			m,
-			{ "max_captures", manager_config(f->manager)->max_captures },
+			{ "max_captures", capture_cfg(f->manager)->max_captures },
 			{ "started", t.started },
 			{ "stopped", t.stopped },
 			{ "refused", t.refused },
@@ -740,6 +744,7 @@ static const sd_bus_vtable capture_bus_vtable[] = {
 const FeatureVtable capture_feature = {
 	.name = "capture",
 	.object_size = sizeof(CaptureFeature),
+	.config = &capture_config,
 	.start = capture_feature_start,
 	.done = capture_done,
 	.bus_vtable = capture_bus_vtable,

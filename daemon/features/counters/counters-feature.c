@@ -13,6 +13,7 @@
 #include "feature-table.h"
 #include "manager.h"
 #include "log.h"
+#include "counters-config.h"
 #include "perfcount.h"
 #include "time-util.h"
 
@@ -35,6 +36,10 @@ typedef struct CountersFeature {
 	uint64_t intervals;       /* intervals read */
 	uint64_t cgroups_removed; /* removed cgroups taken out of the table */
 } CountersFeature;
+
+static const CountersConfig *counters_cfg(const Manager *m) {
+	return config_part(manager_config(m), &counters_config);
+}
 
 static void counters_array_fds(CountersFeature *cf, int fds[PERFRELAY_COUNTERS_MAX]) {
 	for (unsigned i = 0; i < PERFRELAY_COUNTERS_MAX; i++)
@@ -175,16 +180,16 @@ static int on_counters_timer(sd_event_source *s, uint64_t usec, void *userdata) 
 
 	counters_interval(cf);
 	(void) sd_event_source_set_time(
-		s,
-		usec + (uint64_t) manager_config(cf->feature.manager)->counters_interval_ms * USEC_PER_MSEC);
+		s, usec + (uint64_t) counters_cfg(cf->feature.manager)->interval_ms * USEC_PER_MSEC);
 	(void) sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
 	return 0;
 }
 
 /* The tick: a quarter of the interval, at most 100 ms, so that an interval's events hold
  * what the units used up to a tick before it. */
+
 static uint64_t counters_tick_ns(const Manager *m) {
-	return MIN((uint64_t) manager_config(m)->counters_interval_ms / 4, (uint64_t) 100) * NSEC_PER_MSEC;
+	return MIN((uint64_t) counters_cfg(m)->interval_ms / 4, (uint64_t) 100) * NSEC_PER_MSEC;
 }
 
 /* The cgroup watch's cgroups users made, into the programs' set (counters_users_cgroup_ids):
@@ -213,6 +218,7 @@ static int counters_start(Feature *f) {
 	CountersFeature *cf = (CountersFeature *) f;
 	Manager *m = f->manager;
 	const Config *c = manager_config(m);
+	const CountersConfig *cc = counters_cfg(m);
 	Probes *p = manager_probes(m);
 	int fds[PERFRELAY_COUNTERS_MAX];
 	PerfCountReport rep;
@@ -220,14 +226,14 @@ static int counters_start(Feature *f) {
 	int r;
 
 	cf->seq = now_nsec(CLOCK_BOOTTIME);
-	if (c->counters == 0) {
+	if (cc->counters == 0) {
 		/* Off: the programs detached, their links unpinned, the process table emptied. */
 		return probes_set_counters(p, 0);
 	}
 	FOREACH_CPU(cpu, manager_cpus_parked(m))
 		cpuset_remove(&online, (unsigned) cpu);
 	counters_array_fds(cf, fds);
-	r = perfcount_open(fds, &online, c->counters, &rep);
+	r = perfcount_open(fds, &online, cc->counters, &rep);
 	if (r < 0) {
 		log_warning_errno(r, "Failed to open the perf counters: %m; running without counters");
 		(void) probes_set_counters(p, 0);
@@ -277,7 +283,7 @@ static int counters_start(Feature *f) {
 		manager_event(m),
 		&cf->source,
 		CLOCK_MONOTONIC,
-		(uint64_t) c->counters_interval_ms * USEC_PER_MSEC,
+		(uint64_t) cc->interval_ms * USEC_PER_MSEC,
 		USEC_PER_MSEC,
 		on_counters_timer,
 		cf);
@@ -431,7 +437,9 @@ static int counters_stats_append(Feature *f, sd_bus_message *m) {
 }
 
 static bool counters_wants_hub_slot(const Config *c) {
-	return c->counters != 0;
+	const CountersConfig *cc = config_part(c, &counters_config);
+
+	return cc->counters != 0;
 }
 
 /* clang-format off */
@@ -448,6 +456,7 @@ static const sd_bus_vtable counters_bus_vtable[] = {
 const FeatureVtable counters_feature = {
 	.name = "counters",
 	.object_size = sizeof(CountersFeature),
+	.config = &counters_config,
 	.wants_hub_slot = counters_wants_hub_slot,
 	.start = counters_start,
 	.cpu_online = counters_cpu_online,

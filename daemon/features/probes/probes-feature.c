@@ -8,6 +8,7 @@
 #include "feature-table.h"
 #include "manager.h"
 #include "log.h"
+#include "probes-config.h"
 
 /* Attaches or detaches a built-in probe until the next reload or restart (which apply Probes=
  * again). */
@@ -38,12 +39,19 @@ static uint32_t probe_mask(const Manager *m) {
 	return mask;
 }
 
+/* Probes= of the configuration now. */
+static uint32_t probes_wanted(const Manager *m) {
+	const ProbesConfig *pc = config_part(manager_config(m), &probes_config);
+
+	return pc->probes;
+}
+
 static int probes_start(Feature *f) {
 	Manager *m = f->manager;
 	Probes *p = manager_probes(m);
 	int r;
 
-	r = probes_apply(p, manager_config(m)->probes);
+	r = probes_apply(p, probes_wanted(m));
 	if (r < 0)
 		return r;
 	for (unsigned i = 0; i < _PROBE_MAX; i++)
@@ -60,7 +68,7 @@ static int probes_reload(Feature *f) {
 	uint32_t attached = probe_mask(m);
 	int r;
 
-	r = probes_apply(manager_probes(m), manager_config(m)->probes);
+	r = probes_apply(manager_probes(m), probes_wanted(m));
 	if (probe_mask(m) != attached)
 		bus_emit_manager_changed(manager_bus(m), STRV_MAKE("Probes"));
 	/* probes_apply() logged which probe; the rest is applied all the same. */
@@ -172,6 +180,7 @@ static const sd_bus_vtable probes_bus_vtable[] = {
 const FeatureVtable probes_feature = {
 	.name = "probes",
 	.object_size = sizeof(Feature),
+	.config = &probes_config,
 	.start = probes_start,
 	.reload = probes_reload,
 	.bus_vtable = probes_bus_vtable,

@@ -15,6 +15,7 @@
 #include "feature-table.h"
 #include "manager.h"
 #include "log.h"
+#include "recorder-config.h"
 #include "recorder.h"
 #include "snapshot.h"
 #include "time-util.h"
@@ -42,6 +43,7 @@ static int recorder_setup(Feature *f) {
 	RecorderFeature *rf = (RecorderFeature *) f;
 	Manager *m = f->manager;
 	const Config *c = manager_config(m);
+	const RecorderConfig *rc = config_part(c, &recorder_config);
 	Probes *p = manager_probes(m);
 	CpuSet cpus = *manager_cpus(m);
 	int r;
@@ -53,7 +55,7 @@ static int recorder_setup(Feature *f) {
 	/* A daemon killed with its recorder on left it on, its rings in the slots of every CPU
 	 * (those we give none, offline ones, too): from a clean state whether we record or not. */
 	recorder_clear(probes_recorder_fd(p), probes_recorder_on_fd(p), probes_possible_cpus(p));
-	if (!c->recorder)
+	if (!rc->recorder)
 		return 0;
 	/* Offline CPUs get no ring (a perf event cannot be opened there); their records were
 	 * never going to be made anyway until they come online. */
@@ -61,7 +63,7 @@ static int recorder_setup(Feature *f) {
 		cpuset_remove(&cpus, (unsigned) cpu);
 	r = recorder_new(
 		&cpus,
-		c->recorder_pages_per_cpu,
+		rc->pages_per_cpu,
 		probes_recorder_fd(p),
 		probes_recorder_on_fd(p),
 		probes_recorder_stats_fd(p),
@@ -71,7 +73,7 @@ static int recorder_setup(Feature *f) {
 			r,
 			"Failed to set up the flight recorder (%u pages per CPU, RecorderPagesPerCpu=): %m; "
 			"running without it",
-			c->recorder_pages_per_cpu);
+			rc->pages_per_cpu);
 		return 0;
 	}
 	cgroup_watch_set_window(manager_cgroup_watch(m), 0);
@@ -85,7 +87,7 @@ static int recorder_setup(Feature *f) {
 			CGROUP_WATCH_REMEMBER_MAX);
 	log_info(
 		"Flight recorder on: %u pages per CPU on %u CPUs (%s/recorder)",
-		c->recorder_pages_per_cpu,
+		rc->pages_per_cpu,
 		cpuset_count(&cpus),
 		c->pin_path);
 	return 0;
@@ -272,6 +274,7 @@ static const sd_bus_vtable recorder_bus_vtable[] = {
 const FeatureVtable recorder_feature = {
 	.name = "recorder",
 	.object_size = sizeof(RecorderFeature),
+	.config = &recorder_config,
 	.setup = recorder_setup,
 	.quiesce = recorder_quiesce,
 	.cpu_prepare = recorder_cpu_prepare,

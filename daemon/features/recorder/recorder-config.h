@@ -1,0 +1,16 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The flight recorder's [Recorder] section (docs/config.md, docs/recorder.md). Pure: the configuration
+ * parser (config.c) reads it as a ConfigPart. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+
+typedef struct RecorderConfig {
+	bool recorder;          /* Recorder=, default yes */
+	unsigned pages_per_cpu; /* RecorderPagesPerCpu=, power of two 1..65536, default 256 */
+} RecorderConfig;
+
+extern const ConfigPart recorder_config;
