@@ -61,7 +61,6 @@ struct Manager {
 	Server *server;            /* the event socket and its subscribers */
 	Bus *bus;                  /* NULL without a system bus */
 	sd_event_source *notify_source;
-	sd_event_source *decoders_source; /* a reader asks for a producer scan */
 
 	/* The features (feature.h), in the order of the table main() gave. */
 	Feature **feats;

@@ -152,7 +152,6 @@ Manager *manager_free(Manager *m) {
 	free(m->readers);
 	manager_features_done(m); /* the readers have stopped */
 	manager_features_free(m);
-	sd_event_source_disable_unref(m->decoders_source);
 	decoders_free(m->decoders);
 	cgroup_fs_free(m->cgroups);
 	cgroup_watch_free(m->cgroup_watch);
