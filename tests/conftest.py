@@ -56,7 +56,8 @@ def pytest_runtest_makereport(item, call):
 
 def pytest_sessionfinish(session, exitstatus):
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is None or exitstatus != 0:
+    # 5 is pytest's "no tests collected": a module that skips as a whole when imported.
+    if reporter is None or exitstatus not in (0, 5):
         return
     passed = len(reporter.stats.get("passed", []))
     skipped = len(reporter.stats.get("skipped", []))

@@ -26,7 +26,10 @@ def use_pytest(binary):
 
 
 def daemon_binary():
-    """The perfrelayd under test (pytest's --perfrelayd, or the build tree's)."""
+    """The perfrelayd under test: pytest's --perfrelayd (or the build tree's); run as a script
+    (`python3 test_X.py PERFRELAYD`, main()), its first argument."""
+    if _binary is None and not _pytest and len(sys.argv) > 1:
+        return os.path.abspath(sys.argv[1])
     if _binary is None:
         raise Failure("no daemon binary: run the tests with pytest (tests/pytest.ini)")
     return _binary

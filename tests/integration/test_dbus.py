@@ -72,7 +72,7 @@ def online_cpus():
 
 
 
-def busctl(*args, user=None, check_rc=True, address=None):
+def on_bus(*args, user=None, check_rc=True, address=None):
     """busctl on this test's bus (or `address`)."""
     return busclient.busctl(address or BUS.address, *args, user=user, check_rc=check_rc)
 
@@ -80,18 +80,18 @@ def busctl(*args, user=None, check_rc=True, address=None):
 def call(method, signature=None, *args, user=None):
     """A Manager method through busctl; returns the list of return values."""
     a = ["--json=short", "call", *MANAGER, method] + ([signature, *[str(x) for x in args]] if signature else [])
-    out = busctl(*a, user=user).stdout.strip()
+    out = on_bus(*a, user=user).stdout.strip()
     return json.loads(out)["data"] if out else []
 
 
 def get_all(user=None):
-    out = busctl("--json=short", "call", MANAGER[0], MANAGER[1], "org.freedesktop.DBus.Properties", "GetAll", "s",
+    out = on_bus("--json=short", "call", MANAGER[0], MANAGER[1], "org.freedesktop.DBus.Properties", "GetAll", "s",
                  MANAGER[2], user=user).stdout
     return {k: v["data"] for k, v in json.loads(out)["data"][0].items()}
 
 
 def prop(name):
-    return json.loads(busctl("--json=short", "get-property", *MANAGER, name).stdout)["data"]
+    return json.loads(on_bus("--json=short", "get-property", *MANAGER, name).stdout)["data"]
 
 
 
@@ -235,11 +235,11 @@ def test_probe_switch():
         client.wait(lambda m: m.get("path") == present, "an open event after re-enabling")
         # Idempotent, and unknown names are refused.
         call("SetProbeEnabled", "sb", "open", "true")
-        r = busctl("call", *MANAGER, "SetProbeEnabled", "sb", "nosuch", "false", check_rc=False)
+        r = on_bus("call", *MANAGER, "SetProbeEnabled", "sb", "nosuch", "false", check_rc=False)
         check(r.returncode != 0 and "Unknown probe" in r.stderr, f"unknown probe refused: {r.stderr}")
     finally:
         client.close()
-        busctl("call", *MANAGER, "SetProbeEnabled", "sb", "open", "true", check_rc=False)
+        on_bus("call", *MANAGER, "SetProbeEnabled", "sb", "open", "true", check_rc=False)
 
 
 def test_disconnect_client():
@@ -256,7 +256,7 @@ def test_disconnect_client():
         a.wait_eof("the disconnected client")
         check_eq([r[0] for r in call("ListClients")[0]], [idb], "only b is left")
         check(not b.eof, "the other client stays connected")
-        r = busctl("call", *MANAGER, "DisconnectClient", "t", "999999", check_rc=False)
+        r = on_bus("call", *MANAGER, "DisconnectClient", "t", "999999", check_rc=False)
         check(r.returncode != 0 and "No socket client with id 999999" in r.stderr, f"unknown id: {r.stderr}")
     finally:
         a.close()
@@ -366,7 +366,7 @@ def test_subscribers():
             check_eq(leaked, [], "no signal of another subscriber's monitor")
         check_eq([m for m in LISTENER.messages() if m.get("interface") == "org.perfrelay1.Monitor"], [],
                  "a connection with a match for every perfrelay signal sees no monitor signal")
-        check_eq(json.loads(busctl("--json=short", "get-property", "org.perfrelay1", first.path,
+        check_eq(json.loads(on_bus("--json=short", "get-property", "org.perfrelay1", first.path,
                                    "org.perfrelay1.Monitor", "Filter").stdout)["data"],
                  json.dumps({"types": ["exec"], "comm": [MARKER_NAME]}, separators=(",", ":")), "the monitor's Filter")
 
@@ -384,7 +384,7 @@ def test_subscribers():
 
 
 def tree():
-    return busctl("tree", "--list", "org.perfrelay1").stdout.split()
+    return on_bus("tree", "--list", "org.perfrelay1").stdout.split()
 
 
 def test_monitor_cleanup():
@@ -435,7 +435,7 @@ def test_rate_limit():
         drop_msgs = [m for m in s.messages() if m.get("signal") == "Dropped"]
         for a, b in zip(drop_msgs, drop_msgs[1:]):
             check(b["t"] - a["t"] >= 900000, "Dropped at most once a second")
-        monitor = {k: json.loads(busctl("--json=short", "get-property", "org.perfrelay1", s.path,
+        monitor = {k: json.loads(on_bus("--json=short", "get-property", "org.perfrelay1", s.path,
                                         "org.perfrelay1.Monitor", k).stdout)["data"]
                    for k in ("EventsDelivered", "EventsDropped")}
         check_eq(monitor, {"EventsDelivered": events, "EventsDropped": dropped}, "the monitor's counters")
@@ -460,7 +460,7 @@ def test_non_root():
         check_eq(mine[k], root[k], f"nobody's {k}")
     for method in ("GetStats", "GetCpuStats", "GetReaderStats", "ListClients", "ListProbes"):
         call(method, user="nobody")
-    busctl("introspect", *MANAGER[:2], user="nobody")
+    on_bus("introspect", *MANAGER[:2], user="nobody")
 
     caller = Subscriber(subscribe=False, user="nobody")
     try:
@@ -516,7 +516,7 @@ def test_non_root():
         # is removed (docs/dbus.md); the uid-only subscriber goes on.
         os.unlink(dropin)
         call("Reload")
-        r = busctl("get-property", MANAGER[0], allowed.path, "org.perfrelay1.Monitor", "Filter", check_rc=False)
+        r = on_bus("get-property", MANAGER[0], allowed.path, "org.perfrelay1.Monitor", "Filter", check_rc=False)
         check(r.returncode != 0, f"the revoked subscriber's monitor {allowed.path} is gone")
 
         def run_after():
@@ -574,13 +574,13 @@ def parse_doc():
 def parse_introspection(path, iface):
     """busctl's table (signatures, flags) and its XML (argument names) for one interface."""
     table = {}
-    for line in busctl("introspect", "org.perfrelay1", path, iface).stdout.splitlines()[1:]:
+    for line in on_bus("introspect", "org.perfrelay1", path, iface).stdout.splitlines()[1:]:
         cols = line.split()
         if not cols or not cols[0].startswith("."):
             continue
         name, kind, sig, result, flags = cols[0][1:], cols[1], cols[2], cols[3], cols[-1]
         table[(kind, name)] = (sig, result, flags)
-    xml = ET.fromstring(busctl("--xml-interface", "introspect", "org.perfrelay1", path).stdout)
+    xml = ET.fromstring(on_bus("--xml-interface", "introspect", "org.perfrelay1", path).stdout)
     node = [i for i in xml.findall("interface") if i.get("name") == iface][0]
     out = {}
     for m in node.findall("method"):
@@ -613,7 +613,7 @@ def test_introspect():
                            stderr=subprocess.PIPE, text=True,
                            env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=BUS.address, PERFRELAY_SOCKET=d.socket_path))
     try:
-        cap_path = wait_for(lambda: next((l.split()[0] for l in busctl("tree", "--list", "org.perfrelay1").stdout.split()
+        cap_path = wait_for(lambda: next((l.split()[0] for l in on_bus("tree", "--list", "org.perfrelay1").stdout.split()
                                           if l.startswith("/org/perfrelay1/capture/")), None), "a capture object")
         for iface, path in (("org.perfrelay1.Manager", "/org/perfrelay1"), ("org.perfrelay1.Monitor", s.path),
                             ("org.perfrelay1.Capture", cap_path)):
@@ -627,7 +627,7 @@ def test_introspect():
         cap.communicate(timeout=60)
     check_eq(cap.returncode, 0, "perfrelayctl capture ended cleanly")
     # Every method and signal argument has a name.
-    xml = ET.fromstring(busctl("--xml-interface", "introspect", *MANAGER[:2]).stdout)
+    xml = ET.fromstring(on_bus("--xml-interface", "introspect", *MANAGER[:2]).stdout)
     for arg in xml.iter("arg"):
         check(arg.get("name"), f"an argument without a name: {arg.attrib}")
 

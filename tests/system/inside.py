@@ -3,6 +3,7 @@
 """Runs inside the booted container (real systemd as PID 1, real system bus): every step of
 the service's life that a user relies on, each an assertion. Prints "ok NAME" per step and a
 closing count; exits 1 on the first failure (later steps depend on earlier ones)."""
+import functools
 import json
 import os
 import re
@@ -19,7 +20,7 @@ PIN = sys.argv[1]          # the test's pin root (a drop-in sets PinPath= to it)
 SOCK = "/run/perfrelay/events.sock"
 
 
-def run(*args, check=True):
+def command(*args, check=True):
     r = subprocess.run(list(args), capture_output=True, text=True, timeout=60)
     if check and r.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed ({r.returncode}): {r.stdout} {r.stderr}")
@@ -27,19 +28,18 @@ def run(*args, check=True):
 
 
 def show(prop):
-    return run("systemctl", "show", "-p", prop, "--value", "perfrelay.service").stdout.strip()
+    return command("systemctl", "show", "-p", prop, "--value", "perfrelay.service").stdout.strip()
 
 
 def report(name, e):
     print(f"FAIL {name}: {e}")
-    print(run("journalctl", "-u", "perfrelay.service", "-u", "perfrelay.socket", "-u", "perfrelay-export.service",
+    print(command("journalctl", "-u", "perfrelay.service", "-u", "perfrelay.socket", "-u", "perfrelay-export.service",
               "-u", "perfrelay-metrics@*", "-u", "dbus.service", "--no-pager", "-n", "60", check=False).stdout)
     print(f"{prtest.steps_passed} passed, 1 failed")
     sys.exit(1)
 
 
-def step(name):
-    return prtest.step(name, on_failure=report)
+step = functools.partial(prtest.step, on_failure=report)
 
 
 def client():
@@ -55,11 +55,11 @@ def marker(tag):
 
 
 def events_map_id():
-    return json.loads(run("bpftool", "-j", "map", "show", "pinned", f"{PIN}/events").stdout)["id"]
+    return json.loads(command("bpftool", "-j", "map", "show", "pinned", f"{PIN}/events").stdout)["id"]
 
 
 def exec_failures():
-    out = json.loads(run("bpftool", "-j", "map", "lookup", "pinned", f"{PIN}/counters", "key", "1", "0", "0", "0").stdout)
+    out = json.loads(command("bpftool", "-j", "map", "lookup", "pinned", f"{PIN}/counters", "key", "1", "0", "0", "0").stdout)
     total = 0
     for v in out["values"]:
         val = v.get("formatted", v)["value"] if isinstance(v.get("value"), list) and "formatted" in v else v["value"]
@@ -75,14 +75,14 @@ state = {}
 
 @step("units verify")
 def _():
-    r = run("systemd-analyze", "verify", "--man=no", "/lib/systemd/system/perfrelay.service",
+    r = command("systemd-analyze", "verify", "--man=no", "/lib/systemd/system/perfrelay.service",
             "/lib/systemd/system/perfrelay.socket", check=False)
     assert r.returncode == 0 and not r.stderr.strip(), f"systemd-analyze verify: {r.stderr}"
 
 
 @step("security exposure <= 1.5")
 def _():
-    out = run("systemd-analyze", "security", "--no-pager", "perfrelay.service").stdout
+    out = command("systemd-analyze", "security", "--no-pager", "perfrelay.service").stdout
     m = re.search(r"Overall exposure level for perfrelay.service: ([\d.]+)", out)
     assert m, out[-500:]
     state["exposure"] = float(m.group(1))
@@ -92,8 +92,8 @@ def _():
 
 @step("socket activation: the first client gets its hello and events")
 def _():
-    run("systemctl", "enable", "perfrelay.socket", "perfrelay.service")
-    run("systemctl", "start", "perfrelay.socket")
+    command("systemctl", "enable", "perfrelay.socket", "perfrelay.service")
+    command("systemctl", "start", "perfrelay.socket")
     assert show("ActiveState") == "inactive", "the service waits for the first client"
     c = client()
     assert show("ActiveState") == "active", "the client started the service"
@@ -106,10 +106,10 @@ def _():
 
 @step("status on the system bus")
 def _():
-    st = json.loads(run("busctl", "--json=short", "get-property", "org.perfrelay1", "/org/perfrelay1",
+    st = json.loads(command("busctl", "--json=short", "get-property", "org.perfrelay1", "/org/perfrelay1",
                         "org.perfrelay1.Manager", "State").stdout)["data"]
     assert st == "running", st
-    pin = json.loads(run("busctl", "--json=short", "get-property", "org.perfrelay1", "/org/perfrelay1",
+    pin = json.loads(command("busctl", "--json=short", "get-property", "org.perfrelay1", "/org/perfrelay1",
                          "org.perfrelay1.Manager", "PinPath").stdout)["data"]
     assert pin == PIN, pin
     # STATUS= is refreshed every second with live figures.
@@ -121,21 +121,21 @@ def _():
 def _():
     with open("/etc/perfrelay/perfrelay.conf.d/60-probes.conf", "w") as f:
         f.write("[Probes]\nProbes=exec exit\n")
-    run("systemctl", "reload", "perfrelay.service")
-    wait_for(lambda: set(json.loads(run("busctl", "--json=short", "get-property", "org.perfrelay1",
+    command("systemctl", "reload", "perfrelay.service")
+    wait_for(lambda: set(json.loads(command("busctl", "--json=short", "get-property", "org.perfrelay1",
                                         "/org/perfrelay1", "org.perfrelay1.Manager",
                                         "Probes").stdout)["data"]) == {"exec", "exit"},
              "Probes after reload")
     assert show("MainPID") == state["pid"], "reload keeps the process"
     assert not os.path.exists(f"{PIN}/links/handle_open_enter"), "the open probe was detached"
     os.unlink("/etc/perfrelay/perfrelay.conf.d/60-probes.conf")
-    run("systemctl", "reload", "perfrelay.service")
+    command("systemctl", "reload", "perfrelay.service")
 
 
 @step("restart reuses the pins and events flow again")
 def _():
     map_id = events_map_id()
-    run("systemctl", "restart", "perfrelay.service")
+    command("systemctl", "restart", "perfrelay.service")
     assert show("MainPID") != state["pid"], "a new process"
     assert events_map_id() == map_id, "the array is reused"
     c = client()
@@ -147,7 +147,7 @@ def _():
 @step("SIGKILL: systemd restarts it and the producers count the gap")
 def _():
     before = exec_failures()
-    run("systemctl", "kill", "-s", "KILL", "perfrelay.service")
+    command("systemctl", "kill", "-s", "KILL", "perfrelay.service")
     wait_for(lambda: show("SubState") == "auto-restart", "auto-restart after SIGKILL", timeout=10)
     for i in range(5):
         marker(f"gap{i}")
@@ -166,7 +166,7 @@ def _():
     restarts = int(show("NRestarts"))
     os.kill(int(state["pid"]), signal.SIGUSR2)  # fault injection: reader 0 stops making progress
     wait_for(lambda: int(show("NRestarts")) > restarts, "a restart after the watchdog fired", timeout=30)
-    log = run("journalctl", "-u", "perfrelay.service", "--no-pager").stdout
+    log = command("journalctl", "-u", "perfrelay.service", "--no-pager").stdout
     assert "Watchdog timeout" in log, "systemd says the watchdog fired"
     assert "withholding WATCHDOG=1" in log, "the daemon said why"
     wait_for(lambda: show("ActiveState") == "active", "active again")
@@ -181,19 +181,19 @@ def _():
     with open(conf, "w") as f:
         f.write("[Ring]\nFlushIntervalMs=1000\n")
     try:
-        run("systemctl", "restart", "perfrelay.service")
+        command("systemctl", "restart", "perfrelay.service")
         wait_for(lambda: show("ActiveState") == "active", "active with FlushIntervalMs=1000")
         state["pid"] = show("MainPID")
         restarts = int(show("NRestarts"))
-        since = run("date", "+%Y-%m-%d %H:%M:%S").stdout.strip()
+        since = command("date", "+%Y-%m-%d %H:%M:%S").stdout.strip()
         os.kill(int(state["pid"]), signal.SIGUSR2)  # fault injection: reader 0 stops making progress
         wait_for(lambda: int(show("NRestarts")) > restarts, "a restart after the watchdog fired", timeout=30)
-        log = run("journalctl", "-u", "perfrelay.service", "--no-pager", "--since", since).stdout
+        log = command("journalctl", "-u", "perfrelay.service", "--no-pager", "--since", since).stdout
         assert "Watchdog timeout" in log, "systemd says the watchdog fired"
         assert "withholding WATCHDOG=1" in log, "the daemon said why"
     finally:
         os.unlink(conf)
-    run("systemctl", "restart", "perfrelay.service")
+    command("systemctl", "restart", "perfrelay.service")
     wait_for(lambda: show("ActiveState") == "active", "active again")
     state["pid"] = show("MainPID")
 
@@ -208,11 +208,11 @@ def export_stats():
 
 @step("export and metrics units verify; their exposure")
 def _():
-    r = run("systemd-analyze", "verify", "--man=no", "/lib/systemd/system/perfrelay-export.service",
+    r = command("systemd-analyze", "verify", "--man=no", "/lib/systemd/system/perfrelay-export.service",
             "/lib/systemd/system/perfrelay-metrics.socket", check=False)
     assert r.returncode == 0 and not r.stderr.strip(), f"systemd-analyze verify: {r.stderr}"
     for unit in ("perfrelay-export.service", "perfrelay-metrics@0.service"):
-        out = run("systemd-analyze", "security", "--no-pager", unit).stdout
+        out = command("systemd-analyze", "security", "--no-pager", unit).stdout
         m = re.search(r"Overall exposure level for \S+: ([\d.]+)", out)
         assert m, out[-500:]
         print(f"{unit} exposure {m.group(1)}")
@@ -223,7 +223,7 @@ def _():
 def _():
     port = free_port()
     state["nats"] = f"nats://127.0.0.1:{port}"
-    run("systemd-run", "--unit=prtest-nats", "--property=Type=exec", "/usr/sbin/nats-server", "-js",
+    command("systemd-run", "--unit=prtest-nats", "--property=Type=exec", "/usr/sbin/nats-server", "-js",
         "-a", "127.0.0.1", "-p", str(port), "-sd", "/var/tmp/prtest-nats")
 
     def listening():
@@ -233,17 +233,17 @@ def _():
     os.makedirs("/etc/perfrelay/export.conf.d", exist_ok=True)
     with open("/etc/perfrelay/export.conf.d/50-test.conf", "w") as f:
         f.write(f"[NATS]\nServers={state['nats']}\n[Export]\nTypes=exec\n")
-    run("systemctl", "start", "perfrelay-export.service")
+    command("systemctl", "start", "perfrelay-export.service")
     wait_for(lambda: (export_stats() or {}).get("stream_ready"), "the exporter made its stream")
-    user = run("systemctl", "show", "-p", "User", "--value", "perfrelay-export.service").stdout.strip()
-    pid = run("systemctl", "show", "-p", "MainPID", "--value", "perfrelay-export.service").stdout.strip()
+    user = command("systemctl", "show", "-p", "User", "--value", "perfrelay-export.service").stdout.strip()
+    pid = command("systemctl", "show", "-p", "MainPID", "--value", "perfrelay-export.service").stdout.strip()
     with open(f"/proc/{pid}/status") as f:
         uid = int(next(l for l in f if l.startswith("Uid:")).split()[1])
     assert uid != 0, f"perfrelay-export runs as uid {uid} (User={user})"
     marker("exported")
 
     def in_stream():
-        out = run("perfrelayctl", "monitor", "--nats", state["nats"], "--since", "10m", "--no-follow", "--json").stdout
+        out = command("perfrelayctl", "monitor", "--nats", state["nats"], "--since", "10m", "--no-follow", "--json").stdout
         evs = [json.loads(l) for l in out.splitlines() if l.strip()]
         return any(e.get("type") == "exec" and e.get("argv", [None])[1:] == ["exported"] for e in evs)
     wait_for(in_stream, "the marker's exec in the JetStream stream (perfrelayctl monitor --nats)")
@@ -260,8 +260,8 @@ def _():
     os.makedirs("/etc/systemd/system/perfrelay-metrics.socket.d", exist_ok=True)
     with open("/etc/systemd/system/perfrelay-metrics.socket.d/50-test.conf", "w") as f:
         f.write(f"[Socket]\nListenStream=\nListenStream=127.0.0.1:{port}\n")
-    run("systemctl", "daemon-reload")
-    run("systemctl", "start", "perfrelay-metrics.socket")
+    command("systemctl", "daemon-reload")
+    command("systemctl", "start", "perfrelay-metrics.socket")
     with socket.create_connection(("127.0.0.1", port), timeout=30) as c:
         c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         data = b""
@@ -274,28 +274,28 @@ def _():
     assert int(samples.get('perfrelay_producer_received_total{producer="1"}', 0)) > 0, "the probes' received"
     assert int(samples.get("perfrelay_export_acked_total", 0)) >= 1, \
         f"the exporter's acknowledged events: {samples.get('perfrelay_export_acked_total')} (stats file: {export_stats()})"
-    run("systemctl", "stop", "perfrelay-metrics.socket", "perfrelay-export.service", "prtest-nats.service")
+    command("systemctl", "stop", "perfrelay-metrics.socket", "perfrelay-export.service", "prtest-nats.service")
 
 
 @step("a unit that fails: perfrelay-snapshot@ saves its window, with the unit's exec")
 def _():
-    run("systemctl", "start", "perfrelay.service")
+    command("systemctl", "start", "perfrelay.service")
     with open("/etc/systemd/system/prtest-fail.service", "w") as f:
         f.write("[Unit]\nOnFailure=perfrelay-snapshot@%n.service\n"
                 "[Service]\nType=oneshot\nExecStart=/bin/sh -c 'exit 3' prsys-fail-marker\n")
-    run("systemctl", "daemon-reload")
-    r = run("systemctl", "start", "prtest-fail.service", check=False)
+    command("systemctl", "daemon-reload")
+    r = command("systemctl", "start", "prtest-fail.service", check=False)
     assert r.returncode != 0, "the unit failed"
 
     def saved():
-        out = run("perfrelayctl", "snapshots", check=False).stdout
+        out = command("perfrelayctl", "snapshots", check=False).stdout
         return [l.split()[-1] for l in out.splitlines() if "/prtest-fail.service-" in l]
     try:
         path = wait_for(saved, "the snapshot of the failed unit (perfrelayctl snapshots)")[0]
     except AssertionError as e:
-        log = run("journalctl", "-u", "perfrelay-snapshot@prtest-fail.service.service", "-u", "prtest-fail.service",
+        log = command("journalctl", "-u", "perfrelay-snapshot@prtest-fail.service.service", "-u", "prtest-fail.service",
                   "--no-pager", check=False).stdout
-        state_ = run("systemctl", "status", "perfrelay-snapshot@prtest-fail.service.service", check=False).stdout
+        state_ = command("systemctl", "status", "perfrelay-snapshot@prtest-fail.service.service", check=False).stdout
         raise AssertionError(f"{e}\n{log[-3000:]}\n{state_[-1500:]}")
     with open(path) as f:
         lines = [json.loads(l) for l in f]
@@ -305,9 +305,9 @@ def _():
     assert execs[0]["unit"] == "prtest-fail.service", execs[0]
     assert all(e.get("unit") == "prtest-fail.service" for e in lines[:-1]), "only that unit's events"
     assert oct(os.stat(path).st_mode & 0o777) == "0o600", "readable by root only"
-    log = run("journalctl", "-u", "perfrelay-snapshot@prtest-fail.service.service", "--no-pager").stdout
+    log = command("journalctl", "-u", "perfrelay-snapshot@prtest-fail.service.service", "--no-pager").stdout
     assert f"to {path}" in log, f"the journal says where: {log[-800:]}"
-    out = run("systemd-analyze", "security", "--no-pager", "perfrelay-snapshot@prtest-fail.service.service").stdout
+    out = command("systemd-analyze", "security", "--no-pager", "perfrelay-snapshot@prtest-fail.service.service").stdout
     m = re.search(r"Overall exposure level for perfrelay-snapshot@prtest-fail.service.service: ([\d.]+)", out)
     print(f"perfrelay-snapshot@ exposure {m.group(1) if m else '?'}")
 
@@ -347,17 +347,17 @@ DECOY = os.path.join(cgroup2(), "system.slice", "prtest-decoy.slice", "prtest-ta
       "of systemd's ControlGroup, not of a same-named cgroup)")
 def _():
     decoy = None
-    run("systemctl", "start", "perfrelay.service")
-    run("systemd-run", "--unit=prtest-talk", "--property=Type=exec", "python3", "-c", TALKER)
+    command("systemctl", "start", "perfrelay.service")
+    command("systemd-run", "--unit=prtest-talk", "--property=Type=exec", "python3", "-c", TALKER)
     try:
         def ranked():
-            out = run("perfrelayctl", "top", "--iterations", "1", "--batch", "--delay", "1").stdout
+            out = command("perfrelayctl", "top", "--iterations", "1", "--batch", "--delay", "1").stdout
             return [l for l in out.splitlines() if l.startswith("prtest-talk.service ")]
         try:
             row = wait_for(ranked, "the talking service in perfrelayctl top")[0]
         except AssertionError as e:
-            out = run("perfrelayctl", "top", "--iterations", "1", "--batch", check=False)
-            log = run("journalctl", "-u", "perfrelay.service", "--no-pager", check=False).stdout
+            out = command("perfrelayctl", "top", "--iterations", "1", "--batch", check=False)
+            log = command("journalctl", "-u", "perfrelay.service", "--no-pager", check=False).stdout
             raise AssertionError(f"{e}\n{out.stdout}{out.stderr}\n" +
                                  "\n".join(l for l in log.splitlines() if "ounter" in l)[-2000:])
         assert float(row.split()[1]) > 0, f"a CPU rate for it: {row}"
@@ -367,7 +367,7 @@ def _():
         decoy = subprocess.Popen(["python3", "-c", TALKER.replace("prsys-talk", "prsys-decoy")])
         with open(os.path.join(DECOY, "cgroup.procs"), "w") as f:
             f.write(str(decoy.pid))
-        r = run("perfrelayctl", "capture", "--unit", "prtest-talk.service", "-c", "40", "-w", "/tmp/talk.pcapng")
+        r = command("perfrelayctl", "capture", "--unit", "prtest-talk.service", "-c", "40", "-w", "/tmp/talk.pcapng")
         with open("/tmp/talk.pcapng", "rb") as f:
             data = f.read()
         off, kinds, links = 0, [], []
@@ -382,7 +382,7 @@ def _():
         assert b"prsys-talk" in data, "the service's payload"
         assert b"prsys-decoy" not in data, "none of the decoy cgroup's"
     finally:
-        run("systemctl", "stop", "prtest-talk.service", check=False)
+        command("systemctl", "stop", "prtest-talk.service", check=False)
         if decoy:
             decoy.kill()
             decoy.wait()
@@ -396,7 +396,7 @@ def _():
 @step("stop: exit 0, the array stays pinned")
 def _():
     map_id = events_map_id()
-    run("systemctl", "stop", "perfrelay.service", "perfrelay.socket")
+    command("systemctl", "stop", "perfrelay.service", "perfrelay.socket")
     assert show("ExecMainStatus") == "0", f"exit status {show('ExecMainStatus')}"
     assert show("Result") == "success", show("Result")
     assert events_map_id() == map_id, "the array stays pinned after stop"

@@ -7,6 +7,6 @@ def fail(msg):
     failures.append(msg)
 
 
-def check_eq(got, want, what):
+def expect_eq(got, want, what):
     if got != want:
         fail(f"{what}: got {got!r}, want {want!r}")

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from mismatches import check_eq, fail
+from mismatches import expect_eq, fail
 from prtest import build_root, source_root
 
 SOURCE, BUILD = source_root(), build_root()
@@ -62,14 +62,14 @@ def check_tables():
             continue
         want = help_options(verb)
         longs = {o for o in want if o.startswith("--")} - {"--help"}
-        check_eq(set(bash_opts.get(verb, "").split()), want, f"bash: options of {verb}")
+        expect_eq(set(bash_opts.get(verb, "").split()), want, f"bash: options of {verb}")
         if verb != "probe":
             have = set(re.findall(r"--[a-z][a-z-]*[a-z]", zsh_arms.get(verb, "")))
-            check_eq(have, longs, f"zsh: options of {verb}")
+            expect_eq(have, longs, f"zsh: options of {verb}")
         fish_lines = [l for l in fish.splitlines()
                       if re.search(rf"__fish_seen_subcommand_from [\w ]*\b{verb}\b", l) and "for verb" not in l]
         have = {"--" + o for l in fish_lines for o in re.findall(r"-l ([\w-]+)", l)}
-        check_eq(have, longs, f"fish: options of {verb}")
+        expect_eq(have, longs, f"fish: options of {verb}")
 
 
 def bash_complete(line):
@@ -92,15 +92,15 @@ def check_bash():
     if not os.path.exists(BASH_COMPLETION):
         fail(f"{BASH_COMPLETION} is missing (apt-get install bash-completion)")
         return
-    check_eq(bash_complete("perfrelayctl probe enable "), sorted(builtin_probes()), "bash: probe enable <Tab>")
-    check_eq(bash_complete("perfrelayctl probe disable o"), ["open"], "bash: probe disable o<Tab>")
-    check_eq(bash_complete("perfrelayctl cap"), ["capture"], "bash: cap<Tab>")
-    check_eq(bash_complete("perfrelayctl probe "), ["--help", "-h", "disable", "enable"], "bash: probe <Tab>")
-    check_eq(bash_complete("perfrelayctl monitor --ty"), ["--type"], "bash: monitor --ty<Tab>")
+    expect_eq(bash_complete("perfrelayctl probe enable "), sorted(builtin_probes()), "bash: probe enable <Tab>")
+    expect_eq(bash_complete("perfrelayctl probe disable o"), ["open"], "bash: probe disable o<Tab>")
+    expect_eq(bash_complete("perfrelayctl cap"), ["capture"], "bash: cap<Tab>")
+    expect_eq(bash_complete("perfrelayctl probe "), ["--help", "-h", "disable", "enable"], "bash: probe <Tab>")
+    expect_eq(bash_complete("perfrelayctl monitor --ty"), ["--type"], "bash: monitor --ty<Tab>")
     types = bash_complete("perfrelayctl monitor --type ")
     if not {"exec", "open", "packet"} <= set(types):
         fail(f"bash: monitor --type <Tab>: {types}")
-    check_eq(bash_complete("perfrelayctl top --order task"), ["task-clock"], "bash: top --order task<Tab>")
+    expect_eq(bash_complete("perfrelayctl top --order task"), ["task-clock"], "bash: top --order task<Tab>")
 
 
 def check_fish():
@@ -113,9 +113,9 @@ def check_fish():
         if r.returncode != 0 or r.stderr.strip():
             fail(f"fish complete -C {line!r}: exit {r.returncode}: {r.stderr.strip()}")
         return sorted(l.split("\t")[0] for l in r.stdout.splitlines())
-    check_eq(complete("perfrelayctl probe enable "), sorted(builtin_probes()), "fish: probe enable <Tab>")
-    check_eq(complete("perfrelayctl cap"), ["capture"], "fish: cap<Tab>")
-    check_eq(complete("perfrelayctl producers --t"), ["--types"], "fish: producers --t<Tab>")
+    expect_eq(complete("perfrelayctl probe enable "), sorted(builtin_probes()), "fish: probe enable <Tab>")
+    expect_eq(complete("perfrelayctl cap"), ["capture"], "fish: cap<Tab>")
+    expect_eq(complete("perfrelayctl producers --t"), ["--types"], "fish: producers --t<Tab>")
 
 
 def check_zsh():
@@ -123,7 +123,7 @@ def check_zsh():
         fail("zsh is not installed (apt-get install zsh)")
         return
     r = subprocess.run(["zsh", "-n", os.path.join(SCRIPTS, "_perfrelayctl")], capture_output=True, text=True)
-    check_eq((r.returncode, r.stderr.strip()), (0, ""), "zsh -n _perfrelayctl")
+    expect_eq((r.returncode, r.stderr.strip()), (0, ""), "zsh -n _perfrelayctl")
 
 
 @pytest.fixture(autouse=True)
