@@ -65,10 +65,11 @@
 /* perf_event_header.size is a __u16, so no record can be larger than this. */
 #define PERFRELAY_RECORD_MAX 65535u
 
-#define PERFRELAY_COMM_LEN 16  /* TASK_COMM_LEN */
-#define PERFRELAY_PATH_LEN 256 /* bounded copy of a path; longer paths are truncated */
-#define PERFRELAY_ARGV_LEN 512 /* argv strings back to back, each NUL-terminated */
-#define PERFRELAY_ADDR_LEN 16  /* room for an IPv6 address; IPv4 uses the first 4 bytes */
+#define PERFRELAY_COMM_LEN      16  /* TASK_COMM_LEN */
+#define PERFRELAY_PATH_LEN      256 /* bounded copy of a path; longer paths are truncated */
+#define PERFRELAY_ARGV_LEN      512 /* argv strings back to back, each NUL-terminated */
+#define PERFRELAY_ADDR_LEN      16  /* room for an IPv6 address; IPv4 uses the first 4 bytes */
+#define PERFRELAY_ANCESTORS_MAX 8   /* an exec's nearest ancestors (docs/events.md, "Process identity") */
 
 /* Perf counters (docs/counters.md). Each id indexes the counter values below and names one
  * pinned per-CPU counter array, <PinPath>/perf-counters/<name>. */
@@ -132,6 +133,48 @@ struct perfrelay_creds {
 	__u32 _pad; /* 0: the records stay a multiple of 8 bytes */
 };
 
+/* Process identity (docs/events.md, "Process identity"), since event schema 3: the process image
+ * a record comes from, and its real parent's. An image is one exec of one process; its exec_id
+ * is made from what the kernel keeps for as long as the image lives (perfrelay_exec_id()), so
+ * it is the same in every event of that image, for every reader and across daemons, and
+ * unique within a boot. 0: none (the parent of a process without one). */
+struct perfrelay_process_ids {
+	__u64 exec_id;
+	__u64 parent_exec_id;
+};
+
+/* One ancestor of an exec's process, nearest first (its real parent, then that one's). */
+struct perfrelay_ancestor {
+	__u64 exec_id;
+	__u32 pid;                     /* tgid */
+	__u32 _pad;                    /* 0 */
+	char comm[PERFRELAY_COMM_LEN]; /* its group leader's comm */
+};
+
+/* A 64-bit mix of v into h (splitmix64's finalizer): a bijection of h ^ v, so that no two
+ * inputs that differ in one step collide by construction. */
+static __inline __u64 perfrelay_mix64(__u64 h, __u64 v) {
+	h ^= v;
+	h ^= h >> 30;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	h ^= h >> 27;
+	h *= 0x94d049bb133111ebULL;
+	h ^= h >> 31;
+	return h;
+}
+
+/* The exec_id of the image of process `tgid` whose group leader started `start_boottime_ns`
+ * after boot and has exec'd `self_exec_id` times (task_struct's tgid, group_leader's
+ * start_boottime and self_exec_id: an exec keeps the process's start time and counts up the
+ * exec count). Never 0. perfrelayd's process table (a task iterator) makes the same. */
+static __inline __u64 perfrelay_exec_id(__u32 tgid, __u64 start_boottime_ns, __u64 self_exec_id) {
+	__u64 h = perfrelay_mix64(0x7065726672656c61ULL /* "perfrela" */, start_boottime_ns);
+
+	h = perfrelay_mix64(h, tgid);
+	h = perfrelay_mix64(h, self_exec_id);
+	return h ? h : 1;
+}
+
 struct perfrelay_exec {
 	struct perfrelay_hdr hdr;
 	__u32 pid;  /* tgid */
@@ -148,8 +191,17 @@ struct perfrelay_exec {
 	char argv[PERFRELAY_ARGV_LEN];
 	/* Since event schema 2; records of older probes end before it (PERFRELAY_EXEC_SIZE_V1). */
 	struct perfrelay_creds creds;
+	/* Since event schema 3; records of older probes end before it (PERFRELAY_EXEC_SIZE_V2). */
+	struct perfrelay_process_ids ids;
+	__u32 n_ancestors; /* ancestors[] in use, nearest first */
+	__u32 exe_dev;     /* the executable's device (the kernel's dev_t: major << 20 | minor) */
+	__u64 exe_ino;     /* and its inode: a binary renamed or replaced since shows */
+	struct perfrelay_ancestor ancestors[PERFRELAY_ANCESTORS_MAX];
+	char exe[PERFRELAY_PATH_LEN]; /* the executable as the kernel resolved it ("" if unknown) */
+	char cwd[PERFRELAY_PATH_LEN]; /* the working directory at exec ("" if unknown) */
 };
 #define PERFRELAY_EXEC_SIZE_V1 848u
+#define PERFRELAY_EXEC_SIZE_V2 856u
 
 /* Counter values of a process or a unit: only the counters in `mask` were counted. */
 struct perfrelay_counter_values {
@@ -171,10 +223,12 @@ struct perfrelay_exit {
 	/* What the process used, all its threads, while counters were on (mask 0 when off).
 	 * Records of older probes end before this field (PERFRELAY_EXIT_SIZE_V1). */
 	struct perfrelay_counter_values counters;
-	struct perfrelay_creds creds; /* since schema 2 (PERFRELAY_EXIT_SIZE_V2 without) */
+	struct perfrelay_creds creds;     /* since schema 2 (PERFRELAY_EXIT_SIZE_V2 without) */
+	struct perfrelay_process_ids ids; /* since schema 3 (PERFRELAY_EXIT_SIZE_V3 without) */
 };
 #define PERFRELAY_EXIT_SIZE_V1 80u
 #define PERFRELAY_EXIT_SIZE_V2 152u
+#define PERFRELAY_EXIT_SIZE_V3 160u
 
 struct perfrelay_fork {
 	struct perfrelay_hdr hdr;
@@ -184,8 +238,12 @@ struct perfrelay_fork {
 	__u32 uid;
 	char comm[PERFRELAY_COMM_LEN]; /* parent's comm (the child inherits it) */
 	struct perfrelay_creds creds;  /* since schema 2 (PERFRELAY_FORK_SIZE_V1 without) */
+	/* Since schema 3 (PERFRELAY_FORK_SIZE_V2 without): the new task's process image (a thread
+	 * is of its process's) and that process's real parent's. */
+	struct perfrelay_process_ids ids;
 };
 #define PERFRELAY_FORK_SIZE_V1 64u
+#define PERFRELAY_FORK_SIZE_V2 72u
 
 struct perfrelay_open {
 	struct perfrelay_hdr hdr;
@@ -195,9 +253,11 @@ struct perfrelay_open {
 	__s32 result; /* fd or -errno */
 	char comm[PERFRELAY_COMM_LEN];
 	char path[PERFRELAY_PATH_LEN];
-	struct perfrelay_creds creds; /* since schema 2 (PERFRELAY_OPEN_SIZE_V1 without) */
+	struct perfrelay_creds creds;     /* since schema 2 (PERFRELAY_OPEN_SIZE_V1 without) */
+	struct perfrelay_process_ids ids; /* since schema 3 (PERFRELAY_OPEN_SIZE_V2 without) */
 };
 #define PERFRELAY_OPEN_SIZE_V1 320u
+#define PERFRELAY_OPEN_SIZE_V2 328u
 
 struct perfrelay_connect {
 	struct perfrelay_hdr hdr;
@@ -208,9 +268,11 @@ struct perfrelay_connect {
 	__u16 port;                    /* host byte order; 0 for families without ports */
 	__u8 addr[PERFRELAY_ADDR_LEN]; /* network byte order, as in the sockaddr */
 	char comm[PERFRELAY_COMM_LEN];
-	struct perfrelay_creds creds; /* since schema 2 (PERFRELAY_CONNECT_SIZE_V1 without) */
+	struct perfrelay_creds creds;     /* since schema 2 (PERFRELAY_CONNECT_SIZE_V1 without) */
+	struct perfrelay_process_ids ids; /* since schema 3 (PERFRELAY_CONNECT_SIZE_V2 without) */
 };
 #define PERFRELAY_CONNECT_SIZE_V1 80u
+#define PERFRELAY_CONNECT_SIZE_V2 88u
 
 /* PERFRELAY_TYPE_COUNTERS, made by perfrelayd: what a cgroup's tasks used in one interval. */
 struct perfrelay_unit_counters {
@@ -300,21 +362,31 @@ _Static_assert(sizeof(struct perfrelay_counters) == 16, "perfrelay_counters ABI"
 _Static_assert(sizeof(struct perfrelay_recorder_stats) == 24, "perfrelay_recorder_stats ABI");
 _Static_assert(sizeof(struct perfrelay_received) == 48, "perfrelay_received ABI");
 _Static_assert(sizeof(struct perfrelay_creds) == 8, "perfrelay_creds ABI");
-_Static_assert(sizeof(struct perfrelay_exec) == PERFRELAY_EXEC_SIZE_V1 + 8, "perfrelay_exec ABI");
+_Static_assert(sizeof(struct perfrelay_process_ids) == 16, "perfrelay_process_ids ABI");
+_Static_assert(sizeof(struct perfrelay_ancestor) == 32, "perfrelay_ancestor ABI");
+_Static_assert(PERFRELAY_EXEC_SIZE_V2 == PERFRELAY_EXEC_SIZE_V1 + 8, "perfrelay_exec ABI v2");
+_Static_assert(
+	sizeof(struct perfrelay_exec) ==
+		PERFRELAY_EXEC_SIZE_V2 + 16 + 16 + 32 * PERFRELAY_ANCESTORS_MAX + 2 * PERFRELAY_PATH_LEN,
+	"perfrelay_exec ABI");
 _Static_assert(PERFRELAY_EXEC_SIZE_V1 == 32 + 32 + 16 + 256 + 512, "perfrelay_exec ABI v1");
 _Static_assert(
 	sizeof(struct perfrelay_counter_values) == 8 + 8 * PERFRELAY_COUNTERS_MAX,
 	"perfrelay_counter_values ABI");
-_Static_assert(sizeof(struct perfrelay_exit) == PERFRELAY_EXIT_SIZE_V2 + 8, "perfrelay_exit ABI");
+_Static_assert(PERFRELAY_EXIT_SIZE_V3 == PERFRELAY_EXIT_SIZE_V2 + 8, "perfrelay_exit ABI v3");
+_Static_assert(sizeof(struct perfrelay_exit) == PERFRELAY_EXIT_SIZE_V3 + 16, "perfrelay_exit ABI");
 _Static_assert(PERFRELAY_EXIT_SIZE_V2 == PERFRELAY_EXIT_SIZE_V1 + 72, "perfrelay_exit ABI v2");
 _Static_assert(sizeof(struct perfrelay_unit_counters) == 32 + 16 + 72, "perfrelay_unit_counters ABI");
 _Static_assert(sizeof(struct perfrelay_counters_config) == 8, "perfrelay_counters_config ABI");
 _Static_assert(sizeof(struct perfrelay_counters_stats) == 48, "perfrelay_counters_stats ABI");
-_Static_assert(sizeof(struct perfrelay_fork) == PERFRELAY_FORK_SIZE_V1 + 8, "perfrelay_fork ABI");
+_Static_assert(PERFRELAY_FORK_SIZE_V2 == PERFRELAY_FORK_SIZE_V1 + 8, "perfrelay_fork ABI v2");
+_Static_assert(sizeof(struct perfrelay_fork) == PERFRELAY_FORK_SIZE_V2 + 16, "perfrelay_fork ABI");
 _Static_assert(PERFRELAY_FORK_SIZE_V1 == 32 + 16 + 16, "perfrelay_fork ABI v1");
-_Static_assert(sizeof(struct perfrelay_open) == PERFRELAY_OPEN_SIZE_V1 + 8, "perfrelay_open ABI");
+_Static_assert(PERFRELAY_OPEN_SIZE_V2 == PERFRELAY_OPEN_SIZE_V1 + 8, "perfrelay_open ABI v2");
+_Static_assert(sizeof(struct perfrelay_open) == PERFRELAY_OPEN_SIZE_V2 + 16, "perfrelay_open ABI");
 _Static_assert(PERFRELAY_OPEN_SIZE_V1 == 32 + 16 + 16 + 256, "perfrelay_open ABI v1");
-_Static_assert(sizeof(struct perfrelay_connect) == PERFRELAY_CONNECT_SIZE_V1 + 8, "perfrelay_connect ABI");
+_Static_assert(PERFRELAY_CONNECT_SIZE_V2 == PERFRELAY_CONNECT_SIZE_V1 + 8, "perfrelay_connect ABI v2");
+_Static_assert(sizeof(struct perfrelay_connect) == PERFRELAY_CONNECT_SIZE_V2 + 16, "perfrelay_connect ABI");
 _Static_assert(PERFRELAY_CONNECT_SIZE_V1 == 32 + 16 + 16 + 16, "perfrelay_connect ABI v1");
 _Static_assert(sizeof(struct perfrelay_bench) == 40, "perfrelay_bench ABI");
 _Static_assert(sizeof(struct perfrelay_unit) == 40, "perfrelay_unit ABI");

@@ -48,7 +48,7 @@ union probe_record {
 	struct perfrelay_connect connect;
 };
 
-/* Records do not fit the 512-byte BPF stack (exec is 856 bytes). */
+/* Records do not fit the 512-byte BPF stack (exec is 1656 bytes). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, SCRATCH_SLOTS);
@@ -86,15 +86,22 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } received SEC(".maps");
 
-/* Zeroed before use: records reach clients as raw bytes (format "binary"), and stale bytes
- * behind a NUL or in padding would leak another process's paths and arguments. */
-static __always_inline void *scratch_get(__u32 slot) {
-	void *p = bpf_map_lookup_elem(&probes_scratch, &slot);
+/* Zeroed before use, as large as the record it holds: records reach clients as raw bytes
+ * (format "binary"), and stale bytes behind a NUL or in padding would leak another process's
+ * paths and arguments. A loop of 8-byte stores (every record is a multiple of 8 bytes, the
+ * map's value 8-byte aligned): the compiler turns a memset, or a plain loop it recognizes as
+ * one, into stores only up to a limit the exec record is above; volatile keeps it a loop. */
+static __always_inline void *scratch_get_sized(__u32 slot, const __u32 size) {
+	volatile __u64 *p = bpf_map_lookup_elem(&probes_scratch, &slot);
 
-	if (p)
-		__builtin_memset(p, 0, sizeof(union probe_record));
-	return p;
+	if (!p)
+		return NULL;
+	for (__u32 i = 0; i < size / 8 && i < sizeof(union probe_record) / 8; i++)
+		p[i] = 0;
+	return (void *) p;
 }
+#define scratch_get(slot, type) ((type *) scratch_get_sized(slot, sizeof(type)))
+_Static_assert(sizeof(union probe_record) % 8 == 0, "records are zeroed 8 bytes at a time");
 
 /* Counts a record that will never be emitted as an attempt that failed, so that
  * attempts = received + failures holds and the seq gap it leaves is explained. */
@@ -135,12 +142,163 @@ static __always_inline void *pending_take(void *map, __u64 *pid_tgid, __u32 slot
 	return copy;
 }
 
+/* Process identity (event.h, perfrelay_exec_id()): the exec_id of `task`'s process image, made
+ * from its tgid and its group leader's start time and exec count, which an exec keeps and
+ * counts up; 0 for no task or the idle task (the parent of init and kthreadd). */
+static __always_inline __u64 task_exec_id(struct task_struct *task) {
+	struct task_struct *leader;
+	__u32 tgid;
+
+	if (!task)
+		return 0;
+	tgid = BPF_CORE_READ(task, tgid);
+	if (tgid == 0)
+		return 0;
+	leader = BPF_CORE_READ(task, group_leader);
+	return perfrelay_exec_id(
+		tgid, BPF_CORE_READ(leader, start_boottime), BPF_CORE_READ(leader, self_exec_id));
+}
+
+static __always_inline void task_ids(struct task_struct *task, struct perfrelay_process_ids *ids) {
+	ids->exec_id = task_exec_id(task);
+	ids->parent_exec_id = task_exec_id(BPF_CORE_READ(task, real_parent));
+}
+
+static __always_inline void current_ids(struct perfrelay_process_ids *ids) {
+	task_ids((struct task_struct *) bpf_get_current_task(), ids);
+}
+
+/* Paths as the kernel resolves them (d_path(), which tracepoints may not call): the names from
+ * the dentry up to the root, crossing mount points, written backwards into a per-CPU buffer,
+ * then copied into the record (cut at PERFRELAY_PATH_LEN - 1 bytes, its end lost). Deeper than
+ * PATH_DEPTH_MAX components, or a name that cannot be read: "" (unknown).
+ *
+ * The walk's state (dentry, mount, offset) lives in the per-CPU map value, read and written
+ * through volatile accesses, not in registers: every iteration then starts from the same
+ * verifier state whichever branch the one before took (a mount crossing or a name), so the
+ * verifier prunes instead of exploring 2^PATH_DEPTH_MAX paths. bpf_loop() would do the same but
+ * needs Linux 5.17, and docs/kernels.md promises 5.14. */
+#define PATH_BUF_HALF  4096 /* the path is built in the buffer's first half, names read into it */
+#define PATH_NAME_MAX  255  /* NAME_MAX */
+#define PATH_DEPTH_MAX 24
+
+struct path_walk {
+	__u64 dentry; /* struct dentry *: the next component */
+	__u64 mnt;    /* struct mount *: the mount it is in */
+	__u32 off;    /* where the path built so far starts in buf */
+	__u32 _pad;
+	char buf[2 * PATH_BUF_HALF];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct path_walk);
+	/* Pinned as every map of the probes: a restarted daemon's programs then use the very same
+	 * maps as the pinned links' and reuse them (probes.c, link_runs_same_program()). */
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} path_scratch SEC(".maps");
+
+#define WALK_GET(w, field)    (*(volatile typeof((w)->field) *) &(w)->field)
+#define WALK_SET(w, field, v) (*(volatile typeof((w)->field) *) &(w)->field = (v))
+
+static __always_inline void read_path(struct dentry *dentry, struct vfsmount *vfsmnt, char *out) {
+	__u32 zero = 0;
+	struct path_walk *w;
+
+	w = bpf_map_lookup_elem(&path_scratch, &zero);
+	if (!w || !dentry || !vfsmnt)
+		return;
+	WALK_SET(w, dentry, (__u64) dentry);
+	WALK_SET(w, mnt, (__u64) container_of(vfsmnt, struct mount, mnt));
+	WALK_SET(w, off, PATH_BUF_HALF - 1);
+	w->buf[PATH_BUF_HALF - 1] = 0;
+	for (int i = 0; i < PATH_DEPTH_MAX; i++) {
+		struct dentry *d = (struct dentry *) WALK_GET(w, dentry);
+		struct mount *m = (struct mount *) WALK_GET(w, mnt);
+		__u32 off = WALK_GET(w, off) & (PATH_BUF_HALF - 1);
+		struct dentry *parent = BPF_CORE_READ(d, d_parent);
+		struct dentry *mnt_root = BPF_CORE_READ(m, mnt.mnt_root);
+		struct qstr name;
+		__u32 len;
+		long n;
+
+		if (d == mnt_root || d == parent) {
+			struct mount *up = BPF_CORE_READ(m, mnt_parent);
+
+			/* The root of a file system: its mount point in the parent mount, unless it
+			 * is the root of them all. */
+			if (d != mnt_root || up == m) {
+				if (off == PATH_BUF_HALF - 1)
+					off--; /* "/" itself */
+				w->buf[off & (PATH_BUF_HALF - 1)] = '/';
+				bpf_probe_read_kernel_str(
+					out, PERFRELAY_PATH_LEN, w->buf + (off & (PATH_BUF_HALF - 1)));
+				return;
+			}
+			WALK_SET(w, dentry, (__u64) BPF_CORE_READ(m, mnt_mountpoint));
+			WALK_SET(w, mnt, (__u64) up);
+			continue;
+		}
+		name = BPF_CORE_READ(d, d_name);
+		len = name.len;
+		if (len == 0 || len > PATH_NAME_MAX || off < len + 2)
+			return;
+		off -= len + 1;
+		/* "name\0" at off + 1 (the NUL falls on the '/' or the end written before it) */
+		n = bpf_probe_read_kernel_str(
+			w->buf + ((off + 1) & (PATH_BUF_HALF - 1)),
+			(len + 1) & (2 * PATH_NAME_MAX + 1),
+			name.name);
+		if (n != len + 1)
+			return;
+		w->buf[off & (PATH_BUF_HALF - 1)] = '/';
+		if (off + 1 + len < PATH_BUF_HALF - 1)
+			w->buf[(off + 1 + len) & (PATH_BUF_HALF - 1)] = '/';
+		WALK_SET(w, off, off);
+		WALK_SET(w, dentry, (__u64) parent);
+	}
+}
+
 /* The current task's effective uid; bpf_get_current_uid_gid() gives the real one. A set-uid
  * program has its caller's uid and its owner's euid (docs/security.md). */
 static __always_inline void current_creds(struct perfrelay_creds *c) {
 	struct task_struct *task = (struct task_struct *) bpf_get_current_task();
 
 	c->euid = BPF_CORE_READ(task, cred, euid.val);
+}
+
+/* What an exec adds to the process ids (docs/events.md, "Process identity"): its nearest
+ * ancestors, the executable as the kernel resolved it (path, device, inode) and the working
+ * directory. */
+static __always_inline void exec_context(struct task_struct *task, struct perfrelay_exec *e) {
+	struct task_struct *p = BPF_CORE_READ(task, real_parent);
+	struct file *exe = BPF_CORE_READ(task, mm, exe_file);
+	struct fs_struct *fs = BPF_CORE_READ(task, fs);
+
+	task_ids(task, &e->ids);
+	for (int i = 0; i < PERFRELAY_ANCESTORS_MAX; i++) {
+		__u32 tgid;
+
+		if (!p)
+			break;
+		tgid = BPF_CORE_READ(p, tgid);
+		if (tgid == 0)
+			break;
+		e->ancestors[i].exec_id = task_exec_id(p);
+		e->ancestors[i].pid = tgid;
+		BPF_CORE_READ_STR_INTO(&e->ancestors[i].comm, p, group_leader, comm);
+		e->n_ancestors = i + 1;
+		p = BPF_CORE_READ(p, real_parent);
+	}
+	if (exe) {
+		e->exe_ino = BPF_CORE_READ(exe, f_inode, i_ino);
+		e->exe_dev = BPF_CORE_READ(exe, f_inode, i_sb, s_dev);
+		read_path(BPF_CORE_READ(exe, f_path.dentry), BPF_CORE_READ(exe, f_path.mnt), e->exe);
+	}
+	if (fs)
+		read_path(BPF_CORE_READ(fs, pwd.dentry), BPF_CORE_READ(fs, pwd.mnt), e->cwd);
 }
 
 SEC("tp/sched/sched_process_exec")
@@ -154,7 +312,7 @@ int handle_exec(struct trace_event_raw_sched_process_exec *ctx) {
 	/* No daemon: count the attempt and its failure, build nothing. */
 	if (perfrelay_idle(PERFRELAY_PRODUCER_EXEC))
 		return 0;
-	e = scratch_get(SCRATCH_EXEC);
+	e = scratch_get(SCRATCH_EXEC, struct perfrelay_exec);
 	if (!e)
 		return 0;
 
@@ -202,6 +360,7 @@ int handle_exec(struct trace_event_raw_sched_process_exec *ctx) {
 			argc++;
 	}
 	e->argc = argc;
+	exec_context(task, e);
 
 	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_EXEC, PERFRELAY_PRODUCER_EXEC);
 	return 0;
@@ -226,7 +385,7 @@ int handle_exit(void *ctx) {
 	if (BPF_CORE_READ(task, signal, live.counter) != 0)
 		return 0;
 
-	e = scratch_get(SCRATCH_EXIT);
+	e = scratch_get(SCRATCH_EXIT, struct perfrelay_exit);
 	if (!e)
 		return 0;
 	/* What wait() reports for the process: the group's code after exit_group() or a fatal
@@ -244,6 +403,7 @@ int handle_exit(void *ctx) {
 	e->ppid = BPF_CORE_READ(task, real_parent, tgid);
 	e->uid = (__u32) bpf_get_current_uid_gid();
 	current_creds(&e->creds);
+	task_ids(task, &e->ids);
 	e->exit_code = (code >> 8) & 0xff;
 	e->signal = code & 0x7f;
 	/* start_time is CLOCK_MONOTONIC, like bpf_ktime_get_ns(); the process started with its
@@ -274,7 +434,7 @@ int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child)
 
 	if (perfrelay_idle(PERFRELAY_PRODUCER_FORK))
 		return 0;
-	e = scratch_get(SCRATCH_FORK);
+	e = scratch_get(SCRATCH_FORK, struct perfrelay_fork);
 	if (!e)
 		return 0;
 
@@ -283,6 +443,7 @@ int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child)
 	e->child_tgid = BPF_CORE_READ(child, tgid);
 	e->uid = (__u32) bpf_get_current_uid_gid();
 	current_creds(&e->creds);
+	task_ids(child, &e->ids);
 	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), parent->comm);
 
 	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_FORK, PERFRELAY_PRODUCER_FORK);
@@ -297,13 +458,14 @@ int handle_open_enter(struct trace_event_raw_sys_enter *ctx) {
 	/* No daemon: the exit handler counts the attempt; nothing to prepare. */
 	if (perfrelay_is_idle())
 		return 0;
-	e = scratch_get(SCRATCH_OPEN);
+	e = scratch_get(SCRATCH_OPEN, struct perfrelay_open);
 	if (!e)
 		return 0;
 
 	e->pid = pid_tgid >> 32;
 	e->uid = (__u32) bpf_get_current_uid_gid();
 	current_creds(&e->creds);
+	current_ids(&e->ids);
 	e->flags = (int) ctx->args[2];
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	/* Read now: the user buffer may be reused or freed by the time the syscall returns. */
@@ -341,13 +503,14 @@ int handle_connect_enter(struct trace_event_raw_sys_enter *ctx) {
 
 	if (perfrelay_is_idle())
 		return 0;
-	e = scratch_get(SCRATCH_CONNECT);
+	e = scratch_get(SCRATCH_CONNECT, struct perfrelay_connect);
 	if (!e)
 		return 0;
 
 	e->pid = pid_tgid >> 32;
 	e->uid = (__u32) bpf_get_current_uid_gid();
 	current_creds(&e->creds);
+	current_ids(&e->ids);
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 
 	/* A short or unreadable sockaddr still yields a record (family 0 or family only): the

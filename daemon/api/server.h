@@ -15,7 +15,7 @@
 #include "users.h"
 
 #define PROTOCOL_VERSION 1u
-#define SCHEMA_VERSION   2u
+#define SCHEMA_VERSION   3u
 
 typedef struct Server Server;
 

@@ -137,12 +137,23 @@ static bool has_nul(const char *s, size_t n) {
 	} while (0)
 
 /* Validation of the built-in types' payloads; nothing is written until all of it passed. */
-static DecodeError check_exec(const uint8_t *rec) {
+static DecodeError check_exec(const uint8_t *rec, uint16_t size) {
 	uint16_t argv_len;
 
 	CHECK_STRING(rec, struct perfrelay_exec, comm);
 	CHECK_STRING(rec, struct perfrelay_exec, filename);
 	CHECK_STRING(rec, struct perfrelay_exec, argv);
+	if (size == sizeof(struct perfrelay_exec)) {
+		/* Schema 3: the ancestors in use, each comm, and the paths, terminated. */
+		uint32_t n = READ_FIELD(rec, struct perfrelay_exec, n_ancestors);
+
+		if (n > PERFRELAY_ANCESTORS_MAX)
+			return DECODE_BAD_STRING;
+		for (uint32_t i = 0; i < PERFRELAY_ANCESTORS_MAX; i++)
+			CHECK_STRING(rec, struct perfrelay_exec, ancestors[i].comm);
+		CHECK_STRING(rec, struct perfrelay_exec, exe);
+		CHECK_STRING(rec, struct perfrelay_exec, cwd);
+	}
 
 	/* argv_len bounds the bytes the encoder splits into arguments; the last one in use must
 	 * be a NUL so that the final argument ends where argv_len says. */
@@ -194,10 +205,21 @@ static DecodeError check_connect(const uint8_t *rec) {
 		}                                                                               \
 	} while (0)
 
+/* The process ids of a record that has them (schema 3 probes); older ones end before them. */
+#define FILL_IDS(ev, rec, type)                                                                     \
+	do {                                                                                        \
+		if ((ev)->hdr.size >= offsetof(type, ids) + sizeof(struct perfrelay_process_ids)) { \
+			(ev)->has_exec_id = true;                                                   \
+			(ev)->exec_id = READ_FIELD(rec, type, ids.exec_id);                         \
+			(ev)->parent_exec_id = READ_FIELD(rec, type, ids.parent_exec_id);           \
+		}                                                                                   \
+	} while (0)
+
 static inline __attribute__((always_inline)) void
 	fill_fields(const uint8_t *rec, uint16_t type, bool known, DecodedEvent *ev) {
-	ev->has_pid = ev->has_uid = ev->has_euid = false;
+	ev->has_pid = ev->has_uid = ev->has_euid = ev->has_exec_id = false;
 	ev->pid = ev->uid = ev->euid = 0;
+	ev->exec_id = ev->parent_exec_id = 0;
 	ev->comm = NULL;
 	ev->cgroup_id = 0;
 	ev->capture_id = 0;
@@ -207,24 +229,29 @@ static inline __attribute__((always_inline)) void
 	case PERFRELAY_TYPE_EXEC:
 		FILL_PID_UID_COMM(ev, rec, struct perfrelay_exec, pid);
 		FILL_EUID(ev, rec, struct perfrelay_exec);
+		FILL_IDS(ev, rec, struct perfrelay_exec);
 		ev->cgroup_id = READ_FIELD(rec, struct perfrelay_exec, cgroup_id);
 		break;
 	case PERFRELAY_TYPE_EXIT:
 		FILL_PID_UID_COMM(ev, rec, struct perfrelay_exit, pid);
 		FILL_EUID(ev, rec, struct perfrelay_exit);
+		FILL_IDS(ev, rec, struct perfrelay_exit);
 		break;
 	case PERFRELAY_TYPE_FORK:
 		/* Filters by pid match the process that forked: the child has not run anything yet. */
 		FILL_PID_UID_COMM(ev, rec, struct perfrelay_fork, parent_pid);
 		FILL_EUID(ev, rec, struct perfrelay_fork);
+		FILL_IDS(ev, rec, struct perfrelay_fork);
 		break;
 	case PERFRELAY_TYPE_OPEN:
 		FILL_PID_UID_COMM(ev, rec, struct perfrelay_open, pid);
 		FILL_EUID(ev, rec, struct perfrelay_open);
+		FILL_IDS(ev, rec, struct perfrelay_open);
 		break;
 	case PERFRELAY_TYPE_CONNECT:
 		FILL_PID_UID_COMM(ev, rec, struct perfrelay_connect, pid);
 		FILL_EUID(ev, rec, struct perfrelay_connect);
+		FILL_IDS(ev, rec, struct perfrelay_connect);
 		break;
 	case PERFRELAY_TYPE_COUNTERS:
 		ev->cgroup_id = READ_FIELD(rec, struct perfrelay_unit_counters, cgroup_id);
@@ -297,33 +324,38 @@ DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret) {
 		return DECODE_BAD_SIZE;
 
 	switch (hdr.type) {
-	/* Records of probes older than schema 2 end before their creds (the euid): they come from
-	 * links still attached while a newer daemon replaces them. */
+	/* Records of probes older than schema 2 end before their creds (the euid), of schema 2
+	 * before their process ids: they come from links still attached while a newer daemon
+	 * replaces them. */
 	case PERFRELAY_TYPE_EXEC:
-		if (hdr.size != sizeof(struct perfrelay_exec) && hdr.size != PERFRELAY_EXEC_SIZE_V1)
+		if (hdr.size != sizeof(struct perfrelay_exec) && hdr.size != PERFRELAY_EXEC_SIZE_V2 &&
+		    hdr.size != PERFRELAY_EXEC_SIZE_V1)
 			return DECODE_BAD_SIZE;
-		e = check_exec(rec);
+		e = check_exec(rec, hdr.size);
 		break;
 	case PERFRELAY_TYPE_EXIT:
 		/* Probes of an older perfrelay (still attached while it is replaced) write the
 		 * record without its counters. */
-		if (hdr.size != sizeof(struct perfrelay_exit) && hdr.size != PERFRELAY_EXIT_SIZE_V2 &&
-		    hdr.size != PERFRELAY_EXIT_SIZE_V1)
+		if (hdr.size != sizeof(struct perfrelay_exit) && hdr.size != PERFRELAY_EXIT_SIZE_V3 &&
+		    hdr.size != PERFRELAY_EXIT_SIZE_V2 && hdr.size != PERFRELAY_EXIT_SIZE_V1)
 			return DECODE_BAD_SIZE;
 		e = check_exit(rec);
 		break;
 	case PERFRELAY_TYPE_FORK:
-		if (hdr.size != sizeof(struct perfrelay_fork) && hdr.size != PERFRELAY_FORK_SIZE_V1)
+		if (hdr.size != sizeof(struct perfrelay_fork) && hdr.size != PERFRELAY_FORK_SIZE_V2 &&
+		    hdr.size != PERFRELAY_FORK_SIZE_V1)
 			return DECODE_BAD_SIZE;
 		e = check_fork(rec);
 		break;
 	case PERFRELAY_TYPE_OPEN:
-		if (hdr.size != sizeof(struct perfrelay_open) && hdr.size != PERFRELAY_OPEN_SIZE_V1)
+		if (hdr.size != sizeof(struct perfrelay_open) && hdr.size != PERFRELAY_OPEN_SIZE_V2 &&
+		    hdr.size != PERFRELAY_OPEN_SIZE_V1)
 			return DECODE_BAD_SIZE;
 		e = check_open(rec);
 		break;
 	case PERFRELAY_TYPE_CONNECT:
-		if (hdr.size != sizeof(struct perfrelay_connect) && hdr.size != PERFRELAY_CONNECT_SIZE_V1)
+		if (hdr.size != sizeof(struct perfrelay_connect) && hdr.size != PERFRELAY_CONNECT_SIZE_V2 &&
+		    hdr.size != PERFRELAY_CONNECT_SIZE_V1)
 			return DECODE_BAD_SIZE;
 		e = check_connect(rec);
 		break;

@@ -53,10 +53,13 @@ typedef struct DecodedEvent {
 	const uint8_t *payload;   /* record + sizeof(hdr) */
 	uint32_t payload_size;    /* hdr.size - sizeof(hdr) */
 	bool known;               /* a built-in type whose payload was validated */
-	bool has_pid, has_uid, has_euid;
+	bool has_pid, has_uid, has_euid, has_exec_id;
 	uint32_t pid; /* for filters */
 	uint32_t uid;
-	uint32_t euid;       /* has_euid: records of probes older than schema 2 have none */
+	uint32_t euid; /* has_euid: records of probes older than schema 2 have none */
+	/* has_exec_id: the process image and its parent's (struct perfrelay_process_ids); records
+	 * of probes older than schema 3 have none. */
+	uint64_t exec_id, parent_exec_id;
 	const char *comm;    /* NUL-terminated within the record, or NULL */
 	uint64_t cgroup_id;  /* 0 when the type has none */
 	uint32_t capture_id; /* a packet's capture, for filters; 0 for other types */

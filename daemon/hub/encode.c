@@ -223,9 +223,26 @@ static _always_inline_ int out_key_s32(Out *o, const char *key, size_t klen, int
 	return 0;
 }
 
-#define PUT_U64(o, name, v) TRY(out_key_u64(o, KEY(name), KEYLEN(name), (v)))
-#define PUT_U32(o, name, v) TRY(out_key_u32(o, KEY(name), KEYLEN(name), (v)))
-#define PUT_S32(o, name, v) TRY(out_key_s32(o, KEY(name), KEYLEN(name), (v)))
+/* ,"key":"0123456789abcdef": a 64-bit id as 16 hex digits in a string (exec ids: JSON numbers
+ * above 2^53 lose digits in most readers, JavaScript's and jq's). */
+static inline int out_key_hex64(Out *o, const char *key, size_t klen, uint64_t v) {
+	static const char hex[16] = "0123456789abcdef";
+
+	if (_unlikely_(out_room(o) < klen + 18))
+		return -ENOBUFS;
+	memcpy(o->p, key, klen);
+	o->p += klen;
+	*o->p++ = '"';
+	for (int shift = 60; shift >= 0; shift -= 4)
+		*o->p++ = hex[(v >> shift) & 15];
+	*o->p++ = '"';
+	return 0;
+}
+
+#define PUT_U64(o, name, v)   TRY(out_key_u64(o, KEY(name), KEYLEN(name), (v)))
+#define PUT_HEX64(o, name, v) TRY(out_key_hex64(o, KEY(name), KEYLEN(name), (v)))
+#define PUT_U32(o, name, v)   TRY(out_key_u32(o, KEY(name), KEYLEN(name), (v)))
+#define PUT_S32(o, name, v)   TRY(out_key_s32(o, KEY(name), KEYLEN(name), (v)))
 
 /* ---- strings ---- */
 
@@ -507,7 +524,59 @@ static int encode_common(Out *o, const DecodedEvent *ev) {
 	return 0;
 }
 
-static int encode_exec(Out *o, const uint8_t *rec) {
+/* ,"key":"MAJOR:MINOR": the kernel's dev_t (major << 20 | minor) as stat(1) and
+ * /proc/PID/maps show it. */
+static int out_key_dev(Out *o, const char *key, size_t klen, uint32_t dev) {
+	uint32_t major = dev >> 20, minor = dev & 0xfffff;
+	unsigned a = u32_digits(major), b = u32_digits(minor);
+
+	if (_unlikely_(out_room(o) < klen + a + b + 3))
+		return -ENOBUFS;
+	memcpy(o->p, key, klen);
+	o->p += klen;
+	*o->p++ = '"';
+	put_u32(o->p, a, major);
+	o->p += a;
+	*o->p++ = ':';
+	put_u32(o->p, b, minor);
+	o->p += b;
+	*o->p++ = '"';
+	return 0;
+}
+
+/* Schema 3's process context of an exec: "ancestors" (nearest first), the executable as the
+ * kernel resolved it with its device and inode, and the working directory. */
+static int encode_exec_context(Out *o, const uint8_t *rec) {
+	uint32_t n = MIN(
+		READ_FIELD(rec, struct perfrelay_exec, n_ancestors), (uint32_t) PERFRELAY_ANCESTORS_MAX);
+	uint32_t dev = READ_FIELD(rec, struct perfrelay_exec, exe_dev);
+
+	PUT_LIT(o, KEY("ancestors") "[");
+	for (uint32_t i = 0; i < n; i++) {
+		if (i > 0)
+			PUT_LIT(o, ",");
+		/* The first key without its comma: out_key_hex64() writes what it is given. */
+		TRY(out_key_hex64(
+			o,
+			"{\"exec_id\":",
+			LITLEN("{\"exec_id\":"),
+			READ_FIELD(rec, struct perfrelay_exec, ancestors[i].exec_id)));
+		PUT_U32(o, "pid", READ_FIELD(rec, struct perfrelay_exec, ancestors[i].pid));
+		PUT_FIELD(o, "comm", rec, struct perfrelay_exec, ancestors[i].comm);
+		PUT_LIT(o, "}");
+	}
+	PUT_LIT(o, "]");
+	if (FIELD_PTR(rec, struct perfrelay_exec, exe)[0])
+		PUT_FIELD(o, "exe", rec, struct perfrelay_exec, exe);
+	TRY(out_key_dev(o, KEY("exe_dev"), KEYLEN("exe_dev"), dev));
+	PUT_U64(o, "exe_ino", READ_FIELD(rec, struct perfrelay_exec, exe_ino));
+	if (FIELD_PTR(rec, struct perfrelay_exec, cwd)[0])
+		PUT_FIELD(o, "cwd", rec, struct perfrelay_exec, cwd);
+	return 0;
+}
+
+static int encode_exec(Out *o, const DecodedEvent *ev) {
+	const uint8_t *rec = ev->record;
 	/* Clamped again so that a DecodedEvent not made by decode_event() cannot walk past argv. */
 	size_t argv_len = MIN(
 		(size_t) READ_FIELD(rec, struct perfrelay_exec, argv_len), (size_t) PERFRELAY_ARGV_LEN);
@@ -529,6 +598,8 @@ static int encode_exec(Out *o, const uint8_t *rec) {
 	else
 		PUT_LIT(o, KEY("argv_truncated") "false");
 	PUT_U64(o, "cgroup_id", READ_FIELD(rec, struct perfrelay_exec, cgroup_id));
+	if (ev->hdr.size >= sizeof(struct perfrelay_exec))
+		TRY(encode_exec_context(o, rec));
 	return 0;
 }
 
@@ -715,7 +786,7 @@ static int encode_body(Out *o, const DecodedEvent *ev, const char *unit) {
 	else
 		switch (ev->hdr.type) {
 		case PERFRELAY_TYPE_EXEC:
-			TRY(encode_exec(o, ev->record));
+			TRY(encode_exec(o, ev));
 			break;
 		case PERFRELAY_TYPE_EXIT:
 			TRY(encode_exit(o, ev->record));
@@ -747,6 +818,12 @@ static int encode_body(Out *o, const DecodedEvent *ev, const char *unit) {
 	/* Set by decode_event() for built-in records of schema 2 probes. */
 	if (ev->known && ev->has_euid)
 		PUT_U32(o, "euid", ev->euid);
+	/* And for those of schema 3 probes, the process image and its parent's. */
+	if (ev->known && ev->has_exec_id) {
+		PUT_HEX64(o, "exec_id", ev->exec_id);
+		if (ev->parent_exec_id)
+			PUT_HEX64(o, "parent_exec_id", ev->parent_exec_id);
+	}
 
 	if (unit) {
 		size_t len = strnlen(unit, ENCODE_UNIT_MAX + 1);
@@ -802,15 +879,24 @@ ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size) {
 #define COMMON_JSON_MAX                                                                                  \
 	(LITLEN("{\"type\":\"") + TYPE_NAME_MAX + 1 + KEYLEN("ts") + NUM_MAX + KEYLEN("cpu") + NUM_MAX + \
 	 KEYLEN("seq") + NUM_MAX + KEYLEN("producer") + NUM_MAX)
-#define TAIL_JSON_MAX \
-	(KEYLEN("euid") + NUM_MAX + KEYLEN("unit") + JSON_STRING_MAX(ENCODE_UNIT_MAX) + LITLEN("}\n"))
+#define HEX64_JSON_MAX 18u /* "0123456789abcdef" */
+#define TAIL_JSON_MAX                                                                                   \
+	(KEYLEN("euid") + NUM_MAX + KEYLEN("exec_id") + KEYLEN("parent_exec_id") + 2 * HEX64_JSON_MAX + \
+	 KEYLEN("unit") + JSON_STRING_MAX(ENCODE_UNIT_MAX) + LITLEN("}\n"))
 
+#define ANCESTOR_JSON_MAX                                                                      \
+	(LITLEN("{\"exec_id\":") + HEX64_JSON_MAX + KEYLEN("pid") + NUM_MAX + KEYLEN("comm") + \
+	 ARRAY_JSON_MAX(struct perfrelay_exec, ancestors[0].comm) + LITLEN("},"))
+#define EXEC_CONTEXT_JSON_MAX                                                                    \
+	(KEYLEN("ancestors") + 2 + PERFRELAY_ANCESTORS_MAX * ANCESTOR_JSON_MAX + KEYLEN("exe") + \
+	 ARRAY_JSON_MAX(struct perfrelay_exec, exe) + KEYLEN("exe_dev") + 2 + 2 * NUM_MAX + 1 +  \
+	 KEYLEN("exe_ino") + NUM_MAX + KEYLEN("cwd") + ARRAY_JSON_MAX(struct perfrelay_exec, cwd))
 #define EXEC_JSON_MAX                                                                                     \
 	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("ppid") + KEYLEN("uid") + KEYLEN("gid") + 4 * NUM_MAX + \
 	 KEYLEN("comm") + ARRAY_JSON_MAX(struct perfrelay_exec, comm) + KEYLEN("filename") +              \
 	 ARRAY_JSON_MAX(struct perfrelay_exec, filename) + KEYLEN("argv") +                               \
 	 ARGV_JSON_MAX(PERFRELAY_ARGV_LEN) + KEYLEN("argc") + NUM_MAX + KEYLEN("argv_truncated") +        \
-	 LITLEN("false") + KEYLEN("cgroup_id") + NUM_MAX + TAIL_JSON_MAX)
+	 LITLEN("false") + KEYLEN("cgroup_id") + NUM_MAX + EXEC_CONTEXT_JSON_MAX + TAIL_JSON_MAX)
 #define EXIT_JSON_MAX                                                                             \
 	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("ppid") + KEYLEN("uid") + KEYLEN("exit_code") + \
 	 KEYLEN("signal") + KEYLEN("runtime_ns") + 6 * NUM_MAX + KEYLEN("comm") +                 \

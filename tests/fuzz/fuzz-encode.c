@@ -3,6 +3,7 @@
  * filled with fuzz bytes are encoded, parsed back with json-c in strict mode, and every field
  * compared with the record; strings against a simple reference of the documented rule (valid
  * UTF-8 kept, each invalid byte replaced by U+FFFD), payloads of unknown types by base64. */
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,19 @@ static void check_u64(struct json_object *o, const char *key, uint64_t want) {
 	CHECK(json_object_get_uint64(v) == want);
 }
 
+/* An exec id: 16 hex digits; a parent's of 0 (none) is left out (docs/events.md). */
+static void check_exec_id(struct json_object *o, const char *key, uint64_t want) {
+	struct json_object *v;
+	char hex[17];
+
+	if (want == 0 && strcmp(key, "parent_exec_id") == 0) {
+		CHECK(!json_object_object_get_ex(o, key, NULL));
+		return;
+	}
+	snprintf(hex, sizeof(hex), "%016" PRIx64, want);
+	CHECK(json_object_object_get_ex(o, key, &v) && strcmp(json_object_get_string(v), hex) == 0);
+}
+
 static void check_s64(struct json_object *o, const char *key, int64_t want) {
 	struct json_object *v;
 
@@ -156,6 +170,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 		e->argv_len %= PERFRELAY_ARGV_LEN + 1;
 		if (e->argv_len)
 			e->argv[e->argv_len - 1] = 0;
+		e->n_ancestors %= PERFRELAY_ANCESTORS_MAX + 1;
+		for (unsigned i = 0; i < PERFRELAY_ANCESTORS_MAX; i++)
+			e->ancestors[i].comm[PERFRELAY_COMM_LEN - 1] = 0;
+		e->exe[sizeof(e->exe) - 1] = e->cwd[sizeof(e->cwd) - 1] = 0;
 		break;
 	}
 	case PERFRELAY_TYPE_EXIT:
@@ -204,6 +222,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 			i += strnlen(e->argv + i, e->argv_len - i) + 1;
 		}
 		CHECK(json_object_array_length(v) == idx);
+		check_exec_id(o, "exec_id", e->ids.exec_id);
+		check_exec_id(o, "parent_exec_id", e->ids.parent_exec_id);
+		CHECK(json_object_object_get_ex(o, "ancestors", &v) &&
+		      json_object_is_type(v, json_type_array) &&
+		      json_object_array_length(v) == e->n_ancestors);
+		for (i = 0; i < e->n_ancestors; i++) {
+			struct json_object *a = json_object_array_get_idx(v, i);
+
+			check_exec_id(a, "exec_id", e->ancestors[i].exec_id);
+			check_u64(a, "pid", e->ancestors[i].pid);
+			check_string(a, "comm", e->ancestors[i].comm, sizeof(e->ancestors[i].comm));
+		}
+		if (e->exe[0])
+			check_string(o, "exe", e->exe, sizeof(e->exe));
+		else
+			CHECK(!json_object_object_get_ex(o, "exe", NULL));
+		if (e->cwd[0])
+			check_string(o, "cwd", e->cwd, sizeof(e->cwd));
+		else
+			CHECK(!json_object_object_get_ex(o, "cwd", NULL));
 		break;
 	}
 	case PERFRELAY_TYPE_EXIT: {
@@ -212,6 +250,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 		check_s64(o, "exit_code", e->exit_code);
 		check_u64(o, "runtime_ns", e->runtime_ns);
 		check_string(o, "comm", e->comm, sizeof(e->comm));
+		check_exec_id(o, "exec_id", e->ids.exec_id);
+		check_exec_id(o, "parent_exec_id", e->ids.parent_exec_id);
 		break;
 	}
 	case PERFRELAY_TYPE_FORK: {
@@ -219,6 +259,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 		check_u64(o, "parent_pid", e->parent_pid);
 		check_u64(o, "child_pid", e->child_pid);
 		check_string(o, "comm", e->comm, sizeof(e->comm));
+		check_exec_id(o, "exec_id", e->ids.exec_id);
+		check_exec_id(o, "parent_exec_id", e->ids.parent_exec_id);
 		break;
 	}
 	case PERFRELAY_TYPE_OPEN: {
@@ -228,6 +270,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 		check_s64(o, "result", e->result);
 		check_string(o, "comm", e->comm, sizeof(e->comm));
 		check_string(o, "path", e->path, sizeof(e->path));
+		check_exec_id(o, "exec_id", e->ids.exec_id);
+		check_exec_id(o, "parent_exec_id", e->ids.parent_exec_id);
 		break;
 	}
 	case PERFRELAY_TYPE_CONNECT: {
@@ -236,6 +280,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 		check_u64(o, "port", e->port);
 		check_s64(o, "result", e->result);
 		check_string(o, "comm", e->comm, sizeof(e->comm));
+		check_exec_id(o, "exec_id", e->ids.exec_id);
+		check_exec_id(o, "parent_exec_id", e->ids.parent_exec_id);
 		break;
 	}
 	default: {

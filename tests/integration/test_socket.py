@@ -121,7 +121,7 @@ def test_socket_file():
     c = d.client({})
     h = c.hello()
     validate(h)
-    check_eq((h["protocol"], h["schema"], h["format"], h["access"]), (1, 2, "json", "all"), "hello fields")
+    check_eq((h["protocol"], h["schema"], h["format"], h["access"]), (1, 3, "json", "all"), "hello fields")
     check(h["client_id"] >= 1, "client id")
     c.close()
     wait_fd_baseline(FD_BASELINE, "one client")

@@ -23,7 +23,8 @@ CACHE = os.environ.get("PERFRELAY_KERNEL_CACHE", os.path.expanduser("~/.cache/pe
 # newest linux-image-6.1.0-*-amd64 is picked.
 KERNELS = [("6.1", "linux-image-6.1.0-", r"^linux-image-6\.1\.0-\d+-amd64$"),
            ("6.12", "linux-image-6.12.", r"^linux-image-6\.12\.\d+\+deb12-amd64$")]
-GUEST_TESTS = ["test_features", "test_pipeline", "test_restart", "test_accounting", "test_counters", "test_capture"]
+GUEST_TESTS = ["test_features", "test_pipeline", "test_restart", "test_accounting", "test_counters", "test_capture",
+               "test_ancestry"]
 BOOT_TIMEOUT = int(os.environ.get("PERFRELAY_KERNEL_BOOT_TIMEOUT", "420"))
 # The 9p root, and for test_capture's interface capture a veth pair and tc's clsact qdisc and
 # bpf classifier (Debian builds all of them as modules).

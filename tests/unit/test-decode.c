@@ -381,13 +381,15 @@ static void test_known_sizes(void) {
 	 * claim, is still wrong. */
 	static const struct {
 		uint16_t type;
-		size_t size;
+		size_t size, creds, ids; /* the struct, and where its creds and process ids start */
 	} types[] = {
-		{ PERFRELAY_TYPE_EXEC, sizeof(struct perfrelay_exec) },
-		{ PERFRELAY_TYPE_EXIT, sizeof(struct perfrelay_exit) },
-		{ PERFRELAY_TYPE_FORK, sizeof(struct perfrelay_fork) },
-		{ PERFRELAY_TYPE_OPEN, sizeof(struct perfrelay_open) },
-		{ PERFRELAY_TYPE_CONNECT, sizeof(struct perfrelay_connect) },
+#define TYPE(t, s) { t, sizeof(s), offsetof(s, creds), offsetof(s, ids) }
+		TYPE(PERFRELAY_TYPE_EXEC, struct perfrelay_exec),
+		TYPE(PERFRELAY_TYPE_EXIT, struct perfrelay_exit),
+		TYPE(PERFRELAY_TYPE_FORK, struct perfrelay_fork),
+		TYPE(PERFRELAY_TYPE_OPEN, struct perfrelay_open),
+		TYPE(PERFRELAY_TYPE_CONNECT, struct perfrelay_connect),
+#undef TYPE
 	};
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
 		memset(buf, 0, sizeof(buf));
@@ -399,17 +401,42 @@ static void test_known_sizes(void) {
 		ASSERT(decode_exact(buf, types[i].size + 1, &ev) == DECODE_BAD_SIZE);
 		h.size = (uint16_t) types[i].size;
 		memcpy(buf, &h, sizeof(h));
-		/* The euid is the last field of each: a record of schema 2 has it. */
-		memcpy(buf + types[i].size - sizeof(struct perfrelay_creds), &(uint32_t){ 4321 }, 4);
+		/* A record of schema 3 has its euid and its process ids. */
+		memcpy(buf + types[i].creds, &(uint32_t){ 4321 }, 4);
+		memcpy(buf + types[i].ids, &(uint64_t){ 0x1234 }, 8);
+		memcpy(buf + types[i].ids + 8, &(uint64_t){ 0x5678 }, 8);
 		ASSERT(decode_exact(buf, types[i].size, &ev) == DECODE_OK);
 		ASSERT(ev.known && ev.has_uid && ev.has_euid && ev.euid == 4321);
-		/* An older probe's record ends before it: valid, without an euid. */
-		memset(buf, 0, sizeof(buf));
-		h.size = (uint16_t) (types[i].size - sizeof(struct perfrelay_creds));
+		ASSERT(ev.has_exec_id && ev.exec_id == 0x1234 && ev.parent_exec_id == 0x5678);
+		/* Of schema 2, it ends before its process ids: valid, with an euid and no ids. */
+		h.size = (uint16_t) types[i].ids;
 		memcpy(buf, &h, sizeof(h));
 		ASSERT(decode_exact(buf, h.size, &ev) == DECODE_OK);
-		ASSERT(ev.known && ev.has_uid && !ev.has_euid && ev.euid == 0);
+		ASSERT(ev.known && ev.has_euid && ev.euid == 4321 && !ev.has_exec_id && ev.exec_id == 0);
+		/* An older probe's record ends before its creds: valid, without an euid. */
+		memset(buf, 0, sizeof(buf));
+		h.size = (uint16_t) types[i].creds;
+		memcpy(buf, &h, sizeof(h));
+		ASSERT(decode_exact(buf, h.size, &ev) == DECODE_OK);
+		ASSERT(ev.known && ev.has_uid && !ev.has_euid && ev.euid == 0 && !ev.has_exec_id);
 	}
+	/* An exec of schema 3 with more ancestors than it has room for, or an unterminated path,
+	 * is refused. */
+	memset(buf, 0, sizeof(buf));
+	h = make_hdr(PERFRELAY_TYPE_EXEC, sizeof(struct perfrelay_exec), 1);
+	memcpy(buf, &h, sizeof(h));
+	memcpy(buf + offsetof(struct perfrelay_exec, n_ancestors),
+	       &(uint32_t){ PERFRELAY_ANCESTORS_MAX + 1 },
+	       4);
+	ASSERT(decode_exact(buf, sizeof(struct perfrelay_exec), &ev) == DECODE_BAD_STRING);
+	memcpy(buf + offsetof(struct perfrelay_exec, n_ancestors), &(uint32_t){ PERFRELAY_ANCESTORS_MAX }, 4);
+	ASSERT(decode_exact(buf, sizeof(struct perfrelay_exec), &ev) == DECODE_OK);
+	memset(buf + offsetof(struct perfrelay_exec, cwd), 'x', PERFRELAY_PATH_LEN);
+	ASSERT(decode_exact(buf, sizeof(struct perfrelay_exec), &ev) == DECODE_BAD_STRING);
+	memset(buf + offsetof(struct perfrelay_exec, cwd), 0, PERFRELAY_PATH_LEN);
+	memset(buf + offsetof(struct perfrelay_exec, ancestors[7].comm), 'c', PERFRELAY_COMM_LEN);
+	ASSERT(decode_exact(buf, sizeof(struct perfrelay_exec), &ev) == DECODE_BAD_STRING);
+
 	/* The exit record before the counters (V1) too. */
 	memset(buf, 0, sizeof(buf));
 	h = make_hdr(PERFRELAY_TYPE_EXIT, PERFRELAY_EXIT_SIZE_V1, 1);

@@ -48,6 +48,17 @@ static struct perfrelay_exec make_exec(void) {
 	memcpy(r.argv, argv, sizeof(argv));
 	strcpy(r.comm, "ls");
 	strcpy(r.filename, "/usr/bin/ls");
+	r.ids.exec_id = 0x0123456789abcdefull;
+	r.ids.parent_exec_id = 0xfedcba9876543210ull;
+	r.n_ancestors = 2;
+	r.ancestors[0] = (struct perfrelay_ancestor){ .exec_id = 0xfedcba9876543210ull,
+						      .pid = 4000,
+						      .comm = "sh" };
+	r.ancestors[1] = (struct perfrelay_ancestor){ .exec_id = 1, .pid = 1, .comm = "systemd" };
+	r.exe_dev = 8u << 20 | 17;
+	r.exe_ino = 131090;
+	strcpy(r.exe, "/usr/bin/ls");
+	strcpy(r.cwd, "/tmp");
 	return r;
 }
 
@@ -61,6 +72,7 @@ static struct perfrelay_exit make_exit(void) {
 	r.signal = 9;
 	r.runtime_ns = 123456789012ull;
 	strcpy(r.comm, "sleep");
+	r.ids.exec_id = 42; /* and no parent: parent_exec_id is left out */
 	return r;
 }
 
@@ -72,6 +84,8 @@ static struct perfrelay_fork make_fork(void) {
 	r.child_tgid = 101;
 	r.uid = 65534;
 	strcpy(r.comm, "bash");
+	r.ids.exec_id = 0x10;
+	r.ids.parent_exec_id = 0x20;
 	return r;
 }
 
@@ -84,6 +98,8 @@ static struct perfrelay_open make_open(void) {
 	r.result = -2;
 	strcpy(r.comm, "cat");
 	strcpy(r.path, "/etc/passwd");
+	r.ids.exec_id = 0x30;
+	r.ids.parent_exec_id = 0x40;
 	return r;
 }
 
@@ -100,6 +116,7 @@ static struct perfrelay_connect make_connect(void) {
 	r.addr[2] = 0;
 	r.addr[3] = 42;
 	strcpy(r.comm, "curl");
+	r.ids.exec_id = 0x50;
 	return r;
 }
 
@@ -463,7 +480,14 @@ static void test_exec(void) {
 		"argc",
 		"argv_truncated",
 		"cgroup_id",
+		"ancestors",
+		"exe",
+		"exe_dev",
+		"exe_ino",
+		"cwd",
 		"euid",
+		"exec_id",
+		"parent_exec_id",
 		"unit");
 	expect_common(obj, &r.hdr, "exec");
 	expect_u64(obj, "pid", 4242);
@@ -476,6 +500,26 @@ static void test_exec(void) {
 	expect_bool(obj, "argv_truncated", false);
 	expect_u64(obj, "cgroup_id", 0xdeadbeefcafef00dull);
 	expect_str(obj, "unit", "sshd.service");
+	/* Process identity: ids as 16 hex digits, ancestors nearest first, the exe's dev_t as
+	 * MAJOR:MINOR. */
+	expect_str(obj, "exec_id", "0123456789abcdef");
+	expect_str(obj, "parent_exec_id", "fedcba9876543210");
+	expect_str(obj, "exe", "/usr/bin/ls");
+	expect_str(obj, "exe_dev", "8:17");
+	expect_u64(obj, "exe_ino", 131090);
+	expect_str(obj, "cwd", "/tmp");
+	{
+		json_object *anc = get_at(obj, "ancestors", json_type_array, __FILE__, __LINE__);
+
+		ASSERT(anc && json_object_array_length(anc) == 2);
+		if (anc && json_object_array_length(anc) == 2) {
+			expect_str(json_object_array_get_idx(anc, 0), "exec_id", "fedcba9876543210");
+			expect_u64(json_object_array_get_idx(anc, 0), "pid", 4000);
+			expect_str(json_object_array_get_idx(anc, 0), "comm", "sh");
+			expect_str(json_object_array_get_idx(anc, 1), "exec_id", "0000000000000001");
+			expect_str(json_object_array_get_idx(anc, 1), "comm", "systemd");
+		}
+	}
 	argv = get_at(obj, "argv", json_type_array, __FILE__, __LINE__);
 	if (argv) {
 		ASSERT(json_object_array_length(argv) == 3);
@@ -512,7 +556,14 @@ static void test_exec(void) {
 		"argc",
 		"argv_truncated",
 		"cgroup_id",
-		"euid");
+		"ancestors",
+		"exe",
+		"exe_dev",
+		"exe_ino",
+		"cwd",
+		"euid",
+		"exec_id",
+		"parent_exec_id");
 	expect_u64(obj, "argc", 40);
 	expect_bool(obj, "argv_truncated", true);
 	argv = get_at(obj, "argv", json_type_array, __FILE__, __LINE__);
@@ -610,7 +661,8 @@ static void test_exit(void) {
 		"signal",
 		"runtime_ns",
 		"comm",
-		"euid");
+		"euid",
+		"exec_id");
 	expect_common(obj, &r.hdr, "exit");
 	expect_u64(obj, "pid", 777);
 	expect_u64(obj, "ppid", 776);
@@ -664,7 +716,9 @@ static void test_fork(void) {
 		"child_tgid",
 		"uid",
 		"comm",
-		"euid");
+		"euid",
+		"exec_id",
+		"parent_exec_id");
 	expect_common(obj, &r.hdr, "fork");
 	expect_u64(obj, "parent_pid", 100);
 	expect_u64(obj, "child_pid", 102);
@@ -680,7 +734,21 @@ static void test_open(void) {
 	json_object *obj = encode_parse(&ev, NULL);
 
 	expect_keys(
-		obj, "type", "ts", "cpu", "seq", "producer", "pid", "uid", "comm", "path", "flags", "result", "euid");
+		obj,
+		"type",
+		"ts",
+		"cpu",
+		"seq",
+		"producer",
+		"pid",
+		"uid",
+		"comm",
+		"path",
+		"flags",
+		"result",
+		"euid",
+		"exec_id",
+		"parent_exec_id");
 	expect_common(obj, &r.hdr, "open");
 	expect_u64(obj, "pid", 555);
 	expect_u64(obj, "uid", 1001);
@@ -753,7 +821,8 @@ static void test_connect(void) {
 			"address",
 			"port",
 			"result",
-			"euid");
+			"euid",
+			"exec_id");
 		expect_common(obj, &r.hdr, "connect");
 		expect_u64(obj, "pid", 999);
 		expect_u64(obj, "uid", 33);
@@ -789,7 +858,8 @@ static void test_connect(void) {
 			"address",
 			"port",
 			"result",
-			"euid");
+			"euid",
+			"exec_id");
 		expect_u64(obj, "family", AF_INET6);
 		expect_str(obj, "family_name", "inet6");
 		expect_str(obj, "address", v6[i].text);
@@ -818,7 +888,8 @@ static void test_connect(void) {
 		"family_name",
 		"port",
 		"result",
-		"euid");
+		"euid",
+		"exec_id");
 	expect_str(obj, "family_name", "unix");
 	expect_u64(obj, "family", AF_UNIX);
 	json_object_put(obj);
@@ -828,7 +899,20 @@ static void test_connect(void) {
 	ev = decode_ok(&r, sizeof(r));
 	obj = encode_parse(&ev, NULL);
 	expect_keys(
-		obj, "type", "ts", "cpu", "seq", "producer", "pid", "uid", "comm", "family", "port", "result", "euid");
+		obj,
+		"type",
+		"ts",
+		"cpu",
+		"seq",
+		"producer",
+		"pid",
+		"uid",
+		"comm",
+		"family",
+		"port",
+		"result",
+		"euid",
+		"exec_id");
 	expect_u64(obj, "family", AF_NETLINK);
 	json_object_put(obj);
 }
@@ -1174,7 +1258,8 @@ static void test_strings_roundtrip(void) {
 			"signal",
 			"runtime_ns",
 			"comm",
-			"euid");
+			"euid",
+			"exec_id");
 		json_object_put(obj);
 	}
 }
@@ -1405,6 +1490,19 @@ static void test_worst_case(void) {
 			memset(r.argv, 0, sizeof(r.argv)); /* many empty arguments */
 		r.argv[sizeof(r.argv) - 1] = 0;
 		r.argv_len = PERFRELAY_ARGV_LEN;
+		/* Schema 3's context at its longest: every ancestor, paths and names of bytes that
+		 * each take an escape, the largest numbers. */
+		r.ids.exec_id = r.ids.parent_exec_id = UINT64_MAX;
+		r.n_ancestors = PERFRELAY_ANCESTORS_MAX;
+		for (size_t i = 0; i < PERFRELAY_ANCESTORS_MAX; i++) {
+			r.ancestors[i].exec_id = UINT64_MAX;
+			r.ancestors[i].pid = UINT32_MAX;
+			memset(r.ancestors[i].comm, fill, sizeof(r.ancestors[i].comm) - 1);
+		}
+		r.exe_dev = UINT32_MAX;
+		r.exe_ino = UINT64_MAX;
+		memset(r.exe, fill, sizeof(r.exe) - 1);
+		memset(r.cwd, fill, sizeof(r.cwd) - 1);
 		ev = decode_ok(&r, sizeof(r));
 		CHECK_WORST(ev, "exec");
 	}
