@@ -571,6 +571,10 @@ def main():
     ap.add_argument("--burst-repeat", type=int, default=1,
                     help="rounds of row k, a compile-like burst at the daemon's defaults and at smaller rings "
                          "(default 1; 0 = none)")
+    ap.add_argument("--exec-repeat", type=int, default=3,
+                    help="rounds of row p, a fork+exec storm: perfrelayd's CPU per exec and the process table's "
+                         "memory (default 3; 0 = none)")
+    ap.add_argument("--execs", type=int, default=5000, help="fork+execs per storm of row p (default 5000)")
     ap.add_argument("--pingpong-repeat", type=int, default=5,
                     help="rounds of the counters' cost: a ping-pong pair with counters off, then on (default 5; 0 = none)")
     args = ap.parse_args()
@@ -604,6 +608,10 @@ def main():
             burst = burst_bench.run(Daemon, os.path.join(args.build, "daemon", "perfrelayd"),
                                     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), args.build,
                                     args.burst_repeat, BURST_CONFIGS, log)
+        process_storm = None
+        if args.exec_repeat > 0:
+            import exec_bench
+            process_storm = exec_bench.run(args.build, args.exec_repeat, args.execs, log)
         max_rows, baselines = b.max_rate_rows() if ROWS else ({}, [])
         summary = {name: summarize(res) for name, res in max_rows.items()}
 
@@ -753,6 +761,7 @@ def main():
         "counters": counters,
         "capture": capture,
         "burst": burst,
+        "process_storm": process_storm,
         "targets": targets,
         "elapsed_s": round(time.monotonic() - started, 1),
         "command": " ".join(["bench/run"] + user_args),

@@ -6,10 +6,8 @@ over D-Bus), perfrelayd and cgroup; removes them afterwards."""
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "integration"))

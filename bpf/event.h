@@ -193,9 +193,10 @@ struct perfrelay_exec {
 	struct perfrelay_creds creds;
 	/* Since event schema 3; records of older probes end before it (PERFRELAY_EXEC_SIZE_V2). */
 	struct perfrelay_process_ids ids;
-	__u32 n_ancestors; /* ancestors[] in use, nearest first */
-	__u32 exe_dev;     /* the executable's device (the kernel's dev_t: major << 20 | minor) */
-	__u64 exe_ino;     /* and its inode: a binary renamed or replaced since shows */
+	__u32 n_ancestors;  /* ancestors[] in use, nearest first */
+	__u32 exe_dev;      /* the executable's device (the kernel's dev_t: major << 20 | minor) */
+	__u64 exe_ino;      /* and its inode: a binary renamed or replaced since shows */
+	__u64 prev_exec_id; /* the image this exec replaced: the process's exec_id before it */
 	struct perfrelay_ancestor ancestors[PERFRELAY_ANCESTORS_MAX];
 	char exe[PERFRELAY_PATH_LEN]; /* the executable as the kernel resolved it ("" if unknown) */
 	char cwd[PERFRELAY_PATH_LEN]; /* the working directory at exec ("" if unknown) */
@@ -367,7 +368,7 @@ _Static_assert(sizeof(struct perfrelay_ancestor) == 32, "perfrelay_ancestor ABI"
 _Static_assert(PERFRELAY_EXEC_SIZE_V2 == PERFRELAY_EXEC_SIZE_V1 + 8, "perfrelay_exec ABI v2");
 _Static_assert(
 	sizeof(struct perfrelay_exec) ==
-		PERFRELAY_EXEC_SIZE_V2 + 16 + 16 + 32 * PERFRELAY_ANCESTORS_MAX + 2 * PERFRELAY_PATH_LEN,
+		PERFRELAY_EXEC_SIZE_V2 + 16 + 16 + 8 + 32 * PERFRELAY_ANCESTORS_MAX + 2 * PERFRELAY_PATH_LEN,
 	"perfrelay_exec ABI");
 _Static_assert(PERFRELAY_EXEC_SIZE_V1 == 32 + 32 + 16 + 256 + 512, "perfrelay_exec ABI v1");
 _Static_assert(

@@ -9,6 +9,7 @@
 #include "event.h"
 #include "producer.bpf.h"
 #include "counters.bpf.h"
+#include "process-ids.bpf.h"
 
 /* Address families, as in <linux/socket.h>, which cannot be included beside vmlinux.h. */
 #define AF_INET  2
@@ -142,23 +143,6 @@ static __always_inline void *pending_take(void *map, __u64 *pid_tgid, __u32 slot
 	return copy;
 }
 
-/* Process identity (event.h, perfrelay_exec_id()): the exec_id of `task`'s process image, made
- * from its tgid and its group leader's start time and exec count, which an exec keeps and
- * counts up; 0 for no task or the idle task (the parent of init and kthreadd). */
-static __always_inline __u64 task_exec_id(struct task_struct *task) {
-	struct task_struct *leader;
-	__u32 tgid;
-
-	if (!task)
-		return 0;
-	tgid = BPF_CORE_READ(task, tgid);
-	if (tgid == 0)
-		return 0;
-	leader = BPF_CORE_READ(task, group_leader);
-	return perfrelay_exec_id(
-		tgid, BPF_CORE_READ(leader, start_boottime), BPF_CORE_READ(leader, self_exec_id));
-}
-
 static __always_inline void task_ids(struct task_struct *task, struct perfrelay_process_ids *ids) {
 	ids->exec_id = task_exec_id(task);
 	ids->parent_exec_id = task_exec_id(BPF_CORE_READ(task, real_parent));
@@ -169,9 +153,9 @@ static __always_inline void current_ids(struct perfrelay_process_ids *ids) {
 }
 
 /* Paths as the kernel resolves them (d_path(), which tracepoints may not call): the names from
- * the dentry up to the root, crossing mount points, written backwards into a per-CPU buffer,
- * then copied into the record (cut at PERFRELAY_PATH_LEN - 1 bytes, its end lost). Deeper than
- * PATH_DEPTH_MAX components, or a name that cannot be read: "" (unknown).
+ * the dentry up to the task's root (its chroot or container root), crossing mount points, written backwards
+ * into a per-CPU buffer, then copied into the record (cut at PERFRELAY_PATH_LEN - 1 bytes, its end lost).
+ * Deeper than PATH_DEPTH_MAX components, or a name that cannot be read: "" (unknown).
  *
  * The walk's state (dentry, mount, offset) lives in the per-CPU map value, read and written
  * through volatile accesses, not in registers: every iteration then starts from the same
@@ -183,9 +167,11 @@ static __always_inline void current_ids(struct perfrelay_process_ids *ids) {
 #define PATH_DEPTH_MAX 24
 
 struct path_walk {
-	__u64 dentry; /* struct dentry *: the next component */
-	__u64 mnt;    /* struct mount *: the mount it is in */
-	__u32 off;    /* where the path built so far starts in buf */
+	__u64 dentry;      /* struct dentry *: the next component */
+	__u64 mnt;         /* struct mount *: the mount it is in */
+	__u64 root_dentry; /* the task's root (fs->root), where the walk ends as d_path()'s does */
+	__u64 root_mnt;    /* struct vfsmount * of it */
+	__u32 off;         /* where the path built so far starts in buf */
 	__u32 _pad;
 	char buf[2 * PATH_BUF_HALF];
 };
@@ -203,13 +189,16 @@ struct {
 #define WALK_GET(w, field)    (*(volatile typeof((w)->field) *) &(w)->field)
 #define WALK_SET(w, field, v) (*(volatile typeof((w)->field) *) &(w)->field = (v))
 
-static __always_inline void read_path(struct dentry *dentry, struct vfsmount *vfsmnt, char *out) {
+static __always_inline void
+	read_path(struct dentry *dentry, struct vfsmount *vfsmnt, struct fs_struct *fs, char *out) {
 	__u32 zero = 0;
 	struct path_walk *w;
 
 	w = bpf_map_lookup_elem(&path_scratch, &zero);
 	if (!w || !dentry || !vfsmnt)
 		return;
+	WALK_SET(w, root_dentry, (__u64) BPF_CORE_READ(fs, root.dentry));
+	WALK_SET(w, root_mnt, (__u64) BPF_CORE_READ(fs, root.mnt));
 	WALK_SET(w, dentry, (__u64) dentry);
 	WALK_SET(w, mnt, (__u64) container_of(vfsmnt, struct mount, mnt));
 	WALK_SET(w, off, PATH_BUF_HALF - 1);
@@ -224,12 +213,16 @@ static __always_inline void read_path(struct dentry *dentry, struct vfsmount *vf
 		__u32 len;
 		long n;
 
-		if (d == mnt_root || d == parent) {
+		bool at_root = (__u64) d == WALK_GET(w, root_dentry) &&
+			(__u64) __builtin_preserve_access_index(&m->mnt) == WALK_GET(w, root_mnt);
+
+		if (at_root || d == mnt_root || d == parent) {
 			struct mount *up = BPF_CORE_READ(m, mnt_parent);
 
-			/* The root of a file system: its mount point in the parent mount, unless it
-			 * is the root of them all. */
-			if (d != mnt_root || up == m) {
+			/* The task's root (a chroot's or a container's: the path as the task sees
+			 * it, as d_path() and /proc/PID/exe give it), or the root of a file system:
+			 * its mount point in the parent mount, unless it is the root of them all. */
+			if (at_root || d != mnt_root || up == m) {
 				if (off == PATH_BUF_HALF - 1)
 					off--; /* "/" itself */
 				w->buf[off & (PATH_BUF_HALF - 1)] = '/';
@@ -276,8 +269,15 @@ static __always_inline void exec_context(struct task_struct *task, struct perfre
 	struct task_struct *p = BPF_CORE_READ(task, real_parent);
 	struct file *exe = BPF_CORE_READ(task, mm, exe_file);
 	struct fs_struct *fs = BPF_CORE_READ(task, fs);
+	struct task_struct *leader = BPF_CORE_READ(task, group_leader);
 
 	task_ids(task, &e->ids);
+	/* The image this exec replaced: the exec counted self_exec_id up (begin_new_exec(), before
+	 * this tracepoint), the rest is as it was. */
+	e->prev_exec_id = perfrelay_exec_id(
+		BPF_CORE_READ(task, tgid),
+		BPF_CORE_READ(leader, start_boottime),
+		BPF_CORE_READ(leader, self_exec_id) - 1);
 	for (int i = 0; i < PERFRELAY_ANCESTORS_MAX; i++) {
 		__u32 tgid;
 
@@ -295,10 +295,10 @@ static __always_inline void exec_context(struct task_struct *task, struct perfre
 	if (exe) {
 		e->exe_ino = BPF_CORE_READ(exe, f_inode, i_ino);
 		e->exe_dev = BPF_CORE_READ(exe, f_inode, i_sb, s_dev);
-		read_path(BPF_CORE_READ(exe, f_path.dentry), BPF_CORE_READ(exe, f_path.mnt), e->exe);
+		read_path(BPF_CORE_READ(exe, f_path.dentry), BPF_CORE_READ(exe, f_path.mnt), fs, e->exe);
 	}
 	if (fs)
-		read_path(BPF_CORE_READ(fs, pwd.dentry), BPF_CORE_READ(fs, pwd.mnt), e->cwd);
+		read_path(BPF_CORE_READ(fs, pwd.dentry), BPF_CORE_READ(fs, pwd.mnt), fs, e->cwd);
 }
 
 SEC("tp/sched/sched_process_exec")

@@ -56,6 +56,9 @@ static void monitor_help(void) {
 	       "  -u --uid=UID        Only events of this user (number or name); repeatable\n"
 	       "  -c --comm=COMM      Only events whose task name is COMM; repeatable\n"
 	       "     --unit=UNIT      Only events from this systemd unit; repeatable\n"
+	       "     --ancestor=WHO   Only events of descendants of WHO: an exec id (16 hex\n"
+	       "                      digits), a unit (NAME.service, .scope, ...) or a task\n"
+	       "                      name; repeatable\n"
 	       "  -j --json           Print the daemon's JSON lines unchanged\n"
 	       "     --socket=PATH    The event socket (default $PERFRELAY_SOCKET or %s)\n"
 	       "     --nats=URL       Read the fleet's events from NATS JetStream instead\n"
@@ -188,13 +191,23 @@ static int nats_print_event(const char *line, size_t len, int64_t store_minus_ts
 #endif
 
 int verb_monitor(int argc, char *argv[]) {
-	enum { ARG_UNIT = 0x100, ARG_SOCKET, ARG_NATS, ARG_STREAM, ARG_HOST, ARG_SINCE, ARG_NO_FOLLOW };
+	enum {
+		ARG_UNIT = 0x100,
+		ARG_ANCESTOR,
+		ARG_SOCKET,
+		ARG_NATS,
+		ARG_STREAM,
+		ARG_HOST,
+		ARG_SINCE,
+		ARG_NO_FOLLOW
+	};
 	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
 						 { "type", required_argument, NULL, 't' },
 						 { "pid", required_argument, NULL, 'p' },
 						 { "uid", required_argument, NULL, 'u' },
 						 { "comm", required_argument, NULL, 'c' },
 						 { "unit", required_argument, NULL, ARG_UNIT },
+						 { "ancestor", required_argument, NULL, ARG_ANCESTOR },
 						 { "json", no_argument, NULL, 'j' },
 						 { "socket", required_argument, NULL, ARG_SOCKET },
 						 { "nats", required_argument, NULL, ARG_NATS },
@@ -207,6 +220,9 @@ int verb_monitor(int argc, char *argv[]) {
 	_cleanup_free_ const char **types = calloc((size_t) argc, sizeof(char *));
 	_cleanup_free_ const char **comms = calloc((size_t) argc, sizeof(char *));
 	_cleanup_free_ const char **units = calloc((size_t) argc, sizeof(char *));
+	_cleanup_free_ const char **anc_comms = calloc((size_t) argc, sizeof(char *));
+	_cleanup_free_ const char **anc_ids = calloc((size_t) argc, sizeof(char *));
+	_cleanup_free_ const char **anc_units = calloc((size_t) argc, sizeof(char *));
 	_cleanup_free_ uint32_t *pids = calloc((size_t) argc, sizeof(uint32_t));
 	_cleanup_free_ uint32_t *uids = calloc((size_t) argc, sizeof(uint32_t));
 	_cleanup_(perfrelay_closep) perfrelay_client *c = NULL;
@@ -219,7 +235,7 @@ int verb_monitor(int argc, char *argv[]) {
 	bool nats_no_follow = false;
 	int opt, r;
 
-	if (!types || !comms || !units || !pids || !uids)
+	if (!types || !comms || !units || !anc_comms || !anc_ids || !anc_units || !pids || !uids)
 		return error_errno(-ENOMEM, "Failed to allocate");
 
 	optind = 0;
@@ -247,6 +263,9 @@ int verb_monitor(int argc, char *argv[]) {
 			break;
 		case ARG_UNIT:
 			units[sub.n_units++] = optarg;
+			break;
+		case ARG_ANCESTOR:
+			perfrelay_add_ancestor(&sub, anc_comms, anc_ids, anc_units, optarg);
 			break;
 		case 'j':
 			json = true;
@@ -293,7 +312,8 @@ int verb_monitor(int argc, char *argv[]) {
 
 		if (!tok)
 			return error_errno(-ENOMEM, "Failed to allocate a JSON parser");
-		if (sub.n_types || sub.n_pids || sub.n_uids || sub.n_comms || sub.n_units)
+		if (sub.n_types || sub.n_pids || sub.n_uids || sub.n_comms || sub.n_units ||
+		    sub.n_ancestor_comms + sub.n_ancestor_exec_ids + sub.n_ancestor_units > 0)
 			return error_msg(
 				"monitor --nats: filter with --host (the stream holds what the exporters sent)");
 		signal_fd = exit_signals_fd();
@@ -315,6 +335,9 @@ int verb_monitor(int argc, char *argv[]) {
 	sub.uids = uids;
 	sub.comms = comms;
 	sub.units = units;
+	sub.ancestor_comms = anc_comms;
+	sub.ancestor_exec_ids = anc_ids;
+	sub.ancestor_units = anc_units;
 	sub.format = PERFRELAY_FORMAT_JSON;
 	sub.on_overflow = PERFRELAY_OVERFLOW_DROP;
 

@@ -20,6 +20,7 @@
 #include "ctl.h"
 #include "format.h"
 #include "json-util.h"
+#include "perfrelay-util.h"
 
 #define MAX_LIST           64
 /* Where --save writes, and how much it keeps there (docs/recorder.md). */
@@ -35,6 +36,8 @@ static void snapshot_help(void) {
 	       "     --unit=UNIT      Only events of this systemd unit; repeatable\n"
 	       "  -t --type=TYPE      Only events of this type; repeatable\n"
 	       "  -p --pid=PID        Only events of this process; repeatable\n"
+	       "     --ancestor=WHO   Only events of descendants of WHO: an exec id, a unit or\n"
+	       "                      a task name (as monitor --ancestor); repeatable\n"
 	       "  -j --json           JSON lines as the daemon wrote them (the default is one\n"
 	       "                      readable line per event)\n"
 	       "  -o --output=FILE    Write to FILE instead of standard output\n"
@@ -198,7 +201,7 @@ int verb_snapshots(int argc, char *argv[]) {
 }
 
 int verb_snapshot(int argc, char *argv[]) {
-	enum { ARG_SINCE = 0x100, ARG_UNIT, ARG_SAVE, ARG_DIRECTORY };
+	enum { ARG_SINCE = 0x100, ARG_UNIT, ARG_ANCESTOR, ARG_SAVE, ARG_DIRECTORY };
 	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
 						 { "json", no_argument, NULL, 'j' },
 						 { "output", required_argument, NULL, 'o' },
@@ -206,6 +209,7 @@ int verb_snapshot(int argc, char *argv[]) {
 						 { "unit", required_argument, NULL, ARG_UNIT },
 						 { "type", required_argument, NULL, 't' },
 						 { "pid", required_argument, NULL, 'p' },
+						 { "ancestor", required_argument, NULL, ARG_ANCESTOR },
 						 { "save", required_argument, NULL, ARG_SAVE },
 						 { "directory", required_argument, NULL, ARG_DIRECTORY },
 						 {} };
@@ -214,6 +218,9 @@ int verb_snapshot(int argc, char *argv[]) {
 	_cleanup_(json_tokener_freep) json_tokener *tok = NULL;
 	sd_bus_error e = SD_BUS_ERROR_NULL;
 	char *units[MAX_LIST], *types[MAX_LIST], *line = NULL;
+	/* --ancestor, sorted into the request's three lists (perfrelay_add_ancestor()) */
+	const char *anc_comms[MAX_LIST], *anc_ids[MAX_LIST], *anc_units[MAX_LIST];
+	struct perfrelay_subscription anc = {};
 	uint32_t pids[MAX_LIST];
 	size_t n_units = 0, n_types = 0, n_pids = 0, cap = 0;
 	const char *output = NULL, *save = NULL, *directory = SNAPSHOT_DIR;
@@ -254,6 +261,12 @@ int verb_snapshot(int argc, char *argv[]) {
 			if (parse_span(optarg, &since) < 0)
 				return error_msg(
 					"--since=%s: expected a number followed by s, m, h or d", optarg);
+			break;
+		case ARG_ANCESTOR:
+			if (anc.n_ancestor_comms >= MAX_LIST || anc.n_ancestor_exec_ids >= MAX_LIST ||
+			    anc.n_ancestor_units >= MAX_LIST)
+				return error_msg("snapshot: at most %u of each filter", MAX_LIST);
+			perfrelay_add_ancestor(&anc, anc_comms, anc_ids, anc_units, optarg);
 			break;
 		case ARG_UNIT:
 		case 't':
@@ -296,6 +309,12 @@ int verb_snapshot(int argc, char *argv[]) {
 		r = append_list(m, "types", "as", types, NULL, n_types);
 	if (r >= 0 && n_pids > 0)
 		r = append_list(m, "pid", "au", NULL, pids, n_pids);
+	if (r >= 0 && anc.n_ancestor_comms > 0)
+		r = append_list(m, "ancestor_comm", "as", (char **) anc_comms, NULL, anc.n_ancestor_comms);
+	if (r >= 0 && anc.n_ancestor_exec_ids > 0)
+		r = append_list(m, "ancestor_exec_id", "as", (char **) anc_ids, NULL, anc.n_ancestor_exec_ids);
+	if (r >= 0 && anc.n_ancestor_units > 0)
+		r = append_list(m, "ancestor_unit", "as", (char **) anc_units, NULL, anc.n_ancestor_units);
 	if (r >= 0)
 		r = sd_bus_message_close_container(m);
 	if (r < 0)

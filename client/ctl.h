@@ -49,3 +49,4 @@ int verb_snapshot(int argc, char *argv[]);  /* ctl-snapshot.c */
 int verb_snapshots(int argc, char *argv[]); /* ctl-snapshot.c */
 int verb_top(int argc, char *argv[]);       /* ctl-top.c */
 int verb_capture(int argc, char *argv[]);   /* ctl-capture.c */
+int verb_tree(int argc, char *argv[]);      /* ctl-tree.c */

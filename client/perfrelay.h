@@ -81,8 +81,18 @@ struct perfrelay_subscription {
 	size_t n_units;
 	enum perfrelay_format format;
 	enum perfrelay_overflow on_overflow;
-	uint64_t flags;       /* PERFRELAY_SUBSCRIBE_*; other bits must be zero */
-	uint64_t reserved[7]; /* must be zero: room for new fields without an ABI break */
+	uint64_t flags; /* PERFRELAY_SUBSCRIBE_*; other bits must be zero */
+	/* Only events of processes that descend from a process with one of these task names, exec
+	 * ids (16 hex digits, as events carry them) or units (the request's "ancestor",
+	 * docs/protocol.md); any entry of the three may match. Taken from reserved[]: a program
+	 * built before has them zero, so no such filter. */
+	const char *const *ancestor_comms;
+	size_t n_ancestor_comms;
+	const char *const *ancestor_exec_ids;
+	size_t n_ancestor_exec_ids;
+	const char *const *ancestor_units;
+	size_t n_ancestor_units;
+	uint64_t reserved[1]; /* must be zero: room for new fields without an ABI break */
 };
 
 /* The daemon's hello, valid while the client lives. */

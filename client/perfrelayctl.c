@@ -34,6 +34,7 @@ static const Verb verbs[] = {
 	{ "producers", verb_producers, "List the producers, their record types and counters (D-Bus)" },
 	{ "probes", verb_probes, "List the built-in probes (D-Bus)" },
 	{ "clients", verb_clients, "List the socket subscribers (D-Bus)" },
+	{ "tree", verb_tree, "Show the live processes as a forest with their exec ids (D-Bus)" },
 	{ "probe", verb_probe, "probe enable|disable NAME: attach or detach a probe (root, D-Bus)" },
 	{ "help", verb_help, "Show this help" },
 };

@@ -116,6 +116,24 @@ int request_line_build(const struct perfrelay_subscription *sub, char **ret, siz
 	    (r = add_string_array(filter, "comm", sub->comms, sub->n_comms, false)) < 0 ||
 	    (r = add_string_array(filter, "unit", sub->units, sub->n_units, false)) < 0)
 		return r;
+	if (sub->n_ancestor_comms + sub->n_ancestor_exec_ids + sub->n_ancestor_units > 0) {
+		json_object *ancestor = json_object_new_object();
+
+		if (!ancestor)
+			return -ENOMEM;
+		if (json_object_object_add(filter, "ancestor", ancestor) < 0) {
+			json_object_put(ancestor);
+			return -ENOMEM;
+		}
+		if ((r = add_string_array(
+			     ancestor, "comm", sub->ancestor_comms, sub->n_ancestor_comms, false)) < 0 ||
+		    (r = add_string_array(
+			     ancestor, "exec_id", sub->ancestor_exec_ids, sub->n_ancestor_exec_ids, false)) <
+			    0 ||
+		    (r = add_string_array(
+			     ancestor, "unit", sub->ancestor_units, sub->n_ancestor_units, false)) < 0)
+			return r;
+	}
 	r = add_string(req, "format", sub->format == PERFRELAY_FORMAT_BINARY ? "binary" : "json");
 	if (r < 0)
 		return r;

@@ -26,18 +26,19 @@ _perfrelayctl() {
 	local cur prev words cword split
 	_init_completion -s || return
 
-	local verbs='monitor status stats snapshot snapshots capture top producers probes clients probe help'
+	local verbs='monitor status stats snapshot snapshots capture top producers probes clients tree probe help'
 	local -A opts=(
-		[monitor]='-t --type -p --pid -u --uid -c --comm --unit -j --json --socket --nats --stream --host --since --no-follow -h --help'
+		[monitor]='-t --type -p --pid -u --uid -c --comm --unit --ancestor -j --json --socket --nats --stream --host --since --no-follow -h --help'
 		[status]='-j --json -h --help'
 		[stats]='-j --json -h --help'
-		[snapshot]='--since --unit -t --type -p --pid -j --json -o --output --save --directory -h --help'
+		[snapshot]='--since --unit -t --type -p --pid --ancestor -j --json -o --output --save --directory -h --help'
 		[snapshots]='-d --directory -h --help'
 		[capture]='--unit --cgroup -i --interface -w --write -c --count -s --snaplen --direction --rate --socket -h --help'
 		[top]='-o --order -d --delay -n --iterations -b --batch -j --json -h --help'
 		[producers]='-j --json --types -h --help'
 		[probes]='--no-legend -h --help'
 		[clients]='-h --help'
+		[tree]='-p --pid --unit -j --json -h --help'
 		[probe]='-h --help'
 		[help]=''
 	)

@@ -18,7 +18,7 @@ function __perfrelayctl_units
     systemctl list-units --all --full --plain --no-legend --type=service,scope,slice,socket 2>/dev/null | string replace -r '\s.*' ''
 end
 
-set -l verbs monitor status stats snapshot snapshots capture top producers probes clients probe help
+set -l verbs monitor status stats snapshot snapshots capture top producers probes clients tree probe help
 complete -c perfrelayctl -f
 complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -s h -l help -d 'Show this help'
 complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -l version -d 'Show the version'
@@ -32,10 +32,11 @@ complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -a top -d '
 complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -a producers -d 'List the producers, their record types and counters'
 complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -a probes -d 'List the built-in probes'
 complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -a clients -d 'List the socket subscribers'
+complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -a tree -d 'Show the live processes as a forest'
 complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -a probe -d 'Attach or detach a probe'
 complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -a help -d 'Show the commands'
 
-for verb in monitor status stats snapshot snapshots capture top producers probes clients probe
+for verb in monitor status stats snapshot snapshots capture top producers probes clients tree probe
     complete -c perfrelayctl -n "__fish_seen_subcommand_from $verb" -s h -l help -d 'Show this help'
 end
 
@@ -44,6 +45,7 @@ complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -s p -l pid -x
 complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -s u -l uid -x -a '(__fish_complete_users)' -d 'Only events of this user'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -s c -l comm -x -d 'Only events of this task name'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -l unit -x -a '(__perfrelayctl_units)' -d 'Only events from this unit'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -l ancestor -x -d 'Only events of descendants of this process, unit or exec id'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -s j -l json -d "Print the daemon's JSON lines"
 complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -l socket -r -F -d 'The event socket'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -l nats -x -d 'Read the fleet events from NATS JetStream'
@@ -56,6 +58,7 @@ complete -c perfrelayctl -n '__fish_seen_subcommand_from status stats' -s j -l j
 
 complete -c perfrelayctl -n '__fish_seen_subcommand_from snapshot' -l since -x -d 'Only the last SPAN'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from snapshot' -l unit -x -a '(__perfrelayctl_units)' -d 'Only events of this unit'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from snapshot' -l ancestor -x -d 'Only events of descendants of this process, unit or exec id'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from snapshot' -s t -l type -x -a '(__perfrelayctl_types)' -d 'Only events of this type'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from snapshot' -s p -l pid -x -a '(__fish_complete_pids)' -d 'Only events of this process'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from snapshot' -s j -l json -d 'JSON lines'
@@ -88,3 +91,7 @@ complete -c perfrelayctl -n '__fish_seen_subcommand_from probes' -l no-legend -d
 
 complete -c perfrelayctl -n '__fish_seen_subcommand_from probe; and not __fish_seen_subcommand_from enable disable' -a 'enable disable'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from probe; and __fish_seen_subcommand_from enable disable' -a '(__perfrelayctl_probes)'
+
+complete -c perfrelayctl -n '__fish_seen_subcommand_from tree' -s p -l pid -x -a '(__fish_complete_pids)' -d 'Only this process and its descendants'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from tree' -l unit -x -a '(__perfrelayctl_units)' -d 'Only the processes of this unit'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from tree' -s j -l json -d 'One JSON array'

@@ -58,6 +58,7 @@ ExportConfig *export_config_free(ExportConfig *c) {
 	list_clear(c->servers, &c->n_servers);
 	list_clear(c->types, &c->n_types);
 	list_clear(c->units, &c->n_units);
+	list_clear(c->ancestors, &c->n_ancestors);
 	free(c->credentials_file);
 	free(c->tls_ca);
 	free(c->tls_cert);
@@ -261,6 +262,8 @@ static int set_key(ExportConfig *c, const char *section, const char *k, const ch
 			return set_list(c->types, &c->n_types, v);
 		if (streq(k, "Units"))
 			return set_list(c->units, &c->n_units, v);
+		if (streq(k, "Ancestors"))
+			return set_list(c->ancestors, &c->n_ancestors, v);
 		if (streq(k, "Targets"))
 			return set_targets(&c->targets, v);
 		if (streq(k, "BatchBytes"))

@@ -43,6 +43,10 @@ typedef struct ExportConfig {
 	size_t n_types;
 	char *units[EXPORT_LIST_MAX]; /* [Export] Units= */
 	size_t n_units;
+	/* [Export] Ancestors=: the socket's "ancestor" filter, split as perfrelayctl monitor
+	 * --ancestor does (exec id, unit, task name). */
+	char *ancestors[EXPORT_LIST_MAX];
+	size_t n_ancestors;
 	unsigned targets;          /* [Export] Targets=: EXPORT_TARGET_* */
 	uint64_t batch_bytes;      /* [Export] BatchBytes=: a NATS message's records, at most */
 	uint64_t batch_delay_ms;   /* [Export] BatchDelayMSec=: how long a batch may wait to fill */

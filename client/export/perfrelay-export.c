@@ -226,9 +226,15 @@ static int run_socket(
 		.on_overflow = PERFRELAY_OVERFLOW_DROP,
 		.flags = PERFRELAY_SUBSCRIBE_UNITS, /* exported events carry their unit */
 	};
+	const char *anc_comms[EXPORT_LIST_MAX], *anc_ids[EXPORT_LIST_MAX], *anc_units[EXPORT_LIST_MAX];
 	uint64_t last = 0;
 	int r;
 
+	for (size_t i = 0; i < cfg->n_ancestors; i++)
+		perfrelay_add_ancestor(&sub, anc_comms, anc_ids, anc_units, cfg->ancestors[i]);
+	sub.ancestor_comms = anc_comms;
+	sub.ancestor_exec_ids = anc_ids;
+	sub.ancestor_units = anc_units;
 	r = perfrelay_client_new(&c);
 	if (r < 0)
 		return r;

@@ -146,19 +146,20 @@ int bus_read_filter(
 	Subscription **ret,
 	sd_bus_error *error) {
 	_cleanup_(json_object_putp) json_object *root = json_object_new_object(),
-						*sub = json_object_new_object();
+						*sub = json_object_new_object(),
+						*ancestor = json_object_new_object();
 	RequestLimits limits = { .max_bytes = b->config->max_request_bytes, .max_depth = FILTER_JSON_DEPTH };
 	RequestError e;
 	const char *text;
 	int r;
 
-	if (!root || !sub)
+	if (!root || !sub || !ancestor)
 		return -ENOMEM;
 	r = sd_bus_message_enter_container(message, 'a', "{sv}");
 	if (r < 0)
 		return r;
 	while ((r = sd_bus_message_enter_container(message, 'e', "sv")) > 0) {
-		json_object *list = NULL;
+		json_object *list = NULL, *into = sub;
 		const char *key;
 		char kind;
 
@@ -180,16 +181,22 @@ int bus_read_filter(
 			kind = 's';
 		else if (streq(key, "pid") || streq(key, "uid"))
 			kind = 'u';
-		else
+		else if (streq(key, "ancestor_comm") || streq(key, "ancestor_exec_id") || streq(key, "ancestor_unit")) {
+			/* The request's "ancestor": {"comm": [...], ...} */
+			kind = 's';
+			into = ancestor;
+		} else
 			return sd_bus_error_setf(
 				error,
 				SD_BUS_ERROR_INVALID_ARGS,
-				"unknown filter \"%s\" (known: types as, pid au, uid au, comm as, unit as)",
+				"unknown filter \"%s\" (known: types as, pid au, uid au, comm as, unit as, "
+				"ancestor_comm as, ancestor_exec_id as, ancestor_unit as)",
 				key);
 		r = read_filter_list(message, key, kind, &list, error);
 		if (r < 0)
 			return r;
-		if (json_object_object_add(sub, key, list) < 0) {
+		if (json_object_object_add(into, into == ancestor ? key + strlen("ancestor_") : key, list) <
+		    0) {
 			json_object_put(list);
 			return -ENOMEM;
 		}
@@ -203,6 +210,11 @@ int bus_read_filter(
 	if (r < 0)
 		return r;
 
+	if (json_object_object_length(ancestor) > 0) {
+		if (json_object_object_add(sub, "ancestor", ancestor) < 0)
+			return -ENOMEM;
+		ancestor = NULL; /* owned by sub now */
+	}
 	if (json_object_object_add(root, "subscribe", sub) < 0)
 		return -ENOMEM;
 	sub = NULL; /* owned by root now */

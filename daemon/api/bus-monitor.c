@@ -13,8 +13,8 @@
 
 /* Subscriptions ----------------------------------------------------------------------------- */
 
-static bool subscriber_match(const void *filter, const DecodedEvent *ev, const char *unit) {
-	return filter_match(filter, ev, unit);
+static bool subscriber_match(const void *filter, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
+	return filter_match(filter, ev, unit, lineage);
 }
 
 static BusSubscriber *subscriber_free(BusSubscriber *s) {

@@ -96,7 +96,8 @@ uid_t bus_viewer(sd_bus_message *message);
 static inline bool bus_viewer_sees(uid_t viewer, uid_t owner) {
 	return viewer == 0 || (viewer != BUS_VIEWER_NOBODY && viewer == owner);
 }
-/* Reads an a{sv} filter (types as, pid au, uid au, comm as, unit as) in the socket protocol's
+/* Reads an a{sv} filter (types as, pid au, uid au, comm as, unit as, ancestor_comm as,
+ * ancestor_exec_id as, ancestor_unit as: the request's "ancestor") in the socket protocol's
  * terms, checked by the socket's own parser. `extra` (may be NULL) is offered each key first:
  * it returns 1 when it read the value, 0 to leave the key to the filter, or an error. */
 typedef int (*BusFilterExtraFn)(sd_bus_message *message, const char *key, void *userdata, sd_bus_error *error);

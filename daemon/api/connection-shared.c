@@ -10,8 +10,8 @@
 #include "log.h"
 #include "server-internal.h"
 
-static bool match_shared(const void *filter, const DecodedEvent *ev, const char *unit) {
-	return filter_match(filter, ev, unit);
+static bool match_shared(const void *filter, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
+	return filter_match(filter, ev, unit, lineage);
 }
 
 /* Everything that decides which bytes the ring holds; clients with the same key read the same

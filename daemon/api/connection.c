@@ -64,8 +64,8 @@ void connection_subscribed(Connection *c) {
 		connection_free(c);
 }
 
-static bool match_subscription(const void *filter, const DecodedEvent *ev, const char *unit) {
-	return filter_match(filter, ev, unit);
+static bool match_subscription(const void *filter, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
+	return filter_match(filter, ev, unit, lineage);
 }
 
 void connection_free(Connection *c) {

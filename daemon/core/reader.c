@@ -60,6 +60,11 @@ struct Reader {
 	Decoders *decoders;       /* third-party decoders; NULL: none */
 	const ProducerScan *scan; /* held from decoders during a batch */
 	CgroupCache *units;       /* the thread's own: cgroup id -> unit; NULL without cgroup2 */
+	/* The same for ancestors' cgroups ("ancestor" filters by unit): a cache of its own, as a
+	 * lookup may reuse the string of the one before, and the event's unit is still in use. */
+	CgroupCache *lineage_units;
+	ProcTable *procs; /* the hub's */
+	Lineage lineage;  /* the thread's: the current event's, walked if a filter asks */
 	unsigned flush_interval_ms;
 	int epoll_fd;
 	int stop_fd; /* eventfd: the main thread asks the thread to finish */
@@ -102,6 +107,13 @@ static void reader_hotplug_free(Reader *r);
 static void reader_run_commands(Reader *r);
 static int drain_all(Reader *r, uint64_t now, bool *ret_any, bool *ret_trickle);
 
+/* LineageUnitFn: an ancestor's unit, from the thread's own cache for them. */
+static const char *reader_lineage_unit(void *userdata, uint64_t cgroup_id) {
+	Reader *r = userdata;
+
+	return r->lineage_units ? cgroup_cache_lookup(r->lineage_units, cgroup_id) : NULL;
+}
+
 int reader_new(
 	unsigned id,
 	const CpuSet *cpus,
@@ -129,6 +141,8 @@ int reader_new(
 	r->rings = rings;
 	r->n_rings = n_rings;
 	r->hub = hub;
+	r->procs = hub_procs(hub);
+	lineage_init(&r->lineage, r->procs, NULL, reader_lineage_unit, r);
 	r->flush_interval_ms = flush_interval_ms;
 	r->epoll_fd = r->stop_fd = r->cmd_fd = -EBADF;
 	pthread_mutex_init(&r->cmd_lock, NULL);
@@ -162,6 +176,10 @@ int reader_new(
 	}
 	if (cgroups) {
 		k = cgroup_cache_new(READER_UNIT_CACHE_ENTRIES, cgroup_watch_resolve, cgroups, &r->units);
+		if (k < 0)
+			return k;
+		k = cgroup_cache_new(
+			READER_LINEAGE_UNIT_CACHE_ENTRIES, cgroup_watch_resolve, cgroups, &r->lineage_units);
 		if (k < 0)
 			return k;
 	}
@@ -200,6 +218,7 @@ Reader *reader_free(Reader *r) {
 	free(r->held_usec);
 	free(r->stats);
 	cgroup_cache_free(r->units);
+	cgroup_cache_free(r->lineage_units);
 	safe_close(r->epoll_fd);
 	safe_close(r->stop_fd);
 	reader_hotplug_free(r);
@@ -344,13 +363,19 @@ static bool on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 
 			s->received++;
 			seqgap_record(&s->gap, ev.hdr.seq);
+			/* exec, fork and exit tell the process table (ancestor filters, the tree),
+			 * clients or not; other types return at once. */
+			if (proc_table_wants(&ev))
+				proc_table_note(r->procs, &ev);
 			/* Filters and JSON lines need the unit; a cache hit is a hash and a compare,
 			 * a miss a syscall pair once per cgroup. Not worth it without clients. */
 			if (!d->has_clients)
 				return true;
 			if (ev.cgroup_id != 0 && r->units)
 				unit = cgroup_cache_lookup(r->units, ev.cgroup_id);
-			hub_publish(r->hub, r->id, &ev, unit);
+			/* Set up only: walked if an "ancestor" filter asks. */
+			lineage_reset(&r->lineage, &ev);
+			hub_publish(r->hub, r->id, &ev, unit, &r->lineage);
 			return true;
 		}
 		d->records++;

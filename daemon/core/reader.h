@@ -19,7 +19,9 @@
 typedef struct Reader Reader;
 
 /* Cgroup ids -> units cached per reader thread. */
-#define READER_UNIT_CACHE_ENTRIES 1024u
+#define READER_UNIT_CACHE_ENTRIES         1024u
+/* Ancestors' cgroups: few (an "ancestor" filter by unit looks them up). */
+#define READER_LINEAGE_UNIT_CACHE_ENTRIES 64u
 /* While records trickle into a ring (at a pace at which the kernel would not wake the reader,
  * by watermark or wakeup count, within READER_BUSY_FLUSH_MS, but of at least
  * READER_BUSY_MIN_RECORDS per READER_BUSY_FLUSH_MS), the reader looks at its rings again after
@@ -33,16 +35,16 @@ typedef struct Reader Reader;
  * scheduler tick reprograms the timer at every sleep, the dearer the shorter: hence 2 ms, not
  * 1); slower rings (below 64k records/s) are left to FlushIntervalMs=, where a wakeup of their
  * own would cost more than their records. */
-#define READER_BUSY_FLUSH_MS      2u
-#define READER_BUSY_MIN_RECORDS   128u
-#define READER_BUSY_HOLD_MS       10u
+#define READER_BUSY_FLUSH_MS              2u
+#define READER_BUSY_MIN_RECORDS           128u
+#define READER_BUSY_HOLD_MS               10u
 /* A record of a third-party type without a decoder may be held in its ring while a scan for
  * its producer runs (decoders.h): the reader looks again every READER_HOLD_POLL_MS, and
  * publishes it as "unknown" after READER_HOLD_MAX_MS (counted: decoder_hold_expired). Records
  * behind it on its CPU wait with it; the ring's size bounds them, and what the kernel cannot
  * write meanwhile its producers count as failures. */
-#define READER_HOLD_POLL_MS       1u
-#define READER_HOLD_MAX_MS        1000u
+#define READER_HOLD_POLL_MS               1u
+#define READER_HOLD_MAX_MS                1000u
 
 /* Takes ownership of the rings (on success and on failure), one per CPU of `cpus` in their
  * order; a NULL ring parks a CPU that is offline: reader_replace_ring() gives it one later. `id` is the

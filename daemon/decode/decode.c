@@ -9,19 +9,6 @@
 #include "macro.h"
 #include "string-table.h"
 
-/* The raw data of a sample sits at offset 12 of an 8-aligned perf record, so every multi-byte
- * field is read with memcpy into a local: casting to a struct pointer would be undefined
- * behaviour and traps on strict-alignment architectures. */
-#define READ_FIELD(base, type, member)                                                      \
-	({                                                                                  \
-		__typeof__(((type *) 0)->member) _v;                                        \
-		memcpy(&_v, (const uint8_t *) (base) + offsetof(type, member), sizeof(_v)); \
-		_v;                                                                         \
-	})
-
-/* Address of a char array inside an unaligned record: char has no alignment requirement. */
-#define FIELD_PTR(base, type, member) ((const char *) (base) + offsetof(type, member))
-#define FIELD_SIZE(type, member)      sizeof(((type *) 0)->member)
 
 /* perf_event_header is followed by a u32 size for PERF_SAMPLE_RAW (the only sample_type the
  * daemon opens its rings with), and by {u64 id; u64 lost;} for PERF_RECORD_LOST. */

@@ -7,8 +7,23 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "event.h"
+
+/* Fields of a record in ring memory. The raw data of a sample sits at offset 12 of an 8-aligned
+ * perf record, so every multi-byte field is read with memcpy into a local: casting to a struct
+ * pointer (even to take a member's address) would be undefined behaviour and traps on
+ * strict-alignment architectures. Needs <string.h>. */
+#define READ_FIELD(base, type, member)                                                      \
+	({                                                                                  \
+		__typeof__(((type *) 0)->member) _v;                                        \
+		memcpy(&_v, (const uint8_t *) (base) + offsetof(type, member), sizeof(_v)); \
+		_v;                                                                         \
+	})
+/* Address of a char array inside an unaligned record: char has no alignment requirement. */
+#define FIELD_PTR(base, type, member) ((const char *) (base) + offsetof(type, member))
+#define FIELD_SIZE(type, member)      sizeof(((type *) 0)->member)
 
 /* What a perf record in the ring is, after decode_perf_record(). */
 typedef enum PerfRecordKind {

@@ -9,6 +9,7 @@ const FeatureVtable *const feature_table[] = {
 	&hotplug_feature,   /* CPUs that go offline and come back */
 	&stdout_feature,    /* --stdout */
 	&producers_feature, /* third-party producers found and described */
+	&processes_feature, /* the process table seeded, ListProcesses() */
 	&recorder_feature,  /* the flight recorder */
 	/* start(): the probes first, then what needs them attached */
 	&probes_feature,   /* Probes=, ListProbes(), SetProbeEnabled() */

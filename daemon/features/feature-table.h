@@ -10,6 +10,7 @@
 extern const FeatureVtable hotplug_feature;   /* hotplug/ */
 extern const FeatureVtable stdout_feature;    /* stdout/ */
 extern const FeatureVtable producers_feature; /* producers/ */
+extern const FeatureVtable processes_feature; /* processes/ */
 extern const FeatureVtable recorder_feature;  /* recorder/ */
 extern const FeatureVtable probes_feature;    /* probes/ */
 extern const FeatureVtable counters_feature;  /* counters/ */

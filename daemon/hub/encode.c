@@ -14,16 +14,6 @@
 #include "macro.h"
 #include "counter-names.h"
 
-/* Records come from possibly unaligned ring memory: copy fields out, never dereference a cast
- * struct pointer. */
-#define READ_FIELD(base, type, member)                                                      \
-	({                                                                                  \
-		__typeof__(((type *) 0)->member) _v;                                        \
-		memcpy(&_v, (const uint8_t *) (base) + offsetof(type, member), sizeof(_v)); \
-		_v;                                                                         \
-	})
-#define FIELD_PTR(base, type, member) ((const char *) (base) + offsetof(type, member))
-#define FIELD_SIZE(type, member)      sizeof(((type *) 0)->member)
 
 /* Unit names longer than systemd's UNIT_NAME_MAX - 1 cannot exist; refusing them keeps
  * ENCODE_JSON_MAX a real bound whatever the caller passes. */
@@ -572,6 +562,7 @@ static int encode_exec_context(Out *o, const uint8_t *rec) {
 	PUT_U64(o, "exe_ino", READ_FIELD(rec, struct perfrelay_exec, exe_ino));
 	if (FIELD_PTR(rec, struct perfrelay_exec, cwd)[0])
 		PUT_FIELD(o, "cwd", rec, struct perfrelay_exec, cwd);
+	PUT_HEX64(o, "prev_exec_id", READ_FIELD(rec, struct perfrelay_exec, prev_exec_id));
 	return 0;
 }
 
@@ -887,10 +878,11 @@ ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size) {
 #define ANCESTOR_JSON_MAX                                                                      \
 	(LITLEN("{\"exec_id\":") + HEX64_JSON_MAX + KEYLEN("pid") + NUM_MAX + KEYLEN("comm") + \
 	 ARRAY_JSON_MAX(struct perfrelay_exec, ancestors[0].comm) + LITLEN("},"))
-#define EXEC_CONTEXT_JSON_MAX                                                                    \
-	(KEYLEN("ancestors") + 2 + PERFRELAY_ANCESTORS_MAX * ANCESTOR_JSON_MAX + KEYLEN("exe") + \
-	 ARRAY_JSON_MAX(struct perfrelay_exec, exe) + KEYLEN("exe_dev") + 2 + 2 * NUM_MAX + 1 +  \
-	 KEYLEN("exe_ino") + NUM_MAX + KEYLEN("cwd") + ARRAY_JSON_MAX(struct perfrelay_exec, cwd))
+#define EXEC_CONTEXT_JSON_MAX                                                                       \
+	(KEYLEN("ancestors") + 2 + PERFRELAY_ANCESTORS_MAX * ANCESTOR_JSON_MAX + KEYLEN("exe") +    \
+	 ARRAY_JSON_MAX(struct perfrelay_exec, exe) + KEYLEN("exe_dev") + 2 + 2 * NUM_MAX + 1 +     \
+	 KEYLEN("exe_ino") + NUM_MAX + KEYLEN("cwd") + ARRAY_JSON_MAX(struct perfrelay_exec, cwd) + \
+	 KEYLEN("prev_exec_id") + HEX64_JSON_MAX)
 #define EXEC_JSON_MAX                                                                                     \
 	(COMMON_JSON_MAX + KEYLEN("pid") + KEYLEN("ppid") + KEYLEN("uid") + KEYLEN("gid") + 4 * NUM_MAX + \
 	 KEYLEN("comm") + ARRAY_JSON_MAX(struct perfrelay_exec, comm) + KEYLEN("filename") +              \

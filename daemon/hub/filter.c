@@ -106,7 +106,59 @@ static bool where_match(const Subscription *s, const DecodedEvent *ev) {
 	return true;
 }
 
-bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *unit) {
+static bool u64_in(const uint64_t *v, size_t n, uint64_t x) {
+	for (size_t i = 0; i < n; i++)
+		if (v[i] == x)
+			return true;
+	return false;
+}
+
+static bool comm_in(const char (*comms)[SUBSCRIPTION_COMM_MAX + 1], size_t n, const char *comm) {
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(comms[i], comm) == 0)
+			return true;
+	return false;
+}
+
+static bool unit_in(char *const *units, size_t n, const char *unit) {
+	for (size_t i = 0; unit && i < n; i++)
+		if (strcmp(units[i], unit) == 0)
+			return true;
+	return false;
+}
+
+/* Whether one of the event's ancestors is a process the "ancestor" filter names. The lineage is
+ * walked by the first filter that asks, and kept for the others. */
+static bool ancestor_match(const Subscription *s, Lineage *l) {
+	uint64_t last_cgroup = 0;
+	bool last_in = false;
+
+	if (!l)
+		return false;
+	lineage_walk(l);
+	for (unsigned i = 0; i < l->n; i++) {
+		const ProcEntry *a = &l->a[i];
+
+		if (u64_in(s->ancestor_exec_ids, s->n_ancestor_exec_ids, a->exec_id) ||
+		    comm_in(s->ancestor_comms, s->n_ancestor_comms, a->comm))
+			return true;
+		if (s->n_ancestor_units > 0 && a->cgroup_id != 0 && l->unit_of) {
+			/* Ancestors mostly share cgroups: resolve each run once. */
+			if (a->cgroup_id != last_cgroup) {
+				last_cgroup = a->cgroup_id;
+				last_in = unit_in(
+					s->ancestor_units,
+					s->n_ancestor_units,
+					l->unit_of(l->unit_userdata, a->cgroup_id));
+			}
+			if (last_in)
+				return true;
+		}
+	}
+	return false;
+}
+
+bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
 	uint16_t type = ev->hdr.type;
 
 	switch (s->access) {
@@ -159,5 +211,8 @@ bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *uni
 		if (!found)
 			return false;
 	}
+	/* Last: the only test that may take more than a scan of the subscription. */
+	if (subscription_has_ancestor(s) && !ancestor_match(s, lineage))
+		return false;
 	return true;
 }

@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "decode.h"
+#include "proctable.h"
 #include "request.h"
 
 /* True if the primary group `gid` ((gid_t) -1: none) or one of `groups` is in `listed`. */
@@ -28,5 +29,7 @@ SubscriptionAccess filter_access(
 	const GroupList *control);
 
 /* True if the client with subscription s receives ev. `unit` is the unit of the event's cgroup,
- * or NULL if the event has no cgroup id or it belongs to no unit. */
-bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *unit);
+ * or NULL if the event has no cgroup id or it belongs to no unit. `lineage` is the event's
+ * (lineage_init()), walked only if an "ancestor" filter asks; NULL: no ancestors are known, and
+ * such a filter matches nothing. */
+bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *unit, Lineage *lineage);

@@ -109,4 +109,5 @@ struct Hub {
 	atomic_int sleeping; /* main thread sets it before sleeping; readers clear it and signal */
 	HubClient **clients; /* main thread's list of attached clients */
 	size_t n_clients;
+	ProcTable *procs;
 };

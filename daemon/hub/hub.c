@@ -21,6 +21,7 @@
 
 int hub_new(unsigned n_readers, Hub **ret) {
 	_cleanup_(hub_freep) Hub *h = NULL;
+	int r;
 
 	if (n_readers == 0)
 		return -EINVAL;
@@ -38,6 +39,9 @@ int hub_new(unsigned n_readers, Hub **ret) {
 	if (!h->slots)
 		return -ENOMEM;
 	memset(h->slots, 0, sizeof(HubSlot) * n_readers);
+	r = proc_table_new(PROC_TABLE_DEFAULT, &h->procs);
+	if (r < 0)
+		return r;
 	for (unsigned i = 0; i < n_readers; i++) {
 		pthread_mutex_init(&h->slots[i].lock, NULL);
 		h->slots[i].json = malloc(ENCODE_JSON_MAX);
@@ -73,9 +77,14 @@ Hub *hub_free(Hub *h) {
 	}
 	free(h->slots);
 	free(h->clients);
+	proc_table_free(h->procs);
 	safe_close(h->notify_fd);
 	free(h);
 	return NULL;
+}
+
+ProcTable *hub_procs(const Hub *h) {
+	return h->procs;
 }
 
 int hub_notify_fd(const Hub *h) {
@@ -432,7 +441,7 @@ static inline void event_write(
 	queue_write(q, data, len);
 }
 
-void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *unit) {
+void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
 	HubSlot *s = &h->slots[reader];
 	/* Binary frames are the record itself behind a length: nothing to encode. */
 	uint32_t frame_len = htole32(ev->record_size);
@@ -448,7 +457,7 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 		char lost[HUB_LOST_MAX];
 		struct perfrelay_hdr schema;
 
-		if (c->o.match && !c->o.match(c->o.filter, ev, unit))
+		if (c->o.match && !c->o.match(c->o.filter, ev, unit, lineage))
 			continue;
 		STAT_ADD(q->offered, 1);
 		if (_unlikely_(c->o.overflow == HUB_OVERFLOW_DISCONNECT) &&

@@ -22,6 +22,7 @@
 
 #include "decode.h"
 #include "macro.h"
+#include "proctable.h"
 
 typedef struct Hub Hub;
 typedef struct HubClient HubClient;
@@ -43,8 +44,9 @@ typedef enum HubOverflow {
 } HubOverflow;
 
 /* Decides on a reader thread whether a client wants an event. `unit` is the systemd unit of
- * the event's cgroup or NULL. Must not block or allocate. */
-typedef bool (*HubMatchFn)(const void *filter, const DecodedEvent *ev, const char *unit);
+ * the event's cgroup or NULL; `lineage` the event's ancestors, walked on first use (NULL:
+ * none known). Must not block or allocate. */
+typedef bool (*HubMatchFn)(const void *filter, const DecodedEvent *ev, const char *unit, Lineage *lineage);
 
 /* A client's consumer (HubClientOptions.flush). */
 typedef void (*HubFlushFn)(HubClient *c, void *userdata);
@@ -90,6 +92,9 @@ typedef struct HubClientStats {
 } HubClientStats;
 
 int hub_new(unsigned n_readers, Hub **ret);
+/* The process table the readers feed and the "ancestor" filters read (proctable.h): the hub's,
+ * as the clients it serves are. */
+ProcTable *hub_procs(const Hub *h);
 /* The last n slots are the main thread's (its own events, e.g. the units' counters: few and
  * small): each client's queue there is HUB_SMALL_QUEUE bytes, outside its queue_bytes budget,
  * which the reader slots share, and allocated when the main thread first writes into it (most
@@ -149,7 +154,7 @@ void hub_reader_begin(Hub *h, unsigned reader);
 bool hub_reader_has_clients(const Hub *h, unsigned reader);
 /* Offers ev to every client of the reader; `unit` (or NULL) is matched by filters and written
  * into JSON lines. The event is encoded at most once per format. */
-void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *unit);
+void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *unit, Lineage *lineage);
 /* Publishes the batch to the main thread; also queues the "lost" notices that were waiting
  * for room, so that a client learns of its last losses without waiting for a new event. */
 void hub_reader_end(Hub *h, unsigned reader);

@@ -299,55 +299,141 @@ static int parse_ids(json_object *v, const char *key, uint32_t *ids, size_t *ret
 	return 0;
 }
 
-static int parse_comms(Subscription *s, json_object *v, RequestError *e) {
+static int parse_comms(
+	json_object *v,
+	const char *key,
+	char (*comms)[SUBSCRIPTION_COMM_MAX + 1],
+	size_t *ret_n,
+	RequestError *e) {
 	size_t n;
 	int r;
 
-	r = get_array(v, "comm", e, &n);
+	r = get_array(v, key, e, &n);
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < n; i++) {
 		const char *c;
 		size_t len;
 
-		r = get_string(json_object_array_get_idx(v, i), "comm", i, SUBSCRIPTION_COMM_MAX, e, &c, &len);
+		r = get_string(json_object_array_get_idx(v, i), key, i, SUBSCRIPTION_COMM_MAX, e, &c, &len);
 		if (r < 0)
 			return r;
-		memcpy(s->comms[i], c, len + 1);
+		memcpy(comms[i], c, len + 1);
 	}
-	s->n_comms = sort_unique(s->comms, n, sizeof(s->comms[0]), cmp_comm, NULL);
+	*ret_n = sort_unique(comms, n, sizeof(comms[0]), cmp_comm, NULL);
 	return 0;
 }
 
-static int parse_units(Subscription *s, json_object *v, RequestError *e) {
+static int parse_units(json_object *v, const char *key, char **units, size_t *ret_n, RequestError *e) {
 	size_t n;
 	int r;
 
-	r = get_array(v, "unit", e, &n);
+	r = get_array(v, key, e, &n);
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < n; i++) {
 		const char *u;
 		size_t len;
 
-		r = get_string(json_object_array_get_idx(v, i), "unit", i, SUBSCRIPTION_UNIT_MAX, e, &u, &len);
+		r = get_string(json_object_array_get_idx(v, i), key, i, SUBSCRIPTION_UNIT_MAX, e, &u, &len);
 		if (r < 0)
 			return r;
 		if (!unit_name_is_attributable(u, len))
 			return fail(
 				e,
 				PROTOCOL_BAD_REQUEST,
-				"subscribe.unit[%zu]: \"%.*s\" is not a unit events can belong to (a name "
+				"subscribe.%s[%zu]: \"%.*s\" is not a unit events can belong to (a name "
 				"like sshd.service or session-1.scope; slices own no events)",
+				key,
 				i,
 				QUOTE_MAX,
 				u);
-		s->units[s->n_units] = strdup(u);
-		if (!s->units[s->n_units])
+		units[*ret_n] = strdup(u);
+		if (!units[*ret_n])
 			return -ENOMEM;
-		s->n_units++;
+		(*ret_n)++;
 	}
-	s->n_units = sort_unique(s->units, s->n_units, sizeof(s->units[0]), cmp_str_ptr, drop_str_ptr);
+	*ret_n = sort_unique(units, *ret_n, sizeof(units[0]), cmp_str_ptr, drop_str_ptr);
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+	uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+	return (x > y) - (x < y);
+}
+
+/* exec ids as events show them: 16 lower-case hex digits, not all zero. */
+static int parse_exec_ids(json_object *v, const char *key, uint64_t *ids, size_t *ret_n, RequestError *e) {
+	size_t n;
+	int r;
+
+	r = get_array(v, key, e, &n);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		const char *x;
+		size_t len;
+		uint64_t id = 0;
+
+		r = get_string(json_object_array_get_idx(v, i), key, i, 16, e, &x, &len);
+		if (r < 0)
+			return r;
+		for (size_t k = 0; k < len; k++) {
+			char c = x[k];
+
+			if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+				len = 0;
+				break;
+			}
+			id = id << 4 | (uint64_t) (c <= '9' ? c - '0' : c - 'a' + 10);
+		}
+		if (len != 16 || id == 0)
+			return fail(
+				e,
+				PROTOCOL_BAD_REQUEST,
+				"subscribe.%s[%zu]: \"%.*s\" is not an exec_id (16 lower-case hex digits, as "
+				"events carry them)",
+				key,
+				i,
+				QUOTE_MAX,
+				x);
+		ids[i] = id;
+	}
+	*ret_n = sort_unique(ids, n, sizeof(ids[0]), cmp_u64, NULL);
+	return 0;
+}
+
+/* "ancestor": {"comm": [...], "exec_id": [...], "unit": [...]}, at least one of them. */
+static int parse_ancestor(Subscription *s, json_object *v, RequestError *e) {
+	int r = 0;
+
+	if (!json_object_is_type(v, json_type_object))
+		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.ancestor: expected an object");
+	json_object_object_foreach(v, key, value) {
+		if (streq(key, "comm"))
+			r = parse_comms(value, "ancestor.comm", s->ancestor_comms, &s->n_ancestor_comms, e);
+		else if (streq(key, "exec_id"))
+			r = parse_exec_ids(
+				value, "ancestor.exec_id", s->ancestor_exec_ids, &s->n_ancestor_exec_ids, e);
+		else if (streq(key, "unit"))
+			r = parse_units(value, "ancestor.unit", s->ancestor_units, &s->n_ancestor_units, e);
+		else
+			r = fail(
+				e,
+				PROTOCOL_BAD_REQUEST,
+				"subscribe.ancestor: unknown key \"%.*s\" (known: comm, exec_id, unit)",
+				QUOTE_MAX,
+				key);
+		if (r < 0)
+			return r;
+	}
+	s->ancestor = s->n_ancestor_comms + s->n_ancestor_exec_ids + s->n_ancestor_units > 0;
+	if (!s->ancestor)
+		return fail(
+			e,
+			PROTOCOL_BAD_REQUEST,
+			"subscribe.ancestor: names no process (give comm, exec_id or unit, each a non-empty "
+			"array)");
 	return 0;
 }
 
@@ -427,9 +513,11 @@ static int parse_subscribe(Subscription *s, json_object *sub, RequestError *e) {
 		else if (streq(key, "uid"))
 			r = parse_ids(v, "uid", s->uids, &s->n_uids, e);
 		else if (streq(key, "comm"))
-			r = parse_comms(s, v, e);
+			r = parse_comms(v, "comm", s->comms, &s->n_comms, e);
 		else if (streq(key, "unit"))
-			r = parse_units(s, v, e);
+			r = parse_units(v, "unit", s->units, &s->n_units, e);
+		else if (streq(key, "ancestor"))
+			r = parse_ancestor(s, v, e);
 		else if (streq(key, "where"))
 			r = parse_where(s, v, e);
 		else if (streq(key, "capture"))
@@ -438,8 +526,8 @@ static int parse_subscribe(Subscription *s, json_object *sub, RequestError *e) {
 			r = fail(
 				e,
 				PROTOCOL_BAD_REQUEST,
-				"subscribe: unknown key \"%.*s\" (known: types, pid, uid, comm, unit, where, "
-				"capture)",
+				"subscribe: unknown key \"%.*s\" (known: types, pid, uid, comm, unit, ancestor, "
+				"where, capture)",
 				QUOTE_MAX,
 				key);
 		if (r < 0)

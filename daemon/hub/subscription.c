@@ -2,6 +2,8 @@
 /* The Subscription value (request.h): freeing it, and its JSON form in the request's terms
  * (the Filter of D-Bus monitors and ListClients()). */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +23,8 @@ Subscription *subscription_free(Subscription *s) {
 		return NULL;
 	for (size_t i = 0; i < s->n_units; i++)
 		free(s->units[i]);
+	for (size_t i = 0; i < s->n_ancestor_units; i++)
+		free(s->ancestor_units[i]);
 	free(s);
 	return NULL;
 }
@@ -37,6 +41,13 @@ int subscription_dup(const Subscription *s, Subscription **ret) {
 		if (!d->units[i])
 			return -ENOMEM;
 		d->n_units++;
+	}
+	d->n_ancestor_units = 0;
+	for (size_t i = 0; i < s->n_ancestor_units; i++) {
+		d->ancestor_units[i] = strdup(s->ancestor_units[i]);
+		if (!d->ancestor_units[i])
+			return -ENOMEM;
+		d->n_ancestor_units++;
 	}
 	*ret = TAKE_PTR(d);
 	return 0;
@@ -116,6 +127,50 @@ static json_object *ids_to_json(const uint32_t *ids, size_t n) {
 	return TAKE_PTR(a);
 }
 
+static json_object *strings_to_json(char *const *v, size_t n) {
+	_cleanup_(json_object_putp) json_object *a = json_object_new_array();
+
+	if (!a)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		if (array_add(a, json_object_new_string(v[i])) < 0)
+			return NULL;
+	return TAKE_PTR(a);
+}
+
+static json_object *ancestor_to_json(const Subscription *s) {
+	_cleanup_(json_object_putp) json_object *o = json_object_new_object();
+
+	if (!o)
+		return NULL;
+	if (s->n_ancestor_comms > 0) {
+		_cleanup_(json_object_putp) json_object *a = json_object_new_array();
+
+		for (size_t i = 0; a && i < s->n_ancestor_comms; i++)
+			if (array_add(a, json_object_new_string(s->ancestor_comms[i])) < 0)
+				return NULL;
+		if (object_add(o, "comm", TAKE_PTR(a)) < 0)
+			return NULL;
+	}
+	if (s->n_ancestor_exec_ids > 0) {
+		_cleanup_(json_object_putp) json_object *a = json_object_new_array();
+
+		for (size_t i = 0; a && i < s->n_ancestor_exec_ids; i++) {
+			char hex[17];
+
+			snprintf(hex, sizeof(hex), "%016" PRIx64, s->ancestor_exec_ids[i]);
+			if (array_add(a, json_object_new_string(hex)) < 0)
+				return NULL;
+		}
+		if (object_add(o, "exec_id", TAKE_PTR(a)) < 0)
+			return NULL;
+	}
+	if (s->n_ancestor_units > 0 &&
+	    object_add(o, "unit", strings_to_json(s->ancestor_units, s->n_ancestor_units)) < 0)
+		return NULL;
+	return TAKE_PTR(o);
+}
+
 int subscription_to_json(const Subscription *s, char **ret) {
 	_cleanup_(json_object_putp) json_object *o = json_object_new_object();
 	json_object *a;
@@ -143,14 +198,10 @@ int subscription_to_json(const Subscription *s, char **ret) {
 			if (array_add(a, json_object_new_string(s->comms[i])) < 0)
 				return -ENOMEM;
 	}
-	if (s->n_units > 0) {
-		a = json_object_new_array();
-		if (object_add(o, "unit", a) < 0)
-			return -ENOMEM;
-		for (size_t i = 0; i < s->n_units; i++)
-			if (array_add(a, json_object_new_string(s->units[i])) < 0)
-				return -ENOMEM;
-	}
+	if (s->n_units > 0 && object_add(o, "unit", strings_to_json(s->units, s->n_units)) < 0)
+		return -ENOMEM;
+	if (subscription_has_ancestor(s) && object_add(o, "ancestor", ancestor_to_json(s)) < 0)
+		return -ENOMEM;
 	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
 	if (!text)
 		return -ENOMEM;

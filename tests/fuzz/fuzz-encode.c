@@ -242,6 +242,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 			check_string(o, "cwd", e->cwd, sizeof(e->cwd));
 		else
 			CHECK(!json_object_object_get_ex(o, "cwd", NULL));
+		check_exec_id(o, "prev_exec_id", e->prev_exec_id);
 		break;
 	}
 	case PERFRELAY_TYPE_EXIT: {

@@ -635,6 +635,32 @@ def free_port():
         return s.getsockname()[1]
 
 
+class FileMonitor:
+    """perfrelayctl monitor --json ARGS of this build into a file (so that a monitor the test
+    stops fills nothing but its ring); lines() reads what it wrote so far, stop() ends it and
+    returns every line."""
+
+    def __init__(self, socket_path, *args, user=None, extra_groups=None):
+        self.out = tempfile.NamedTemporaryFile(prefix="perfrelay-mon-", delete=False)
+        os.chmod(self.out.name, 0o666)
+        self.proc = subprocess.Popen([os.path.join(build_root(), "client", "perfrelayctl"), "monitor", "--json",
+                                      "--socket", socket_path] + list(args),
+                                     stdout=self.out, stderr=subprocess.PIPE, user=user, extra_groups=extra_groups)
+
+    def lines(self):
+        with open(self.out.name) as f:
+            return [json.loads(line) for line in f if line.endswith("}\n")]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            self.proc.wait(30)
+        self.out.close()
+        lines = self.lines()
+        os.unlink(self.out.name)
+        return lines
+
+
 def wait_for(pred, what, timeout=30, interval=0.02):
     """Polls pred() until it returns something true and returns that; a Failure after `timeout`
     seconds. For what the daemon (or a server) makes true in its own time, e.g. counters it

@@ -243,6 +243,40 @@ def test_unit_counters_by_role():
     d.stop()
 
 
+def test_processes_by_role():
+    """ListProcesses() (perfrelayctl tree): every process for root, AllowGroups= and
+    ControlGroups= members; a user's own processes for that user (the member role runs as lp);
+    none of them for nobody, who has none. The table is seeded at start from the kernel's task
+    list, so processes that are older than the daemon are there without a probe."""
+    sleepers = {"root": subprocess.Popen(["sleep", "600"]),
+                "member": subprocess.Popen(as_user(ROLES["member"], ["sleep", "600"]))}
+    d.start()
+    try:
+        def pids(role):
+            rc, data = busctl_json(role, "call", *MANAGER, "ListProcesses")
+            check_eq(rc, 0, f"{role} calls ListProcesses")
+            return {row[2]: row for row in data[0]}
+        everyone = pids("root")
+        lp = int(subprocess.run(["id", "-u", "lp"], capture_output=True, text=True, check=True).stdout)
+        for who, p in sleepers.items():
+            check(p.pid in everyone, f"{who}'s sleep ({p.pid}) is in the seeded table")
+            check_eq(everyone[p.pid][4], "sleep", f"{who}'s sleep's comm")
+        check_eq(everyone[sleepers["member"].pid][3], lp, "the member's sleep has lp's uid")
+        for role in ROLES:
+            seen = pids(role)
+            want = set(sleepers) if role in ("root", "allowed", "control", "control2") else \
+                {"member"} if role == "member" else set()
+            check_eq({w for w, p in sleepers.items() if p.pid in seen}, want, f"the sleeps {role} is shown")
+            if role in ("member", "nobody"):
+                uid = lp if role == "member" else 65534
+                check_eq({row[3] for row in seen.values()} - {uid}, set(), f"{role} sees only processes of uid {uid}")
+    finally:
+        for p in sleepers.values():
+            p.kill()
+            p.wait()
+        d.stop()
+
+
 NOBODY_CLIENT = """
 import json, socket, sys
 s = socket.socket(socket.AF_UNIX)

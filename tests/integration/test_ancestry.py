@@ -4,25 +4,38 @@
 exec_id of its process image and its parent's; an exec carries its nearest ancestors, the
 executable as the kernel resolved it (path, device, inode) and the working directory; an image
 keeps its exec_id across a daemon restart."""
+import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 
 import pytest
 
-from prtest import check, check_eq, daemon_binary, main
+from prtest import FileMonitor, check, check_eq, daemon_binary, main, wait_for
 
 BINARY = daemon_binary()
 HEX16 = set("0123456789abcdef")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _setup(make_daemon, workdir):
-    global d, WORK
-    WORK = workdir
+def _setup(stats_bus, make_daemon, workdir):
+    global d, WORK, BUS
+    WORK, BUS = workdir, stats_bus
     d = make_daemon("ancestry", config="[Probes]\nProbes=exec exit fork open\n")
+
+
+def ctl(*args, user=None):
+    """perfrelayctl on the test's bus; its stdout."""
+    cmd = [BUS.ctl, *args]
+    if user:
+        cmd = ["runuser", "-u", user, "--"] + cmd
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=30,
+                       env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=BUS.address))
+    check_eq(r.returncode, 0, f"perfrelayctl {' '.join(args)}: {r.stderr.strip()}")
+    return r.stdout
 
 
 def is_exec_id(v):
@@ -131,6 +144,144 @@ def test_exec_id_survives_a_restart():
     finally:
         opener.stdin.close()
         opener.wait(10)
+
+
+def descendants(root_pid):
+    """The pids of root_pid's descendants, from the fork events the daemon published."""
+    pids, grew = {root_pid}, True
+    while grew:
+        grew = False
+        for e in list(d.events):
+            if e["type"] == "fork" and e["parent_pid"] in pids and e["child_tgid"] not in pids:
+                pids.add(e["child_tgid"])
+                grew = True
+    return pids - {root_pid}
+
+
+def client_offered(client_id):
+    for c in BUS.stats()["client_list"]:
+        if c["id"] == client_id:
+            return c["offered"]
+    raise AssertionError(f"client {client_id} is not in GetStats' client_list")
+
+
+def test_ancestor_filter(socket_client):
+    """Opens by descendants of a marker process (its children and grandchildren) are delivered
+    to "ancestor" subscribers, by the marker's comm and by its exec_id; opens of the same file by
+    other processes are not; GetStats counts the table."""
+    sh = os.path.join(WORK, "prac-anc-sh")  # the marker's comm: its file name, 11 bytes
+    shutil.copy(os.path.realpath("/bin/sh"), sh)
+    target = os.path.join(WORK, marker("target"))
+    open(target, "w").close()
+    m = marker("anc")
+    by_comm = socket_client(d.socket_path, {"subscribe": {"types": ["open"], "ancestor": {"comm": ["prac-anc-sh"]}}})
+    by_comm_id = by_comm.hello()["client_id"]
+    # perfrelayctl monitor --ancestor (libperfrelay's ancestor lists), subscribed before the
+    # marker starts: it shows in GetStats' client list.
+    before = {c["id"] for c in BUS.stats()["client_list"]}
+    mon = FileMonitor(d.socket_path, "--type", "open", "--ancestor", "prac-anc-sh")
+    wait_for(lambda: {c["id"] for c in BUS.stats()["client_list"]} - before - {by_comm_id}, "the monitor's subscription")
+    script = 'read go; cat "$1" >/dev/null; /bin/sh -c \'cat "$1" >/dev/null; exit 0\' inner "$1"; read done'
+    proc = subprocess.Popen([sh, "-c", script, m, target], stdin=subprocess.PIPE, text=True)
+    try:
+        ev = exec_of(m, "the marker's exec")
+        by_id = socket_client(d.socket_path, {"subscribe": {"types": ["open"], "ancestor": {"exec_id": [ev["exec_id"]]}}})
+        by_id_id = by_id.hello()["client_id"]
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        # The same file opened by processes that do not descend from the marker: this test and
+        # a child of it.
+        open(target).close()
+        subprocess.run(["cat", target], check=True, capture_output=True)
+        proc.stdin.write("done\n")
+        proc.stdin.flush()
+        check_eq(proc.wait(10), 0, "the marker shell exits")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    d.wait_event(lambda e: e["type"] == "exit" and e["pid"] == proc.pid, "the marker's exit")
+    # Five opens: this test's two (it made the file), its cat's, the marker's child's and
+    # grandchild's.
+    opens = d.wait_events(lambda e: e["type"] == "open" and e["path"] == target, 5, "the five opens of the target")
+    below = descendants(proc.pid)
+    theirs = {e["pid"] for e in opens if e["pid"] in below}
+    check_eq(len(theirs), 2, f"two of the opens are the marker's child's and grandchild's: {opens}, {below}")
+    others = [e for e in opens if e["pid"] not in below]
+    check_eq(len([e for e in others if e["pid"] == os.getpid()]), 2, "this test's two opens")
+    check_eq(len(others), 3, "three opens of the target are not the marker's descendants'")
+
+    for c, cid in ((by_comm, by_comm_id), (by_id, by_id_id)):
+        # Every open the daemon matched to the client has arrived: the match was decided when
+        # the daemon published the events (before its standard output showed them).
+        offered = client_offered(cid)
+        wait_for(lambda: len([x for x in c.messages() if x["type"] == "open"]) >= offered,
+                 f"client {cid}: its {offered} events")
+        got = [x for x in c.messages() if x["type"] == "open"]
+        check_eq(len(got), offered, f"client {cid}: as many events as offered")
+        check_eq({x["pid"] for x in got if x["path"] == target}, theirs,
+                 f"client {cid}: the descendants' opens of the target, and no other process's")
+        stray = [x for x in got if x["pid"] not in below]
+        check_eq(stray, [], f"client {cid}: no open of a process outside the marker's subtree")
+
+    wait_for(lambda: {x["pid"] for x in mon.lines() if x.get("path") == target} == theirs,
+             "perfrelayctl monitor --ancestor: the descendants' opens of the target")
+    check_eq([x for x in mon.stop() if x["pid"] not in below], [], "the monitor shows no other process's open")
+
+    # The flight recorder's snapshot through D-Bus Snapshot() (its a{sv} filter's ancestor_comm).
+    snap = [json.loads(x) for x in ctl("snapshot", "--json", "--type", "open", "--ancestor", "prac-anc-sh").splitlines()]
+    opened = [x for x in snap if x["type"] == "open"]
+    check_eq({x["pid"] for x in opened if x["path"] == target}, theirs, "the snapshot's opens of the target")
+    check_eq([x for x in opened if x["pid"] not in below], [], "the snapshot has no other process's open")
+
+    st = BUS.stats()["processes"]
+    check(st["capacity"] >= 4096 and st["bytes"] > 0, f"the table's size: {st}")
+    check(st["seeded"] > 0 and st["live"] > 0 and st["inserted"] >= st["seeded"], f"seeded at start: {st}")
+    check(st["exited"] > 0, f"exits noted: {st}")
+
+
+def test_ancestor_filter_refused(socket_client):
+    """A malformed "ancestor" is refused with a message naming the field."""
+    for ancestor, words in (({}, "names no process"), ({"exec_id": ["xyz"]}, "ancestor.exec_id[0]"),
+                            ({"pid": [1]}, "unknown key"), ({"comm": ["a" * 16]}, "ancestor.comm[0]")):
+        c = socket_client(d.socket_path, {"subscribe": {"ancestor": ancestor}})
+        m = c.wait(lambda x: True, "the answer")
+        check(m["type"] == "error" and m["error"] == "bad-request" and words in m["message"],
+              f"{ancestor}: refused naming it: {m}")
+
+
+def test_tree():
+    """perfrelayctl tree: the live processes as a forest with their exec ids; --pid shows one
+    subtree; an unprivileged caller sees only their own processes."""
+    m = marker("tree")
+    proc = subprocess.Popen(["/bin/sh", "-c", "sleep 600 & wait", m])
+    sleeper = None
+    try:
+        ev = exec_of(m, "the tree marker's exec")
+        sleeper = d.wait_event(lambda e: e["type"] == "exec" and e.get("parent_exec_id") == ev["exec_id"],
+                               "the sleep's exec")
+        rows = json.loads(ctl("tree", "--json"))
+        by_id = {r["exec_id"]: r for r in rows}
+        check(ev["exec_id"] in by_id and sleeper["exec_id"] in by_id, "the shell and its sleep are listed")
+        sh, sl = by_id[ev["exec_id"]], by_id[sleeper["exec_id"]]
+        check_eq((sh["pid"], sh["comm"]), (proc.pid, "sh"), "the shell's row")
+        check_eq((sl["pid"], sl["comm"], sl["parent_exec_id"]), (sleeper["pid"], "sleep", ev["exec_id"]), "the sleep's row")
+        check_eq(sl["depth"], sh["depth"] + 1, "the sleep is drawn under the shell")
+        init = [r for r in rows if r["pid"] == 1]
+        check(init and init[0]["depth"] == 0, "pid 1 is a root")
+
+        sub = json.loads(ctl("tree", "--json", "--pid", str(proc.pid)))
+        check_eq([(r["pid"], r["depth"]) for r in sub], [(proc.pid, 0), (sleeper["pid"], 1)], "--pid: the subtree")
+        text = ctl("tree", "--pid", str(proc.pid))
+        check(f"{sleeper['exec_id']}" in text and "└─sleep" in text, f"the drawn tree: {text}")
+
+        mine = json.loads(ctl("tree", "--json", user="nobody"))
+        check(all(r.get("uid") == 65534 for r in mine), "nobody sees only nobody's processes")
+        check(sh["exec_id"] not in {r["exec_id"] for r in mine}, "nobody does not see root's shell")
+    finally:
+        if sleeper:
+            os.kill(sleeper["pid"], signal.SIGKILL)
+        proc.kill()
+        proc.wait(10)
 
 
 if __name__ == "__main__":

@@ -4,14 +4,11 @@
 import os
 import socket
 import subprocess
-import sys
 import tempfile
 
 import pytest
 
-from prtest import (Daemon, Failure, bpftool_json, check, check_eq, daemon_binary, main, possible_cpus,
-                    producer_counters, require_root_and_bpf)
-
+from prtest import bpftool_json, check, check_eq, main, possible_cpus, producer_counters
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from prtest import Daemon, Failure, check, check_eq, daemon_binary, main, wait_for
+from prtest import Daemon, Failure, FileMonitor, check, check_eq, daemon_binary, main, wait_for
 from steady import PRODUCER, STEADY_TYPE, SteadyProducer
 
 BINARY = daemon_binary()
@@ -49,27 +49,6 @@ def producer_settled():
 def shared_clients(st=None):
     st = st or BUS.stats()
     return [c for c in st["client_list"] if c.get("shared")]
-
-
-class FileMonitor:
-    """perfrelayctl monitor --json into a file (so that stopping it fills nothing but its ring)."""
-
-    def __init__(self, socket_path, *args, user=None, extra_groups=None):
-        self.out = tempfile.NamedTemporaryFile(prefix="perfrelay-shared-mon-", delete=False)
-        os.chmod(self.out.name, 0o666)
-        self.proc = subprocess.Popen([CTL, "monitor", "--json", "--socket", socket_path] + list(args),
-                                     stdout=self.out, stderr=subprocess.PIPE, user=user,
-                                     extra_groups=extra_groups)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            self.proc.wait(30)
-        self.out.close()
-        with open(self.out.name) as f:
-            lines = [json.loads(line) for line in f if line.strip()]
-        os.unlink(self.out.name)
-        return lines
 
 
 def steady_events(lines):

@@ -57,6 +57,7 @@ static struct perfrelay_exec make_exec(void) {
 	r.ancestors[1] = (struct perfrelay_ancestor){ .exec_id = 1, .pid = 1, .comm = "systemd" };
 	r.exe_dev = 8u << 20 | 17;
 	r.exe_ino = 131090;
+	r.prev_exec_id = UINT64_C(0x0123456789abcdef);
 	strcpy(r.exe, "/usr/bin/ls");
 	strcpy(r.cwd, "/tmp");
 	return r;
@@ -485,6 +486,7 @@ static void test_exec(void) {
 		"exe_dev",
 		"exe_ino",
 		"cwd",
+		"prev_exec_id",
 		"euid",
 		"exec_id",
 		"parent_exec_id",
@@ -507,6 +509,7 @@ static void test_exec(void) {
 	expect_str(obj, "exe", "/usr/bin/ls");
 	expect_str(obj, "exe_dev", "8:17");
 	expect_u64(obj, "exe_ino", 131090);
+	expect_str(obj, "prev_exec_id", "0123456789abcdef");
 	expect_str(obj, "cwd", "/tmp");
 	{
 		json_object *anc = get_at(obj, "ancestors", json_type_array, __FILE__, __LINE__);
@@ -561,6 +564,7 @@ static void test_exec(void) {
 		"exe_dev",
 		"exe_ino",
 		"cwd",
+		"prev_exec_id",
 		"euid",
 		"exec_id",
 		"parent_exec_id");
@@ -1501,6 +1505,7 @@ static void test_worst_case(void) {
 		}
 		r.exe_dev = UINT32_MAX;
 		r.exe_ino = UINT64_MAX;
+		r.prev_exec_id = UINT64_MAX;
 		memset(r.exe, fill, sizeof(r.exe) - 1);
 		memset(r.cwd, fill, sizeof(r.cwd) - 1);
 		ev = decode_ok(&r, sizeof(r));

@@ -23,7 +23,8 @@ int main(void) {
 	ASSERT(parse(c,
 		     "# comment\n[NATS]\nServers=nats://a:1, nats://b:2\nServers=nats://c:3\nCredentialsFile=nats.creds\n"
 		     "[Stream]\nName=FLEET\nExportCreateStream=no\nReplicas=3\nDuplicateWindowSec=60\n"
-		     "[Export]\nTypes=exec open\nUnits=sshd.service\nMaxInFlight=10\nQueueEvents=20\nSubject=x.%t\n",
+		     "[Export]\nTypes=exec open\nUnits=sshd.service\nMaxInFlight=10\nQueueEvents=20\nSubject=x.%t\n"
+		     "Ancestors=sshd cron.service\nAncestors=0123456789abcdef\n",
 		     &err) == 0);
 	ASSERT(c->n_servers == 3 && strcmp(c->servers[2], "nats://c:3") == 0);
 	ASSERT(strcmp(c->credentials_file, "nats.creds") == 0);
@@ -31,6 +32,9 @@ int main(void) {
 	ASSERT(c->duplicate_window_sec == 60);
 	ASSERT(c->n_types == 2 && strcmp(c->types[1], "open") == 0 && c->n_units == 1);
 	ASSERT(c->max_in_flight == 10 && c->queue_events == 20 && strcmp(c->subject_template, "x.%t") == 0);
+	ASSERT(c->n_ancestors == 3 && strcmp(c->ancestors[0], "sshd") == 0 &&
+	       strcmp(c->ancestors[2], "0123456789abcdef") == 0);
+	ASSERT(parse(c, "[Export]\nAncestors=sshd\nAncestors=\n", &err) == 0 && c->n_ancestors == 0);
 	ASSERT(parse(c, "[Export]\nTypes=\n", &err) == 0 && c->n_types == 0);
 
 	ASSERT(parse(c, "[Export]\nMaxInFlight=0\n", &err) == -EINVAL);

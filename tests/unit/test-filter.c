@@ -47,9 +47,9 @@ static void test_everything(void) {
 	Subscription *s = sub("{}", SUBSCRIPTION_ACCESS_ALL, 0);
 	DecodedEvent e = event(PERFRELAY_TYPE_EXEC, 10, 1000, "bash"), o = opaque(0x9000);
 
-	ASSERT(filter_match(s, &e, NULL));
-	ASSERT(filter_match(s, &e, "sshd.service"));
-	ASSERT(filter_match(s, &o, NULL));
+	ASSERT(filter_match(s, &e, NULL, NULL));
+	ASSERT(filter_match(s, &e, "sshd.service", NULL));
+	ASSERT(filter_match(s, &o, NULL, NULL));
 	subscription_free(s);
 }
 
@@ -61,31 +61,31 @@ static void test_types(void) {
 	DecodedEvent fork = event(PERFRELAY_TYPE_FORK, 1, 0, "a"), bench = opaque(PERFRELAY_TYPE_BENCH);
 	DecodedEvent t40000 = opaque(40000), t40001 = opaque(40001), t39999 = opaque(39999), t63 = opaque(63);
 
-	ASSERT(filter_match(s, &exec, NULL));
-	ASSERT(filter_match(s, &open, NULL));
-	ASSERT(!filter_match(s, &fork, NULL));
-	ASSERT(!filter_match(s, &bench, NULL));
-	ASSERT(filter_match(s, &t40000, NULL));
-	ASSERT(!filter_match(s, &t40001, NULL));
-	ASSERT(!filter_match(s, &t39999, NULL));
-	ASSERT(!filter_match(s, &t63, NULL));
+	ASSERT(filter_match(s, &exec, NULL, NULL));
+	ASSERT(filter_match(s, &open, NULL, NULL));
+	ASSERT(!filter_match(s, &fork, NULL, NULL));
+	ASSERT(!filter_match(s, &bench, NULL, NULL));
+	ASSERT(filter_match(s, &t40000, NULL, NULL));
+	ASSERT(!filter_match(s, &t40001, NULL, NULL));
+	ASSERT(!filter_match(s, &t39999, NULL, NULL));
+	ASSERT(!filter_match(s, &t63, NULL, NULL));
 	subscription_free(s);
 
 	/* Only ids above the mask: built-in types do not match. */
 	s = sub("{\"subscribe\":{\"types\":[65535, 64]}}", SUBSCRIPTION_ACCESS_ALL, 0);
 	DecodedEvent t64 = opaque(64), tmax = opaque(65535);
-	ASSERT(!filter_match(s, &exec, NULL));
-	ASSERT(filter_match(s, &t64, NULL));
-	ASSERT(filter_match(s, &tmax, NULL));
-	ASSERT(!filter_match(s, &t63, NULL));
+	ASSERT(!filter_match(s, &exec, NULL, NULL));
+	ASSERT(filter_match(s, &t64, NULL, NULL));
+	ASSERT(filter_match(s, &tmax, NULL, NULL));
+	ASSERT(!filter_match(s, &t63, NULL, NULL));
 	subscription_free(s);
 
 	/* Only mask bits: an unknown type does not match. */
 	s = sub("{\"subscribe\":{\"types\":[\"bench\", 63]}}", SUBSCRIPTION_ACCESS_ALL, 0);
-	ASSERT(filter_match(s, &bench, NULL));
-	ASSERT(filter_match(s, &t63, NULL));
-	ASSERT(!filter_match(s, &t40000, NULL));
-	ASSERT(!filter_match(s, &exec, NULL));
+	ASSERT(filter_match(s, &bench, NULL, NULL));
+	ASSERT(filter_match(s, &t63, NULL, NULL));
+	ASSERT(!filter_match(s, &t40000, NULL, NULL));
+	ASSERT(!filter_match(s, &exec, NULL, NULL));
 	subscription_free(s);
 }
 
@@ -96,14 +96,14 @@ static void test_pid_uid_comm(void) {
 
 	for (size_t i = 0; i < ELEMENTSOF(yes); i++) {
 		DecodedEvent e = event(PERFRELAY_TYPE_OPEN, yes[i], 0, "x");
-		ASSERT(filter_match(s, &e, NULL));
+		ASSERT(filter_match(s, &e, NULL, NULL));
 	}
 	for (size_t i = 0; i < ELEMENTSOF(no); i++) {
 		DecodedEvent e = event(PERFRELAY_TYPE_OPEN, no[i], 0, "x");
-		ASSERT(!filter_match(s, &e, NULL));
+		ASSERT(!filter_match(s, &e, NULL, NULL));
 	}
 	/* An event without a pid does not match a pid filter. */
-	ASSERT(!filter_match(s, &o, NULL));
+	ASSERT(!filter_match(s, &o, NULL, NULL));
 	subscription_free(s);
 
 	/* 64 pids: the binary search finds each and nothing between them. */
@@ -115,7 +115,7 @@ static void test_pid_uid_comm(void) {
 	s = sub(req, SUBSCRIPTION_ACCESS_ALL, 0);
 	for (uint32_t pid = 0; pid < 700; pid++) {
 		DecodedEvent e = event(PERFRELAY_TYPE_OPEN, pid, 0, "x");
-		ASSERT(filter_match(s, &e, NULL) == (pid % 10 == 0 && pid <= 630));
+		ASSERT(filter_match(s, &e, NULL, NULL) == (pid % 10 == 0 && pid <= 630));
 	}
 	subscription_free(s);
 
@@ -123,8 +123,9 @@ static void test_pid_uid_comm(void) {
 	DecodedEvent u0 = event(PERFRELAY_TYPE_EXIT, 1, 0, "x"),
 		     u1000 = event(PERFRELAY_TYPE_EXIT, 1, 1000, "x");
 	DecodedEvent u1 = event(PERFRELAY_TYPE_EXIT, 1, 1, "x");
-	ASSERT(filter_match(s, &u0, NULL) && filter_match(s, &u1000, NULL) && !filter_match(s, &u1, NULL));
-	ASSERT(!filter_match(s, &o, NULL));
+	ASSERT(filter_match(s, &u0, NULL, NULL) && filter_match(s, &u1000, NULL, NULL) &&
+	       !filter_match(s, &u1, NULL, NULL));
+	ASSERT(!filter_match(s, &o, NULL, NULL));
 	subscription_free(s);
 
 	s = sub("{\"subscribe\":{\"comm\":[\"bash\", \"\", \"sshd\"]}}", SUBSCRIPTION_ACCESS_ALL, 0);
@@ -134,9 +135,10 @@ static void test_pid_uid_comm(void) {
 		     empty = event(PERFRELAY_TYPE_EXEC, 1, 0, "");
 	DecodedEvent sshd = event(PERFRELAY_TYPE_EXEC, 1, 0, "sshd"),
 		     nocomm = event(PERFRELAY_TYPE_EXEC, 1, 0, NULL);
-	ASSERT(filter_match(s, &bash, NULL) && filter_match(s, &sshd, NULL) && filter_match(s, &empty, NULL));
-	ASSERT(!filter_match(s, &bas, NULL) && !filter_match(s, &bashx, NULL));
-	ASSERT(!filter_match(s, &nocomm, NULL) && !filter_match(s, &o, NULL));
+	ASSERT(filter_match(s, &bash, NULL, NULL) && filter_match(s, &sshd, NULL, NULL) &&
+	       filter_match(s, &empty, NULL, NULL));
+	ASSERT(!filter_match(s, &bas, NULL, NULL) && !filter_match(s, &bashx, NULL, NULL));
+	ASSERT(!filter_match(s, &nocomm, NULL, NULL) && !filter_match(s, &o, NULL, NULL));
 	subscription_free(s);
 }
 
@@ -145,12 +147,12 @@ static void test_unit(void) {
 		"{\"subscribe\":{\"unit\":[\"sshd.service\",\"session-1.scope\"]}}", SUBSCRIPTION_ACCESS_ALL, 0);
 	DecodedEvent e = event(PERFRELAY_TYPE_EXEC, 1, 0, "x");
 
-	ASSERT(filter_match(s, &e, "sshd.service"));
-	ASSERT(filter_match(s, &e, "session-1.scope"));
-	ASSERT(!filter_match(s, &e, "sshd.socket"));
-	ASSERT(!filter_match(s, &e, "sshd.servic"));
+	ASSERT(filter_match(s, &e, "sshd.service", NULL));
+	ASSERT(filter_match(s, &e, "session-1.scope", NULL));
+	ASSERT(!filter_match(s, &e, "sshd.socket", NULL));
+	ASSERT(!filter_match(s, &e, "sshd.servic", NULL));
 	/* No unit (no cgroup id, or a cgroup outside any unit): no match. */
-	ASSERT(!filter_match(s, &e, NULL));
+	ASSERT(!filter_match(s, &e, NULL, NULL));
 	subscription_free(s);
 }
 
@@ -167,13 +169,13 @@ static void test_combined(void) {
 	DecodedEvent bad_uid = event(PERFRELAY_TYPE_EXIT, 11, 1001, "bash");
 	DecodedEvent bad_comm = event(PERFRELAY_TYPE_EXIT, 11, 1000, "zsh");
 
-	ASSERT(filter_match(s, &ok, "a.service"));
-	ASSERT(!filter_match(s, &ok, "b.service"));
-	ASSERT(!filter_match(s, &ok, NULL));
-	ASSERT(!filter_match(s, &bad_type, "a.service"));
-	ASSERT(!filter_match(s, &bad_pid, "a.service"));
-	ASSERT(!filter_match(s, &bad_uid, "a.service"));
-	ASSERT(!filter_match(s, &bad_comm, "a.service"));
+	ASSERT(filter_match(s, &ok, "a.service", NULL));
+	ASSERT(!filter_match(s, &ok, "b.service", NULL));
+	ASSERT(!filter_match(s, &ok, NULL, NULL));
+	ASSERT(!filter_match(s, &bad_type, "a.service", NULL));
+	ASSERT(!filter_match(s, &bad_pid, "a.service", NULL));
+	ASSERT(!filter_match(s, &bad_uid, "a.service", NULL));
+	ASSERT(!filter_match(s, &bad_comm, "a.service", NULL));
 	subscription_free(s);
 }
 
@@ -186,16 +188,16 @@ static void test_access_match(void) {
 	DecodedEvent other = event(PERFRELAY_TYPE_OPEN, 1, 1001, "x"), o = opaque(0x8000);
 	DecodedEvent bench = opaque(PERFRELAY_TYPE_BENCH);
 
-	ASSERT(filter_match(own, &mine, NULL));
-	ASSERT(!filter_match(own, &roots, NULL));
-	ASSERT(!filter_match(own, &other, NULL));
+	ASSERT(filter_match(own, &mine, NULL, NULL));
+	ASSERT(!filter_match(own, &roots, NULL, NULL));
+	ASSERT(!filter_match(own, &other, NULL, NULL));
 	/* No uid in the event: root and allowed groups only. */
-	ASSERT(!filter_match(own, &o, NULL));
-	ASSERT(!filter_match(own, &bench, NULL));
-	ASSERT(filter_match(all, &o, NULL) && filter_match(all, &roots, NULL) &&
-	       filter_match(all, &other, NULL));
+	ASSERT(!filter_match(own, &o, NULL, NULL));
+	ASSERT(!filter_match(own, &bench, NULL, NULL));
+	ASSERT(filter_match(all, &o, NULL, NULL) && filter_match(all, &roots, NULL, NULL) &&
+	       filter_match(all, &other, NULL, NULL));
 	/* A subscription the server never vetted sees nothing. */
-	ASSERT(!filter_match(none, &mine, NULL) && !filter_match(none, &o, NULL));
+	ASSERT(!filter_match(none, &mine, NULL, NULL) && !filter_match(none, &o, NULL, NULL));
 
 	/* A set-uid program its user runs: real uid theirs, effective uid root's. Only clients of
 	 * both see it; a record of an older probe (no euid) goes by the real uid. */
@@ -203,17 +205,17 @@ static void test_access_match(void) {
 	setuid.has_euid = same.has_euid = true;
 	setuid.euid = 0;
 	same.euid = 1000;
-	ASSERT(!filter_match(own, &setuid, NULL));
-	ASSERT(filter_match(own, &same, NULL) && filter_match(own, &old, NULL));
-	ASSERT(filter_match(all, &setuid, NULL));
+	ASSERT(!filter_match(own, &setuid, NULL, NULL));
+	ASSERT(filter_match(own, &same, NULL, NULL) && filter_match(own, &old, NULL, NULL));
+	ASSERT(filter_match(all, &setuid, NULL, NULL));
 	DecodedEvent sudo_to_me = roots; /* root's real uid, this user's euid: not theirs either */
 	sudo_to_me.has_euid = true;
 	sudo_to_me.euid = 1000;
-	ASSERT(!filter_match(own, &sudo_to_me, NULL));
+	ASSERT(!filter_match(own, &sudo_to_me, NULL, NULL));
 
 	/* The uid filter cannot widen access. */
 	Subscription *wide = sub("{\"subscribe\":{\"uid\":[0, 1000]}}", SUBSCRIPTION_ACCESS_UID, 1000);
-	ASSERT(filter_match(wide, &mine, NULL) && !filter_match(wide, &roots, NULL));
+	ASSERT(filter_match(wide, &mine, NULL, NULL) && !filter_match(wide, &roots, NULL, NULL));
 	subscription_free(wide);
 	subscription_free(own);
 	subscription_free(none);
@@ -251,14 +253,14 @@ static void test_asked_for_only(void) {
 	DecodedEvent c = { .hdr = { .type = PERFRELAY_TYPE_COUNTERS }, .known = true };
 	DecodedEvent e = event(PERFRELAY_TYPE_EXEC, 10, 1000, "bash");
 
-	ASSERT(!filter_match(all, &p5, NULL));
-	ASSERT(!filter_match(all, &c, NULL));
-	ASSERT(filter_match(pk, &p5, NULL));
-	ASSERT(!filter_match(pk, &p6, NULL));
-	ASSERT(!filter_match(pk, &e, NULL));
-	ASSERT(filter_match(ct, &c, "nginx.service"));
-	ASSERT(filter_match(ct, &e, NULL));
-	ASSERT(!filter_match(ct, &p5, NULL));
+	ASSERT(!filter_match(all, &p5, NULL, NULL));
+	ASSERT(!filter_match(all, &c, NULL, NULL));
+	ASSERT(filter_match(pk, &p5, NULL, NULL));
+	ASSERT(!filter_match(pk, &p6, NULL, NULL));
+	ASSERT(!filter_match(pk, &e, NULL, NULL));
+	ASSERT(filter_match(ct, &c, "nginx.service", NULL));
+	ASSERT(filter_match(ct, &e, NULL, NULL));
+	ASSERT(!filter_match(ct, &p5, NULL, NULL));
 	subscription_free(all);
 	subscription_free(pk);
 	subscription_free(ct);

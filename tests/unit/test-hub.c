@@ -58,7 +58,7 @@ static DecodedEvent decode(const void *rec, size_t size) {
 
 /* Match: only the pid in *filter; records the unit it was given. */
 static const char *seen_unit;
-static bool match_pid(const void *filter, const DecodedEvent *ev, const char *unit) {
+static bool match_pid(const void *filter, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
 	seen_unit = unit;
 	return ev->pid == *(const uint32_t *) filter;
 }
@@ -100,7 +100,7 @@ static void pump(HubClient *c, Peer *p) {
 
 static void publish(Hub *h, const DecodedEvent *ev, const char *unit) {
 	hub_reader_begin(h, 0);
-	hub_publish(h, 0, ev, unit);
+	hub_publish(h, 0, ev, unit, NULL);
 	hub_reader_end(h, 0);
 }
 
@@ -261,7 +261,7 @@ static void test_overflow(HubFormat format) {
 		struct perfrelay_open rec = make_open(1, i, "/burst");
 		DecodedEvent ev = decode(&rec, sizeof(rec));
 
-		hub_publish(h, 0, &ev, NULL);
+		hub_publish(h, 0, &ev, NULL, NULL);
 	}
 	hub_reader_end(h, 0);
 	hub_client_get_stats(c, &st);
@@ -317,7 +317,7 @@ static void test_disconnect(void) {
 		struct perfrelay_open rec = make_open(1, i, "/burst");
 		DecodedEvent ev = decode(&rec, sizeof(rec));
 
-		hub_publish(h, 1, &ev, NULL);
+		hub_publish(h, 1, &ev, NULL, NULL);
 	}
 	hub_reader_end(h, 1);
 	ASSERT(hub_client_overflowed(c));
@@ -394,7 +394,7 @@ static void test_consume(void) {
 		struct perfrelay_open rec = make_open(1, i, "/burst");
 		DecodedEvent ev = decode(&rec, sizeof(rec));
 
-		hub_publish(h, 1, &ev, NULL);
+		hub_publish(h, 1, &ev, NULL, NULL);
 	}
 	hub_reader_end(h, 1);
 	hub_client_consume(c, consume_frame, &got);
@@ -411,7 +411,7 @@ static void test_consume(void) {
 		DecodedEvent ev = decode(&rec, sizeof(rec));
 
 		hub_reader_begin(h, 1);
-		hub_publish(h, 1, &ev, NULL);
+		hub_publish(h, 1, &ev, NULL, NULL);
 		hub_reader_end(h, 1);
 	}
 	hub_client_consume(c, consume_frame, &got);
@@ -426,7 +426,7 @@ static void test_consume(void) {
 		DecodedEvent ev = decode(&rec, sizeof(rec));
 
 		hub_reader_begin(h, 0);
-		hub_publish(h, 0, &ev, NULL);
+		hub_publish(h, 0, &ev, NULL, NULL);
 		hub_reader_end(h, 0);
 	}
 	hub_client_detach(h, c);
@@ -491,7 +491,7 @@ static void test_lost_named_event(void) {
 
 			ev.btf = r;
 			ev.producer_name = "x";
-			hub_publish(h, 0, &ev, NULL);
+			hub_publish(h, 0, &ev, NULL, NULL);
 			offered++;
 		}
 		hub_reader_end(h, 0);

@@ -182,6 +182,8 @@ static void test_request_and_hello(void) {
 	static const uint32_t uids[] = { 0 };
 	static const char *const comms[] = { "a\"b\\c\n" };
 	static const char *const units[] = { "sshd.service" };
+	static const char *const anc_comms[] = { "sshd" }, *const anc_ids[] = { "0123456789abcdef" },
+				 *const anc_units[] = { "cron.service" };
 	struct perfrelay_subscription sub = {
 		.types = types,
 		.n_types = 2,
@@ -193,6 +195,12 @@ static void test_request_and_hello(void) {
 		.n_comms = 1,
 		.units = units,
 		.n_units = 1,
+		.ancestor_comms = anc_comms,
+		.n_ancestor_comms = 1,
+		.ancestor_exec_ids = anc_ids,
+		.n_ancestor_exec_ids = 1,
+		.ancestor_units = anc_units,
+		.n_ancestor_units = 1,
 		.on_overflow = PERFRELAY_OVERFLOW_DISCONNECT,
 	};
 	const struct perfrelay_hello *h;
@@ -228,6 +236,20 @@ static void test_request_and_hello(void) {
 	ASSERT(v && streq_safe(json_object_get_string(json_object_array_get_idx(v, 0)), "a\"b\\c\n"));
 	v = get_path(req, "subscribe", "unit");
 	ASSERT(v && streq_safe(json_object_get_string(json_object_array_get_idx(v, 0)), "sshd.service"));
+	v = get_path(req, "subscribe", "ancestor");
+	ASSERT(v && json_object_object_length(v) == 3);
+	ASSERT(v &&
+	       streq_safe(
+		       json_object_get_string(json_object_array_get_idx(get_path(v, "comm", NULL), 0)),
+		       "sshd"));
+	ASSERT(v &&
+	       streq_safe(
+		       json_object_get_string(json_object_array_get_idx(get_path(v, "exec_id", NULL), 0)),
+		       "0123456789abcdef"));
+	ASSERT(v &&
+	       streq_safe(
+		       json_object_get_string(json_object_array_get_idx(get_path(v, "unit", NULL), 0)),
+		       "cron.service"));
 	ASSERT(streq_safe(json_object_get_string(get_path(req, "format", NULL)), "json"));
 	ASSERT(streq_safe(json_object_get_string(get_path(req, "on_overflow", NULL)), "disconnect"));
 	/* A client that wants to be disconnected when it falls behind does not ask to share. */
@@ -700,7 +722,7 @@ static void test_arguments(void) {
 	ASSERT_EQ_INT(perfrelay_fd(NULL), -ENOTCONN);
 
 	/* Checked before anything is sent: the socket does not even exist. */
-	sub.reserved[3] = 1;
+	sub.reserved[0] = 1;
 	ASSERT_EQ_INT(perfrelay_client_new(&c), 0);
 	ASSERT_EQ_INT(perfrelay_connect(c, "/nonexistent/events.sock", &sub), -EINVAL);
 	c = perfrelay_close(c);

@@ -399,12 +399,12 @@ static void test_structure(void) {
 	PARSE_FAIL(
 		"{\"subscribe\":{\"pids\":[1]}}",
 		PROTOCOL_BAD_REQUEST,
-		"subscribe: unknown key \"pids\" (known: types, pid, uid, comm, unit, where, capture)");
+		"subscribe: unknown key \"pids\" (known: types, pid, uid, comm, unit, ancestor, where, capture)");
 	/* Control bytes the client quoted come back as '?': the message stays one line. */
 	PARSE_FAIL(
 		"{\"subscribe\":{\"pi\\nd\\u0001\":[1]}}",
 		PROTOCOL_BAD_REQUEST,
-		"subscribe: unknown key \"pi?d?\" (known: types, pid, uid, comm, unit, where, capture)");
+		"subscribe: unknown key \"pi?d?\" (known: types, pid, uid, comm, unit, ancestor, where, capture)");
 	PARSE_FAIL("{\"subscribe\":[]}", PROTOCOL_BAD_REQUEST, "subscribe: expected an object");
 	PARSE_FAIL("{\"subscribe\":null}", PROTOCOL_BAD_REQUEST, "subscribe: expected an object");
 	PARSE_FAIL("[]", PROTOCOL_BAD_REQUEST, "the request must be a JSON object");
@@ -507,6 +507,70 @@ static void test_depth(void) {
 
 /* The filter text of ListClients: the request's own terms, sorted as parsed, and parsed back
  * it is the same subscription. */
+static void test_ancestor(void) {
+	Subscription *s = PARSE_OK(
+		"{\"subscribe\":{\"ancestor\":{\"comm\":[\"sshd\",\"cron\",\"sshd\"],"
+		"\"exec_id\":[\"00000000000000ff\",\"0123456789abcdef\"],\"unit\":[\"sshd.service\"]}}}");
+
+	ASSERT(s && subscription_has_ancestor(s));
+	ASSERT(s && s->n_ancestor_comms == 2 && streq(s->ancestor_comms[0], "cron") &&
+	       streq(s->ancestor_comms[1], "sshd"));
+	ASSERT(s && s->n_ancestor_exec_ids == 2 && s->ancestor_exec_ids[0] == 0xff &&
+	       s->ancestor_exec_ids[1] == UINT64_C(0x0123456789abcdef));
+	ASSERT(s && s->n_ancestor_units == 1 && streq(s->ancestor_units[0], "sshd.service"));
+	subscription_free(s);
+	/* One kind is enough; no ancestor filter without one. */
+	s = PARSE_OK("{\"subscribe\":{\"ancestor\":{\"comm\":[\"sshd\"]}}}");
+	ASSERT(s && subscription_has_ancestor(s) && s->n_ancestor_exec_ids == 0);
+	subscription_free(s);
+	s = PARSE_OK("{\"subscribe\":{\"comm\":[\"sshd\"]}}");
+	ASSERT(s && !subscription_has_ancestor(s));
+	subscription_free(s);
+
+	PARSE_FAIL(
+		"{\"subscribe\":{\"ancestor\":{}}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.ancestor: names no process");
+	PARSE_FAIL("{\"subscribe\":{\"ancestor\":{\"comm\":[]}}}", PROTOCOL_BAD_REQUEST, "names no process");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"ancestor\":[\"sshd\"]}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.ancestor: expected an object");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"ancestor\":{\"pid\":[1]}}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.ancestor: unknown key \"pid\" (known: comm, exec_id, unit)");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"ancestor\":{\"comm\":[\"1234567890123456\"]}}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.ancestor.comm[0]: \"1234567890123456...\" is longer than 15 bytes");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"ancestor\":{\"unit\":[\"sshd\"]}}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.ancestor.unit[0]: \"sshd\" is not a unit");
+	/* exec ids as events spell them: 16 lower-case hex digits, not 0. */
+	PARSE_FAIL(
+		"{\"subscribe\":{\"ancestor\":{\"exec_id\":[\"0123456789ABCDEF\"]}}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.ancestor.exec_id[0]: \"0123456789ABCDEF\" is not an exec_id");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"ancestor\":{\"exec_id\":[\"123\"]}}}",
+		PROTOCOL_BAD_REQUEST,
+		"is not an exec_id");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"ancestor\":{\"exec_id\":[\"0000000000000000\"]}}}",
+		PROTOCOL_BAD_REQUEST,
+		"is not an exec_id");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"ancestor\":{\"exec_id\":[\"00000000000000001\"]}}}",
+		PROTOCOL_BAD_REQUEST,
+		"is longer than 16 bytes");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"ancestor\":{\"exec_id\":[255]}}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.ancestor.exec_id[0]: expected a string");
+}
+
 static void test_to_json(void) {
 	static const struct {
 		const char *request, *json;
@@ -518,6 +582,10 @@ static void test_to_json(void) {
 		{ "{\"subscribe\":{\"unit\":[\"b.service\",\"a.scope\"],\"comm\":[\"x/y\",\"a\\\"b\"],"
 		  "\"uid\":[4294967295,0],\"pid\":[2,1]}}",
 		  "{\"pid\":[1,2],\"uid\":[0,4294967295],\"comm\":[\"a\\\"b\",\"x/y\"],\"unit\":[\"a.scope\",\"b.service\"]}" },
+		{ "{\"subscribe\":{\"ancestor\":{\"unit\":[\"b.service\",\"a.scope\"],\"exec_id\":[\"ffffffffffffffff\","
+		  "\"0000000000000001\"],\"comm\":[\"sshd\"]}}}",
+		  "{\"ancestor\":{\"comm\":[\"sshd\"],\"exec_id\":[\"0000000000000001\",\"ffffffffffffffff\"],"
+		  "\"unit\":[\"a.scope\",\"b.service\"]}}" },
 	};
 
 	for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
@@ -556,6 +624,7 @@ int main(void) {
 	test_list_bounds();
 	test_comm();
 	test_unit();
+	test_ancestor();
 	test_enums();
 	test_structure();
 	test_where();

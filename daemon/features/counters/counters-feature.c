@@ -83,7 +83,8 @@ static void
 			cur->value[i] - prev->value[i] :
 			cur->value[i];
 	decode_daemon_record(&rec, &ev);
-	hub_publish(manager_hub(cf->feature.manager), cf->feature.hub_slot, &ev, unit);
+	/* A unit's counters are of no one process: no lineage. */
+	hub_publish(manager_hub(cf->feature.manager), cf->feature.hub_slot, &ev, unit, NULL);
 	cf->events++;
 }
 

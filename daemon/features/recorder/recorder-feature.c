@@ -118,6 +118,7 @@ static int recorder_take_snapshot(
 		.until_ns = until_ns,
 		.filter = filter,
 		.unit = snapshot_unit,
+		.procs = hub_procs(manager_hub(m)),
 		.decoder = snapshot_decoder,
 		.userdata = m,
 	};

@@ -72,6 +72,13 @@ static int entry_compare(const void *a, const void *b) {
 	return (x->hdr.seq > y->hdr.seq) - (x->hdr.seq < y->hdr.seq);
 }
 
+/* LineageUnitFn over the options' unit resolver. */
+static const char *snapshot_lineage_unit(void *userdata, uint64_t cgroup_id) {
+	const SnapshotOptions *o = userdata;
+
+	return o->unit ? o->unit(cgroup_id, o->userdata) : NULL;
+}
+
 int snapshot_write(const RecorderCopy *copies, size_t n, const SnapshotOptions *o, FILE *f, SnapshotSummary *ret) {
 	_cleanup_free_ CopyStats *stats = calloc(n ?: 1, sizeof(CopyStats));
 	_cleanup_free_ char *buf = malloc(ENCODE_JSON_MAX);
@@ -112,8 +119,13 @@ int snapshot_write(const RecorderCopy *copies, size_t n, const SnapshotOptions *
 				ev->producer_type = t;
 			}
 		}
-		if (o->filter && !filter_match(o->filter, ev, unit))
-			continue;
+		if (o->filter) {
+			Lineage lineage;
+
+			lineage_init(&lineage, o->procs, ev, snapshot_lineage_unit, (void *) o);
+			if (!filter_match(o->filter, ev, unit, &lineage))
+				continue;
+		}
 		len = ev->btf ? encode_json_btf(ev, ev->btf, ev->producer_name, unit, buf, ENCODE_JSON_MAX) :
 				encode_json(ev, unit, buf, ENCODE_JSON_MAX);
 		if (len <= 0)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "producers.h"
+#include "proctable.h"
 #include "recorder.h"
 #include "request.h"
 
@@ -19,6 +20,9 @@ typedef struct SnapshotOptions {
 	const char *(*unit)(uint64_t cgroup_id, void *userdata);
 	const ProducerType *(*decoder)(uint16_t type, void *userdata);
 	void *userdata;
+	/* The process table for "ancestor" filters (NULL: such a filter matches nothing). It is
+	 * the table as it is now: an ancestor evicted since an old event is a miss. */
+	ProcTable *procs;
 } SnapshotOptions;
 
 typedef struct SnapshotSummary {

@@ -1,0 +1,421 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "event.h"
+#include "macro.h"
+#include "proctable.h"
+
+/* One entry as words, each read and written with a relaxed atomic: the bucket's sequence count
+ * orders them (proctable.h). */
+enum {
+	W_EXEC_ID,
+	W_PARENT,
+	W_CGROUP,
+	W_META,  /* pid << 32 | uid */
+	W_STAMP, /* insertion order << 1 | exited */
+	W_COMM0,
+	W_COMM1,
+	_W_MAX,
+};
+
+typedef struct ProcBucket {
+	_Alignas(64) uint32_t seq; /* odd while a writer changes the bucket */
+	uint32_t lock;             /* writers' spin lock */
+	uint64_t slot[PROC_BUCKET_SLOTS][_W_MAX];
+} ProcBucket;
+
+struct ProcTable {
+	ProcBucket *buckets;
+	size_t n_buckets; /* a power of two */
+	uint64_t stamp;   /* insertion order, for eviction */
+	uint64_t inserted, seeded, exited, evicted, evicted_live, misses, retries;
+};
+
+#define LOAD(x)     __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+#define COUNT(x, v) __atomic_fetch_add(&(x), (v), __ATOMIC_RELAXED)
+
+int proc_table_new(size_t capacity, ProcTable **ret) {
+	ProcTable *t;
+	size_t n = PROC_TABLE_MIN / PROC_BUCKET_SLOTS;
+
+	if (capacity > PROC_TABLE_MAX)
+		capacity = PROC_TABLE_MAX;
+	while (n * PROC_BUCKET_SLOTS < capacity)
+		n <<= 1;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->buckets = aligned_alloc(_Alignof(ProcBucket), n * sizeof(ProcBucket));
+	if (!t->buckets) {
+		free(t);
+		return -ENOMEM;
+	}
+	memset(t->buckets, 0, n * sizeof(ProcBucket));
+	t->n_buckets = n;
+	*ret = t;
+	return 0;
+}
+
+ProcTable *proc_table_free(ProcTable *t) {
+	if (t) {
+		free(t->buckets);
+		free(t);
+	}
+	return NULL;
+}
+
+static ProcBucket *bucket_of(ProcTable *t, uint64_t exec_id) {
+	/* exec ids are already mixed (perfrelay_exec_id()): their low bits are as good as any. */
+	return &t->buckets[exec_id & (t->n_buckets - 1)];
+}
+
+static void bucket_lock(ProcBucket *b) {
+	while (__atomic_exchange_n(&b->lock, 1, __ATOMIC_ACQUIRE))
+		while (LOAD(b->lock))
+			__builtin_ia32_pause();
+	/* seqcount write side: odd, then the stores, ordered after it. */
+	STORE(b->seq, LOAD(b->seq) + 1);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static void bucket_unlock(ProcBucket *b) {
+	__atomic_store_n(&b->seq, LOAD(b->seq) + 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&b->lock, 0, __ATOMIC_RELEASE);
+}
+
+/* A consistent copy of the bucket's words. */
+static void bucket_read(ProcTable *t, ProcBucket *b, uint64_t out[PROC_BUCKET_SLOTS][_W_MAX]) {
+	for (;;) {
+		uint32_t s = __atomic_load_n(&b->seq, __ATOMIC_ACQUIRE);
+
+		if (!(s & 1)) {
+			for (unsigned i = 0; i < PROC_BUCKET_SLOTS; i++)
+				for (unsigned w = 0; w < _W_MAX; w++)
+					out[i][w] = LOAD(b->slot[i][w]);
+			__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			if (LOAD(b->seq) == s)
+				return;
+		}
+		COUNT(t->retries, 1);
+		__builtin_ia32_pause();
+	}
+}
+
+static void words_to_entry(const uint64_t *w, ProcEntry *e) {
+	e->exec_id = w[W_EXEC_ID];
+	e->parent_exec_id = w[W_PARENT];
+	e->cgroup_id = w[W_CGROUP];
+	e->pid = (uint32_t) (w[W_META] >> 32);
+	e->uid = (uint32_t) w[W_META];
+	e->exited = w[W_STAMP] & 1;
+	memcpy(e->comm, &w[W_COMM0], 8);
+	memcpy(e->comm + 8, &w[W_COMM1], 8);
+	e->comm[PROC_COMM_LEN - 1] = 0;
+}
+
+static bool bucket_holds(ProcTable *t, ProcBucket *b, uint64_t exec_id) {
+	uint64_t w[PROC_BUCKET_SLOTS][_W_MAX];
+
+	bucket_read(t, b, w);
+	for (unsigned i = 0; i < PROC_BUCKET_SLOTS; i++)
+		if (w[i][W_EXEC_ID] == exec_id)
+			return true;
+	return false;
+}
+
+/* The slot for exec_id in a locked bucket: its own, else an empty one, else the victim: the
+ * oldest exited entry, else the oldest. */
+static unsigned bucket_slot_for(ProcBucket *b, uint64_t exec_id) {
+	unsigned empty = PROC_BUCKET_SLOTS, victim = 0;
+	uint64_t victim_key = UINT64_MAX;
+
+	for (unsigned i = 0; i < PROC_BUCKET_SLOTS; i++) {
+		uint64_t id = LOAD(b->slot[i][W_EXEC_ID]);
+		/* exited entries sort before live ones, then by age */
+		uint64_t stamp = LOAD(b->slot[i][W_STAMP]);
+		uint64_t key = (stamp & 1 ? 0 : UINT64_C(1) << 63) | stamp >> 1;
+
+		if (id == exec_id)
+			return i;
+		if (id == 0) {
+			if (empty == PROC_BUCKET_SLOTS)
+				empty = i;
+			continue;
+		}
+		if (key < victim_key) {
+			victim_key = key;
+			victim = i;
+		}
+	}
+	return empty < PROC_BUCKET_SLOTS ? empty : victim;
+}
+
+bool proc_table_put(ProcTable *t, const ProcEntry *e, bool only_new) {
+	uint64_t comm[2] = {}, id;
+	ProcBucket *b;
+	unsigned i;
+
+	if (!t || e->exec_id == 0)
+		return false;
+	b = bucket_of(t, e->exec_id);
+	/* Most of what only_new brings (an exec's ancestors, the seed's parents) is held already:
+	 * a lock-free look first, the lock only to add. */
+	if (only_new && bucket_holds(t, b, e->exec_id))
+		return false;
+	memcpy(comm, e->comm, strnlen(e->comm, PROC_COMM_LEN - 1));
+	bucket_lock(b);
+	i = bucket_slot_for(b, e->exec_id);
+	id = LOAD(b->slot[i][W_EXEC_ID]);
+	if (id == e->exec_id && only_new) {
+		bucket_unlock(b);
+		return false;
+	}
+	if (id != e->exec_id) {
+		COUNT(t->inserted, 1);
+		if (id != 0) {
+			COUNT(t->evicted, 1);
+			if (!(LOAD(b->slot[i][W_STAMP]) & 1))
+				COUNT(t->evicted_live, 1);
+		}
+	}
+	STORE(b->slot[i][W_EXEC_ID], e->exec_id);
+	STORE(b->slot[i][W_PARENT], e->parent_exec_id);
+	STORE(b->slot[i][W_CGROUP], e->cgroup_id);
+	STORE(b->slot[i][W_META], (uint64_t) e->pid << 32 | e->uid);
+	STORE(b->slot[i][W_STAMP], COUNT(t->stamp, 1) << 1 | (e->exited ? 1 : 0));
+	STORE(b->slot[i][W_COMM0], comm[0]);
+	STORE(b->slot[i][W_COMM1], comm[1]);
+	bucket_unlock(b);
+	return id != e->exec_id;
+}
+
+void proc_table_exit(ProcTable *t, uint64_t exec_id) {
+	ProcBucket *b;
+	unsigned i;
+	uint64_t id;
+
+	if (!t || exec_id == 0)
+		return;
+	b = bucket_of(t, exec_id);
+	bucket_lock(b);
+	i = bucket_slot_for(b, exec_id);
+	id = LOAD(b->slot[i][W_EXEC_ID]);
+	COUNT(t->exited, 1);
+	if (id == exec_id) {
+		STORE(b->slot[i][W_STAMP], LOAD(b->slot[i][W_STAMP]) | 1);
+		bucket_unlock(b);
+		return;
+	}
+	/* An image the table does not hold: its fork may come later from another CPU's ring (an
+	 * exec that replaced a fresh fork's copy). A tombstone keeps that fork from adding it as
+	 * live (proc_table_put(only_new)); pid 0, no parent: no walk takes it for a process. */
+	if (id != 0) {
+		COUNT(t->evicted, 1);
+		if (!(LOAD(b->slot[i][W_STAMP]) & 1))
+			COUNT(t->evicted_live, 1);
+	}
+	STORE(b->slot[i][W_EXEC_ID], exec_id);
+	STORE(b->slot[i][W_PARENT], 0);
+	STORE(b->slot[i][W_CGROUP], 0);
+	STORE(b->slot[i][W_META], 0);
+	STORE(b->slot[i][W_STAMP], COUNT(t->stamp, 1) << 1 | 1);
+	STORE(b->slot[i][W_COMM0], 0);
+	STORE(b->slot[i][W_COMM1], 0);
+	bucket_unlock(b);
+}
+
+bool proc_table_get(ProcTable *t, uint64_t exec_id, ProcEntry *ret) {
+	uint64_t w[PROC_BUCKET_SLOTS][_W_MAX];
+
+	if (!t || exec_id == 0)
+		return false;
+	bucket_read(t, bucket_of(t, exec_id), w);
+	for (unsigned i = 0; i < PROC_BUCKET_SLOTS; i++)
+		if (w[i][W_EXEC_ID] == exec_id) {
+			words_to_entry(w[i], ret);
+			return true;
+		}
+	return false;
+}
+
+void proc_table_count_seeded(ProcTable *t, uint64_t n) {
+	COUNT(t->seeded, n);
+}
+
+static void copy_comm(char dst[PROC_COMM_LEN], const char *src) {
+	size_t n = src ? strnlen(src, PROC_COMM_LEN - 1) : 0;
+
+	if (n > 0)
+		memcpy(dst, src, n);
+	dst[n] = 0;
+}
+
+void proc_table_note(ProcTable *t, const DecodedEvent *ev) {
+	ProcEntry e = {};
+
+	if (!t || !ev->known || !ev->has_exec_id)
+		return;
+	switch (ev->hdr.type) {
+	case PERFRELAY_TYPE_EXEC: {
+		const uint8_t *x = ev->record;
+		uint32_t n;
+
+		/* The ancestors first, each only if new: the record is what the kernel had at the
+		 * exec, the table may know more (a cgroup). ancestors[i + 1] is ancestors[i]'s
+		 * parent; the last one's parent is not in the record. */
+		if (ev->record_size < sizeof(struct perfrelay_exec))
+			n = 0;
+		else
+			n = MIN(READ_FIELD(x, struct perfrelay_exec, n_ancestors),
+				(uint32_t) PERFRELAY_ANCESTORS_MAX);
+		for (uint32_t i = 0; i < n; i++) {
+			e = (ProcEntry){ .exec_id = READ_FIELD(x, struct perfrelay_exec, ancestors[i].exec_id),
+					 .pid = READ_FIELD(x, struct perfrelay_exec, ancestors[i].pid),
+					 .uid = PROC_UID_UNKNOWN };
+			if (i + 1 < n)
+				e.parent_exec_id = READ_FIELD(
+					x, struct perfrelay_exec, ancestors[i + 1].exec_id);
+			copy_comm(e.comm, FIELD_PTR(x, struct perfrelay_exec, ancestors[i].comm));
+			proc_table_put(t, &e, true);
+		}
+		/* The image the exec replaced is gone (the pid is the new one's now). */
+		if (ev->record_size >= sizeof(struct perfrelay_exec))
+			proc_table_exit(t, READ_FIELD(x, struct perfrelay_exec, prev_exec_id));
+		e = (ProcEntry){ .exec_id = ev->exec_id,
+				 .parent_exec_id = ev->parent_exec_id,
+				 .cgroup_id = ev->cgroup_id,
+				 .pid = ev->pid,
+				 .uid = ev->has_uid ? ev->uid : PROC_UID_UNKNOWN };
+		copy_comm(e.comm, ev->comm);
+		proc_table_put(t, &e, false);
+		break;
+	}
+	case PERFRELAY_TYPE_FORK: {
+		uint32_t child_pid = READ_FIELD(ev->record, struct perfrelay_fork, child_pid),
+			 child_tgid = READ_FIELD(ev->record, struct perfrelay_fork, child_tgid);
+		ProcEntry parent;
+
+		if (child_pid != child_tgid)
+			return; /* a thread: its process is known already */
+		e = (ProcEntry){ .exec_id = ev->exec_id,
+				 .parent_exec_id = ev->parent_exec_id,
+				 .pid = child_tgid,
+				 .uid = ev->has_uid ? ev->uid : PROC_UID_UNKNOWN };
+		/* The child runs in its parent's cgroup until it moves. */
+		if (proc_table_get(t, ev->parent_exec_id, &parent))
+			e.cgroup_id = parent.cgroup_id;
+		copy_comm(e.comm, ev->comm);
+		proc_table_put(t, &e, true);
+		break;
+	}
+	case PERFRELAY_TYPE_EXIT:
+		proc_table_exit(t, ev->exec_id);
+		break;
+	default:
+		break;
+	}
+}
+
+size_t proc_table_list(ProcTable *t, ProcEntry *out, size_t max) {
+	size_t k = 0;
+
+	for (size_t b = 0; b < t->n_buckets && k < max; b++) {
+		uint64_t w[PROC_BUCKET_SLOTS][_W_MAX];
+
+		bucket_read(t, &t->buckets[b], w);
+		for (unsigned i = 0; i < PROC_BUCKET_SLOTS && k < max; i++)
+			if (w[i][W_EXEC_ID] != 0 && !(w[i][W_STAMP] & 1))
+				words_to_entry(w[i], &out[k++]);
+	}
+	return k;
+}
+
+void proc_table_get_stats(ProcTable *t, ProcTableStats *ret) {
+	ProcTableStats s = {
+		.capacity = t->n_buckets * PROC_BUCKET_SLOTS,
+		.bytes = sizeof(*t) + t->n_buckets * sizeof(ProcBucket),
+		.inserted = LOAD(t->inserted),
+		.seeded = LOAD(t->seeded),
+		.exited = LOAD(t->exited),
+		.evicted = LOAD(t->evicted),
+		.evicted_live = LOAD(t->evicted_live),
+		.misses = LOAD(t->misses),
+		.retries = LOAD(t->retries),
+	};
+
+	for (size_t b = 0; b < t->n_buckets; b++)
+		for (unsigned i = 0; i < PROC_BUCKET_SLOTS; i++)
+			if (LOAD(t->buckets[b].slot[i][W_EXEC_ID]) != 0) {
+				s.entries++;
+				s.live += !(LOAD(t->buckets[b].slot[i][W_STAMP]) & 1);
+			}
+	*ret = s;
+}
+
+void lineage_walk(Lineage *l) {
+	const DecodedEvent *ev = l->ev;
+	uint64_t next;
+
+	if (l->walked)
+		return;
+	l->walked = true;
+	l->complete = false;
+	l->n = 0;
+	if (!ev->known || !ev->has_exec_id)
+		return;
+	next = ev->parent_exec_id;
+	if (ev->hdr.type == PERFRELAY_TYPE_EXEC && ev->record_size >= sizeof(struct perfrelay_exec)) {
+		const uint8_t *x = ev->record;
+		uint32_t n = MIN(
+			READ_FIELD(x, struct perfrelay_exec, n_ancestors), (uint32_t) PERFRELAY_ANCESTORS_MAX);
+		bool last_known = false;
+
+		for (uint32_t i = 0; i < n; i++) {
+			ProcEntry *e = &l->a[l->n++];
+			ProcEntry known;
+
+			*e = (ProcEntry){ .exec_id = READ_FIELD(x, struct perfrelay_exec, ancestors[i].exec_id),
+					  .pid = READ_FIELD(x, struct perfrelay_exec, ancestors[i].pid),
+					  .uid = PROC_UID_UNKNOWN };
+			copy_comm(e->comm, FIELD_PTR(x, struct perfrelay_exec, ancestors[i].comm));
+			/* The cgroup (for "unit") and the parent of the last one come from the table. */
+			last_known = proc_table_get(l->table, e->exec_id, &known) && known.pid != 0;
+			if (last_known) {
+				e->cgroup_id = known.cgroup_id;
+				e->parent_exec_id = known.parent_exec_id;
+				e->uid = known.uid;
+			}
+			if (i + 1 < n)
+				e->parent_exec_id = READ_FIELD(
+					x, struct perfrelay_exec, ancestors[i + 1].exec_id);
+		}
+		if (n < PERFRELAY_ANCESTORS_MAX) {
+			l->complete = true; /* the kernel's chain ended: the root was reached */
+			return;
+		}
+		/* Eight of them: the chain goes on where the table says, if it knows the last one
+		 * (whose parent is 0 if it is a root). */
+		if (!last_known) {
+			if (l->table)
+				COUNT(l->table->misses, 1);
+			return;
+		}
+		next = l->a[l->n - 1].parent_exec_id;
+	}
+	while (l->n < LINEAGE_MAX) {
+		if (next == 0) {
+			l->complete = true;
+			return;
+		}
+		if (!proc_table_get(l->table, next, &l->a[l->n]) || l->a[l->n].pid == 0) {
+			/* Not held, or only a tombstone (proc_table_exit()). */
+			if (l->table)
+				COUNT(l->table->misses, 1);
+			return;
+		}
+		next = l->a[l->n++].parent_exec_id;
+	}
+}

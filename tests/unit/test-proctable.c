@@ -1,0 +1,391 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Unit tests of proctable.c: entries in and out, what exec, fork and exit events tell the table,
+ * eviction in a full bucket (exited first, then the oldest) with exact counts, lineage walks
+ * with their misses, the "ancestor" filter over them, and writers and lock-free readers on
+ * threads (build-tsan runs this under ThreadSanitizer). */
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode.h"
+#include "event.h"
+#include "filter.h"
+#include "macro.h"
+#include "proctable.h"
+
+#include "unit-test.h"
+
+static ProcEntry entry(uint64_t id, uint64_t parent, uint32_t pid, const char *comm) {
+	ProcEntry e = { .exec_id = id, .parent_exec_id = parent, .pid = pid, .uid = 1000, .cgroup_id = 7 };
+
+	snprintf(e.comm, sizeof(e.comm), "%s", comm);
+	return e;
+}
+
+static void test_put_get(void) {
+	_cleanup_(proc_table_freep) ProcTable *t = NULL;
+	ProcEntry e = entry(0x1234, 0x99, 42, "bash"), got;
+	ProcTableStats st;
+
+	ASSERT(proc_table_new(100, &t) == 0);
+	proc_table_get_stats(t, &st);
+	ASSERT(st.capacity == 128 && st.entries == 0); /* rounded up to a power of two */
+	ASSERT(!proc_table_get(t, 0x1234, &got));
+	proc_table_put(t, &e, false);
+	ASSERT(proc_table_get(t, 0x1234, &got));
+	ASSERT(got.exec_id == 0x1234 && got.parent_exec_id == 0x99 && got.pid == 42 && got.uid == 1000 &&
+	       got.cgroup_id == 7 && streq(got.comm, "bash") && !got.exited);
+	/* only_new leaves what is there; a full put replaces it. */
+	e = entry(0x1234, 0x98, 43, "zsh");
+	proc_table_put(t, &e, true);
+	ASSERT(proc_table_get(t, 0x1234, &got) && got.pid == 42 && streq(got.comm, "bash"));
+	proc_table_put(t, &e, false);
+	ASSERT(proc_table_get(t, 0x1234, &got) && got.pid == 43 && streq(got.comm, "zsh"));
+	/* A 15-byte comm stays whole; exec id 0 is no entry. */
+	e = entry(0x55, 0, 1, "123456789012345");
+	proc_table_put(t, &e, false);
+	ASSERT(proc_table_get(t, 0x55, &got) && streq(got.comm, "123456789012345"));
+	e = entry(0, 0, 1, "zero");
+	proc_table_put(t, &e, false);
+	ASSERT(!proc_table_get(t, 0, &got));
+
+	proc_table_exit(t, 0x1234);
+	ASSERT(proc_table_get(t, 0x1234, &got) && got.exited);
+	/* An exit read before its fork (another CPU's ring): a tombstone the fork does not revive. */
+	proc_table_exit(t, 0x4321);
+	ASSERT(proc_table_get(t, 0x4321, &got) && got.exited && got.pid == 0);
+	e = entry(0x4321, 0x1234, 77, "late");
+	proc_table_put(t, &e, true);
+	ASSERT(proc_table_get(t, 0x4321, &got) && got.exited && got.pid == 0);
+	{
+		ProcEntry list[8];
+		size_t n = proc_table_list(t, list, ELEMENTSOF(list));
+
+		ASSERT(n == 1 && list[0].exec_id == 0x55); /* the live ones only */
+	}
+	proc_table_get_stats(t, &st);
+	ASSERT(st.entries == 3 && st.live == 1 && st.inserted == 2 && st.exited == 2 && st.evicted == 0);
+}
+
+static void test_eviction(void) {
+	_cleanup_(proc_table_freep) ProcTable *t = NULL;
+	ProcTableStats st;
+	ProcEntry got;
+
+	/* 64 entries: 16 buckets of 4; ids k * 16 + 1 share bucket 1. */
+	ASSERT(proc_table_new(64, &t) == 0);
+	for (uint64_t k = 1; k <= 4; k++) {
+		ProcEntry e = entry(k * 16 + 1, 0, (uint32_t) k, "p");
+
+		proc_table_put(t, &e, false);
+	}
+	proc_table_exit(t, 3 * 16 + 1);
+	{
+		/* Full: the exited one goes first, though it is not the oldest. */
+		ProcEntry e = entry(5 * 16 + 1, 0, 5, "p");
+
+		proc_table_put(t, &e, false);
+	}
+	ASSERT(!proc_table_get(t, 3 * 16 + 1, &got));
+	ASSERT(proc_table_get(t, 1 * 16 + 1, &got) && proc_table_get(t, 5 * 16 + 1, &got));
+	{
+		/* Full and all live: the oldest. */
+		ProcEntry e = entry(6 * 16 + 1, 0, 6, "p");
+
+		proc_table_put(t, &e, false);
+	}
+	ASSERT(!proc_table_get(t, 1 * 16 + 1, &got));
+	ASSERT(proc_table_get(t, 2 * 16 + 1, &got) && proc_table_get(t, 6 * 16 + 1, &got));
+	proc_table_get_stats(t, &st);
+	ASSERT(st.inserted == 6 && st.evicted == 2 && st.evicted_live == 1 && st.entries == 4 && st.live == 4);
+	/* Other buckets were not touched. */
+	ASSERT(!proc_table_get(t, 2, &got));
+}
+
+/* A decoded exec record of `pid` whose ancestors are anc[0..n). */
+typedef struct ExecRec {
+	_Alignas(8) struct perfrelay_exec r;
+	DecodedEvent ev;
+} ExecRec;
+
+static void make_exec(
+	ExecRec *x, uint64_t id, uint64_t prev, uint32_t pid, const struct perfrelay_ancestor *anc, uint32_t n) {
+	memset(x, 0, sizeof(*x));
+	x->r.hdr = (struct perfrelay_hdr){ .magic = PERFRELAY_MAGIC,
+					   .version = PERFRELAY_VERSION,
+					   .type = PERFRELAY_TYPE_EXEC,
+					   .size = sizeof(struct perfrelay_exec),
+					   .producer = PERFRELAY_PRODUCER_EXEC };
+	x->r.pid = pid;
+	x->r.uid = 1000;
+	x->r.cgroup_id = 77;
+	strcpy(x->r.comm, "child");
+	x->r.ids.exec_id = id;
+	x->r.ids.parent_exec_id = n > 0 ? anc[0].exec_id : 0;
+	x->r.prev_exec_id = prev;
+	x->r.n_ancestors = n;
+	memcpy(x->r.ancestors, anc, n * sizeof(*anc));
+	ASSERT(decode_event(&x->r, sizeof(x->r), &x->ev) == DECODE_OK);
+}
+
+static void test_note_and_lineage(void) {
+	_cleanup_(proc_table_freep) ProcTable *t = NULL;
+	struct perfrelay_ancestor anc[3] = {
+		{ .exec_id = 0xa1, .pid = 100, .comm = "sh" },
+		{ .exec_id = 0xa2, .pid = 50, .comm = "sshd" },
+		{ .exec_id = 0xa3, .pid = 1, .comm = "systemd" },
+	};
+	ExecRec x;
+	ProcEntry got, forked = entry(0xf0, 0xa1, 200, "sh");
+	ProcTableStats st;
+	Lineage l;
+
+	ASSERT(proc_table_new(1024, &t) == 0);
+	proc_table_put(t, &forked, false); /* the fork's copy the exec replaces */
+	make_exec(&x, 0xb0, 0xf0, 200, anc, 3);
+	proc_table_note(t, &x.ev);
+	ASSERT(proc_table_get(t, 0xb0, &got) && got.pid == 200 && got.parent_exec_id == 0xa1 &&
+	       got.cgroup_id == 77 && got.uid == 1000 && streq(got.comm, "child"));
+	ASSERT(proc_table_get(t, 0xf0, &got) && got.exited); /* replaced by the exec */
+	/* The ancestors, each linked to the next; the last one's parent is not in the record. */
+	ASSERT(proc_table_get(t, 0xa1, &got) && got.parent_exec_id == 0xa2 && got.pid == 100 &&
+	       got.uid == PROC_UID_UNKNOWN && streq(got.comm, "sh"));
+	ASSERT(proc_table_get(t, 0xa3, &got) && got.parent_exec_id == 0 && streq(got.comm, "systemd"));
+
+	/* An exec's lineage is its record's, complete when the kernel's chain ended. */
+	lineage_init(&l, t, &x.ev, NULL, NULL);
+	lineage_walk(&l);
+	ASSERT(l.complete && l.n == 3 && l.a[0].exec_id == 0xa1 && l.a[2].exec_id == 0xa3);
+
+	/* An open of the new image walks the table: parent 0xb0 -> 0xa1 -> 0xa2 -> 0xa3 -> root. */
+	{
+		DecodedEvent open = { .hdr = { .type = PERFRELAY_TYPE_OPEN },
+				      .known = true,
+				      .has_exec_id = true,
+				      .exec_id = 0xc0,
+				      .parent_exec_id = 0xb0 };
+		DecodedEvent orphan = open, none = open;
+
+		lineage_init(&l, t, &open, NULL, NULL);
+		lineage_walk(&l);
+		lineage_walk(&l); /* once */
+		ASSERT(l.complete && l.n == 4 && l.a[0].exec_id == 0xb0 && l.a[3].exec_id == 0xa3);
+
+		/* A parent the table does not hold: a miss, counted once per walk. */
+		orphan.parent_exec_id = 0xdead;
+		lineage_init(&l, t, &orphan, NULL, NULL);
+		lineage_walk(&l);
+		ASSERT(!l.complete && l.n == 0);
+		proc_table_get_stats(t, &st);
+		ASSERT(st.misses == 1);
+
+		/* A tombstone is no process: a miss too. */
+		proc_table_exit(t, 0xdeae);
+		orphan.parent_exec_id = 0xdeae;
+		lineage_init(&l, t, &orphan, NULL, NULL);
+		lineage_walk(&l);
+		ASSERT(!l.complete && l.n == 0);
+		proc_table_get_stats(t, &st);
+		ASSERT(st.misses == 2);
+
+		/* No process identity (a schema 2 record): no ancestors, no miss. */
+		none.has_exec_id = false;
+		lineage_init(&l, t, &none, NULL, NULL);
+		lineage_walk(&l);
+		ASSERT(l.n == 0);
+		proc_table_get_stats(t, &st);
+		ASSERT(st.misses == 2);
+	}
+
+	/* A fork of a process: the child's entry with its parent's cgroup; a thread's: none. */
+	{
+		_Alignas(8) struct perfrelay_fork f = {
+			.hdr = { .magic = PERFRELAY_MAGIC,
+				 .version = PERFRELAY_VERSION,
+				 .type = PERFRELAY_TYPE_FORK,
+				 .size = sizeof(struct perfrelay_fork),
+				 .producer = PERFRELAY_PRODUCER_FORK },
+			.parent_pid = 200,
+			.child_pid = 201,
+			.child_tgid = 201,
+			.uid = 1000,
+			.comm = "child",
+			.ids = { .exec_id = 0xd0, .parent_exec_id = 0xb0 },
+		};
+		DecodedEvent ev;
+
+		ASSERT(decode_event(&f, sizeof(f), &ev) == DECODE_OK);
+		proc_table_note(t, &ev);
+		ASSERT(proc_table_get(t, 0xd0, &got) && got.pid == 201 && got.parent_exec_id == 0xb0 &&
+		       got.cgroup_id == 77);
+		f.child_pid = 202; /* a thread of 201 */
+		f.ids.exec_id = 0xd1;
+		ASSERT(decode_event(&f, sizeof(f), &ev) == DECODE_OK);
+		proc_table_note(t, &ev);
+		ASSERT(!proc_table_get(t, 0xd1, &got));
+	}
+}
+
+static const char *unit_of(void *userdata, uint64_t cgroup_id) {
+	(*(unsigned *) userdata)++;
+	return cgroup_id == 77 ? "sshd.service" : NULL;
+}
+
+static Subscription *sub(const char *json) {
+	RequestLimits lim = { .max_bytes = 65536, .max_depth = 8 };
+	Subscription *s = NULL;
+	RequestError e;
+
+	ASSERT(request_parse(json, strlen(json), &lim, &s, &e) == 0);
+	if (s)
+		s->access = SUBSCRIPTION_ACCESS_ALL;
+	return s;
+}
+
+static void test_ancestor_filter(void) {
+	_cleanup_(proc_table_freep) ProcTable *t = NULL;
+	ProcEntry sshd = entry(0xa2, 0xa3, 50, "sshd"), sh = entry(0xa1, 0xa2, 100, "sh"),
+		  init = entry(0xa3, 0, 1, "systemd");
+	DecodedEvent open = { .hdr = { .type = PERFRELAY_TYPE_OPEN },
+			      .known = true,
+			      .has_exec_id = true,
+			      .exec_id = 0xc0,
+			      .parent_exec_id = 0xa1 };
+	Subscription *by_comm = sub("{\"subscribe\":{\"ancestor\":{\"comm\":[\"sshd\"]}}}"),
+		     *by_id = sub("{\"subscribe\":{\"ancestor\":{\"exec_id\":[\"00000000000000a1\"]}}}"),
+		     *by_unit = sub("{\"subscribe\":{\"ancestor\":{\"unit\":[\"sshd.service\"]}}}"),
+		     *other = sub(
+			     "{\"subscribe\":{\"ancestor\":{\"comm\":[\"cron\"],\"exec_id\":[\"00000000000000c0\"]}}}"),
+		     *plain = sub("{}");
+	unsigned resolved = 0;
+	Lineage l;
+
+	ASSERT(proc_table_new(1024, &t) == 0);
+	sshd.cgroup_id = 77;
+	sh.cgroup_id = 77;
+	init.cgroup_id = 1;
+	proc_table_put(t, &sshd, false);
+	proc_table_put(t, &sh, false);
+	proc_table_put(t, &init, false);
+
+	lineage_init(&l, t, &open, unit_of, &resolved);
+	ASSERT(filter_match(by_comm, &open, NULL, &l));
+	ASSERT(l.walked && l.complete && l.n == 3);
+	ASSERT(filter_match(by_id, &open, NULL, &l));
+	ASSERT(filter_match(by_unit, &open, NULL, &l));
+	ASSERT(resolved == 1); /* sh and sshd share their cgroup: resolved once */
+	/* The process itself is not its own ancestor. */
+	ASSERT(!filter_match(other, &open, NULL, &l));
+	ASSERT(filter_match(plain, &open, NULL, &l));
+	/* Without a lineage, an ancestor filter matches nothing; others do not need one. */
+	ASSERT(!filter_match(by_comm, &open, NULL, NULL));
+	ASSERT(filter_match(plain, &open, NULL, NULL));
+	/* A walk that misses matches nothing above the miss. */
+	open.parent_exec_id = 0xbeef;
+	lineage_init(&l, t, &open, unit_of, &resolved);
+	ASSERT(!filter_match(by_comm, &open, NULL, &l));
+	subscription_free(by_comm);
+	subscription_free(by_id);
+	subscription_free(by_unit);
+	subscription_free(other);
+	subscription_free(plain);
+}
+
+/* Writers and lock-free readers: every entry a reader sees is whole (its fields derive from
+ * its id), however the writers interleave. */
+#define N_WRITERS 2
+#define N_READERS 2
+#define N_IDS     512u
+#define ROUNDS    200
+
+static ProcTable *shared;
+
+static ProcEntry derived(uint64_t id, unsigned round) {
+	ProcEntry e = entry(id, id * 3, (uint32_t) id + round, "");
+
+	snprintf(e.comm, sizeof(e.comm), "r%u-%" PRIu64, round % 1000, id % 1000);
+	e.cgroup_id = id ^ round;
+	return e;
+}
+
+static void *writer_main(void *arg) {
+	unsigned w = (unsigned) (uintptr_t) arg;
+
+	for (unsigned round = 0; round < ROUNDS; round++)
+		for (uint64_t id = 1 + w; id <= N_IDS; id += N_WRITERS) {
+			ProcEntry e = derived(id, round);
+
+			proc_table_put(shared, &e, false);
+			if (round % 7 == 0)
+				proc_table_exit(shared, id);
+		}
+	return NULL;
+}
+
+static void *reader_main(void *arg) {
+	uintptr_t bad = 0;
+
+	for (unsigned round = 0; round < ROUNDS * 4; round++)
+		for (uint64_t id = 1; id <= N_IDS; id++) {
+			ProcEntry got;
+
+			if (!proc_table_get(shared, id, &got))
+				continue;
+			/* The round it was written in, from its pid: every other field must agree. */
+			{
+				unsigned r = got.pid - (uint32_t) id;
+				ProcEntry want = derived(id, r);
+
+				if (r >= ROUNDS || got.parent_exec_id != want.parent_exec_id ||
+				    got.cgroup_id != want.cgroup_id || strcmp(got.comm, want.comm) != 0)
+					bad++;
+			}
+		}
+	return (void *) bad;
+}
+
+static void test_threads(void) {
+	pthread_t w[N_WRITERS], r[N_READERS];
+	uintptr_t bad = 0;
+
+	/* Large enough that nothing is evicted: a reader may then check every entry it sees. */
+	ASSERT(proc_table_new(4 * N_IDS, &shared) == 0);
+	for (unsigned i = 0; i < N_WRITERS; i++)
+		ASSERT(pthread_create(&w[i], NULL, writer_main, (void *) (uintptr_t) i) == 0);
+	for (unsigned i = 0; i < N_READERS; i++)
+		ASSERT(pthread_create(&r[i], NULL, reader_main, NULL) == 0);
+	for (unsigned i = 0; i < N_WRITERS; i++)
+		pthread_join(w[i], NULL);
+	for (unsigned i = 0; i < N_READERS; i++) {
+		void *ret;
+
+		pthread_join(r[i], &ret);
+		bad += (uintptr_t) ret;
+	}
+	ASSERT(bad == 0);
+	{
+		ProcTableStats st;
+
+		proc_table_get_stats(shared, &st);
+		ASSERT(st.entries == N_IDS && st.evicted == 0 && st.inserted == N_IDS);
+	}
+	shared = proc_table_free(shared);
+}
+
+int main(void) {
+	test_put_get();
+	test_eviction();
+	test_note_and_lineage();
+	test_ancestor_filter();
+	test_threads();
+
+	if (failures) {
+		fprintf(stderr, "%d failures\n", failures);
+		return EXIT_FAILURE;
+	}
+	printf("test-proctable: all passed\n");
+	return EXIT_SUCCESS;
+}
