@@ -223,5 +223,60 @@ def test_counters_across_restarts(root_and_bpf, nats_server):
         unit.remove()
 
 
+def test_ancestors_filter(root_and_bpf, nats_server):
+    """Ancestors= (the socket's "ancestor" filter): the exec of a marker shell's child is
+    exported, the marker's own exec and an exec outside its subtree are not; the stream holds
+    exactly what the daemon offered the exporter (GetStats' client_list)."""
+    from statsbus import PrivateBus
+
+    srv = nats_server()
+    bus = PrivateBus()
+    d = Daemon(BINARY, "export-anc", config="[Probes]\nProbes=exec\n")
+    e = None
+    work = tempfile.mkdtemp(prefix="perfrelay-anc-")
+    saved = os.environ.get("DBUS_SYSTEM_BUS_ADDRESS")
+    try:
+        os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = bus.address  # the daemon joins the test's bus
+        d.start()
+        if saved is None:
+            del os.environ["DBUS_SYSTEM_BUS_ADDRESS"]
+        else:
+            os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = saved
+        e = Exporter(EXPORT, "ancestors", [srv.url], socket_path=d.socket_path,
+                     extra="Types=exec\nAncestors=prexpsh\n[Stream]\nName=ANC\n").start()
+        nc = NatsClient(srv.url)
+        wait_for(lambda: (e.stats() or {}).get("stream_ready"), "the exporter created its stream")
+        sh = os.path.join(work, "prexpsh")
+        shutil.copy(os.path.realpath("/bin/sh"), sh)
+        inside, outside = (os.path.join(work, f"prexp{w}{os.getpid()}") for w in ("in", "out"))
+        for m in (inside, outside):
+            shutil.copy("/bin/true", m)
+        subprocess.run([sh, "-c", f"{inside}; exit 0"], check=True)
+        subprocess.run([outside], check=True)
+        for m in (sh, inside, outside):
+            d.wait_event(lambda ev: ev["type"] == "exec" and ev["filename"] == m, f"the exec of {m}")
+
+        def offered():
+            r = subprocess.run([CTL, "stats", "--json"], capture_output=True, text=True, timeout=30,
+                               env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=bus.address))
+            check_eq(r.returncode, 0, f"perfrelayctl stats: {r.stderr.strip()}")
+            return [c["offered"] for c in json.loads(r.stdout)["client_list"]]
+        # The daemon decided for the exporter when it published the events it printed above.
+        check_eq(offered(), [1], "one exec offered to the exporter (its only client)")
+
+        def stored():
+            return [rec for _, recs in stream_events(nc, "ANC") for _, rec, _ in recs]
+        recs = wait_for(lambda: stored() or None, "the exec in the stream")
+        check_eq(len(recs), 1, "one record in the stream")
+        check(inside.encode() in recs[0] and outside.encode() not in recs[0], "it is the marker's child's exec")
+        nc.close()
+    finally:
+        if e:
+            e.cleanup()
+        d.cleanup()
+        bus.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 if __name__ == "__main__":
     main(__file__)
