@@ -189,7 +189,8 @@ int verb_tree(int argc, char *argv[]) {
 	r = read_processes(&f);
 	if (r < 0)
 		goto out;
-	qsort(f.p, f.n, sizeof(Proc), cmp_pid);
+	if (f.n > 0) /* qsort() wants a non-NULL array even for none */
+		qsort(f.p, f.n, sizeof(Proc), cmp_pid);
 	/* Children in pid order: linked from the last so that each list comes out ascending. A
 	 * process is a root when its parent is not shown (not known, or not of --unit). */
 	for (size_t i = f.n; i-- > 0;) {

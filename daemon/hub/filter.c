@@ -129,7 +129,7 @@ static bool unit_in(char *const *units, size_t n, const char *unit) {
 
 /* Whether one of the event's ancestors is a process the "ancestor" filter names. The lineage is
  * walked by the first filter that asks, and kept for the others. */
-static bool ancestor_match(const Subscription *s, Lineage *l) {
+static bool ancestor_match(const SubscriptionAncestor *s, Lineage *l) {
 	uint64_t last_cgroup = 0;
 	bool last_in = false;
 
@@ -139,17 +139,14 @@ static bool ancestor_match(const Subscription *s, Lineage *l) {
 	for (unsigned i = 0; i < l->n; i++) {
 		const ProcEntry *a = &l->a[i];
 
-		if (u64_in(s->ancestor_exec_ids, s->n_ancestor_exec_ids, a->exec_id) ||
-		    comm_in(s->ancestor_comms, s->n_ancestor_comms, a->comm))
+		if (u64_in(s->exec_ids, s->n_exec_ids, a->exec_id) || comm_in(s->comms, s->n_comms, a->comm))
 			return true;
-		if (s->n_ancestor_units > 0 && a->cgroup_id != 0 && l->unit_of) {
+		if (s->n_units > 0 && a->cgroup_id != 0 && l->unit_of) {
 			/* Ancestors mostly share cgroups: resolve each run once. */
 			if (a->cgroup_id != last_cgroup) {
 				last_cgroup = a->cgroup_id;
 				last_in = unit_in(
-					s->ancestor_units,
-					s->n_ancestor_units,
-					l->unit_of(l->unit_userdata, a->cgroup_id));
+					s->units, s->n_units, l->unit_of(l->unit_userdata, a->cgroup_id));
 			}
 			if (last_in)
 				return true;
@@ -212,7 +209,7 @@ bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *uni
 			return false;
 	}
 	/* Last: the only test that may take more than a scan of the subscription. */
-	if (subscription_has_ancestor(s) && !ancestor_match(s, lineage))
+	if (s->ancestor && !ancestor_match(s->ancestor, lineage))
 		return false;
 	return true;
 }

@@ -405,18 +405,24 @@ static int parse_exec_ids(json_object *v, const char *key, uint64_t *ids, size_t
 
 /* "ancestor": {"comm": [...], "exec_id": [...], "unit": [...]}, at least one of them. */
 static int parse_ancestor(Subscription *s, json_object *v, RequestError *e) {
+	SubscriptionAncestor *a;
 	int r = 0;
 
 	if (!json_object_is_type(v, json_type_object))
 		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.ancestor: expected an object");
+	if (!s->ancestor) {
+		s->ancestor = calloc(1, sizeof(SubscriptionAncestor));
+		if (!s->ancestor)
+			return -ENOMEM;
+	}
+	a = s->ancestor;
 	json_object_object_foreach(v, key, value) {
 		if (streq(key, "comm"))
-			r = parse_comms(value, "ancestor.comm", s->ancestor_comms, &s->n_ancestor_comms, e);
+			r = parse_comms(value, "ancestor.comm", a->comms, &a->n_comms, e);
 		else if (streq(key, "exec_id"))
-			r = parse_exec_ids(
-				value, "ancestor.exec_id", s->ancestor_exec_ids, &s->n_ancestor_exec_ids, e);
+			r = parse_exec_ids(value, "ancestor.exec_id", a->exec_ids, &a->n_exec_ids, e);
 		else if (streq(key, "unit"))
-			r = parse_units(value, "ancestor.unit", s->ancestor_units, &s->n_ancestor_units, e);
+			r = parse_units(value, "ancestor.unit", a->units, &a->n_units, e);
 		else
 			r = fail(
 				e,
@@ -427,8 +433,7 @@ static int parse_ancestor(Subscription *s, json_object *v, RequestError *e) {
 		if (r < 0)
 			return r;
 	}
-	s->ancestor = s->n_ancestor_comms + s->n_ancestor_exec_ids + s->n_ancestor_units > 0;
-	if (!s->ancestor)
+	if (a->n_comms + a->n_exec_ids + a->n_units == 0)
 		return fail(
 			e,
 			PROTOCOL_BAD_REQUEST,

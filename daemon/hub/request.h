@@ -23,7 +23,7 @@
 /* Room for a message naming the field at fault and a cut-down copy of the bad value. */
 #define REQUEST_MESSAGE_MAX           256u
 /* Whether the subscription filters by ancestor (it then needs the event's lineage). */
-#define subscription_has_ancestor(s)  ((s)->ancestor)
+#define subscription_has_ancestor(s)  ((s)->ancestor != NULL)
 
 /* The "error" values of error lines. The first ones come from request_parse(); the others are
  * decided by the server and listed here so that every code has one spelling. */
@@ -79,12 +79,24 @@ typedef struct SubscriptionWhere {
 	size_t string_len;
 } SubscriptionWhere;
 
+/* The processes an "ancestor" filter names: one of these comms, exec ids or units, any one of
+ * them, at any depth. */
+typedef struct SubscriptionAncestor {
+	char comms[SUBSCRIPTION_MAX_ENTRIES][SUBSCRIPTION_COMM_MAX + 1];
+	size_t n_comms;
+	uint64_t exec_ids[SUBSCRIPTION_MAX_ENTRIES];
+	size_t n_exec_ids;
+	char *units[SUBSCRIPTION_MAX_ENTRIES]; /* owned */
+	size_t n_units;
+} SubscriptionAncestor;
+
 typedef struct Subscription {
 	SubscriptionAccess access;
 	uint32_t access_uid;
-	/* "ancestor" names a process (the lists at the end): here, with what every event reads,
-	 * so that a subscription without it costs no look at the lists. */
-	bool ancestor;
+	/* "ancestor": only events of processes that descend from a process it names
+	 * (docs/protocol.md). Owned; NULL, as for most subscriptions, when the request has none:
+	 * its lists are allocated only for the subscriptions that use them. */
+	struct SubscriptionAncestor *ancestor;
 
 	uint64_t type_mask;                       /* bit t: type id t < SUBSCRIPTION_TYPE_MASK_BITS */
 	uint16_t types[SUBSCRIPTION_MAX_ENTRIES]; /* type ids >= SUBSCRIPTION_TYPE_MASK_BITS */
@@ -106,14 +118,6 @@ typedef struct Subscription {
 	size_t n_comms;
 	char *units[SUBSCRIPTION_MAX_ENTRIES]; /* owned */
 	size_t n_units;
-	/* "ancestor": only events of processes that descend from a process with one of these
-	 * comms, exec ids or units (any one of them, at any depth; docs/protocol.md). */
-	char ancestor_comms[SUBSCRIPTION_MAX_ENTRIES][SUBSCRIPTION_COMM_MAX + 1];
-	size_t n_ancestor_comms;
-	uint64_t ancestor_exec_ids[SUBSCRIPTION_MAX_ENTRIES];
-	size_t n_ancestor_exec_ids;
-	char *ancestor_units[SUBSCRIPTION_MAX_ENTRIES]; /* owned */
-	size_t n_ancestor_units;
 
 	SubscriptionFormat format;
 	SubscriptionOverflow overflow;

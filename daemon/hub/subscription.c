@@ -18,13 +18,20 @@ const char *subscription_format_to_string(SubscriptionFormat f) {
 	return f == SUBSCRIPTION_FORMAT_BINARY ? "binary" : "json";
 }
 
+static void subscription_ancestor_free(SubscriptionAncestor *a) {
+	if (!a)
+		return;
+	for (size_t i = 0; i < a->n_units; i++)
+		free(a->units[i]);
+	free(a);
+}
+
 Subscription *subscription_free(Subscription *s) {
 	if (!s)
 		return NULL;
 	for (size_t i = 0; i < s->n_units; i++)
 		free(s->units[i]);
-	for (size_t i = 0; i < s->n_ancestor_units; i++)
-		free(s->ancestor_units[i]);
+	subscription_ancestor_free(s->ancestor);
 	free(s);
 	return NULL;
 }
@@ -42,12 +49,19 @@ int subscription_dup(const Subscription *s, Subscription **ret) {
 			return -ENOMEM;
 		d->n_units++;
 	}
-	d->n_ancestor_units = 0;
-	for (size_t i = 0; i < s->n_ancestor_units; i++) {
-		d->ancestor_units[i] = strdup(s->ancestor_units[i]);
-		if (!d->ancestor_units[i])
+	d->ancestor = NULL;
+	if (s->ancestor) {
+		d->ancestor = malloc(sizeof(SubscriptionAncestor));
+		if (!d->ancestor)
 			return -ENOMEM;
-		d->n_ancestor_units++;
+		*d->ancestor = *s->ancestor;
+		d->ancestor->n_units = 0;
+		for (size_t i = 0; i < s->ancestor->n_units; i++) {
+			d->ancestor->units[i] = strdup(s->ancestor->units[i]);
+			if (!d->ancestor->units[i])
+				return -ENOMEM;
+			d->ancestor->n_units++;
+		}
 	}
 	*ret = TAKE_PTR(d);
 	return 0;
@@ -138,35 +152,34 @@ static json_object *strings_to_json(char *const *v, size_t n) {
 	return TAKE_PTR(a);
 }
 
-static json_object *ancestor_to_json(const Subscription *s) {
+static json_object *ancestor_to_json(const SubscriptionAncestor *anc) {
 	_cleanup_(json_object_putp) json_object *o = json_object_new_object();
 
 	if (!o)
 		return NULL;
-	if (s->n_ancestor_comms > 0) {
+	if (anc->n_comms > 0) {
 		_cleanup_(json_object_putp) json_object *a = json_object_new_array();
 
-		for (size_t i = 0; a && i < s->n_ancestor_comms; i++)
-			if (array_add(a, json_object_new_string(s->ancestor_comms[i])) < 0)
+		for (size_t i = 0; a && i < anc->n_comms; i++)
+			if (array_add(a, json_object_new_string(anc->comms[i])) < 0)
 				return NULL;
 		if (object_add(o, "comm", TAKE_PTR(a)) < 0)
 			return NULL;
 	}
-	if (s->n_ancestor_exec_ids > 0) {
+	if (anc->n_exec_ids > 0) {
 		_cleanup_(json_object_putp) json_object *a = json_object_new_array();
 
-		for (size_t i = 0; a && i < s->n_ancestor_exec_ids; i++) {
+		for (size_t i = 0; a && i < anc->n_exec_ids; i++) {
 			char hex[17];
 
-			snprintf(hex, sizeof(hex), "%016" PRIx64, s->ancestor_exec_ids[i]);
+			snprintf(hex, sizeof(hex), "%016" PRIx64, anc->exec_ids[i]);
 			if (array_add(a, json_object_new_string(hex)) < 0)
 				return NULL;
 		}
 		if (object_add(o, "exec_id", TAKE_PTR(a)) < 0)
 			return NULL;
 	}
-	if (s->n_ancestor_units > 0 &&
-	    object_add(o, "unit", strings_to_json(s->ancestor_units, s->n_ancestor_units)) < 0)
+	if (anc->n_units > 0 && object_add(o, "unit", strings_to_json(anc->units, anc->n_units)) < 0)
 		return NULL;
 	return TAKE_PTR(o);
 }
@@ -200,7 +213,7 @@ int subscription_to_json(const Subscription *s, char **ret) {
 	}
 	if (s->n_units > 0 && object_add(o, "unit", strings_to_json(s->units, s->n_units)) < 0)
 		return -ENOMEM;
-	if (subscription_has_ancestor(s) && object_add(o, "ancestor", ancestor_to_json(s)) < 0)
+	if (subscription_has_ancestor(s) && object_add(o, "ancestor", ancestor_to_json(s->ancestor)) < 0)
 		return -ENOMEM;
 	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
 	if (!text)

@@ -108,7 +108,16 @@ def test_churn_returns_to_baseline():
     rss = rss_kib()
     # Queues are mmap-sized and returned; what may stay is allocator slack, bounded here.
     print(f"RSS {rss_base} KiB before, {rss} KiB after; fds {fd_base}")
-    check(rss <= rss_base + 2048, f"RSS back near its baseline: {rss_base} KiB before, {rss} KiB after")
+    with open(f"/proc/{d.proc.pid}/maps") as f:
+        sanitized = "libasan" in f.read()
+    if sanitized:
+        # AddressSanitizer keeps freed blocks in its quarantine (10000 connections' worth of
+        # requests, subscriptions and parsers) and maps shadow memory for them: RSS the daemon
+        # does not hold. The plain build's run of this test checks the bound (as test_access's
+        # memory test does).
+        print("RSS not checked under AddressSanitizer")
+    else:
+        check(rss <= rss_base + 2048, f"RSS back near its baseline: {rss_base} KiB before, {rss} KiB after")
     check_eq(d.stop(), 0, "clean exit")
 
 

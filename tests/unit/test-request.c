@@ -513,15 +513,15 @@ static void test_ancestor(void) {
 		"\"exec_id\":[\"00000000000000ff\",\"0123456789abcdef\"],\"unit\":[\"sshd.service\"]}}}");
 
 	ASSERT(s && subscription_has_ancestor(s));
-	ASSERT(s && s->n_ancestor_comms == 2 && streq(s->ancestor_comms[0], "cron") &&
-	       streq(s->ancestor_comms[1], "sshd"));
-	ASSERT(s && s->n_ancestor_exec_ids == 2 && s->ancestor_exec_ids[0] == 0xff &&
-	       s->ancestor_exec_ids[1] == UINT64_C(0x0123456789abcdef));
-	ASSERT(s && s->n_ancestor_units == 1 && streq(s->ancestor_units[0], "sshd.service"));
+	ASSERT(s && s->ancestor->n_comms == 2 && streq(s->ancestor->comms[0], "cron") &&
+	       streq(s->ancestor->comms[1], "sshd"));
+	ASSERT(s && s->ancestor->n_exec_ids == 2 && s->ancestor->exec_ids[0] == 0xff &&
+	       s->ancestor->exec_ids[1] == UINT64_C(0x0123456789abcdef));
+	ASSERT(s && s->ancestor->n_units == 1 && streq(s->ancestor->units[0], "sshd.service"));
 	subscription_free(s);
 	/* One kind is enough; no ancestor filter without one. */
 	s = PARSE_OK("{\"subscribe\":{\"ancestor\":{\"comm\":[\"sshd\"]}}}");
-	ASSERT(s && subscription_has_ancestor(s) && s->n_ancestor_exec_ids == 0);
+	ASSERT(s && subscription_has_ancestor(s) && s->ancestor->n_exec_ids == 0);
 	subscription_free(s);
 	s = PARSE_OK("{\"subscribe\":{\"comm\":[\"sshd\"]}}");
 	ASSERT(s && !subscription_has_ancestor(s));
