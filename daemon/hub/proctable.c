@@ -33,6 +33,17 @@ struct ProcTable {
 	uint64_t inserted, seeded, exited, evicted, evicted_live, misses, retries;
 };
 
+/* A spinning thread's hint to the CPU (the kernel's cpu_relax()). */
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#else
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
 #define LOAD(x)     __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
 #define COUNT(x, v) __atomic_fetch_add(&(x), (v), __ATOMIC_RELAXED)
@@ -75,7 +86,7 @@ static ProcBucket *bucket_of(ProcTable *t, uint64_t exec_id) {
 static void bucket_lock(ProcBucket *b) {
 	while (__atomic_exchange_n(&b->lock, 1, __ATOMIC_ACQUIRE))
 		while (LOAD(b->lock))
-			__builtin_ia32_pause();
+			cpu_relax();
 	/* seqcount write side: odd, then the stores, ordered after it. */
 	STORE(b->seq, LOAD(b->seq) + 1);
 	__atomic_thread_fence(__ATOMIC_RELEASE);
@@ -100,7 +111,7 @@ static void bucket_read(ProcTable *t, ProcBucket *b, uint64_t out[PROC_BUCKET_SL
 				return;
 		}
 		COUNT(t->retries, 1);
-		__builtin_ia32_pause();
+		cpu_relax();
 	}
 }
 

@@ -115,6 +115,12 @@ def _():
     # STATUS= is refreshed every second with live figures.
     wait_for(lambda: show("StatusText").startswith("Running:") and "events/s" in show("StatusText"),
              f"STATUS= with live figures (last: {show('StatusText')!r})", timeout=10)
+    # The process table was seeded from the BPF task iterator under the hardened unit
+    # (capabilities, system call filter): the container's systemd is in perfrelayctl tree.
+    procs = json.loads(command("perfrelayctl", "stats", "--json").stdout)["processes"]
+    assert procs["seeded"] > 0 and procs["live"] > 0, f"the process table's seed: {procs}"
+    rows = json.loads(command("perfrelayctl", "tree", "--json").stdout)
+    assert any(r["comm"] == "systemd" for r in rows), f"perfrelayctl tree lists systemd: {rows[:5]}"
 
 
 @step("reload applies Probes=")
