@@ -188,26 +188,10 @@ bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *uni
 		return false;
 	if (s->n_uids > 0 && (!ev->has_uid || !u32_in(s->uids, s->n_uids, ev->uid)))
 		return false;
-	if (s->n_comms > 0) {
-		bool found = false;
-
-		if (!ev->comm)
-			return false;
-		for (size_t i = 0; i < s->n_comms && !found; i++)
-			found = strcmp(s->comms[i], ev->comm) == 0;
-		if (!found)
-			return false;
-	}
-	if (s->n_units > 0) {
-		bool found = false;
-
-		if (!unit)
-			return false;
-		for (size_t i = 0; i < s->n_units && !found; i++)
-			found = strcmp(s->units[i], unit) == 0;
-		if (!found)
-			return false;
-	}
+	if (s->n_comms > 0 && (!ev->comm || !comm_in(s->comms, s->n_comms, ev->comm)))
+		return false;
+	if (s->n_units > 0 && !unit_in(s->units, s->n_units, unit))
+		return false;
 	/* Last: the only test that may take more than a scan of the subscription. */
 	if (s->ancestor && !ancestor_match(s->ancestor, lineage))
 		return false;

@@ -141,6 +141,17 @@ static json_object *ids_to_json(const uint32_t *ids, size_t n) {
 	return TAKE_PTR(a);
 }
 
+static json_object *comms_to_json(const char (*comms)[SUBSCRIPTION_COMM_MAX + 1], size_t n) {
+	_cleanup_(json_object_putp) json_object *a = json_object_new_array();
+
+	if (!a)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		if (array_add(a, json_object_new_string(comms[i])) < 0)
+			return NULL;
+	return TAKE_PTR(a);
+}
+
 static json_object *strings_to_json(char *const *v, size_t n) {
 	_cleanup_(json_object_putp) json_object *a = json_object_new_array();
 
@@ -157,15 +168,8 @@ static json_object *ancestor_to_json(const SubscriptionAncestor *anc) {
 
 	if (!o)
 		return NULL;
-	if (anc->n_comms > 0) {
-		_cleanup_(json_object_putp) json_object *a = json_object_new_array();
-
-		for (size_t i = 0; a && i < anc->n_comms; i++)
-			if (array_add(a, json_object_new_string(anc->comms[i])) < 0)
-				return NULL;
-		if (object_add(o, "comm", TAKE_PTR(a)) < 0)
-			return NULL;
-	}
+	if (anc->n_comms > 0 && object_add(o, "comm", comms_to_json(anc->comms, anc->n_comms)) < 0)
+		return NULL;
 	if (anc->n_exec_ids > 0) {
 		_cleanup_(json_object_putp) json_object *a = json_object_new_array();
 
@@ -186,7 +190,6 @@ static json_object *ancestor_to_json(const SubscriptionAncestor *anc) {
 
 int subscription_to_json(const Subscription *s, char **ret) {
 	_cleanup_(json_object_putp) json_object *o = json_object_new_object();
-	json_object *a;
 	const char *text;
 	char *copy;
 
@@ -203,14 +206,8 @@ int subscription_to_json(const Subscription *s, char **ret) {
 		return -ENOMEM;
 	if (s->n_captures > 0 && object_add(o, "capture", ids_to_json(s->captures, s->n_captures)) < 0)
 		return -ENOMEM;
-	if (s->n_comms > 0) {
-		a = json_object_new_array();
-		if (object_add(o, "comm", a) < 0)
-			return -ENOMEM;
-		for (size_t i = 0; i < s->n_comms; i++)
-			if (array_add(a, json_object_new_string(s->comms[i])) < 0)
-				return -ENOMEM;
-	}
+	if (s->n_comms > 0 && object_add(o, "comm", comms_to_json(s->comms, s->n_comms)) < 0)
+		return -ENOMEM;
 	if (s->n_units > 0 && object_add(o, "unit", strings_to_json(s->units, s->n_units)) < 0)
 		return -ENOMEM;
 	if (subscription_has_ancestor(s) && object_add(o, "ancestor", ancestor_to_json(s->ancestor)) < 0)
