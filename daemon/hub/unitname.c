@@ -36,6 +36,10 @@ bool unit_name_is_attributable(const char *s, size_t len) {
 	/* An instance needs a template prefix: "@x.service" is not valid in systemd either. */
 	if (s[0] == '@')
 		return false;
+	return unit_name_has_attributable_suffix(s, len);
+}
+
+bool unit_name_has_attributable_suffix(const char *s, size_t len) {
 	for (size_t i = 0; i < ELEMENTSOF(attributable_suffixes); i++)
 		if (has_suffix(s, len, attributable_suffixes[i]))
 			return true;

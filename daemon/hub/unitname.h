@@ -14,6 +14,10 @@
  * at most UNIT_NAME_MAX - 1 bytes, and a unit type other than .slice (slices contain units
  * but own no processes of their own in systemd's cgroup layout). */
 bool unit_name_is_attributable(const char *s, size_t len);
+/* Whether s (len bytes) ends in the suffix of such a unit type after a non-empty prefix,
+ * whatever its characters: how perfrelayctl --ancestor and perfrelay-export's Ancestors= tell a
+ * unit from a task name (the daemon then checks the whole name). */
+bool unit_name_has_attributable_suffix(const char *s, size_t len);
 
 /* The unit owning a cgroup path relative to the cgroup2 root ("/system.slice/sshd.service/x"):
  * leading slice components are skipped and the next component, unescaped, must be an
