@@ -164,10 +164,31 @@ static unsigned bucket_slot_for(ProcBucket *b, uint64_t exec_id) {
 	return empty < PROC_BUCKET_SLOTS ? empty : victim;
 }
 
+/* Writes e into slot i of a locked bucket, counting the entry it replaces if that was another
+ * image's. Returns whether the slot held another image (or none). */
+static bool slot_write(ProcTable *t, ProcBucket *b, unsigned i, const ProcEntry *e) {
+	uint64_t comm[2] = {}, id = LOAD(b->slot[i][W_EXEC_ID]);
+
+	if (id != 0 && id != e->exec_id) {
+		COUNT(t->evicted, 1);
+		if (!(LOAD(b->slot[i][W_STAMP]) & 1))
+			COUNT(t->evicted_live, 1);
+	}
+	memcpy(comm, e->comm, strnlen(e->comm, PROC_COMM_LEN - 1));
+	STORE(b->slot[i][W_EXEC_ID], e->exec_id);
+	STORE(b->slot[i][W_PARENT], e->parent_exec_id);
+	STORE(b->slot[i][W_CGROUP], e->cgroup_id);
+	STORE(b->slot[i][W_META], (uint64_t) e->pid << 32 | e->uid);
+	STORE(b->slot[i][W_STAMP], COUNT(t->stamp, 1) << 1 | (e->exited ? 1 : 0));
+	STORE(b->slot[i][W_COMM0], comm[0]);
+	STORE(b->slot[i][W_COMM1], comm[1]);
+	return id != e->exec_id;
+}
+
 bool proc_table_put(ProcTable *t, const ProcEntry *e, bool only_new) {
-	uint64_t comm[2] = {}, id;
 	ProcBucket *b;
 	unsigned i;
+	bool added;
 
 	if (!t || e->exec_id == 0)
 		return false;
@@ -176,65 +197,37 @@ bool proc_table_put(ProcTable *t, const ProcEntry *e, bool only_new) {
 	 * a lock-free look first, the lock only to add. */
 	if (only_new && bucket_holds(t, b, e->exec_id))
 		return false;
-	memcpy(comm, e->comm, strnlen(e->comm, PROC_COMM_LEN - 1));
 	bucket_lock(b);
 	i = bucket_slot_for(b, e->exec_id);
-	id = LOAD(b->slot[i][W_EXEC_ID]);
-	if (id == e->exec_id && only_new) {
+	if (only_new && LOAD(b->slot[i][W_EXEC_ID]) == e->exec_id) {
 		bucket_unlock(b);
 		return false;
 	}
-	if (id != e->exec_id) {
+	added = slot_write(t, b, i, e);
+	if (added)
 		COUNT(t->inserted, 1);
-		if (id != 0) {
-			COUNT(t->evicted, 1);
-			if (!(LOAD(b->slot[i][W_STAMP]) & 1))
-				COUNT(t->evicted_live, 1);
-		}
-	}
-	STORE(b->slot[i][W_EXEC_ID], e->exec_id);
-	STORE(b->slot[i][W_PARENT], e->parent_exec_id);
-	STORE(b->slot[i][W_CGROUP], e->cgroup_id);
-	STORE(b->slot[i][W_META], (uint64_t) e->pid << 32 | e->uid);
-	STORE(b->slot[i][W_STAMP], COUNT(t->stamp, 1) << 1 | (e->exited ? 1 : 0));
-	STORE(b->slot[i][W_COMM0], comm[0]);
-	STORE(b->slot[i][W_COMM1], comm[1]);
 	bucket_unlock(b);
-	return id != e->exec_id;
+	return added;
 }
 
 void proc_table_exit(ProcTable *t, uint64_t exec_id) {
 	ProcBucket *b;
 	unsigned i;
-	uint64_t id;
 
 	if (!t || exec_id == 0)
 		return;
 	b = bucket_of(t, exec_id);
 	bucket_lock(b);
 	i = bucket_slot_for(b, exec_id);
-	id = LOAD(b->slot[i][W_EXEC_ID]);
 	COUNT(t->exited, 1);
-	if (id == exec_id) {
+	if (LOAD(b->slot[i][W_EXEC_ID]) == exec_id)
 		STORE(b->slot[i][W_STAMP], LOAD(b->slot[i][W_STAMP]) | 1);
-		bucket_unlock(b);
-		return;
-	}
-	/* An image the table does not hold: its fork may come later from another CPU's ring (an
-	 * exec that replaced a fresh fork's copy). A tombstone keeps that fork from adding it as
-	 * live (proc_table_put(only_new)); pid 0, no parent: no walk takes it for a process. */
-	if (id != 0) {
-		COUNT(t->evicted, 1);
-		if (!(LOAD(b->slot[i][W_STAMP]) & 1))
-			COUNT(t->evicted_live, 1);
-	}
-	STORE(b->slot[i][W_EXEC_ID], exec_id);
-	STORE(b->slot[i][W_PARENT], 0);
-	STORE(b->slot[i][W_CGROUP], 0);
-	STORE(b->slot[i][W_META], 0);
-	STORE(b->slot[i][W_STAMP], COUNT(t->stamp, 1) << 1 | 1);
-	STORE(b->slot[i][W_COMM0], 0);
-	STORE(b->slot[i][W_COMM1], 0);
+	else
+		/* An image the table does not hold: its fork may come later from another CPU's
+		 * ring (an exec that replaced a fresh fork's copy). A tombstone keeps that fork from
+		 * adding it as live (proc_table_put(only_new)); pid 0, no parent: no walk takes it
+		 * for a process. */
+		slot_write(t, b, i, &(ProcEntry){ .exec_id = exec_id, .exited = true });
 	bucket_unlock(b);
 }
 
@@ -264,6 +257,28 @@ static void copy_comm(char dst[PROC_COMM_LEN], const char *src) {
 	dst[n] = 0;
 }
 
+/* The ancestors an exec record carries (0 for a record of an older probe). */
+static uint32_t exec_n_ancestors(const DecodedEvent *ev) {
+	if (ev->record_size < sizeof(struct perfrelay_exec))
+		return 0;
+	return MIN(
+		READ_FIELD(ev->record, struct perfrelay_exec, n_ancestors),
+		(uint32_t) PERFRELAY_ANCESTORS_MAX);
+}
+
+/* Ancestor i of n of an exec record as an entry: ancestors[i + 1] is its parent; the last
+ * one's parent is not in the record (0). */
+static void exec_ancestor(const DecodedEvent *ev, uint32_t i, uint32_t n, ProcEntry *e) {
+	const uint8_t *x = ev->record;
+
+	*e = (ProcEntry){ .exec_id = READ_FIELD(x, struct perfrelay_exec, ancestors[i].exec_id),
+			  .pid = READ_FIELD(x, struct perfrelay_exec, ancestors[i].pid),
+			  .uid = PROC_UID_UNKNOWN };
+	if (i + 1 < n)
+		e->parent_exec_id = READ_FIELD(x, struct perfrelay_exec, ancestors[i + 1].exec_id);
+	copy_comm(e->comm, FIELD_PTR(x, struct perfrelay_exec, ancestors[i].comm));
+}
+
 void proc_table_note(ProcTable *t, const DecodedEvent *ev) {
 	ProcEntry e = {};
 
@@ -271,30 +286,17 @@ void proc_table_note(ProcTable *t, const DecodedEvent *ev) {
 		return;
 	switch (ev->hdr.type) {
 	case PERFRELAY_TYPE_EXEC: {
-		const uint8_t *x = ev->record;
-		uint32_t n;
+		uint32_t n = exec_n_ancestors(ev);
 
 		/* The ancestors first, each only if new: the record is what the kernel had at the
-		 * exec, the table may know more (a cgroup). ancestors[i + 1] is ancestors[i]'s
-		 * parent; the last one's parent is not in the record. */
-		if (ev->record_size < sizeof(struct perfrelay_exec))
-			n = 0;
-		else
-			n = MIN(READ_FIELD(x, struct perfrelay_exec, n_ancestors),
-				(uint32_t) PERFRELAY_ANCESTORS_MAX);
+		 * exec, the table may know more (a cgroup). */
 		for (uint32_t i = 0; i < n; i++) {
-			e = (ProcEntry){ .exec_id = READ_FIELD(x, struct perfrelay_exec, ancestors[i].exec_id),
-					 .pid = READ_FIELD(x, struct perfrelay_exec, ancestors[i].pid),
-					 .uid = PROC_UID_UNKNOWN };
-			if (i + 1 < n)
-				e.parent_exec_id = READ_FIELD(
-					x, struct perfrelay_exec, ancestors[i + 1].exec_id);
-			copy_comm(e.comm, FIELD_PTR(x, struct perfrelay_exec, ancestors[i].comm));
+			exec_ancestor(ev, i, n, &e);
 			proc_table_put(t, &e, true);
 		}
 		/* The image the exec replaced is gone (the pid is the new one's now). */
 		if (ev->record_size >= sizeof(struct perfrelay_exec))
-			proc_table_exit(t, READ_FIELD(x, struct perfrelay_exec, prev_exec_id));
+			proc_table_exit(t, READ_FIELD(ev->record, struct perfrelay_exec, prev_exec_id));
 		e = (ProcEntry){ .exec_id = ev->exec_id,
 				 .parent_exec_id = ev->parent_exec_id,
 				 .cgroup_id = ev->cgroup_id,
@@ -379,29 +381,22 @@ void lineage_walk(Lineage *l) {
 		return;
 	next = ev->parent_exec_id;
 	if (ev->hdr.type == PERFRELAY_TYPE_EXEC && ev->record_size >= sizeof(struct perfrelay_exec)) {
-		const uint8_t *x = ev->record;
-		uint32_t n = MIN(
-			READ_FIELD(x, struct perfrelay_exec, n_ancestors), (uint32_t) PERFRELAY_ANCESTORS_MAX);
+		uint32_t n = exec_n_ancestors(ev);
 		bool last_known = false;
 
 		for (uint32_t i = 0; i < n; i++) {
 			ProcEntry *e = &l->a[l->n++];
 			ProcEntry known;
 
-			*e = (ProcEntry){ .exec_id = READ_FIELD(x, struct perfrelay_exec, ancestors[i].exec_id),
-					  .pid = READ_FIELD(x, struct perfrelay_exec, ancestors[i].pid),
-					  .uid = PROC_UID_UNKNOWN };
-			copy_comm(e->comm, FIELD_PTR(x, struct perfrelay_exec, ancestors[i].comm));
-			/* The cgroup (for "unit") and the parent of the last one come from the table. */
+			exec_ancestor(ev, i, n, e);
+			/* The cgroup (for "unit"), and the parent of the last one, from the table. */
 			last_known = proc_table_get(l->table, e->exec_id, &known) && known.pid != 0;
 			if (last_known) {
 				e->cgroup_id = known.cgroup_id;
-				e->parent_exec_id = known.parent_exec_id;
 				e->uid = known.uid;
+				if (i + 1 == n)
+					e->parent_exec_id = known.parent_exec_id;
 			}
-			if (i + 1 < n)
-				e->parent_exec_id = READ_FIELD(
-					x, struct perfrelay_exec, ancestors[i + 1].exec_id);
 		}
 		if (n < PERFRELAY_ANCESTORS_MAX) {
 			l->complete = true; /* the kernel's chain ended: the root was reached */
