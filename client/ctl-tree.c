@@ -27,6 +27,7 @@ typedef struct Proc {
 typedef struct Forest {
 	Proc *p;
 	size_t n;
+	size_t *by_id;    /* indexes of p in exec_id order, for find() */
 	const char *unit; /* --unit: only its processes */
 	bool json;
 	json_object *out;
@@ -50,10 +51,29 @@ static int cmp_pid(const void *a, const void *b) {
 	return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
+static int cmp_exec_id(const void *a, const void *b, void *userdata) {
+	const Proc *p = userdata;
+	uint64_t x = p[*(const size_t *) a].exec_id, y = p[*(const size_t *) b].exec_id;
+
+	return (x > y) - (x < y);
+}
+
+/* The index of the process with exec_id (a binary search of by_id: the table has up to 32768
+ * of them), or SIZE_MAX. */
 static size_t find(const Forest *f, uint64_t exec_id) {
-	for (size_t i = 0; exec_id != 0 && i < f->n; i++)
-		if (f->p[i].exec_id == exec_id)
-			return i;
+	size_t lo = 0, hi = f->n;
+
+	while (exec_id != 0 && lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		uint64_t id = f->p[f->by_id[mid]].exec_id;
+
+		if (id == exec_id)
+			return f->by_id[mid];
+		if (id < exec_id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
 	return SIZE_MAX;
 }
 
@@ -189,8 +209,17 @@ int verb_tree(int argc, char *argv[]) {
 	r = read_processes(&f);
 	if (r < 0)
 		goto out;
+	f.by_id = malloc(sizeof(size_t) * (f.n ?: 1));
+	if (!f.by_id) {
+		r = -ENOMEM;
+		goto out;
+	}
 	if (f.n > 0) /* qsort() wants a non-NULL array even for none */
 		qsort(f.p, f.n, sizeof(Proc), cmp_pid);
+	for (size_t i = 0; i < f.n; i++)
+		f.by_id[i] = i;
+	if (f.n > 0)
+		qsort_r(f.by_id, f.n, sizeof(size_t), cmp_exec_id, f.p);
 	/* Children in pid order: linked from the last so that each list comes out ascending. A
 	 * process is a root when its parent is not shown (not known, or not of --unit). */
 	for (size_t i = f.n; i-- > 0;) {
@@ -232,5 +261,6 @@ out:
 		free(f.p[i].unit);
 	}
 	free(f.p);
+	free(f.by_id);
 	return r;
 }
