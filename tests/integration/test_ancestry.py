@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from busclient import as_user
 from prtest import FileMonitor, check, check_eq, daemon_binary, main, wait_for
 
 BINARY = daemon_binary()
@@ -28,11 +29,8 @@ def _setup(stats_bus, make_daemon, workdir):
 
 
 def ctl(*args, user=None):
-    """perfrelayctl on the test's bus; its stdout."""
-    cmd = [BUS.ctl, *args]
-    if user:
-        cmd = ["runuser", "-u", user, "--"] + cmd
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=30,
+    """perfrelayctl on the test's bus, as `user` (busclient.as_user()); its stdout."""
+    r = subprocess.run(as_user(user, [BUS.ctl, *args]), capture_output=True, text=True, timeout=30,
                        env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=BUS.address))
     check_eq(r.returncode, 0, f"perfrelayctl {' '.join(args)}: {r.stderr.strip()}")
     return r.stdout
