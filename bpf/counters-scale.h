@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: (LGPL-2.1-or-later OR BSD-2-Clause) */
 /* How much of a perf counter to charge between two readings on one CPU, corrected for
- * multiplexing (docs/counters.md). Pure and header-only: the counters program runs it at every
- * context switch and the unit tests feed it edge cases. Included after vmlinux.h (BPF) or
- * <linux/types.h> (user space). */
+ * multiplexing (docs/counters.md), and a process's scaled flag. Pure and header-only: the
+ * counters program runs them at every context switch and the unit tests feed them edge cases.
+ * Included after vmlinux.h (BPF) or <linux/types.h> (user space). */
 #ifndef PERFRELAY_COUNTERS_SCALE_H
 #define PERFRELAY_COUNTERS_SCALE_H
 
@@ -86,6 +86,16 @@ static __inline __u64 perfrelay_counter_delta(
 		return 0;
 	*ret_scaled = 1;
 	return perfrelay_counter_scale(dc, de, dr);
+}
+
+/* Marks a counter of a process scaled, from any of its threads on any CPU. The flag is a count
+ * (scaled_n, in the process's table entry) so that racing threads can set it with an atomic
+ * add, but it is raised only from 0: a count of every scaled charge would wrap its u32 to 0,
+ * "never scaled", in a long-lived process. Threads that race past the check add one each, a
+ * CPU's worth at most. */
+static __inline void perfrelay_counter_mark_scaled(__u32 *scaled_n) {
+	if (*(volatile __u32 *) scaled_n == 0)
+		__sync_fetch_and_add(scaled_n, 1);
 }
 
 #endif

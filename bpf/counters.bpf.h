@@ -253,11 +253,8 @@ static __always_inline void counters_charge(__u32 tgid, __u32 tid, int charge_pr
 #pragma unroll
 		for (__u32 i = 0; i < PERFRELAY_COUNTERS_MAX; i++) {
 			__sync_fetch_and_add(&proc->value[i], last->delta.value[i]);
-			/* Only the first: a count of every scaled charge would wrap its u32
-			 * (and read 0) in a long-lived process. Racing threads may each add one,
-			 * a CPU's worth at most. */
-			if ((last->delta.scaled & (1u << i)) && proc->scaled_n[i] == 0)
-				__sync_fetch_and_add(&proc->scaled_n[i], 1);
+			if (last->delta.scaled & (1u << i))
+				perfrelay_counter_mark_scaled(&proc->scaled_n[i]);
 		}
 	}
 	if (cg) {

@@ -289,18 +289,32 @@ static int manager_settle(Manager *m) {
 	return 0;
 }
 
-/* The pinned failure counts when we begin to serve: what fails from now on fails while this
- * daemon serves, what failed before is the downtime's. */
-static void manager_mark_serving(Manager *m) {
-	/* Read while idle is still set, so that every failure of the downtime is in it; what
-	 * fails from the clear on is this daemon's, even an emitter still on the idle path. */
-	for (uint32_t id = 0; id < PERFRELAY_MAX_PRODUCERS; id++) {
-		struct perfrelay_counters sum;
+static int manager_read_failures(void *userdata, uint32_t producer, uint64_t *ret) {
+	Manager *m = userdata;
+	struct perfrelay_counters sum;
+	int r;
 
-		if (probes_read_counters(m->probes, id, &sum, NULL) >= 0)
-			m->failures_at_start[id] = sum.failures;
-	}
-	(void) manager_set_idle(m, false);
+	r = probes_read_counters(m->probes, producer, &sum, NULL);
+	if (r < 0)
+		return r;
+	*ret = sum.failures;
+	return 0;
+}
+
+static int manager_clear_idle(void *userdata) {
+	return manager_set_idle(userdata, false);
+}
+
+/* The pinned failure counts when we begin to serve: what fails from now on fails while this
+ * daemon serves, what failed before is the downtime's (ledger_end_downtime() keeps the order
+ * that never hides a serving failure among the downtime's). */
+static void manager_mark_serving(Manager *m) {
+	static const LedgerDowntimeOps ops = {
+		.read_failures = manager_read_failures,
+		.clear_idle = manager_clear_idle,
+	};
+
+	(void) ledger_end_downtime(&ops, m, m->failures_at_start);
 }
 
 static int on_hub_notify(sd_event_source *s, int fd, uint32_t revents, void *userdata) {

@@ -133,6 +133,16 @@ int64_t ledger_adopt(Ledger *l, int counters_fd) {
 	return total;
 }
 
+int ledger_end_downtime(const LedgerDowntimeOps *ops, void *userdata, uint64_t *failures_at_start) {
+	for (uint32_t id = 0; id < PERFRELAY_MAX_PRODUCERS; id++) {
+		uint64_t failures;
+
+		if (ops->read_failures(userdata, id, &failures) >= 0)
+			failures_at_start[id] = failures;
+	}
+	return ops->clear_idle(userdata);
+}
+
 void ledger_reset(Ledger *l) {
 	memset(l->entries, 0, sizeof(struct perfrelay_received) * PERFRELAY_MAX_PRODUCERS * l->n_cpus);
 }

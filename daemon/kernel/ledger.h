@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The pinned "received" map (struct perfrelay_received per producer and possible CPU),
  * mmapped: what every daemon's readers took from the rings, kept across daemons so that a
- * daemon starting after a crash can count what the dead one's rings took with them. */
+ * daemon starting after a crash can count what the dead one's rings took with them; and the
+ * split of the producers' failures between a downtime and the daemon that ends it. */
 #pragma once
 
 #include <stdint.h>
@@ -38,6 +39,23 @@ int64_t ledger_settle(Ledger *l, int counters_fd, uint64_t *ret_lost);
 uint64_t ledger_accepted(const struct perfrelay_counters *reads, size_t n);
 /* Adds to e's crash_lost what `accepted` says the rings took that no reader read; returns it. */
 uint64_t ledger_settle_entry(struct perfrelay_received *e, uint64_t accepted);
+
+/* The end of a downtime, once a daemon's rings are in the array and its readers run
+ * (docs/pipeline.md, "Downtime is cheap"): read_failures() gives one producer's failures summed
+ * over the CPUs, clear_idle() clears the pinned idle flag. */
+typedef struct LedgerDowntimeOps {
+	int (*read_failures)(void *userdata, uint32_t producer, uint64_t *ret);
+	int (*clear_idle)(void *userdata);
+} LedgerDowntimeOps;
+
+/* Takes every producer's failures into failures_at_start[] (PERFRELAY_MAX_PRODUCERS entries)
+ * and only then clears idle. In that order all that was taken failed while idle was set, so
+ * every failure from the clear on (an emitter's still on the idle path included) counts as the
+ * serving daemon's, failures_serving = failures - failures_at_start, and none hides among the
+ * downtime's. The split errs one way only: a failure between the read and the clear belongs
+ * to the downtime and counts as serving. A producer whose failures cannot be read keeps its
+ * entry. Returns what clear_idle() returns. */
+int ledger_end_downtime(const LedgerDowntimeOps *ops, void *userdata, uint64_t *failures_at_start);
 
 /* A ledger made now beside counters that already count (the pin root of a version without
  * it, or a removed "received" pin): what the counters say the kernel accepted is taken as

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Unit test for the counters' arithmetic (bpf/counters-scale.h, run by the BPF program at each
- * context switch) and their names (perfcount-names.c): multiplexing scaled up, running = 0,
- * counter wrap, a reopened event, no 64-bit overflow. */
+ * context switch) and their names (counter-names.c): multiplexing scaled up, running = 0,
+ * counter wrap, a reopened event, no 64-bit overflow, a scaled flag that cannot wrap. */
 
 #include <errno.h>
 #include <linux/types.h>
@@ -92,6 +92,20 @@ static void test_no_overflow(void) {
 	ASSERT(perfrelay_counter_scale(10, 5, 0) == 50);
 }
 
+/* A process's scaled flag, marked at every scaled charge of a long-lived process: it must never
+ * wrap to 0 ("never scaled"). Counting every mark would take 2^32 of them to show the wrap; the
+ * count is bounded instead, and one left at the top of its range by an older program stays set. */
+static void test_mark_scaled(void) {
+	__u32 n = 0;
+
+	for (unsigned i = 0; i < 100000; i++)
+		perfrelay_counter_mark_scaled(&n);
+	ASSERT(n == 1);
+	n = UINT32_MAX;
+	perfrelay_counter_mark_scaled(&n);
+	ASSERT(n != 0);
+}
+
 static void test_names(void) {
 	ASSERT(counter_from_string("task-clock") == PERFRELAY_COUNTER_TASK_CLOCK);
 	ASSERT(counter_from_string("branch-misses") == PERFRELAY_COUNTER_BRANCH_MISSES);
@@ -114,6 +128,7 @@ int main(void) {
 	test_wrap();
 	test_reopened();
 	test_no_overflow();
+	test_mark_scaled();
 	test_names();
 	return failures ? 1 : 0;
 }
