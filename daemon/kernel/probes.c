@@ -524,17 +524,37 @@ static void clear_counters_procs(Probes *p) {
 			break;
 }
 
+/* The counters links an earlier daemon pinned, where this one holds none (a start with
+ * Counters=none after a daemon that counted): held so that the switch program is known to run
+ * while its exit records drain, and so that our close() after the unlink detaches at once, as
+ * for a probe (probes_disable()). */
+static void hold_pinned_counters_links(Probes *p) {
+	for (unsigned k = 0; k < ELEMENTSOF(counters_prog_names); k++) {
+		char path[PATH_MAX];
+		int fd;
+
+		if (p->counters_link_fd[k] >= 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/links/%s", p->pin_path, counters_prog_names[k]);
+		fd = bpf_obj_get(path);
+		p->counters_link_fd[k] = fd >= 0 ? fd : -EBADF;
+	}
+}
+
 /* Before the switch program goes: the exit records the exit probe left for it (counters.bpf.h)
  * are emitted by it as their processes finish their teardown. The probe no longer leaves any
- * (the config was written); wait for those, a bounded time, and count what is left: a process
- * stuck in its exit for longer loses its exit event. */
+ * (the config was written); while the switch program runs, wait for those, a bounded time, and
+ * count what is left: a process stuck in its exit for longer loses its exit event. Without
+ * it nothing can emit them: they are counted at once. None may stay behind, where a later
+ * switch program would emit one for a thread that reuses its tid. */
 static void drain_exit_pending(Probes *p) {
 	int fd = bpf_map__fd(p->skel->maps.exit_pending);
 	uint64_t until = now_usec(CLOCK_MONOTONIC) + EXIT_PENDING_WAIT_USEC;
 	uint32_t key;
 	unsigned n = 0;
 
-	while (bpf_map_get_next_key(fd, NULL, &key) == 0 && now_usec(CLOCK_MONOTONIC) < until)
+	while (p->counters_link_fd[COUNTERS_SWITCH] >= 0 && bpf_map_get_next_key(fd, NULL, &key) == 0 &&
+	       now_usec(CLOCK_MONOTONIC) < until)
 		usleep(10 * 1000);
 	while (bpf_map_get_next_key(fd, NULL, &key) == 0 && bpf_map_delete_elem(fd, &key) == 0)
 		n++;
@@ -542,10 +562,11 @@ static void drain_exit_pending(Probes *p) {
 		return;
 	p->exit_records_dropped += n;
 	log_warning(
-		"Counters off: %u exit events of processes still exiting after %u ms were dropped "
-		"(counted: exit_records_dropped)",
+		"Counters off: %u exit events of processes still in their teardown %s were dropped "
+		"(counted: exit_dropped in GetStats() counters)",
 		n,
-		EXIT_PENDING_WAIT_USEC / 1000);
+		p->counters_link_fd[COUNTERS_SWITCH] >= 0 ? "after a second" :
+							    "with no switch program to emit them");
 }
 
 uint64_t probes_exit_records_dropped(const Probes *p) {
@@ -557,9 +578,9 @@ int probes_set_counters(Probes *p, uint32_t mask) {
 
 	p->counters_mask = mask;
 	if (mask == 0) {
+		hold_pinned_counters_links(p);
 		r = write_counters_config(p, p->enabled[PROBE_EXIT]);
-		if (p->counters_link_fd[COUNTERS_SWITCH] >= 0)
-			drain_exit_pending(p);
+		drain_exit_pending(p);
 		detach_counters(p);
 		clear_counters_procs(p);
 		return r;
