@@ -13,8 +13,9 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include "log.h"
 #include "counter-names.h"
+#include "grace.h"
+#include "log.h"
 #include "pins.h"
 #include "probes.h"
 #include "probes.skel.h"
@@ -527,7 +528,7 @@ static void clear_counters_procs(Probes *p) {
 /* The counters links an earlier daemon pinned, where this one holds none (a start with
  * Counters=none after a daemon that counted): held so that the switch program is known to run
  * while its exit records drain, and so that our close() after the unlink detaches at once, as
- * for a probe (probes_disable()). */
+ * for a probe (detach_probe()). */
 static void hold_pinned_counters_links(Probes *p) {
 	for (unsigned k = 0; k < ELEMENTSOF(counters_prog_names); k++) {
 		char path[PATH_MAX];
@@ -541,23 +542,28 @@ static void hold_pinned_counters_links(Probes *p) {
 	}
 }
 
-/* Before the switch program goes: the exit records the exit probe left for it (counters.bpf.h)
- * are emitted by it as their processes finish their teardown. The probe no longer leaves any
- * (the config was written); while the switch program runs, wait for those, a bounded time, and
- * count what is left: a process stuck in its exit for longer loses its exit event. Without
- * it nothing can emit them: they are counted at once. None may stay behind, where a later
+/* Turning counters off. The exit probe no longer leaves records for the switch program (the
+ * config was written); the ones it left are emitted by that program as their processes finish
+ * their teardown. While it runs, wait for those, a bounded time; then detach it and wait out
+ * a run in flight (one grace period), so that a record is either emitted by it or removed
+ * here and counted, never both. What is left (a process stuck in its exit for longer, or no
+ * switch program to emit them) is removed and counted: none may stay behind, where a later
  * switch program would emit one for a thread that reuses its tid. */
-static void drain_exit_pending(Probes *p) {
+static void counters_off(Probes *p) {
 	int fd = bpf_map__fd(p->skel->maps.exit_pending);
 	uint64_t until = now_usec(CLOCK_MONOTONIC) + EXIT_PENDING_WAIT_USEC;
+	bool ran = p->counters_link_fd[COUNTERS_SWITCH] >= 0;
 	uint32_t key;
 	unsigned n = 0;
 
-	while (p->counters_link_fd[COUNTERS_SWITCH] >= 0 && bpf_map_get_next_key(fd, NULL, &key) == 0 &&
-	       now_usec(CLOCK_MONOTONIC) < until)
+	while (ran && bpf_map_get_next_key(fd, NULL, &key) == 0 && now_usec(CLOCK_MONOTONIC) < until)
 		usleep(10 * 1000);
+	detach_counters(p);
+	if (ran)
+		(void) grace_period(NULL); /* cannot fail where the daemon started: it settled with it */
 	while (bpf_map_get_next_key(fd, NULL, &key) == 0 && bpf_map_delete_elem(fd, &key) == 0)
 		n++;
+	clear_counters_procs(p);
 	if (n == 0)
 		return;
 	p->exit_records_dropped += n;
@@ -565,8 +571,7 @@ static void drain_exit_pending(Probes *p) {
 		"Counters off: %u exit events of processes still in their teardown %s were dropped "
 		"(counted: exit_dropped in GetStats() counters)",
 		n,
-		p->counters_link_fd[COUNTERS_SWITCH] >= 0 ? "after a second" :
-							    "with no switch program to emit them");
+		ran ? "after a second" : "with no switch program to emit them");
 }
 
 uint64_t probes_exit_records_dropped(const Probes *p) {
@@ -580,9 +585,7 @@ int probes_set_counters(Probes *p, uint32_t mask) {
 	if (mask == 0) {
 		hold_pinned_counters_links(p);
 		r = write_counters_config(p, p->enabled[PROBE_EXIT]);
-		drain_exit_pending(p);
-		detach_counters(p);
-		clear_counters_procs(p);
+		counters_off(p);
 		return r;
 	}
 	r = write_counters_config(p, p->enabled[PROBE_EXIT]);
@@ -598,8 +601,7 @@ int probes_set_counters(Probes *p, uint32_t mask) {
 		if (r < 0) {
 			p->counters_mask = 0;
 			(void) write_counters_config(p, p->enabled[PROBE_EXIT]);
-			drain_exit_pending(p);
-			detach_counters(p);
+			counters_off(p);
 			return r;
 		}
 	}

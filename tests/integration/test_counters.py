@@ -98,26 +98,32 @@ def totals_of(unit):
     return next((v for (u, _), v in unit_counters().items() if u == unit.name), None)
 
 
+def check_exit_counters(tag, cmd, what):
+    """Runs cmd in a unit of its own; its exit event's task_clock_ns is within TEARDOWN_MARGIN of
+    the CPU time rusage gives the process."""
+    d.start()
+    unit = Unit(tag)
+    try:
+        p = unit.popen(cmd)
+        real = cpu_ns(p)
+        ev = d.wait_event(lambda e: e["type"] == "exit" and e["pid"] == p.pid, "the exit event")
+        got = ev["counters"]["task_clock_ns"]
+        print(f"{tag}: the exit event says {got} ns, rusage {real} ns")
+        check(abs(got - real) <= real * TEARDOWN_MARGIN,
+              f"the exit event's task_clock_ns {got} is within {TEARDOWN_MARGIN:.0%} of the process's CPU time {real} "
+              f"({what} included)")
+    finally:
+        unit.remove()
+    d.stop()
+
+
 def test_exit_teardown():
     """A process whose exit frees GiBs: the teardown (exit_mm(), after the exit tracepoint on
     newer kernels, 6.18 here) is CPU time of the process, in its rusage and in its exit event's
     task_clock_ns, which is taken at the process's last switch: within 2% (the teardown is
     about 5% of this process's time here, where faulting the pages in costs far more than
     freeing them; totals taken at the tracepoint were off by that much)."""
-    d.start()
-    unit = Unit("teardown")
-    try:
-        p = unit.run(TEARDOWN.format(n=teardown_bytes()))
-        real = cpu_ns(p)
-        ev = d.wait_event(lambda e: e["type"] == "exit" and e["pid"] == p.pid, "the exit event")
-        got = ev["counters"]["task_clock_ns"]
-        print(f"exit teardown: the exit event says {got} ns, rusage {real} ns")
-        check(abs(got - real) <= real * TEARDOWN_MARGIN,
-              f"the exit event's task_clock_ns {got} is within {TEARDOWN_MARGIN:.0%} of the process's CPU time {real} "
-              "(teardown included)")
-    finally:
-        unit.remove()
-    d.stop()
+    check_exit_counters("teardown", [sys.executable, "-c", TEARDOWN.format(n=teardown_bytes())], "teardown")
 
 
 # exit-helper is built beside this test: <build>/tests/integration/exit-helper.
@@ -129,23 +135,11 @@ def test_thread_exits():
     """Threads that are not the process's last, each closing a file table of its own at its
     exit (exit_files(), after the thread is marked exiting): that teardown is CPU time of the
     process, in its rusage, and in its exit event's task_clock_ns, within 2%. (Slices of an
-    exiting thread were charged to its cgroup only: the event was short by the teardown, about
-    more than half of this process's time.)"""
-    d.start()
-    unit = Unit("thread-exits")
+    exiting thread were charged to its cgroup only: the event was short by the teardown, more
+    than half of this process's time.)"""
     fds = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 1 << 16) - 64
-    try:
-        p = unit.popen([EXIT_HELPER, "threads-teardown", "100", str(fds)])
-        real = cpu_ns(p)
-        ev = d.wait_event(lambda e: e["type"] == "exit" and e["pid"] == p.pid, "the exit event")
-        got = ev["counters"]["task_clock_ns"]
-        print(f"thread exits: the exit event says {got} ns, rusage {real} ns ({fds} descriptors a thread)")
-        check(abs(got - real) <= real * TEARDOWN_MARGIN,
-              f"the exit event's task_clock_ns {got} is within {TEARDOWN_MARGIN:.0%} of the process's CPU time {real} "
-              "(its threads' teardowns included)")
-    finally:
-        unit.remove()
-    d.stop()
+    check_exit_counters("thread-exits", [EXIT_HELPER, "threads-teardown", "100", str(fds)],
+                        f"its threads' teardowns, {fds} descriptors each,")
 
 
 def test_exit_dropped():
