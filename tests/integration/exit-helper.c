@@ -3,7 +3,6 @@
  * for the end of the process, and test_counters.py's process whose threads' exits cost. */
 #include <errno.h>
 #include <dirent.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
