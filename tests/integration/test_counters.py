@@ -48,7 +48,15 @@ SLEEP = "import time\nfor i in range({n}): time.sleep(0.01)\n"
 TEARDOWN = "import os\nb = bytes(1) * {n}\nb2 = bytearray(b)\nos._exit(0)\n"
 
 
-TEARDOWN_MARGIN = 0.02
+# How far an exit event's task_clock_ns may fall short of the process's CPU time (rusage), and
+# how far it may exceed it. Short is the defect these tests look for: a teardown left out. Over
+# is what the event sees and rusage cannot: each thread runs on after the kernel adds its time to
+# its process's (__exit_signal(), in release_task()) until its last switch, where the event
+# takes it. That is a few µs a thread here (1000 threads, 16 descriptors each: 0.7–5 ms over)
+# and 20–230 µs under an emulated CPU (the kernels suite's 6.12 guest, 100 threads: 0.4–3.2 %
+# over in 10 runs). Over stays within the 10 % that issue 24 asks for.
+TEARDOWN_SHORT = 0.02
+TEARDOWN_OVER = 0.10
 
 
 def teardown_bytes():
@@ -99,8 +107,8 @@ def totals_of(unit):
 
 
 def check_exit_counters(tag, cmd, what):
-    """Runs cmd in a unit of its own; its exit event's task_clock_ns is within TEARDOWN_MARGIN of
-    the CPU time rusage gives the process."""
+    """Runs cmd in a unit of its own; its exit event's task_clock_ns is the CPU time rusage gives
+    the process, at most TEARDOWN_SHORT less or TEARDOWN_OVER more."""
     d.start()
     unit = Unit(tag)
     try:
@@ -109,9 +117,9 @@ def check_exit_counters(tag, cmd, what):
         ev = d.wait_event(lambda e: e["type"] == "exit" and e["pid"] == p.pid, "the exit event")
         got = ev["counters"]["task_clock_ns"]
         print(f"{tag}: the exit event says {got} ns, rusage {real} ns")
-        check(abs(got - real) <= real * TEARDOWN_MARGIN,
-              f"the exit event's task_clock_ns {got} is within {TEARDOWN_MARGIN:.0%} of the process's CPU time {real} "
-              f"({what} included)")
+        check(real * (1 - TEARDOWN_SHORT) <= got <= real * (1 + TEARDOWN_OVER),
+              f"the exit event's task_clock_ns {got} is at most {TEARDOWN_SHORT:.0%} short of the process's CPU "
+              f"time {real} ({what} included), and at most {TEARDOWN_OVER:.0%} over")
     finally:
         unit.remove()
     d.stop()
@@ -120,7 +128,7 @@ def check_exit_counters(tag, cmd, what):
 def test_exit_teardown():
     """A process whose exit frees GiBs: the teardown (exit_mm(), after the exit tracepoint on
     newer kernels, 6.18 here) is CPU time of the process, in its rusage and in its exit event's
-    task_clock_ns, which is taken at the process's last switch: within 2% (the teardown is
+    task_clock_ns, which is taken at the process's last switch: at most 2% short (the teardown is
     about 5% of this process's time here, where faulting the pages in costs far more than
     freeing them; totals taken at the tracepoint were off by that much)."""
     check_exit_counters("teardown", [sys.executable, "-c", TEARDOWN.format(n=teardown_bytes())], "teardown")
@@ -134,7 +142,7 @@ EXIT_HELPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(BINAR
 def test_thread_exits():
     """Threads that are not the process's last, each closing a file table of its own at its
     exit (exit_files(), after the thread is marked exiting): that teardown is CPU time of the
-    process, in its rusage, and in its exit event's task_clock_ns, within 2%. (Slices of an
+    process, in its rusage, and in its exit event's task_clock_ns, at most 2% short. (Slices of an
     exiting thread were charged to its cgroup only: the event was short by the teardown, more
     than half of this process's time.)"""
     fds = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 1 << 16) - 64
