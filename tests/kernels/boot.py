@@ -263,10 +263,10 @@ def test_kernel(label, prefix, pattern):
         for t, rc in results.items():
             print(f"kernel {label} ({pkg}) {t}: {'PASS' if rc == 0 else 'FAIL'} (rc {rc}, {secs:.0f}s boot+tests)")
             if rc != 0:
-                # pytest's summary lines name the failing tests and why: the failure says them, so
-                # that a CI log which keeps only its end still shows them.
+                # pytest's summary lines name the failing tests and why: the failure quotes them
+                # (the first 12), so that a CI log which keeps only its end still shows them.
                 why = [l.split(": ", 1)[1] for l in out.splitlines()
-                       if l.startswith(f"GUEST {t}: ") and re.match(r"(FAILED|ERROR|E  ) ", l.split(": ", 1)[1])]
+                       if l.startswith(f"GUEST {t}: ") and re.match(r"(FAILED|ERROR|E  ) ", l.split(": ", 1)[1])][:12]
                 failed.append(f"{t} (rc {rc}{': ' if why else ''}{'; '.join(why)})")
     finally:
         shutil.rmtree(work, ignore_errors=True)
