@@ -73,6 +73,9 @@ typedef struct Shared {
 	char line[MESSAGE_MAX + 2]; /* a goodbye or error line coming in on the socket */
 	size_t line_len;
 	int socket_end; /* the socket's last word, a negative errno: told once the rings are drained */
+	/* The daemon moved us to a new ring set (a "reshared" line, with its descriptors in
+	 * hello_fds): the old one is never written again; read it out, then switch. */
+	unsigned reshared_rings;
 } Shared;
 
 typedef enum ClientState {
@@ -203,7 +206,8 @@ static ssize_t recv_keep_fds(perfrelay_client *c, void *buf, size_t size) {
 				int fd;
 
 				memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-				if (!c->hello_read && c->n_hello_fds < 2)
+				/* The hello's, or a "reshared" line's on the shared path. */
+				if ((!c->hello_read || c->shared) && c->n_hello_fds < 2)
 					c->hello_fds[c->n_hello_fds++] = fd;
 				else
 					safe_close(fd);
@@ -635,24 +639,16 @@ static bool pow2(uint64_t x) {
 	return x != 0 && (x & (x - 1)) == 0;
 }
 
-/* Maps the ring set and the member page the hello passed, after checking that the layout is
- * one this library reads and every ring lies inside the mapping. */
-static int shared_setup(perfrelay_client *c, unsigned n_rings) {
-	Shared *s;
+/* Maps the ring set and the member page the daemon passed (with the hello, or a "reshared"
+ * line), after checking that the layout is one this library reads and every ring lies inside
+ * the mapping; the cursors start where the member page says. */
+static int shared_map(perfrelay_client *c, Shared *s, unsigned n_rings) {
 	const struct perfrelay_shared_header *h;
 	struct stat st;
 	void *map;
 
-	if (c->n_hello_fds != 2 || n_rings > PERFRELAY_SHARED_RINGS_MAX)
+	if (c->n_hello_fds != 2 || n_rings == 0 || n_rings > PERFRELAY_SHARED_RINGS_MAX)
 		return -EPROTO;
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	c->shared = s;
-	s->scratch_mem = malloc(BUFFER_SIZE + 8);
-	if (!s->scratch_mem)
-		return -ENOMEM;
-	s->scratch = s->scratch_mem + 4;
 	if (fstat(c->hello_fds[0], &st) < 0)
 		return -errno;
 	if ((uint64_t) st.st_size < sizeof(*h) || (uint64_t) st.st_size > SIZE_MAX)
@@ -674,12 +670,14 @@ static int shared_setup(perfrelay_client *c, unsigned n_rings) {
 	s->page = map;
 	c->hello_fds[0] = safe_close(c->hello_fds[0]);
 	c->hello_fds[1] = safe_close(c->hello_fds[1]);
+	c->n_hello_fds = 0;
 
 	h = (const struct perfrelay_shared_header *) s->map;
 	if (h->magic != PERFRELAY_SHARED_MAGIC || h->version != PERFRELAY_SHARED_VERSION ||
 	    h->n_rings != n_rings || h->size != s->map_size)
 		return -EPROTO;
 	s->n_rings = n_rings;
+	s->next_ring = 0;
 	for (unsigned i = 0; i < n_rings; i++) {
 		uint64_t off = h->ring[i].offset, size = h->ring[i].size;
 
@@ -695,9 +693,49 @@ static int shared_setup(perfrelay_client *c, unsigned n_rings) {
 			.next_seq = s->page->ring[i].start_seq,
 		};
 	}
+	return 0;
+}
+
+static void shared_unmap(Shared *s) {
+	if (s->map)
+		munmap(s->map, s->map_size);
+	if (s->page)
+		munmap(s->page, sizeof(struct perfrelay_shared_member));
+	s->map = NULL;
+	s->page = NULL;
+	s->n_rings = 0;
+}
+
+static int shared_setup(perfrelay_client *c, unsigned n_rings) {
+	Shared *s;
+	int r;
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	c->shared = s;
+	s->scratch_mem = malloc(BUFFER_SIZE + 8);
+	if (!s->scratch_mem)
+		return -ENOMEM;
+	s->scratch = s->scratch_mem + 4;
+	r = shared_map(c, s, n_rings);
+	if (r < 0)
+		return r;
 	/* What came after the hello on the socket is wakeups, not events. */
 	c->start = c->scanned = c->end = 0;
 	return 0;
+}
+
+/* After a "reshared" line, once the old rings are read out: the new ring set, whose seqs start
+ * afresh (nothing was lost in the move: the daemon stopped writing the old set only after it
+ * wrote the new one). */
+static int shared_switch(perfrelay_client *c) {
+	Shared *s = c->shared;
+	unsigned n = s->reshared_rings;
+
+	s->reshared_rings = 0;
+	shared_unmap(s);
+	return shared_map(c, s, n);
 }
 
 /* The whole frames at the start of scratch[0, n): their length, 0 if the first is broken (a
@@ -742,12 +780,16 @@ static int shared_copy_ring(Shared *s, SharedCursor *r, uint64_t *pos_word, size
 		memcpy(s->scratch, r->data + off, n);
 		m = shared_whole_frames(s->scratch, n, &first_seq, &last_seq);
 		if (m == 0) {
-			/* Overwritten while we copied: the daemon moved us on. */
-			uint64_t cur = __atomic_load_n(pos_word, __ATOMIC_ACQUIRE);
-
-			if (cur == r->pos)
+			/* Overwritten while we copied, if the daemon moved us on. A swap of our
+			 * position for itself tells: its release orders the copy's loads before
+			 * it, so if it succeeds the daemon had not moved us (it moves us before it
+			 * overwrites) and the frame was broken as written. A plain load would not
+			 * do on weakly ordered CPUs (arm64): nothing would order the copy before
+			 * it, and it could return the old position. */
+			if (__atomic_compare_exchange_n(
+				    pos_word, &expected, expected, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
 				return -EBADMSG;
-			r->pos = cur;
+			r->pos = expected;
 			continue;
 		}
 		/* The copy was whole if the daemon did not move us meanwhile: it moves a member
@@ -794,13 +836,28 @@ static bool shared_has_data(const Shared *s) {
 	return false;
 }
 
-/* Reads the socket: wakeups are skipped; a line is the daemon's goodbye or error, and the end
- * of the socket ends the stream too, both once the rings are drained. */
+/* A "reshared" line: the daemon moved this member to a new ring set of `rings` rings. */
+static bool shared_reshared_line(const char *line, size_t len, uint64_t *ret_rings) {
+	_cleanup_(json_object_putp) json_object *o = parse_object(line, len);
+	const char *type = o ? get_string(o, "type") : NULL;
+	json_object *shared;
+
+	if (!type || !streq(type, "reshared") || !json_object_object_get_ex(o, "shared", &shared) ||
+	    !json_object_is_type(shared, json_type_object) || !get_uint(shared, "rings", ret_rings))
+		return false;
+	return *ret_rings > 0;
+}
+
+/* Reads the socket: wakeups are skipped; a "reshared" line moves us to new rings once the old
+ * ones are read out; any other line is the daemon's goodbye or error, and the end of the socket
+ * ends the stream too, both once the rings are drained. */
 static void shared_read_socket(perfrelay_client *c) {
 	Shared *s = c->shared;
 	char b[1024];
 
-	while (s->socket_end == 0) {
+	/* Not past a "reshared" line: a second one's descriptors would find no room. A read
+	 * that returns descriptors ends with the bytes they came with, so none is left. */
+	while (s->socket_end == 0 && !s->reshared_rings) {
 		ssize_t n = recv_keep_fds(c, b, sizeof(b));
 
 		if (n == 0) {
@@ -814,14 +871,23 @@ static void shared_read_socket(perfrelay_client *c) {
 				s->socket_end = -errno;
 			break;
 		}
-		for (ssize_t i = 0; i < n && s->socket_end == 0; i++) {
+		for (ssize_t i = 0; i < n && s->socket_end == 0 && !s->reshared_rings; i++) {
 			if (b[i] != '\n') {
 				if (s->line_len < MESSAGE_MAX)
 					s->line[s->line_len++] = b[i];
 				continue;
 			}
-			if (s->line_len > 0)
+			if (s->line_len > 0) {
+				uint64_t rings = 0;
+
+				if (shared_reshared_line(s->line, s->line_len, &rings)) {
+					/* Its descriptors came with its first byte. */
+					s->reshared_rings = (unsigned) MIN(rings, (uint64_t) UINT_MAX);
+					s->line_len = 0;
+					continue;
+				}
 				s->socket_end = -ESHUTDOWN; /* a goodbye or an error: the line says which */
+			}
 		}
 	}
 }
@@ -839,8 +905,20 @@ static int shared_wait(perfrelay_client *c, size_t room, int timeout_ms, uint64_
 		if (r != 0)
 			return r;
 		shared_read_socket(c);
+		if (s->reshared_rings || s->socket_end != 0) {
+			/* The daemon wrote the rings before it sent the line we just read: what
+			 * it published meanwhile is visible now, and read before we go on. */
+			r = shared_copy(c, room);
+			if (r != 0)
+				return r;
+		}
+		if (s->reshared_rings) {
+			r = shared_switch(c);
+			if (r < 0)
+				return r;
+			continue;
+		}
 		if (s->socket_end != 0)
-			/* Nothing left in the rings: the daemon wrote them before it said goodbye. */
 			return s->socket_end;
 		/* Dekker with the daemon's publish: we store `sleeping` then load the heads, it
 		 * stores a head then loads `sleeping`. */

@@ -77,6 +77,7 @@ static int shared_entry_new(
 	e->server = s;
 	e->key = TAKE_PTR(k);
 	e->creator = creator;
+	e->flush = flush;
 	LIST_PREPEND(entries, s->shared_entries, e);
 	s->n_shared_entries++;
 
@@ -132,7 +133,7 @@ int connection_join_shared(
 	if (r < 0)
 		goto fallback;
 	LIST_FOREACH(entries, i, s->shared_entries)
-		if (streq(i->key, key)) {
+		if (!i->retired && streq(i->key, key)) {
 			e = i;
 			break;
 		}
@@ -193,11 +194,15 @@ fallback:
 }
 
 void connection_shared_stats(const Connection *c, HubClientStats *ret) {
+	const HubClientStats *b = &c->shared_before;
 	SharedMemberStats st;
 
 	shared_member_get_stats(c->member, &st);
 	*ret = (HubClientStats){
-		.offered = st.offered, .sent = st.sent, .dropped = st.dropped, .queued = st.offered
+		.offered = b->offered + st.offered,
+		.sent = b->sent + st.sent,
+		.dropped = b->dropped + st.dropped,
+		.queued = b->queued + st.offered,
 	};
 }
 
@@ -206,9 +211,10 @@ void connection_leave_shared(Connection *c) {
 	SharedEntry *e = c->shared;
 	HubClientStats st;
 
-	/* After this no writer touches the member. */
+	/* After this no writer touches the member. At shutdown, or from a retired ring set, what
+	 * it has not read stays in its mapping for good: it is sent, not dropped. */
 	hub_lock_all(s->hub);
-	shared_ring_detach_locked(e->ring, c->member);
+	shared_ring_detach_locked(e->ring, c->member, s->shutting_down || e->retired);
 	hub_unlock_all(s->hub);
 	connection_shared_stats(c, &st);
 	s->stats.gone_offered += st.offered;
@@ -226,4 +232,58 @@ void connection_leave_shared(Connection *c) {
 	c->shared = NULL;
 	if (shared_ring_n_members(e->ring) == 0)
 		shared_entry_free(e);
+}
+
+int connection_shared_replace(SharedEntry *e, SharedEntry **ret) {
+	char *key = strdup(e->key);
+
+	if (!key)
+		return -ENOMEM;
+	e->retired = true;
+	/* A replacement, not one more: no limit refuses it. */
+	return shared_entry_new(e->server, e->sub, key, e->creator, e->flush, ret);
+}
+
+int connection_move_shared(Connection *c, SharedEntry *to, char *line, size_t size, int *ret_ro) {
+	Server *s = c->server;
+	_cleanup_(shared_member_freep) SharedMember *m = NULL;
+	_cleanup_close_ int ro = -EBADF;
+	int r;
+
+	r = shared_member_new(to->ring, c->fd, &m);
+	if (r < 0)
+		return r;
+	ro = shared_ring_open_readonly(to->ring);
+	if (ro < 0)
+		return ro;
+	/* Attached there at the head and detached here in one step under every slot lock: each
+	 * event is in exactly one of the two sets for it, and what it has not read here stays
+	 * readable (this set is never written again). */
+	hub_lock_all(s->hub);
+	r = shared_ring_attach_locked(to->ring, m);
+	if (r >= 0)
+		shared_ring_detach_locked(c->shared->ring, c->member, true);
+	hub_unlock_all(s->hub);
+	if (r < 0)
+		return r;
+	connection_shared_stats(c, &c->shared_before);
+	shared_member_free(c->member);
+	c->member = TAKE_PTR(m);
+	c->shared = to;
+	s->stats.shared_moved++;
+	r = snprintf(
+		line,
+		size,
+		"{\"type\":\"reshared\",\"shared\":{\"rings\":%u,\"bytes\":%" PRIu64 "}}\n",
+		shared_ring_n_slots(to->ring),
+		shared_ring_bytes(to->ring));
+	if (r < 0 || (size_t) r >= size)
+		return -ENOBUFS;
+	*ret_ro = TAKE_FD(ro);
+	return r;
+}
+
+void connection_shared_stop(SharedEntry *e) {
+	hub_client_detach(e->server->hub, e->client);
+	e->client = hub_client_free(e->client);
 }

@@ -226,19 +226,35 @@ static void connection_flush(HubClient *hc, void *userdata) {
 	server_flush_client(c->server, hc);
 }
 
-int connection_send_hello(Connection *c, const int *fds, size_t n_fds, const char *extra) {
+int send_line_fds(int fd, const char *line, size_t len, const int *fds, size_t n_fds) {
 	union {
 		struct cmsghdr h;
 		uint8_t raw[CMSG_SPACE(sizeof(int) * 2)];
 	} control = {};
-	char hello[512];
-	struct iovec iov = { .iov_base = hello };
+	struct iovec iov = { .iov_base = (void *) line, .iov_len = len };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 	ssize_t k;
-	int n;
 
 	if (n_fds > 2)
 		return -EINVAL;
+	if (n_fds > 0) {
+		mh.msg_control = &control;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * n_fds);
+		control.h.cmsg_level = SOL_SOCKET;
+		control.h.cmsg_type = SCM_RIGHTS;
+		control.h.cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
+		memcpy(CMSG_DATA(&control.h), fds, sizeof(int) * n_fds);
+	}
+	k = sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (k < 0)
+		return negative_errno();
+	return (size_t) k == len ? 0 : -EAGAIN;
+}
+
+int connection_send_hello(Connection *c, const int *fds, size_t n_fds, const char *extra) {
+	char hello[512];
+	int n;
+
 	n = snprintf(
 		hello,
 		sizeof(hello),
@@ -253,20 +269,8 @@ int connection_send_hello(Connection *c, const int *fds, size_t n_fds, const cha
 		extra ?: "");
 	if (n < 0 || (size_t) n >= sizeof(hello))
 		return -ENOBUFS;
-	iov.iov_len = (size_t) n;
-	if (n_fds > 0) {
-		mh.msg_control = &control;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int) * n_fds);
-		control.h.cmsg_level = SOL_SOCKET;
-		control.h.cmsg_type = SCM_RIGHTS;
-		control.h.cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
-		memcpy(CMSG_DATA(&control.h), fds, sizeof(int) * n_fds);
-	}
 	/* The socket buffer of a new connection is empty: the line goes out whole. */
-	k = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-	if (k < 0)
-		return negative_errno();
-	return k == n ? 0 : -EAGAIN;
+	return send_line_fds(c->fd, hello, (size_t) n, fds, n_fds);
 }
 
 /* Refused by a limit of users.h: the error line names it and what the uid holds. */
@@ -709,8 +713,10 @@ void connection_recheck_access(Connection *c) {
 	if (connection_access(c, &a) >= 0 && a == SUBSCRIPTION_ACCESS_ALL)
 		return;
 	if (c->shared) {
-		/* Its ring is the access class "all": it leaves it at once. libperfrelay reads
-		 * the error line from the socket. */
+		/* Its ring is the access class "all": the others on it move to a fresh one and it
+		 * is never written again, so that the mapping c keeps holds nothing from after
+		 * the reload. libperfrelay reads the error line from the socket. */
+		connection_retire_shared(c);
 		connection_refuse(
 			c,
 			PROTOCOL_ACCESS_REVOKED,
@@ -729,6 +735,49 @@ void connection_recheck_access(Connection *c) {
 	c->draining = true;
 	c->drain_error = PROTOCOL_ACCESS_REVOKED;
 	server_flush_client(c->server, c->client); /* may free c */
+}
+
+void connection_retire_shared(Connection *c) {
+	Server *s = c->server;
+	SharedEntry *e = c->shared, *fresh = NULL;
+
+	LIST_FOREACH(connections, i, s->connections) {
+		_cleanup_close_ int ro = -EBADF;
+		char line[160];
+		int r = 0;
+
+		if (i == c || i->shared != e || i->shared == fresh)
+			continue;
+		if (!fresh) {
+			r = connection_shared_replace(e, &fresh);
+			if (r < 0)
+				log_warning_errno(
+					r,
+					"Failed to make a shared ring for the members of a revoked client's: %m");
+		}
+		if (r >= 0)
+			r = connection_move_shared(i, fresh, line, sizeof(line), &ro);
+		if (r >= 0) {
+			int fds[2] = { ro, shared_member_fd(i->member) };
+
+			r = send_line_fds(i->fd, line, (size_t) r, fds, 2);
+		}
+		if (r < 0) {
+			/* Closed rather than left on a set that is no longer written. */
+			bool last = fresh && i->shared == fresh && shared_ring_n_members(fresh->ring) == 1;
+
+			log_warning_errno(
+				r,
+				"Client %" PRIu64 ": failed to move it to a fresh shared ring, closing it: %m",
+				i->id);
+			connection_free(i);
+			if (last)
+				fresh = NULL; /* freed with its last member */
+		}
+	}
+	e->retired = true;
+	/* Nothing is written to the old set again. */
+	connection_shared_stop(e);
 }
 
 /* Never waits: a client that does not keep up loses the tail, as it would have lost events

@@ -41,7 +41,11 @@ struct SharedEntry {
 	uid_t creator;     /* counted against MaxSharedRingsPerUid= while the ring lives */
 	Subscription *sub; /* the filter its hub client matches with */
 	SharedRing *ring;
-	HubClient *client; /* writes the ring */
+	HubClient *client; /* writes the ring; NULL once retired */
+	HubFlushFn flush;  /* its hub client's, for the ring set that replaces it */
+	/* Never written again, and joined by no one: its members were moved to a fresh ring set
+	 * (connection_retire_shared()). It lives until the last member that stayed leaves. */
+	bool retired;
 };
 
 struct Connection {
@@ -54,15 +58,16 @@ struct Connection {
 	sd_event_source *timer; /* until the request line is read */
 	char *buf;              /* the request line so far */
 	size_t len, size;
-	Subscription *sub;         /* after the request: read by reader threads via the hub */
-	HubClient *client;         /* after the request, unless it reads a shared ring */
-	SharedEntry *shared;       /* after the request, if it reads a shared ring */
-	SharedMember *member;      /* its place in shared->ring */
-	bool input_open;           /* false after the client shut down its sending side */
-	bool draining;             /* overflowed: detached, writing what is queued, then closed */
-	bool charged;              /* counted against its uid (users.h) */
-	uint64_t charged_bytes;    /* its queues' bytes, charged to its uid */
-	ProtocolError drain_error; /* why it is draining: the error line it gets at the end */
+	Subscription *sub;            /* after the request: read by reader threads via the hub */
+	HubClient *client;            /* after the request, unless it reads a shared ring */
+	SharedEntry *shared;          /* after the request, if it reads a shared ring */
+	SharedMember *member;         /* its place in shared->ring */
+	HubClientStats shared_before; /* its figures on the ring sets it was moved from */
+	bool input_open;              /* false after the client shut down its sending side */
+	bool draining;                /* overflowed: detached, writing what is queued, then closed */
+	bool charged;                 /* counted against its uid (users.h) */
+	uint64_t charged_bytes;       /* its queues' bytes, charged to its uid */
+	ProtocolError drain_error;    /* why it is draining: the error line it gets at the end */
 };
 
 struct Server {
@@ -84,6 +89,7 @@ struct Server {
 	size_t n_shared_entries;
 	uint64_t next_id;
 	ServerStats stats;
+	bool shutting_down; /* no reader writes again: what shared clients have not read is theirs */
 };
 
 /* connection.c */
@@ -93,9 +99,17 @@ void connection_new(Server *s, int fd);
 void connection_free(Connection *c);
 void connection_recheck_access(Connection *c);     /* may free c */
 void connection_close_for_shutdown(Connection *c); /* frees c */
-void connection_subscribed(Connection *c);         /* may free c */
+/* c's access was revoked: every other member of its ring set moves to a fresh one (a
+ * "reshared" line with its descriptors; a member that cannot be moved is closed), and the old
+ * set is never written again, so that c can read nothing from after the revocation from the
+ * mapping it keeps. c stays a member of the old set until it is freed. */
+void connection_retire_shared(Connection *c);
+void connection_subscribed(Connection *c); /* may free c */
 /* Writes a short line outside the hub; never blocks. */
 int send_line(int fd, const char *line, size_t len);
+/* The same with descriptors, which arrive with the line's first byte. -EAGAIN if it did not go
+ * out whole. */
+int send_line_fds(int fd, const char *line, size_t len, const int *fds, size_t n_fds);
 /* Writes what the client's queues hold and acts on the result (see connection.c). */
 void server_flush_client(Server *s, HubClient *hc);
 /* Answers with the hello line (and the given descriptors); never blocks. */
@@ -111,4 +125,12 @@ int connection_join_shared(
 	Connection *c, Subscription **sub, HubFlushFn flush, int ret_fds[2], char *extra, size_t extra_size);
 /* Leaves the ring (the last member frees it) and adds the member's figures to the gone ones. */
 void connection_leave_shared(Connection *c);
+/* A fresh ring set for the subscription of e, which is retired: joined by no one again. */
+int connection_shared_replace(SharedEntry *e, SharedEntry **ret);
+/* Moves member c from its ring set to `to` (see connection_retire_shared()): the "reshared"
+ * line for it in `line` (its length returned) and a read-only descriptor of the new ring set in
+ * *ret_ro, which the line must carry with the member page's descriptor. */
+int connection_move_shared(Connection *c, SharedEntry *to, char *line, size_t size, int *ret_ro);
+/* The ring set of e is never written again. */
+void connection_shared_stop(SharedEntry *e);
 void connection_shared_stats(const Connection *c, HubClientStats *ret);

@@ -264,6 +264,7 @@ void server_set_config(Server *s, const Config *config) {
 void server_shutdown(Server *s) {
 	s->accept_source = sd_event_source_disable_unref(s->accept_source);
 	s->accept_pause = sd_event_source_disable_unref(s->accept_pause);
+	s->shutting_down = true;
 	while (s->connections) {
 		Connection *c = s->connections;
 

@@ -44,6 +44,7 @@ typedef struct ServerStats {
 	uint64_t shared_clients;   /* clients reading one now (also in `clients`) */
 	uint64_t shared_fallbacks; /* clients that asked and got the socket stream (limits) */
 	uint64_t shared_hostile;   /* members closed for fighting the writer over their position */
+	uint64_t shared_moved;     /* members moved to a fresh ring set (another member's access revoked) */
 } ServerStats;
 
 /* Runs the manager's flush loop: called after the server wrote to a client outside of it (on

@@ -162,7 +162,8 @@ static int append_stats(Manager *mgr, sd_bus_message *m, const StatsSnapshot *s)
 			{ "bytes", s->shared.bytes },
 			{ "clients", s->shared.clients },
 			{ "fallbacks", s->shared.fallbacks },
-			{ "hostile", s->shared.hostile });
+			{ "hostile", s->shared.hostile },
+			{ "moved", s->shared.moved });
 	if (r >= 0)
 		r = close_entry(m);
 	if (r >= 0)

@@ -251,6 +251,7 @@ int stats_snapshot(const StatsSources *src, StatsSnapshot **ret) {
 		s->shared.clients = ss.shared_clients;
 		s->shared.fallbacks = ss.shared_fallbacks;
 		s->shared.hostile = ss.shared_hostile;
+		s->shared.moved = ss.shared_moved;
 		users_get_stats(server_users(src->server), &s->users);
 	}
 	(void) stats_totals(src, false, &c);

@@ -118,7 +118,7 @@ typedef struct StatsSnapshot {
 	UsersStats users; /* what the uids hold, socket and bus together (users.h) */
 	/* The shared path (ServerStats.shared_*). */
 	struct {
-		uint64_t rings, bytes, clients, fallbacks, hostile;
+		uint64_t rings, bytes, clients, fallbacks, hostile, moved;
 	} shared;
 	uint64_t ring_lost; /* PERF_RECORD_LOST counts of this daemon's rings */
 } StatsSnapshot;

@@ -9,11 +9,26 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fanout.h"
 
 #define PAGE_SIZE_MIN 4096u
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1 */
+#endif
+
+/* The writer notes, per ring, the first frame at or after each 1/SHARED_RING_MARKS of it: a
+ * reclaim takes its boundary from there, so that it never reads a frame header back from the
+ * ring set (docs/shared-ring.md, "The writer trusts nothing it shares"). */
+#define SHARED_RING_MARKS 32u
+
+typedef struct SharedMark {
+	uint64_t pos; /* a frame boundary */
+	uint64_t seq; /* events before it */
+} SharedMark;
 
 typedef struct SharedSlot {
 	struct perfrelay_shared_ctl *ctl;
@@ -25,6 +40,11 @@ typedef struct SharedSlot {
 	uint64_t head;       /* published: frames up to here are whole */
 	uint64_t head_seq;   /* events before head */
 	uint64_t half;       /* the half of the ring the writer is in: head / (size / 2) */
+	uint64_t woken;      /* the head at which sleeping members were last checked */
+	/* marks[k % SHARED_RING_MARKS]: the first frame at or after k * (size / MARKS), for the
+	 * last MARKS values of k below next_mark (the first k no frame has reached yet). */
+	SharedMark marks[SHARED_RING_MARKS];
+	uint64_t next_mark;
 	bool schema_reset;
 } SharedSlot;
 
@@ -68,6 +88,7 @@ struct SharedMember {
 	MemberSlot *slots;
 	atomic_bool hostile;
 	bool attached, detached;
+	bool final; /* detached from a ring set that is never written again */
 };
 
 struct SharedRing {
@@ -88,21 +109,35 @@ static uint64_t ring_size_for(unsigned n_big, uint64_t bytes) {
 	return size;
 }
 
-/* A sealed memfd of `size` bytes that cannot grow or shrink, mapped read-write here. */
-static int memfd_sealed(const char *name, uint64_t size, int *ret_fd, void **ret_map) {
+/* A sealed memfd of `size` bytes that cannot grow or shrink, mapped read-write here. With
+ * `writer_only`, no descriptor of it can ever write again, a reopen of /proc/self/fd/N included:
+ * F_SEAL_FUTURE_WRITE refuses write(), fallocate() and every new writable shared mapping, while
+ * the mapping made here keeps working; and mode 0400 refuses the reopen itself to anyone but
+ * root (memfd inodes are made 0777). */
+static int memfd_sealed(const char *name, uint64_t size, bool writer_only, int *ret_fd, void **ret_map) {
 	_cleanup_close_ int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 	void *map;
 
 	if (fd < 0)
 		return negative_errno();
 	if (ftruncate(fd, (off_t) size) < 0)
 		return negative_errno();
-	/* Neither side can then make the other's mapping fault (SIGBUS) by truncating. */
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+	if (fchmod(fd, writer_only ? 0400 : 0600) < 0)
 		return negative_errno();
 	map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED)
 		return negative_errno();
+	/* After the mapping, which the future-write seal would refuse. Neither side can then make
+	 * the other's mapping fault (SIGBUS) by truncating. */
+	if (writer_only)
+		seals |= F_SEAL_FUTURE_WRITE;
+	if (fcntl(fd, F_ADD_SEALS, seals) < 0) {
+		int k = negative_errno();
+
+		munmap(map, size);
+		return k;
+	}
 	*ret_fd = TAKE_FD(fd);
 	*ret_map = map;
 	return 0;
@@ -129,7 +164,7 @@ int shared_ring_new(unsigned n_slots, unsigned n_small, uint64_t bytes, SharedRi
 	for (unsigned i = 0; i < n_slots; i++)
 		size += sizeof(struct perfrelay_shared_ctl) + (i >= n_slots - n_small ? SHARED_RING_MIN : big);
 	size = ALIGN_TO(size, (uint64_t) PAGE_SIZE_MIN);
-	k = memfd_sealed("perfrelay-shared-ring", size, &fd, &map);
+	k = memfd_sealed("perfrelay-shared-ring", size, true, &fd, &map);
 	if (k < 0)
 		return k;
 	r->fd = fd;
@@ -188,7 +223,8 @@ int shared_ring_open_readonly(const SharedRing *r) {
 	int fd;
 
 	/* A memfd reopened read-only: mmap(PROT_WRITE, MAP_SHARED) and mprotect() to writable
-	 * then fail with EACCES, and a private writable mapping is the client's own copy. */
+	 * then fail with EACCES, and a private writable mapping is the client's own copy. A
+	 * reopen of it read-write is refused by its mode, and by its seals for root. */
 	(void) snprintf(path, sizeof(path), "/proc/self/fd/%d", r->fd);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	return fd < 0 ? negative_errno() : fd;
@@ -250,19 +286,25 @@ static void move_members(SharedRing *r, unsigned slot, uint64_t to, uint64_t to_
 	}
 }
 
-/* Reclaims the frames before the first frame boundary at or after `target` (<= head). */
+/* Reclaims the frames before the first mark at or after `target` (<= head), or before the
+ * published head if no mark lies between: the boundary and its seq come from the writer's own
+ * memory, never from the ring set. The published head is at or after target (the hub
+ * publishes every quarter of a ring, and target is at least 7/16 of one behind head), so
+ * members are never moved past what they may read. */
 static void reclaim(SharedRing *r, unsigned slot, uint64_t target, uint64_t head, uint64_t seq) {
 	SharedSlot *s = &r->slots[slot];
-	uint64_t to = s->oldest, to_seq = s->oldest_seq;
+	uint64_t width = (s->mask + 1) / SHARED_RING_MARKS, k = (target + width - 1) / width;
+	uint64_t to = s->head, to_seq = s->head_seq;
 
-	while (to < target && to < head) {
-		const struct perfrelay_shared_frame *f = frame_at(s, to);
-
-		to_seq = f->len > 0 ? f->seq + 1 : f->seq;
-		to += f->size;
+	if (k < s->next_mark && s->marks[k % SHARED_RING_MARKS].pos <= s->head) {
+		to = s->marks[k % SHARED_RING_MARKS].pos;
+		to_seq = s->marks[k % SHARED_RING_MARKS].seq;
 	}
-	if (to >= head)
+	if (_unlikely_(to < target)) {
+		/* Cannot happen (see above); if it did, everything written goes. */
+		to = head;
 		to_seq = seq;
+	}
 	/* Clients that copy frames check evict after the copy; members behind `to` are moved
 	 * before a byte of those frames changes. */
 	__atomic_store_n(&s->ctl->evict, to, __ATOMIC_SEQ_CST);
@@ -270,6 +312,16 @@ static void reclaim(SharedRing *r, unsigned slot, uint64_t target, uint64_t head
 	atomic_thread_fence(memory_order_seq_cst);
 	s->oldest = to;
 	s->oldest_seq = to_seq;
+}
+
+/* A frame starts at pos: it is the mark of every boundary it reached first. */
+static void mark_frame(SharedSlot *s, uint64_t pos, uint64_t seq) {
+	uint64_t width = (s->mask + 1) / SHARED_RING_MARKS;
+
+	while (s->next_mark * width <= pos) {
+		s->marks[s->next_mark % SHARED_RING_MARKS] = (SharedMark){ .pos = pos, .seq = seq };
+		s->next_mark++;
+	}
 }
 
 static void frame_write(SharedSlot *s, uint64_t pos, uint32_t size, uint32_t len, uint64_t seq) {
@@ -291,9 +343,11 @@ bool shared_ring_reserve(SharedRing *r, unsigned slot, uint64_t *head, uint64_t 
 	if (end > size && end - size > s->oldest)
 		reclaim(r, slot, MIN(end - size + (size >> SHARED_RING_EVICT_SHIFT), *head), *head, seq);
 	if (pad > 0) {
+		mark_frame(s, *head, seq);
 		frame_write(s, *head, (uint32_t) pad, 0, seq);
 		*head += pad;
 	}
+	mark_frame(s, *head, seq);
 	frame_write(s, *head, (uint32_t) fsize, (uint32_t) len, seq);
 	*head += sizeof(struct perfrelay_shared_frame);
 	if (_unlikely_((end / (size / 2)) != s->half)) {
@@ -314,13 +368,17 @@ bool shared_ring_take_schema_reset(SharedRing *r, unsigned slot) {
 
 bool shared_ring_publish(SharedRing *r, unsigned slot, uint64_t head, uint64_t seq) {
 	SharedSlot *s = &r->slots[slot];
-	bool hostile = false;
+	bool hostile = false, wake;
 
 	s->head = head;
 	__atomic_store_n(&s->head_seq, seq, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->ctl->head, head, __ATOMIC_RELEASE);
 	/* Dekker with a member going to sleep: it stores `sleeping` and then loads the heads;
-	 * we store the head and then load `sleeping`. One of us sees the other. */
+	 * we store the head and then load `sleeping`. One of us sees the other. A head that has
+	 * not moved since the last check needs none: a member that went to sleep after that
+	 * check saw this head, and the next head to move wakes it. */
+	wake = head != s->woken;
+	s->woken = head;
 	atomic_thread_fence(memory_order_seq_cst);
 	for (size_t i = 0; i < r->n_members; i++) {
 		SharedMember *m = r->members[i];
@@ -335,7 +393,7 @@ bool shared_ring_publish(SharedRing *r, unsigned slot, uint64_t head, uint64_t s
 		cur = seq_at(s, cur, head, seq, ms->seen_seq);
 		if (cur != ms->seen_seq)
 			member_slot_write(ms, cur, ms->dropped);
-		if (__atomic_load_n(&m->page->sleeping, __ATOMIC_RELAXED) &&
+		if (wake && __atomic_load_n(&m->page->sleeping, __ATOMIC_RELAXED) &&
 		    __atomic_exchange_n(&m->page->sleeping, 0, __ATOMIC_SEQ_CST))
 			/* A full socket already holds a wakeup: nothing is lost by EAGAIN. */
 			(void) !send(m->sock, "\n", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -359,7 +417,7 @@ int shared_member_new(SharedRing *r, int sock, SharedMember **ret) {
 	m->slots = calloc(r->n_slots, sizeof(MemberSlot));
 	if (!m->slots)
 		return -ENOMEM;
-	k = memfd_sealed("perfrelay-shared-member", PAGE_SIZE_MIN, &m->page_fd, &map);
+	k = memfd_sealed("perfrelay-shared-member", PAGE_SIZE_MIN, false, &m->page_fd, &map);
 	if (k < 0)
 		return k;
 	m->page = map;
@@ -417,7 +475,7 @@ int shared_ring_attach_locked(SharedRing *r, SharedMember *m) {
 	return 0;
 }
 
-void shared_ring_detach_locked(SharedRing *r, SharedMember *m) {
+void shared_ring_detach_locked(SharedRing *r, SharedMember *m, bool final) {
 	for (size_t i = 0; i < r->n_members; i++)
 		if (r->members[i] == m) {
 			memmove(r->members + i,
@@ -439,6 +497,7 @@ void shared_ring_detach_locked(SharedRing *r, SharedMember *m) {
 	}
 	m->attached = false;
 	m->detached = true;
+	m->final = final;
 }
 
 void shared_member_get_stats(const SharedMember *m, SharedMemberStats *ret) {
@@ -455,8 +514,14 @@ void shared_member_get_stats(const SharedMember *m, SharedMemberStats *ret) {
 		end = MAX(end, seen);
 		st.offered += end - ms->start_seq;
 		st.sent += seen - ms->start_seq - dropped;
-		/* What it had not read when it left counts as dropped. */
-		st.dropped += dropped + (m->detached ? end - seen : 0);
+		/* What it had not read when it left: still in its mapping for good if the ring set
+		 * is never written again (written, as a socket's queue is when it is sent), else
+		 * lost with the connection. */
+		st.dropped += dropped;
+		if (m->detached && m->final)
+			st.sent += end - seen;
+		else if (m->detached)
+			st.dropped += end - seen;
 	}
 	*ret = st;
 }

@@ -71,15 +71,17 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(SharedMember *, shared_member_free);
 int shared_member_fd(const SharedMember *m); /* the page's memfd, for the client */
 /* With every slot lock held: the member starts at every ring's head. */
 int shared_ring_attach_locked(SharedRing *r, SharedMember *m);
-/* With every slot lock held: the member's figures are final; the writer forgets it. */
-void shared_ring_detach_locked(SharedRing *r, SharedMember *m);
+/* With every slot lock held: the member's figures are final; the writer forgets it. `final`:
+ * the ring set is never written again (shutdown, or it is retired), so what the member has not
+ * read stays in its mapping and counts as sent; else it counts as dropped. */
+void shared_ring_detach_locked(SharedRing *r, SharedMember *m, bool final);
 size_t shared_ring_n_members(const SharedRing *r);
 /* True if the writer found the member hostile (see SHARED_RING_CAS_TRIES). */
 bool shared_member_hostile(const SharedMember *m);
 /* True if any member of r is (one load per member). */
 bool shared_ring_has_hostile(const SharedRing *r);
 
-/* offered = sent + dropped + pending; after detach pending is 0 (counted as dropped). */
+/* offered = sent + dropped + pending; after detach pending is 0 (see shared_ring_detach_locked()). */
 typedef struct SharedMemberStats {
 	uint64_t offered; /* events written to the rings since the member joined */
 	uint64_t sent;    /* events the member passed before they were reclaimed */

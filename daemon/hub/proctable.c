@@ -165,9 +165,12 @@ static unsigned bucket_slot_for(ProcBucket *b, uint64_t exec_id) {
 }
 
 /* Writes e into slot i of a locked bucket, counting the entry it replaces if that was another
- * image's. Returns whether the slot held another image (or none). */
+ * image's. Exited is for good for an image (its exec id is never reused): an exec read after its
+ * exit (the two came on different CPUs' rings) fills the entry in and leaves it exited. Returns
+ * whether the slot held another image (or none). */
 static bool slot_write(ProcTable *t, ProcBucket *b, unsigned i, const ProcEntry *e) {
 	uint64_t comm[2] = {}, id = LOAD(b->slot[i][W_EXEC_ID]);
+	bool exited = e->exited || (id == e->exec_id && (LOAD(b->slot[i][W_STAMP]) & 1));
 
 	if (id != 0 && id != e->exec_id) {
 		COUNT(t->evicted, 1);
@@ -179,7 +182,7 @@ static bool slot_write(ProcTable *t, ProcBucket *b, unsigned i, const ProcEntry 
 	STORE(b->slot[i][W_PARENT], e->parent_exec_id);
 	STORE(b->slot[i][W_CGROUP], e->cgroup_id);
 	STORE(b->slot[i][W_META], (uint64_t) e->pid << 32 | e->uid);
-	STORE(b->slot[i][W_STAMP], COUNT(t->stamp, 1) << 1 | (e->exited ? 1 : 0));
+	STORE(b->slot[i][W_STAMP], COUNT(t->stamp, 1) << 1 | (exited ? 1 : 0));
 	STORE(b->slot[i][W_COMM0], comm[0]);
 	STORE(b->slot[i][W_COMM1], comm[1]);
 	return id != e->exec_id;

@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -147,6 +148,18 @@ def test_garbage_client():
                 raise Failure(f"{what} on the ring's descriptor succeeded")
             except OSError:
                 pass
+        # Root passes the mode of a read-write reopen; the seals still refuse every write.
+        rw = os.open(f"/proc/self/fd/{ring_fd}", os.O_RDWR)
+        try:
+            for what, fn in (("write", lambda: os.pwrite(rw, b"x", 4096)),
+                             ("mmap", lambda: mmap.mmap(rw, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE))):
+                try:
+                    fn()
+                    raise Failure(f"{what} through a read-write reopen of the ring set succeeded")
+                except PermissionError:
+                    pass
+        finally:
+            os.close(rw)
         try:
             os.ftruncate(page_fd, 0)
             raise Failure("the member page could be truncated (the daemon would fault on it)")
@@ -249,6 +262,140 @@ def test_uid_scoping():
             m.stop()
         d.cleanup()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def ctl_request(*args):
+    """The request line perfrelayctl monitor sends with ARGS, read from a listener of our own."""
+    work = tempfile.mkdtemp(prefix="perfrelay-shared-req-")
+    path = os.path.join(work, "s")
+    lst = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lst.bind(path)
+    lst.listen(1)
+    p = subprocess.Popen([CTL, "monitor", "--json", "--socket", path] + list(args),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        lst.settimeout(10)
+        conn, _ = lst.accept()
+        conn.settimeout(10)
+        data = b""
+        while b"\n" not in data:
+            b = conn.recv(4096)
+            check(b, "perfrelayctl sends a request line")
+            data += b
+        conn.close()
+        return json.loads(data.split(b"\n", 1)[0])
+    finally:
+        p.kill()
+        p.wait()
+        lst.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# A member of the shared ring as a non-root user in an AllowGroups= group, without libperfrelay:
+# it tries to reopen the ring set read-write, then keeps its read-only mapping and answers, for
+# each marker on stdin, whether the mapping holds it; at EOF it reads the socket to its end.
+REVOKED_MEMBER = r"""
+import json, mmap, os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+s.sendall(sys.argv[2].encode() + b"\n")
+data, fds, _, _ = socket.recv_fds(s, 4096, 4)
+hello = json.loads(data.split(b"\n", 1)[0])
+try:
+    os.close(os.open(f"/proc/self/fd/{fds[0]}", os.O_RDWR))
+    reopen = "opened"
+except PermissionError:
+    reopen = "refused"
+print(json.dumps({"hello": hello, "reopen": reopen, "fds": len(fds), "uid": os.getuid()}), flush=True)
+view = mmap.mmap(fds[0], os.fstat(fds[0]).st_size, mmap.MAP_SHARED, mmap.PROT_READ)
+for line in sys.stdin:
+    print(json.dumps({"found": view.find(line.strip().encode()) >= 0}), flush=True)
+s.settimeout(10)
+rest = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    rest += b
+print(json.dumps({"lines": [l for l in rest.decode().split("\n") if l.strip()]}), flush=True)
+"""
+
+
+def test_revoked_member():
+    """A reload takes away the AllowGroups= access of a member of root's shared ring: it gets
+    access-revoked, and the mapping it keeps holds nothing from after the reload (the ring set
+    is never written again); root's libperfrelay monitor on the same ring is moved to a fresh
+    one and misses nothing, gets nothing twice. The member, a non-root user, cannot reopen the
+    ring set read-write."""
+    gid = ALLOWED_GID
+    base = "[Probes]\nProbes=exec\n[Socket]\nSharedRingBytes=512K\n"
+    d = Daemon(BINARY, "shared-revoke", stdout=False, config=base + f"AllowGroups={gid}\n")
+    os.chmod(d.dir, 0o711)
+    tag = random.randrange(10**9)
+    before, after = f"before-revoke-{tag}", f"after-revoke-{tag}"
+    mon = member = None
+    try:
+        d.start()
+        os.chmod(d.socket_path, 0o666)
+        # Only the markers' execs: those of the figures' queries would keep it one behind.
+        request = ctl_request("--type", "exec", "--comm", "true")
+        mon = FileMonitor(d.socket_path, "--type", "exec", "--comm", "true")
+        wait_for(lambda: len(shared_clients()) == 1, "root's monitor reads a shared ring")
+        member = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", f"--groups={gid}", sys.executable,
+                                   "-c", REVOKED_MEMBER, d.socket_path, json.dumps(request)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = json.loads(member.stdout.readline() or "{}")
+        check(first, f"the member's first line: {member.stderr.read() if not first else ''}")
+        check_eq((first["uid"], first["hello"].get("access"), first["fds"]), (NOBODY, "all", 2),
+                 "the member, nobody in an AllowGroups= group, sees everything through a shared ring")
+        check_eq(first["reopen"], "refused", "a non-root member cannot reopen the ring set read-write")
+        st = BUS.stats()
+        check_eq((st["shared"]["rings"], st["shared"]["clients"]), (1, 2), "it shares root's ring set")
+
+        def mapping_holds(marker):
+            member.stdin.write(marker + "\n")
+            member.stdin.flush()
+            return json.loads(member.stdout.readline())["found"]
+
+        def monitor_saw(marker):
+            return sum(1 for e in mon.lines() if e.get("type") == "exec" and e.get("argv", [])[1:] == [marker])
+
+        subprocess.run(["/bin/true", before], check=True)
+        wait_for(lambda: monitor_saw(before) == 1, "root's monitor gets the marker before the reload")
+        wait_for(lambda: mapping_holds(before), "the member's mapping holds it", timeout=10)
+
+        d.write_config(base)
+        d.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: BUS.stats()["shared"]["moved"] == 1, "the reload moves root's monitor to a fresh ring set")
+        subprocess.run(["/bin/true", after], check=True)
+        wait_for(lambda: monitor_saw(after) == 1, "root's monitor gets the marker after the reload")
+        check(not mapping_holds(after), "the revoked member's mapping holds nothing from after the reload")
+        member.stdin.close()
+        last = json.loads(member.stdout.readline() or "{}")
+        member.wait(10)
+        lines = [json.loads(line) for line in last.get("lines", [])]
+        check(lines and lines[-1].get("error") == "access-revoked", f"the member's last line: {lines[-1:]}")
+
+        st = wait_for(lambda: (lambda s: s if len(shared_clients(s)) == 1 and
+                               shared_clients(s)[0]["offered"] == shared_clients(s)[0]["sent"] + shared_clients(s)[0]["dropped"]
+                               else None)(BUS.stats()),
+                      "root's monitor, the one shared client left, has read what it was offered (across the move)")
+        check_eq(st["shared"]["rings"], 1, "the old ring set went with its last member")
+        check_eq(shared_clients(st)[0]["dropped"], 0, "nothing dropped in the move")
+        lines = mon.stop()
+        mon = None
+        check_eq((sum(1 for e in lines if e.get("argv", [])[1:] == [before]),
+                  sum(1 for e in lines if e.get("argv", [])[1:] == [after])), (1, 1),
+                 "both markers, once each")
+        check_eq([e for e in lines if e.get("type") == "lost"], [], "no loss told")
+        check_eq(d.stop(), 0, "clean exit")
+    finally:
+        if member and member.poll() is None:
+            member.kill()
+            member.wait()
+        if mon:
+            mon.stop()
+        d.cleanup()
 
 
 if __name__ == "__main__":

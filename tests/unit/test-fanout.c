@@ -4,9 +4,13 @@
  * swap, resume where the writer moved them), one of them waiting until it is lapped, one
  * scribbling over its own page; members sleep and are woken through their sockets. Every frame
  * a member owns is checked byte for byte; each well-behaved member ends with read = sent,
- * lost = dropped, offered = sent + dropped = everything written while it was a member. */
+ * lost = dropped, offered = sent + dropped = everything written while it was a member. Before
+ * that, single-threaded: no descriptor a client holds writes the ring set, the writer's reclaim
+ * never reads the ring set back, a head that did not move wakes nobody, and a final detach
+ * counts what is left as sent. */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -130,13 +134,16 @@ static uint64_t member_read(Member *mb, unsigned slot, uint8_t *scratch) {
 				break;
 			q += f.size;
 		}
-		if (q == 0 ||
-		    !__atomic_compare_exchange_n(
+		/* With nothing whole, the swap is of our position for itself: it fails if the
+		 * writer moved us, and its release orders the copy before it (libperfrelay's
+		 * shared_copy_ring(); a plain load would not on arm64). */
+		if (!__atomic_compare_exchange_n(
 			    pos_word, &expected, pos + q, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
 			/* Lapped: resume where the writer put us. */
-			mb->pos[slot] = __atomic_load_n(pos_word, __ATOMIC_ACQUIRE);
-			if (q != 0 || mb->pos[slot] != pos)
-				continue;
+			mb->pos[slot] = expected;
+			continue;
+		}
+		if (q == 0) {
 			mb->bad++; /* a broken frame at a position nobody moved: cannot happen */
 			return 0;
 		}
@@ -231,9 +238,147 @@ static void *member_thread(void *userdata) {
 	return NULL;
 }
 
+/* Writes `n` frames of `len` bytes into one slot and publishes them every `batch`. */
+static uint64_t
+	write_frames(SharedRing *r, unsigned slot, uint64_t *head, uint64_t seq, uint64_t n, uint32_t len) {
+	for (uint64_t i = 0; i < n; i++, seq++) {
+		ASSERT(shared_ring_reserve(r, slot, head, seq, len));
+		memset(shared_ring_data(r, slot) + (*head & (shared_ring_size(r, slot) - 1)), 0x5a, len);
+		*head = ALIGN_TO(*head + len, (uint64_t) PERFRELAY_SHARED_ALIGN);
+		if (i % BATCH == BATCH - 1)
+			(void) shared_ring_publish(r, slot, *head, seq + 1);
+	}
+	(void) shared_ring_publish(r, slot, *head, seq);
+	return seq;
+}
+
+/* The descriptor a client gets cannot be made to write the ring set: not by a read-write reopen
+ * of /proc/self/fd/N (refused by the mode to all but root, and by the seals to root), nor by
+ * write(), fallocate() or a shared writable mapping of whatever descriptor the reopen gives. */
+static void test_readonly_reopen(void) {
+	SharedRing *r;
+	char path[64];
+	int ro, rw;
+
+	ASSERT(shared_ring_new(1, 0, 1024 * 1024, &r) == 0);
+	ro = shared_ring_open_readonly(r);
+	ASSERT(ro >= 0);
+	ASSERT(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, ro, 0) == MAP_FAILED);
+	(void) snprintf(path, sizeof(path), "/proc/self/fd/%d", ro);
+	rw = open(path, O_RDWR | O_CLOEXEC);
+	if (rw < 0)
+		ASSERT(errno == EACCES); /* not root: the mode refuses */
+	else {
+		/* Root passes the mode; the seals hold. */
+		ASSERT(pwrite(rw, "x", 1, 4096) < 0 && errno == EPERM);
+		ASSERT(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0) == MAP_FAILED &&
+		       errno == EPERM);
+		ASSERT(fallocate(rw, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096) < 0 &&
+		       errno == EPERM);
+		close(rw);
+	}
+	/* The daemon's own mapping still writes. */
+	{
+		uint64_t head = 0;
+
+		write_frames(r, 0, &head, 0, 10, 100);
+		ASSERT(head > 0);
+	}
+	close(ro);
+	shared_ring_free(r);
+}
+
+/* Whatever the ring set holds, the writer's reclaim takes its frame boundaries from its own
+ * memory: with every byte of the data zeroed behind it (the frame headers a reopen could once
+ * zero), it keeps wrapping the ring, and a member's figures stay exact. */
+static void test_reclaim_ignores_ring_contents(void) {
+	SharedRing *r;
+	SharedMember *m;
+	SharedMemberStats st;
+	int sock[2];
+	uint64_t head = 0, seq = 0, size;
+	struct perfrelay_shared_member *page;
+
+	ASSERT(shared_ring_new(1, 0, 1024 * 1024, &r) == 0);
+	size = shared_ring_size(r, 0);
+	ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sock) == 0);
+	ASSERT(shared_member_new(r, sock[0], &m) == 0);
+	page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, shared_member_fd(m), 0);
+	ASSERT(page != MAP_FAILED);
+	ASSERT(shared_ring_attach_locked(r, m) == 0);
+	for (unsigned lap = 0; lap < 8; lap++) {
+		seq = write_frames(r, 0, &head, seq, size / 256, 300);
+		memset(shared_ring_data(r, 0), 0, size);
+	}
+	ASSERT(head > 7 * size);
+	ASSERT(!shared_member_hostile(m));
+	shared_ring_detach_locked(r, m, false);
+	shared_member_get_stats(m, &st);
+	/* It never read: everything is dropped, exactly. */
+	ASSERT(st.offered == seq);
+	ASSERT(st.sent == 0);
+	ASSERT(st.dropped == seq);
+	munmap(page, 4096);
+	shared_member_free(m);
+	close(sock[0]);
+	close(sock[1]);
+	shared_ring_free(r);
+}
+
+/* A sleeping member is woken once per head that moved, never by a publish of the same head
+ * (the idle flush), whatever it stores in `sleeping`; and after a final detach what it had not
+ * read counts as sent (it stays in its mapping), after any other as dropped. */
+static void test_wakeups_and_final_detach(void) {
+	SharedRing *r;
+	SharedMember *m[2];
+	SharedMemberStats st;
+	struct perfrelay_shared_member *page[2];
+	int sock[2][2];
+	uint64_t head = 0, seq;
+	char b[64];
+
+	ASSERT(shared_ring_new(1, 0, 1024 * 1024, &r) == 0);
+	for (unsigned i = 0; i < 2; i++) {
+		ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sock[i]) == 0);
+		ASSERT(shared_member_new(r, sock[i][0], &m[i]) == 0);
+		page[i] = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, shared_member_fd(m[i]), 0);
+		ASSERT(page[i] != MAP_FAILED);
+		ASSERT(shared_ring_attach_locked(r, m[i]) == 0);
+	}
+	seq = write_frames(r, 0, &head, 0, 10, 100);
+	for (unsigned k = 0; k < 100; k++) {
+		/* A client that keeps saying it sleeps, and an idle flush that publishes the
+		 * same head: no doorbell. */
+		__atomic_store_n(&page[0]->sleeping, 1, __ATOMIC_SEQ_CST);
+		(void) shared_ring_publish(r, 0, head, seq);
+	}
+	ASSERT(recv(sock[0][1], b, sizeof(b), 0) < 0 && errno == EAGAIN);
+	seq = write_frames(r, 0, &head, seq, 1, 100);
+	ASSERT(recv(sock[0][1], b, sizeof(b), 0) == 1);
+	ASSERT(__atomic_load_n(&page[0]->sleeping, __ATOMIC_SEQ_CST) == 0);
+
+	shared_ring_detach_locked(r, m[0], true);
+	shared_member_get_stats(m[0], &st);
+	ASSERT(st.offered == 11 && st.sent == 11 && st.dropped == 0);
+	shared_ring_detach_locked(r, m[1], false);
+	shared_member_get_stats(m[1], &st);
+	ASSERT(st.offered == 11 && st.sent == 0 && st.dropped == 11);
+	for (unsigned i = 0; i < 2; i++) {
+		munmap(page[i], 4096);
+		shared_member_free(m[i]);
+		close(sock[i][0]);
+		close(sock[i][1]);
+	}
+	shared_ring_free(r);
+}
+
 int main(void) {
 	pthread_t writers[N_SLOTS];
 	SharedMemberStats st;
+
+	test_readonly_reopen();
+	test_reclaim_ignores_ring_contents();
+	test_wakeups_and_final_detach();
 
 	for (unsigned i = 0; i < N_SLOTS; i++)
 		pthread_mutex_init(&slot_lock[i], NULL);
@@ -275,7 +420,7 @@ int main(void) {
 		Member *mb = &members[i];
 
 		lock_all();
-		shared_ring_detach_locked(ring, mb->m);
+		shared_ring_detach_locked(ring, mb->m, false);
 		unlock_all();
 		shared_member_get_stats(mb->m, &st);
 		printf("member %u: read %" PRIu64 ", lost %" PRIu64 ", woken %" PRIu64 "; offered %" PRIu64

@@ -60,6 +60,13 @@ static void test_put_get(void) {
 	e = entry(0x4321, 0x1234, 77, "late");
 	proc_table_put(t, &e, true);
 	ASSERT(proc_table_get(t, 0x4321, &got) && got.exited && got.pid == 0);
+	/* An exit read before its exec: the exec fills the tombstone in and leaves it exited (it
+	 * once came back live, for good: no exit follows). The same for an exited entry. */
+	proc_table_put(t, &e, false);
+	ASSERT(proc_table_get(t, 0x4321, &got) && got.exited && got.pid == 77 && streq(got.comm, "late"));
+	e = entry(0x1234, 0x98, 43, "zsh");
+	proc_table_put(t, &e, false);
+	ASSERT(proc_table_get(t, 0x1234, &got) && got.exited);
 	{
 		ProcEntry list[8];
 		size_t n = proc_table_list(t, list, ELEMENTSOF(list));
