@@ -44,6 +44,7 @@ struct BusSubscriber {
 	uint64_t delivered;            /* Event signals sent */
 	uint64_t dropped; /* events taken from the hub but not sent: over the rate, or sd-bus refused */
 	bool charged;     /* counted against its uid with the socket's clients (users.h) */
+	bool pooled;      /* and the users' pool (not root, AllowGroups=, ControlGroups=) */
 	uint64_t charged_bytes; /* its queues */
 };
 

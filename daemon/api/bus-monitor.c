@@ -44,7 +44,7 @@ static BusSubscriber *subscriber_free(BusSubscriber *s) {
 		hub_client_free(s->client);
 	}
 	if (s->charged)
-		users_release(b->users, s->uid, 1, s->charged_bytes);
+		users_release(b->users, s->uid, s->pooled, 1, s->charged_bytes);
 	subscription_free(s->sub);
 	sd_event_source_disable_unref(s->window_timer);
 	sd_bus_slot_unref(s->slot);
@@ -293,7 +293,8 @@ static int subscriber_new(
 	/* A monitor is a client of its uid like a socket connection: one count, its queues. */
 	limits = server_users_limits(b->config);
 	bytes = hub_client_capacity(s->client);
-	r = users_charge(b->users, &limits, uid, 1, bytes, ret_refusal);
+	s->pooled = sub->access != SUBSCRIPTION_ACCESS_ALL;
+	r = users_charge(b->users, &limits, uid, s->pooled, 1, bytes, ret_refusal);
 	if (r < 0)
 		return r;
 	s->charged = true;

@@ -48,6 +48,18 @@ static void shared_entry_free(SharedEntry *e) {
 		s->stats.shared_rings--;
 		s->stats.shared_bytes -= shared_ring_bytes(e->ring);
 	}
+	if (e->charged > 0)
+		users_release(s->users, e->creator, e->pooled, 0, e->charged);
+	/* Its last member left: a client that keeps its mapping keeps no page of the daemon's. At
+	 * shutdown the members read on what they had not read yet; a retired set's last member is
+	 * a revoked client, which reads on what it had before the reload (its memory, once per
+	 * revocation, is the one bounded by the administrator rather than a quota). */
+	if (e->ring && !s->shutting_down && !e->retired) {
+		int r = shared_ring_release(e->ring);
+
+		if (r < 0)
+			log_warning_errno(r, "Failed to free the memory of a shared ring set: %m");
+	}
 	shared_ring_free(e->ring);
 	subscription_free(e->sub);
 	free(e->key);
@@ -64,9 +76,19 @@ static size_t count_rings_of(const Server *s, uid_t uid) {
 	return n;
 }
 
+/* A ring set is memory the daemon holds for the uid that made it: its bytes are charged to that
+ * uid (and its pool) like queue bytes, while it lives, or it is refused (-EDQUOT, *ret_refusal). */
 static int shared_entry_new(
-	Server *s, const Subscription *sub, char *key, uid_t creator, HubFlushFn flush, SharedEntry **ret) {
+	Server *s,
+	const Subscription *sub,
+	char *key,
+	uid_t creator,
+	bool pooled,
+	HubFlushFn flush,
+	SharedEntry **ret,
+	UsersRefusal *ret_refusal) {
 	_cleanup_free_ char *k = key;
+	UsersLimits limits = server_users_limits(s->config);
 	SharedEntry *e;
 	HubClientOptions o;
 	int r;
@@ -77,6 +99,7 @@ static int shared_entry_new(
 	e->server = s;
 	e->key = TAKE_PTR(k);
 	e->creator = creator;
+	e->pooled = pooled;
 	e->flush = flush;
 	LIST_PREPEND(entries, s->shared_entries, e);
 	s->n_shared_entries++;
@@ -91,6 +114,12 @@ static int shared_entry_new(
 	}
 	s->stats.shared_rings++;
 	s->stats.shared_bytes += shared_ring_bytes(e->ring);
+	r = users_charge(s->users, &limits, creator, pooled, 0, shared_ring_bytes(e->ring), ret_refusal);
+	if (r < 0) {
+		shared_entry_free(e);
+		return r;
+	}
+	e->charged = shared_ring_bytes(e->ring);
 	o = (HubClientOptions){
 		.format = sub->format == SUBSCRIPTION_FORMAT_BINARY ? HUB_FORMAT_BINARY : HUB_FORMAT_JSON,
 		.overflow = HUB_OVERFLOW_DROP,
@@ -123,6 +152,7 @@ int connection_join_shared(
 	_cleanup_(shared_member_freep) SharedMember *m = NULL;
 	_cleanup_close_ int ro = -EBADF;
 	SharedEntry *e = NULL;
+	UsersRefusal refusal;
 	int r;
 
 	/* on_overflow=disconnect asks to be closed at its first loss: the socket does that. */
@@ -150,7 +180,16 @@ int connection_join_shared(
 				cfg->max_shared_rings_per_uid);
 			goto fallback;
 		}
-		r = shared_entry_new(s, *sub, TAKE_PTR(key), c->cred.uid, flush, &e);
+		r = shared_entry_new(s, *sub, TAKE_PTR(key), c->cred.uid, c->pooled, flush, &e, &refusal);
+		if (r == -EDQUOT) {
+			log_debug(
+				"Client %" PRIu64
+				" (uid %u): a shared ring would pass %s, serving it over the socket",
+				c->id,
+				(unsigned) c->cred.uid,
+				users_refusal_to_string(refusal));
+			goto fallback;
+		}
 		if (r < 0) {
 			log_warning_errno(r, "Client %" PRIu64 ": failed to make a shared ring: %m", c->id);
 			goto fallback;
@@ -240,8 +279,11 @@ int connection_shared_replace(SharedEntry *e, SharedEntry **ret) {
 	if (!key)
 		return -ENOMEM;
 	e->retired = true;
-	/* A replacement, not one more: no limit refuses it. */
-	return shared_entry_new(e->server, e->sub, key, e->creator, e->flush, ret);
+	/* A replacement, not one more: it takes over the old set's charge (the old set is never
+	 * written again, and its pages go with its last member). */
+	users_release(e->server->users, e->creator, e->pooled, 0, e->charged);
+	e->charged = 0;
+	return shared_entry_new(e->server, e->sub, key, e->creator, e->pooled, e->flush, ret, NULL);
 }
 
 int connection_move_shared(Connection *c, SharedEntry *to, char *line, size_t size, int *ret_ro) {

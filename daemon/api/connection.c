@@ -97,7 +97,7 @@ void connection_free(Connection *c) {
 	} else
 		s->stats.pending--;
 	if (c->charged)
-		users_release(s->users, c->cred.uid, 1, c->charged_bytes);
+		users_release(s->users, c->cred.uid, c->pooled, 1, c->charged_bytes);
 	subscription_free(c->sub);
 	sd_event_source_disable_unref(c->io);
 	sd_event_source_disable_unref(c->timer);
@@ -309,7 +309,7 @@ static int charge_queues(Connection *c) {
 	UsersRefusal refusal;
 	int r;
 
-	r = users_charge(s->users, &limits, c->cred.uid, 0, bytes, &refusal);
+	r = users_charge(s->users, &limits, c->cred.uid, c->pooled, 0, bytes, &refusal);
 	if (r >= 0) {
 		c->charged_bytes = bytes;
 		return 0;
@@ -630,8 +630,15 @@ void connection_new(Server *s, int fd_in) {
 		(unsigned) cred.gid);
 
 	/* Charged at once: pending connections hold a slot too, so that clients that never send
-	 * a request cannot get around the limits. The uid's bus monitors count as well. */
-	r = users_charge(s->users, &limits, cred.uid, 1, 0, &refusal);
+	 * a request cannot get around the limits. The uid's bus monitors count as well. Those who
+	 * see everything (root, AllowGroups=, ControlGroups=) are outside the users' pool: no
+	 * number of unprivileged uids can crowd them out. */
+	{
+		SubscriptionAccess a;
+
+		c->pooled = cred.uid != 0 && (connection_access(c, &a) < 0 || a != SUBSCRIPTION_ACCESS_ALL);
+	}
+	r = users_charge(s->users, &limits, cred.uid, c->pooled, 1, 0, &refusal);
 	if (r == -EDQUOT) {
 		connection_refuse_over(c, refusal);
 		return;

@@ -39,6 +39,8 @@ struct SharedEntry {
 	LIST_FIELDS(SharedEntry, entries);
 	char *key;
 	uid_t creator;     /* counted against MaxSharedRingsPerUid= while the ring lives */
+	bool pooled;       /* the creator's pool (users.h): the ring's bytes are charged to both */
+	uint64_t charged;  /* the ring's bytes, charged to the creator while the ring lives */
 	Subscription *sub; /* the filter its hub client matches with */
 	SharedRing *ring;
 	HubClient *client; /* writes the ring; NULL once retired */
@@ -66,6 +68,7 @@ struct Connection {
 	bool input_open;              /* false after the client shut down its sending side */
 	bool draining;                /* overflowed: detached, writing what is queued, then closed */
 	bool charged;                 /* counted against its uid (users.h) */
+	bool pooled;                  /* and the users' pool: not root, AllowGroups=, ControlGroups= */
 	uint64_t charged_bytes;       /* its queues' bytes, charged to its uid */
 	ProtocolError drain_error;    /* why it is draining: the error line it gets at the end */
 };

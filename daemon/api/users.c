@@ -15,7 +15,7 @@ typedef struct UserCharge {
 struct Users {
 	UserCharge *entries;
 	size_t n, allocated;
-	unsigned others_clients; /* every uid but root */
+	unsigned others_clients; /* the pool: unprivileged uids */
 	uint64_t others_bytes;
 	UsersStats stats;
 };
@@ -45,19 +45,26 @@ static UserCharge *find(const Users *u, uid_t uid) {
 }
 
 int users_charge(
-	Users *u, const UsersLimits *l, uid_t uid, unsigned clients, uint64_t bytes, UsersRefusal *ret_refusal) {
+	Users *u,
+	const UsersLimits *l,
+	uid_t uid,
+	bool pooled,
+	unsigned clients,
+	uint64_t bytes,
+	UsersRefusal *ret_refusal) {
 	UserCharge *c = find(u, uid);
 	unsigned have_clients = c ? c->clients : 0;
 	uint64_t have_bytes = c ? c->bytes : 0;
 	int refusal = -1;
 
+	pooled = pooled && uid != 0;
 	if (have_clients + clients > l->max_clients_per_uid)
 		refusal = USERS_CLIENTS_PER_UID;
 	else if (have_bytes + bytes > l->max_bytes_per_uid)
 		refusal = USERS_BYTES_PER_UID;
-	else if (uid != 0 && u->others_clients + clients > l->max_clients)
+	else if (pooled && u->others_clients + clients > l->max_clients)
 		refusal = USERS_CLIENTS;
-	else if (uid != 0 && u->others_bytes + bytes > l->max_bytes)
+	else if (pooled && u->others_bytes + bytes > l->max_bytes)
 		refusal = USERS_BYTES;
 	if (refusal >= 0) {
 		u->stats.refused[refusal]++;
@@ -81,7 +88,7 @@ int users_charge(
 	}
 	c->clients += clients;
 	c->bytes += bytes;
-	if (uid != 0) {
+	if (pooled) {
 		u->others_clients += clients;
 		u->others_bytes += bytes;
 	}
@@ -92,7 +99,7 @@ int users_charge(
 	return 0;
 }
 
-void users_release(Users *u, uid_t uid, unsigned clients, uint64_t bytes) {
+void users_release(Users *u, uid_t uid, bool pooled, unsigned clients, uint64_t bytes) {
 	UserCharge *c = find(u, uid);
 
 	if (!c)
@@ -101,9 +108,9 @@ void users_release(Users *u, uid_t uid, unsigned clients, uint64_t bytes) {
 	bytes = MIN(bytes, c->bytes);
 	c->clients -= clients;
 	c->bytes -= bytes;
-	if (uid != 0) {
-		u->others_clients -= clients;
-		u->others_bytes -= bytes;
+	if (pooled && uid != 0) {
+		u->others_clients -= MIN(clients, u->others_clients);
+		u->others_bytes -= MIN(bytes, u->others_bytes);
 	}
 	u->stats.clients -= clients;
 	u->stats.bytes -= bytes;
@@ -122,6 +129,8 @@ void users_get(const Users *u, uid_t uid, unsigned *ret_clients, uint64_t *ret_b
 
 void users_get_stats(const Users *u, UsersStats *ret) {
 	*ret = u->stats;
+	ret->pool_clients = u->others_clients;
+	ret->pool_bytes = u->others_bytes;
 }
 
 const char *users_refusal_to_string(UsersRefusal r) {

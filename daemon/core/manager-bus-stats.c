@@ -175,6 +175,8 @@ static int append_stats(Manager *mgr, sd_bus_message *m, const StatsSnapshot *s)
 			{ "clients", s->users.clients },
 			{ "queue_bytes", s->users.bytes },
 			{ "queue_bytes_max", s->users.bytes_max },
+			{ "pool_clients", s->users.pool_clients },
+			{ "pool_queue_bytes", s->users.pool_bytes },
 			{ "refused_clients", s->users.refused[USERS_CLIENTS] },
 			{ "refused_clients_per_uid", s->users.refused[USERS_CLIENTS_PER_UID] },
 			{ "refused_queue_bytes", s->users.refused[USERS_BYTES] },

@@ -16,10 +16,6 @@
 
 #define PAGE_SIZE_MIN 4096u
 
-#ifndef F_SEAL_FUTURE_WRITE
-#define F_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1 */
-#endif
-
 /* The writer notes, per ring, the first frame at or after each 1/SHARED_RING_MARKS of it: a
  * reclaim takes its boundary from there, so that it never reads a frame header back from the
  * ring set (docs/shared-ring.md, "The writer trusts nothing it shares"). */
@@ -110,13 +106,13 @@ static uint64_t ring_size_for(unsigned n_big, uint64_t bytes) {
 }
 
 /* A sealed memfd of `size` bytes that cannot grow or shrink, mapped read-write here. With
- * `writer_only`, no descriptor of it can ever write again, a reopen of /proc/self/fd/N included:
- * F_SEAL_FUTURE_WRITE refuses write(), fallocate() and every new writable shared mapping, while
- * the mapping made here keeps working; and mode 0400 refuses the reopen itself to anyone but
- * root (memfd inodes are made 0777). */
+ * `writer_only`, mode 0400: memfd inodes are made 0777, and anyone holding a descriptor could
+ * reopen /proc/self/fd/N read-write (the magic link checks only the mode); 0400 refuses that to
+ * everyone but root, who could write the daemon's memory anyway. Not F_SEAL_FUTURE_WRITE: it
+ * would also refuse the hole punch with which the daemon frees the pages of a ring set a former
+ * member still maps (shared_ring_release()). */
 static int memfd_sealed(const char *name, uint64_t size, bool writer_only, int *ret_fd, void **ret_map) {
 	_cleanup_close_ int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 	void *map;
 
 	if (fd < 0)
@@ -128,11 +124,8 @@ static int memfd_sealed(const char *name, uint64_t size, bool writer_only, int *
 	map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED)
 		return negative_errno();
-	/* After the mapping, which the future-write seal would refuse. Neither side can then make
-	 * the other's mapping fault (SIGBUS) by truncating. */
-	if (writer_only)
-		seals |= F_SEAL_FUTURE_WRITE;
-	if (fcntl(fd, F_ADD_SEALS, seals) < 0) {
+	/* Neither side can then make the other's mapping fault (SIGBUS) by truncating. */
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
 		int k = negative_errno();
 
 		munmap(map, size);
@@ -202,6 +195,13 @@ SharedRing *shared_ring_free(SharedRing *r) {
 	return NULL;
 }
 
+int shared_ring_release(SharedRing *r) {
+	/* Pages that a mapping faults in afterwards are that mapping's owner's (zeros). */
+	if (fallocate(r->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t) r->map_size) < 0)
+		return negative_errno();
+	return 0;
+}
+
 unsigned shared_ring_n_slots(const SharedRing *r) {
 	return r->n_slots;
 }
@@ -224,7 +224,7 @@ int shared_ring_open_readonly(const SharedRing *r) {
 
 	/* A memfd reopened read-only: mmap(PROT_WRITE, MAP_SHARED) and mprotect() to writable
 	 * then fail with EACCES, and a private writable mapping is the client's own copy. A
-	 * reopen of it read-write is refused by its mode, and by its seals for root. */
+	 * reopen of it read-write is refused by its mode (but to root). */
 	(void) snprintf(path, sizeof(path), "/proc/self/fd/%d", r->fd);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	return fd < 0 ? negative_errno() : fd;

@@ -370,9 +370,10 @@ def rss(pid):
 def test_memory_per_user():
     """What users make the daemon hold is bounded per uid and for all of them together, on the
     socket and the bus as one: 64 clients of one uid that never read, then 64 from each of 16
-    more uids, under a flood of events: the queues held stay within MaxQueueBytesPerUid= per uid
-    and MaxQueueBytes= in all, the daemon's RSS grows by no more than that, and root's new
-    subscriber is served."""
+    more uids (as a user's subordinate uids can), under a flood of events: the queues held stay
+    within MaxQueueBytesPerUid= per uid and MaxQueueBytes= for the users' pool, the daemon's RSS
+    grows by no more than that, and neither a member of AllowGroups= (the exporter's case) nor
+    root is crowded out: their new subscribers are served."""
     d_users.start()
     os.chmod(d_users.dir, 0o755)
     os.chmod(d_users.socket_path, 0o666)  # every test uid may connect; the daemon decides
@@ -399,17 +400,27 @@ def test_memory_per_user():
         except Exception as e:
             check("LimitsExceeded" in str(e) and "MaxQueueBytesPerUid=" in str(e), f"the bus monitor is refused: {e}")
 
+        check_eq((users["pool_clients"], users["pool_queue_bytes"]), (0, 0),
+                 "a member of AllowGroups= is outside the users' pool")
         for uid in range(5001, 5017):
-            holders.append(hold_connections(d_users.socket_path, 64, request, uid=str(uid), gid=str(uid),
-                                            groups=[ALLOWED_GID]))
+            holders.append(hold_connections(d_users.socket_path, 64, request, uid=str(uid), gid=str(uid)))
             json.loads(holders[-1].stdout.readline())
         users = bus.stats()["users"]
-        check(users["queue_bytes"] <= QUEUE_BOUND and users["queue_bytes"] + per_client > QUEUE_BOUND,
+        check(users["pool_queue_bytes"] <= QUEUE_BOUND and users["pool_queue_bytes"] + per_client > QUEUE_BOUND,
               f"the users together fill MaxQueueBytes= and no more: {users}")
         check(users["refused_queue_bytes"] > 0, f"and the rest is refused, counted: {users}")
+        check_eq(users["queue_bytes"] - users["pool_queue_bytes"], kept * per_client,
+                 "outside the pool: the AllowGroups= member's")
+        privileged = hold_connections(d_users.socket_path, 1, request, uid="5100", gid="5100", groups=[ALLOWED_GID])
+        holders.append(privileged)
+        check_eq([r["type"] for r in json.loads(privileged.stdout.readline())], ["hello"],
+                 "a new member of AllowGroups= is served with the users' pool full")
 
-        # Events for everyone, never read: every queue fills.
+        # Events for everyone, never read: every queue fills (each pooled uid sees its own).
         subprocess.run([sys.executable, "-c", "for i in range(120000): open('/dev/null').close()"], check=True)
+        for uid in range(5001, 5017):
+            subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-c",
+                            "for i in range(20000): open('/dev/null').close()"], check=True)
         wait_for(lambda: all(c["queued_bytes"] * 2 > per_client for c in bus.stats()["client_list"] if c["uid"]),
                  "every held client's queue filled", timeout=60)
         grown = rss(d_users.proc.pid) - base
@@ -420,8 +431,9 @@ def test_memory_per_user():
             # daemon does not hold; the bound is checked by the plain build's run of this test.
             print(f"the daemon's RSS grew by {grown >> 20} MiB under AddressSanitizer (not checked)")
         else:
-            check(grown <= QUEUE_BOUND + (16 << 20), f"the daemon's RSS grew by {grown >> 20} MiB, within "
-                  f"MaxQueueBytes= ({QUEUE_BOUND >> 20} MiB) and 16 MiB")
+            bound = QUEUE_BOUND + 2 * QUEUE_UID_BOUND  # the pool, and the two AllowGroups= uids
+            check(grown <= bound + (16 << 20), f"the daemon's RSS grew by {grown >> 20} MiB, within "
+                  f"MaxQueueBytes= and two uids' MaxQueueBytesPerUid= ({bound >> 20} MiB) and 16 MiB")
 
         # Root is not locked out by the others.
         c = socket.socket(socket.AF_UNIX)
