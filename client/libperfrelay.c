@@ -607,6 +607,10 @@ int perfrelay_connect(perfrelay_client *c, const char *socket_path, const struct
 
 /* ---- the shared path ---- */
 
+_Static_assert(
+	BUFFER_SIZE >= sizeof(struct perfrelay_shared_frame) + PERFRELAY_SHARED_FRAME_MAX + 64u,
+	"a whole frame fits the copy room, with a lost notice in front");
+
 static int frame_check(const char *rec, uint32_t length);
 
 /* A binary frame's little-endian u32 length prefix. */

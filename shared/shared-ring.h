@@ -15,6 +15,10 @@
 #define PERFRELAY_SHARED_RINGS_MAX 60u
 /* Frames start at multiples of this, so that a padding frame always fits at the ring's end. */
 #define PERFRELAY_SHARED_ALIGN     16u
+/* The most bytes a frame holds after its header (a JSON line, a record behind its unit frame, or
+ * a schema frame, which goes in a frame of its own when the three together would be more), so
+ * that a reader's copy room of this plus a header always holds a whole frame. */
+#define PERFRELAY_SHARED_FRAME_MAX (96u * 1024u)
 
 /* At offset 0 of the ring set, one page. Written once by the daemon before it passes the fd. */
 struct perfrelay_shared_header {

@@ -441,6 +441,14 @@ static inline void event_write(
 	queue_write(q, data, len);
 }
 
+_Static_assert(ENCODE_JSON_MAX <= PERFRELAY_SHARED_FRAME_MAX, "a JSON line fits a shared frame");
+_Static_assert(
+	sizeof(uint32_t) + PERFRELAY_RECORD_MAX + UNIT_FRAME_MAX <= PERFRELAY_SHARED_FRAME_MAX,
+	"a record behind its unit frame fits a shared frame");
+_Static_assert(
+	sizeof(uint32_t) + PERFRELAY_RECORD_MAX <= PERFRELAY_SHARED_FRAME_MAX, "a schema fits a shared frame");
+_Static_assert(PERFRELAY_SHARED_FRAME_MAX + 16u <= SHARED_RING_MIN / 4, "a shared frame fits the smallest ring");
+
 void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
 	HubSlot *s = &h->slots[reader];
 	/* Binary frames are the record itself behind a length: nothing to encode. */
@@ -509,7 +517,17 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 			}
 		}
 		if (c->o.shared) {
-			/* One frame holds the event and what describes it. */
+			/* One frame holds the event and what describes it, but for a schema that
+			 * would take it past what a reader copies at once: that goes in a frame of
+			 * its own just before, with the same seq (a frame's seq counts events). */
+			if (_unlikely_(schema_len > 0) &&
+			    prefix_len + len + schema_len + unit_frame_len > PERFRELAY_SHARED_FRAME_MAX &&
+			    shared_ring_reserve(
+				    c->o.shared, reader, &q->head_local, STAT_LOAD(q->queued), schema_len)) {
+				schema_write(q, ev->producer_type, &schema);
+				q->head_local = ALIGN_TO(q->head_local, (uint64_t) PERFRELAY_SHARED_ALIGN);
+				schema_len = 0;
+			}
 			if (_unlikely_(len == 0) ||
 			    !shared_ring_reserve(
 				    c->o.shared,

@@ -17,9 +17,11 @@
 
 #include "btfrec.h"
 #include "encode.h"
+#include "fanout.h"
 #include "hub-internal.h"
 #include "hub.h"
 #include "macro.h"
+#include "producers.h"
 
 #include "unit-test.h"
 
@@ -532,8 +534,61 @@ static void test_lost_named_event(void) {
 	btfrec_free(r);
 }
 
+/* A binary shared ring: a third-party record near the largest, behind a schema near the largest,
+ * goes in two frames (the schema's first, the same seq), each within PERFRELAY_SHARED_FRAME_MAX,
+ * which a reader copies whole; together they were once more than libperfrelay's copy room. */
+static void test_shared_schema_split(void) {
+	static uint8_t rec[60000];
+	static char schema[60000];
+	struct perfrelay_hdr *hdr = (struct perfrelay_hdr *) rec;
+	ProducerType t = { .type = 0x8042, .schema = schema, .schema_len = sizeof(schema), .generation = 1 };
+	SharedRing *ring;
+	Hub *h;
+	HubClient *c;
+	DecodedEvent ev;
+	const uint8_t *data;
+	uint64_t head, seqs[2] = {}, n = 0;
+
+	memset(schema, 'x', sizeof(schema));
+	*hdr = (struct perfrelay_hdr){ .magic = PERFRELAY_MAGIC,
+				       .version = PERFRELAY_VERSION,
+				       .type = 0x8042,
+				       .size = sizeof(rec),
+				       .producer = 300,
+				       .ts_ns = 1 };
+	ev = decode(rec, sizeof(rec));
+	ev.producer_type = &t;
+	ASSERT(hub_new(1, &h) == 0);
+	ASSERT(shared_ring_new(hub_n_slots(h), hub_n_small_slots(h), 1 << 20, &ring) == 0);
+	HubClientOptions o = { .format = HUB_FORMAT_BINARY, .overflow = HUB_OVERFLOW_DROP, .shared = ring };
+	ASSERT(hub_client_new(h, -EBADF, &o, &c) == 0 && hub_client_attach(h, c) == 0);
+	publish(h, &ev, NULL);
+
+	data = shared_ring_data(ring, 0);
+	head = ((const struct perfrelay_shared_ctl *) (data - sizeof(struct perfrelay_shared_ctl)))->head;
+	for (uint64_t pos = 0; pos < head;) {
+		struct perfrelay_shared_frame f;
+		struct perfrelay_hdr sub;
+
+		memcpy(&f, data + pos, sizeof(f));
+		ASSERT(f.len <= PERFRELAY_SHARED_FRAME_MAX && f.size >= sizeof(f) && n < 2);
+		if (f.len == 0 || n >= 2 || f.size < sizeof(f))
+			break;
+		memcpy(&sub, data + pos + sizeof(f) + sizeof(uint32_t), sizeof(sub));
+		ASSERT(sub.type == (n == 0 ? PERFRELAY_TYPE_SCHEMA : 0x8042));
+		seqs[n++] = f.seq;
+		pos += f.size;
+	}
+	ASSERT(n == 2 && seqs[0] == 0 && seqs[1] == 0);
+	hub_client_detach(h, c);
+	hub_client_free(c);
+	hub_free(h);
+	shared_ring_free(ring);
+}
+
 int main(void) {
 	test_formats();
+	test_shared_schema_split();
 	test_lost_named_event();
 	test_overflow(HUB_FORMAT_JSON);
 	test_overflow(HUB_FORMAT_BINARY);
