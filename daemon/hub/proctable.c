@@ -2,10 +2,12 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "event.h"
 #include "macro.h"
 #include "proctable.h"
+#include "siphash.h"
 
 /* One entry as words, each read and written with a relaxed atomic: the bucket's sequence count
  * orders them (proctable.h). */
@@ -29,6 +31,7 @@ typedef struct ProcBucket {
 struct ProcTable {
 	ProcBucket *buckets;
 	size_t n_buckets; /* a power of two */
+	uint64_t key[2];  /* of the buckets' hash, drawn at creation; read-only after */
 	uint64_t stamp;   /* insertion order, for eviction */
 	uint64_t inserted, seeded, exited, evicted, evicted_live, misses, retries;
 };
@@ -66,6 +69,13 @@ int proc_table_new(size_t capacity, ProcTable **ret) {
 	}
 	memset(t->buckets, 0, n * sizeof(ProcBucket));
 	t->n_buckets = n;
+	if (getrandom(t->key, sizeof(t->key), 0) != (ssize_t) sizeof(t->key)) {
+		int r = errno > 0 ? -errno : -EIO;
+
+		free(t->buckets);
+		free(t);
+		return r;
+	}
 	*ret = t;
 	return 0;
 }
@@ -78,9 +88,15 @@ ProcTable *proc_table_free(ProcTable *t) {
 	return NULL;
 }
 
+size_t proc_table_bucket_index(const ProcTable *t, uint64_t exec_id) {
+	/* Not the exec id's own bits: it is an unkeyed mix of a start time, a tgid and an exec
+	 * count, which anyone can invert and aim (spawning until four live images share a bucket
+	 * evicts a chosen one). Keyed, the placement is the daemon's secret. */
+	return (size_t) (siphash24_u64(exec_id, t->key) & (t->n_buckets - 1));
+}
+
 static ProcBucket *bucket_of(ProcTable *t, uint64_t exec_id) {
-	/* exec ids are already mixed (perfrelay_exec_id()): their low bits are as good as any. */
-	return &t->buckets[exec_id & (t->n_buckets - 1)];
+	return &t->buckets[proc_table_bucket_index(t, exec_id)];
 }
 
 static void bucket_lock(ProcBucket *b) {

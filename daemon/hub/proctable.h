@@ -5,8 +5,9 @@
  * start from the kernel's task list. It answers two questions: the lineage of an event (its
  * process's ancestors, for the "ancestor" filter) and the live processes (perfrelayctl tree).
  *
- * Bounded: a fixed array of buckets of PROC_BUCKET_SLOTS entries, sized at creation; a full
- * bucket replaces its oldest exited entry, else its oldest entry (both counted). Concurrent
+ * Bounded: a fixed array of buckets of PROC_BUCKET_SLOTS entries, sized at creation, placed by a
+ * keyed hash (siphash.h); a full bucket replaces its oldest exited entry, else its oldest entry
+ * (both counted). Concurrent
  * without a global lock: writers (the readers, one per CPU group) take the bucket's own spin
  * lock; lookups take none: each bucket has a sequence count, as the kernel's seqcount_t, and a
  * lookup that raced a writer reads the bucket again. Every shared field is read and written
@@ -55,8 +56,12 @@ typedef struct ProcTableStats {
 	uint64_t retries;      /* lookups that raced a writer and read the bucket again */
 } ProcTableStats;
 
-/* capacity is rounded up to a power-of-two number of buckets, within MIN..MAX. */
+/* capacity is rounded up to a power-of-two number of buckets, within MIN..MAX. The buckets'
+ * hash is keyed with a key drawn now (getrandom()): which exec ids share a bucket is known to no
+ * one outside the daemon. */
 int proc_table_new(size_t capacity, ProcTable **ret);
+/* The bucket exec_id goes in (for tests). */
+size_t proc_table_bucket_index(const ProcTable *t, uint64_t exec_id);
 ProcTable *proc_table_free(ProcTable *t);
 DEFINE_TRIVIAL_CLEANUP_FUNC(ProcTable *, proc_table_free);
 

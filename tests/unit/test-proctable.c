@@ -15,6 +15,7 @@
 #include "filter.h"
 #include "macro.h"
 #include "proctable.h"
+#include "siphash.h"
 
 #include "unit-test.h"
 
@@ -77,39 +78,77 @@ static void test_put_get(void) {
 	ASSERT(st.entries == 3 && st.live == 1 && st.inserted == 2 && st.exited == 2 && st.evicted == 0);
 }
 
+/* n exec ids from `from` on that share the bucket of the first (found through the keyed hash, as
+ * no one outside the daemon can). */
+static void same_bucket(const ProcTable *t, uint64_t from, uint64_t *ids, unsigned n) {
+	size_t b = proc_table_bucket_index(t, from);
+	unsigned k = 0;
+
+	for (uint64_t id = from; k < n; id++)
+		if (proc_table_bucket_index(t, id) == b)
+			ids[k++] = id;
+}
+
 static void test_eviction(void) {
 	_cleanup_(proc_table_freep) ProcTable *t = NULL;
 	ProcTableStats st;
 	ProcEntry got;
+	uint64_t id[7];
 
-	/* 64 entries: 16 buckets of 4; ids k * 16 + 1 share bucket 1. */
+	/* 64 entries: 16 buckets of 4. */
 	ASSERT(proc_table_new(64, &t) == 0);
-	for (uint64_t k = 1; k <= 4; k++) {
-		ProcEntry e = entry(k * 16 + 1, 0, (uint32_t) k, "p");
+	same_bucket(t, 17, id, 7);
+	for (unsigned k = 1; k <= 4; k++) {
+		ProcEntry e = entry(id[k], 0, k, "p");
 
 		proc_table_put(t, &e, false);
 	}
-	proc_table_exit(t, 3 * 16 + 1);
+	proc_table_exit(t, id[3]);
 	{
 		/* Full: the exited one goes first, though it is not the oldest. */
-		ProcEntry e = entry(5 * 16 + 1, 0, 5, "p");
+		ProcEntry e = entry(id[5], 0, 5, "p");
 
 		proc_table_put(t, &e, false);
 	}
-	ASSERT(!proc_table_get(t, 3 * 16 + 1, &got));
-	ASSERT(proc_table_get(t, 1 * 16 + 1, &got) && proc_table_get(t, 5 * 16 + 1, &got));
+	ASSERT(!proc_table_get(t, id[3], &got));
+	ASSERT(proc_table_get(t, id[1], &got) && proc_table_get(t, id[5], &got));
 	{
 		/* Full and all live: the oldest. */
-		ProcEntry e = entry(6 * 16 + 1, 0, 6, "p");
+		ProcEntry e = entry(id[6], 0, 6, "p");
 
 		proc_table_put(t, &e, false);
 	}
-	ASSERT(!proc_table_get(t, 1 * 16 + 1, &got));
-	ASSERT(proc_table_get(t, 2 * 16 + 1, &got) && proc_table_get(t, 6 * 16 + 1, &got));
+	ASSERT(!proc_table_get(t, id[1], &got));
+	ASSERT(proc_table_get(t, id[2], &got) && proc_table_get(t, id[6], &got));
 	proc_table_get_stats(t, &st);
 	ASSERT(st.inserted == 6 && st.evicted == 2 && st.evicted_live == 1 && st.entries == 4 && st.live == 4);
 	/* Other buckets were not touched. */
-	ASSERT(!proc_table_get(t, 2, &got));
+	for (uint64_t other = id[0] + 1;; other++)
+		if (proc_table_bucket_index(t, other) != proc_table_bucket_index(t, id[0])) {
+			ASSERT(!proc_table_get(t, other, &got));
+			break;
+		}
+}
+
+/* The buckets are placed by a keyed hash (issue 37): ids a user can aim at one bucket by their own
+ * bits (the low bits, as before) spread over the table, differently in each table; and the hash is
+ * SipHash-2-4, checked against the reference implementation's vector for the message 00..07 with
+ * the key 00..0f. */
+static void test_keyed_buckets(void) {
+	_cleanup_(proc_table_freep) ProcTable *a = NULL, *b = NULL;
+	const uint64_t key[2] = { UINT64_C(0x0706050403020100), UINT64_C(0x0f0e0d0c0b0a0908) };
+	unsigned in_first = 0, same_in_both = 0;
+
+	ASSERT(siphash24_u64(UINT64_C(0x0706050403020100), key) == UINT64_C(0x93f5f5799a932462));
+	ASSERT(proc_table_new(PROC_TABLE_DEFAULT, &a) == 0 && proc_table_new(PROC_TABLE_DEFAULT, &b) == 0);
+	for (uint64_t k = 0; k < 64; k++) {
+		uint64_t id = k * 8192 + 5; /* one bucket of 8192 by the id's own bits */
+
+		in_first += proc_table_bucket_index(a, id) == proc_table_bucket_index(a, 5);
+		same_in_both += proc_table_bucket_index(a, id) == proc_table_bucket_index(b, id);
+	}
+	ASSERT(in_first < 4);     /* 1 (itself), almost surely: 63 ids in 8192 buckets */
+	ASSERT(same_in_both < 4); /* each table draws its own key */
 }
 
 /* A decoded exec record of `pid` whose ancestors are anc[0..n). */
@@ -358,8 +397,10 @@ static void test_threads(void) {
 	pthread_t w[N_WRITERS], r[N_READERS];
 	uintptr_t bad = 0;
 
-	/* Large enough that nothing is evicted: a reader may then check every entry it sees. */
-	ASSERT(proc_table_new(4 * N_IDS, &shared) == 0);
+	/* Large enough that nothing is evicted (the ids land in random buckets; at 16 buckets an
+	 * id, five in one bucket has a chance below 1e-4 in the whole table): a reader may then
+	 * check every entry it sees. */
+	ASSERT(proc_table_new(64 * N_IDS, &shared) == 0);
 	for (unsigned i = 0; i < N_WRITERS; i++)
 		ASSERT(pthread_create(&w[i], NULL, writer_main, (void *) (uintptr_t) i) == 0);
 	for (unsigned i = 0; i < N_READERS; i++)
@@ -385,6 +426,7 @@ static void test_threads(void) {
 int main(void) {
 	test_put_get();
 	test_eviction();
+	test_keyed_buckets();
 	test_note_and_lineage();
 	test_ancestor_filter();
 	test_threads();
