@@ -184,6 +184,21 @@ static int on_subscriber_gone(sd_bus_track *track, void *userdata) {
 	return 0;
 }
 
+/* A monitor's properties are its subscriber's and root's: its filter says what it watches, and
+ * its counters, polled, give the rate of its events (another user's activity, or the moments a
+ * watched process acts). The denial names neither the owner nor its uid. */
+static int monitor_check_viewer(sd_bus *bus, const BusSubscriber *s, sd_bus_error *error) {
+	sd_bus_message *call = sd_bus_get_current_message(bus);
+
+	if (!call || !bus_viewer_sees(bus_viewer(call), s->uid))
+		return sd_bus_error_setf(
+			error,
+			SD_BUS_ERROR_ACCESS_DENIED,
+			"The properties of %s are for its subscriber and root",
+			s->path);
+	return 0;
+}
+
 static int monitor_property_get_filter(
 	sd_bus *bus,
 	const char *path,
@@ -193,16 +208,12 @@ static int monitor_property_get_filter(
 	void *userdata,
 	sd_bus_error *error) {
 	BusSubscriber *s = userdata;
-	sd_bus_message *call = sd_bus_get_current_message(bus);
+	int r;
 
 	/* A subscriber's filter (the pids, comms and units it watches) is its business and root's. */
-	if (!call || !bus_viewer_sees(bus_viewer(call), s->uid))
-		return sd_bus_error_setf(
-			error,
-			SD_BUS_ERROR_ACCESS_DENIED,
-			"The filter of %s is for its subscriber (uid %u) and root",
-			s->path,
-			(unsigned) s->uid);
+	r = monitor_check_viewer(bus, s, error);
+	if (r < 0)
+		return r;
 	return sd_bus_message_append(reply, "s", s->filter_text);
 }
 
@@ -216,7 +227,11 @@ static int monitor_property_get_counter(
 	sd_bus_error *error) {
 	BusSubscriber *s = userdata;
 	HubClientStats st;
+	int r;
 
+	r = monitor_check_viewer(bus, s, error);
+	if (r < 0)
+		return r;
 	if (streq(property, "EventsDelivered"))
 		return sd_bus_message_append(reply, "t", s->delivered);
 	hub_client_get_stats(s->client, &st);

@@ -87,6 +87,9 @@ def test_snapshot_and_capture_by_role():
     d.start()
     cg = os.path.join(cgroup2_mount(), f"perfrelay-access-{os.getpid()}.service")
     os.mkdir(cg)
+    # A slice holds many units or sessions (/user.slice, /system.slice: the whole host in two).
+    slice_cg = os.path.join(cgroup2_mount(), f"perfrelay-access-{os.getpid()}.slice")
+    os.mkdir(slice_cg)
     peers = {role: peer(role) for role in ROLES}
     try:
         for role, p in peers.items():
@@ -116,6 +119,13 @@ def test_snapshot_and_capture_by_role():
               f"a ControlGroups= member may not capture the root cgroup: {rep}")
         rep = start_capture(peers["root"], "cgroup=/")
         check(rep["error"] is None, f"root captures the root cgroup: {rep}")
+        check_eq(peers["root"].command(f"call StopCapture o {rep['path']}", "StopCapture")["error"], None,
+                 "root stops it")
+        rep = start_capture(peers["control"], f"cgroup=/{os.path.basename(slice_cg)}")
+        check(rep["error"] == "org.freedesktop.DBus.Error.AccessDenied" and "AllowHostCaptures" in rep["message"],
+              f"a ControlGroups= member may not capture a slice either: {rep}")
+        rep = start_capture(peers["root"], f"cgroup=/{os.path.basename(slice_cg)}")
+        check(rep["error"] is None, f"root captures a slice: {rep}")
         check_eq(peers["root"].command(f"call StopCapture o {rep['path']}", "StopCapture")["error"], None,
                  "root stops it")
 
@@ -149,6 +159,7 @@ def test_snapshot_and_capture_by_role():
             p.close()
         wait_for(lambda: not active(), "every capture ends with its requester", timeout=20)
         os.rmdir(cg)
+        os.rmdir(slice_cg)
     d.stop()
 
 
@@ -159,7 +170,8 @@ def busctl_json(role, *args):
 
 def test_metadata_by_role():
     """Other users' uids, pids and filters (ListClients, GetStats' client_list, a monitor's
-    Filter) are for root and their owner; the totals are for everyone."""
+    Filter and its counters, which give the rate of its events) are for root and their owner; the
+    totals are for everyone; a denial names no uid."""
     d.start()
     client = socket.socket(socket.AF_UNIX)
     client.connect(d.socket_path)
@@ -183,14 +195,18 @@ def test_metadata_by_role():
             check_eq(0 in listed, role == "root", f"GetStats' client_list shows root's client to {role} only if root")
             check(stats["clients"]["data"]["connected"]["data"] >= 1, "the totals are for everyone")
 
-            r = as_role(role, "get-property", "org.perfrelay1", root_mon.path, "org.perfrelay1.Monitor", "Filter")
-            check_eq(r.returncode == 0, role == "root", f"root's monitor's Filter readable by {role}: {r.stderr.strip()}")
+            for prop in ("Filter", "EventsDelivered", "EventsDropped"):
+                r = as_role(role, "get-property", "org.perfrelay1", root_mon.path, "org.perfrelay1.Monitor", prop)
+                check_eq(r.returncode == 0, role == "root", f"root's monitor's {prop} readable by {role}: {r.stderr.strip()}")
+                if role in own:
+                    r = as_role(role, "get-property", "org.perfrelay1", own[role].path, "org.perfrelay1.Monitor", prop)
+                    check(r.returncode == 0, f"{role} reads its own monitor's {prop}: {r}")
+                    other = own["control" if role != "control" else "nobody"]
+                    r = as_role(role, "get-property", "org.perfrelay1", other.path, "org.perfrelay1.Monitor", prop)
+                    check(r.returncode != 0 and "uid" not in r.stderr, f"{role} does not read another user's {prop}: {r.stderr}")
             if role in own:
                 r = as_role(role, "get-property", "org.perfrelay1", own[role].path, "org.perfrelay1.Monitor", "Filter")
-                check(r.returncode == 0 and f"{role}-own" in r.stdout, f"{role} reads its own monitor's Filter: {r}")
-                other = own["control" if role != "control" else "nobody"]
-                r = as_role(role, "get-property", "org.perfrelay1", other.path, "org.perfrelay1.Monitor", "Filter")
-                check(r.returncode != 0, f"{role} does not read another user's Filter")
+                check(f"{role}-own" in r.stdout, f"{role}'s own Filter is its filter: {r}")
     finally:
         client.close()
         root_mon.close()

@@ -105,6 +105,13 @@ static const CaptureConfig *capture_cfg(const Manager *m) {
 }
 
 /* On failure *ret_error (if given) says why, for the D-Bus error. */
+/* Whether capturing the cgroup at `path` (under the cgroup2 mount `root`) takes the host's
+ * traffic, or many units' or sessions' at once: the root, and any slice (/system.slice and
+ * /user.slice are together the whole host; user-1000.slice holds a user's every session). */
+static bool cgroup_is_host_wide(const char *path, const char *root) {
+	return streq(path, root) || endswith(path, ".slice");
+}
+
 static int capture_start_one(CaptureFeature *cf, const CaptureRequest *req, uint32_t *ret_id, char **ret_error) {
 	Manager *m = cf->feature.manager;
 	const CaptureConfig *c = capture_cfg(m);
@@ -195,14 +202,17 @@ static int capture_start_one(CaptureFeature *cf, const CaptureRequest *req, uint
 		    (int) sizeof(path))
 			return error_textf(ret_error, -ENAMETOOLONG, "cgroup path too long");
 	}
-	/* Every packet of the host: root's decision, or the admin's by AllowHostCaptures=. */
-	if ((req->ifindex || streq(path, root)) && !req->may_capture_host)
+	/* Every packet of the host, or of many units or sessions at once: root's decision, or the
+	 * admin's by AllowHostCaptures=. */
+	if ((req->ifindex || cgroup_is_host_wide(path, root)) && !req->may_capture_host)
 		return error_textf(
 			ret_error,
 			-EPERM,
-			"capturing %s takes every packet of the host: it needs root (or AllowHostCaptures=yes "
-			"for ControlGroups= members)",
-			req->ifindex ? "an interface" : "the root cgroup");
+			"capturing %s takes the packets of the host or of many units: it needs root (or "
+			"AllowHostCaptures=yes for ControlGroups= members)",
+			req->ifindex              ? "an interface" :
+				streq(path, root) ? "the root cgroup" :
+						    "a slice");
 	dir = req->direction ? capture_direction_from_string(req->direction) : CAPTURE_BOTH;
 	if (dir < 0)
 		return error_textf(
