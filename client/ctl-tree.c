@@ -81,11 +81,18 @@ static bool wanted(const Forest *f, const Proc *p) {
 	return !f->unit || (p->unit && strcmp(p->unit, f->unit) == 0);
 }
 
+/* Deeper than this, a branch is not drawn (a real tree is far shallower: pid_max bounds it). */
+#define TREE_DEPTH_MAX 4096u
+
 /* `prefix` is the drawing of the levels above (at most 64 levels are drawn). */
 static void show(Forest *f, size_t i, unsigned depth, char *prefix, bool last) {
 	Proc *p = &f->p[i];
 	size_t len = strlen(prefix);
 
+	/* The daemon's list has no cycle and no chain longer than the table, but a list is input:
+	 * a process is drawn once, and the recursion is bounded. */
+	if (p->shown || depth > TREE_DEPTH_MAX)
+		return;
 	p->shown = true;
 	if (f->json) {
 		json_object *o = json_object_new_object();

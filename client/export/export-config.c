@@ -342,3 +342,13 @@ int export_config_check(const ExportConfig *c, char **ret_error) {
 		*ret_error = strdup(why);
 	return -EINVAL;
 }
+
+void export_url_redact(char *url) {
+	char *host = strstr(url, "://"), *at, *end;
+
+	host = host ? host + 3 : url;
+	end = host + strcspn(host, "/?#");
+	at = memrchr(host, '@', (size_t) (end - host));
+	if (at)
+		memmove(host, at + 1, strlen(at + 1) + 1);
+}

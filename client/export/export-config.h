@@ -80,5 +80,9 @@ ExportConfig *export_config_free(ExportConfig *c);
 int export_config_parse_text(
 	ExportConfig *c, const char *text, size_t size, const char *filename, char **ret_error);
 
+/* Removes the user information ("user:password@") of a server URL in place, for the world-readable
+ * stats file and messages: nats.c's connected URL keeps what Servers= said. */
+void export_url_redact(char *url);
+
 /* Reads main_path (missing is fine) then dropin_dir/\*.conf in lexical order. */
 int export_config_load(ExportConfig *c, const char *main_path, const char *dropin_dir, char **ret_error);

@@ -648,6 +648,7 @@ void exporter_get_stats(Exporter *e, ExportStats *ret) {
 	if (!ret->connected ||
 	    natsConnection_GetConnectedUrl(e->nc, ret->server, sizeof(ret->server)) != NATS_OK)
 		ret->server[0] = 0;
+	export_url_redact(ret->server); /* the stats file is world-readable */
 }
 
 bool exporter_has_room(Exporter *e) {

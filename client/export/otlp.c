@@ -17,8 +17,10 @@
 #include "time-util.h"
 
 /* A collector's answer is read up to this much (a partial-success message at most). */
-#define RESPONSE_MAX     (64u * 1024u)
-#define BACKOFF_FIRST_MS 100u
+#define RESPONSE_MAX           (64u * 1024u)
+#define BACKOFF_FIRST_MS       100u
+/* The longest Retry-After obeyed, in seconds. */
+#define OTLP_RETRY_AFTER_MAX_S 300
 
 typedef struct Request {
 	struct Request *next;
@@ -358,7 +360,13 @@ static void request_done(OtlpTarget *t, Request *r, CURLcode result, uint64_t no
 	snprintf(t->s.last_error, sizeof(t->s.last_error), "HTTP status %ld", status);
 	/* The OTLP/HTTP specification's retryable answers; anything else will not get better. */
 	if (status == 429 || status == 502 || status == 503 || status == 504) {
-		back_off(t, now, (uint64_t) MAX(retry_after, (curl_off_t) 0) * 1000);
+		/* The server's word, bounded: a huge or hostile value would stop the target for
+		 * good (or overflow the pause), and the queue behind it fills and drops. */
+		back_off(
+			t,
+			now,
+			(uint64_t) MIN(MAX(retry_after, (curl_off_t) 0), (curl_off_t) OTLP_RETRY_AFTER_MAX_S) *
+				1000);
 		retry_or_drop(t, r);
 		return;
 	}

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* perfrelay-export's configuration: defaults, every section, lists, and errors naming file:line. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,9 +12,31 @@ static int parse(ExportConfig *c, const char *text, char **err) {
 	return export_config_parse_text(c, text, strlen(text), "export.conf", err);
 }
 
+/* A server URL's credentials never reach the world-readable stats file. */
+static void test_url_redact(void) {
+	static const char *const cases[][2] = {
+		{ "nats://user:secret@host:4222", "nats://host:4222" },
+		{ "tls://token@10.0.0.1:4222/x?y=1", "tls://10.0.0.1:4222/x?y=1" },
+		{ "nats://a@b:c@host", "nats://host" },
+		{ "nats://host:4222", "nats://host:4222" },
+		{ "host:4222/p@q", "host:4222/p@q" },
+		{ "", "" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char url[64];
+
+		snprintf(url, sizeof(url), "%s", cases[i][0]);
+		export_url_redact(url);
+		ASSERT(strcmp(url, cases[i][1]) == 0);
+	}
+}
+
 int main(void) {
 	ExportConfig *c = NULL;
 	char *err = NULL;
+
+	test_url_redact();
 
 	ASSERT(export_config_new(&c) == 0);
 	ASSERT(c->n_servers == 1 && strcmp(c->servers[0], "nats://127.0.0.1:4222") == 0);
