@@ -15,6 +15,25 @@ from prtest import Failure
 HDR = struct.Struct("<HBBHHIIQQ")  # struct perfrelay_hdr (bpf/event.h)
 
 
+def _mix64(x):
+    x &= (1 << 64) - 1
+    x ^= x >> 30
+    x = (x * 0xbf58476d1ce4e5b9) & ((1 << 64) - 1)
+    x ^= x >> 27
+    x = (x * 0x94d049bb133111eb) & ((1 << 64) - 1)
+    return x ^ (x >> 31)
+
+
+def batch_digest(hdrs):
+    """The digest in a batch's message id (docs/export.md), from its records' headers (HDR tuples)."""
+    d = 0
+    for h in hdrs:
+        _, _, _, typ, _, producer, cpu, seq, ts = h
+        r = _mix64(seq ^ _mix64(producer << 32 | cpu) ^ _mix64((ts + typ) & ((1 << 64) - 1)))
+        d = (((d << 7) | (d >> 57)) & ((1 << 64) - 1)) ^ r
+    return d
+
+
 def boot_id():
     with open("/proc/sys/kernel/random/boot_id") as f:
         return f.read().strip()

@@ -15,7 +15,7 @@ import tempfile
 
 from prtest import Daemon, UnitCgroup, check, check_eq, daemon_binary, main, skip, wait_for
 from natstest import NatsClient, require_nats_server
-from exporttest import HDR, Exporter, boot_id, parse_batch, stream_events, write_frames
+from exporttest import HDR, Exporter, batch_digest, boot_id, parse_batch, stream_events, write_frames
 
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
@@ -68,8 +68,9 @@ def test_marker_exec_in_stream(root_and_bpf, nats_server):
         check_eq(len(rec), hdr[4], "the record is whole")
         check_eq(rec_unit, unit.name, "the exec record's unit travels with it (a unit frame)")
         first = recs[0][0]
-        check_eq(headers.get("Nats-Msg-Id"), f"{boot_id()}.{first[5]}.{first[6]}.{first[7]}.{len(recs)}",
-                 "message id: the batch's first record and its record count")
+        check_eq(headers.get("Nats-Msg-Id"),
+                 f"{boot_id()}.{first[5]}.{first[6]}.{first[7]}.{len(recs)}.{batch_digest([h for h, _, _ in recs]):016x}",
+                 "message id: the batch's first record, its record count and the digest of its records")
         check_eq(headers.get("Perfrelay-Count"), str(len(recs)), "count header")
         check_eq(headers.get("Perfrelay-Batch"), "1", "batch format header")
         check_eq(headers.get("Perfrelay-Host"), HOST, "host header")
