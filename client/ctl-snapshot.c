@@ -22,11 +22,14 @@
 #include "json-util.h"
 #include "perfrelay-util.h"
 
-#define MAX_LIST           64
+#define MAX_LIST                 64
 /* Where --save writes, and how much it keeps there (docs/recorder.md). */
-#define SNAPSHOT_DIR       "/var/lib/perfrelay/snapshots"
-#define SNAPSHOT_KEEP      32u
-#define SNAPSHOT_MAX_BYTES (256u * 1024u * 1024u)
+#define SNAPSHOT_DIR             "/var/lib/perfrelay/snapshots"
+#define SNAPSHOT_KEEP            32u
+#define SNAPSHOT_MAX_BYTES       (256u * 1024u * 1024u)
+/* A save's temporary file older than this was left by a save that died (a live save writes
+ * its file within seconds): it is removed with the pruning. */
+#define SNAPSHOT_TMP_MAX_AGE_SEC (10 * 60)
 
 static void snapshot_help(void) {
 	printf("%s snapshot [OPTIONS...]\n\n"
@@ -131,26 +134,63 @@ static void snapshots_free(SavedSnapshot *list, size_t n) {
 	free(list);
 }
 
-/* Removes the oldest saved snapshots beyond `keep` files or `max_bytes` in all. */
-static void snapshots_prune(const char *directory, size_t keep, uint64_t max_bytes) {
+/* Removes the temporary files of saves that died (".NAME.jsonl.tmp", older than
+ * SNAPSHOT_TMP_MAX_AGE_SEC): snapshots_list() does not see them, and nothing else would. */
+static void snapshots_prune_tmp(const char *directory) {
+	time_t now = time(NULL);
+	DIR *d = opendir(directory);
+
+	if (!d)
+		return;
+	for (struct dirent *de; (de = readdir(d));) {
+		size_t len = strlen(de->d_name);
+		struct stat st;
+
+		if (de->d_name[0] != '.' || len < 11 || strcmp(de->d_name + len - 10, ".jsonl.tmp") != 0 ||
+		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+		    st.st_mtime > now - SNAPSHOT_TMP_MAX_AGE_SEC)
+			continue;
+		if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+			printf("Removed %s/%s, left by a save that did not finish\n", directory, de->d_name);
+	}
+	closedir(d);
+}
+
+/* Keeps at most `keep` saved snapshots and `max_bytes` in all, newest first (a file that does not
+ * fit goes, and older ones that fit stay): a hard quota, so the one just saved goes too if it
+ * alone is larger (then an error). */
+static int snapshots_prune(const char *directory, size_t keep, uint64_t max_bytes) {
 	SavedSnapshot *list;
 	uint64_t total = 0;
-	size_t n;
+	size_t n, kept = 0;
+	int r = 0;
 
+	snapshots_prune_tmp(directory);
 	if (snapshots_list(directory, &list, &n) < 0)
-		return;
+		return 0;
 	for (size_t i = 0; i < n; i++) {
-		total += (uint64_t) list[i].size;
-		/* The newest is kept whatever its size: it is the one just saved. */
-		if (i > 0 && (i >= keep || total > max_bytes)) {
-			char path[PATH_MAX];
+		char path[PATH_MAX];
 
-			snprintf(path, sizeof(path), "%s/%s", directory, list[i].name);
-			if (unlink(path) == 0)
-				printf("Removed the older snapshot %s\n", path);
+		if (kept < keep && total + (uint64_t) list[i].size <= max_bytes) {
+			kept++;
+			total += (uint64_t) list[i].size;
+			continue;
 		}
+		snprintf(path, sizeof(path), "%s/%s", directory, list[i].name);
+		if (unlink(path) < 0)
+			continue;
+		if (i == 0)
+			r = error_msg(
+				"Removed %s again: its %jd bytes alone pass the snapshot directory's %" PRIu64
+				" bytes",
+				path,
+				(intmax_t) list[i].size,
+				max_bytes);
+		else
+			printf("Removed the older snapshot %s\n", path);
 	}
 	snapshots_free(list, n);
+	return r;
 }
 
 int verb_snapshots(int argc, char *argv[]) {
@@ -368,7 +408,7 @@ int verb_snapshot(int argc, char *argv[]) {
 		       save,
 		       save_path,
 		       events);
-		snapshots_prune(directory, SNAPSHOT_KEEP, SNAPSHOT_MAX_BYTES);
+		return snapshots_prune(directory, SNAPSHOT_KEEP, SNAPSHOT_MAX_BYTES);
 	}
 	return 0;
 }

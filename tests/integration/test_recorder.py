@@ -10,8 +10,10 @@ import json
 import os
 import signal
 import struct
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -261,6 +263,45 @@ def test_snapshot_under_load():
     check_eq(rec["written"] + rec["paused"] + rec["failed"], counts["calls"],
              f"every call's recorder output counted once, written, paused or failed: {rec}")
     d.stop()
+
+
+def test_saved_snapshots_quota():
+    """perfrelayctl snapshot --save keeps the snapshot directory within its quota (the newest 32
+    files, 256 MiB in all: docs/recorder.md): older files beyond either go, and so do the
+    temporary files of saves that died (snapshots_list() never saw them), but not those of a
+    save that may still run."""
+    d = d_busy
+    d.start()
+    work = tempfile.mkdtemp(prefix="perfrelay-snapshots-")
+    try:
+        old = time.time() - 3600
+        for i in range(33):
+            path = os.path.join(work, f"old{i:02d}-20260101T0000{i:02d}.jsonl")
+            with open(path, "w") as f:
+                f.write("{}\n")
+            os.utime(path, (old + i, old + i))
+        big = os.path.join(work, "big-20260101T010000.jsonl")
+        with open(big, "w") as f:
+            f.truncate(300 << 20)  # sparse: 300 MiB that take no disk
+        os.utime(big, (old + 100, old + 100))
+        stale, fresh = os.path.join(work, ".dead-1.jsonl.tmp"), os.path.join(work, ".live-2.jsonl.tmp")
+        for p in (stale, fresh):
+            with open(p, "w") as f:
+                f.write("{")
+        os.utime(stale, (old, old))
+        r = subprocess.run([bus.ctl, "snapshot", "--save=quota.service", f"--directory={work}"],
+                           capture_output=True, text=True, timeout=60)
+        check_eq(r.returncode, 0, f"the save (stderr: {r.stderr.strip()})")
+        names = sorted(os.listdir(work))
+        saved = [n for n in names if n.endswith(".jsonl")]
+        check_eq(len(saved), 32, f"the newest 32 files are kept: {names}")
+        check(any(n.startswith("quota.service-") for n in saved), "the new snapshot among them")
+        check(os.path.basename(big) not in names, "a file that takes the directory past 256 MiB goes")
+        check(os.path.basename(stale) not in names and os.path.basename(fresh) in names,
+              f"a dead save's temporary file goes, a live one's stays: {names}")
+        check_eq(d.stop(), 0, "clean exit")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def test_recorder_off():
