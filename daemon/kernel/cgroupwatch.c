@@ -51,6 +51,15 @@ typedef struct RememberRing {
 	size_t head, n, capacity;
 } RememberRing;
 
+/* How many directories one user made are watched. */
+typedef struct OwnerWatches {
+	uid_t uid;
+	unsigned n;
+} OwnerWatches;
+
+/* After an overflow, the main thread rescans at most this often. */
+#define RESCAN_INTERVAL_USEC (1 * USEC_PER_SEC)
+
 struct CgroupWatch {
 	/* Everything below: the main thread (inotify, lookups) and the reader threads (a miss of
 	 * their unit cache, cgroup_watch_resolve()). Held for one batch of inotify events or one
@@ -69,6 +78,10 @@ struct CgroupWatch {
 	uint64_t window_start_ns;  /* removed before this, a cgroup has no record in the recorder */
 	CgroupWatchUserFn user_fn; /* told of cgroups users make and remove */
 	void *user_userdata;
+	OwnerWatches *owners; /* users with directories watched (CGROUP_WATCH_MAX_USER_WATCHES) */
+	size_t n_owners, n_users_watches;
+	bool rescan_wanted;            /* an overflow lost events: the main thread rescans */
+	sd_event_source *rescan_timer; /* the main thread's check, once a second */
 	CgroupWatchStats stats;
 };
 
@@ -100,6 +113,55 @@ static Watch *find_id(const CgroupWatch *w, uint64_t id) {
 	Watch **p = tfind(&key, &w->by_id, cmp_id);
 
 	return p ? *p : NULL;
+}
+
+static OwnerWatches *owner_find(CgroupWatch *w, uid_t uid) {
+	for (size_t i = 0; i < w->n_owners; i++)
+		if (w->owners[i].uid == uid)
+			return &w->owners[i];
+	return NULL;
+}
+
+/* Whether one more directory of `uid` may be watched: root's always (the tree's own bound
+ * aside); a user's within theirs and the users' together. */
+static bool owner_has_room(CgroupWatch *w, uid_t uid) {
+	const OwnerWatches *o;
+
+	if (uid == 0)
+		return true;
+	o = owner_find(w, uid);
+	return w->n_users_watches < CGROUP_WATCH_MAX_USERS_WATCHES &&
+		(!o || o->n < CGROUP_WATCH_MAX_USER_WATCHES);
+}
+
+static bool owner_add(CgroupWatch *w, uid_t uid) {
+	OwnerWatches *o;
+
+	if (uid == 0)
+		return true;
+	o = owner_find(w, uid);
+	if (!o) {
+		OwnerWatches *a = reallocarray(w->owners, w->n_owners + 1, sizeof(*a));
+
+		if (!a)
+			return false;
+		w->owners = a;
+		o = &w->owners[w->n_owners++];
+		*o = (OwnerWatches){ .uid = uid };
+	}
+	o->n++;
+	w->n_users_watches++;
+	return true;
+}
+
+static void owner_remove(CgroupWatch *w, uid_t uid) {
+	OwnerWatches *o = uid != 0 ? owner_find(w, uid) : NULL;
+
+	if (!o)
+		return;
+	w->n_users_watches--;
+	if (--o->n == 0)
+		*o = w->owners[--w->n_owners];
 }
 
 static bool ring_grow(RememberRing *ring) {
@@ -182,7 +244,9 @@ static bool add_watch(CgroupWatch *w, int wd, const char *rel, const struct stat
 		return false;
 	}
 	p = tsearch(x, &w->by_path, cmp_path);
-	if (!p) {
+	if (!p || !owner_add(w, x->dir_uid)) {
+		if (p)
+			tdelete(x, &w->by_path, cmp_path);
 		tdelete(x, &w->by_wd, cmp_wd);
 		free(x->path);
 		free(x);
@@ -225,13 +289,19 @@ static void watch_tree(CgroupWatch *w, const char *rel, unsigned depth) {
 		w->stats.unwatched++;
 		return;
 	}
+	/* Who made it, before it costs a watch: a user past their quota gets none (nor do the
+	 * directories below it). */
+	looked = stat(full, &st) >= 0;
+	if (looked && !owner_has_room(w, st.st_uid)) {
+		w->stats.unwatched_users++;
+		return;
+	}
 	/* Watch first, then list: a directory made in between is seen by one or the other. */
 	wd = inotify_add_watch(w->fd, full, WATCH_MASK);
 	if (wd < 0) {
 		w->stats.missed++;
 		return;
 	}
-	looked = stat(full, &st) >= 0;
 	if (!looked)
 		w->stats.missed++;
 	if (!add_watch(w, wd, rel, looked ? &st : NULL))
@@ -271,6 +341,7 @@ static void forget(CgroupWatch *w, Watch *x) {
 		if (x->dir_uid != 0 && w->user_fn)
 			w->user_fn(w->user_userdata, x->id, false);
 	}
+	owner_remove(w, x->dir_uid);
 	free_watch(x);
 	w->n_watches--;
 }
@@ -308,7 +379,11 @@ static void read_events(CgroupWatch *w) {
 				continue;
 			}
 			if (e->mask & IN_Q_OVERFLOW) {
+				/* Events were lost: the main thread walks the tree again (a reader that
+				 * read this must not: it only says so). */
 				w->stats.missed++;
+				w->stats.overflows++;
+				w->rescan_wanted = true;
 				continue;
 			}
 			if (!(e->mask & (IN_CREATE | IN_DELETE)) || !(e->mask & IN_ISDIR) || e->len == 0)
@@ -322,6 +397,105 @@ static void read_events(CgroupWatch *w) {
 			else
 				forget_path(w, rel);
 		}
+}
+
+static CgroupWatch *walk_watch; /* twalk() passes no userdata; only under the lock */
+static Watch **walk_gone;
+static size_t walk_n_gone, walk_n_alloc;
+
+/* A watched directory that is no longer there, or is another directory now. */
+static void collect_gone(const void *node, VISIT which, int depth) {
+	Watch *x = *(Watch *const *) node;
+	char full[PATH_MAX];
+	struct stat st;
+
+	if (which != postorder && which != leaf)
+		return;
+	if (snprintf(full, sizeof(full), "%s%s", walk_watch->root, x->path) >= (int) sizeof(full))
+		return;
+	if (stat(full, &st) < 0) {
+		if (errno != ENOENT)
+			return;
+	} else if (x->id == 0 || (uint64_t) st.st_ino == x->id)
+		return; /* still there */
+	/* Gone, or another directory of that name now (scan_tree() watches that one). */
+	if (walk_n_gone == walk_n_alloc) {
+		size_t n = walk_n_alloc ? walk_n_alloc * 2 : 64;
+		Watch **a = reallocarray(walk_gone, n, sizeof(*a));
+
+		if (!a)
+			return;
+		walk_gone = a;
+		walk_n_alloc = n;
+	}
+	walk_gone[walk_n_gone++] = x;
+}
+
+/* Watches what is not watched below rel (a watched directory's children are looked at; an
+ * unwatched one is watched with its tree). */
+static void scan_tree(CgroupWatch *w, const char *rel, unsigned depth) {
+	Watch key = { .path = (char *) rel };
+	char full[PATH_MAX];
+	DIR *d;
+
+	if (depth > 32 || snprintf(full, sizeof(full), "%s%s", w->root, rel) >= (int) sizeof(full))
+		return;
+	if (!tfind(&key, &w->by_path, cmp_path)) {
+		watch_tree(w, rel, depth);
+		return;
+	}
+	d = opendir(full);
+	if (!d)
+		return;
+	for (struct dirent *de; (de = readdir(d));) {
+		char sub[PATH_MAX];
+
+		if (de->d_type != DT_DIR || de->d_name[0] == '.')
+			continue;
+		if (snprintf(sub, sizeof(sub), "%s/%s", rel, de->d_name) < (int) sizeof(sub))
+			scan_tree(w, sub, depth + 1);
+	}
+	closedir(d);
+}
+
+void cgroup_watch_rescan(CgroupWatch *w) {
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->lock);
+	read_events(w);
+	w->rescan_wanted = false;
+	walk_watch = w;
+	walk_n_gone = 0;
+	twalk(w->by_path, collect_gone);
+	for (size_t i = 0; i < walk_n_gone; i++) {
+		Watch *x = walk_gone[i];
+
+		(void) inotify_rm_watch(w->fd, x->wd);
+		remember_removed(w, x);
+		forget(w, x);
+	}
+	free(walk_gone);
+	walk_gone = NULL;
+	walk_n_gone = walk_n_alloc = 0;
+	walk_watch = NULL;
+	scan_tree(w, "", 0);
+	w->stats.rescans++;
+	pthread_mutex_unlock(&w->lock);
+}
+
+/* The main thread's look, once a second, at whether an overflow asked for a rescan. */
+static int on_rescan_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+	CgroupWatch *w = userdata;
+	bool wanted;
+
+	pthread_mutex_lock(&w->lock);
+	wanted = w->rescan_wanted;
+	pthread_mutex_unlock(&w->lock);
+	if (wanted)
+		cgroup_watch_rescan(w);
+	(void) sd_event_source_set_time(s, usec + RESCAN_INTERVAL_USEC);
+	(void) sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+	return 0;
 }
 
 static int on_inotify(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
@@ -351,6 +525,16 @@ int cgroup_watch_new(sd_event *event, const char *root, CgroupWatch **ret) {
 		r = sd_event_add_io(event, &w->source, w->fd, EPOLLIN, on_inotify, w);
 		if (r < 0)
 			return r;
+		r = sd_event_add_time_relative(
+			event,
+			&w->rescan_timer,
+			CLOCK_MONOTONIC,
+			RESCAN_INTERVAL_USEC,
+			USEC_PER_SEC / 10,
+			on_rescan_timer,
+			w);
+		if (r < 0)
+			return r;
 	}
 	*ret = TAKE_PTR(w);
 	return 0;
@@ -363,6 +547,7 @@ CgroupWatch *cgroup_watch_free(CgroupWatch *w) {
 	if (!w)
 		return NULL;
 	sd_event_source_disable_unref(w->source);
+	sd_event_source_disable_unref(w->rescan_timer);
 	safe_close(w->fd);
 	tdestroy(w->by_id, no_free); /* the same Watches as by_wd */
 	tdestroy(w->by_path, no_free);
@@ -373,6 +558,7 @@ CgroupWatch *cgroup_watch_free(CgroupWatch *w) {
 		free(w->users.entries[i].unit);
 	free(w->system.entries);
 	free(w->users.entries);
+	free(w->owners);
 	free(w->root);
 	pthread_mutex_destroy(&w->lock);
 	free(w);
@@ -398,8 +584,6 @@ ssize_t cgroup_watch_resolve_owner(CgroupWatch *w, uint64_t id, char *unit, size
 	pthread_mutex_unlock(&w->lock);
 	return n;
 }
-
-static CgroupWatch *walk_watch; /* twalk() passes no userdata; only under the lock */
 
 static void tell_user_cgroup(const void *node, VISIT which, int depth) {
 	const Watch *x = *(const Watch *const *) node;

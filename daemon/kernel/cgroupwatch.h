@@ -4,13 +4,17 @@
  * and the units of cgroups that no longer exist, remembered when they go, so that a flight
  * recorder snapshot can name the unit of events whose cgroup was removed since (a unit that
  * failed). Bounded: at most CGROUP_WATCH_MAX_WATCHES directories (more are counted as
- * unwatched and name no unit). Removed cgroups are kept in two queues, those root made
- * (systemd's units) and those users made in subtrees delegated to them, so that however many
- * cgroups users make they push out only users' cgroups; each keeps CGROUP_WATCH_REMEMBER and
- * forgets its oldest only once the flight recorder can hold no record from before it went
- * (cgroup_watch_set_window()), growing meanwhile up to CGROUP_WATCH_REMEMBER_MAX (beyond, the
- * oldest goes anyway, counted as evicted young). Thread-safe: the main thread owns it, reader
- * threads resolve ids through it. */
+ * unwatched and name no unit), of which the directories users made in subtrees delegated to
+ * them take at most CGROUP_WATCH_MAX_USERS_WATCHES, and those of one user
+ * CGROUP_WATCH_MAX_USER_WATCHES: every watch is root's inotify budget (fs.inotify.
+ * max_user_watches, shared with systemd), and a user's mkdir loop must not spend it nor crowd
+ * out the system's units. An overflow of the inotify queue (lost IN_CREATE/IN_DELETE) is
+ * answered by a rescan of the tree on the main thread, at most once a second. Removed cgroups are kept in
+ * two queues, those root made (systemd's units) and those users made in subtrees delegated to them, so that
+ * however many cgroups users make they push out only users' cgroups; each keeps CGROUP_WATCH_REMEMBER and forgets
+ * its oldest only once the flight recorder can hold no record from before it went (cgroup_watch_set_window()),
+ * growing meanwhile up to CGROUP_WATCH_REMEMBER_MAX (beyond, the oldest goes anyway, counted as evicted
+ * young). Thread-safe: the main thread owns it, reader threads resolve ids through it. */
 #pragma once
 
 #include <stdbool.h>
@@ -21,21 +25,26 @@
 
 #include "macro.h"
 
-#define CGROUP_WATCH_REMEMBER     4096u
-#define CGROUP_WATCH_REMEMBER_MAX 65536u
-#define CGROUP_WATCH_MAX_WATCHES  65536u
+#define CGROUP_WATCH_REMEMBER          4096u
+#define CGROUP_WATCH_REMEMBER_MAX      65536u
+#define CGROUP_WATCH_MAX_WATCHES       65536u
+#define CGROUP_WATCH_MAX_USERS_WATCHES 16384u
+#define CGROUP_WATCH_MAX_USER_WATCHES  1024u
 
 typedef struct CgroupWatch CgroupWatch;
 
 typedef struct CgroupWatchStats {
-	uint64_t watched;       /* directories (live cgroups) watched now */
-	uint64_t remembered;    /* removed cgroups with a unit remembered */
-	uint64_t kept;          /* of which remembered now */
-	uint64_t evicted;       /* root-made ones forgotten for newer root-made ones */
-	uint64_t evicted_users; /* ones users made (delegated subtrees) forgotten for newer such */
-	uint64_t evicted_young; /* of the evicted, ones the recorder may still have events of */
-	uint64_t missed;        /* directories that were gone before they could be looked at */
-	uint64_t unwatched;     /* directories not watched: CGROUP_WATCH_MAX_WATCHES reached */
+	uint64_t watched;         /* directories (live cgroups) watched now */
+	uint64_t remembered;      /* removed cgroups with a unit remembered */
+	uint64_t kept;            /* of which remembered now */
+	uint64_t evicted;         /* root-made ones forgotten for newer root-made ones */
+	uint64_t evicted_users;   /* ones users made (delegated subtrees) forgotten for newer such */
+	uint64_t evicted_young;   /* of the evicted, ones the recorder may still have events of */
+	uint64_t missed;          /* directories that were gone before they could be looked at */
+	uint64_t unwatched;       /* directories not watched: CGROUP_WATCH_MAX_WATCHES reached */
+	uint64_t unwatched_users; /* users' directories not watched: their quota reached */
+	uint64_t overflows;       /* inotify queue overflows (events lost) */
+	uint64_t rescans;         /* rescans of the tree after them */
 } CgroupWatchStats;
 
 /* Watches the cgroup2 tree mounted at `root` (every directory), from `event` (NULL: only when
@@ -43,6 +52,10 @@ typedef struct CgroupWatchStats {
 int cgroup_watch_new(sd_event *event, const char *root, CgroupWatch **ret);
 CgroupWatch *cgroup_watch_free(CgroupWatch *w);
 DEFINE_TRIVIAL_CLEANUP_FUNC(CgroupWatch *, cgroup_watch_free);
+
+/* Walks the tree again: watches directories made while events were lost, forgets those removed.
+ * What the main thread runs after an overflow (without an event loop: the caller's). */
+void cgroup_watch_rescan(CgroupWatch *w);
 
 /* A live cgroup's unit: writes it to unit (NUL-terminated) and returns its length; 0 if the
  * cgroup belongs to no unit; -ESTALE if it is not a live cgroup the watch knows (removed, or

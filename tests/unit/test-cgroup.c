@@ -338,6 +338,94 @@ static void test_remembered(void) {
 	ASSERT(rmdir(root) == 0);
 }
 
+/* A user's mkdir loop in their delegated subtree spends at most CGROUP_WATCH_MAX_USER_WATCHES of
+ * root's inotify watches (the rest are counted, unwatched), and root's directories are watched
+ * all the same; an overflow of the inotify queue (lost events) is answered by a rescan, which
+ * watches what was made and forgets what went meanwhile. */
+static void test_quota_and_rescan(void) {
+	char root[] = "/tmp/perfrelay-test-cgroup-XXXXXX", path[512], unit[UNIT_NAME_MAX];
+	const unsigned n_user = CGROUP_WATCH_MAX_USER_WATCHES + 50;
+	CgroupWatchStats st;
+	CgroupWatch *w = NULL;
+	struct stat sys;
+
+	if (geteuid() != 0) {
+		printf("test-cgroup: not root, the users' watch quota is not tested\n");
+		skipped++;
+		return;
+	}
+	ASSERT(mkdtemp(root));
+	snprintf(path, sizeof(path), "%s/user@4246.service", root);
+	ASSERT(mkdir(path, 0755) == 0 && chown(path, 4246, 4246) == 0);
+	ASSERT(cgroup_watch_new(NULL, root, &w) == 0);
+	for (unsigned i = 0; i < n_user; i++) {
+		snprintf(path, sizeof(path), "%s/user@4246.service/app-%u.scope", root, i);
+		ASSERT(mkdir(path, 0755) == 0 && chown(path, 4246, 4246) == 0);
+		if (i % 256 == 255)
+			ASSERT(cgroup_watch_resolve(w, 1, unit, sizeof(unit)) == -ESTALE); /* reads the queue */
+	}
+	snprintf(path, sizeof(path), "%s/sys-after.service", root);
+	ASSERT(mkdir(path, 0755) == 0 && stat(path, &sys) == 0);
+	ASSERT(cgroup_watch_resolve(w, sys.st_ino, unit, sizeof(unit)) > 0 && streq(unit, "sys-after.service"));
+	cgroup_watch_get_stats(w, &st);
+	/* The root, the user's manager and its apps up to the quota: the rest unwatched. */
+	ASSERT(st.watched == 2 + CGROUP_WATCH_MAX_USER_WATCHES);
+	ASSERT(st.unwatched_users == n_user + 1 - CGROUP_WATCH_MAX_USER_WATCHES);
+
+	cgroup_watch_free(w);
+	w = NULL;
+
+	/* Events lost: a watch whose inotify queue holds 16 events (the sysctl is read when an
+	 * instance is made, and put back at once) overflows when 40 directories come and go;
+	 * the rescan then finds what was made and forgets what went. */
+	{
+		FILE *f = fopen("/proc/sys/fs/inotify/max_queued_events", "r+");
+		unsigned saved = 0;
+		struct stat made[20];
+
+		ASSERT(f && fscanf(f, "%u", &saved) == 1);
+		if (!f)
+			goto out;
+		rewind(f);
+		fprintf(f, "16\n");
+		fflush(f);
+		ASSERT(cgroup_watch_new(NULL, root, &w) == 0);
+		rewind(f);
+		fprintf(f, "%u\n", saved);
+		fclose(f);
+		for (unsigned i = 0; i < 20; i++) {
+			snprintf(path, sizeof(path), "%s/lost-%u.service", root, i);
+			ASSERT(mkdir(path, 0755) == 0 && stat(path, &made[i]) == 0);
+		}
+		ASSERT(rmdir(path) == 0); /* the last one goes again */
+		snprintf(path, sizeof(path), "%s/sys-after.service", root);
+		ASSERT(rmdir(path) == 0);
+		ASSERT(cgroup_watch_resolve(w, 1, unit, sizeof(unit)) == -ESTALE); /* reads the queue */
+		cgroup_watch_get_stats(w, &st);
+		ASSERT(st.overflows >= 1);
+		cgroup_watch_rescan(w);
+		cgroup_watch_get_stats(w, &st);
+		ASSERT(st.rescans == 1);
+		for (unsigned i = 0; i < 19; i++) {
+			snprintf(path, sizeof(path), "lost-%u.service", i);
+			ASSERT(cgroup_watch_resolve(w, made[i].st_ino, unit, sizeof(unit)) > 0 &&
+			       streq(unit, path));
+			snprintf(path, sizeof(path), "%s/lost-%u.service", root, i);
+			ASSERT(rmdir(path) == 0);
+		}
+		ASSERT(cgroup_watch_resolve(w, sys.st_ino, unit, sizeof(unit)) == -ESTALE);
+	}
+out:
+	cgroup_watch_free(w);
+	for (unsigned i = 0; i < n_user; i++) {
+		snprintf(path, sizeof(path), "%s/user@4246.service/app-%u.scope", root, i);
+		ASSERT(rmdir(path) == 0);
+	}
+	snprintf(path, sizeof(path), "%s/user@4246.service", root);
+	ASSERT(rmdir(path) == 0);
+	ASSERT(rmdir(root) == 0);
+}
+
 int main(void) {
 	test_unit_names();
 	test_path_to_unit();
@@ -346,6 +434,7 @@ int main(void) {
 	test_cache();
 	test_watch();
 	test_remembered();
+	test_quota_and_rescan();
 
 	if (failures) {
 		fprintf(stderr, "%d failures\n", failures);

@@ -257,7 +257,10 @@ static int recorder_stats_append(Feature *f, sd_bus_message *m) {
 			{ "cgroups_kept", cw.kept },
 			{ "cgroups_watched", cw.watched },
 			{ "cgroups_missed", cw.missed },
-			{ "cgroups_unwatched", cw.unwatched });
+			{ "cgroups_unwatched", cw.unwatched },
+			{ "cgroups_unwatched_users", cw.unwatched_users },
+			{ "cgroups_overflows", cw.overflows },
+			{ "cgroups_rescans", cw.rescans });
 	return r < 0 ? r : close_entry(m);
 }
 
