@@ -263,6 +263,8 @@ static int subscriber_new(
 		.queue_bytes = b->config->client_queue_bytes,
 		.match = subscriber_match,
 		.flush = subscriber_flush,
+		.redact = sub->access != SUBSCRIPTION_ACCESS_ALL,
+		.redact_uid = uid,
 	};
 	_cleanup_(subscriber_freep) BusSubscriber *s = NULL;
 	UsersLimits limits;

@@ -129,6 +129,8 @@ static int shared_entry_new(
 		.userdata = e,
 		.flush = flush,
 		.shared = e->ring,
+		.redact = sub->access != SUBSCRIPTION_ACCESS_ALL,
+		.redact_uid = sub->access_uid,
 	};
 	r = hub_client_new(s->hub, -EBADF, &o, &e->client);
 	if (r >= 0) {

@@ -375,6 +375,8 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 		return;
 	}
 	sub->access_uid = c->cred.uid;
+	o.redact = sub->access != SUBSCRIPTION_ACCESS_ALL;
+	o.redact_uid = c->cred.uid;
 
 	if (sub->shared) {
 		_cleanup_close_ int ro = -EBADF;

@@ -98,6 +98,10 @@ typedef struct HubSlot {
 	HubClient **clients;               /* guarded by lock */
 	size_t n_clients;
 	char *json; /* reader-private scratch: the current event, encoded once */
+	/* Reader-private scratch: the current exec event with the ancestors of other uids left
+	 * out (HubClientOptions.redact), its record and its JSON. */
+	uint8_t *redacted;
+	char *json_redacted;
 	bool wrote; /* reader-private: this batch queued output */
 } HubSlot;
 

@@ -4,6 +4,7 @@
 #include <endian.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -17,6 +18,7 @@
 #include "macro.h"
 #include "perfring.h"
 #include "producers.h"
+#include "proctable.h"
 #include "unit-frame.h"
 
 int hub_new(unsigned n_readers, Hub **ret) {
@@ -45,7 +47,9 @@ int hub_new(unsigned n_readers, Hub **ret) {
 	for (unsigned i = 0; i < n_readers; i++) {
 		pthread_mutex_init(&h->slots[i].lock, NULL);
 		h->slots[i].json = malloc(ENCODE_JSON_MAX);
-		if (!h->slots[i].json)
+		h->slots[i].json_redacted = malloc(ENCODE_JSON_MAX);
+		h->slots[i].redacted = malloc(PERFRELAY_RECORD_MAX);
+		if (!h->slots[i].json || !h->slots[i].json_redacted || !h->slots[i].redacted)
 			return -ENOMEM;
 	}
 	*ret = TAKE_PTR(h);
@@ -74,6 +78,8 @@ Hub *hub_free(Hub *h) {
 		pthread_mutex_destroy(&h->slots[i].lock);
 		free(h->slots[i].clients);
 		free(h->slots[i].json);
+		free(h->slots[i].json_redacted);
+		free(h->slots[i].redacted);
 	}
 	free(h->slots);
 	free(h->clients);
@@ -449,12 +455,56 @@ _Static_assert(
 	sizeof(uint32_t) + PERFRELAY_RECORD_MAX <= PERFRELAY_SHARED_FRAME_MAX, "a schema fits a shared frame");
 _Static_assert(PERFRELAY_SHARED_FRAME_MAX + 16u <= SHARED_RING_MIN / 4, "a shared frame fits the smallest ring");
 
-void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
+/* An exec event as a client of uid `uid` may see it (HubClientOptions.redact): the ancestors
+ * the process table knows ran as that uid, the others left out (an ancestor the table does not
+ * hold, or holds without a uid, is left out: fail closed). r->removed false: nothing to leave
+ * out, the event as it is. */
+typedef struct Redaction {
+	bool done;
+	uint32_t uid;
+	bool removed;
+	DecodedEvent ev;
+	ssize_t json_len;
+} Redaction;
+
+static void redact_ancestors(Hub *h, HubSlot *s, const DecodedEvent *ev, uint32_t uid, Redaction *r) {
+	struct perfrelay_ancestor a[PERFRELAY_ANCESTORS_MAX];
+	uint32_t n, kept = 0;
+
+	*r = (Redaction){ .done = true, .uid = uid, .json_len = -1 };
+	/* Schema 3 (exec ids) and later: the record holds the ancestors. */
+	if (ev->hdr.type != PERFRELAY_TYPE_EXEC || !ev->has_exec_id ||
+	    ev->record_size < sizeof(struct perfrelay_exec) || ev->record_size > PERFRELAY_RECORD_MAX)
+		return;
+	memcpy(&n, ev->record + offsetof(struct perfrelay_exec, n_ancestors), sizeof(n));
+	n = MIN(n, (uint32_t) PERFRELAY_ANCESTORS_MAX);
+	memcpy(a, ev->record + offsetof(struct perfrelay_exec, ancestors), sizeof(a));
+	for (uint32_t i = 0; i < n; i++) {
+		ProcEntry e;
+
+		if (proc_table_get(h->procs, a[i].exec_id, &e) && e.uid == uid)
+			a[kept++] = a[i];
+	}
+	if (kept == n)
+		return;
+	memset(a + kept, 0, (PERFRELAY_ANCESTORS_MAX - kept) * sizeof(*a));
+	memcpy(s->redacted, ev->record, ev->record_size);
+	memcpy(s->redacted + offsetof(struct perfrelay_exec, ancestors), a, sizeof(a));
+	memcpy(s->redacted + offsetof(struct perfrelay_exec, n_ancestors), &kept, sizeof(kept));
+	r->removed = true;
+	r->ev = *ev;
+	r->ev.record = s->redacted;
+	r->ev.payload = s->redacted + sizeof(struct perfrelay_hdr);
+	r->ev.comm = ev->comm ? (const char *) s->redacted + ((const uint8_t *) ev->comm - ev->record) : NULL;
+}
+
+void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev_in, const char *unit, Lineage *lineage) {
 	HubSlot *s = &h->slots[reader];
 	/* Binary frames are the record itself behind a length: nothing to encode. */
-	uint32_t frame_len = htole32(ev->record_size);
+	uint32_t frame_len = htole32(ev_in->record_size);
 	ssize_t json_len = -1, unit_len = -1;
 	uint8_t unit_buf[UNIT_FRAME_MAX];
+	Redaction red = {};
 	HubTag tag;
 
 	for (size_t i = 0; i < s->n_clients; i++) {
@@ -462,11 +512,22 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 		HubQueue *q = &c->q[reader];
 		const void *data, *prefix = NULL;
 		size_t len, prefix_len = 0, lost_len = 0, schema_len = 0, unit_frame_len = 0;
-		char lost[HUB_LOST_MAX];
+		char lost[HUB_LOST_MAX], *json = s->json;
+		ssize_t *json_lenp = &json_len;
+		const DecodedEvent *ev = ev_in;
 		struct perfrelay_hdr schema;
 
 		if (c->o.match && !c->o.match(c->o.filter, ev, unit, lineage))
 			continue;
+		if (_unlikely_(c->o.redact) && _unlikely_(ev->hdr.type == PERFRELAY_TYPE_EXEC)) {
+			if (!red.done || red.uid != c->o.redact_uid)
+				redact_ancestors(h, s, ev, c->o.redact_uid, &red);
+			if (red.removed) {
+				ev = &red.ev;
+				json = s->json_redacted;
+				json_lenp = &red.json_len;
+			}
+		}
 		STAT_ADD(q->offered, 1);
 		if (_unlikely_(c->o.overflow == HUB_OVERFLOW_DISCONNECT) &&
 		    atomic_load_explicit(&c->overflowed, memory_order_relaxed)) {
@@ -492,19 +553,19 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 				unit_frame_len = (size_t) unit_len;
 			}
 		} else {
-			if (json_len < 0) {
+			if (*json_lenp < 0) {
 				/* Encoded once, however many clients take it. */
-				json_len = ev->btf ?
+				*json_lenp = ev->btf ?
 					encode_json_btf(
-						ev, ev->btf, ev->producer_name, unit, s->json, ENCODE_JSON_MAX) :
-					encode_json(ev, unit, s->json, ENCODE_JSON_MAX);
+						ev, ev->btf, ev->producer_name, unit, json, ENCODE_JSON_MAX) :
+					encode_json(ev, unit, json, ENCODE_JSON_MAX);
 				/* Cannot happen (ENCODE_JSON_MAX bounds every record), but if it
 				 * did, the loss would be counted and told like any other. */
-				if (_unlikely_(json_len < 0))
-					json_len = 0;
+				if (_unlikely_(*json_lenp < 0))
+					*json_lenp = 0;
 			}
-			data = s->json;
-			len = (size_t) json_len;
+			data = json;
+			len = (size_t) *json_lenp;
 			if (c->o.format == HUB_FORMAT_JSON_TAGGED) {
 				tag = (HubTag){
 					.len = (uint32_t) len,

@@ -69,6 +69,12 @@ typedef struct HubClientOptions {
 	 * nothing is ever dropped for lack of room (its members are moved on instead), no lost
 	 * notice is written, and the flush loop has nothing to write. format JSON or BINARY. */
 	SharedRing *shared;
+	/* The client sees only events of uid redact_uid (the access class "uid"): the ancestors an
+	 * exec event lists are kept only where the process table says they ran as that uid (an
+	 * ancestor is another process: root's sshd, sudo, cron), the others left out, in the JSON
+	 * and the binary record alike. */
+	bool redact;
+	uint32_t redact_uid;
 } HubClientOptions;
 
 /* One whole frame of a HUB_FORMAT_JSON_TAGGED client, as hub_client_consume() hands it over. */

@@ -282,5 +282,45 @@ def test_tree():
         proc.wait(10)
 
 
+def test_other_users_ancestors_left_out():
+    """A client that sees only its own uid's events gets its exec events with the ancestors that
+    ran as its uid and no other (docs/security.md): the shell nobody started is there, this test
+    (root) and every process above it are not, as /proc with hidepid= would hide them; root's
+    client gets them all. The shell waits until nobody's client has its exec, so that the
+    daemon knows whose it is before the child's exec comes."""
+    nobody = 65534
+    os.chmod(d.dir, 0o711)
+    os.chmod(d.socket_path, 0o666)
+    sh_marker, child_marker = marker("nsh"), marker("ntrue")
+    mons = [FileMonitor(d.socket_path, "--type", "exec", user=nobody), FileMonitor(d.socket_path, "--type", "exec")]
+    p = None
+    try:
+        wait_for(lambda: len([c for c in BUS.stats()["client_list"] if c["pid"] in (mons[0].proc.pid, mons[1].proc.pid)]) == 2,
+                 "both monitors subscribed")
+        p = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/bin/sh", "-c",
+                              f"read x; /bin/true {child_marker}; exit $?", sh_marker], stdin=subprocess.PIPE)
+
+        def event_of(m, arg):
+            return next((e for e in m.lines() if e.get("type") == "exec" and arg in e.get("argv", [])), None)
+        sh = wait_for(lambda: event_of(mons[0], sh_marker), "nobody's client gets its shell's exec")
+        p.stdin.write(b"go\n")
+        p.stdin.close()
+        check_eq(p.wait(30), 0, "the shell's exit status")
+        mine = wait_for(lambda: event_of(mons[0], child_marker), "nobody's client gets the child's exec")
+        full = wait_for(lambda: event_of(mons[1], child_marker), "root's client gets it too")
+        check_eq([a["exec_id"] for a in mine["ancestors"]], [sh["exec_id"]],
+                 "nobody's client: its shell, and no ancestor of another user's")
+        check_eq(full["ancestors"][0]["exec_id"], sh["exec_id"], "root's client: the shell first")
+        check_eq(full["ancestors"][1]["pid"], os.getpid(), "then this test (root), and more above it")
+        check_eq({k: v for k, v in mine.items() if k != "ancestors"}, {k: v for k, v in full.items() if k != "ancestors"},
+                 "the rest of the event is the same for both")
+    finally:
+        if p and p.poll() is None:
+            p.kill()
+            p.wait()
+        for m in mons:
+            m.stop()
+
+
 if __name__ == "__main__":
     main(__file__)

@@ -6,6 +6,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "hub-internal.h"
 #include "hub.h"
 #include "macro.h"
+#include "proctable.h"
 #include "producers.h"
 
 #include "unit-test.h"
@@ -586,9 +588,98 @@ static void test_shared_schema_split(void) {
 	shared_ring_free(ring);
 }
 
+/* A client that sees only its uid's events (HubClientOptions.redact) gets an exec's ancestors
+ * that the process table says ran as that uid, in JSON and in the binary record alike: another
+ * user's (root's sshd) and one the table does not know are left out; a client of everything
+ * gets them all; nothing else of the event changes. */
+static void test_redacted_ancestors(void) {
+	static _Alignas(8) struct perfrelay_exec rec;
+	ProcEntry mine = { .exec_id = 0xa1, .pid = 100, .uid = 1000, .comm = "sh" },
+		  roots = { .exec_id = 0xa2, .pid = 50, .uid = 0, .comm = "sshd" };
+	Hub *h;
+	HubClient *cj, *cb, *ca;
+	Peer pj, pb, pa;
+	DecodedEvent ev;
+	json_object *o, *anc;
+	const struct perfrelay_exec *got;
+
+	rec.hdr = (struct perfrelay_hdr){ .magic = PERFRELAY_MAGIC,
+					  .version = PERFRELAY_VERSION,
+					  .type = PERFRELAY_TYPE_EXEC,
+					  .size = sizeof(rec),
+					  .producer = PERFRELAY_PRODUCER_EXEC,
+					  .cpu = 1,
+					  .seq = 1,
+					  .ts_ns = 1 };
+	rec.pid = 200;
+	rec.uid = 1000;
+	rec.creds.euid = 1000;
+	strcpy(rec.comm, "true");
+	rec.ids.exec_id = 0xa0;
+	rec.ids.parent_exec_id = 0xa1;
+	rec.n_ancestors = 3;
+	rec.ancestors[0] = (struct perfrelay_ancestor){ .exec_id = 0xa1, .pid = 100, .comm = "sh" };
+	rec.ancestors[1] = (struct perfrelay_ancestor){ .exec_id = 0xa2, .pid = 50, .comm = "sshd" };
+	rec.ancestors[2] = (struct perfrelay_ancestor){ .exec_id = 0xa3, .pid = 1, .comm = "systemd" };
+	ev = decode(&rec, sizeof(rec));
+
+	peer_open(&pj);
+	peer_open(&pb);
+	peer_open(&pa);
+	ASSERT(hub_new(1, &h) == 0);
+	proc_table_put(hub_procs(h), &mine, false);
+	proc_table_put(hub_procs(h), &roots, false);
+	HubClientOptions oj = {
+		.format = HUB_FORMAT_JSON, .queue_bytes = 1 << 20, .redact = true, .redact_uid = 1000
+	};
+	HubClientOptions ob = {
+		.format = HUB_FORMAT_BINARY, .queue_bytes = 1 << 20, .redact = true, .redact_uid = 1000
+	};
+	HubClientOptions oa = { .format = HUB_FORMAT_JSON, .queue_bytes = 1 << 20 };
+	ASSERT(hub_client_new(h, pj.fds[0], &oj, &cj) == 0 && hub_client_attach(h, cj) == 0);
+	ASSERT(hub_client_new(h, pb.fds[0], &ob, &cb) == 0 && hub_client_attach(h, cb) == 0);
+	ASSERT(hub_client_new(h, pa.fds[0], &oa, &ca) == 0 && hub_client_attach(h, ca) == 0);
+	publish(h, &ev, NULL);
+	pump(cj, &pj);
+	pump(cb, &pb);
+	pump(ca, &pa);
+
+	pj.buf[pj.len - 1] = 0;
+	o = json_tokener_parse((char *) pj.buf);
+	ASSERT(o && json_object_object_get_ex(o, "ancestors", &anc) && json_object_array_length(anc) == 1);
+	if (o && anc && json_object_array_length(anc) == 1) {
+		json_object *pid;
+
+		ASSERT(json_object_object_get_ex(json_object_array_get_idx(anc, 0), "pid", &pid) &&
+		       json_object_get_int(pid) == 100);
+	}
+	json_object_put(o);
+	pa.buf[pa.len - 1] = 0;
+	o = json_tokener_parse((char *) pa.buf);
+	ASSERT(o && json_object_object_get_ex(o, "ancestors", &anc) && json_object_array_length(anc) == 3);
+	json_object_put(o);
+
+	ASSERT(pb.len == 4 + sizeof(rec));
+	got = (const struct perfrelay_exec *) (pb.buf + 4);
+	ASSERT(got->n_ancestors == 1 && got->ancestors[0].exec_id == 0xa1 && got->ancestors[1].exec_id == 0 &&
+	       got->ancestors[2].exec_id == 0 && got->ancestors[1].comm[0] == 0);
+	ASSERT(memcmp(got, &rec, offsetof(struct perfrelay_exec, n_ancestors)) == 0);
+	ASSERT(memcmp(got->exe, rec.exe, sizeof(rec) - offsetof(struct perfrelay_exec, exe)) == 0);
+
+	for (HubClient **c = (HubClient *[]){ cj, cb, ca, NULL }; *c; c++) {
+		hub_client_detach(h, *c);
+		hub_client_free(*c);
+	}
+	hub_free(h);
+	peer_close(&pj);
+	peer_close(&pb);
+	peer_close(&pa);
+}
+
 int main(void) {
 	test_formats();
 	test_shared_schema_split();
+	test_redacted_ancestors();
 	test_lost_named_event();
 	test_overflow(HUB_FORMAT_JSON);
 	test_overflow(HUB_FORMAT_BINARY);
