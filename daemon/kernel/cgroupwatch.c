@@ -275,12 +275,30 @@ static bool add_watch(CgroupWatch *w, int wd, const char *rel, const struct stat
 	return true;
 }
 
+typedef void (*TreeFn)(CgroupWatch *w, const char *rel, unsigned depth);
+
+/* fn for every directory right below rel (whose path is full), one level deeper. */
+static void each_child(CgroupWatch *w, const char *full, const char *rel, unsigned depth, TreeFn fn) {
+	DIR *d = opendir(full);
+
+	if (!d)
+		return;
+	for (struct dirent *de; (de = readdir(d));) {
+		char sub[PATH_MAX];
+
+		if (de->d_type != DT_DIR || de->d_name[0] == '.')
+			continue;
+		if (snprintf(sub, sizeof(sub), "%s/%s", rel, de->d_name) < (int) sizeof(sub))
+			fn(w, sub, depth + 1);
+	}
+	closedir(d);
+}
+
 /* Watches the directory rel and every directory below it, remembering each. */
 static void watch_tree(CgroupWatch *w, const char *rel, unsigned depth) {
 	char full[PATH_MAX];
 	struct stat st;
 	bool looked;
-	DIR *d;
 	int wd;
 
 	if (depth > 32 || snprintf(full, sizeof(full), "%s%s", w->root, rel) >= (int) sizeof(full))
@@ -307,18 +325,7 @@ static void watch_tree(CgroupWatch *w, const char *rel, unsigned depth) {
 	if (!add_watch(w, wd, rel, looked ? &st : NULL))
 		return;
 
-	d = opendir(full);
-	if (!d)
-		return;
-	for (struct dirent *de; (de = readdir(d));) {
-		char sub[PATH_MAX];
-
-		if (de->d_type != DT_DIR || de->d_name[0] == '.')
-			continue;
-		if (snprintf(sub, sizeof(sub), "%s/%s", rel, de->d_name) < (int) sizeof(sub))
-			watch_tree(w, sub, depth + 1);
-	}
-	closedir(d);
+	each_child(w, full, rel, depth, watch_tree);
 }
 
 static void free_watch(void *p) {
@@ -436,7 +443,6 @@ static void collect_gone(const void *node, VISIT which, int depth) {
 static void scan_tree(CgroupWatch *w, const char *rel, unsigned depth) {
 	Watch key = { .path = (char *) rel };
 	char full[PATH_MAX];
-	DIR *d;
 
 	if (depth > 32 || snprintf(full, sizeof(full), "%s%s", w->root, rel) >= (int) sizeof(full))
 		return;
@@ -444,18 +450,7 @@ static void scan_tree(CgroupWatch *w, const char *rel, unsigned depth) {
 		watch_tree(w, rel, depth);
 		return;
 	}
-	d = opendir(full);
-	if (!d)
-		return;
-	for (struct dirent *de; (de = readdir(d));) {
-		char sub[PATH_MAX];
-
-		if (de->d_type != DT_DIR || de->d_name[0] == '.')
-			continue;
-		if (snprintf(sub, sizeof(sub), "%s/%s", rel, de->d_name) < (int) sizeof(sub))
-			scan_tree(w, sub, depth + 1);
-	}
-	closedir(d);
+	each_child(w, full, rel, depth, scan_tree);
 }
 
 void cgroup_watch_rescan(CgroupWatch *w) {
