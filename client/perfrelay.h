@@ -35,13 +35,17 @@ extern "C" {
 /* Binary format: the daemon sends each record's systemd unit (a unit frame before every record
  * with a cgroup id whose unit it knows); perfrelay_record_unit() returns it. JSON lines carry
  * "unit" anyway. */
-#define PERFRELAY_SUBSCRIBE_UNITS  0x1u
+#define PERFRELAY_SUBSCRIBE_UNITS               0x1u
 /* Read the events from the socket stream, not from a shared ring. By default the library asks
  * the daemon for its shared path (docs/shared-ring.md): the events of all clients with the same
  * subscription are written once into memory they map read-only, each reads at its own pace,
  * and the socket only wakes it. The daemon falls back to the stream when it cannot share; the
  * events, lost notices and results are the same either way. */
-#define PERFRELAY_SUBSCRIBE_STREAM 0x2u
+#define PERFRELAY_SUBSCRIBE_STREAM              0x2u
+/* With ancestor_*: an event whose lineage the daemon cannot walk to its end (an ancestor its
+ * process table no longer holds) matches too, rather than silently not (the request's
+ * "ancestor": {"incomplete": true}, docs/protocol.md). For consumers that must fail closed. */
+#define PERFRELAY_SUBSCRIBE_ANCESTOR_INCOMPLETE 0x4u
 
 /* Used when perfrelay_connect() gets no path and $PERFRELAY_SOCKET is unset or empty. */
 #define PERFRELAY_SOCKET_DEFAULT "/run/perfrelay/events.sock"

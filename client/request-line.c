@@ -133,6 +133,14 @@ int request_line_build(const struct perfrelay_subscription *sub, char **ret, siz
 		    (r = add_string_array(
 			     ancestor, "unit", sub->ancestor_units, sub->n_ancestor_units, false)) < 0)
 			return r;
+		if (sub->flags & PERFRELAY_SUBSCRIBE_ANCESTOR_INCOMPLETE) {
+			json_object *b = json_object_new_boolean(1);
+
+			if (!b || json_object_object_add(ancestor, "incomplete", b) < 0) {
+				json_object_put(b);
+				return -ENOMEM;
+			}
+		}
 	}
 	r = add_string(req, "format", sub->format == PERFRELAY_FORMAT_BINARY ? "binary" : "json");
 	if (r < 0)
@@ -180,7 +188,8 @@ int request_line_check(const struct perfrelay_subscription *sub) {
 		return -EINVAL;
 	if (sub->on_overflow != PERFRELAY_OVERFLOW_DROP && sub->on_overflow != PERFRELAY_OVERFLOW_DISCONNECT)
 		return -EINVAL;
-	if (sub->flags & ~(uint64_t) (PERFRELAY_SUBSCRIBE_UNITS | PERFRELAY_SUBSCRIBE_STREAM))
+	if (sub->flags &
+	    ~(uint64_t) (PERFRELAY_SUBSCRIBE_UNITS | PERFRELAY_SUBSCRIBE_STREAM | PERFRELAY_SUBSCRIBE_ANCESTOR_INCOMPLETE))
 		return -EINVAL;
 	for (size_t i = 0; i < ELEMENTSOF(sub->reserved); i++)
 		if (sub->reserved[i] != 0)

@@ -228,7 +228,10 @@ static int run_socket(
 		.n_units = cfg->n_units,
 		.format = PERFRELAY_FORMAT_BINARY,
 		.on_overflow = PERFRELAY_OVERFLOW_DROP,
-		.flags = PERFRELAY_SUBSCRIBE_UNITS, /* exported events carry their unit */
+		/* Exported events carry their unit; an Ancestors= filter fails closed: an event
+		 * whose lineage the daemon cannot walk (an ancestor pushed out of its table) is
+		 * exported rather than silently not. */
+		.flags = PERFRELAY_SUBSCRIBE_UNITS | PERFRELAY_SUBSCRIBE_ANCESTOR_INCOMPLETE,
 	};
 	const char *anc_comms[EXPORT_LIST_MAX], *anc_ids[EXPORT_LIST_MAX], *anc_units[EXPORT_LIST_MAX];
 	uint64_t last = 0;

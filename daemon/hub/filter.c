@@ -127,8 +127,9 @@ static bool unit_in(char *const *units, size_t n, const char *unit) {
 	return false;
 }
 
-/* Whether one of the event's ancestors is a process the "ancestor" filter names. The lineage is
- * walked by the first filter that asks, and kept for the others. */
+/* Whether one of the event's ancestors is a process the "ancestor" filter names (or, with
+ * "incomplete", whether the walk could not reach the lineage's end: counted in the table's
+ * figures). The lineage is walked by the first filter that asks, and kept for the others. */
 static bool ancestor_match(const SubscriptionAncestor *s, Lineage *l) {
 	uint64_t last_cgroup = 0;
 	bool last_in = false;
@@ -151,6 +152,10 @@ static bool ancestor_match(const SubscriptionAncestor *s, Lineage *l) {
 			if (last_in)
 				return true;
 		}
+	}
+	if (s->incomplete && !l->complete && l->table) {
+		proc_table_count_incomplete(l->table);
+		return true;
 	}
 	return false;
 }

@@ -33,7 +33,7 @@ struct ProcTable {
 	size_t n_buckets; /* a power of two */
 	uint64_t key[2];  /* of the buckets' hash, drawn at creation; read-only after */
 	uint64_t stamp;   /* insertion order, for eviction */
-	uint64_t inserted, seeded, exited, evicted, evicted_live, misses, retries;
+	uint64_t inserted, seeded, exited, evicted, evicted_live, misses, retries, incomplete;
 };
 
 /* A spinning thread's hint to the CPU (the kernel's cpu_relax()). */
@@ -365,6 +365,10 @@ size_t proc_table_list(ProcTable *t, ProcEntry *out, size_t max) {
 	return k;
 }
 
+void proc_table_count_incomplete(ProcTable *t) {
+	COUNT(t->incomplete, 1);
+}
+
 void proc_table_get_stats(ProcTable *t, ProcTableStats *ret) {
 	ProcTableStats s = {
 		.capacity = t->n_buckets * PROC_BUCKET_SLOTS,
@@ -376,6 +380,7 @@ void proc_table_get_stats(ProcTable *t, ProcTableStats *ret) {
 		.evicted_live = LOAD(t->evicted_live),
 		.misses = LOAD(t->misses),
 		.retries = LOAD(t->retries),
+		.incomplete = LOAD(t->incomplete),
 	};
 
 	for (size_t b = 0; b < t->n_buckets; b++)

@@ -53,6 +53,7 @@ typedef struct ProcTableStats {
 	uint64_t evicted;      /* entries replaced for newer ones in a full bucket */
 	uint64_t evicted_live; /* of which had not exited */
 	uint64_t misses;       /* lineage walks that stopped at a process the table did not hold */
+	uint64_t incomplete;   /* events an "ancestor" filter with "incomplete" took for that */
 	uint64_t retries;      /* lookups that raced a writer and read the bucket again */
 } ProcTableStats;
 
@@ -78,6 +79,8 @@ bool proc_table_get(ProcTable *t, uint64_t exec_id, ProcEntry *ret);
 /* What a decoded event tells the table: exec, fork (of a process, not a thread) and exit
  * events of schema 3 probes; anything else is ignored. A reader thread. */
 void proc_table_note(ProcTable *t, const DecodedEvent *ev);
+/* Counts an event that a filter matched for its incomplete lineage (any thread). */
+void proc_table_count_incomplete(ProcTable *t);
 /* Counts a seeded entry (proc_table_put() of the start's task list). */
 void proc_table_count_seeded(ProcTable *t, uint64_t n);
 

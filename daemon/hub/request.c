@@ -403,7 +403,8 @@ static int parse_exec_ids(json_object *v, const char *key, uint64_t *ids, size_t
 	return 0;
 }
 
-/* "ancestor": {"comm": [...], "exec_id": [...], "unit": [...]}, at least one of them. */
+/* "ancestor": {"comm": [...], "exec_id": [...], "unit": [...]}, at least one of them, and
+ * "incomplete": a boolean. */
 static int parse_ancestor(Subscription *s, json_object *v, RequestError *e) {
 	SubscriptionAncestor *a;
 	int r = 0;
@@ -423,11 +424,19 @@ static int parse_ancestor(Subscription *s, json_object *v, RequestError *e) {
 			r = parse_exec_ids(value, "ancestor.exec_id", a->exec_ids, &a->n_exec_ids, e);
 		else if (streq(key, "unit"))
 			r = parse_units(value, "ancestor.unit", a->units, &a->n_units, e);
-		else
+		else if (streq(key, "incomplete")) {
+			if (!json_object_is_type(value, json_type_boolean))
+				r = fail(
+					e,
+					PROTOCOL_BAD_REQUEST,
+					"subscribe.ancestor.incomplete: expected true or false");
+			else
+				a->incomplete = json_object_get_boolean(value);
+		} else
 			r = fail(
 				e,
 				PROTOCOL_BAD_REQUEST,
-				"subscribe.ancestor: unknown key \"%.*s\" (known: comm, exec_id, unit)",
+				"subscribe.ancestor: unknown key \"%.*s\" (known: comm, exec_id, unit, incomplete)",
 				QUOTE_MAX,
 				key);
 		if (r < 0)

@@ -88,6 +88,11 @@ typedef struct SubscriptionAncestor {
 	size_t n_exec_ids;
 	char *units[SUBSCRIPTION_MAX_ENTRIES]; /* owned */
 	size_t n_units;
+	/* "incomplete": true: an event whose lineage the daemon cannot walk to its end (a process
+	 * the table does not hold, or a tree deeper than it walks) matches too. Fail closed: what a
+	 * security consumer (an exporter's Ancestors=) must not miss when a user has pushed an
+	 * ancestor out of the table. */
+	bool incomplete;
 } SubscriptionAncestor;
 
 typedef struct Subscription {

@@ -185,6 +185,8 @@ static json_object *ancestor_to_json(const SubscriptionAncestor *anc) {
 	}
 	if (anc->n_units > 0 && object_add(o, "unit", strings_to_json(anc->units, anc->n_units)) < 0)
 		return NULL;
+	if (anc->incomplete && object_add(o, "incomplete", json_object_new_boolean(true)) < 0)
+		return NULL;
 	return TAKE_PTR(o);
 }
 

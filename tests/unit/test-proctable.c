@@ -329,10 +329,24 @@ static void test_ancestor_filter(void) {
 	/* Without a lineage, an ancestor filter matches nothing; others do not need one. */
 	ASSERT(!filter_match(by_comm, &open, NULL, NULL));
 	ASSERT(filter_match(plain, &open, NULL, NULL));
-	/* A walk that misses matches nothing above the miss. */
+	/* A walk that misses matches nothing above the miss; a filter that fails closed
+	 * ("incomplete") takes the event for its gap, and the table counts it. */
 	open.parent_exec_id = 0xbeef;
 	lineage_init(&l, t, &open, unit_of, &resolved);
 	ASSERT(!filter_match(by_comm, &open, NULL, &l));
+	{
+		Subscription *closed = sub(
+			"{\"subscribe\":{\"ancestor\":{\"comm\":[\"cron\"],\"incomplete\":true}}}");
+		ProcTableStats st;
+
+		ASSERT(filter_match(closed, &open, NULL, &l));
+		open.parent_exec_id = 0xa1; /* complete again: the gap was the only reason */
+		lineage_init(&l, t, &open, unit_of, &resolved);
+		ASSERT(!filter_match(closed, &open, NULL, &l));
+		proc_table_get_stats(t, &st);
+		ASSERT(st.incomplete == 1 && st.misses == 1);
+		subscription_free(closed);
+	}
 	subscription_free(by_comm);
 	subscription_free(by_id);
 	subscription_free(by_unit);

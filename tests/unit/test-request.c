@@ -539,7 +539,14 @@ static void test_ancestor(void) {
 	PARSE_FAIL(
 		"{\"subscribe\":{\"ancestor\":{\"pid\":[1]}}}",
 		PROTOCOL_BAD_REQUEST,
-		"subscribe.ancestor: unknown key \"pid\" (known: comm, exec_id, unit)");
+		"subscribe.ancestor: unknown key \"pid\" (known: comm, exec_id, unit, incomplete)");
+	PARSE_FAIL(
+		"{\"subscribe\":{\"ancestor\":{\"comm\":[\"sshd\"],\"incomplete\":1}}}",
+		PROTOCOL_BAD_REQUEST,
+		"subscribe.ancestor.incomplete: expected true or false");
+	s = PARSE_OK("{\"subscribe\":{\"ancestor\":{\"comm\":[\"sshd\"],\"incomplete\":true}}}");
+	ASSERT(s && s->ancestor->incomplete);
+	subscription_free(s);
 	PARSE_FAIL(
 		"{\"subscribe\":{\"ancestor\":{\"comm\":[\"1234567890123456\"]}}}",
 		PROTOCOL_BAD_REQUEST,

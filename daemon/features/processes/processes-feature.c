@@ -176,6 +176,7 @@ static int processes_stats_append(Feature *f, sd_bus_message *m) {
 			{ "evicted", st.evicted },
 			{ "evicted_live", st.evicted_live },
 			{ "lineage_misses", st.misses },
+			{ "lineage_incomplete_matched", st.incomplete },
 			{ "read_retries", st.retries });
 	return r < 0 ? r : close_entry(m);
 }
