@@ -140,23 +140,29 @@ def test_unit_of_removed_cgroup():
     d.stop()
 
 
+# Makes N cgroups in waves of WAVE (a user's live cgroups are watched up to a quota of 1024), each
+# removed when told.
 FLOOD = """
 import os, sys
-paths = [os.path.join(sys.argv[1], f"flood-{i}.scope") for i in range(int(sys.argv[2]))]
-for p in paths:
-    os.mkdir(p)
-print("made", flush=True)
-sys.stdin.readline()
-for p in paths:
-    os.rmdir(p)
+n, wave = int(sys.argv[2]), int(sys.argv[3])
+for start in range(0, n, wave):
+    paths = [os.path.join(sys.argv[1], f"flood-{i}.scope") for i in range(start, min(n, start + wave))]
+    for p in paths:
+        os.mkdir(p)
+    print("made", len(paths), flush=True)
+    sys.stdin.readline()
+    for p in paths:
+        os.rmdir(p)
+    print("removed", flush=True)
 """
 
 
 def test_users_cgroups_do_not_push_out_a_failed_unit():
     """A unit fails (its cgroup goes); then a user makes and removes 4100 cgroups in the subtree
-    delegated to them, more than the 4096 the daemon keeps: theirs are kept apart and push out
-    none of root's, so the snapshot still names the failed unit; while the recorder may still
-    hold their events none of theirs is forgotten either (the queue grows, bounded)."""
+    delegated to them (in waves of 1000: the daemon watches 1024 live ones per user), more than
+    the 4096 the daemon keeps: theirs are kept apart and push out none of root's, so the snapshot
+    still names the failed unit; while the recorder may still hold their events none of theirs
+    is forgotten either (the queue grows, bounded)."""
     check(cgroup2_mount() is not None, "a cgroup2 mount (needed for unit names)")
     d = d_flood
     d.start()
@@ -175,14 +181,22 @@ def test_users_cgroups_do_not_push_out_a_failed_unit():
         delegate_cgroup(manager.path, uid)
         watched = bus.stats()["recorder"]["cgroups_watched"]
         flood = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-c",
-                                  FLOOD, manager.path, str(n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  FLOOD, manager.path, str(n), "1000"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
-        check_eq(flood.stdout.readline().strip(), "made", f"the user made {n} cgroups")
-        # Each seen made before it goes, as a user's real cgroups are (tasks run in them).
-        wait_for(lambda: bus.stats()["recorder"]["cgroups_watched"] >= watched + n, "the user's cgroups watched",
-                 timeout=120, interval=0.5)
-        _, err = flood.communicate("go\n", timeout=120)
-        check_eq(flood.returncode, 0, f"the user removed them ({err.strip()})")
+        made = 0
+        while made < n:
+            line = flood.stdout.readline().split()
+            check(line and line[0] == "made", f"the user made a wave of cgroups: {line}")
+            wave = int(line[1])
+            made += wave
+            # Each seen made before it goes, as a user's real cgroups are (tasks run in them).
+            wait_for(lambda: bus.stats()["recorder"]["cgroups_watched"] >= watched + wave,
+                     "the user's cgroups watched", timeout=120, interval=0.5)
+            flood.stdin.write("go\n")
+            flood.stdin.flush()
+            check_eq(flood.stdout.readline().strip(), "removed", "the user removed them")
+        _, err = flood.communicate(timeout=120)
+        check_eq(flood.returncode, 0, f"the user's flood ended ({err.strip()})")
         after = wait_for(lambda: (s := bus.stats()["recorder"])["cgroups_remembered"] >= before["cgroups_remembered"] + n
                          and s, "every removed cgroup remembered", timeout=120, interval=0.5)
     finally:
