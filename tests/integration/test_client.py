@@ -212,9 +212,12 @@ def test_json_lines_validate():
         run_until_seen(m, make, lambda line, mk: mk in line and '"type":"exec"' in line, "the marker's exec")
         m.wait_line(lambda line: '"type":"open"' in line and "json-open-marker" in line, "the marker's open")
         # The fork is emitted on the parent's CPU, the exec and exit on the child's, the connect
-        # on ours: rings of different CPUs arrive in no fixed order, so wait for each type.
+        # on ours: rings of different CPUs arrive in no fixed order, so wait for each type. And
+        # the first make() may have run while the monitor was subscribing (it does not wait for
+        # the monitor's hello): its fork can predate the subscription, its exec not, so each
+        # type is made again until it shows.
         for t in ("exec", "exit", "fork", "open", "connect"):
-            m.wait_line(lambda line, t=t: f'"type":"{t}"' in line, f"a {t} line")
+            run_until_seen(m, make, lambda line, _, t=t: f'"type":"{t}"' in line, f"a {t} line")
         rc = m.stop(signal.SIGINT)
         check_eq(rc, 0, f"exit status after SIGINT (stderr: {m.err})")
     finally:

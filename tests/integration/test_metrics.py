@@ -214,8 +214,15 @@ def test_unit_counters():
                                 "org.perfrelay1.Manager", "GetUnitCounters"], capture_output=True, text=True, check=True)
             rows = [u for u in json.loads(r.stdout)["data"][0] if u[1] == unit.id]
             return rows[0] if rows else None
-        before = wait_for(lambda: (lambda u: u and u[2].get("task_clock_ns", 0) > 0 and u)(unit_totals()),
-                          "the unit's counters in GetUnitCounters()")
+        # Final once two readings an interval and more apart agree: the exit's last charge comes
+        # with the interval after it, which the first reading may precede.
+        last = [None]
+
+        def settled():
+            u, prev = unit_totals(), last[0]
+            last[0] = u
+            return u if u and u[2].get("task_clock_ns", 0) > 0 and u == prev else None
+        before = wait_for(settled, "the unit's counters in GetUnitCounters(), settled", interval=0.3)
         port = free_port()
         metrics = subprocess.Popen([METRICS, f"--listen=127.0.0.1:{port}"], stderr=subprocess.PIPE)
         try:
