@@ -130,13 +130,21 @@ int perfrelay_client_new(perfrelay_client **ret) {
 	return 0;
 }
 
-static Shared *shared_free(Shared *s) {
-	if (!s)
-		return NULL;
+/* The ring set and the member page, unmapped (the scratch stays). */
+static void shared_unmap(Shared *s) {
 	if (s->map)
 		munmap(s->map, s->map_size);
 	if (s->page)
 		munmap(s->page, sizeof(struct perfrelay_shared_member));
+	s->map = NULL;
+	s->page = NULL;
+	s->n_rings = 0;
+}
+
+static Shared *shared_free(Shared *s) {
+	if (!s)
+		return NULL;
+	shared_unmap(s);
 	free(s->scratch_mem);
 	free(s);
 	return NULL;
@@ -698,16 +706,6 @@ static int shared_map(perfrelay_client *c, Shared *s, unsigned n_rings) {
 		};
 	}
 	return 0;
-}
-
-static void shared_unmap(Shared *s) {
-	if (s->map)
-		munmap(s->map, s->map_size);
-	if (s->page)
-		munmap(s->page, sizeof(struct perfrelay_shared_member));
-	s->map = NULL;
-	s->page = NULL;
-	s->n_rings = 0;
 }
 
 static int shared_setup(perfrelay_client *c, unsigned n_rings) {

@@ -91,6 +91,16 @@ static int add_string(json_object *obj, const char *key, const char *value) {
 	return 0;
 }
 
+static int add_true(json_object *obj, const char *key) {
+	json_object *b = json_object_new_boolean(1);
+
+	if (!b || json_object_object_add(obj, key, b) < 0) {
+		json_object_put(b);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 /* The request line, '\n' included, in a string the caller frees. json-c does the escaping. */
 int request_line_build(const struct perfrelay_subscription *sub, char **ret, size_t *ret_len) {
 	_cleanup_(json_object_putp) json_object *req = NULL;
@@ -133,14 +143,9 @@ int request_line_build(const struct perfrelay_subscription *sub, char **ret, siz
 		    (r = add_string_array(
 			     ancestor, "unit", sub->ancestor_units, sub->n_ancestor_units, false)) < 0)
 			return r;
-		if (sub->flags & PERFRELAY_SUBSCRIBE_ANCESTOR_INCOMPLETE) {
-			json_object *b = json_object_new_boolean(1);
-
-			if (!b || json_object_object_add(ancestor, "incomplete", b) < 0) {
-				json_object_put(b);
-				return -ENOMEM;
-			}
-		}
+		if ((sub->flags & PERFRELAY_SUBSCRIBE_ANCESTOR_INCOMPLETE) &&
+		    (r = add_true(ancestor, "incomplete")) < 0)
+			return r;
 	}
 	r = add_string(req, "format", sub->format == PERFRELAY_FORMAT_BINARY ? "binary" : "json");
 	if (r < 0)
@@ -149,24 +154,13 @@ int request_line_build(const struct perfrelay_subscription *sub, char **ret, siz
 		req, "on_overflow", sub->on_overflow == PERFRELAY_OVERFLOW_DISCONNECT ? "disconnect" : "drop");
 	if (r < 0)
 		return r;
-	if (sub->flags & PERFRELAY_SUBSCRIBE_UNITS) {
-		json_object *b = json_object_new_boolean(1);
-
-		if (!b || json_object_object_add(req, "units", b) < 0) {
-			json_object_put(b);
-			return -ENOMEM;
-		}
-	}
+	if ((sub->flags & PERFRELAY_SUBSCRIBE_UNITS) && (r = add_true(req, "units")) < 0)
+		return r;
 	/* The shared path suits clients that lose their own events when slow; one that asked
 	 * to be disconnected instead is served by the socket anyway. */
-	if (!(sub->flags & PERFRELAY_SUBSCRIBE_STREAM) && sub->on_overflow == PERFRELAY_OVERFLOW_DROP) {
-		json_object *b = json_object_new_boolean(1);
-
-		if (!b || json_object_object_add(req, "shared", b) < 0) {
-			json_object_put(b);
-			return -ENOMEM;
-		}
-	}
+	if (!(sub->flags & PERFRELAY_SUBSCRIBE_STREAM) && sub->on_overflow == PERFRELAY_OVERFLOW_DROP &&
+	    (r = add_true(req, "shared")) < 0)
+		return r;
 
 	text = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
 	if (!text)

@@ -284,22 +284,17 @@ static void subject_format(const Exporter *e, const char *type, char *buf, size_
 	buf[n] = 0;
 }
 
-/* splitmix64's finalizer: every input bit moves every output bit. */
-static uint64_t mix64(uint64_t x) {
-	x ^= x >> 30;
-	x *= UINT64_C(0xbf58476d1ce4e5b9);
-	x ^= x >> 27;
-	x *= UINT64_C(0x94d049bb133111eb);
-	return x ^ (x >> 31);
-}
-
 /* The batch digest after one more record: order-sensitive, over each record's identity and
  * time, so that two batches with the same first record and count but other records (two
  * exporters with overlapping filters; a counters pin made again within a boot, whose seq starts
  * over) get different message ids, while a republish or a replay of the same batch gets the
  * same. docs/export.md gives it, for readers that check it. */
 static uint64_t digest_add(uint64_t d, const struct perfrelay_hdr *h) {
-	uint64_t r = mix64(h->seq ^ mix64((uint64_t) h->producer << 32 | h->cpu) ^ mix64(h->ts_ns + h->type));
+	/* event.h's mix (splitmix64's finalizer of h ^ v), as exec ids are made. */
+	uint64_t r = perfrelay_mix64(
+		perfrelay_mix64(0, (uint64_t) h->producer << 32 | h->cpu) ^
+			perfrelay_mix64(0, h->ts_ns + h->type),
+		h->seq);
 
 	return (d << 7 | d >> 57) ^ r;
 }

@@ -280,7 +280,6 @@ int connection_shared_replace(SharedEntry *e, SharedEntry **ret) {
 
 	if (!key)
 		return -ENOMEM;
-	e->retired = true;
 	/* A replacement, not one more: it takes over the old set's charge (the old set is never
 	 * written again, and its pages go with its last member). */
 	users_release(e->server->users, e->creator, e->pooled, 0, e->charged);

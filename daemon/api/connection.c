@@ -750,12 +750,13 @@ void connection_retire_shared(Connection *c) {
 	Server *s = c->server;
 	SharedEntry *e = c->shared, *fresh = NULL;
 
+	e->retired = true; /* joined by no one from now on */
 	LIST_FOREACH(connections, i, s->connections) {
 		_cleanup_close_ int ro = -EBADF;
 		char line[160];
 		int r = 0;
 
-		if (i == c || i->shared != e || i->shared == fresh)
+		if (i == c || i->shared != e)
 			continue;
 		if (!fresh) {
 			r = connection_shared_replace(e, &fresh);
@@ -784,7 +785,6 @@ void connection_retire_shared(Connection *c) {
 				fresh = NULL; /* freed with its last member */
 		}
 	}
-	e->retired = true;
 	/* Nothing is written to the old set again. */
 	connection_shared_stop(e);
 }

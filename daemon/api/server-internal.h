@@ -128,7 +128,8 @@ int connection_join_shared(
 	Connection *c, Subscription **sub, HubFlushFn flush, int ret_fds[2], char *extra, size_t extra_size);
 /* Leaves the ring (the last member frees it) and adds the member's figures to the gone ones. */
 void connection_leave_shared(Connection *c);
-/* A fresh ring set for the subscription of e, which is retired: joined by no one again. */
+/* A fresh ring set for the subscription of retired e (joined by no one again), taking over its
+ * charge. */
 int connection_shared_replace(SharedEntry *e, SharedEntry **ret);
 /* Moves member c from its ring set to `to` (see connection_retire_shared()): the "reshared"
  * line for it in `line` (its length returned) and a read-only descriptor of the new ring set in

@@ -31,12 +31,11 @@ typedef struct SharedSlot {
 	uint8_t *data;
 	uint64_t mask;
 	/* Writer-private (the slot's lock; the main thread reads them with every lock held). */
-	uint64_t oldest;     /* the first frame not reclaimed */
-	uint64_t oldest_seq; /* its seq */
-	uint64_t head;       /* published: frames up to here are whole */
-	uint64_t head_seq;   /* events before head */
-	uint64_t half;       /* the half of the ring the writer is in: head / (size / 2) */
-	uint64_t woken;      /* the head at which sleeping members were last checked */
+	uint64_t oldest;   /* the first frame not reclaimed */
+	uint64_t head;     /* published: frames up to here are whole */
+	uint64_t head_seq; /* events before head */
+	uint64_t half;     /* the half of the ring the writer is in: head / (size / 2) */
+	uint64_t woken;    /* the head at which sleeping members were last checked */
 	/* marks[k % SHARED_RING_MARKS]: the first frame at or after k * (size / MARKS), for the
 	 * last MARKS values of k below next_mark (the first k no frame has reached yet). */
 	SharedMark marks[SHARED_RING_MARKS];
@@ -311,7 +310,6 @@ static void reclaim(SharedRing *r, unsigned slot, uint64_t target, uint64_t head
 	move_members(r, slot, to, to_seq, head, seq);
 	atomic_thread_fence(memory_order_seq_cst);
 	s->oldest = to;
-	s->oldest_seq = to_seq;
 }
 
 /* A frame starts at pos: it is the mark of every boundary it reached first. */

@@ -34,11 +34,11 @@ typedef struct SharedMember SharedMember;
  * SHARED_RING_MIN), the last n_small get SHARED_RING_MIN. */
 int shared_ring_new(unsigned n_slots, unsigned n_small, uint64_t bytes, SharedRing **ret);
 SharedRing *shared_ring_free(SharedRing *r); /* no members left */
+DEFINE_TRIVIAL_CLEANUP_FUNC(SharedRing *, shared_ring_free);
 /* Frees the ring set's memory now, even if a former member still maps it (it then reads zeros,
  * in pages of its own): without this, a client that keeps its mapping after it left would keep
  * the pages the daemon wrote, charged to the daemon, for as long as it likes. */
 int shared_ring_release(SharedRing *r);
-DEFINE_TRIVIAL_CLEANUP_FUNC(SharedRing *, shared_ring_free);
 
 unsigned shared_ring_n_slots(const SharedRing *r);
 uint8_t *shared_ring_data(const SharedRing *r, unsigned slot);

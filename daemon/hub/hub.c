@@ -455,10 +455,10 @@ _Static_assert(
 	sizeof(uint32_t) + PERFRELAY_RECORD_MAX <= PERFRELAY_SHARED_FRAME_MAX, "a schema fits a shared frame");
 _Static_assert(PERFRELAY_SHARED_FRAME_MAX + 16u <= SHARED_RING_MIN / 4, "a shared frame fits the smallest ring");
 
-/* An exec event as a client of uid `uid` may see it (HubClientOptions.redact): the ancestors
- * the process table knows ran as that uid, the others left out (an ancestor the table does not
- * hold, or holds without a uid, is left out: fail closed). r->removed false: nothing to leave
- * out, the event as it is. */
+/* An exec event (the caller checks the type) as a client of uid `uid` may see it
+ * (HubClientOptions.redact): the ancestors the process table knows ran as that uid, the others
+ * left out (an ancestor the table does not hold, or holds without a uid, is left out: fail
+ * closed). r->removed false: nothing to leave out, the event as it is. */
 typedef struct Redaction {
 	bool done;
 	uint32_t uid;
@@ -473,8 +473,8 @@ static void redact_ancestors(Hub *h, HubSlot *s, const DecodedEvent *ev, uint32_
 
 	*r = (Redaction){ .done = true, .uid = uid, .json_len = -1 };
 	/* Schema 3 (exec ids) and later: the record holds the ancestors. */
-	if (ev->hdr.type != PERFRELAY_TYPE_EXEC || !ev->has_exec_id ||
-	    ev->record_size < sizeof(struct perfrelay_exec) || ev->record_size > PERFRELAY_RECORD_MAX)
+	if (!ev->has_exec_id || ev->record_size < sizeof(struct perfrelay_exec) ||
+	    ev->record_size > PERFRELAY_RECORD_MAX)
 		return;
 	memcpy(&n, ev->record + offsetof(struct perfrelay_exec, n_ancestors), sizeof(n));
 	n = MIN(n, (uint32_t) PERFRELAY_ANCESTORS_MAX);

@@ -299,6 +299,14 @@ static int parse_ids(json_object *v, const char *key, uint32_t *ids, size_t *ret
 	return 0;
 }
 
+/* A boolean value: true or false, else `message` (which names the key) fails the request. */
+static int parse_bool(json_object *v, const char *message, RequestError *e, bool *ret) {
+	if (!json_object_is_type(v, json_type_boolean))
+		return fail(e, PROTOCOL_BAD_REQUEST, "%s", message);
+	*ret = json_object_get_boolean(v);
+	return 0;
+}
+
 static int parse_comms(
 	json_object *v,
 	const char *key,
@@ -424,15 +432,13 @@ static int parse_ancestor(Subscription *s, json_object *v, RequestError *e) {
 			r = parse_exec_ids(value, "ancestor.exec_id", a->exec_ids, &a->n_exec_ids, e);
 		else if (streq(key, "unit"))
 			r = parse_units(value, "ancestor.unit", a->units, &a->n_units, e);
-		else if (streq(key, "incomplete")) {
-			if (!json_object_is_type(value, json_type_boolean))
-				r = fail(
-					e,
-					PROTOCOL_BAD_REQUEST,
-					"subscribe.ancestor.incomplete: expected true or false");
-			else
-				a->incomplete = json_object_get_boolean(value);
-		} else
+		else if (streq(key, "incomplete"))
+			r = parse_bool(
+				value,
+				"subscribe.ancestor.incomplete: expected true or false",
+				e,
+				&a->incomplete);
+		else
 			r = fail(
 				e,
 				PROTOCOL_BAD_REQUEST,
@@ -695,19 +701,11 @@ int request_parse(
 			if (r >= 0)
 				s->overflow = x ? SUBSCRIPTION_OVERFLOW_DISCONNECT :
 						  SUBSCRIPTION_OVERFLOW_DROP;
-		} else if (streq(key, "units")) {
-			if (json_object_is_type(v, json_type_boolean)) {
-				s->unit_frames = json_object_get_boolean(v);
-				r = 0;
-			} else
-				r = fail(&e, PROTOCOL_BAD_REQUEST, "\"units\" must be true or false");
-		} else if (streq(key, "shared")) {
-			if (json_object_is_type(v, json_type_boolean)) {
-				s->shared = json_object_get_boolean(v);
-				r = 0;
-			} else
-				r = fail(&e, PROTOCOL_BAD_REQUEST, "\"shared\" must be true or false");
-		} else
+		} else if (streq(key, "units"))
+			r = parse_bool(v, "\"units\" must be true or false", &e, &s->unit_frames);
+		else if (streq(key, "shared"))
+			r = parse_bool(v, "\"shared\" must be true or false", &e, &s->shared);
+		else
 			r = fail(
 				&e,
 				PROTOCOL_BAD_REQUEST,

@@ -353,15 +353,19 @@ static void forget(CgroupWatch *w, Watch *x) {
 	w->n_watches--;
 }
 
+/* A directory that went without its watch being told (kernfs): the watch goes, the cgroup is
+ * remembered. Its IN_IGNORED, if the kernel sends one, finds no watch by then. */
+static void drop(CgroupWatch *w, Watch *x) {
+	(void) inotify_rm_watch(w->fd, x->wd);
+	remember_removed(w, x);
+	forget(w, x);
+}
+
 static void forget_path(CgroupWatch *w, const char *rel) {
 	Watch key = { .path = (char *) rel }, **p = tfind(&key, &w->by_path, cmp_path);
 
-	if (!p)
-		return;
-	/* Its IN_IGNORED, if the kernel sends one, finds no watch by then. */
-	(void) inotify_rm_watch(w->fd, (*p)->wd);
-	remember_removed(w, *p);
-	forget(w, *p);
+	if (p)
+		drop(w, *p);
 }
 
 static void read_events(CgroupWatch *w) {
@@ -462,13 +466,8 @@ void cgroup_watch_rescan(CgroupWatch *w) {
 	walk_watch = w;
 	walk_n_gone = 0;
 	twalk(w->by_path, collect_gone);
-	for (size_t i = 0; i < walk_n_gone; i++) {
-		Watch *x = walk_gone[i];
-
-		(void) inotify_rm_watch(w->fd, x->wd);
-		remember_removed(w, x);
-		forget(w, x);
-	}
+	for (size_t i = 0; i < walk_n_gone; i++)
+		drop(w, walk_gone[i]);
 	free(walk_gone);
 	walk_gone = NULL;
 	walk_n_gone = walk_n_alloc = 0;
