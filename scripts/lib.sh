@@ -17,7 +17,8 @@ export PERFRELAY_ROOT
 # (tests/kernels); clang-format (and git, for the file list) checks the formatting
 # (tests/style); tshark and tcpdump read the pcapng files of the capture test, iproute2 (ip)
 # makes its network namespace. libcurl4-openssl-dev, libprotobuf-c-dev and protobuf-c-compiler
-# build perfrelay-export's OTLP target; nodejs and npm run the OTLP test's receiver (npm's
+# build perfrelay-export's OTLP target; openssl makes the CA and certificates of the export TLS
+# test; nodejs and npm run the OTLP test's receiver (npm's
 # OpenTelemetry packages; test_otlp installs them) and are added only where no node/npm is
 # on PATH (a machine may carry another build of Node.js that provides both). scdoc builds the
 # manual pages and man-db renders them in their test; debhelper, dpkg-dev, fakeroot and lintian
@@ -32,7 +33,7 @@ PERFRELAY_PACKAGES=(
 	qemu-system-x86 busybox-static
 	clang-format git
 	tshark tcpdump iproute2
-	libcurl4-openssl-dev libprotobuf-c-dev protobuf-c-compiler
+	libcurl4-openssl-dev libprotobuf-c-dev protobuf-c-compiler openssl
 	scdoc man-db debhelper dpkg-dev fakeroot lintian bash-completion zsh fish
 )
 command -v node >/dev/null 2>&1 || PERFRELAY_PACKAGES+=(nodejs)

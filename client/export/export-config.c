@@ -3,11 +3,14 @@
  * daemon's INI parser (conf-parser.h), so both read files the same way and say the same errors. */
 #include "export-config.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conf-parser.h"
 #include "macro.h"
@@ -22,6 +25,8 @@ int export_config_new(ExportConfig **ret) {
 	c->stream = strdup("PERFRELAY");
 	c->stream_subjects = strdup("perfrelay.>");
 	c->subject_template = strdup("perfrelay.%h.%t");
+	c->require_tls = EXPORT_TLS_OFF_LOOPBACK;
+	c->otlp_require_tls = EXPORT_TLS_OFF_LOOPBACK;
 	c->create_stream = true;
 	c->replicas = 1;
 	c->duplicate_window_sec = 120;
@@ -63,7 +68,9 @@ ExportConfig *export_config_free(ExportConfig *c) {
 	free(c->tls_ca);
 	free(c->tls_cert);
 	free(c->tls_key);
+	free(c->tls_server_name);
 	list_clear(c->otlp_headers, &c->n_otlp_headers);
+	free(c->otlp_headers_file);
 	free(c->otlp_endpoint);
 	free(c->otlp_tls_ca);
 	free(c->otlp_tls_cert);
@@ -121,6 +128,16 @@ static int set_bool(bool *where, const char *v) {
 		*where = false;
 	else
 		return -EINVAL;
+	return 0;
+}
+
+static int set_tls(int *where, const char *v) {
+	bool b;
+	int r = set_bool(&b, v);
+
+	if (r < 0)
+		return r;
+	*where = b ? EXPORT_TLS_YES : EXPORT_TLS_NO;
 	return 0;
 }
 
@@ -206,8 +223,10 @@ static int set_key(ExportConfig *c, const char *section, const char *k, const ch
 			return set_string(&c->tls_cert, v);
 		if (streq(k, "TLSKey"))
 			return set_string(&c->tls_key, v);
+		if (streq(k, "TLSServerName"))
+			return set_string(&c->tls_server_name, v);
 		if (streq(k, "RequireTLS"))
-			return set_bool(&c->require_tls, v);
+			return set_tls(&c->require_tls, v);
 	} else if (streq(section, "OTLP")) {
 		if (streq(k, "Endpoint"))
 			return *v && (strncmp(v, "http://", 7) == 0 || strncmp(v, "https://", 8) == 0) ?
@@ -230,8 +249,10 @@ static int set_key(ExportConfig *c, const char *section, const char *k, const ch
 			return set_string(&c->otlp_tls_cert, v);
 		if (streq(k, "TLSKey"))
 			return set_string(&c->otlp_tls_key, v);
+		if (streq(k, "HeadersFile"))
+			return set_string(&c->otlp_headers_file, v);
 		if (streq(k, "RequireTLS"))
-			return set_bool(&c->otlp_require_tls, v);
+			return set_tls(&c->otlp_require_tls, v);
 		if (streq(k, "MaxInFlight"))
 			return set_u64_range(&c->otlp_max_in_flight, v, 1, 64);
 		if (streq(k, "BatchEvents"))
@@ -325,22 +346,220 @@ int export_config_load(ExportConfig *c, const char *main_path, const char *dropi
 	return conf_parse_files(&export_schema, c, main_path, dropin_dir, EXPORT_CONFIG_FILE_MAX, ret_error);
 }
 
-int export_config_check(const ExportConfig *c, char **ret_error) {
+bool export_url_host(const char *url, char *buf, size_t size) {
+	const char *host = strstr(url, "://"), *end, *at;
+	size_t n;
+
+	host = host ? host + 3 : url;
+	end = host + strcspn(host, "/?#");
+	at = memrchr(host, '@', (size_t) (end - host));
+	if (at)
+		host = at + 1;
+	if (*host == '[') {
+		const char *close = memchr(host, ']', (size_t) (end - host));
+
+		if (!close)
+			return false;
+		host++;
+		end = close;
+	} else {
+		const char *colon = memchr(host, ':', (size_t) (end - host));
+
+		if (colon)
+			end = colon;
+	}
+	n = (size_t) (end - host);
+	if (n == 0 || n >= size)
+		return false;
+	memcpy(buf, host, n);
+	buf[n] = 0;
+	return true;
+}
+
+bool export_url_is_loopback(const char *url) {
+	char host[256];
+	struct in_addr a4;
+	struct in6_addr a6;
+
+	if (!export_url_host(url, host, sizeof(host)))
+		return false;
+	if (strcasecmp(host, "localhost") == 0)
+		return true;
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+/* NATS: TLS when anything asks for it; off loopback it must be asked for, or refused with
+ * RequireTLS=no. nats.c checks a certificate's name only when told which name to expect, so a
+ * name is always set: TLSServerName=, or the host every server URL names. */
+static const char *check_nats_tls(ExportConfig *c, char *why, size_t size) {
+	char host[256], first[256] = "";
+
+	c->tls = c->tls_ca || c->tls_cert || c->require_tls == EXPORT_TLS_YES;
+	for (size_t i = 0; i < c->n_servers; i++)
+		if (strncmp(c->servers[i], "tls://", 6) == 0)
+			c->tls = true;
+	for (size_t i = 0; i < c->n_servers; i++) {
+		char shown[256];
+
+		snprintf(shown, sizeof(shown), "%s", c->servers[i]);
+		export_url_redact(shown);
+		if (!export_url_host(c->servers[i], host, sizeof(host))) {
+			snprintf(why, size, "[NATS] Servers=%s: no host in the URL", shown);
+			return why;
+		}
+		if (!c->tls && c->require_tls != EXPORT_TLS_NO && !export_url_is_loopback(c->servers[i])) {
+			snprintf(
+				why,
+				size,
+				"[NATS] Servers=%s is not on loopback: TLS is required there (TLSCA=, a tls:// "
+				"URL or RequireTLS=yes), or say RequireTLS=no",
+				shown);
+			return why;
+		}
+		if (c->tls && !c->tls_server_name && first[0] && strcmp(first, host) != 0) {
+			snprintf(
+				why,
+				size,
+				"[NATS] Servers= name hosts %s and %s: TLSServerName= must say the name their "
+				"certificates carry",
+				first,
+				host);
+			return why;
+		}
+		if (!first[0])
+			snprintf(first, sizeof(first), "%s", host);
+	}
+	if (c->tls && !c->tls_server_name && first[0]) {
+		c->tls_server_name = strdup(first);
+		if (!c->tls_server_name)
+			return "out of memory";
+	}
+	return NULL;
+}
+
+int export_config_check(ExportConfig *c, char **ret_error) {
+	char buf[512];
 	const char *why = NULL;
+	bool https = strncmp(c->otlp_endpoint, "https://", 8) == 0;
 
 	if ((c->tls_cert != NULL) != (c->tls_key != NULL))
 		why = "[NATS] TLSCert= and TLSKey= go together";
-	else if (c->require_tls && !c->tls_ca)
-		why = "[NATS] RequireTLS=yes needs TLSCA=";
 	else if ((c->otlp_tls_cert != NULL) != (c->otlp_tls_key != NULL))
 		why = "[OTLP] TLSCert= and TLSKey= go together";
-	else if ((c->targets & EXPORT_TARGET_OTLP) && c->otlp_require_tls && strncmp(c->otlp_endpoint, "https://", 8) != 0)
+	else if ((c->targets & EXPORT_TARGET_OTLP) && c->otlp_require_tls == EXPORT_TLS_YES && !https)
 		why = "[OTLP] RequireTLS=yes needs an https:// Endpoint=";
+	else if (
+		(c->targets & EXPORT_TARGET_OTLP) && c->otlp_require_tls == EXPORT_TLS_OFF_LOOPBACK &&
+		!https && !export_url_is_loopback(c->otlp_endpoint)) {
+		char shown[256];
+
+		snprintf(shown, sizeof(shown), "%s", c->otlp_endpoint);
+		export_url_redact(shown);
+		snprintf(
+			buf,
+			sizeof(buf),
+			"[OTLP] Endpoint=%s is not on loopback: TLS is required there (an https:// "
+			"endpoint), or say RequireTLS=no",
+			shown);
+		why = buf;
+	} else if (c->targets & EXPORT_TARGET_NATS)
+		why = check_nats_tls(c, buf, sizeof(buf));
 	if (!why)
 		return 0;
 	if (ret_error)
 		*ret_error = strdup(why);
 	return -EINVAL;
+}
+
+static int resolve(char **path, const char *dir) {
+	char *p;
+
+	if (!*path || (*path)[0] == '/')
+		return 0;
+	if (asprintf(&p, "%s/%s", dir, *path) < 0)
+		return -ENOMEM;
+	free(*path);
+	*path = p;
+	return 0;
+}
+
+int export_config_resolve_credentials(ExportConfig *c, const char *dir) {
+	char **paths[] = {
+		&c->credentials_file,  &c->tls_ca,      &c->tls_cert,      &c->tls_key,
+		&c->otlp_headers_file, &c->otlp_tls_ca, &c->otlp_tls_cert, &c->otlp_tls_key,
+	};
+
+	if (!dir || !*dir)
+		return 0;
+	for (size_t i = 0; i < ELEMENTSOF(paths); i++) {
+		int r = resolve(paths[i], dir);
+
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+int export_config_load_headers(ExportConfig *c, char **ret_error) {
+	char *text = NULL, *line, *next;
+	size_t n = 0;
+	unsigned lineno = 0;
+	int fd, r = 0;
+
+	if (!c->otlp_headers_file)
+		return 0;
+	fd = open(c->otlp_headers_file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	text = fd >= 0 ? malloc(EXPORT_HEADERS_FILE_MAX + 1) : NULL;
+	if (fd < 0 || !text)
+		r = fd < 0 ? -errno : -ENOMEM;
+	while (r == 0) {
+		ssize_t k = read(fd, text + n, EXPORT_HEADERS_FILE_MAX + 1 - n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			r = -errno;
+		else if (k == 0)
+			break;
+		else if ((n += (size_t) k) > EXPORT_HEADERS_FILE_MAX)
+			r = -EFBIG;
+	}
+	if (fd >= 0)
+		close(fd);
+	if (r < 0) {
+		if (ret_error &&
+		    asprintf(
+			    ret_error,
+			    "[OTLP] HeadersFile=%s: %s",
+			    c->otlp_headers_file,
+			    r == -EFBIG ? "larger than 64 KiB" : strerror(-r)) < 0)
+			*ret_error = NULL;
+		free(text);
+		return r;
+	}
+	text[n] = 0;
+	for (line = text; r == 0 && line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = 0;
+		lineno++;
+		line[strcspn(line, "\r")] = 0;
+		if (!*line || *line == '#')
+			continue;
+		r = add_header(c, line);
+		if (r < 0 && ret_error &&
+		    asprintf(
+			    ret_error,
+			    "[OTLP] HeadersFile=%s:%u: %s",
+			    c->otlp_headers_file,
+			    lineno,
+			    r == -E2BIG ? "too many headers" : "not a \"Name: value\" header") < 0)
+			*ret_error = NULL;
+	}
+	free(text);
+	return r;
 }
 
 void export_url_redact(char *url) {

@@ -23,13 +23,23 @@ typedef enum OtlpProtocol {
 #define EXPORT_BATCH_BYTES_MIN 1024u
 #define EXPORT_BATCH_BYTES_MAX (1024u * 1024u)
 
+/* RequireTLS=: unset, TLS is required for a server off loopback; "no" allows plain text to any
+ * server, "yes" requires TLS even on loopback. */
+#define EXPORT_TLS_OFF_LOOPBACK (-1)
+#define EXPORT_TLS_NO           0
+#define EXPORT_TLS_YES          1
+
+#define EXPORT_HEADERS_FILE_MAX (64u * 1024u) /* bytes of a HeadersFile= */
+
 typedef struct ExportConfig {
 	char *servers[EXPORT_LIST_MAX]; /* [NATS] Servers= */
 	size_t n_servers;
 	char *credentials_file;        /* [NATS] CredentialsFile=: a .creds file (LoadCredential=) */
 	char *tls_ca;                  /* [NATS] TLSCA= */
 	char *tls_cert, *tls_key;      /* [NATS] TLSCert=, TLSKey=: a client certificate */
-	bool require_tls;              /* [NATS] RequireTLS=: refuse to start without TLSCA= */
+	int require_tls;               /* [NATS] RequireTLS=: EXPORT_TLS_* */
+	char *tls_server_name;         /* [NATS] TLSServerName=; export_config_check() sets the default */
+	bool tls;                      /* TLS to the servers: set by export_config_check() */
 	char *stream;                  /* [Stream] Name= */
 	char *stream_subjects;         /* [Stream] Subjects=: what a created stream captures */
 	bool create_stream;            /* [Stream] ExportCreateStream= */
@@ -62,15 +72,34 @@ typedef struct ExportConfig {
 	OtlpProtocol otlp_protocol;          /* [OTLP] Protocol= */
 	char *otlp_headers[EXPORT_LIST_MAX]; /* [OTLP] Header=: "Name: value", one per key */
 	size_t n_otlp_headers;
+	char *otlp_headers_file; /* [OTLP] HeadersFile=: more Header= lines, kept out of the 0644 file */
 	char *otlp_tls_ca, *otlp_tls_cert, *otlp_tls_key; /* [OTLP] TLSCA=, TLSCert=, TLSKey= */
-	bool otlp_require_tls;                            /* [OTLP] RequireTLS=: only an https:// endpoint */
+	int otlp_require_tls;                             /* [OTLP] RequireTLS=: EXPORT_TLS_* */
 	uint64_t otlp_max_in_flight;                      /* [OTLP] MaxInFlight=: requests at once */
 	uint64_t otlp_batch_events;                       /* [OTLP] BatchEvents=: log records per request */
 	uint64_t otlp_timeout_ms;                         /* [OTLP] TimeoutMSec=: one request */
 } ExportConfig;
 
-/* Checks what needs several keys together; on error returns -EINVAL and a message. */
-int export_config_check(const ExportConfig *c, char **ret_error);
+/* Checks what needs several keys together and settles what follows from them (whether NATS uses
+ * TLS, the name the servers' certificates must carry); on error returns -EINVAL and a message
+ * naming the keys at fault. */
+int export_config_check(ExportConfig *c, char **ret_error);
+
+/* A relative CredentialsFile=, HeadersFile=, TLSCA=, TLSCert= or TLSKey= names a credential:
+ * systemd's LoadCredential= puts it in dir ($CREDENTIALS_DIRECTORY), readable by this service
+ * only. dir NULL leaves the names as they are. */
+int export_config_resolve_credentials(ExportConfig *c, const char *dir);
+
+/* Adds the "Name: value" lines of HeadersFile= (if set) to the OTLP headers: secrets such as an
+ * API key belong there, not in the world-readable export.conf. Errors name the file and line. */
+int export_config_load_headers(ExportConfig *c, char **ret_error);
+
+/* The host of a URL ("scheme://user@host:port/path", "[v6]:port", "host:port") into buf; false
+ * if it does not fit or is empty. */
+bool export_url_host(const char *url, char *buf, size_t size);
+
+/* Whether a URL's host is this machine's loopback: localhost, 127.0.0.0/8 or ::1. */
+bool export_url_is_loopback(const char *url);
 
 int export_config_new(ExportConfig **ret);
 ExportConfig *export_config_free(ExportConfig *c);

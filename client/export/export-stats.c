@@ -45,6 +45,7 @@ static int add_target(json_object *o, const ExportStats *s) {
 		{ "messages", s->messages },
 		{ "in_flight_messages", s->in_flight_messages },
 		{ "reconnects", s->reconnects },
+		{ "connect_failures", s->connect_failures },
 	};
 	int r;
 

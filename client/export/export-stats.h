@@ -23,6 +23,7 @@ typedef struct ExportStats {
 	uint64_t messages;         /* messages (JetStream) or requests (OTLP) sent, first tries */
 	uint64_t in_flight_messages;
 	uint64_t reconnects;
+	uint64_t connect_failures; /* NATS: rounds in which no server could be connected to */
 	bool connected;
 	bool stream_ready;    /* JetStream: the stream exists; OTLP: always true */
 	char server[256];     /* URL of the server connected to, "" if none */

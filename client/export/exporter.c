@@ -19,8 +19,9 @@
 
 /* Headers of a message: how often it was published (absent on the first try) and how many
  * events it carries. Read on the ack and retry paths, once per message. */
-#define HDR_ATTEMPT "Perfrelay-Attempt"
-#define HDR_COUNT   "Perfrelay-Count"
+#define HDR_ATTEMPT       "Perfrelay-Attempt"
+#define RECONNECT_WAIT_MS 250
+#define HDR_COUNT         "Perfrelay-Count"
 
 /* Types whose batch may be open at once; one more type seals the oldest. */
 #define OPEN_BATCHES_MAX 16
@@ -64,10 +65,12 @@ struct Exporter {
 	natsMsg **failed;
 	size_t n_failed;
 	char last_error[128]; /* JetStream's text for the last refusal, for the stats file */
+	char connect_error[sizeof(((ExportStats *) 0)->last_error)]; /* why no server was taken */
 
 	/* Written by the ack thread, read by the main thread. in_flight counts messages,
 	 * in_flight_events their events; exported and duplicates count events. */
 	atomic_uint_fast64_t in_flight, in_flight_events, exported, duplicates, reconnects, acks;
+	atomic_uint_fast64_t connect_failures; /* written by nats.c's reconnect thread */
 	atomic_bool reclaim; /* set on reconnect: what was in flight before will never be acked */
 
 	/* Main thread only; events. */
@@ -75,6 +78,7 @@ struct Exporter {
 	uint64_t messages; /* messages published (first tries) */
 	bool stream_ready;
 	uint64_t next_stream_try_ms;
+	uint64_t next_connect_ms; /* while nc is NULL: the first connection failed for good */
 	/* After a refusal or a timeout nothing is published for backoff_ms (doubling up to
 	 * AckTimeoutMSec, reset by the next ack): a cluster electing a stream leader refuses at
 	 * once, and retrying at once would only burn every message's attempts. */
@@ -112,6 +116,33 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
 		pthread_mutex_unlock(&e->lock);
 	}
 	atomic_fetch_add(&e->acks, 1);
+}
+
+static void note_connect_error(Exporter *e, const char *why) {
+	pthread_mutex_lock(&e->lock);
+	snprintf(e->connect_error, sizeof(e->connect_error), "connect: %s", why);
+	pthread_mutex_unlock(&e->lock);
+}
+
+static void on_connected(natsConnection *nc, void *userdata) {
+	/* The first connection, made late: nothing was in flight, nothing to reclaim. */
+}
+
+/* nats.c's reconnect thread, once every server has been tried and none taken, with the
+ * connection unlocked: counts the round and keeps its reason (a refused certificate is "SSL
+ * Error"), then waits as SetReconnectWait() would, with a little jitter. */
+static int64_t on_connect_failed(natsConnection *nc, int attempts, void *userdata) {
+	Exporter *e = userdata;
+	const char *text = NULL;
+	natsStatus why = natsConnection_GetLastError(nc, &text);
+
+	atomic_fetch_add(&e->connect_failures, 1);
+	note_connect_error(
+		e,
+		why == NATS_OK        ? "no server answered" :
+			text && *text ? text :
+					natsStatus_GetText(why));
+	return RECONNECT_WAIT_MS + (int64_t) (perfrelay_mix64((uintptr_t) e, (uint64_t) attempts) % 100);
 }
 
 static void on_reconnected(natsConnection *nc, void *userdata) {
@@ -159,10 +190,36 @@ static int nats_errno(natsStatus s) {
 	}
 }
 
+/* The first connection. nats.c retries a refused one in its own thread, but gives up on a
+ * failed TLS handshake (a certificate refused) and closes the connection: that one is tried
+ * again from exporter_run() every RECONNECT_WAIT_MS, counted like a round of its thread's. */
+static int connect_now(Exporter *e, uint64_t now) {
+	jsOptions jso;
+	natsStatus s;
+
+	s = natsConnection_Connect(&e->nc, e->opts);
+	if (s != NATS_OK && s != NATS_NOT_YET_CONNECTED) {
+		const char *text = nats_GetLastError(NULL);
+
+		atomic_fetch_add(&e->connect_failures, 1);
+		note_connect_error(e, text && *text ? text : natsStatus_GetText(s));
+		natsConnection_Destroy(e->nc);
+		e->nc = NULL;
+		e->next_connect_ms = now + RECONNECT_WAIT_MS;
+		return 0;
+	}
+	jsOptions_Init(&jso);
+	/* Our own MaxInFlight is the bound; nats.c's must never stall us before it. */
+	jso.PublishAsync.MaxPending = (int64_t) e->cfg->max_in_flight * 2;
+	jso.PublishAsync.AckHandler = on_ack;
+	jso.PublishAsync.AckHandlerClosure = e;
+	s = natsConnection_JetStream(&e->js, e->nc, &jso);
+	return nats_errno(s);
+}
+
 int exporter_new(
 	const ExportConfig *cfg, const char *hostname, const char *boot_id, unsigned schema, Exporter **ret) {
 	Exporter *e;
-	jsOptions jso;
 	natsStatus s;
 	int r;
 
@@ -197,22 +254,28 @@ int exporter_new(
 	if (s == NATS_OK)
 		s = natsOptions_SetMaxReconnect(e->opts, -1);
 	if (s == NATS_OK)
-		s = natsOptions_SetReconnectWait(e->opts, 250);
+		s = natsOptions_SetCustomReconnectDelay(e->opts, on_connect_failed, e);
 	if (s == NATS_OK)
 		s = natsOptions_SetTimeout(e->opts, 2000);
 	if (s == NATS_OK)
 		s = natsOptions_SetPingInterval(e->opts, 2000);
 	if (s == NATS_OK)
-		s = natsOptions_SetRetryOnFailedConnect(e->opts, true, NULL, NULL);
+		/* With a connected callback nats.c retries in its own thread; without one,
+		 * natsConnection_Connect() retries in place until a server answers, deaf to
+		 * SIGTERM and never reading the socket. */
+		s = natsOptions_SetRetryOnFailedConnect(e->opts, true, on_connected, e);
 	if (s == NATS_OK)
 		s = natsOptions_SetReconnectedCB(e->opts, on_reconnected, e);
 	if (s == NATS_OK && cfg->credentials_file)
 		s = natsOptions_SetUserCredentialsFromFiles(e->opts, cfg->credentials_file, NULL);
-	if (s == NATS_OK && cfg->tls_ca) {
+	/* Without TLSCA= the system's CAs are trusted (nats.c loads OpenSSL's default paths). The
+	 * expected name is always set: without it nats.c checks no name at all. */
+	if (s == NATS_OK && cfg->tls)
 		s = natsOptions_SetSecure(e->opts, true);
-		if (s == NATS_OK)
-			s = natsOptions_LoadCATrustedCertificates(e->opts, cfg->tls_ca);
-	}
+	if (s == NATS_OK && cfg->tls && cfg->tls_server_name)
+		s = natsOptions_SetExpectedHostname(e->opts, cfg->tls_server_name);
+	if (s == NATS_OK && cfg->tls_ca)
+		s = natsOptions_LoadCATrustedCertificates(e->opts, cfg->tls_ca);
 	if (s == NATS_OK && cfg->tls_cert)
 		s = natsOptions_LoadCertificatesChain(e->opts, cfg->tls_cert, cfg->tls_key);
 	if (s != NATS_OK) {
@@ -220,20 +283,10 @@ int exporter_new(
 		exporter_free(e);
 		return r;
 	}
-	s = natsConnection_Connect(&e->nc, e->opts);
-	if (s != NATS_OK && s != NATS_NOT_YET_CONNECTED) {
+	r = connect_now(e, now_msec(CLOCK_MONOTONIC));
+	if (r < 0) {
 		exporter_free(e);
-		return nats_errno(s);
-	}
-	jsOptions_Init(&jso);
-	/* Our own MaxInFlight is the bound; nats.c's must never stall us before it. */
-	jso.PublishAsync.MaxPending = (int64_t) cfg->max_in_flight * 2;
-	jso.PublishAsync.AckHandler = on_ack;
-	jso.PublishAsync.AckHandlerClosure = e;
-	s = natsConnection_JetStream(&e->js, e->nc, &jso);
-	if (s != NATS_OK) {
-		exporter_free(e);
-		return nats_errno(s);
+		return r;
 	}
 	*ret = e;
 	return 0;
@@ -480,6 +533,24 @@ static void reclaim_in_flight(Exporter *e) {
 	natsMsgList_Destroy(&list);
 }
 
+/* nats.c gave up on the connection (it does after a failed TLS handshake on the first
+ * connection, reconnect thread or not): what was in flight goes back to the queue, and a new
+ * connection is made after RECONNECT_WAIT_MS. */
+static void connection_closed(Exporter *e, uint64_t now) {
+	const char *text = NULL;
+	natsStatus why = natsConnection_GetLastError(e->nc, &text);
+
+	atomic_fetch_add(&e->connect_failures, 1);
+	note_connect_error(e, why == NATS_OK ? "closed" : text && *text ? text : natsStatus_GetText(why));
+	if (e->messages > 0)
+		reclaim_in_flight(e);
+	jsCtx_Destroy(e->js);
+	e->js = NULL;
+	natsConnection_Destroy(e->nc);
+	e->nc = NULL;
+	e->next_connect_ms = now + RECONNECT_WAIT_MS;
+}
+
 static void stream_setup(Exporter *e, uint64_t now) {
 	jsStreamInfo *si = NULL;
 	jsStreamConfig sc;
@@ -549,7 +620,11 @@ void exporter_run(Exporter *e, uint64_t now) {
 		e->backoff_ms = 0;
 	e->acks_seen = acks;
 
-	if (natsConnection_Status(e->nc) != NATS_CONN_STATUS_CONNECTED)
+	if (e->nc && natsConnection_Status(e->nc) == NATS_CONN_STATUS_CLOSED)
+		connection_closed(e, now);
+	if (!e->nc && now >= e->next_connect_ms && connect_now(e, now) < 0)
+		e->next_connect_ms = now + RECONNECT_WAIT_MS; /* no memory for the JetStream context */
+	if (!e->js || natsConnection_Status(e->nc) != NATS_CONN_STATUS_CONNECTED)
 		return; /* nothing is sent while nats.c reconnects; the queue bounds what waits */
 
 	if (!e->stream_ready) {
@@ -613,7 +688,9 @@ void exporter_abandon(Exporter *e) {
 
 	for (size_t i = 0; i < ELEMENTSOF(e->batches); i++)
 		batch_seal(e, &e->batches[i]);
-	if (js_PublishAsyncGetPendingList(&list, e->js) == NATS_OK) {
+	/* nats.c 3.4 makes its table of pending messages at the first publish and reads it
+	 * unchecked here: a target that never published (never connected) has nothing pending. */
+	if (e->messages > 0 && js_PublishAsyncGetPendingList(&list, e->js) == NATS_OK) {
 		for (int i = 0; i < list.Count; i++) {
 			uint64_t n = msg_count(list.Msgs[i]);
 
@@ -658,11 +735,15 @@ void exporter_get_stats(Exporter *e, ExportStats *ret) {
 		.messages = e->messages,
 		.in_flight_messages = atomic_load(&e->in_flight),
 		.reconnects = atomic_load(&e->reconnects),
-		.connected = natsConnection_Status(e->nc) == NATS_CONN_STATUS_CONNECTED,
+		.connect_failures = atomic_load(&e->connect_failures),
+		.connected = e->nc && natsConnection_Status(e->nc) == NATS_CONN_STATUS_CONNECTED,
 		.stream_ready = e->stream_ready,
 	};
 	pthread_mutex_lock(&e->lock);
 	snprintf(ret->last_error, sizeof(ret->last_error), "%s", e->last_error);
+	/* Not connected: why the last attempt failed. */
+	if (!ret->connected && !ret->last_error[0] && e->connect_error[0])
+		memcpy(ret->last_error, e->connect_error, sizeof(ret->last_error));
 	pthread_mutex_unlock(&e->lock);
 	if (!ret->connected ||
 	    natsConnection_GetConnectedUrl(e->nc, ret->server, sizeof(ret->server)) != NATS_OK)

@@ -354,22 +354,16 @@ int main(int argc, char *argv[]) {
 	r = export_config_load(cfg, config_path, dropin, &error);
 	if (r >= 0)
 		r = export_config_check(cfg, &error);
+	/* Relative names of secrets are credentials: LoadCredential= puts them in
+	 * $CREDENTIALS_DIRECTORY, readable by this service only. */
+	if (r >= 0)
+		r = export_config_resolve_credentials(cfg, getenv("CREDENTIALS_DIRECTORY"));
+	if (r >= 0 && !stats_json)
+		r = export_config_load_headers(cfg, &error);
 	if (r < 0) {
 		fprintf(stderr, "%s: %s\n", program, error ?: strerror(-r));
 		export_config_free(cfg);
 		return 1;
-	}
-	/* A relative CredentialsFile= names a credential: LoadCredential= puts it in
-	 * $CREDENTIALS_DIRECTORY, readable by this service only. */
-	if (cfg->credentials_file && cfg->credentials_file[0] != '/' && getenv("CREDENTIALS_DIRECTORY")) {
-		char *p;
-
-		if (asprintf(&p, "%s/%s", getenv("CREDENTIALS_DIRECTORY"), cfg->credentials_file) < 0) {
-			export_config_free(cfg);
-			return 1;
-		}
-		free(cfg->credentials_file);
-		cfg->credentials_file = p;
 	}
 	stats_file = stats_file ?: cfg->stats_file;
 	/* A file is batched by size alone, so that replaying it makes the same messages with the

@@ -100,10 +100,12 @@ class Exporter:
         self.proc = None
         self.err = None
 
-    def start(self, *args):
+    def start(self, *args, env=None):
+        """env: variables added to the exporter's environment (CREDENTIALS_DIRECTORY)."""
         self.err = open(os.path.join(self.dir, "stderr"), "w+")
         self.proc = subprocess.Popen([self.binary, "--config", self.config] + list(args),
-                                     stdout=subprocess.DEVNULL, stderr=self.err)
+                                     stdout=subprocess.DEVNULL, stderr=self.err,
+                                     env=dict(os.environ, **(env or {})))
         return self
 
     def stats(self):

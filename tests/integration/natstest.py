@@ -24,9 +24,12 @@ def require_nats_server():
 class NatsServer:
     """One nats-server -js with its own store directory; cluster peers share a routes list."""
 
-    def __init__(self, name="n1", cluster_port=None, routes=()):
+    def __init__(self, name="n1", cluster_port=None, routes=(), tls=None):
+        """tls: (CA, certificate, key) files: clients must speak TLS and show a certificate the CA
+        signed; the monitoring port (jsz()) is opened too."""
         self.name = name
         self.port = free_port()
+        self.monitor_port = free_port() if tls else None
         self.cluster_port = cluster_port
         self.routes = list(routes)
         self.dir = tempfile.mkdtemp(prefix=f"perfrelay-nats-{name}-")
@@ -36,6 +39,9 @@ class NatsServer:
         if cluster_port:
             conf.append('cluster { name: "perfrelay-test", listen: 127.0.0.1:%d, routes: [%s] }' %
                         (cluster_port, ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in self.routes)))
+        if tls:
+            conf.append('tls { ca_file: "%s", cert_file: "%s", key_file: "%s", verify: true, timeout: 2 }' % tls)
+            conf.append("http: 127.0.0.1:%d" % self.monitor_port)
         self.conf = os.path.join(self.dir, "server.conf")
         with open(self.conf, "w") as f:
             f.write("\n".join(conf) + "\n")
@@ -57,6 +63,12 @@ class NatsServer:
                     raise Failure(f"nats-server {self.name} exited with {self.proc.returncode}")
                 time.sleep(0.05)
         raise Failure(f"nats-server {self.name} did not listen on {self.port}")
+
+    def jsz(self):
+        """The monitoring endpoint's JetStream figures (messages stored, streams)."""
+        import urllib.request
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.monitor_port}/jsz", timeout=10) as r:
+            return json.loads(r.read())
 
     def kill(self):
         if self.proc and self.proc.poll() is None:

@@ -4,9 +4,12 @@
 // official opentelemetry-proto definitions), as a collector would. Listens on 127.0.0.1 (an
 // ephemeral port, printed as the first line of stdout), writes one JSON line per log record
 // to OUT (with COUNT_ONLY set: none, only the counts at the end), and answers the first
-// FAIL_FIRST requests with 503 and Retry-After: 1.
+// FAIL_FIRST requests with 503 and Retry-After: 1. With TLS_CERT and TLS_KEY it serves HTTPS
+// (a client certificate signed by TLS_CA is then required); with REQUIRE_HEADER ("Name: value")
+// a request without that header is refused with 401, as a collector's auth extension does.
 "use strict";
 const http = require("http");
+const https = require("https");
 const fs = require("fs");
 const root = require("@opentelemetry/otlp-transformer/build/src/generated/root");
 
@@ -15,7 +18,8 @@ const Resp = root.opentelemetry.proto.collector.logs.v1.ExportLogsServiceRespons
 const out = fs.openSync(process.env.OUT, "a");
 let failFirst = parseInt(process.env.FAIL_FIRST || "0", 10);
 const countOnly = !!process.env.COUNT_ONLY;
-let requests = 0, refused = 0, records = 0;
+let requests = 0, refused = 0, records = 0, unauthorized = 0;
+const [needName, needValue] = (process.env.REQUIRE_HEADER || "").split(/:\s*/, 2);
 
 // AnyValue (as toObject gives it) → plain JSON value.
 function plain(v) {
@@ -34,7 +38,7 @@ function attrs(kvs) {
   return o;
 }
 
-http.createServer((req, res) => {
+function handle(req, res) {
   const chunks = [];
   req.on("data", (c) => chunks.push(c));
   req.on("end", () => {
@@ -42,6 +46,11 @@ http.createServer((req, res) => {
     const json = (req.headers["content-type"] || "").includes("json");
     if (req.url !== "/v1/logs" || req.method !== "POST") {
       res.writeHead(404);
+      return res.end();
+    }
+    if (needName && req.headers[needName.toLowerCase()] !== needValue) {
+      unauthorized++;
+      res.writeHead(401);
       return res.end();
     }
     if (failFirst > 0) {
@@ -85,10 +94,17 @@ http.createServer((req, res) => {
       res.end(Buffer.from(Resp.encode(Resp.create({})).finish()));
     }
   });
-}).listen(0, "127.0.0.1", function () {
+}
+const server = process.env.TLS_CERT ?
+  https.createServer({
+    cert: fs.readFileSync(process.env.TLS_CERT), key: fs.readFileSync(process.env.TLS_KEY),
+    ca: fs.readFileSync(process.env.TLS_CA), requestCert: true, rejectUnauthorized: true,
+  }, handle) :
+  http.createServer(handle);
+server.listen(0, "127.0.0.1", function () {
   process.stdout.write(this.address().port + "\n");
 });
 process.on("SIGTERM", () => {
-  fs.writeSync(out, JSON.stringify({ requests, refused, records }) + "\n");
+  fs.writeSync(out, JSON.stringify({ requests, refused, records, unauthorized }) + "\n");
   process.exit(0);
 });

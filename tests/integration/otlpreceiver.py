@@ -32,17 +32,20 @@ class Receiver:
     """count_only: decode every request but write no record, only the counts at the end
     (for the benchmark: the receiver should cost as little as a collector's front end)."""
 
-    def __init__(self, fail_first=0, count_only=False):
+    def __init__(self, fail_first=0, count_only=False, tls=None, require_header=""):
+        """tls: (CA, certificate, key) files: serve HTTPS and require a client certificate."""
         self.dir = tempfile.mkdtemp(prefix="perfrelay-otlp-")
         self.out = os.path.join(self.dir, "records.jsonl")
         env = dict(os.environ, OUT=self.out, FAIL_FIRST=str(fail_first), COUNT_ONLY="1" if count_only else "",
-                   NODE_PATH=os.path.join(NODE_DIR, "node_modules"))
+                   NODE_PATH=os.path.join(NODE_DIR, "node_modules"), REQUIRE_HEADER=require_header)
+        if tls:
+            env.update(TLS_CA=tls[0], TLS_CERT=tls[1], TLS_KEY=tls[2])
         self.proc = subprocess.Popen(["node", os.path.join(HERE, "otlp-receiver.js")], env=env,
                                      stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if not line.strip().isdigit():
             raise Failure(f"the OTLP receiver did not start (said {line!r})")
-        self.endpoint = f"http://127.0.0.1:{int(line)}"
+        self.endpoint = f"{'https' if tls else 'http'}://127.0.0.1:{int(line)}"
 
     def records(self):
         if not os.path.exists(self.out):
