@@ -2,6 +2,7 @@
 /* Test helper for test_dbus.py: subscribes to perfrelayd's events over D-Bus and prints every
  * signal it receives as a JSON line, so that the test can see what reached this connection. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -26,11 +28,15 @@
  * ("t" is CLOCK_MONOTONIC at receipt, for checking rate limits.)
  * Commands on standard input, one per line: "unsubscribe [PATH]" (default: our monitor),
  * "call METHOD [SIGNATURE ARG...]" (a Manager method; s, b (true/false), u, t and o arguments, and
- * A for an a{sv} written KEY=VALUE,... ("-": empty); a reply of one object path is printed as "path") and
+ * A for an a{sv} written KEY=VALUE,... ("-": empty); a reply of one object path is printed as "path",
+ * a reply of one file descriptor is kept open and printed as "size", its size then), "sizes"
+ * (printed as {"reply":"sizes","sizes":[..]}: the size of every descriptor kept, oldest first) and
  * "quit". End of input quits too, which closes the bus connection. */
 
 static sd_bus *bus;
 static char *monitor;
+static int kept[64]; /* descriptors of replies ("h"), kept open as a client that holds them */
+static size_t n_kept;
 
 static void print_json(json_object *o) {
 	puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
@@ -253,6 +259,18 @@ static void call_method(char *args) {
 		add_string(o, "error", NULL);
 		add_string(o, "path", path);
 		print_json(o);
+	} else if (r >= 0 && sd_bus_message_has_signature(reply, "h") && n_kept < 64) {
+		json_object *o = json_object_new_object();
+		struct stat st = {};
+		int fd = -1;
+
+		(void) sd_bus_message_read(reply, "h", &fd);
+		kept[n_kept] = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+		(void) fstat(kept[n_kept++], &st);
+		add_string(o, "reply", method);
+		add_string(o, "error", NULL);
+		json_object_object_add(o, "size", json_object_new_int64(st.st_size));
+		print_json(o);
 	} else
 		print_error(method ?: "", r < 0 ? &e : NULL, r);
 	sd_bus_error_free(&e);
@@ -270,6 +288,20 @@ static int on_stdin(sd_event_source *s, int fd, uint32_t revents, void *userdata
 	for (char *save = NULL, *cmd = strtok_r(line, "\n", &save); cmd; cmd = strtok_r(NULL, "\n", &save)) {
 		if (strcmp(cmd, "quit") == 0)
 			return sd_event_exit(sd_event_source_get_event(s), 0);
+		if (strcmp(cmd, "sizes") == 0) {
+			json_object *o = json_object_new_object(), *a = json_object_new_array();
+
+			for (size_t i = 0; i < n_kept; i++) {
+				struct stat st = {};
+
+				(void) fstat(kept[i], &st);
+				json_object_array_add(a, json_object_new_int64(st.st_size));
+			}
+			add_string(o, "reply", "sizes");
+			json_object_object_add(o, "sizes", a);
+			print_json(o);
+			continue;
+		}
 		if (strncmp(cmd, "call ", 5) == 0) {
 			call_method(cmd + 5);
 			continue;

@@ -22,6 +22,7 @@ import pytest
 from prtest import UnitCgroup, bpftool_json, cgroup2_mount, check, check_eq, daemon_binary, delegate_cgroup, main
 from prtest import wait_for
 from steady import STEADY_TYPE, SteadyProducer, payload_checks_out
+from busclient import BusPeer
 
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
@@ -34,7 +35,7 @@ CPU = min(os.sched_getaffinity(0))
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon, stats_bus):
-    global bus, d_full, d_small, d_busy, d_off, d_crash, d_tear, d_written, d_flood
+    global bus, d_full, d_small, d_busy, d_off, d_crash, d_tear, d_written, d_flood, d_held
     bus = stats_bus
 
     def daemon(tag, config=""):
@@ -42,6 +43,7 @@ def _setup(make_daemon, stats_bus):
 
     d_full = daemon("recorder")
     d_small = daemon("recorder-small", "[Probes]\nProbes=none\n[Recorder]\nRecorderPagesPerCpu=1\n")
+    d_held = daemon("recorder-held", "[Probes]\nProbes=none\n[Recorder]\nRecorderPagesPerCpu=1\n")
     d_busy = daemon("recorder-busy", "[Probes]\nProbes=none\n")
     d_off = daemon("recorder-off", "[Recorder]\nRecorder=no\n")
     d_crash = daemon("recorder-crash")
@@ -277,6 +279,28 @@ def test_snapshot_under_load():
     check_eq(rec["written"] + rec["paused"] + rec["failed"], counts["calls"],
              f"every call's recorder output counted once, written, paused or failed: {rec}")
     d.stop()
+
+
+def test_held_snapshots_are_bounded():
+    """A snapshot's memfd is the daemon's memory for as long as the caller keeps it: a caller
+    that keeps taking them (and keeping them) finds its oldest emptied once it holds four, so the
+    daemon holds at most 16 snapshots' worth (docs/security.md)."""
+    d = d_held
+    d.start()
+    peer = BusPeer(os.path.join(BUILDDIR, "tests", "integration", "bus-subscriber"), bus.address, subscribe=False)
+    try:
+        for i in range(6):
+            r = peer.command("call Snapshot A -", "Snapshot")
+            check(r["error"] is None and r["size"] > 0, f"snapshot {i} taken, with its summary line: {r}")
+        sizes = peer.command("sizes", "sizes")["sizes"]
+        check_eq([s > 0 for s in sizes], [False, False, True, True, True, True],
+                 f"the two oldest of six kept snapshots are emptied ({sizes})")
+        rec = bus.stats()["recorder"]
+        check_eq((rec["snapshots_held"], rec["snapshots_emptied"], rec["snapshots_refused"]), (4, 2, 0),
+                 "held, emptied, refused")
+    finally:
+        peer.close()
+        d.stop()
 
 
 def test_saved_snapshots_quota():

@@ -20,11 +20,57 @@
 #include "snapshot.h"
 #include "time-util.h"
 
+/* A Snapshot() memfd's pages are the daemon's (its memory cgroup pays for what it wrote), for as
+ * long as the caller keeps the descriptor. The daemon keeps a descriptor of its own and empties
+ * the file (ftruncate frees the pages whoever holds it) once the caller has taken
+ * SNAPSHOTS_HELD_PER_UID newer ones, or SNAPSHOT_HOLD_USEC has passed; a call while
+ * SNAPSHOTS_HELD_MAX are held is refused. So snapshots hold at most SNAPSHOTS_HELD_MAX times a
+ * snapshot's size (docs/security.md). */
+#define SNAPSHOTS_HELD_MAX     16
+#define SNAPSHOTS_HELD_PER_UID 4
+#define SNAPSHOT_HOLD_USEC     (300 * USEC_PER_SEC)
+
+typedef struct HeldSnapshot {
+	int fd;
+	uid_t uid;
+	uint64_t taken_usec; /* CLOCK_MONOTONIC */
+} HeldSnapshot;
+
 typedef struct RecorderFeature {
 	Feature feature;
 	Recorder *recorder;             /* NULL when off */
 	sd_event_source *window_source; /* samples how far back it reaches, for the cgroup watch */
+	HeldSnapshot held[SNAPSHOTS_HELD_MAX];
+	size_t n_held;
+	uint64_t snapshots_emptied; /* held snapshots emptied: superseded or too old */
+	uint64_t snapshots_refused; /* calls refused while SNAPSHOTS_HELD_MAX were held */
 } RecorderFeature;
+
+static void held_empty(RecorderFeature *rf, size_t i) {
+	(void) ftruncate(rf->held[i].fd, 0);
+	safe_close(rf->held[i].fd);
+	rf->held[i] = rf->held[--rf->n_held];
+	rf->snapshots_emptied++;
+}
+
+/* Before a new snapshot of uid: empties what is too old and uid's oldest beyond its share; false
+ * when the table is full of other callers' recent snapshots. */
+static bool held_make_room(RecorderFeature *rf, uid_t uid, uint64_t now) {
+	size_t mine = 0, oldest = SIZE_MAX;
+
+	for (size_t i = rf->n_held; i-- > 0;)
+		if (now - rf->held[i].taken_usec >= SNAPSHOT_HOLD_USEC)
+			held_empty(rf, i);
+	for (size_t i = 0; i < rf->n_held; i++)
+		if (rf->held[i].uid == uid) {
+			mine++;
+			if (oldest == SIZE_MAX || rf->held[i].taken_usec < rf->held[oldest].taken_usec)
+				oldest = i;
+		}
+	if (mine >= SNAPSHOTS_HELD_PER_UID)
+		held_empty(rf, oldest);
+	return rf->n_held < SNAPSHOTS_HELD_MAX;
+}
 
 /* How far back the recorder reaches, for the cgroup watch: it keeps the units of removed cgroups
  * at least that long (cgroupwatch.h). */
@@ -186,21 +232,36 @@ static int method_snapshot(sd_bus_message *message, void *userdata, sd_bus_error
 	SnapshotBounds bounds = {};
 	RecorderFeature *rf = userdata;
 	Bus *b = manager_bus(rf->feature.manager);
-	int r;
+	uint64_t now = now_usec(CLOCK_MONOTONIC);
+	uid_t uid;
+	int held_fd, r;
 
-	r = bus_require_control(b, message, "Snapshot", NULL, error);
+	r = bus_require_control(b, message, "Snapshot", &uid, error);
 	if (r < 0)
 		return r;
 	r = bus_read_filter(b, message, read_bound, &bounds, &sub, error);
 	if (r < 0)
 		return r;
 	sub->access = SUBSCRIPTION_ACCESS_ALL;
+	if (rf->recorder && !held_make_room(rf, uid, now)) {
+		rf->snapshots_refused++;
+		return sd_bus_error_setf(
+			error,
+			SD_BUS_ERROR_LIMITS_EXCEEDED,
+			"%u snapshots of other callers are held; the oldest is emptied within %u s",
+			SNAPSHOTS_HELD_MAX,
+			(unsigned) (SNAPSHOT_HOLD_USEC / USEC_PER_SEC));
+	}
 	r = recorder_take_snapshot(rf, bounds.since_ns, bounds.until_ns, sub, &fd);
 	if (r == -ENODEV)
 		return sd_bus_error_set(
 			error, SD_BUS_ERROR_NOT_SUPPORTED, "The flight recorder is off (Recorder=no)");
 	if (r < 0)
 		return sd_bus_error_set_errnof(error, r, "Failed to take a snapshot: %m");
+	held_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (held_fd < 0)
+		return sd_bus_error_set_errnof(error, errno, "Failed to keep the snapshot: %m");
+	rf->held[rf->n_held++] = (HeldSnapshot){ .fd = held_fd, .uid = uid, .taken_usec = now };
 	return sd_bus_reply_method_return(message, "h", fd);
 }
 
@@ -224,6 +285,8 @@ static void recorder_done(Feature *f) {
 
 	rf->window_source = sd_event_source_disable_unref(rf->window_source);
 	rf->recorder = recorder_free(rf->recorder);
+	while (rf->n_held > 0)
+		held_empty(rf, rf->n_held - 1);
 }
 
 /* "recorder": on, pages per CPU, its counters, and the cgroup watch's, which it keeps units of
@@ -249,6 +312,9 @@ static int recorder_stats_append(Feature *f, sd_bus_message *m) {
 			{ "paused", rs.paused },
 			{ "failed", rs.failed },
 			{ "snapshots", rs.snapshots },
+			{ "snapshots_held", rf->n_held },
+			{ "snapshots_emptied", rf->snapshots_emptied },
+			{ "snapshots_refused", rf->snapshots_refused },
 			{ "pause_max_ns", rs.pause_max_ns },
 			{ "cgroups_remembered", cw.remembered },
 			{ "cgroups_evicted", cw.evicted },
