@@ -229,15 +229,73 @@ int bus_read_filter(
 	return 0;
 }
 
-/* The caller's supplementary groups as the bus recorded them when it connected (SO_PEERGROUPS,
- * "UnixGroupIDs" of GetConnectionCredentials; sd-bus does not ask for them). Returns the count,
- * 0 if the bus does not say, or a negative errno. */
-int bus_sender_groups(Bus *b, const char *sender, gid_t **ret) {
-	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-	_cleanup_free_ gid_t *groups = NULL;
-	size_t n = 0;
+void bus_senders_free(Bus *b) {
+	for (size_t i = 0; i < BUS_SENDERS_KEPT; i++) {
+		free(b->senders[i].groups);
+		b->senders[i].groups = NULL;
+	}
+}
+
+/* Reads UnixUserID and UnixGroupIDs of a GetConnectionCredentials reply into *e. */
+static int read_credentials(sd_bus_message *reply, BusSender *e) {
+	bool have_uid = false;
 	int r;
 
+	r = sd_bus_message_enter_container(reply, 'a', "{sv}");
+	while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'e', "sv")) > 0) {
+		const char *key, *contents = NULL;
+		char type;
+
+		r = sd_bus_message_read(reply, "s", &key);
+		if (r >= 0)
+			r = sd_bus_message_peek_type(reply, &type, &contents);
+		if (r < 0)
+			return r;
+		if (streq(key, "UnixUserID") && contents && streq(contents, "u")) {
+			uint32_t uid;
+
+			r = sd_bus_message_read(reply, "v", "u", &uid);
+			e->uid = (uid_t) uid;
+			have_uid = true;
+		} else if (streq(key, "UnixGroupIDs") && contents && streq(contents, "au")) {
+			const void *a;
+			size_t size;
+
+			r = sd_bus_message_enter_container(reply, 'v', "au");
+			if (r >= 0)
+				r = sd_bus_message_read_array(reply, 'u', &a, &size);
+			if (r >= 0) {
+				free(e->groups);
+				e->n_groups = size / sizeof(uint32_t);
+				e->groups = memdup_array(a, e->n_groups, sizeof(gid_t)); /* gid_t is uint32_t */
+				if (e->n_groups > 0 && !e->groups)
+					return -ENOMEM;
+				r = sd_bus_message_exit_container(reply);
+			}
+		} else
+			r = sd_bus_message_skip(reply, "v");
+		if (r >= 0)
+			r = sd_bus_message_exit_container(reply);
+	}
+	if (r < 0)
+		return r;
+	return have_uid ? 0 : -ENODATA;
+}
+
+/* The sender's entry: kept from an earlier call, or asked of the bus now (its uid and groups as
+ * the bus recorded them when it connected: SO_PEERCRED, SO_PEERGROUPS). */
+static int sender_lookup(Bus *b, const char *sender, const BusSender **ret) {
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	BusSender *e;
+	int r;
+
+	if (!sender || strlen(sender) >= sizeof(e->name))
+		return -EINVAL;
+	for (size_t i = 0; i < BUS_SENDERS_KEPT; i++)
+		if (streq(b->senders[i].name, sender)) {
+			*ret = &b->senders[i];
+			return 0;
+		}
 	r = sd_bus_call_method(
 		b->bus,
 		"org.freedesktop.DBus",
@@ -250,43 +308,34 @@ int bus_sender_groups(Bus *b, const char *sender, gid_t **ret) {
 		sender);
 	if (r < 0)
 		return r;
-	r = sd_bus_message_enter_container(reply, 'a', "{sv}");
-	while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'e', "sv")) > 0) {
-		const char *key, *contents = NULL;
-		char type;
-
-		r = sd_bus_message_read(reply, "s", &key);
-		if (r >= 0)
-			r = sd_bus_message_peek_type(reply, &type, &contents);
-		if (r < 0)
-			return r;
-		if (!streq(key, "UnixGroupIDs") || !contents || !streq(contents, "au")) {
-			r = sd_bus_message_skip(reply, "v");
-		} else {
-			const void *a;
-			size_t size;
-
-			r = sd_bus_message_enter_container(reply, 'v', "au");
-			if (r >= 0)
-				r = sd_bus_message_read_array(reply, 'u', &a, &size);
-			if (r >= 0) {
-				free(groups);
-				n = size / sizeof(uint32_t);
-				groups = n > 0 ? malloc(size) : NULL;
-				if (n > 0 && !groups)
-					return -ENOMEM;
-				if (n > 0)
-					memcpy(groups, a, size); /* gid_t is uint32_t on Linux */
-				r = sd_bus_message_exit_container(reply);
-			}
-		}
-		if (r >= 0)
-			r = sd_bus_message_exit_container(reply);
+	e = &b->senders[b->next_sender];
+	free(e->groups);
+	*e = (BusSender){};
+	r = read_credentials(reply, e);
+	if (r < 0) {
+		free(e->groups);
+		*e = (BusSender){};
+		return r;
 	}
+	strcpy(e->name, sender);
+	b->next_sender = (b->next_sender + 1) % BUS_SENDERS_KEPT;
+	*ret = e;
+	return 0;
+}
+
+/* The caller's supplementary groups as the bus recorded them when it connected (SO_PEERGROUPS,
+ * "UnixGroupIDs" of GetConnectionCredentials; sd-bus does not ask for them). Returns the count,
+ * 0 if the bus does not say, or a negative errno. */
+int bus_sender_groups(Bus *b, const char *sender, gid_t **ret) {
+	const BusSender *e;
+	int r = sender_lookup(b, sender, &e);
+
 	if (r < 0)
 		return r;
-	*ret = TAKE_PTR(groups);
-	return (int) MIN(n, (size_t) INT32_MAX);
+	*ret = memdup_array(e->groups, e->n_groups, sizeof(gid_t));
+	if (e->n_groups > 0 && !*ret)
+		return -ENOMEM;
+	return (int) MIN(e->n_groups, (size_t) INT32_MAX);
 }
 
 /* The caller's uid, what it may see (filter_access()), and whether one of its groups is in
@@ -302,38 +351,27 @@ static int sender_identity(
 	SubscriptionAccess *ret_access,
 	bool *ret_control,
 	sd_bus_error *error) {
-	_cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
-	_cleanup_free_ gid_t *groups = NULL;
 	const Config *c = b->config;
 	const char *sender = sd_bus_message_get_sender(message);
-	uid_t uid;
-	int r, n = 0;
+	const BusSender *e;
+	int r;
 
-	r = sd_bus_query_sender_creds(message, SD_BUS_CREDS_EUID, &creds);
-	if (r >= 0)
-		r = sd_bus_creds_get_euid(creds, &uid);
-	if (r < 0)
+	r = sender_lookup(b, sender, &e);
+	if (r < 0) {
+		log_debug_errno(
+			r, "%s from %s: no credentials from the bus (%m), refusing", method, strna(sender));
 		return sd_bus_error_setf(
 			error,
 			SD_BUS_ERROR_ACCESS_DENIED,
 			"%s: the caller's user id could not be determined",
 			method);
-	if (uid != 0 && c->allow_groups.n + c->control_groups.n > 0) {
-		n = bus_sender_groups(b, sender, &groups);
-		if (n < 0) {
-			log_debug_errno(
-				n,
-				"%s from %s: no supplementary groups from the bus (%m), no group of the config applies",
-				method,
-				strna(sender));
-			n = 0;
-		}
 	}
 	_Static_assert(sizeof(gid_t) == sizeof(uint32_t), "gid_t is 32 bits");
-	*ret_uid = uid;
-	*ret_access = filter_access(uid, (gid_t) -1, groups, (size_t) n, &c->allow_groups, &c->control_groups);
+	*ret_uid = e->uid;
+	*ret_access = filter_access(
+		e->uid, (gid_t) -1, e->groups, e->n_groups, &c->allow_groups, &c->control_groups);
 	*ret_control = groups_include(
-		(gid_t) -1, groups, (size_t) n, c->control_groups.gids, c->control_groups.n);
+		(gid_t) -1, e->groups, e->n_groups, c->control_groups.gids, c->control_groups.n);
 	return 0;
 }
 
@@ -344,6 +382,53 @@ int bus_sender_access(
 	bool control;
 
 	return sender_identity(b, message, "Subscribe", ret_uid, ret_access, &control, error);
+}
+
+/* The uid's window, a free one, or one whose window is over; NULL when BUS_READERS_KEPT uids
+ * read within the last second. */
+static BusReader *reader_for(Bus *b, uid_t uid, uint64_t now) {
+	BusReader *over = NULL;
+
+	for (size_t i = 0; i < b->n_readers; i++) {
+		if (b->readers[i].uid == uid)
+			return &b->readers[i];
+		if (!over && ratelimit_window_over(&b->readers[i].rate, now))
+			over = &b->readers[i];
+	}
+	if (b->n_readers < BUS_READERS_KEPT)
+		over = &b->readers[b->n_readers++];
+	if (over)
+		*over = (BusReader){ .uid = uid, .rate = { .interval = USEC_PER_SEC } };
+	return over;
+}
+
+int bus_require_read(
+	Bus *b,
+	sd_bus_message *message,
+	const char *method,
+	uid_t *ret_uid,
+	SubscriptionAccess *ret_access,
+	sd_bus_error *error) {
+	uint64_t now = bus_now(b);
+	BusReader *rd;
+	bool control;
+	int r;
+
+	r = sender_identity(b, message, method, ret_uid, ret_access, &control, error);
+	if (r < 0 || *ret_uid == 0)
+		return r;
+	rd = reader_for(b, *ret_uid, now);
+	if (rd && ratelimit_window_over(&rd->rate, now))
+		ratelimit_start(&rd->rate, now, BUS_READS_PER_SECOND);
+	if (rd && ratelimit_take(&rd->rate))
+		return 0;
+	b->reads_limited++;
+	return sd_bus_error_setf(
+		error,
+		SD_BUS_ERROR_LIMITS_EXCEEDED,
+		"%s: more than %u calls a second from this user; try again in a second",
+		method,
+		BUS_READS_PER_SECOND);
 }
 
 int bus_require_control(Bus *b, sd_bus_message *message, const char *method, uid_t *ret_uid, sd_bus_error *error) {

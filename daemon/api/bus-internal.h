@@ -20,6 +20,29 @@
 /* Parts on the bus: the monitors', the manager's and one per feature. */
 #define BUS_PARTS_MAX     32u
 
+/* Who a unique name is: its uid and groups as the bus recorded them at connect, asked once per
+ * name (one GetConnectionCredentials call, synchronous, on the main loop) and kept for the next
+ * calls. A unique name is never reused on a bus, so an entry is never wrong, only old: the
+ * oldest is replaced. */
+#define BUS_SENDERS_KEPT 64u
+typedef struct BusSender {
+	char name[32]; /* ":1.123"; "" for a free entry */
+	uid_t uid;
+	gid_t *groups; /* NULL when the bus said none (no group applies) */
+	size_t n_groups;
+} BusSender;
+
+/* The reading methods (GetStats(), ListClients(), ListProducers(), ListProcesses(),
+ * GetUnitCounters()): at most BUS_READS_PER_SECOND per uid but root, so that a user's loop
+ * costs the main loop a bounded share. BUS_READERS_KEPT uids at once; more, and a new one is
+ * refused until a window ends. */
+#define BUS_READS_PER_SECOND 100u
+#define BUS_READERS_KEPT     256u
+typedef struct BusReader {
+	uid_t uid;
+	RateLimit rate; /* CLOCK_MONOTONIC usec */
+} BusReader;
+
 typedef struct BusSubscriber BusSubscriber;
 
 /* One Subscribe() call: a hub client whose JSON lines the main thread takes from the hub
@@ -63,7 +86,16 @@ struct Bus {
 	size_t n_subscribers;
 	uint64_t next_id;
 	uint64_t gone_delivered, gone_dropped; /* subscribers that left */
+
+	BusSender senders[BUS_SENDERS_KEPT];
+	size_t next_sender; /* the entry replaced next (the oldest) */
+	BusReader readers[BUS_READERS_KEPT];
+	size_t n_readers;
+	uint64_t reads_limited;
 };
+
+/* bus-access.c */
+void bus_senders_free(Bus *b);
 
 /* bus-monitor.c: Subscribe() and Unsubscribe(), the monitors' part */
 extern const sd_bus_vtable bus_monitor_manager_vtable[];

@@ -130,6 +130,7 @@ Bus *bus_free(Bus *b) {
 	else
 		bus_monitors_free_all(b);
 	sd_event_source_disable_unref(b->gone_source);
+	bus_senders_free(b);
 	if (b->bus) {
 		(void) sd_bus_detach_event(b->bus);
 		sd_bus_flush_close_unref(b->bus);
@@ -177,6 +178,7 @@ void bus_get_stats(const Bus *b, BusStats *ret) {
 		st.subscribers = b->n_subscribers;
 		st.delivered = b->gone_delivered;
 		st.dropped = b->gone_dropped;
+		st.reads_limited = b->reads_limited;
 		bus_monitors_add_stats(b, &st);
 	}
 	*ret = st;

@@ -34,10 +34,11 @@ typedef struct Bus Bus;
 #define BUS_ERROR_NO_SUCH_CLIENT  "org.perfrelay1.Error.NoSuchClient"
 
 typedef struct BusStats {
-	uint64_t subscribers; /* monitor objects now */
-	uint64_t delivered;   /* Event signals sent, subscribers gone included */
-	uint64_t dropped;     /* events not sent: over BusEventsPerSecond=, lost in the hub queue, or
-			       * refused by sd-bus; subscribers gone included */
+	uint64_t subscribers;   /* monitor objects now */
+	uint64_t delivered;     /* Event signals sent, subscribers gone included */
+	uint64_t dropped;       /* events not sent: over BusEventsPerSecond=, lost in the hub queue, or
+				 * refused by sd-bus; subscribers gone included */
+	uint64_t reads_limited; /* reading calls refused: over BUS_READS_PER_SECOND for their uid */
 } BusStats;
 
 /* A part of the daemon that publishes on the bus: its members of org.perfrelay1.Manager on
@@ -93,6 +94,16 @@ int bus_sender_groups(Bus *b, const char *sender, gid_t **ret);
  * else only their own uid's. A caller whose uid is unknown sees none. */
 #define BUS_VIEWER_NOBODY ((uid_t) -1)
 uid_t bus_viewer(sd_bus_message *message);
+/* For the methods that read (GetStats(), ListClients(), ListProducers(), ListProcesses(),
+ * GetUnitCounters()): the caller's uid and access class, as bus_sender_access(), and
+ * LimitsExceeded beyond BUS_READS_PER_SECOND calls a second of one uid but root. */
+int bus_require_read(
+	Bus *b,
+	sd_bus_message *message,
+	const char *method,
+	uid_t *ret_uid,
+	SubscriptionAccess *ret_access,
+	sd_bus_error *error);
 static inline bool bus_viewer_sees(uid_t viewer, uid_t owner) {
 	return viewer == 0 || (viewer != BUS_VIEWER_NOBODY && viewer == owner);
 }

@@ -184,6 +184,16 @@ static int append_stats(Manager *mgr, sd_bus_message *m, const StatsSnapshot *s)
 	if (r >= 0)
 		r = close_entry(m);
 	if (r >= 0)
+		r = open_entry(m, "bus", "a{sv}", 'a', "{sv}");
+	if (r >= 0) {
+		BusStats bs;
+
+		bus_get_stats(mgr->bus, &bs);
+		r = APPEND_FIGURES(m, { "reads_limited", bs.reads_limited });
+	}
+	if (r >= 0)
+		r = close_entry(m);
+	if (r >= 0)
 		r = APPEND_FIGURES(m, { "ring_lost", s->ring_lost });
 	if (r >= 0)
 		r = manager_features_stats_append(mgr, m);
@@ -213,15 +223,18 @@ int manager_method_get_stats(sd_bus_message *message, void *userdata, sd_bus_err
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
 	_cleanup_(stats_snapshot_freep) StatsSnapshot *s = NULL;
 	Manager *mgr = userdata;
+	SubscriptionAccess access;
 	size_t kept = 0;
 	uid_t viewer;
 	int r;
 
+	r = bus_require_read(mgr->bus, message, "GetStats", &viewer, &access, error);
+	if (r < 0)
+		return r;
 	r = stats_reply_new(message, mgr, &s, &reply, error);
 	if (r < 0)
 		return r;
 	/* Other users' connections (uid, pid) are for root only; the totals are for everyone. */
-	viewer = bus_viewer(message);
 	for (size_t i = 0; i < s->n_clients; i++)
 		if (bus_viewer_sees(viewer, s->clients[i].uid))
 			s->clients[kept++] = s->clients[i];

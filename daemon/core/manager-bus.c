@@ -144,8 +144,13 @@ static int append_client(const ServerClientInfo *c, void *userdata) {
 static int method_list_clients(sd_bus_message *message, void *userdata, sd_bus_error *error) {
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
 	Manager *m = userdata;
+	SubscriptionAccess access;
+	uid_t viewer;
 	int r;
 
+	r = bus_require_read(m->bus, message, "ListClients", &viewer, &access, error);
+	if (r < 0)
+		return r;
 	r = sd_bus_message_new_method_return(message, &reply);
 	if (r < 0)
 		return r;
@@ -153,7 +158,7 @@ static int method_list_clients(sd_bus_message *message, void *userdata, sd_bus_e
 	if (r < 0)
 		return r;
 	r = server_foreach_client(
-		m->server, append_client, &(ClientListing){ .reply = reply, .viewer = bus_viewer(message) });
+		m->server, append_client, &(ClientListing){ .reply = reply, .viewer = viewer });
 	if (r < 0)
 		return r;
 	r = sd_bus_message_close_container(reply);

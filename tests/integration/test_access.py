@@ -83,6 +83,35 @@ def active():
     return {c["id"] for c in bus.stats()["capture"]["captures"] if c["active"]}
 
 
+def test_reads_limited_per_user():
+    """GetStats() and the other reading methods cost the main loop a snapshot of the pinned maps
+    each: a user's loop gets at most 100 a second (LimitsExceeded beyond, each refusal counted
+    exactly), root none fewer."""
+    d.start()
+    p = peer("nobody")
+    r = peer("root")
+    try:
+        before = bus.stats()["bus"]["reads_limited"]
+        t0 = time.monotonic()
+        replies = [p.command("call GetStats", "GetStats") for _ in range(400)]
+        elapsed = time.monotonic() - t0
+        ok = sum(1 for x in replies if x["error"] is None)
+        refused = [x for x in replies if x["error"] is not None]
+        check(all(x["error"] == "org.freedesktop.DBus.Error.LimitsExceeded" for x in refused),
+              f"refusals say LimitsExceeded: {refused[:1]}")
+        check(ok >= 100, f"the first 100 calls of a second are served: {ok}")
+        # 100 per window of a second, a window starting at the first call after the last ended.
+        check(ok <= 100 * (int(elapsed) + 1), f"at most 100 a second: {ok} in {elapsed:.2f} s")
+        check_eq(bus.stats()["bus"]["reads_limited"] - before, len(refused), "each refusal counted")
+        check(all(r.command("call GetStats", "GetStats")["error"] is None for _ in range(200)),
+              "root is not limited")
+        check_eq(bus.stats()["bus"]["reads_limited"] - before, len(refused), "root's calls were not refused")
+    finally:
+        p.close()
+        r.close()
+        d.stop()
+
+
 def test_snapshot_and_capture_by_role():
     d.start()
     cg = os.path.join(cgroup2_mount(), f"perfrelay-access-{os.getpid()}.service")

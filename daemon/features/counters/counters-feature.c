@@ -364,7 +364,8 @@ static int method_get_unit_counters(sd_bus_message *message, void *userdata, sd_
 	uid_t uid;
 	int r;
 
-	r = bus_sender_access(manager_bus(cf->feature.manager), message, &uid, &access, error);
+	r = bus_require_read(
+		manager_bus(cf->feature.manager), message, "GetUnitCounters", &uid, &access, error);
 	if (r < 0)
 		return r;
 	r = unit_counters(cf, &units, &n);

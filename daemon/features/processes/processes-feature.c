@@ -132,7 +132,7 @@ static int method_list_processes(sd_bus_message *message, void *userdata, sd_bus
 	uid_t uid;
 	int r;
 
-	r = bus_sender_access(manager_bus(m), message, &uid, &access, error);
+	r = bus_require_read(manager_bus(m), message, "ListProcesses", &uid, &access, error);
 	if (r < 0)
 		return r;
 	list = malloc(sizeof(ProcEntry) * PROCESSES_LIST_MAX);

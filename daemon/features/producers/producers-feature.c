@@ -346,9 +346,14 @@ static int method_list_producers(sd_bus_message *message, void *userdata, sd_bus
 	ProducersFeature *pf = userdata;
 	Manager *m = pf->feature.manager;
 	const ProducerScan *scan;
+	SubscriptionAccess access;
 	size_t k = 0;
+	uid_t uid;
 	int r;
 
+	r = bus_require_read(manager_bus(m), message, "ListProducers", &uid, &access, error);
+	if (r < 0)
+		return r;
 	/* Scanned again unless that was just done; valid until the next scan. */
 	(void) scan_soon(pf);
 	scan = decoders_current(manager_decoders(m));
