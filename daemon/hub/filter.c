@@ -128,11 +128,12 @@ static bool unit_in(char *const *units, size_t n, const char *unit) {
 }
 
 /* Whether one of the event's ancestors is a process the "ancestor" filter names (or, with
- * "incomplete", whether the walk could not reach the lineage's end: counted in the table's
- * figures). The lineage is walked by the first filter that asks, and kept for the others. */
+ * "incomplete", whether the walk could not reach the lineage's end, or, for "unit", an
+ * ancestor's cgroup is not known: counted in the table's figures). The lineage is walked by the first filter
+ * that asks, and kept for the others. */
 static bool ancestor_match(const SubscriptionAncestor *s, Lineage *l) {
 	uint64_t last_cgroup = 0;
-	bool last_in = false;
+	bool last_in = false, unit_unknown = false;
 
 	if (!l)
 		return false;
@@ -142,6 +143,10 @@ static bool ancestor_match(const SubscriptionAncestor *s, Lineage *l) {
 
 		if (u64_in(s->exec_ids, s->n_exec_ids, a->exec_id) || comm_in(s->comms, s->n_comms, a->comm))
 			return true;
+		/* An ancestor the table learnt from an exec record (after it was pushed out) has no
+		 * cgroup: whether it runs in a named unit cannot be told. */
+		if (s->n_units > 0 && a->cgroup_id == 0)
+			unit_unknown = true;
 		if (s->n_units > 0 && a->cgroup_id != 0 && l->unit_of) {
 			/* Ancestors mostly share cgroups: resolve each run once. */
 			if (a->cgroup_id != last_cgroup) {
@@ -153,7 +158,7 @@ static bool ancestor_match(const SubscriptionAncestor *s, Lineage *l) {
 				return true;
 		}
 	}
-	if (s->incomplete && !l->complete && l->table) {
+	if (s->incomplete && (!l->complete || unit_unknown) && l->table) {
 		proc_table_count_incomplete(l->table);
 		return true;
 	}

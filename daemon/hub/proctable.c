@@ -16,11 +16,15 @@ enum {
 	W_PARENT,
 	W_CGROUP,
 	W_META,  /* pid << 32 | uid */
-	W_STAMP, /* insertion order << 1 | exited */
+	W_STAMP, /* insertion order << STAMP_SHIFT | STAMP_PARENT | STAMP_EXITED */
 	W_COMM0,
 	W_COMM1,
 	_W_MAX,
 };
+
+#define STAMP_EXITED UINT64_C(1)
+#define STAMP_PARENT UINT64_C(2) /* an entry was added with this one as its parent */
+#define STAMP_SHIFT  2
 
 typedef struct ProcBucket {
 	_Alignas(64) uint32_t seq; /* odd while a writer changes the bucket */
@@ -137,7 +141,7 @@ static void words_to_entry(const uint64_t *w, ProcEntry *e) {
 	e->cgroup_id = w[W_CGROUP];
 	e->pid = (uint32_t) (w[W_META] >> 32);
 	e->uid = (uint32_t) w[W_META];
-	e->exited = w[W_STAMP] & 1;
+	e->exited = w[W_STAMP] & STAMP_EXITED;
 	memcpy(e->comm, &w[W_COMM0], 8);
 	memcpy(e->comm + 8, &w[W_COMM1], 8);
 	e->comm[PROC_COMM_LEN - 1] = 0;
@@ -154,16 +158,18 @@ static bool bucket_holds(ProcTable *t, ProcBucket *b, uint64_t exec_id) {
 }
 
 /* The slot for exec_id in a locked bucket: its own, else an empty one, else the victim: the
- * oldest exited entry, else the oldest. */
+ * oldest exited entry, else the oldest live leaf, else the oldest live parent. A parent goes
+ * last because its descendants' lineage runs through it: evicting one leaf loses one process,
+ * evicting a parent (a user's shell, root's sshd) cuts every descendant's. */
 static unsigned bucket_slot_for(ProcBucket *b, uint64_t exec_id) {
 	unsigned empty = PROC_BUCKET_SLOTS, victim = 0;
 	uint64_t victim_key = UINT64_MAX;
 
 	for (unsigned i = 0; i < PROC_BUCKET_SLOTS; i++) {
 		uint64_t id = LOAD(b->slot[i][W_EXEC_ID]);
-		/* exited entries sort before live ones, then by age */
 		uint64_t stamp = LOAD(b->slot[i][W_STAMP]);
-		uint64_t key = (stamp & 1 ? 0 : UINT64_C(1) << 63) | stamp >> 1;
+		uint64_t class = stamp & STAMP_EXITED ? 0 : stamp & STAMP_PARENT ? 2 : 1;
+		uint64_t key = class << 62 | stamp >> STAMP_SHIFT;
 
 		if (id == exec_id)
 			return i;
@@ -185,12 +191,14 @@ static unsigned bucket_slot_for(ProcBucket *b, uint64_t exec_id) {
  * exit (the two came on different CPUs' rings) fills the entry in and leaves it exited. Returns
  * whether the slot held another image (or none). */
 static bool slot_write(ProcTable *t, ProcBucket *b, unsigned i, const ProcEntry *e) {
-	uint64_t comm[2] = {}, id = LOAD(b->slot[i][W_EXEC_ID]);
-	bool exited = e->exited || (id == e->exec_id && (LOAD(b->slot[i][W_STAMP]) & 1));
+	uint64_t comm[2] = {}, id = LOAD(b->slot[i][W_EXEC_ID]), old = LOAD(b->slot[i][W_STAMP]);
+	uint64_t flags = id == e->exec_id ? old & (STAMP_EXITED | STAMP_PARENT) : 0;
 
+	if (e->exited)
+		flags |= STAMP_EXITED;
 	if (id != 0 && id != e->exec_id) {
 		COUNT(t->evicted, 1);
-		if (!(LOAD(b->slot[i][W_STAMP]) & 1))
+		if (!(old & STAMP_EXITED))
 			COUNT(t->evicted_live, 1);
 	}
 	memcpy(comm, e->comm, strnlen(e->comm, PROC_COMM_LEN - 1));
@@ -198,10 +206,29 @@ static bool slot_write(ProcTable *t, ProcBucket *b, unsigned i, const ProcEntry 
 	STORE(b->slot[i][W_PARENT], e->parent_exec_id);
 	STORE(b->slot[i][W_CGROUP], e->cgroup_id);
 	STORE(b->slot[i][W_META], (uint64_t) e->pid << 32 | e->uid);
-	STORE(b->slot[i][W_STAMP], COUNT(t->stamp, 1) << 1 | (exited ? 1 : 0));
+	STORE(b->slot[i][W_STAMP], COUNT(t->stamp, 1) << STAMP_SHIFT | flags);
 	STORE(b->slot[i][W_COMM0], comm[0]);
 	STORE(b->slot[i][W_COMM1], comm[1]);
 	return id != e->exec_id;
+}
+
+/* Marks an entry as some entry's parent, so that eviction keeps it over leaves. A look without
+ * the lock first: a parent is marked at its first child, and most children have a marked one. */
+static void mark_parent(ProcTable *t, uint64_t exec_id) {
+	uint64_t w[PROC_BUCKET_SLOTS][_W_MAX];
+	ProcBucket *b = bucket_of(t, exec_id);
+
+	bucket_read(t, b, w);
+	for (unsigned i = 0; i < PROC_BUCKET_SLOTS; i++)
+		if (w[i][W_EXEC_ID] == exec_id) {
+			if (w[i][W_STAMP] & STAMP_PARENT)
+				return;
+			bucket_lock(b);
+			if (LOAD(b->slot[i][W_EXEC_ID]) == exec_id)
+				STORE(b->slot[i][W_STAMP], LOAD(b->slot[i][W_STAMP]) | STAMP_PARENT);
+			bucket_unlock(b);
+			return;
+		}
 }
 
 bool proc_table_put(ProcTable *t, const ProcEntry *e, bool only_new) {
@@ -226,6 +253,9 @@ bool proc_table_put(ProcTable *t, const ProcEntry *e, bool only_new) {
 	if (added)
 		COUNT(t->inserted, 1);
 	bucket_unlock(b);
+	/* After the unlock: the parent may share the bucket (one lock at a time, no order). */
+	if (added && e->parent_exec_id != 0 && e->parent_exec_id != e->exec_id)
+		mark_parent(t, e->parent_exec_id);
 	return added;
 }
 
@@ -240,7 +270,7 @@ void proc_table_exit(ProcTable *t, uint64_t exec_id) {
 	i = bucket_slot_for(b, exec_id);
 	COUNT(t->exited, 1);
 	if (LOAD(b->slot[i][W_EXEC_ID]) == exec_id)
-		STORE(b->slot[i][W_STAMP], LOAD(b->slot[i][W_STAMP]) | 1);
+		STORE(b->slot[i][W_STAMP], LOAD(b->slot[i][W_STAMP]) | STAMP_EXITED);
 	else
 		/* An image the table does not hold: its fork may come later from another CPU's
 		 * ring (an exec that replaced a fresh fork's copy). A tombstone keeps that fork from
@@ -359,7 +389,7 @@ size_t proc_table_list(ProcTable *t, ProcEntry *out, size_t max) {
 
 		bucket_read(t, &t->buckets[b], w);
 		for (unsigned i = 0; i < PROC_BUCKET_SLOTS && k < max; i++)
-			if (w[i][W_EXEC_ID] != 0 && !(w[i][W_STAMP] & 1))
+			if (w[i][W_EXEC_ID] != 0 && !(w[i][W_STAMP] & STAMP_EXITED))
 				words_to_entry(w[i], &out[k++]);
 	}
 	return k;
@@ -387,7 +417,7 @@ void proc_table_get_stats(ProcTable *t, ProcTableStats *ret) {
 		for (unsigned i = 0; i < PROC_BUCKET_SLOTS; i++)
 			if (LOAD(t->buckets[b].slot[i][W_EXEC_ID]) != 0) {
 				s.entries++;
-				s.live += !(LOAD(t->buckets[b].slot[i][W_STAMP]) & 1);
+				s.live += !(LOAD(t->buckets[b].slot[i][W_STAMP]) & STAMP_EXITED);
 			}
 	*ret = s;
 }

@@ -130,6 +130,56 @@ static void test_eviction(void) {
 		}
 }
 
+/* A live parent outlives live leaves in its bucket (issue 37): whoever fills the bucket of a
+ * user's shell with processes of their own pushes out those, not the shell whose descendants'
+ * lineage runs through it. */
+static void test_parents_kept_over_leaves(void) {
+	_cleanup_(proc_table_freep) ProcTable *t = NULL;
+	ProcTableStats st;
+	ProcEntry got;
+	uint64_t id[8], child = 0;
+
+	ASSERT(proc_table_new(64, &t) == 0);
+	same_bucket(t, 1000, id, 8);
+	/* The shell first (the oldest), then three leaves; the shell's child lives elsewhere. */
+	{
+		ProcEntry shell = entry(id[0], 0, 1, "bash");
+
+		proc_table_put(t, &shell, false);
+	}
+	for (child = id[0] + 1; proc_table_bucket_index(t, child) == proc_table_bucket_index(t, id[0]); child++)
+		;
+	{
+		ProcEntry c = entry(child, id[0], 2, "make");
+
+		proc_table_put(t, &c, false);
+	}
+	for (unsigned k = 1; k <= 3; k++) {
+		ProcEntry e = entry(id[k], 0, 10 + k, "leaf");
+
+		proc_table_put(t, &e, false);
+	}
+	/* Four more into the full bucket: each takes the oldest leaf, never the shell. */
+	for (unsigned k = 4; k < 8; k++) {
+		ProcEntry e = entry(id[k], 0, 10 + k, "leaf");
+
+		proc_table_put(t, &e, false);
+		ASSERT(proc_table_get(t, id[0], &got) && !got.exited && strcmp(got.comm, "bash") == 0);
+		ASSERT(!proc_table_get(t, id[k - 3], &got));
+	}
+	proc_table_get_stats(t, &st);
+	ASSERT(st.evicted == 4 && st.evicted_live == 4);
+	/* Exited, the shell goes first, parent or not. */
+	proc_table_exit(t, id[0]);
+	{
+		ProcEntry e = entry(id[1], 0, 99, "leaf");
+
+		proc_table_put(t, &e, false);
+	}
+	ASSERT(!proc_table_get(t, id[0], &got));
+	ASSERT(proc_table_get(t, id[5], &got));
+}
+
 /* The buckets are placed by a keyed hash (issue 37): ids a user can aim at one bucket by their own
  * bits (the low bits, as before) spread over the table, differently in each table; and the hash is
  * SipHash-2-4, checked against the reference implementation's vector for the message 00..07 with
@@ -347,6 +397,27 @@ static void test_ancestor_filter(void) {
 		ASSERT(st.incomplete == 1 && st.misses == 1);
 		subscription_free(closed);
 	}
+	{
+		/* sshd pushed out, then learnt again from an exec record: no cgroup. A "unit"
+		 * filter cannot tell, and fails closed when asked to. */
+		Subscription *closed = sub(
+			"{\"subscribe\":{\"ancestor\":{\"unit\":[\"sshd.service\"],\"incomplete\":true}}}");
+		ProcEntry relearnt = sshd, moved = sh;
+		ProcTableStats st;
+
+		moved.cgroup_id = 88; /* the session's scope: not the unit's */
+		proc_table_put(t, &moved, false);
+		lineage_init(&l, t, &open, unit_of, &resolved);
+		ASSERT(filter_match(by_unit, &open, NULL, &l) && filter_match(closed, &open, NULL, &l));
+		relearnt.cgroup_id = 0;
+		proc_table_put(t, &relearnt, false);
+		lineage_init(&l, t, &open, unit_of, &resolved);
+		ASSERT(!filter_match(by_unit, &open, NULL, &l));
+		ASSERT(filter_match(closed, &open, NULL, &l));
+		proc_table_get_stats(t, &st);
+		ASSERT(st.incomplete == 2);
+		subscription_free(closed);
+	}
 	subscription_free(by_comm);
 	subscription_free(by_id);
 	subscription_free(by_unit);
@@ -441,6 +512,7 @@ int main(void) {
 	test_put_get();
 	test_eviction();
 	test_keyed_buckets();
+	test_parents_kept_over_leaves();
 	test_note_and_lineage();
 	test_ancestor_filter();
 	test_threads();
