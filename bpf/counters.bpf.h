@@ -151,6 +151,35 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } counters_users_cgroup_ids SEC(".maps");
 
+/* Levels above a cgroup that counters_cgroup_is_users() looks at. */
+#define COUNTERS_USERS_DEPTH 16
+
+/* Whether the running task's cgroup (cgid) is one a user made: in the set, or below one that is.
+ * The daemon's cgroup watch gives each user a quota of watched directories; one made beyond it
+ * is never in the set, but the subtree delegated to the user (user@UID.service, a Delegate=yes
+ * unit: the first directories the user owns) is. Only when a row is made, not per charge. */
+static __always_inline int counters_cgroup_is_users(__u64 cgid) {
+	struct task_struct *task = (struct task_struct *) bpf_get_current_task();
+	struct cgroup *cg = BPF_CORE_READ(task, cgroups, dfl_cgrp);
+
+	if (bpf_map_lookup_elem(&counters_users_cgroup_ids, &cgid))
+		return 1;
+#pragma unroll
+	for (int i = 0; i < COUNTERS_USERS_DEPTH; i++) {
+		struct cgroup_subsys_state *parent = BPF_CORE_READ(cg, self.parent);
+		__u64 id;
+
+		if (!parent)
+			return 0;
+		/* The css a cgroup embeds as `self`; its parent's is its parent cgroup's. */
+		cg = (struct cgroup *) ((void *) parent - bpf_core_field_offset(struct cgroup, self));
+		id = BPF_CORE_READ(cg, kn, id);
+		if (bpf_map_lookup_elem(&counters_users_cgroup_ids, &id))
+			return 1;
+	}
+	return 0;
+}
+
 /* A row for a cgroup the table has none for yet, unless users' cgroups are at their share. */
 static __always_inline void counters_cgroup_add(__u64 cgid, const struct perfrelay_counter_values *zero) {
 	__u32 k_held = PERFRELAY_COUNTERS_USERS_HELD, k_max = PERFRELAY_COUNTERS_USERS_MAX,
@@ -158,7 +187,7 @@ static __always_inline void counters_cgroup_add(__u64 cgid, const struct perfrel
 	__u64 *held = bpf_map_lookup_elem(&counters_cgroups_users, &k_held);
 	__u64 *max = bpf_map_lookup_elem(&counters_cgroups_users, &k_max);
 	__u64 *refused = bpf_map_lookup_elem(&counters_cgroups_users, &k_refused);
-	int user = bpf_map_lookup_elem(&counters_users_cgroup_ids, &cgid) != NULL;
+	int user = counters_cgroup_is_users(cgid);
 
 	if (user && held && max && refused && *max != 0 && *held >= *max) {
 		__sync_fetch_and_add(refused, 1);

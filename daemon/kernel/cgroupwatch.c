@@ -80,6 +80,9 @@ struct CgroupWatch {
 	void *user_userdata;
 	OwnerWatches *owners; /* users with directories watched (CGROUP_WATCH_MAX_USER_WATCHES) */
 	size_t n_owners, n_users_watches;
+	uint64_t *unwatched_ids; /* a ring of CGROUP_WATCH_MAX_UNWATCHED_IDS: users' directories
+				  * beyond their quota, told to user_fn though not watched */
+	size_t unwatched_head, n_unwatched;
 	bool rescan_wanted;            /* an overflow lost events: the main thread rescans */
 	sd_event_source *rescan_timer; /* the main thread's check, once a second */
 	CgroupWatchStats stats;
@@ -294,6 +297,31 @@ static void each_child(CgroupWatch *w, const char *full, const char *rel, unsign
 	closedir(d);
 }
 
+/* A directory a user made beyond their quota: not watched (nor anything below it), but its id
+ * goes to user_fn, so that the counters' programs, which look up a cgroup's ancestors too, hold
+ * it and what is below it to the users' share. The oldest of a full ring is taken back. */
+static void note_unwatched_user_dir(CgroupWatch *w, uint64_t id) {
+	size_t slot;
+
+	if (!w->unwatched_ids)
+		w->unwatched_ids = calloc(CGROUP_WATCH_MAX_UNWATCHED_IDS, sizeof(uint64_t));
+	if (!w->unwatched_ids || id == 0)
+		return;
+	for (size_t i = 0; i < w->n_unwatched; i++)
+		if (w->unwatched_ids[(w->unwatched_head + i) % CGROUP_WATCH_MAX_UNWATCHED_IDS] == id)
+			return; /* a rescan found it again */
+	if (w->n_unwatched == CGROUP_WATCH_MAX_UNWATCHED_IDS) {
+		if (w->user_fn)
+			w->user_fn(w->user_userdata, w->unwatched_ids[w->unwatched_head], false);
+		w->unwatched_head = (w->unwatched_head + 1) % CGROUP_WATCH_MAX_UNWATCHED_IDS;
+		w->n_unwatched--;
+	}
+	slot = (w->unwatched_head + w->n_unwatched++) % CGROUP_WATCH_MAX_UNWATCHED_IDS;
+	w->unwatched_ids[slot] = id;
+	if (w->user_fn)
+		w->user_fn(w->user_userdata, id, true);
+}
+
 /* Watches the directory rel and every directory below it, remembering each. */
 static void watch_tree(CgroupWatch *w, const char *rel, unsigned depth) {
 	char full[PATH_MAX];
@@ -312,6 +340,7 @@ static void watch_tree(CgroupWatch *w, const char *rel, unsigned depth) {
 	looked = stat(full, &st) >= 0;
 	if (looked && !owner_has_room(w, st.st_uid)) {
 		w->stats.unwatched_users++;
+		note_unwatched_user_dir(w, (uint64_t) st.st_ino);
 		return;
 	}
 	/* Watch first, then list: a directory made in between is seen by one or the other. */
@@ -553,6 +582,7 @@ CgroupWatch *cgroup_watch_free(CgroupWatch *w) {
 	free(w->system.entries);
 	free(w->users.entries);
 	free(w->owners);
+	free(w->unwatched_ids);
 	free(w->root);
 	pthread_mutex_destroy(&w->lock);
 	free(w);
@@ -597,6 +627,10 @@ void cgroup_watch_set_user_fn(CgroupWatch *w, CgroupWatchUserFn fn, void *userda
 		walk_watch = w;
 		twalk(w->by_id, tell_user_cgroup);
 		walk_watch = NULL;
+		for (size_t i = 0; i < w->n_unwatched; i++)
+			fn(userdata,
+			   w->unwatched_ids[(w->unwatched_head + i) % CGROUP_WATCH_MAX_UNWATCHED_IDS],
+			   true);
 	}
 	pthread_mutex_unlock(&w->lock);
 }

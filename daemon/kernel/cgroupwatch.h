@@ -30,6 +30,9 @@
 #define CGROUP_WATCH_MAX_WATCHES       65536u
 #define CGROUP_WATCH_MAX_USERS_WATCHES 16384u
 #define CGROUP_WATCH_MAX_USER_WATCHES  1024u
+/* Directories users made beyond their quota, told to the user function anyway (so that the
+ * counters hold them to the users' share), at most this many: the oldest is taken back. */
+#define CGROUP_WATCH_MAX_UNWATCHED_IDS 4096u
 
 typedef struct CgroupWatch CgroupWatch;
 

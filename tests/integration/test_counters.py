@@ -348,6 +348,55 @@ def test_users_share():
     dm.stop()
 
 
+def test_users_unwatched_cgroups_count_as_users():
+    """Cgroups a user makes beyond the cgroup watch's quota (1024 watched directories per user),
+    and those below them, which no watch sees: the daemon tells the programs of the first, the
+    programs find the others by their ancestors, and both are held to the users' half of the
+    table (refusals counted as the users'), instead of taking the system's half."""
+    dm = d_share
+    dm.start()
+    uid = 4248
+    manager = UnitCgroup("", parent=f"user.slice/user-{uid}.slice", name=f"user@{uid}.service")
+    names = [f"beyond-{i}.scope" for i in range(1040)]
+    procs, mine = [], []
+    try:
+        delegate_cgroup(manager.path, uid)
+        unwatched = bus.stats()["recorder"]["cgroups_unwatched_users"]
+        for k in range(0, len(names), 260):
+            subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "mkdir",
+                            *(os.path.join(manager.path, n) for n in names[k:k + 260])], check=True)
+        # The manager's directory and 1023 of these are watched; the last 17 are not.
+        wait_for(lambda: bus.stats()["recorder"]["cgroups_unwatched_users"] >= unwatched + 16,
+                 "the directories beyond the user's quota are left unwatched", timeout=60)
+        refused = bus.stats()["counters"]["cgroup_full_users"]  # the pinned figures of earlier tests
+        # Tasks run one level further down, where no watch looks: only the programs' walk up
+        # the cgroup's ancestors tells them these are the user's.
+        subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "mkdir",
+                        *(os.path.join(manager.path, n, "inner") for n in names[-16:])], check=True)
+        for n in names[-16:]:
+            cg = UnitCgroup.existing(os.path.join(manager.path, n, "inner"))
+            mine.append(cg)
+            procs.append(cg.popen([sys.executable, "-c", NAP]))
+        st = wait_for(lambda: (lambda c: c if c["cgroup_full_users"] > refused else None)(bus.stats()["counters"]),
+                      "the unwatched cgroups are held to the users' half", timeout=60, interval=0.1)
+        check_eq(st["cgroups_users_max"], 8, "users may take half of CountersMaxCgroups=")
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        for cg in mine:
+            wait_for(lambda: not open(os.path.join(cg.path, "cgroup.procs")).read().strip(), "the cgroup empty")
+        for cg in mine:
+            os.rmdir(cg.path)
+        for n in names:
+            try:
+                os.rmdir(os.path.join(manager.path, n))
+            except FileNotFoundError:
+                pass
+        manager.remove()
+    dm.stop()
+
+
 def test_off():
     d_off.start()
     st = bus.stats()["counters"]
