@@ -130,8 +130,14 @@ struct perfrelay_received {
  * (docs/security.md). Appended to a record so that the fields before it keep their offsets. */
 struct perfrelay_creds {
 	__u32 euid;
-	__u32 _pad; /* 0: the records stay a multiple of 8 bytes */
+	__u32 flags; /* PERFRELAY_CREDS_*; 0 in records of probes before issue 37 */
 };
+
+/* perfrelay_creds.flags: the task runs with more than its user has, by a set-gid program
+ * (egid != gid) or file capabilities (a non-root uid with permitted capabilities). The kernel
+ * makes such a process non-dumpable and hides its /proc details from its own user; the daemon
+ * shows its events only to clients who see every uid (docs/security.md). */
+#define PERFRELAY_CREDS_PRIVILEGED 0x1u
 
 /* Process identity (docs/events.md, "Process identity"), since event schema 3: the process image
  * a record comes from, and its real parent's. An image is one exec of one process; its exec_id

@@ -255,11 +255,20 @@ static __always_inline void
 }
 
 /* The current task's effective uid; bpf_get_current_uid_gid() gives the real one. A set-uid
- * program has its caller's uid and its owner's euid (docs/security.md). */
+ * program has its caller's uid and its owner's euid (docs/security.md). A set-gid program, or
+ * one with file capabilities, keeps its caller's uids: flagged PERFRELAY_CREDS_PRIVILEGED. The
+ * permitted set is 64 bits whether the kernel spells it u32[2] (before 6.3) or u64. */
 static __always_inline void current_creds(struct perfrelay_creds *c) {
 	struct task_struct *task = (struct task_struct *) bpf_get_current_task();
+	const struct cred *cred = BPF_CORE_READ(task, cred);
+	__u64 caps = 0;
 
-	c->euid = BPF_CORE_READ(task, cred, euid.val);
+	BPF_CORE_READ_INTO(&caps, cred, cap_permitted);
+	c->euid = BPF_CORE_READ(cred, euid.val);
+	c->flags = BPF_CORE_READ(cred, egid.val) != BPF_CORE_READ(cred, gid.val) ||
+			(BPF_CORE_READ(cred, uid.val) != 0 && caps != 0) ?
+		PERFRELAY_CREDS_PRIVILEGED :
+		0;
 }
 
 /* What an exec adds to the process ids (docs/events.md, "Process identity"): its nearest

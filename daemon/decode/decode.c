@@ -184,12 +184,13 @@ static DecodeError check_connect(const uint8_t *rec) {
 	} while (0)
 
 /* The euid of a record that has its creds (schema 2 probes); older ones end before them. */
-#define FILL_EUID(ev, rec, type)                                                                \
-	do {                                                                                    \
-		if ((ev)->hdr.size >= offsetof(type, creds) + sizeof(struct perfrelay_creds)) { \
-			(ev)->has_euid = true;                                                  \
-			(ev)->euid = READ_FIELD(rec, type, creds.euid);                         \
-		}                                                                               \
+#define FILL_EUID(ev, rec, type)                                                                            \
+	do {                                                                                                \
+		if ((ev)->hdr.size >= offsetof(type, creds) + sizeof(struct perfrelay_creds)) {             \
+			(ev)->has_euid = true;                                                              \
+			(ev)->euid = READ_FIELD(rec, type, creds.euid);                                     \
+			(ev)->privileged = READ_FIELD(rec, type, creds.flags) & PERFRELAY_CREDS_PRIVILEGED; \
+		}                                                                                           \
 	} while (0)
 
 /* The process ids of a record that has them (schema 3 probes); older ones end before them. */
@@ -204,7 +205,7 @@ static DecodeError check_connect(const uint8_t *rec) {
 
 static inline __attribute__((always_inline)) void
 	fill_fields(const uint8_t *rec, uint16_t type, bool known, DecodedEvent *ev) {
-	ev->has_pid = ev->has_uid = ev->has_euid = ev->has_exec_id = false;
+	ev->has_pid = ev->has_uid = ev->has_euid = ev->has_exec_id = ev->privileged = false;
 	ev->pid = ev->uid = ev->euid = 0;
 	ev->exec_id = ev->parent_exec_id = 0;
 	ev->comm = NULL;

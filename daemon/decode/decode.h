@@ -71,7 +71,8 @@ typedef struct DecodedEvent {
 	bool has_pid, has_uid, has_euid, has_exec_id;
 	uint32_t pid; /* for filters */
 	uint32_t uid;
-	uint32_t euid; /* has_euid: records of probes older than schema 2 have none */
+	uint32_t euid;   /* has_euid: records of probes older than schema 2 have none */
+	bool privileged; /* PERFRELAY_CREDS_PRIVILEGED: a set-gid or file-capability program */
 	/* has_exec_id: the process image and its parent's (struct perfrelay_process_ids); records
 	 * of probes older than schema 3 have none. */
 	uint64_t exec_id, parent_exec_id;

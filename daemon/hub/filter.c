@@ -173,8 +173,11 @@ bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *uni
 		break;
 	case SUBSCRIPTION_ACCESS_UID:
 		/* Both the real and the effective uid must be the client's: a set-uid program its
-		 * user runs (sudo) acts as someone else. Records of older probes have no euid. */
-		if (!ev->has_uid || ev->uid != s->access_uid || (ev->has_euid && ev->euid != s->access_uid))
+		 * user runs (sudo) acts as someone else; nor may it run set-gid or with file
+		 * capabilities (non-dumpable: hidden from its user's /proc). Records of older
+		 * probes have no euid. */
+		if (!ev->has_uid || ev->uid != s->access_uid ||
+		    (ev->has_euid && ev->euid != s->access_uid) || ev->privileged)
 			return false;
 		break;
 	default:

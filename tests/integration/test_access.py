@@ -344,17 +344,22 @@ while True:
 def test_setuid_events_are_not_the_callers():
     """A set-uid program run by nobody has nobody's real uid and root's effective uid: its
     events (exec, open) carry both (euid) and reach root, not nobody's uid-scoped client, which
-    still gets nobody's own events."""
+    still gets nobody's own events. A set-gid program and one with file capabilities keep
+    nobody's uids, but the kernel hides them from nobody (non-dumpable): so does the daemon."""
     where = next(p for p in (WORK, os.path.dirname(os.path.abspath(BINARY)))
                  if not os.statvfs(p).f_flag & os.ST_NOSUID)
     setuid_cat = os.path.join(where, "prsetuidcat")
+    setgid_cat = os.path.join(where, "prsetgidcat")
+    filecap_cat = os.path.join(where, "prfilecapcat")
     plain_cat = os.path.join(where, "prplaincat")
-    for path, mode in ((setuid_cat, 0o4755), (plain_cat, 0o755)):
+    for path, mode in ((setuid_cat, 0o4755), (setgid_cat, 0o2755), (filecap_cat, 0o755), (plain_cat, 0o755)):
         shutil.copy("/bin/cat", path)
         os.chmod(path, mode)
+    subprocess.run(["setcap", "cap_net_raw+ep", filecap_cat], check=True)
     tag = f"{os.getpid()}-{time.monotonic_ns()}"
-    secret, own, done = (os.path.join(WORK, f"{n}-{tag}") for n in ("secret", "own", "done"))
-    for path in (secret, own, done):
+    secret, secret_g, secret_c, own, done = (os.path.join(WORK, f"{n}-{tag}")
+                                             for n in ("secret", "secretg", "secretc", "own", "done"))
+    for path in (secret, secret_g, secret_c, own, done):
         with open(path, "w") as f:
             f.write("x\n")
         os.chmod(path, 0o644)
@@ -374,7 +379,8 @@ def test_setuid_events_are_not_the_callers():
         saved = os.sched_getaffinity(0)
         os.sched_setaffinity(0, {min(saved)})  # one CPU: one ring, events in order
         try:
-            for cat, path in ((setuid_cat, secret), (plain_cat, own), (plain_cat, done)):
+            for cat, path in ((setuid_cat, secret), (setgid_cat, secret_g), (filecap_cat, secret_c),
+                              (plain_cat, own), (plain_cat, done)):
                 subprocess.run(as_user("nobody", [cat, path]), check=True, capture_output=True)
         finally:
             os.sched_setaffinity(0, saved)
@@ -383,24 +389,29 @@ def test_setuid_events_are_not_the_callers():
         opens = {e["path"]: e for e in got if e["type"] == "open"}
         check(own in opens and done in opens, f"nobody sees its own opens ({err.strip()})")
         check(secret not in opens, f"and not the set-uid program's open, run by itself: {opens.get(secret)}")
+        check(secret_g not in opens, f"nor the set-gid program's (non-dumpable): {opens.get(secret_g)}")
+        check(secret_c not in opens, f"nor the file-capability program's: {opens.get(secret_c)}")
         check_eq((opens[own]["uid"], opens[own].get("euid")), (65534, 65534), "its own open: uid and euid nobody")
         check(not any(e["type"] == "exec" and e.get("argv", [None, None])[1:2] == [secret] for e in got),
               "nor its exec")
 
-        def root_saw():
+        def root_saw(path):
             while True:
                 e = json.loads(root_lines.readline())
-                if e.get("path") == secret:
+                if e.get("path") == path:
                     return e
-        e = root_saw()
+        e = root_saw(secret)
         check_eq((e["uid"], e["euid"]), (65534, 0), "root sees it, with the real and the effective uid")
+        for path in (secret_g, secret_c):
+            e = root_saw(path)
+            check_eq((e["uid"], e["euid"]), (65534, 65534), "root sees the set-gid and file-capability opens")
     finally:
         if nobody.poll() is None:
             nobody.kill()
             nobody.wait()
         root_lines.close()
         root_client.close()
-        for path in (setuid_cat, plain_cat):
+        for path in (setuid_cat, setgid_cat, filecap_cat, plain_cat):
             os.unlink(path)
     d_probes.stop()
 

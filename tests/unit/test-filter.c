@@ -212,6 +212,10 @@ static void test_access_match(void) {
 	sudo_to_me.has_euid = true;
 	sudo_to_me.euid = 1000;
 	ASSERT(!filter_match(own, &sudo_to_me, NULL, NULL));
+	/* Set-gid or file capabilities: its user's uids, but the kernel hides it from them. */
+	DecodedEvent setgid = same;
+	setgid.privileged = true;
+	ASSERT(!filter_match(own, &setgid, NULL, NULL) && filter_match(all, &setgid, NULL, NULL));
 
 	/* The uid filter cannot widen access. */
 	Subscription *wide = sub("{\"subscribe\":{\"uid\":[0, 1000]}}", SUBSCRIPTION_ACCESS_UID, 1000);
