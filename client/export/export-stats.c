@@ -40,6 +40,7 @@ static int add_target(json_object *o, const ExportStats *s) {
 		{ "dropped_refused", s->dropped_refused },
 		{ "dropped_shutdown", s->dropped_shutdown },
 		{ "export_retried", s->retried },
+		{ "export_retried_late", s->retried_late },
 		{ "queued", s->queued },
 		{ "in_flight", s->in_flight },
 		{ "messages", s->messages },

@@ -18,6 +18,8 @@ typedef struct ExportStats {
 	uint64_t dropped_refused;  /* OTLP: refused for good (a 4xx other than 429, rejected_log_records) */
 	uint64_t dropped_shutdown; /* still unacknowledged when DrainTimeoutMSec ran out */
 	uint64_t retried;          /* events republished */
+	uint64_t retried_late;     /* JetStream: of those, republished after the stream's duplicate
+				    * window (stored twice if an earlier try was stored) */
 	uint64_t queued;           /* events batched or waiting now */
 	uint64_t in_flight;        /* events published and not yet acknowledged */
 	uint64_t messages;         /* messages (JetStream) or requests (OTLP) sent, first tries */

@@ -20,6 +20,9 @@
 /* Headers of a message: how often it was published (absent on the first try) and how many
  * events it carries. Read on the ack and retry paths, once per message. */
 #define HDR_ATTEMPT       "Perfrelay-Attempt"
+/* When the message was first published (the exporter's CLOCK_MONOTONIC, ms): a republish later
+ * than the stream's duplicate window may be stored twice, and is counted so. */
+#define HDR_FIRST         "Perfrelay-First-Published"
 #define RECONNECT_WAIT_MS 250
 #define HDR_COUNT         "Perfrelay-Count"
 
@@ -75,7 +78,9 @@ struct Exporter {
 
 	/* Main thread only; events. */
 	uint64_t offered, dropped_queue_full, dropped_retries, dropped_shutdown, retried;
-	uint64_t messages; /* messages published (first tries) */
+	uint64_t retried_late;        /* of retried, republished after the duplicate window */
+	uint64_t duplicate_window_ms; /* the stream's (its info), else DuplicateWindowSec= */
+	uint64_t messages;            /* messages published (first tries) */
 	bool stream_ready;
 	uint64_t next_stream_try_ms;
 	uint64_t next_connect_ms; /* while nc is NULL: the first connection failed for good */
@@ -228,6 +233,7 @@ int exporter_new(
 		return -ENOMEM;
 	pthread_mutex_init(&e->lock, NULL);
 	e->cfg = cfg;
+	e->duplicate_window_ms = cfg->duplicate_window_sec * 1000;
 	snprintf(e->host, sizeof(e->host), "%s", hostname);
 	/* A subject token cannot hold '.', '*', '>' or spaces. */
 	for (char *p = e->host; *p; p++)
@@ -505,6 +511,11 @@ static void retry_or_drop(Exporter *e, natsMsg *m, uint64_t n) {
 	}
 	e->queued_events += n;
 	e->retried += n;
+	/* JetStream keeps a message id only for its duplicate window: past it, a republish of a
+	 * message an earlier try stored (its ack lost) is stored again. */
+	if (natsMsgHeader_Get(m, HDR_FIRST, &v) == NATS_OK && v &&
+	    now_msec(CLOCK_MONOTONIC) - strtoull(v, NULL, 10) >= e->duplicate_window_ms)
+		e->retried_late += n;
 }
 
 /* A message taken back from in flight (failed, timed out, or pending across a reconnect). */
@@ -563,6 +574,8 @@ static void stream_setup(Exporter *e, uint64_t now) {
 	e->next_stream_try_ms = now + 1000;
 	s = js_GetStreamInfo(&si, e->js, e->cfg->stream, NULL, &jerr);
 	if (s == NATS_OK) {
+		if (si->Config && si->Config->Duplicates > 0)
+			e->duplicate_window_ms = (uint64_t) si->Config->Duplicates / 1000000;
 		jsStreamInfo_Destroy(si);
 		e->stream_ready = true;
 		return;
@@ -643,7 +656,13 @@ void exporter_run(Exporter *e, uint64_t now) {
 	while (e->queue_len > 0 && atomic_load(&e->in_flight) < e->cfg->max_in_flight) {
 		natsMsg *m = queue_pop(e);
 		uint64_t count = msg_count(m);
+		const char *v = NULL;
+		char first[24];
 
+		if (natsMsgHeader_Get(m, HDR_ATTEMPT, &v) != NATS_OK || !v) {
+			snprintf(first, sizeof(first), "%" PRIu64, now);
+			(void) natsMsgHeader_Set(m, HDR_FIRST, first);
+		}
 		e->queued_events -= count;
 		atomic_fetch_add(&e->in_flight_events, count);
 		atomic_fetch_add(&e->in_flight, 1);
@@ -730,6 +749,7 @@ void exporter_get_stats(Exporter *e, ExportStats *ret) {
 		.dropped_shutdown = e->dropped_shutdown,
 		.dropped = e->dropped_queue_full + e->dropped_retries + e->dropped_shutdown,
 		.retried = e->retried,
+		.retried_late = e->retried_late,
 		.queued = e->queued_events,
 		.in_flight = atomic_load(&e->in_flight_events),
 		.messages = e->messages,

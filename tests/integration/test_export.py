@@ -146,6 +146,33 @@ def test_replay_adds_no_duplicates(root_and_bpf, nats_server):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def test_republish_after_window_counted(nats_server):
+    """A republish later than the stream's duplicate window could be stored a second time (if an
+    earlier try was stored and only its ack lost): it is counted, export_retried_late. Here the
+    stream captures none of the exporter's subjects, so every publish is refused and retried
+    with the back-off until MaxRetries, past a window of one second."""
+    N = 200
+    srv = nats_server()
+    work = tempfile.mkdtemp(prefix="perfrelay-late-")
+    e = None
+    try:
+        frames = os.path.join(work, "frames")
+        write_frames(frames, [(0x8001, 7, 0, i, struct.pack("<Q", i)) for i in range(N)])
+        e = Exporter(EXPORT, "late", [srv.url],
+                     extra="MaxRetries=8\nAckTimeoutMSec=400\n[Stream]\nName=LATE\nSubjects=other.>\n"
+                           "DuplicateWindowSec=1\n")
+        check_eq(e.start("--input", frames).wait(120), 0, f"export exit status: {e.stderr()}")
+        st = e.stats()
+        check_eq((st["offered"], st["exported"], st["dropped_retries"]), (N, 0, N),
+                 "every event refused until MaxRetries")
+        check(0 < st["export_retried_late"] <= st["export_retried"],
+              f"the retries past the one-second window are counted: {st}")
+    finally:
+        if e:
+            e.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def test_packet_records_whole(root_and_bpf, nats_server):
     """A packet record's captured bytes travel with it (size = hdr.size + cap_len)."""
     srv = nats_server()
