@@ -247,7 +247,7 @@ void connection_shared_stats(const Connection *c, HubClientStats *ret) {
 	};
 }
 
-void connection_leave_shared(Connection *c) {
+void connection_leave_shared(Connection *c, HubClientStats *ret) {
 	Server *s = c->server;
 	SharedEntry *e = c->shared;
 	HubClientStats st;
@@ -262,6 +262,9 @@ void connection_leave_shared(Connection *c) {
 	s->stats.gone_sent += st.sent;
 	s->stats.gone_dropped += st.dropped;
 	s->stats.shared_clients--;
+	s->stats.clients--;
+	if (ret)
+		*ret = st;
 	log_debug(
 		"Client %" PRIu64 " left its shared ring: %" PRIu64 " events offered, %" PRIu64
 		" sent, %" PRIu64 " dropped",

@@ -91,10 +91,9 @@ void connection_free(Connection *c) {
 			st.dropped);
 		hub_client_free(c->client);
 		s->stats.clients--;
-	} else if (c->shared) {
-		connection_leave_shared(c);
-		s->stats.clients--;
-	} else
+	} else if (c->shared)
+		connection_leave_shared(c, NULL);
+	else if (!c->left_shared)
 		s->stats.pending--;
 	if (c->charged)
 		users_release(s->users, c->cred.uid, c->pooled, 1, c->charged_bytes);
@@ -789,16 +788,36 @@ void connection_retire_shared(Connection *c) {
 	connection_shared_stop(e);
 }
 
-/* Never waits: a client that does not keep up loses the tail, as it would have lost events
- * while the daemon ran. */
-void connection_close_for_shutdown(Connection *c) {
-	static const char goodbye[] = "{\"type\":\"goodbye\",\"reason\":\"shutdown\"}\n";
+static void send_goodbye(Connection *c, const HubClientStats *st) {
+	char line[160];
+	int n = snprintf(
+		line,
+		sizeof(line),
+		"{\"type\":\"goodbye\",\"reason\":\"shutdown\",\"offered\":%" PRIu64 ",\"sent\":%" PRIu64
+		",\"dropped\":%" PRIu64 "}\n",
+		st->offered,
+		st->sent,
+		st->dropped);
 
-	if (c->client && hub_client_flush(c->client) > 0 && c->sub->format == SUBSCRIPTION_FORMAT_JSON)
-		(void) send_line(c->fd, goodbye, sizeof(goodbye) - 1);
-	else if (c->shared)
-		/* Its events are in the ring, read at its pace; the socket carries the goodbye
-		 * in either format (libperfrelay reads it). */
-		(void) send_line(c->fd, goodbye, sizeof(goodbye) - 1);
+	(void) send_line(c->fd, line, (size_t) n);
+}
+
+/* Never waits: a client that does not keep up loses the tail, as it would have lost events
+ * while the daemon ran. The goodbye says what the client was offered, sent and dropped, final:
+ * the readers have stopped. */
+void connection_close_for_shutdown(Connection *c) {
+	HubClientStats st;
+
+	if (c->client && hub_client_flush(c->client) > 0 && c->sub->format == SUBSCRIPTION_FORMAT_JSON) {
+		hub_client_get_stats(c->client, &st);
+		send_goodbye(c, &st);
+	} else if (c->shared) {
+		/* Its events are in the ring, read at its pace, and count as sent: the set is never
+		 * written again. The socket carries the goodbye in either format (libperfrelay
+		 * reads it). */
+		connection_leave_shared(c, &st);
+		c->left_shared = true;
+		send_goodbye(c, &st);
+	}
 	connection_free(c);
 }

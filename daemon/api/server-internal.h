@@ -68,6 +68,7 @@ struct Connection {
 	bool input_open;              /* false after the client shut down its sending side */
 	bool draining;                /* overflowed: detached, writing what is queued, then closed */
 	bool charged;                 /* counted against its uid (users.h) */
+	bool left_shared;             /* its shared ring set already left (at shutdown) */
 	bool pooled;                  /* and the users' pool: not root, AllowGroups=, ControlGroups= */
 	uint64_t charged_bytes;       /* its queues' bytes, charged to its uid */
 	ProtocolError drain_error;    /* why it is draining: the error line it gets at the end */
@@ -127,7 +128,7 @@ int connection_send_hello(Connection *c, const int *fds, size_t n_fds, const cha
 int connection_join_shared(
 	Connection *c, Subscription **sub, HubFlushFn flush, int ret_fds[2], char *extra, size_t extra_size);
 /* Leaves the ring (the last member frees it) and adds the member's figures to the gone ones. */
-void connection_leave_shared(Connection *c);
+void connection_leave_shared(Connection *c, HubClientStats *ret);
 /* A fresh ring set for the subscription of retired e (joined by no one again), taking over its
  * charge. */
 int connection_shared_replace(SharedEntry *e, SharedEntry **ret);

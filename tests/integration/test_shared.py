@@ -107,6 +107,56 @@ def test_stopped_client():
         d.cleanup()
 
 
+def test_shutdown_figures():
+    """At shutdown what a member has not read stays in its mapping, never written again: it is
+    sent, not dropped. A libperfrelay monitor stopped through the shutdown reads every event
+    afterwards; a member that read nothing is told in its goodbye that all of them were sent."""
+    d = Daemon(BINARY, "shared-shutdown", stdout=False, config=CONFIG)
+    prod = mon = raw = None
+    N = 1000  # within the 512 KiB ring: nothing is lapped
+    try:
+        d.start()
+        prod = SteadyProducer(BUILDDIR, d.pin_path, CPU)
+        request = ctl_request("--type", str(STEADY_TYPE))
+        mon = FileMonitor(d.socket_path, "--type", str(STEADY_TYPE))
+        wait_for(lambda: len(shared_clients()) == 1, "the monitor reads a shared ring")
+        raw, hello, ring_fd, page_fd = raw_shared_client(d.socket_path, request)
+        st = BUS.stats()
+        check_eq((st["shared"]["rings"], st["shared"]["clients"]), (1, 2), "both on one ring set")
+        mon.proc.send_signal(signal.SIGSTOP)
+        prod.cmd(f"burst {N}")
+        check_eq(producer_settled()["received"], N, "the daemon read the burst")
+        wait_for(lambda: all(c["offered"] == N for c in shared_clients()), "both members were offered it")
+        check_eq(d.stop(), 0, "clean exit")
+        mon.proc.send_signal(signal.SIGCONT)
+        mon.proc.wait(30)
+        lines = mon.stop()
+        mon = None
+        events, lost = steady_events(lines)
+        check_eq((len(events), lost), (N, 0), "the stopped monitor read every event after the shutdown")
+        raw.settimeout(10)
+        rest = b""
+        while True:
+            b = raw.recv(65536)
+            if not b:
+                break
+            rest += b
+        goodbye = [json.loads(l) for l in rest.split(b"\n") if l.strip()][-1]
+        check_eq(goodbye, {"type": "goodbye", "reason": "shutdown", "offered": N, "sent": N, "dropped": 0},
+                 "the goodbye of a member that read nothing: all sent (they are in its mapping)")
+        os.close(ring_fd)
+        os.close(page_fd)
+    finally:
+        if raw:
+            raw.close()
+        if mon:
+            mon.proc.send_signal(signal.SIGCONT)
+            mon.stop()
+        if prod:
+            prod.close()
+        d.cleanup()
+
+
 def raw_shared_client(socket_path, request):
     """Connects without libperfrelay and returns (socket, hello, ring fd, member page fd)."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

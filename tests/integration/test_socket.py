@@ -745,10 +745,15 @@ def test_goodbye():
     c.hello()
     b = d.client({"format": "binary", "subscribe": {"types": [65000]}})
     b.wait_subscribed()
+    for i in range(3):
+        check_eq(subprocess.run([MARKER, f"goodbye-{i}"]).returncode, 0, "marker ran")
+        c.wait(lambda m, i=i: m["type"] == "exec" and m["argv"][1:] == [f"goodbye-{i}"], f"exec {i}")
     rc = d.stop()
     check_eq(rc, 0, "exit status after SIGTERM")
     msgs = c.wait_eof("goodbye")
-    check_eq(msgs[-1], {"type": "goodbye", "reason": "shutdown"}, "the last line")
+    events = [m for m in msgs if m["type"] == "exec"]
+    check_eq(msgs[-1], {"type": "goodbye", "reason": "shutdown", "offered": len(events), "sent": len(events),
+                        "dropped": 0}, "the last line: the client's final figures")
     validate(msgs[-1])
     with b.cond:
         while not b.eof:
