@@ -24,6 +24,7 @@
 #include "error-util.h"
 #include "macro.h"
 #include "counter-names.h"
+#include "proctable.h"
 
 #define DEFAULT_PIN_PATH    "/sys/fs/bpf/perfrelay"
 #define DEFAULT_SOCKET_PATH "/run/perfrelay/events.sock"
@@ -48,6 +49,7 @@ static const Config config_defaults = {
 	.client_queue_bytes = 4 * MIB,
 	.shared_ring_bytes = 32 * MIB,
 	.reader_nice = -10,
+	.process_table_entries = PROC_TABLE_DEFAULT,
 	.max_shared_rings = 64,
 	.max_shared_rings_per_uid = 4,
 	.max_clients = 256,
@@ -76,6 +78,14 @@ static const ConfigKey config_keys[] = {
 	{ "Readers", "CpuGroups", VALUE_CPU_GROUPS, 0, 0, 0, 0, NULL, false },
 	{ "Readers", "CpusPerReader", VALUE_UINT, FIELD(cpus_per_reader), 0, PERFRELAY_MAX_CPUS, NULL, false },
 	{ "Readers", "ReaderNice", VALUE_NICE, FIELD(reader_nice), 0, 0, NULL, false },
+	{ "Readers",
+	  "ProcessTableEntries",
+	  VALUE_UINT,
+	  FIELD(process_table_entries),
+	  PROC_TABLE_MIN,
+	  PROC_TABLE_MAX,
+	  NULL,
+	  false },
 
 	/* Probes= is the probe feature's (features/probes/probes-config.c). */
 	{ "Probes", "PendingSyscalls", VALUE_UINT, FIELD(pending_syscalls), 16, 1048576, NULL, false },

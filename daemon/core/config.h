@@ -78,10 +78,11 @@ typedef struct Config {
 	unsigned flush_interval_ms; /* FlushIntervalMs=, 1..1000, default 50 */
 
 	/* [Readers] */
-	CpuSet *cpu_groups;       /* CpuGroups= "0-3 4-7" (space-separated CPU lists) */
-	size_t n_cpu_groups;      /* 0 = not set */
-	unsigned cpus_per_reader; /* CpusPerReader=, 0 = not set; exclusive with CpuGroups= */
-	int reader_nice;          /* ReaderNice=, -20..19, default -10 */
+	CpuSet *cpu_groups;             /* CpuGroups= "0-3 4-7" (space-separated CPU lists) */
+	size_t n_cpu_groups;            /* 0 = not set */
+	unsigned cpus_per_reader;       /* CpusPerReader=, 0 = not set; exclusive with CpuGroups= */
+	int reader_nice;                /* ReaderNice=, -20..19, default -10 */
+	unsigned process_table_entries; /* ProcessTableEntries=, PROC_TABLE_MIN..PROC_TABLE_MAX */
 
 	/* [Probes] (Probes= is the probe feature's) */
 	uint32_t pending_syscalls; /* PendingSyscalls=, default 10240, 16..1048576 */

@@ -456,6 +456,8 @@ int manager_start(Manager *m) {
 	r = hub_new(n_groups + n_small, &m->hub);
 	if (r >= 0 && n_small > 0)
 		r = hub_set_small_slots(m->hub, n_small);
+	if (r >= 0 && m->config->process_table_entries != PROC_TABLE_DEFAULT)
+		r = hub_set_process_table(m->hub, m->config->process_table_entries);
 	if (r < 0)
 		return log_error_errno(r, "Failed to set up the hub: %m");
 	r = sd_event_add_io(m->event, &m->notify_source, hub_notify_fd(m->hub), EPOLLIN, on_hub_notify, m);

@@ -56,6 +56,20 @@ int hub_new(unsigned n_readers, Hub **ret) {
 	return 0;
 }
 
+int hub_set_process_table(Hub *h, size_t entries) {
+	ProcTable *t;
+	int r;
+
+	if (h->n_clients > 0)
+		return -EBUSY;
+	r = proc_table_new(entries, &t);
+	if (r < 0)
+		return r;
+	proc_table_free(h->procs);
+	h->procs = t;
+	return 0;
+}
+
 int hub_set_small_slots(Hub *h, unsigned n) {
 	if (n >= h->n_readers || h->n_clients > 0)
 		return -EINVAL;

@@ -107,6 +107,9 @@ ProcTable *hub_procs(const Hub *h);
  * clients never get its events). Before any client. */
 #define HUB_SMALL_QUEUE (256u * 1024u)
 int hub_set_small_slots(Hub *h, unsigned n);
+/* A process table of `entries` (ProcessTableEntries=) in place of the default one: before the
+ * readers start and before any client. */
+int hub_set_process_table(Hub *h, size_t entries);
 unsigned hub_n_slots(const Hub *h);       /* readers' slots and the main thread's */
 unsigned hub_n_small_slots(const Hub *h); /* the main thread's, the last ones */
 Hub *hub_free(Hub *h);                    /* clients must have been removed */

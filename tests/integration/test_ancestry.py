@@ -23,9 +23,12 @@ HEX16 = set("0123456789abcdef")
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(stats_bus, make_daemon, workdir):
-    global d, WORK, BUS
+    global d, d_small, WORK, BUS
     WORK, BUS = workdir, stats_bus
     d = make_daemon("ancestry", config="[Probes]\nProbes=exec exit fork open\n")
+    # A table of 256 entries: a user's few hundred processes overfill it.
+    d_small = make_daemon("ancestry-small", start=False,
+                          config="[Probes]\nProbes=exec exit fork open\n[Readers]\nProcessTableEntries=256\n")
 
 
 def ctl(*args, user=None):
@@ -235,6 +238,75 @@ def test_ancestor_filter(socket_client):
     check(st["capacity"] >= 4096 and st["bytes"] > 0, f"the table's size: {st}")
     check(st["seeded"] > 0 and st["live"] > 0 and st["inserted"] >= st["seeded"], f"seeded at start: {st}")
     check(st["exited"] > 0, f"exits noted: {st}")
+
+
+# The shell an exporter follows (Ancestors=prac-victim): a subshell of it waits, then opens.
+VICTIM = r"""
+( echo ready; read go; read x < "$1"; echo opened )
+"""
+# Its user's other shell, not below it: 400 live processes whose execs do not name the victim.
+FLOOD = r"""
+i=0
+while [ $i -lt 400 ]; do sleep 120 & i=$((i + 1)); done
+echo started
+read go
+"""
+
+
+def test_eviction_attack(socket_client):
+    """A user overfills the process table (256 entries here) with 400 live processes of their
+    own, beside a shell an exporter's Ancestors= follows. The shell, a parent, is kept over the
+    leaves: an open by its subshell (a fork without exec, whose record names no ancestor the
+    table could learn again) still matches the ancestor filter; on 437f808 the oldest live entry
+    went first, the shell, and the open matched nothing. A filter that fails closed gets it
+    either way."""
+    d.stop()  # the bus name is d_small's for this test
+    d_small.start()
+    sh = os.path.join(WORK, "prac-victim")  # comm: its file name
+    shutil.copy(os.path.realpath("/bin/sh"), sh)
+    os.chmod(sh, 0o755)
+    target = os.path.join(WORK, marker("evict"))
+    open(target, "w").close()
+    os.chmod(target, 0o644)
+    anc = {"comm": ["prac-victim"]}
+    plain = socket_client(d_small.socket_path, {"subscribe": {"types": ["open"], "ancestor": anc}})
+    closed = socket_client(d_small.socket_path,
+                           {"subscribe": {"types": ["open"], "ancestor": dict(anc, incomplete=True)}})
+    plain.hello()
+    closed.hello()
+    # One CPU: one ring, the events in order. As nobody: the attacker is a local user.
+    user = ["taskset", "-c", str(min(os.sched_getaffinity(0))), "setpriv", "--reuid=nobody", "--regid=nogroup",
+            "--clear-groups"]
+    victim = subprocess.Popen(user + [sh, "-c", VICTIM, "victim", target], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    flood = None
+    try:
+        check_eq(victim.stdout.readline().strip(), "ready", "the victim's subshell waits")
+        before = BUS.stats()["processes"]["evicted_live"]
+        flood = subprocess.Popen(user + ["/bin/sh", "-c", FLOOD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True, start_new_session=True)
+        check_eq(flood.stdout.readline().strip(), "started", "the user's 400 processes started")
+        # Emulated kernels (the kernels suite runs this file in its guests) take their time.
+        d_small.wait_events(lambda e: e["type"] == "exec" and e["comm"] == "sleep", 400, "their execs", timeout=180)
+        st = BUS.stats()["processes"]
+        check(st["evicted_live"] - before >= 400 - 256, f"live entries were pushed out: {st}")
+        victim.stdin.write("go\n")
+        victim.stdin.flush()
+        check_eq(victim.stdout.readline().strip(), "opened", "the subshell opened the file")
+        ev = d_small.wait_event(lambda e: e["type"] == "open" and e["path"] == target and e["comm"] == "prac-victim",
+                                "the subshell's open")
+        # The fail-closed filter also takes opens whose lineage the small table lost (this
+        # test's own, maybe): the subshell's is the one that counts.
+        closed.wait(lambda x: x.get("path") == target and x["pid"] == ev["pid"], "the fail-closed filter gets it")
+        got = plain.wait(lambda x: x.get("path") == target, "the plain filter's copy")
+        check_eq(got["pid"], ev["pid"], "the shell was kept: the plain ancestor filter matches its subshell")
+    finally:
+        for p in (victim, flood):
+            if p:
+                os.killpg(p.pid, signal.SIGKILL)  # the shell and what it started: its session
+                p.wait()
+        d_small.stop()
+        d.start()
 
 
 def test_ancestor_filter_refused(socket_client):
