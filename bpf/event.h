@@ -87,7 +87,7 @@
 struct perfrelay_hdr {
 	__u16 magic;    /* PERFRELAY_MAGIC */
 	__u8 version;   /* PERFRELAY_VERSION */
-	__u8 flags;     /* reserved, 0 */
+	__u8 flags;     /* producers write 0; the daemon sets PERFRELAY_HDR_* in a client's copy */
 	__u16 type;     /* PERFRELAY_TYPE_* */
 	__u16 size;     /* whole record in bytes, <= PERFRELAY_RECORD_MAX like the perf header */
 	__u32 producer; /* producer id, < PERFRELAY_MAX_PRODUCERS, indexes "counters" */
@@ -95,6 +95,12 @@ struct perfrelay_hdr {
 	__u64 seq;      /* per (producer, CPU) attempt number: gaps prove loss */
 	__u64 ts_ns;    /* bpf_ktime_get_boot_ns(): comparable with CLOCK_BOOTTIME */
 };
+
+/* perfrelay_hdr.flags of the copy a client gets (never in the rings): the event matched the
+ * client's "ancestor" filter only because the daemon cannot walk its lineage to its end, and the
+ * filter asked for such events ("incomplete": true; docs/protocol.md). Decoders ignore flags
+ * they do not know. */
+#define PERFRELAY_HDR_LINEAGE_INCOMPLETE 0x1u
 
 /* Value of the pinned per-CPU "counters" array, indexed by producer id. Every emit
  * increments attempts; a failed bpf_perf_event_output() also increments failures. */

@@ -19,12 +19,14 @@
 
 /* Headers of a message: how often it was published (absent on the first try) and how many
  * events it carries. Read on the ack and retry paths, once per message. */
-#define HDR_ATTEMPT       "Perfrelay-Attempt"
+#define HDR_ATTEMPT "Perfrelay-Attempt"
+#define HDR_COUNT   "Perfrelay-Count"
 /* When the message was first published (the exporter's CLOCK_MONOTONIC, ms): a republish later
  * than the stream's duplicate window may be stored twice, and is counted so. */
-#define HDR_FIRST         "Perfrelay-First-Published"
+#define HDR_FIRST   "Perfrelay-First-Published"
+
+/* Between two rounds of connection attempts (plus up to 99 ms of jitter). */
 #define RECONNECT_WAIT_MS 250
-#define HDR_COUNT         "Perfrelay-Count"
 
 /* Types whose batch may be open at once; one more type seals the oldest. */
 #define OPEN_BATCHES_MAX 16
@@ -219,6 +221,10 @@ static int connect_now(Exporter *e, uint64_t now) {
 	jso.PublishAsync.AckHandler = on_ack;
 	jso.PublishAsync.AckHandlerClosure = e;
 	s = natsConnection_JetStream(&e->js, e->nc, &jso);
+	if (s != NATS_OK) {
+		natsConnection_Destroy(e->nc);
+		e->nc = NULL;
+	}
 	return nats_errno(s);
 }
 

@@ -815,6 +815,9 @@ static int encode_body(Out *o, const DecodedEvent *ev, const char *unit) {
 		if (ev->parent_exec_id)
 			PUT_HEX64(o, "parent_exec_id", ev->parent_exec_id);
 	}
+	/* The client's copy says its "ancestor" filter took it for a lineage cut short. */
+	if (ev->hdr.flags & PERFRELAY_HDR_LINEAGE_INCOMPLETE)
+		PUT_LIT(o, KEY("lineage_incomplete") "true");
 
 	if (unit) {
 		size_t len = strnlen(unit, ENCODE_UNIT_MAX + 1);
@@ -873,7 +876,8 @@ ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size) {
 #define HEX64_JSON_MAX 18u /* "0123456789abcdef" */
 #define TAIL_JSON_MAX                                                                                   \
 	(KEYLEN("euid") + NUM_MAX + KEYLEN("exec_id") + KEYLEN("parent_exec_id") + 2 * HEX64_JSON_MAX + \
-	 KEYLEN("unit") + JSON_STRING_MAX(ENCODE_UNIT_MAX) + LITLEN("}\n"))
+	 KEYLEN("lineage_incomplete") + LITLEN("true") + KEYLEN("unit") +                               \
+	 JSON_STRING_MAX(ENCODE_UNIT_MAX) + LITLEN("}\n"))
 
 #define ANCESTOR_JSON_MAX                                                                      \
 	(LITLEN("{\"exec_id\":") + HEX64_JSON_MAX + KEYLEN("pid") + NUM_MAX + KEYLEN("comm") + \

@@ -160,6 +160,7 @@ static bool ancestor_match(const SubscriptionAncestor *s, Lineage *l) {
 	}
 	if (s->incomplete && (!l->complete || unit_unknown) && l->table) {
 		proc_table_count_incomplete(l->table);
+		l->incomplete_matched = true;
 		return true;
 	}
 	return false;

@@ -102,6 +102,9 @@ typedef struct HubSlot {
 	 * out (HubClientOptions.redact), its record and its JSON. */
 	uint8_t *redacted;
 	char *json_redacted;
+	/* A client's copy flagged PERFRELAY_HDR_LINEAGE_INCOMPLETE, and its JSON line. */
+	uint8_t *flagged;
+	char *json_flagged;
 	bool wrote; /* reader-private: this batch queued output */
 } HubSlot;
 

@@ -49,7 +49,10 @@ int hub_new(unsigned n_readers, Hub **ret) {
 		h->slots[i].json = malloc(ENCODE_JSON_MAX);
 		h->slots[i].json_redacted = malloc(ENCODE_JSON_MAX);
 		h->slots[i].redacted = malloc(PERFRELAY_RECORD_MAX);
-		if (!h->slots[i].json || !h->slots[i].json_redacted || !h->slots[i].redacted)
+		h->slots[i].json_flagged = malloc(ENCODE_JSON_MAX);
+		h->slots[i].flagged = malloc(PERFRELAY_RECORD_MAX);
+		if (!h->slots[i].json || !h->slots[i].json_redacted || !h->slots[i].redacted ||
+		    !h->slots[i].json_flagged || !h->slots[i].flagged)
 			return -ENOMEM;
 	}
 	*ret = TAKE_PTR(h);
@@ -94,6 +97,8 @@ Hub *hub_free(Hub *h) {
 		free(h->slots[i].json);
 		free(h->slots[i].json_redacted);
 		free(h->slots[i].redacted);
+		free(h->slots[i].json_flagged);
+		free(h->slots[i].flagged);
 	}
 	free(h->slots);
 	free(h->clients);
@@ -512,6 +517,31 @@ static void redact_ancestors(Hub *h, HubSlot *s, const DecodedEvent *ev, uint32_
 	r->ev.comm = ev->comm ? (const char *) s->redacted + ((const uint8_t *) ev->comm - ev->record) : NULL;
 }
 
+/* The event as a client whose "ancestor" filter took it for its incomplete lineage gets it:
+ * flagged PERFRELAY_HDR_LINEAGE_INCOMPLETE, in binary and in JSON ("lineage_incomplete"). Made
+ * once per event and base (the event, or one uid's redacted copy of it), in the slot's one
+ * buffer: made again when the next such client has another base. */
+typedef struct Flagged {
+	const DecodedEvent *base; /* NULL: none made yet */
+	uint32_t base_uid;        /* of a redacted base */
+	bool ok;
+	DecodedEvent ev;
+	ssize_t json_len;
+} Flagged;
+
+static void flag_incomplete(HubSlot *s, const DecodedEvent *ev, uint32_t uid, Flagged *f) {
+	*f = (Flagged){ .base = ev, .base_uid = uid, .ev = *ev, .json_len = -1 };
+	if (ev->record_size > PERFRELAY_RECORD_MAX)
+		return; /* a packet: no process, no lineage */
+	f->ok = true;
+	memcpy(s->flagged, ev->record, ev->record_size);
+	s->flagged[offsetof(struct perfrelay_hdr, flags)] |= PERFRELAY_HDR_LINEAGE_INCOMPLETE;
+	f->ev.hdr.flags |= PERFRELAY_HDR_LINEAGE_INCOMPLETE;
+	f->ev.record = s->flagged;
+	f->ev.payload = s->flagged + sizeof(struct perfrelay_hdr);
+	f->ev.comm = ev->comm ? (const char *) s->flagged + ((const uint8_t *) ev->comm - ev->record) : NULL;
+}
+
 void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev_in, const char *unit, Lineage *lineage) {
 	HubSlot *s = &h->slots[reader];
 	/* Binary frames are the record itself behind a length: nothing to encode. */
@@ -519,6 +549,7 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev_in, const char 
 	ssize_t json_len = -1, unit_len = -1;
 	uint8_t unit_buf[UNIT_FRAME_MAX];
 	Redaction red = {};
+	Flagged flagged = {};
 	HubTag tag;
 
 	for (size_t i = 0; i < s->n_clients; i++) {
@@ -531,6 +562,8 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev_in, const char 
 		const DecodedEvent *ev = ev_in;
 		struct perfrelay_hdr schema;
 
+		if (lineage)
+			lineage->incomplete_matched = false;
 		if (c->o.match && !c->o.match(c->o.filter, ev, unit, lineage))
 			continue;
 		if (_unlikely_(c->o.redact) && _unlikely_(ev->hdr.type == PERFRELAY_TYPE_EXEC)) {
@@ -540,6 +573,17 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev_in, const char 
 				ev = &red.ev;
 				json = s->json_redacted;
 				json_lenp = &red.json_len;
+			}
+		}
+		if (_unlikely_(lineage && lineage->incomplete_matched)) {
+			uint32_t base_uid = ev == ev_in ? 0 : red.uid;
+
+			if (flagged.base != ev || flagged.base_uid != base_uid)
+				flag_incomplete(s, ev, base_uid, &flagged);
+			if (flagged.ok) {
+				ev = &flagged.ev;
+				json = s->json_flagged;
+				json_lenp = &flagged.json_len;
 			}
 		}
 		STAT_ADD(q->offered, 1);

@@ -102,6 +102,9 @@ typedef struct Lineage {
 	void *unit_userdata;
 	bool walked;
 	bool complete; /* the walk reached a process without parent (else: a miss, or too deep) */
+	/* Set by the last filter_match() that took the event only for its incomplete lineage
+	 * ("incomplete": true); the hub clears it before each client's match. */
+	bool incomplete_matched;
 	unsigned n;
 	ProcEntry a[LINEAGE_MAX]; /* the parent first */
 } Lineage;
@@ -114,6 +117,7 @@ static inline void lineage_init(
 	l->unit_userdata = userdata;
 	l->walked = false;
 	l->complete = false;
+	l->incomplete_matched = false;
 	l->n = 0;
 }
 

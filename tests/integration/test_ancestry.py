@@ -297,7 +297,8 @@ def test_eviction_attack(socket_client):
                                 "the subshell's open")
         # The fail-closed filter also takes opens whose lineage the small table lost (this
         # test's own, maybe): the subshell's is the one that counts.
-        closed.wait(lambda x: x.get("path") == target and x["pid"] == ev["pid"], "the fail-closed filter gets it")
+        got = closed.wait(lambda x: x.get("path") == target and x["pid"] == ev["pid"], "the fail-closed filter gets it")
+        check("lineage_incomplete" not in got, f"matched by the shell it saw, not for a gap: {got}")
         got = plain.wait(lambda x: x.get("path") == target, "the plain filter's copy")
         check_eq(got["pid"], ev["pid"], "the shell was kept: the plain ancestor filter matches its subshell")
     finally:

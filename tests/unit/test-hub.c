@@ -677,8 +677,73 @@ static void test_redacted_ancestors(void) {
 	peer_close(&pa);
 }
 
+/* A client whose "ancestor" filter took the event only for its incomplete lineage (as
+ * filter.c tells the hub, through the lineage) gets a flagged copy, in JSON and binary; the
+ * others, before and after it, the event as it is. */
+static bool match_incomplete(const void *filter, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
+	if (*(const bool *) filter && lineage)
+		lineage->incomplete_matched = true;
+	return true;
+}
+
+static void test_lineage_incomplete_flag(void) {
+	static const bool yes = true, no = false;
+	struct perfrelay_open rec = make_open(42, 9, "/x"), got;
+	DecodedEvent ev;
+	HubClientOptions o[4] = {
+		{ .format = HUB_FORMAT_JSON, .match = match_incomplete, .filter = &yes },
+		{ .format = HUB_FORMAT_JSON, .match = match_incomplete, .filter = &no },
+		{ .format = HUB_FORMAT_BINARY, .match = match_incomplete, .filter = &yes },
+		{ .format = HUB_FORMAT_BINARY, .match = match_incomplete, .filter = &no },
+	};
+	HubClient *c[4];
+	Peer p[4];
+	Lineage l;
+	Hub *h;
+
+	rec.ids.exec_id = 0xc0;
+	rec.ids.parent_exec_id = 0xbeef;
+	ev = decode(&rec, sizeof(rec));
+	ASSERT(hub_new(1, &h) == 0);
+	for (unsigned i = 0; i < 4; i++) {
+		o[i].queue_bytes = 1 << 20;
+		peer_open(&p[i]);
+		ASSERT(hub_client_new(h, p[i].fds[0], &o[i], &c[i]) == 0 && hub_client_attach(h, c[i]) == 0);
+	}
+	lineage_init(&l, hub_procs(h), &ev, NULL, NULL);
+	hub_reader_begin(h, 0);
+	hub_publish(h, 0, &ev, NULL, &l);
+	hub_reader_end(h, 0);
+	for (unsigned i = 0; i < 4; i++)
+		pump(c[i], &p[i]);
+	for (unsigned i = 0; i < 2; i++) {
+		json_object *j, *v;
+
+		p[i].buf[p[i].len - 1] = 0;
+		j = json_tokener_parse((char *) p[i].buf);
+		ASSERT(j && json_object_object_get_ex(j, "path", &v));
+		ASSERT(json_object_object_get_ex(j, "lineage_incomplete", &v) == (i == 0));
+		ASSERT(i != 0 || json_object_get_boolean(v));
+		json_object_put(j);
+	}
+	for (unsigned i = 2; i < 4; i++) {
+		ASSERT(p[i].len == 4 + sizeof(rec));
+		memcpy(&got, p[i].buf + 4, sizeof(got)); /* the frame's record is not aligned */
+		ASSERT(got.hdr.flags == (i == 2 ? PERFRELAY_HDR_LINEAGE_INCOMPLETE : 0));
+		got.hdr.flags = 0;
+		ASSERT(memcmp(&got, &rec, sizeof(rec)) == 0);
+	}
+	for (unsigned i = 0; i < 4; i++) {
+		hub_client_detach(h, c[i]);
+		hub_client_free(c[i]);
+		peer_close(&p[i]);
+	}
+	hub_free(h);
+}
+
 int main(void) {
 	test_formats();
+	test_lineage_incomplete_flag();
 	test_shared_schema_split();
 	test_redacted_ancestors();
 	test_lost_named_event();

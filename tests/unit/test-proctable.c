@@ -389,7 +389,7 @@ static void test_ancestor_filter(void) {
 			"{\"subscribe\":{\"ancestor\":{\"comm\":[\"cron\"],\"incomplete\":true}}}");
 		ProcTableStats st;
 
-		ASSERT(filter_match(closed, &open, NULL, &l));
+		ASSERT(filter_match(closed, &open, NULL, &l) && l.incomplete_matched);
 		open.parent_exec_id = 0xa1; /* complete again: the gap was the only reason */
 		lineage_init(&l, t, &open, unit_of, &resolved);
 		ASSERT(!filter_match(closed, &open, NULL, &l));
