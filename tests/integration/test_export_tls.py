@@ -5,6 +5,7 @@ OpenTelemetry receiver that require a client certificate get every event; a serv
 certificate names another host is refused (nothing exported, every event counted dropped); the
 key, CA and the OTLP API key come from $CREDENTIALS_DIRECTORY as LoadCredential= makes it; a
 server off loopback without TLS is refused at start."""
+import contextlib
 import os
 import shutil
 import struct
@@ -50,9 +51,19 @@ class Setup:
         shutil.rmtree(self.creds, ignore_errors=True)
 
 
-def nats_tls(s, alt_names):
-    cert, key = s.ca.issue("nats-" + alt_names[0].split(":")[1], alt_names)
-    return NatsServer(tls=(s.ca.ca, cert, key)).start()
+@contextlib.contextmanager
+def nats_tls(alt_names):
+    """A Setup and a nats-server whose certificate names alt_names, removed afterwards."""
+    s = Setup()
+    srv = None
+    try:
+        cert, key = s.ca.issue("nats-" + alt_names[0].split(":")[1], alt_names)
+        srv = NatsServer(tls=(s.ca.ca, cert, key)).start()
+        yield s, srv
+    finally:
+        if srv:
+            srv.cleanup()
+        s.cleanup()
 
 
 # Relative names: looked up in $CREDENTIALS_DIRECTORY.
@@ -60,50 +71,37 @@ NATS_TLS = "TLSCA=ca.pem\nTLSCert=client.pem\nTLSKey=client.key\n"
 
 
 def test_nats_tls_verified():
-    s = Setup()
-    srv = e = None
-    try:
-        srv = nats_tls(s, GOOD)
-        url = f"tls://127.0.0.1:{srv.port}"
-        e = Exporter(EXPORT, "tls", [url], extra=f"[NATS]\n{NATS_TLS}")
-        check_eq(e.start("--input", s.frames, env=s.env).wait(120), 0, f"export exit status: {e.stderr()}")
-        st = e.stats()
-        check_eq((st["offered"], st["exported"], st["export_dropped"], st["duplicates"]), (N, N, 0, 0),
-                 "offered, exported, dropped, duplicates over TLS")
-        check_eq(srv.jsz()["messages"], st["messages"], "the server stored every message published")
-    finally:
-        if e:
+    with nats_tls(GOOD) as (s, srv):
+        e = Exporter(EXPORT, "tls", [f"tls://127.0.0.1:{srv.port}"], extra=f"[NATS]\n{NATS_TLS}")
+        try:
+            check_eq(e.start("--input", s.frames, env=s.env).wait(120), 0, f"export exit status: {e.stderr()}")
+            st = e.stats()
+            check_eq((st["offered"], st["exported"], st["export_dropped"], st["duplicates"]), (N, N, 0, 0),
+                     "offered, exported, dropped, duplicates over TLS")
+            check_eq(srv.jsz()["messages"], st["messages"], "the server stored every message published")
+        finally:
             e.cleanup()
-        if srv:
-            srv.cleanup()
-        s.cleanup()
 
 
 def test_nats_wrong_name_refused():
     """The CA is the right one; only the name is wrong: the exporter must not talk to it."""
-    s = Setup()
-    srv = e = None
-    try:
-        srv = nats_tls(s, WRONG)
+    with nats_tls(WRONG) as (s, srv):
         e = Exporter(EXPORT, "tlswrong", [f"tls://127.0.0.1:{srv.port}"], extra=f"[NATS]\n{NATS_TLS}")
-        e.start("--input", s.frames, env=s.env)
-        # Three refused handshakes (each counted) are as many chances to talk to it: the same CA
-        # and client certificate export everything in test_nats_tls_verified.
-        st = wait_for(lambda: (lambda x: x if x and x["connect_failures"] >= 3 else None)(e.stats()),
-                      "the exporter counts its refused connections")
-        check(not st["connected"], f"not connected to a server with the wrong name: {st}")
-        check(st["last_error"].startswith("connect: "), f"the stats say why: {st['last_error']!r}")
-        check_eq(srv.jsz()["messages"], 0, "the server got no message")
-        check_eq(e.stop(), 0, "exporter exit status after SIGTERM")
-        st = e.stats()
-        check_eq((st["offered"], st["exported"], st["export_dropped"]), (N, 0, N),
-                 "every event is counted dropped, none exported")
-    finally:
-        if e:
+        try:
+            e.start("--input", s.frames, env=s.env)
+            # Three refused handshakes (each counted) are as many chances to talk to it: the
+            # same CA and client certificate export everything in test_nats_tls_verified.
+            st = wait_for(lambda: (lambda x: x if x and x["connect_failures"] >= 3 else None)(e.stats()),
+                          "the exporter counts its refused connections")
+            check(not st["connected"], f"not connected to a server with the wrong name: {st}")
+            check(st["last_error"].startswith("connect: "), f"the stats say why: {st['last_error']!r}")
+            check_eq(srv.jsz()["messages"], 0, "the server got no message")
+            check_eq(e.stop(), 0, "exporter exit status after SIGTERM")
+            st = e.stats()
+            check_eq((st["offered"], st["exported"], st["export_dropped"]), (N, 0, N),
+                     "every event is counted dropped, none exported")
+        finally:
             e.cleanup()
-        if srv:
-            srv.cleanup()
-        s.cleanup()
 
 
 def test_nats_down_at_start():
