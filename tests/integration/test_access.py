@@ -142,6 +142,18 @@ def test_snapshot_and_capture_by_role():
                 check_eq(rep["error"], "org.freedesktop.DBus.Error.AccessDenied", f"{role} may not capture ({rep})")
         check_eq(len(active()), 3, "three captures run (control, control2, root)")
 
+        # A capture's packet counters are a live rate of a unit's traffic: for those who see its
+        # packets (root, AllowGroups=, ControlGroups=); GetStats' list of captures likewise.
+        for role in peers:
+            sees = role in ("allowed", "control", "control2", "root")
+            r = as_role(role, "get-property", "org.perfrelay1", paths["root"], "org.perfrelay1.Capture", "Seen")
+            check_eq(r.returncode == 0, sees, f"Seen of root's capture readable by {role}: {r.stderr.strip()}")
+            r = as_role(role, "get-property", "org.perfrelay1", paths["root"], "org.perfrelay1.Capture", "Unit")
+            check_eq(r.returncode, 0, f"what a capture watches is readable by {role}")
+            rc, data = busctl_json(role, "call", *MANAGER, "GetStats")
+            check_eq(len(data[0]["capture"]["data"]["captures"]["data"]) >= 3, sees,
+                     f"GetStats' captures listed to {role}")
+
         # The whole host: root only, unless AllowHostCaptures=yes.
         rep = start_capture(peers["control"], "cgroup=/")
         check(rep["error"] == "org.freedesktop.DBus.Error.AccessDenied" and "AllowHostCaptures" in rep["message"],

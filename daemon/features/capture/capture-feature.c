@@ -336,6 +336,23 @@ static int on_requester_gone(sd_bus_track *track, void *userdata) {
 	return 0;
 }
 
+/* Whether the caller of the method being answered sees every event (root, AllowGroups=,
+ * ControlGroups=): a capture's packet counters, polled, are a live rate of a unit's network
+ * activity, and its packets go to no one else either. No caller: no. */
+static bool caller_sees_all(CaptureFeature *cf, sd_bus *bus) {
+	sd_bus_message *call = sd_bus_get_current_message(bus);
+	sd_bus_error error = SD_BUS_ERROR_NULL;
+	SubscriptionAccess access;
+	uid_t uid;
+	int r;
+
+	if (!call)
+		return false;
+	r = bus_sender_access(manager_bus(cf->feature.manager), call, &uid, &access, &error);
+	sd_bus_error_free(&error);
+	return r >= 0 && access == SUBSCRIPTION_ACCESS_ALL;
+}
+
 static int capture_property_get(
 	sd_bus *bus,
 	const char *path,
@@ -367,6 +384,12 @@ static int capture_property_get(
 		return sd_bus_message_append(reply, "u", s.bytes);
 	if (streq(property, "PacketsPerSecond"))
 		return sd_bus_message_append(reply, "u", s.packets_per_second);
+	if (!caller_sees_all(c->feature, bus))
+		return sd_bus_error_setf(
+			error,
+			SD_BUS_ERROR_ACCESS_DENIED,
+			"The packet counters of capture %u are for root, AllowGroups= and ControlGroups=",
+			c->id);
 	if (streq(property, "Seen"))
 		return sd_bus_message_append(reply, "t", s.stats.seen);
 	if (streq(property, "Captured"))
@@ -722,6 +745,9 @@ static int capture_stats_append(Feature *f, sd_bus_message *m) {
 			{ "captured", t.stats.captured },
 			{ "rate_dropped", t.stats.rate_dropped },
 			{ "failed", t.stats.failed });
+	/* GetStats() answers everyone the totals; each capture, only those who see its packets. */
+	if (cf->captures && !caller_sees_all(cf, sd_bus_message_get_bus(m)))
+		n = 0;
 	if (r >= 0)
 		r = open_entry(m, "captures", "aa{sv}", 'a', "a{sv}");
 	for (size_t i = 0; r >= 0 && i < n; i++) {
