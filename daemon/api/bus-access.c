@@ -385,7 +385,7 @@ int bus_sender_access(
 }
 
 /* The uid's window, a free one, or one whose window is over; NULL when BUS_READERS_KEPT uids
- * read within the last second. */
+ * read within the last second (the caller is then served unlimited). */
 static BusReader *reader_for(Bus *b, uid_t uid, uint64_t now) {
 	BusReader *over = NULL;
 
@@ -395,7 +395,7 @@ static BusReader *reader_for(Bus *b, uid_t uid, uint64_t now) {
 		if (!over && ratelimit_window_over(&b->readers[i].rate, now))
 			over = &b->readers[i];
 	}
-	if (b->n_readers < BUS_READERS_KEPT)
+	if (!over && b->n_readers < BUS_READERS_KEPT)
 		over = &b->readers[b->n_readers++];
 	if (over)
 		*over = (BusReader){ .uid = uid, .rate = { .interval = USEC_PER_SEC } };
@@ -418,9 +418,11 @@ int bus_require_read(
 	if (r < 0 || *ret_uid == 0)
 		return r;
 	rd = reader_for(b, *ret_uid, now);
-	if (rd && ratelimit_window_over(&rd->rate, now))
+	if (!rd)
+		return 0;
+	if (ratelimit_window_over(&rd->rate, now))
 		ratelimit_start(&rd->rate, now, BUS_READS_PER_SECOND);
-	if (rd && ratelimit_take(&rd->rate))
+	if (ratelimit_take(&rd->rate))
 		return 0;
 	b->reads_limited++;
 	return sd_bus_error_setf(

@@ -34,10 +34,12 @@ typedef struct BusSender {
 
 /* The reading methods (GetStats(), ListClients(), ListProducers(), ListProcesses(),
  * GetUnitCounters()): at most BUS_READS_PER_SECOND per uid but root, so that a user's loop
- * costs the main loop a bounded share. BUS_READERS_KEPT uids at once; more, and a new one is
- * refused until a window ends. */
+ * costs the main loop a bounded share. BUS_READERS_KEPT uids at once, twice the system bus's
+ * default connection limit (2048); past it a new uid is served unlimited rather than refused:
+ * the limit shares the main loop, and many uids (a user's subordinate ones) must not lock out
+ * another user's reader (perfrelay-metrics) by filling the table. */
 #define BUS_READS_PER_SECOND 100u
-#define BUS_READERS_KEPT     256u
+#define BUS_READERS_KEPT     4096u
 typedef struct BusReader {
 	uid_t uid;
 	RateLimit rate; /* CLOCK_MONOTONIC usec */
