@@ -6,11 +6,9 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "conf-parser.h"
 #include "macro.h"
@@ -229,7 +227,7 @@ static int set_key(ExportConfig *c, const char *section, const char *k, const ch
 			return set_tls(&c->require_tls, v);
 	} else if (streq(section, "OTLP")) {
 		if (streq(k, "Endpoint"))
-			return *v && (strncmp(v, "http://", 7) == 0 || strncmp(v, "https://", 8) == 0) ?
+			return *v && (startswith(v, "http://") || startswith(v, "https://")) ?
 				set_string(&c->otlp_endpoint, v) :
 				-EINVAL;
 		if (streq(k, "Protocol")) {
@@ -390,6 +388,12 @@ bool export_url_is_loopback(const char *url) {
 	return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
 }
 
+/* A URL as an error message may show it: without its user information. */
+static void url_shown(const char *url, char *buf, size_t size) {
+	snprintf(buf, size, "%s", url);
+	export_url_redact(buf);
+}
+
 /* NATS: TLS when anything asks for it; off loopback it must be asked for, or refused with
  * RequireTLS=no. nats.c checks a certificate's name only when told which name to expect, so a
  * name is always set: TLSServerName=, or the host every server URL names. */
@@ -398,13 +402,12 @@ static const char *check_nats_tls(ExportConfig *c, char *why, size_t size) {
 
 	c->tls = c->tls_ca || c->tls_cert || c->require_tls == EXPORT_TLS_YES;
 	for (size_t i = 0; i < c->n_servers; i++)
-		if (strncmp(c->servers[i], "tls://", 6) == 0)
+		if (startswith(c->servers[i], "tls://"))
 			c->tls = true;
 	for (size_t i = 0; i < c->n_servers; i++) {
 		char shown[256];
 
-		snprintf(shown, sizeof(shown), "%s", c->servers[i]);
-		export_url_redact(shown);
+		url_shown(c->servers[i], shown, sizeof(shown));
 		if (!export_url_host(c->servers[i], host, sizeof(host))) {
 			snprintf(why, size, "[NATS] Servers=%s: no host in the URL", shown);
 			return why;
@@ -442,7 +445,7 @@ static const char *check_nats_tls(ExportConfig *c, char *why, size_t size) {
 int export_config_check(ExportConfig *c, char **ret_error) {
 	char buf[512];
 	const char *why = NULL;
-	bool https = strncmp(c->otlp_endpoint, "https://", 8) == 0;
+	bool https = startswith(c->otlp_endpoint, "https://");
 
 	if ((c->tls_cert != NULL) != (c->tls_key != NULL))
 		why = "[NATS] TLSCert= and TLSKey= go together";
@@ -455,8 +458,7 @@ int export_config_check(ExportConfig *c, char **ret_error) {
 		!https && !export_url_is_loopback(c->otlp_endpoint)) {
 		char shown[256];
 
-		snprintf(shown, sizeof(shown), "%s", c->otlp_endpoint);
-		export_url_redact(shown);
+		url_shown(c->otlp_endpoint, shown, sizeof(shown));
 		snprintf(
 			buf,
 			sizeof(buf),
@@ -503,43 +505,18 @@ int export_config_resolve_credentials(ExportConfig *c, const char *dir) {
 }
 
 int export_config_load_headers(ExportConfig *c, char **ret_error) {
-	char *text = NULL, *line, *next;
+	_cleanup_free_ char *text = NULL;
+	char *line, *next;
 	size_t n = 0;
 	unsigned lineno = 0;
-	int fd, r = 0;
+	int r;
 
 	if (!c->otlp_headers_file)
 		return 0;
-	fd = open(c->otlp_headers_file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	text = fd >= 0 ? malloc(EXPORT_HEADERS_FILE_MAX + 1) : NULL;
-	if (fd < 0 || !text)
-		r = fd < 0 ? -errno : -ENOMEM;
-	while (r == 0) {
-		ssize_t k = read(fd, text + n, EXPORT_HEADERS_FILE_MAX + 1 - n);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			r = -errno;
-		else if (k == 0)
-			break;
-		else if ((n += (size_t) k) > EXPORT_HEADERS_FILE_MAX)
-			r = -EFBIG;
-	}
-	if (fd >= 0)
-		close(fd);
-	if (r < 0) {
-		if (ret_error &&
-		    asprintf(
-			    ret_error,
-			    "[OTLP] HeadersFile=%s: %s",
-			    c->otlp_headers_file,
-			    r == -EFBIG ? "larger than 64 KiB" : strerror(-r)) < 0)
-			*ret_error = NULL;
-		free(text);
-		return r;
-	}
-	text[n] = 0;
+	r = conf_read_file(c->otlp_headers_file, EXPORT_HEADERS_FILE_MAX, &text, &n, ret_error);
+	if (r == -ENOENT && ret_error &&
+	    asprintf(ret_error, "[OTLP] HeadersFile=%s: %s", c->otlp_headers_file, strerror(ENOENT)) < 0)
+		*ret_error = NULL;
 	for (line = text; r == 0 && line; line = next) {
 		next = strchr(line, '\n');
 		if (next)
@@ -558,7 +535,6 @@ int export_config_load_headers(ExportConfig *c, char **ret_error) {
 			    r == -E2BIG ? "too many headers" : "not a \"Name: value\" header") < 0)
 			*ret_error = NULL;
 	}
-	free(text);
 	return r;
 }
 

@@ -75,7 +75,7 @@ struct Exporter {
 	/* Written by the ack thread, read by the main thread. in_flight counts messages,
 	 * in_flight_events their events; exported and duplicates count events. */
 	atomic_uint_fast64_t in_flight, in_flight_events, exported, duplicates, reconnects, acks;
-	atomic_uint_fast64_t connect_failures; /* written by nats.c's reconnect thread */
+	atomic_uint_fast64_t connect_failures; /* nats.c's reconnect thread and the main loop */
 	atomic_bool reclaim; /* set on reconnect: what was in flight before will never be acked */
 
 	/* Main thread only; events. */
@@ -125,9 +125,19 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
 	atomic_fetch_add(&e->acks, 1);
 }
 
-static void note_connect_error(Exporter *e, const char *why) {
+/* A round without a connection, counted (connect_failures), and why, for the stats' last_error:
+ * nats.c's text for status s, else its status's name, else (s NATS_OK: nats.c kept no error)
+ * if_ok. Any thread. */
+static void connect_failed(Exporter *e, natsStatus s, const char *text, const char *if_ok) {
+	atomic_fetch_add(&e->connect_failures, 1);
 	pthread_mutex_lock(&e->lock);
-	snprintf(e->connect_error, sizeof(e->connect_error), "connect: %s", why);
+	snprintf(
+		e->connect_error,
+		sizeof(e->connect_error),
+		"connect: %s",
+		s == NATS_OK          ? if_ok :
+			text && *text ? text :
+					natsStatus_GetText(s));
 	pthread_mutex_unlock(&e->lock);
 }
 
@@ -143,12 +153,7 @@ static int64_t on_connect_failed(natsConnection *nc, int attempts, void *userdat
 	const char *text = NULL;
 	natsStatus why = natsConnection_GetLastError(nc, &text);
 
-	atomic_fetch_add(&e->connect_failures, 1);
-	note_connect_error(
-		e,
-		why == NATS_OK        ? "no server answered" :
-			text && *text ? text :
-					natsStatus_GetText(why));
+	connect_failed(e, why, text, "no server answered");
 	return RECONNECT_WAIT_MS + (int64_t) (perfrelay_mix64((uintptr_t) e, (uint64_t) attempts) % 100);
 }
 
@@ -206,10 +211,7 @@ static int connect_now(Exporter *e, uint64_t now) {
 
 	s = natsConnection_Connect(&e->nc, e->opts);
 	if (s != NATS_OK && s != NATS_NOT_YET_CONNECTED) {
-		const char *text = nats_GetLastError(NULL);
-
-		atomic_fetch_add(&e->connect_failures, 1);
-		note_connect_error(e, text && *text ? text : natsStatus_GetText(s));
+		connect_failed(e, s, nats_GetLastError(NULL), NULL);
 		natsConnection_Destroy(e->nc);
 		e->nc = NULL;
 		e->next_connect_ms = now + RECONNECT_WAIT_MS;
@@ -557,8 +559,7 @@ static void connection_closed(Exporter *e, uint64_t now) {
 	const char *text = NULL;
 	natsStatus why = natsConnection_GetLastError(e->nc, &text);
 
-	atomic_fetch_add(&e->connect_failures, 1);
-	note_connect_error(e, why == NATS_OK ? "closed" : text && *text ? text : natsStatus_GetText(why));
+	connect_failed(e, why, text, "closed");
 	if (e->messages > 0)
 		reclaim_in_flight(e);
 	jsCtx_Destroy(e->js);

@@ -277,7 +277,7 @@ static int request_start(OtlpTarget *t, Request *r) {
 	}
 	curl_easy_setopt(e, CURLOPT_URL, t->url);
 	/* The endpoint's scheme only: no redirect or proxy turns https into http. */
-	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, strncmp(t->url, "https://", 8) == 0 ? "https" : "http");
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, startswith(t->url, "https://") ? "https" : "http");
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
 	curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body);

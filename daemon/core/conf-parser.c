@@ -343,9 +343,7 @@ int conf_parse_text(
 	return 0;
 }
 
-/* Reads a whole config file, refusing anything but a regular file of at most max_bytes. Returns
- * -ENOENT (without an error message) if it does not exist. */
-static int read_file(const char *path, size_t max_bytes, char **ret, size_t *ret_size, char **ret_error) {
+int conf_read_file(const char *path, size_t max_bytes, char **ret, size_t *ret_size, char **ret_error) {
 	_cleanup_close_ int fd = -EBADF;
 	_cleanup_free_ char *buf = NULL;
 	size_t size = 0;
@@ -381,6 +379,7 @@ static int read_file(const char *path, size_t max_bytes, char **ret, size_t *ret
 	if (size > max_bytes)
 		return conf_file_error(ret_error, -EFBIG, path, "file is larger than %zu bytes", max_bytes);
 
+	buf[size] = 0; /* the one byte more: size <= max_bytes */
 	*ret = TAKE_PTR(buf);
 	*ret_size = size;
 	return 0;
@@ -392,7 +391,7 @@ static int load_file(
 	size_t size = 0;
 	int r;
 
-	r = read_file(path, max_bytes, &text, &size, ret_error);
+	r = conf_read_file(path, max_bytes, &text, &size, ret_error);
 	if (r == -ENOENT)
 		return 0;
 	if (r < 0)

@@ -45,6 +45,10 @@ int conf_parse_text(
 	size_t size,
 	const char *filename,
 	char **ret_error);
+/* Reads a whole file (NUL-terminated past *ret_size), refusing anything but a regular file of at
+ * most max_bytes; the message names the file. Returns -ENOENT (without a message) if it does not
+ * exist. */
+int conf_read_file(const char *path, size_t max_bytes, char **ret, size_t *ret_size, char **ret_error);
 /* main_path (absent: fine) and then the NAME.conf files of dropin_dir (absent: fine), in lexical order;
  * files must be regular and at most max_file_bytes. */
 int conf_parse_files(
