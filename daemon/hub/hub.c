@@ -478,6 +478,16 @@ _Static_assert(PERFRELAY_SHARED_FRAME_MAX + 16u <= SHARED_RING_MIN / 4, "a share
  * (HubClientOptions.redact): the ancestors the process table knows ran as that uid, the others
  * left out (an ancestor the table does not hold, or holds without a uid, is left out: fail
  * closed). r->removed false: nothing to leave out, the event as it is. */
+/* *view: ev, over a copy of its record in buf (PERFRELAY_RECORD_MAX bytes) that the caller
+ * then changes. */
+static void view_on_copy(const DecodedEvent *ev, uint8_t *buf, DecodedEvent *view) {
+	memcpy(buf, ev->record, ev->record_size);
+	*view = *ev;
+	view->record = buf;
+	view->payload = buf + sizeof(struct perfrelay_hdr);
+	view->comm = ev->comm ? (const char *) buf + ((const uint8_t *) ev->comm - ev->record) : NULL;
+}
+
 typedef struct Redaction {
 	bool done;
 	uint32_t uid;
@@ -507,14 +517,10 @@ static void redact_ancestors(Hub *h, HubSlot *s, const DecodedEvent *ev, uint32_
 	if (kept == n)
 		return;
 	memset(a + kept, 0, (PERFRELAY_ANCESTORS_MAX - kept) * sizeof(*a));
-	memcpy(s->redacted, ev->record, ev->record_size);
+	view_on_copy(ev, s->redacted, &r->ev);
 	memcpy(s->redacted + offsetof(struct perfrelay_exec, ancestors), a, sizeof(a));
 	memcpy(s->redacted + offsetof(struct perfrelay_exec, n_ancestors), &kept, sizeof(kept));
 	r->removed = true;
-	r->ev = *ev;
-	r->ev.record = s->redacted;
-	r->ev.payload = s->redacted + sizeof(struct perfrelay_hdr);
-	r->ev.comm = ev->comm ? (const char *) s->redacted + ((const uint8_t *) ev->comm - ev->record) : NULL;
 }
 
 /* The event as a client whose "ancestor" filter took it for its incomplete lineage gets it:
@@ -530,16 +536,13 @@ typedef struct Flagged {
 } Flagged;
 
 static void flag_incomplete(HubSlot *s, const DecodedEvent *ev, uint32_t uid, Flagged *f) {
-	*f = (Flagged){ .base = ev, .base_uid = uid, .ev = *ev, .json_len = -1 };
+	*f = (Flagged){ .base = ev, .base_uid = uid, .json_len = -1 };
 	if (ev->record_size > PERFRELAY_RECORD_MAX)
 		return; /* a packet: no process, no lineage */
 	f->ok = true;
-	memcpy(s->flagged, ev->record, ev->record_size);
+	view_on_copy(ev, s->flagged, &f->ev);
 	s->flagged[offsetof(struct perfrelay_hdr, flags)] |= PERFRELAY_HDR_LINEAGE_INCOMPLETE;
 	f->ev.hdr.flags |= PERFRELAY_HDR_LINEAGE_INCOMPLETE;
-	f->ev.record = s->flagged;
-	f->ev.payload = s->flagged + sizeof(struct perfrelay_hdr);
-	f->ev.comm = ev->comm ? (const char *) s->flagged + ((const uint8_t *) ev->comm - ev->record) : NULL;
 }
 
 void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev_in, const char *unit, Lineage *lineage) {
