@@ -12,9 +12,9 @@
 
 #include <bpf/btf.h>
 
-#include "btfrec.h"
-#include "decode.h"
-#include "encode.h"
+#include "decode/btfrec.h"
+#include "decode/decode.h"
+#include "hub/encode.h"
 #include "event.h"
 
 #define ROUNDS  1000000u

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "cpuset.h"
+#include "kernel/cpuset.h"
 
 typedef struct LoadOptions {
 	const CpuSet *cpus; /* one load thread per CPU */

@@ -15,7 +15,7 @@
 #include "load.h"
 #include "macro.h"
 #include "perfbuf.h"
-#include "perfring-open.h"
+#include "kernel/perfring-open.h"
 
 /* Only for noticing the stop request: wakeups come from the rings. */
 #define PERFBUF_POLL_MS 20

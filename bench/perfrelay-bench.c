@@ -18,7 +18,7 @@
 #include <bpf/libbpf.h>
 
 #include "consumer.h"
-#include "cpuset.h"
+#include "kernel/cpuset.h"
 #include "load.h"
 #include "macro.h"
 #include "perfbuf.h"

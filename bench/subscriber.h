@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "consumer.h"
-#include "perfrelay.h"
+#include "lib/perfrelay.h"
 
 typedef struct Subscriber Subscriber;
 

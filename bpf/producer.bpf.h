@@ -28,7 +28,7 @@
  * before load: a pinned map is only reused when its definition matches, and the daemon
  * creates "events" with one slot per possible CPU.
  *
- * Accounting contract (see DESIGN.md): every call counts one attempt for (producer, CPU) and
+ * Accounting contract (docs/design.md): every call counts one attempt for (producer, CPU) and
  * every failed output one failure, so attempts = received + failures (+ crash_lost after a
  * daemon died) holds per producer. The header's seq is the attempt number, so a gap in what
  * the daemon receives proves loss.

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* perfrelay-export's configuration (docs/export.md lists every key): its schema, read by the
  * daemon's INI parser (conf-parser.h), so both read files the same way and say the same errors. */
-#include "export-config.h"
+#include "export/export-config.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conf-parser.h"
+#include "base/conf-parser.h"
 #include "macro.h"
 
 int export_config_new(ExportConfig **ret) {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* perfrelay-export's stats file, written with json-c. */
-#include "export-stats.h"
+#include "export/export-stats.h"
 
 #include <errno.h>
 #include <json-c/json.h>

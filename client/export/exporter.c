@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* JetStream publishing for perfrelay-export: batches → queue → async publish → ack, retry or counted drop. */
-#include "exporter.h"
+#include "export/exporter.h"
 
 #include <endian.h>
 #include <errno.h>
@@ -12,8 +12,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "decode.h"
-#include "export-frame.h"
+#include "decode/decode.h"
+#include "common/export-frame.h"
 #include "macro.h"
 #include "time-util.h"
 

@@ -11,8 +11,8 @@
 #include <stdint.h>
 
 #include "event.h"
-#include "export-config.h"
-#include "export-stats.h"
+#include "export/export-config.h"
+#include "export/export-stats.h"
 
 typedef struct Exporter Exporter;
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* OTLP logs requests and responses, protobuf (protobuf-c) and JSON (json-c). */
-#include "otlp-encode.h"
+#include "export/otlp-encode.h"
 
 #include <errno.h>
 #include <inttypes.h>

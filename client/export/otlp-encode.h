@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "export-config.h"
+#include "export/export-config.h"
 
 typedef struct OtlpResource {
 	const char *host;    /* host.name */

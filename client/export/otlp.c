@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* OTLP/HTTP logs export: batches, libcurl multi, retries and counters. */
-#include "otlp.h"
+#include "export/otlp.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -10,8 +10,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "decode.h"
-#include "encode.h"
+#include "decode/decode.h"
+#include "hub/encode.h"
 #include "json-util.h"
 #include "macro.h"
 #include "time-util.h"

@@ -10,9 +10,9 @@
 #include <stdint.h>
 
 #include "event.h"
-#include "export-config.h"
-#include "export-stats.h"
-#include "otlp-encode.h"
+#include "export/export-config.h"
+#include "export/export-stats.h"
+#include "export/otlp-encode.h"
 
 typedef struct OtlpTarget OtlpTarget;
 

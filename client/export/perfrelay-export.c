@@ -18,13 +18,13 @@
 
 #include <curl/curl.h>
 
-#include "export-config.h"
-#include "export-frame.h"
-#include "exporter.h"
+#include "export/export-config.h"
+#include "common/export-frame.h"
+#include "export/exporter.h"
 #include "macro.h"
-#include "otlp.h"
+#include "export/otlp.h"
 #include "perfrelay-config.h"
-#include "perfrelay-util.h"
+#include "common/perfrelay-util.h"
 #include "time-util.h"
 
 #define CONFIG_DEFAULT    "/etc/perfrelay/export.conf"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The request parser of perfrelay-metrics: request line, then headers up to the empty line. */
-#include "http-request.h"
+#include "metrics/http-request.h"
 
 #include <string.h>
 #include <strings.h>

@@ -19,8 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bus-json.h"
-#include "http-request.h"
+#include "common/bus-json.h"
+#include "metrics/http-request.h"
 #include "json-util.h"
 #include "macro.h"
 
@@ -148,144 +148,190 @@ static void collect_list(
 	}
 }
 
+static const struct {
+	const char *prop, *name, *help;
+} daemon_counters[] = {
+	{ "EventsReceived", "perfrelay_events_received", "Valid records the readers took from the rings." },
+	{ "EventsDelivered", "perfrelay_events_delivered", "Events given to a client." },
+	{ "EventsLost", "perfrelay_events_lost", "Records the kernel reported lost (ring full)." },
+	{ "ProducerFailures",
+	  "perfrelay_producer_failures",
+	  "bpf_perf_event_output() failures of all producers." },
+	{ "ClientDrops", "perfrelay_client_drops", "Events dropped for clients whose queue was full." },
+};
+/* GetStats() key, metric name, help (docs/dbus.md "GetStats" says what each counts). */
+static const char *const producer_fields[][3] = {
+	{ "attempts",
+	  "perfrelay_producer_attempts",
+	  "Emits attempted by the producer (pinned counters), since the pins were made." },
+	{ "received",
+	  "perfrelay_producer_received",
+	  "Valid records of the producer read by every daemon, since the pins were made." },
+	{ "failures",
+	  "perfrelay_producer_emit_failures",
+	  "Attempts the kernel did not take, since the pins were made." },
+	{ "failures_downtime",
+	  "perfrelay_producer_emit_failures_downtime",
+	  "The part of the failures counted while no daemon served." },
+	{ "malformed", "perfrelay_producer_malformed", "Records of the producer the decoder rejected." },
+	{ "crash_lost",
+	  "perfrelay_producer_crash_lost",
+	  "Records accepted into the rings of a daemon that died before reading them." },
+	{ "seq_gaps",
+	  "perfrelay_producer_seq_gaps",
+	  "Attempt numbers no record carried (the independent gap detector)." },
+};
+static const char *const cpu_fields[][3] = {
+	{ "received", "perfrelay_cpu_events_received", "Valid records this daemon read from the CPU's ring." },
+	{ "lost", "perfrelay_cpu_events_lost", "PERF_RECORD_LOST counts of the CPU's ring." },
+	{ "malformed", "perfrelay_cpu_malformed", "Records of the CPU's ring the decoder rejected." },
+	{ "failures",
+	  "perfrelay_cpu_producer_failures",
+	  "Emit failures on the CPU, every producer, since the pins were made." },
+	{ "corrupt", "perfrelay_cpu_corrupt", "Times the ring's framing was broken and skipped." },
+};
+static const char *const client_fields[][3] = {
+	{ "offered", "perfrelay_client_events_offered", "Events offered to every client of this daemon." },
+	{ "delivered", "perfrelay_client_events_sent", "Events written to every client of this daemon." },
+	{ "dropped",
+	  "perfrelay_client_events_dropped",
+	  "Events dropped for every client of this daemon (queue full, gone)." },
+};
+/* Sections of GetStats() with plain figures: key, metric, type, help. */
+static const struct {
+	const char *section;
+	const char *fields[8][4];
+} plain_sections[] = {
+	{ "recorder",
+	  { { "written", "perfrelay_recorder_written", "counter", "Records the flight recorder's rings took." },
+	    { "paused",
+	      "perfrelay_recorder_paused",
+	      "counter",
+	      "Recorder outputs refused while a snapshot paused a ring." },
+	    { "failed",
+	      "perfrelay_recorder_failed",
+	      "counter",
+	      "Recorder outputs refused otherwise (no ring on the CPU)." },
+	    { "snapshots", "perfrelay_recorder_snapshots", "counter", "Flight recorder snapshots taken." } } },
+	{ "capture",
+	  { { "started", "perfrelay_captures_started", "counter", "Packet captures started." },
+	    { "stopped", "perfrelay_captures_stopped", "counter", "Packet captures ended." },
+	    { "refused", "perfrelay_captures_refused", "counter", "Packet captures refused over MaxCaptures=." },
+	    { "seen", "perfrelay_capture_packets_seen", "counter", "Packets the captures' programs saw." },
+	    { "captured", "perfrelay_capture_packets_captured", "counter", "Packets the captures wrote to the rings." },
+	    { "rate_dropped",
+	      "perfrelay_capture_packets_rate_dropped",
+	      "counter",
+	      "Packets over a capture's packets per second." },
+	    { "failed",
+	      "perfrelay_capture_packets_failed",
+	      "counter",
+	      "Packets not written to a ring (full, or no daemon serving)." } } },
+	{ "shared",
+	  { { "rings", "perfrelay_shared_rings", "gauge", "Shared ring sets now (docs/shared-ring.md)." },
+	    { "bytes", "perfrelay_shared_bytes", "gauge", "Memory of the shared ring sets." },
+	    { "clients", "perfrelay_shared_clients", "gauge", "Socket subscribers reading a shared ring." },
+	    { "fallbacks",
+	      "perfrelay_shared_fallbacks",
+	      "counter",
+	      "Clients that asked for a shared ring and were served on the socket (limits)." },
+	    { "hostile",
+	      "perfrelay_shared_hostile",
+	      "counter",
+	      "Shared ring members closed for fighting the writer over their position." },
+	    { "moved",
+	      "perfrelay_shared_moved",
+	      "counter",
+	      "Shared ring members moved to a fresh ring set (another member's access revoked)." } } },
+	{ "producer_scan",
+	  { { "scans", "perfrelay_producer_scans", "counter", "Scans for third-party producers." },
+	    { "refused",
+	      "perfrelay_producer_types_refused",
+	      "gauge",
+	      "Declared third-party record types refused a decoder (current scan)." },
+	    { "bad_declarations",
+	      "perfrelay_producer_bad_declarations",
+	      "gauge",
+	      "Malformed or duplicate declarations (current scan)." } } },
+};
+
+/* True if `key` of GetStats() is read above (the headline figures, producers[], cpus[],
+ * clients) or by plain_sections[]. */
+static bool section_known(const char *key) {
+	static const char *const read_above[] = { "total", "producers", "cpus", "clients" };
+
+	for (size_t i = 0; i < ELEMENTSOF(read_above); i++)
+		if (streq(key, read_above[i]))
+			return true;
+	for (size_t i = 0; i < ELEMENTSOF(plain_sections); i++)
+		if (streq(key, plain_sections[i].section))
+			return true;
+	return false;
+}
+
+/* A name of the exposition formats' alphabet, as GetStats() keys are: [a-z0-9_]. */
+static bool metric_name_ok(const char *s) {
+	if (!*s)
+		return false;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_'))
+			return false;
+	return true;
+}
+
+/* The sections of GetStats() with plain figures: those of plain_sections[] with their names,
+ * types and help, then every other one (a feature's section this table does not know yet, as
+ * the worked example's "served" in docs/architecture.md) as gauges perfrelay_<section>_<key>,
+ * so that a new feature's figures are scraped without an edit here (docs/metrics.md). */
+static void collect_sections(Out *o, json_object *stats) {
+	json_object *section;
+
+	for (size_t i = 0; i < ELEMENTSOF(plain_sections); i++) {
+		if (!json_object_object_get_ex(stats, plain_sections[i].section, &section))
+			continue;
+		for (size_t k = 0; k < ELEMENTSOF(plain_sections[i].fields) && plain_sections[i].fields[k][0];
+		     k++) {
+			const char *const *f = plain_sections[i].fields[k];
+
+			family(o, f[1], f[2], f[3]);
+			sample(o, f[1], streq(f[2], "counter"), NULL, jget_u64(section, f[0]));
+		}
+	}
+	json_object_object_foreach(stats, key, value) {
+		if (section_known(key) || !metric_name_ok(key) ||
+		    !json_object_is_type(value, json_type_object))
+			continue;
+		json_object_object_foreach(value, field, figure) {
+			char name[256], help[300];
+
+			if (!metric_name_ok(field) || !json_object_is_type(figure, json_type_int))
+				continue;
+			if (snprintf(name, sizeof(name), "perfrelay_%s_%s", key, field) >= (int) sizeof(name))
+				continue;
+			snprintf(help, sizeof(help), "GetStats() %s.%s (docs/dbus.md).", key, field);
+			family(o, name, "gauge", help);
+			sample(o, name, false, NULL, json_object_get_uint64(figure));
+		}
+	}
+}
+
 /* The daemon's part: the properties for the headline figures, GetStats() (the one snapshot
  * perfrelayctl stats prints) for everything per producer, per CPU and per client. Returns 0,
  * or a negative errno when the daemon did not answer (then perfrelay_up is 0 and no daemon
  * sample is written: the text goes to a side buffer first, so a call that fails half-way
  * leaves no half family). */
 static int collect_daemon(sd_bus *bus, Out *o) {
-	static const struct {
-		const char *prop, *name, *help;
-	} counters[] = {
-		{ "EventsReceived",
-		  "perfrelay_events_received",
-		  "Valid records the readers took from the rings." },
-		{ "EventsDelivered", "perfrelay_events_delivered", "Events given to a client." },
-		{ "EventsLost", "perfrelay_events_lost", "Records the kernel reported lost (ring full)." },
-		{ "ProducerFailures",
-		  "perfrelay_producer_failures",
-		  "bpf_perf_event_output() failures of all producers." },
-		{ "ClientDrops", "perfrelay_client_drops", "Events dropped for clients whose queue was full." },
-	};
-	/* GetStats() key, metric name, help (docs/dbus.md "GetStats" says what each counts). */
-	static const char *const producer_fields[][3] = {
-		{ "attempts",
-		  "perfrelay_producer_attempts",
-		  "Emits attempted by the producer (pinned counters), since the pins were made." },
-		{ "received",
-		  "perfrelay_producer_received",
-		  "Valid records of the producer read by every daemon, since the pins were made." },
-		{ "failures",
-		  "perfrelay_producer_emit_failures",
-		  "Attempts the kernel did not take, since the pins were made." },
-		{ "failures_downtime",
-		  "perfrelay_producer_emit_failures_downtime",
-		  "The part of the failures counted while no daemon served." },
-		{ "malformed", "perfrelay_producer_malformed", "Records of the producer the decoder rejected." },
-		{ "crash_lost",
-		  "perfrelay_producer_crash_lost",
-		  "Records accepted into the rings of a daemon that died before reading them." },
-		{ "seq_gaps",
-		  "perfrelay_producer_seq_gaps",
-		  "Attempt numbers no record carried (the independent gap detector)." },
-	};
-	static const char *const cpu_fields[][3] = {
-		{ "received",
-		  "perfrelay_cpu_events_received",
-		  "Valid records this daemon read from the CPU's ring." },
-		{ "lost", "perfrelay_cpu_events_lost", "PERF_RECORD_LOST counts of the CPU's ring." },
-		{ "malformed", "perfrelay_cpu_malformed", "Records of the CPU's ring the decoder rejected." },
-		{ "failures",
-		  "perfrelay_cpu_producer_failures",
-		  "Emit failures on the CPU, every producer, since the pins were made." },
-		{ "corrupt", "perfrelay_cpu_corrupt", "Times the ring's framing was broken and skipped." },
-	};
-	static const char *const client_fields[][3] = {
-		{ "offered",
-		  "perfrelay_client_events_offered",
-		  "Events offered to every client of this daemon." },
-		{ "delivered", "perfrelay_client_events_sent", "Events written to every client of this daemon." },
-		{ "dropped",
-		  "perfrelay_client_events_dropped",
-		  "Events dropped for every client of this daemon (queue full, gone)." },
-	};
-	/* Sections of GetStats() with plain figures: key, metric, type, help. */
-	static const struct {
-		const char *section;
-		const char *fields[8][4];
-	} sections[] = {
-		{ "recorder",
-		  { { "written", "perfrelay_recorder_written", "counter", "Records the flight recorder's rings took." },
-		    { "paused",
-		      "perfrelay_recorder_paused",
-		      "counter",
-		      "Recorder outputs refused while a snapshot paused a ring." },
-		    { "failed",
-		      "perfrelay_recorder_failed",
-		      "counter",
-		      "Recorder outputs refused otherwise (no ring on the CPU)." },
-		    { "snapshots",
-		      "perfrelay_recorder_snapshots",
-		      "counter",
-		      "Flight recorder snapshots taken." } } },
-		{ "capture",
-		  { { "started", "perfrelay_captures_started", "counter", "Packet captures started." },
-		    { "stopped", "perfrelay_captures_stopped", "counter", "Packet captures ended." },
-		    { "refused",
-		      "perfrelay_captures_refused",
-		      "counter",
-		      "Packet captures refused over MaxCaptures=." },
-		    { "seen", "perfrelay_capture_packets_seen", "counter", "Packets the captures' programs saw." },
-		    { "captured",
-		      "perfrelay_capture_packets_captured",
-		      "counter",
-		      "Packets the captures wrote to the rings." },
-		    { "rate_dropped",
-		      "perfrelay_capture_packets_rate_dropped",
-		      "counter",
-		      "Packets over a capture's packets per second." },
-		    { "failed",
-		      "perfrelay_capture_packets_failed",
-		      "counter",
-		      "Packets not written to a ring (full, or no daemon serving)." } } },
-		{ "shared",
-		  { { "rings", "perfrelay_shared_rings", "gauge", "Shared ring sets now (docs/shared-ring.md)." },
-		    { "bytes", "perfrelay_shared_bytes", "gauge", "Memory of the shared ring sets." },
-		    { "clients", "perfrelay_shared_clients", "gauge", "Socket subscribers reading a shared ring." },
-		    { "fallbacks",
-		      "perfrelay_shared_fallbacks",
-		      "counter",
-		      "Clients that asked for a shared ring and were served on the socket (limits)." },
-		    { "hostile",
-		      "perfrelay_shared_hostile",
-		      "counter",
-		      "Shared ring members closed for fighting the writer over their position." },
-		    { "moved",
-		      "perfrelay_shared_moved",
-		      "counter",
-		      "Shared ring members moved to a fresh ring set (another member's access revoked)." } } },
-		{ "producer_scan",
-		  { { "scans", "perfrelay_producer_scans", "counter", "Scans for third-party producers." },
-		    { "refused",
-		      "perfrelay_producer_types_refused",
-		      "gauge",
-		      "Declared third-party record types refused a decoder (current scan)." },
-		    { "bad_declarations",
-		      "perfrelay_producer_bad_declarations",
-		      "gauge",
-		      "Malformed or duplicate declarations (current scan)." } } },
-	};
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-	json_object *stats = NULL, *list = NULL, *clients = NULL, *section = NULL;
+	json_object *stats = NULL, *list = NULL, *clients = NULL;
 	_cleanup_free_ char *text = NULL;
 	size_t size = 0;
-	uint64_t v[ELEMENTSOF(counters)];
+	uint64_t v[ELEMENTSOF(daemon_counters)];
 	uint32_t n_clients, readers;
 	Out side = { .om = o->om };
 	int r;
 
-	for (size_t i = 0; i < ELEMENTSOF(counters); i++) {
-		r = get_u64(bus, counters[i].prop, &v[i]);
+	for (size_t i = 0; i < ELEMENTSOF(daemon_counters); i++) {
+		r = get_u64(bus, daemon_counters[i].prop, &v[i]);
 		if (r < 0)
 			return r;
 	}
@@ -308,9 +354,9 @@ static int collect_daemon(sd_bus *bus, Out *o) {
 		json_object_put(stats);
 		return -ENOMEM;
 	}
-	for (size_t i = 0; i < ELEMENTSOF(counters); i++) {
-		family(&side, counters[i].name, "counter", counters[i].help);
-		sample(&side, counters[i].name, true, NULL, v[i]);
+	for (size_t i = 0; i < ELEMENTSOF(daemon_counters); i++) {
+		family(&side, daemon_counters[i].name, "counter", daemon_counters[i].help);
+		sample(&side, daemon_counters[i].name, true, NULL, v[i]);
 	}
 	family(&side, "perfrelay_clients", "gauge", "Socket subscribers connected now.");
 	sample(&side, "perfrelay_clients", false, NULL, n_clients);
@@ -325,16 +371,7 @@ static int collect_daemon(sd_bus *bus, Out *o) {
 			family(&side, client_fields[k][1], "counter", client_fields[k][2]);
 			sample(&side, client_fields[k][1], true, NULL, jget_u64(clients, client_fields[k][0]));
 		}
-	for (size_t i = 0; i < ELEMENTSOF(sections); i++) {
-		if (!json_object_object_get_ex(stats, sections[i].section, &section))
-			continue;
-		for (size_t k = 0; k < ELEMENTSOF(sections[i].fields) && sections[i].fields[k][0]; k++) {
-			const char *const *f = sections[i].fields[k];
-
-			family(&side, f[1], f[2], f[3]);
-			sample(&side, f[1], streq(f[2], "counter"), NULL, jget_u64(section, f[0]));
-		}
-	}
+	collect_sections(&side, stats);
 	json_object_put(stats);
 	/* Without them (a daemon that lacks the method) the rest still stands. */
 	(void) collect_units(bus, &side);

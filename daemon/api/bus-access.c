@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bus-internal.h"
-#include "filter.h"
-#include "log.h"
+#include "api/bus-internal.h"
+#include "hub/filter.h"
+#include "base/log.h"
 
 uint64_t bus_now(Bus *b) {
 	uint64_t t = 0;

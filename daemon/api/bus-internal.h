@@ -5,12 +5,12 @@
 
 #include <systemd/sd-bus.h>
 
-#include "bus.h"
+#include "api/bus.h"
 #include "json-util.h"
 #include "list.h"
-#include "ratelimit.h"
-#include "request.h"
-#include "server.h"
+#include "api/ratelimit.h"
+#include "hub/request.h"
+#include "api/server.h"
 #include "time-util.h"
 
 /* The window of BusEventsPerSecond=: at most that many Event signals per subscriber in it. */

@@ -6,10 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bus-internal.h"
-#include "decode.h"
-#include "filter.h"
-#include "log.h"
+#include "api/bus-internal.h"
+#include "decode/decode.h"
+#include "hub/filter.h"
+#include "base/log.h"
 
 /* Subscriptions ----------------------------------------------------------------------------- */
 

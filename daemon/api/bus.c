@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bus-internal.h"
-#include "log.h"
+#include "api/bus-internal.h"
+#include "base/log.h"
 
 /* Losing the bus ------------------------------------------------------------------------- */
 

@@ -4,7 +4,7 @@
  * thread only: reader threads never see sd-bus; bus subscribers get their events through
  * ordinary hub clients whose frames the main thread takes from the hub (hub_client_consume())
  * and sends as signals. The files: bus.c (connection, parts), bus-access.c (who calls and what
- * they may do: bus-access.h), bus-monitor.c (Subscribe()). The Manager object's own part is the
+ * they may do: bus-access.c), bus-monitor.c (Subscribe()). The Manager object's own part is the
  * manager's (manager-bus.c); each feature adds its own (feature.h). */
 #pragma once
 
@@ -15,10 +15,10 @@
 #include <systemd/sd-bus.h>
 #include <systemd/sd-event.h>
 
-#include "config.h"
-#include "hub.h"
-#include "request.h"
-#include "users.h"
+#include "config/config.h"
+#include "hub/hub.h"
+#include "hub/request.h"
+#include "api/users.h"
 
 typedef struct Bus Bus;
 

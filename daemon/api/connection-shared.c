@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "filter.h"
-#include "log.h"
-#include "server-internal.h"
+#include "hub/filter.h"
+#include "base/log.h"
+#include "api/server-internal.h"
 
 static bool match_shared(const void *filter, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
 	return filter_match(filter, ev, unit, lineage);

@@ -8,10 +8,10 @@
 
 #include "perfrelay-config.h"
 
-#include "encode.h"
-#include "filter.h"
-#include "log.h"
-#include "server-internal.h"
+#include "hub/encode.h"
+#include "hub/filter.h"
+#include "base/log.h"
+#include "api/server-internal.h"
 #include "time-util.h"
 
 /* Lines written directly, outside the hub ------------------------------------------------- */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* A token bucket by windows (see ratelimit.h). */
-#include "ratelimit.h"
+#include "api/ratelimit.h"
 
 bool ratelimit_window_over(const RateLimit *rl, uint64_t now) {
 	return rl->begin == 0 || now >= rl->begin + rl->interval;

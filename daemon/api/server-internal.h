@@ -6,10 +6,10 @@
 
 #include <sys/socket.h>
 
-#include "fanout.h"
+#include "hub/shared-ring-writer.h"
 #include "list.h"
-#include "request.h"
-#include "server.h"
+#include "hub/request.h"
+#include "api/server.h"
 
 /* The kernel's SCM_MAX_FD: the most descriptors one message can carry. */
 #define SERVER_SCM_MAX_FD            253
@@ -32,7 +32,7 @@
 typedef struct Connection Connection;
 typedef struct SharedEntry SharedEntry;
 
-/* One shared ring set (fanout.h) and the subscription all its members asked for, keyed by what
+/* One shared ring set (shared-ring-writer.h) and the subscription all its members asked for, keyed by what
  * decides the bytes in it: format, unit frames, the access class, the filters. */
 struct SharedEntry {
 	Server *server;

@@ -14,8 +14,8 @@
 
 #include "perfrelay-config.h"
 
-#include "log.h"
-#include "server-internal.h"
+#include "base/log.h"
+#include "api/server-internal.h"
 #include "time-util.h"
 
 static int on_accept_resume(sd_event_source *es, uint64_t usec, void *userdata) {

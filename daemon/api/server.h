@@ -9,10 +9,10 @@
 
 #include <systemd/sd-event.h>
 
-#include "config.h"
-#include "hub.h"
-#include "request.h"
-#include "users.h"
+#include "config/config.h"
+#include "hub/hub.h"
+#include "hub/request.h"
+#include "api/users.h"
 
 #define PROTOCOL_VERSION 1u
 #define SCHEMA_VERSION   3u

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Per-user accounting (users.h). A few hundred uids at most hold anything (MaxClients=), so a
  * plain array searched linearly, on connect and subscribe only, is enough. */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 
-#include "users.h"
+#include "api/users.h"
 
 typedef struct UserCharge {
 	uid_t uid;
@@ -100,8 +101,15 @@ int users_charge(
 }
 
 void users_release(Users *u, uid_t uid, bool pooled, unsigned clients, uint64_t bytes) {
-	UserCharge *c = find(u, uid);
+	UserCharge *c;
 
+	if (clients == 0 && bytes == 0)
+		return;
+	c = find(u, uid);
+	/* Only what was charged comes back: more is a double release, a bug of the caller's
+	 * bookkeeping. It aborts where assertions are on; elsewhere the counts stay clamped at 0. */
+	assert(c && clients <= c->clients && bytes <= c->bytes);
+	assert(!pooled || uid == 0 || (clients <= u->others_clients && bytes <= u->others_bytes));
 	if (!c)
 		return;
 	clients = MIN(clients, c->clients);

@@ -57,7 +57,8 @@ int users_charge(
 	unsigned clients,
 	uint64_t bytes,
 	UsersRefusal *ret_refusal);
-/* Gives back what users_charge() took (in any pieces, each with the `pooled` it was taken with). */
+/* Gives back what users_charge() took (in any pieces, each with the `pooled` it was taken with).
+ * Giving back more than was taken (a double release) fails an assertion. */
 void users_release(Users *u, uid_t uid, bool pooled, unsigned clients, uint64_t bytes);
 /* What uid holds now. */
 void users_get(const Users *u, uid_t uid, unsigned *ret_clients, uint64_t *ret_bytes);

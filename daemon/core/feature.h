@@ -14,8 +14,8 @@
 #include <systemd/sd-bus.h>
 #include <systemd/sd-event.h>
 
-#include "config.h"
-#include "stats.h"
+#include "config/config.h"
+#include "core/stats.h"
 
 typedef struct Feature Feature;
 typedef struct FeatureVtable FeatureVtable;

@@ -3,7 +3,7 @@
  * cgroups and the stats snapshot. */
 #include "perfrelay-config.h"
 
-#include "manager-internal.h"
+#include "core/manager-internal.h"
 
 const Config *manager_config(const Manager *m) {
 	return m->config;
@@ -34,7 +34,7 @@ Bus *manager_bus(const Manager *m) {
 }
 
 const KernelFeatures *manager_kernel(const Manager *m) {
-	return m->features;
+	return m->kernel;
 }
 
 const CpuSet *manager_cpus(const Manager *m) {

@@ -2,9 +2,9 @@
 /* The statistics methods: GetStats(), the stats snapshot (stats.c) as an a{sv} tree (docs/dbus.md,
  * "GetStats") with each feature's sections after the core's, and GetCpuStats() and
  * GetReaderStats(), its per-CPU and per-reader views. */
-#include "bus-figures.h"
-#include "manager-internal.h"
-#include "stats.h"
+#include "api/bus-figures.h"
+#include "core/manager-internal.h"
+#include "core/stats.h"
 
 /* GetStats() -------------------------------------------------------------------------------- */
 

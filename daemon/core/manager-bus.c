@@ -9,9 +9,9 @@
 
 #include "perfrelay-config.h"
 
-#include "log.h"
-#include "manager-internal.h"
-#include "stats.h"
+#include "base/log.h"
+#include "core/manager-internal.h"
+#include "core/stats.h"
 #include "time-util.h"
 
 /* Counters are compared, and PropertiesChanged and EventsLost emitted, at most this often. */
@@ -55,7 +55,7 @@ static int property_get_kernel_features(
 	void *userdata,
 	sd_bus_error *error) {
 	Manager *m = userdata;
-	const KernelFeatures *f = m->features;
+	const KernelFeatures *f = m->kernel;
 	int r;
 
 	r = sd_bus_message_open_container(reply, 'a', "(sbbss)");
@@ -65,11 +65,11 @@ static int property_get_kernel_features(
 		r = sd_bus_message_append(
 			reply,
 			"(sbbss)",
-			feature_to_string(i),
-			(int) features_has(f, i),
-			(int) feature_required(i),
-			feature_since(i),
-			feature_without(i));
+			kernel_feature_to_string(i),
+			(int) kernel_features_has(f, i),
+			(int) kernel_feature_required(i),
+			kernel_feature_since(i),
+			kernel_feature_without(i));
 		if (r < 0)
 			return r;
 	}
@@ -367,8 +367,8 @@ int manager_setup_bus(Manager *m) {
 	r = bus_add_part(
 		m->bus,
 		&(const BusPart){ .vtable = manager_vtable, .userdata = m, .gone = manager_bus_part_gone });
-	for (size_t i = 0; r >= 0 && i < m->n_feats; i++) {
-		Feature *f = m->feats[i];
+	for (size_t i = 0; r >= 0 && i < m->n_features; i++) {
+		Feature *f = m->features[i];
 
 		if (f->vtable->bus_vtable || f->vtable->bus_gone)
 			r = bus_add_part(

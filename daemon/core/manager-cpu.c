@@ -7,10 +7,10 @@
 
 #include "perfrelay-config.h"
 
-#include "grace.h"
-#include "log.h"
-#include "manager-internal.h"
-#include "topology.h"
+#include "kernel/grace.h"
+#include "base/log.h"
+#include "core/manager-internal.h"
+#include "kernel/topology.h"
 
 /* Possible CPUs that are offline at start get a parked slot (no ring) in a reader group, so that
  * they are served when they come online (manager_cpu_online()): with CpuGroups=, in the group that

@@ -7,12 +7,12 @@
 
 #include "perfrelay-config.h"
 
-#include "log.h"
-#include "manager-internal.h"
+#include "base/log.h"
+#include "core/manager-internal.h"
 
 int manager_features_new(Manager *m, const FeatureVtable *const *table, size_t n) {
-	m->feats = calloc(n ?: 1, sizeof(Feature *));
-	if (!m->feats)
+	m->features = calloc(n ?: 1, sizeof(Feature *));
+	if (!m->features)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
 		Feature *f;
@@ -23,7 +23,7 @@ int manager_features_new(Manager *m, const FeatureVtable *const *table, size_t n
 			return -ENOMEM;
 		f->vtable = table[i];
 		f->manager = m;
-		m->feats[m->n_feats++] = f;
+		m->features[m->n_features++] = f;
 	}
 	m->config_parts = calloc(n ?: 1, sizeof(ConfigPart *));
 	if (!m->config_parts)
@@ -35,22 +35,22 @@ int manager_features_new(Manager *m, const FeatureVtable *const *table, size_t n
 }
 
 void manager_features_free(Manager *m) {
-	for (size_t i = 0; i < m->n_feats; i++)
-		free(m->feats[i]);
-	free(m->feats);
-	m->feats = NULL;
-	m->n_feats = 0;
+	for (size_t i = 0; i < m->n_features; i++)
+		free(m->features[i]);
+	free(m->features);
+	m->features = NULL;
+	m->n_features = 0;
 }
 
 #define FOREACH_FEATURE(f, m) \
-	for (Feature **_p = (m)->feats, *f; _p < (m)->feats + (m)->n_feats && (f = *_p, true); _p++)
+	for (Feature **_p = (m)->features, *f; _p < (m)->features + (m)->n_features && (f = *_p, true); _p++)
 
 unsigned manager_features_hub_slots(Manager *m, unsigned first_slot) {
 	unsigned n = 0;
 
 	FOREACH_FEATURE(f, m)
-	if (f->vtable->wants_hub_slot && f->vtable->wants_hub_slot(m->config))
-		f->hub_slot = first_slot + n++;
+		if (f->vtable->wants_hub_slot && f->vtable->wants_hub_slot(m->config))
+			f->hub_slot = first_slot + n++;
 	return n;
 }
 
@@ -58,11 +58,11 @@ int manager_features_setup(Manager *m) {
 	int r;
 
 	FOREACH_FEATURE(f, m)
-	if (f->vtable->setup) {
-		r = f->vtable->setup(f);
-		if (r < 0)
-			return r;
-	}
+		if (f->vtable->setup) {
+			r = f->vtable->setup(f);
+			if (r < 0)
+				return r;
+		}
 	return 0;
 }
 
@@ -70,29 +70,29 @@ int manager_features_start(Manager *m) {
 	int r;
 
 	FOREACH_FEATURE(f, m)
-	if (f->vtable->start) {
-		r = f->vtable->start(f);
-		if (r < 0)
-			return r;
-	}
+		if (f->vtable->start) {
+			r = f->vtable->start(f);
+			if (r < 0)
+				return r;
+		}
 	return 0;
 }
 
 void manager_features_quiesce(Manager *m) {
 	FOREACH_FEATURE(f, m)
-	if (f->vtable->quiesce)
-		f->vtable->quiesce(f);
+		if (f->vtable->quiesce)
+			f->vtable->quiesce(f);
 }
 
 void manager_features_finish(Manager *m) {
 	FOREACH_FEATURE(f, m)
-	if (f->vtable->finish)
-		f->vtable->finish(f);
+		if (f->vtable->finish)
+			f->vtable->finish(f);
 }
 
 void manager_features_done(Manager *m) {
-	for (size_t i = m->n_feats; i > 0; i--) {
-		Feature *f = m->feats[i - 1];
+	for (size_t i = m->n_features; i > 0; i--) {
+		Feature *f = m->features[i - 1];
 
 		if (f->vtable->done)
 			f->vtable->done(f);
@@ -103,59 +103,59 @@ int manager_features_reload(Manager *m) {
 	int r = 0;
 
 	FOREACH_FEATURE(f, m)
-	if (f->vtable->reload) {
-		int k = f->vtable->reload(f);
+		if (f->vtable->reload) {
+			int k = f->vtable->reload(f);
 
-		if (k < 0 && r == 0)
-			r = k;
-	}
+			if (k < 0 && r == 0)
+				r = k;
+		}
 	return r;
 }
 
 void manager_features_cpu_prepare(Manager *m, unsigned cpu) {
 	FOREACH_FEATURE(f, m)
-	if (f->vtable->cpu_prepare)
-		f->vtable->cpu_prepare(f, cpu);
+		if (f->vtable->cpu_prepare)
+			f->vtable->cpu_prepare(f, cpu);
 }
 
 void manager_features_cpu_online(Manager *m, unsigned cpu) {
 	FOREACH_FEATURE(f, m)
-	if (f->vtable->cpu_online)
-		f->vtable->cpu_online(f, cpu);
+		if (f->vtable->cpu_online)
+			f->vtable->cpu_online(f, cpu);
 }
 
 void manager_features_tick(Manager *m) {
 	FOREACH_FEATURE(f, m)
-	if (f->vtable->tick)
-		f->vtable->tick(f);
+		if (f->vtable->tick)
+			f->vtable->tick(f);
 }
 
 void manager_features_bus_gone(Manager *m) {
 	FOREACH_FEATURE(f, m)
-	if (f->vtable->bus_gone)
-		f->vtable->bus_gone(f);
+		if (f->vtable->bus_gone)
+			f->vtable->bus_gone(f);
 }
 
 int manager_features_stats_append(Manager *m, sd_bus_message *reply) {
 	int r;
 
 	FOREACH_FEATURE(f, m)
-	if (f->vtable->stats_append) {
-		r = f->vtable->stats_append(f, reply);
-		if (r < 0)
-			return r;
-	}
+		if (f->vtable->stats_append) {
+			r = f->vtable->stats_append(f, reply);
+			if (r < 0)
+				return r;
+		}
 	return 0;
 }
 
 void manager_features_log_stats(Manager *m) {
 	FOREACH_FEATURE(f, m)
-	if (f->vtable->log_stats)
-		f->vtable->log_stats(f);
+		if (f->vtable->log_stats)
+			f->vtable->log_stats(f);
 }
 
 void manager_features_stats_clients(Manager *m, StatsClients *add) {
 	FOREACH_FEATURE(f, m)
-	if (f->vtable->stats_clients)
-		f->vtable->stats_clients(f, add);
+		if (f->vtable->stats_clients)
+			f->vtable->stats_clients(f, add);
 }

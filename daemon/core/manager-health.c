@@ -5,9 +5,9 @@
 
 #include "perfrelay-config.h"
 
-#include "log.h"
-#include "manager-internal.h"
-#include "stats.h"
+#include "base/log.h"
+#include "core/manager-internal.h"
+#include "core/stats.h"
 #include "time-util.h"
 
 #define HEALTH_INTERVAL_USEC (1000ULL * 1000ULL)

@@ -8,20 +8,20 @@
 
 #include "perfrelay-config.h"
 
-#include "bus.h"
-#include "cgroup.h"
-#include "cgroupwatch.h"
-#include "decoders.h"
-#include "feature.h"
-#include "hub.h"
-#include "kernelfeatures.h"
-#include "ledger.h"
-#include "manager.h"
-#include "probes.h"
-#include "reader.h"
-#include "ring.h"
-#include "server.h"
-#include "stats.h"
+#include "api/bus.h"
+#include "kernel/cgroup.h"
+#include "kernel/cgroupwatch.h"
+#include "decode/decoders.h"
+#include "core/feature.h"
+#include "hub/hub.h"
+#include "kernel/kernel-features.h"
+#include "kernel/ledger.h"
+#include "core/manager.h"
+#include "kernel/probes.h"
+#include "core/reader.h"
+#include "kernel/ring.h"
+#include "api/server.h"
+#include "core/stats.h"
 
 typedef enum ManagerState {
 	MANAGER_STARTING, /* until READY=1 */
@@ -45,10 +45,10 @@ struct Manager {
 	 * the downtime before it), and what ledger_settle() found lost with a dead daemon. */
 	uint64_t failures_at_start[PERFRELAY_MAX_PRODUCERS];
 	uint64_t crash_lost_at_start[PERFRELAY_MAX_PRODUCERS];
-	bool serving;             /* our rings may be in the array: quiesce before the last drain */
-	bool quiesced;            /* slots cleared and a grace period waited out: nothing writes */
-	KernelFeatures *features; /* what the running kernel offers, probed at start */
-	bool kernel_unsupported;  /* start failed: a required kernel feature is missing */
+	bool serving;            /* our rings may be in the array: quiesce before the last drain */
+	bool quiesced;           /* slots cleared and a grace period waited out: nothing writes */
+	KernelFeatures *kernel;  /* what the running kernel offers, probed at start */
+	bool kernel_unsupported; /* start failed: a required kernel feature is missing */
 	Hub *hub;
 	Reader **readers;
 	size_t n_readers;
@@ -63,8 +63,8 @@ struct Manager {
 	sd_event_source *notify_source;
 
 	/* The features (feature.h), in the order of the table main() gave. */
-	Feature **feats;
-	size_t n_feats;
+	Feature **features;
+	size_t n_features;
 
 	/* Health: STATUS= every second, and WATCHDOG=1 while every reader makes progress. */
 	sd_event_source *health_source;

@@ -4,9 +4,9 @@
 
 #include "perfrelay-config.h"
 
-#include "log.h"
-#include "manager-internal.h"
-#include "stats.h"
+#include "base/log.h"
+#include "core/manager-internal.h"
+#include "core/stats.h"
 #include "string-table.h"
 #include "time-util.h"
 

@@ -18,18 +18,18 @@
 
 #include "perfrelay-config.h"
 
-#include "bus.h"
-#include "cgroup.h"
-#include "grace.h"
-#include "kernelfeatures.h"
-#include "ledger.h"
-#include "log.h"
-#include "manager.h"
-#include "pins.h"
-#include "server.h"
-#include "stats.h"
-#include "manager-internal.h"
-#include "topology.h"
+#include "api/bus.h"
+#include "kernel/cgroup.h"
+#include "kernel/grace.h"
+#include "kernel/kernel-features.h"
+#include "kernel/ledger.h"
+#include "base/log.h"
+#include "core/manager.h"
+#include "kernel/pins.h"
+#include "api/server.h"
+#include "core/stats.h"
+#include "core/manager-internal.h"
+#include "kernel/topology.h"
 #include "time-util.h"
 
 int manager_new(const ManagerOptions *o, const FeatureVtable *const *features, size_t n_features, Manager **ret) {
@@ -158,7 +158,7 @@ Manager *manager_free(Manager *m) {
 	hub_free(m->hub);
 	ledger_free(m->ledger);
 	probes_free(m->probes);
-	features_free(m->features);
+	kernel_features_free(m->kernel);
 	sd_event_unref(m->event);
 	config_free(m->config);
 	free(m->config_parts);
@@ -386,29 +386,29 @@ static int manager_probe_features(Manager *m) {
 	KernelFeature missing;
 	int r;
 
-	r = features_probe(m->config->pin_path, &m->features);
+	r = kernel_features_probe(m->config->pin_path, &m->kernel);
 	if (r < 0)
 		return log_error_errno(r, "Failed to probe the kernel's BPF features: %m");
 	for (unsigned i = 0; i < _FEATURE_MAX; i++) {
-		if (features_forced_off(m->features, i))
+		if (kernel_features_forced_off(m->kernel, i))
 			log_warning(
 				"Kernel feature %s forced off by $PERFRELAY_TEST_DISABLE_FEATURES (test-only)",
-				feature_to_string(i));
-		if (!feature_required(i) && !features_has(m->features, i))
+				kernel_feature_to_string(i));
+		if (!kernel_feature_required(i) && !kernel_features_has(m->kernel, i))
 			log_warning(
 				"Kernel feature %s is unavailable (Linux %s has it): %s",
-				feature_to_string(i),
-				feature_since(i),
-				feature_without(i));
+				kernel_feature_to_string(i),
+				kernel_feature_since(i),
+				kernel_feature_without(i));
 	}
-	missing = features_first_missing_required(m->features);
+	missing = kernel_features_first_missing_required(m->kernel);
 	if (missing != _FEATURE_MAX) {
 		m->kernel_unsupported = true;
 		log_error(
 			"The running kernel lacks the required feature %s (Linux %s or newer has it): %s",
-			feature_to_string(missing),
-			feature_since(missing),
-			feature_without(missing));
+			kernel_feature_to_string(missing),
+			kernel_feature_since(missing),
+			kernel_feature_without(missing));
 		return -EOPNOTSUPP;
 	}
 	return 0;
@@ -440,7 +440,7 @@ int manager_start(Manager *m) {
 		&m->probes);
 	if (r < 0)
 		return r;
-	probes_set_pin_links(m->probes, features_has(m->features, FEATURE_LINK_PIN));
+	probes_set_pin_links(m->probes, kernel_features_has(m->kernel, FEATURE_LINK_PIN));
 
 	r = manager_settle(m);
 	if (r < 0)

@@ -9,18 +9,18 @@
 #include <systemd/sd-bus.h>
 #include <systemd/sd-event.h>
 
-#include "bus.h"
-#include "cgroup.h"
-#include "cgroupwatch.h"
-#include "config.h"
-#include "cpuset.h"
-#include "decoders.h"
-#include "hub.h"
-#include "kernelfeatures.h"
+#include "api/bus.h"
+#include "kernel/cgroup.h"
+#include "kernel/cgroupwatch.h"
+#include "config/config.h"
+#include "kernel/cpuset.h"
+#include "decode/decoders.h"
+#include "hub/hub.h"
+#include "kernel/kernel-features.h"
 #include "macro.h"
-#include "probes.h"
-#include "reader.h"
-#include "stats.h"
+#include "kernel/probes.h"
+#include "core/reader.h"
+#include "core/stats.h"
 
 typedef struct Manager Manager;
 typedef struct FeatureVtable FeatureVtable; /* feature.h */
@@ -31,7 +31,7 @@ typedef struct ManagerOptions {
 	bool stdout_events;      /* --stdout: a JSON-lines client on fd 1 */
 } ManagerOptions;
 
-/* `features`: the table of features (features.c), in start-up order; it outlives the manager. */
+/* `features`: the table of features (features/feature-table.h), in start-up order; it outlives the manager. */
 int manager_new(const ManagerOptions *o, const FeatureVtable *const *features, size_t n_features, Manager **ret);
 Manager *manager_free(Manager *m);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Manager *, manager_free);

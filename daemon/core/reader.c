@@ -15,12 +15,12 @@
 
 #include "perfrelay-config.h"
 
-#include "cgroup.h"
-#include "decode.h"
-#include "ledger.h"
+#include "kernel/cgroup.h"
+#include "decode/decode.h"
+#include "kernel/ledger.h"
 #include "macro.h"
-#include "reader.h"
-#include "seqgap.h"
+#include "core/reader.h"
+#include "kernel/seqgap.h"
 #include "time-util.h"
 
 /* Per (ring, producer): the sequence-gap detector (seqgap.h) and what the current batch read,

@@ -6,15 +6,15 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "cgroup.h"
-#include "cgroupwatch.h"
-#include "cpuset.h"
+#include "kernel/cgroup.h"
+#include "kernel/cgroupwatch.h"
+#include "kernel/cpuset.h"
 #include "macro.h"
-#include "hub.h"
-#include "ledger.h"
-#include "ring.h"
-#include "counters.h"
-#include "decoders.h"
+#include "hub/hub.h"
+#include "kernel/ledger.h"
+#include "kernel/ring.h"
+#include "core/reader-stats.h"
+#include "decode/decoders.h"
 
 typedef struct Reader Reader;
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "macro.h"
-#include "stats.h"
+#include "core/stats.h"
 
 StatsSnapshot *stats_snapshot_free(StatsSnapshot *s) {
 	if (!s)

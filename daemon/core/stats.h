@@ -10,12 +10,12 @@
 
 #include "macro.h"
 
-#include "counters.h"
-#include "ledger.h"
-#include "probes.h"
-#include "reader.h"
-#include "server.h"
-#include "users.h"
+#include "core/reader-stats.h"
+#include "kernel/ledger.h"
+#include "kernel/probes.h"
+#include "core/reader.h"
+#include "api/server.h"
+#include "api/users.h"
 
 /* The clients outside the event socket (standard output, bus monitors), as totals. */
 typedef struct StatsClients {

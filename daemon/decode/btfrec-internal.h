@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include "btfrec.h"
+#include "decode/btfrec.h"
 
 #define NO_NAME UINT32_MAX
 

@@ -9,7 +9,7 @@
 
 #include <bpf/btf.h>
 
-#include "btfrec-internal.h"
+#include "decode/btfrec-internal.h"
 #include "event.h"
 #include "macro.h"
 #include "string-table.h"

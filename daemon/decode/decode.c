@@ -5,7 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "decode.h"
+#include "decode/decode.h"
 #include "macro.h"
 #include "string-table.h"
 

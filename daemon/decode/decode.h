@@ -83,7 +83,7 @@ typedef struct DecodedEvent {
 	 * has checked that the record is as large as the decoder's struct), else NULL. */
 	const struct BtfRec *btf;
 	const char *producer_name;                /* with btf: the events' "producer_name" */
-	const struct ProducerType *producer_type; /* with btf: its declaration (producers.h) */
+	const struct ProducerType *producer_type; /* with btf: its declaration (producer-scan.h) */
 } DecodedEvent;
 
 /* Validates raw sample bytes as a perfrelay record. Known types must have exactly their

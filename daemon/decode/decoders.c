@@ -11,7 +11,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "decoders.h"
+#include "decode/decoders.h"
 #include "event.h"
 
 /* Third-party types are PERFRELAY_TYPE_THIRD_PARTY_MIN..UINT16_MAX: a bit each per reader. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The third-party decoders the reader threads use: the main thread publishes an immutable
- * ProducerScan (producers.h), readers take the current one for the length of a batch, and a
+ * ProducerScan (producer-scan.h), readers take the current one for the length of a batch, and a
  * replaced scan is freed once no reader holds it (one hazard pointer per reader).
  *
  * A record of a third-party type the held scan has no decoder for may come from a program that
@@ -15,8 +15,8 @@
 #include <stdint.h>
 
 #include "macro.h"
-#include "producers.h"
-#include "ring.h"
+#include "decode/producer-scan.h"
+#include "kernel/ring.h"
 
 typedef enum DecoderVerdict {
 	DECODER_UNKNOWN, /* no decoder exists that a scan could find: publish it as "unknown" */

@@ -7,8 +7,8 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "btfrec-internal.h"
-#include "encode.h"
+#include "decode/btfrec-internal.h"
+#include "hub/encode.h"
 #include "macro.h"
 
 

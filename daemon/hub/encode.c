@@ -9,10 +9,10 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "btfrec.h"
-#include "encode.h"
+#include "decode/btfrec.h"
+#include "hub/encode.h"
 #include "macro.h"
-#include "counter-names.h"
+#include "kernel/counter-names.h"
 
 
 /* Unit names longer than systemd's UNIT_NAME_MAX - 1 cannot exist; refusing them keeps

@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "btfrec.h"
-#include "decode.h"
+#include "decode/btfrec.h"
+#include "decode/decode.h"
 
 /* Upper bound of one encoded JSON line for any record (the worst case is an unknown type with
  * a 64 KiB payload in base64, or strings made only of bytes that need \u escapes). */

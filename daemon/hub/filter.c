@@ -2,8 +2,8 @@
 /* Event filtering for subscribers, on the readers' hot path. */
 #include <string.h>
 
-#include "btfrec.h"
-#include "filter.h"
+#include "decode/btfrec.h"
+#include "hub/filter.h"
 #include "macro.h"
 
 bool groups_include(gid_t gid, const gid_t *groups, size_t n_groups, const gid_t *listed, size_t n_listed) {

@@ -8,10 +8,10 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "config.h"
-#include "decode.h"
-#include "proctable.h"
-#include "request.h"
+#include "config/config.h"
+#include "decode/decode.h"
+#include "hub/proctable.h"
+#include "hub/request.h"
 
 /* True if the primary group `gid` ((gid_t) -1: none) or one of `groups` is in `listed`. */
 bool groups_include(gid_t gid, const gid_t *groups, size_t n_groups, const gid_t *listed, size_t n_listed);

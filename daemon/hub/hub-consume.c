@@ -6,11 +6,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "counters.h"
-#include "encode.h"
-#include "hub-internal.h"
+#include "base/stat.h"
+#include "hub/encode.h"
+#include "hub/hub-internal.h"
 #include "macro.h"
-#include "perfring.h"
+#include "kernel/perfring.h"
 
 /* Whether the frame at `pos` is a "lost" notice (or a schema or unit frame) rather than an event.
  * Asked once for each frame, in order. */

@@ -11,7 +11,7 @@
 #include <sys/uio.h>
 
 #include "event.h"
-#include "hub.h"
+#include "hub/hub.h"
 
 #define HUB_QUEUE_MIN        (64u * 1024u)
 /* The binary lost notice: u32 length, header, u64 count. The JSON one is far shorter. */

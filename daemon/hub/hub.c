@@ -11,14 +11,14 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "counters.h"
-#include "encode.h"
-#include "fanout.h"
-#include "hub-internal.h"
+#include "base/stat.h"
+#include "hub/encode.h"
+#include "hub/shared-ring-writer.h"
+#include "hub/hub-internal.h"
 #include "macro.h"
-#include "perfring.h"
-#include "producers.h"
-#include "proctable.h"
+#include "kernel/perfring.h"
+#include "decode/producer-scan.h"
+#include "hub/proctable.h"
 #include "unit-frame.h"
 
 int hub_new(unsigned n_readers, Hub **ret) {

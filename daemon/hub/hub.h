@@ -20,9 +20,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "decode.h"
+#include "decode/decode.h"
 #include "macro.h"
-#include "proctable.h"
+#include "hub/proctable.h"
 
 typedef struct Hub Hub;
 typedef struct HubClient HubClient;
@@ -65,7 +65,7 @@ typedef struct HubClientOptions {
 	 * client may have output; it writes the queues out (hub_client_flush()) or takes them
 	 * (hub_client_consume()). NULL: hub_client_flush() to the fd. */
 	HubFlushFn flush;
-	/* Not a queue but a shared ring set (fanout.h), written in place of the client's queues:
+	/* Not a queue but a shared ring set (shared-ring-writer.h), written in place of the client's queues:
 	 * nothing is ever dropped for lack of room (its members are moved on instead), no lost
 	 * notice is written, and the flush loop has nothing to write. format JSON or BINARY. */
 	SharedRing *shared;

@@ -6,8 +6,8 @@
 
 #include "event.h"
 #include "macro.h"
-#include "proctable.h"
-#include "siphash.h"
+#include "hub/proctable.h"
+#include "base/siphash.h"
 
 /* One entry as words, each read and written with a relaxed atomic: the bucket's sequence count
  * orders them (proctable.h). */

@@ -18,17 +18,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "decode.h"
+#include "config/config.h"
+#include "decode/decode.h"
 #include "macro.h"
 
-#define PROC_BUCKET_SLOTS  4u
-#define PROC_TABLE_DEFAULT 32768u /* entries: 2 MiB */
-#define PROC_TABLE_MIN     64u
-#define PROC_TABLE_MAX     (1u << 22)
-#define PROC_COMM_LEN      16u
+#define PROC_BUCKET_SLOTS 4u
+#define PROC_COMM_LEN     16u
 /* Ancestors a lineage walks at most: deeper trees are cut (Lineage.complete stays false). */
-#define LINEAGE_MAX        32u
-#define PROC_UID_UNKNOWN   UINT32_MAX
+#define LINEAGE_MAX       32u
+#define PROC_UID_UNKNOWN  UINT32_MAX
 
 typedef struct ProcTable ProcTable;
 

@@ -11,11 +11,11 @@
 
 #include <json-c/json.h>
 
-#include "decode.h"
+#include "decode/decode.h"
 #include "json-util.h"
 #include "macro.h"
-#include "request.h"
-#include "unitname.h"
+#include "hub/request.h"
+#include "kernel/unitname.h"
 
 static const char *const protocol_error_table[_PROTOCOL_ERROR_MAX] = {
 	[PROTOCOL_OK] = "ok",

@@ -9,10 +9,10 @@
 
 #include <json-c/json.h>
 
-#include "decode.h"
+#include "decode/decode.h"
 #include "json-util.h"
 #include "macro.h"
-#include "request.h"
+#include "hub/subscription.h"
 
 const char *subscription_format_to_string(SubscriptionFormat f) {
 	return f == SUBSCRIPTION_FORMAT_BINARY ? "binary" : "json";

@@ -9,10 +9,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cgroup.h"
+#include "kernel/cgroup.h"
 #include "macro.h"
-#include "counters.h"
-#include "unitname.h"
+#include "base/stat.h"
+#include "kernel/unitname.h"
 
 /* A cgroup id that failed to resolve for a reason that may pass (no fd left, no memory) is
  * tried again after this many lookups rather than on every event. */

@@ -19,9 +19,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cgroupwatch.h"
+#include "kernel/cgroupwatch.h"
 #include "time-util.h"
-#include "unitname.h"
+#include "kernel/unitname.h"
 
 /* IN_DELETE on the parent: rmdir(2) of a cgroup reports no IN_DELETE_SELF or IN_IGNORED to the
  * cgroup's own watch (kernfs keeps the inode's link count), only IN_DELETE|IN_ISDIR to its

@@ -3,7 +3,7 @@
  * and the D-Bus interface key them. */
 #include <errno.h>
 
-#include "counter-names.h"
+#include "kernel/counter-names.h"
 #include "string-table.h"
 
 /* clang-format off */

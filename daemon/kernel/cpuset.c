@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cpuset.h"
+#include "kernel/cpuset.h"
 #include "macro.h"
 
 #define CPUSET_WORDS ELEMENTSOF(((CpuSet *) NULL)->bits)

@@ -25,7 +25,7 @@
 
 #include <bpf/bpf.h>
 
-#include "grace.h"
+#include "kernel/grace.h"
 #include "macro.h"
 
 static int grace_map_in_map(void) {

@@ -7,9 +7,9 @@
 
 #include <bpf/bpf.h>
 
-#include "ledger.h"
+#include "kernel/ledger.h"
 #include "macro.h"
-#include "counters.h"
+#include "base/stat.h"
 
 struct Ledger {
 	struct perfrelay_received *entries;

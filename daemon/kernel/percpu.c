@@ -7,7 +7,7 @@
 #include <bpf/bpf.h>
 
 #include "macro.h"
-#include "percpu.h"
+#include "kernel/percpu.h"
 
 int percpu_sum_u64(int map_fd, uint32_t key, unsigned n_cpus, size_t n_u64, uint64_t *ret) {
 	_cleanup_free_ uint64_t *v = NULL;

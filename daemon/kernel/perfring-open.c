@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "macro.h"
-#include "perfring-open.h"
+#include "kernel/perfring-open.h"
 
 void perf_ring_attr(const PerfRingAttr *a, struct perf_event_attr *ret) {
 	*ret = (struct perf_event_attr){

@@ -13,8 +13,8 @@
 #include <bpf/libbpf.h>
 #include <linux/magic.h>
 
-#include "log.h"
-#include "pins.h"
+#include "base/log.h"
+#include "kernel/pins.h"
 
 /* Maps perfrelay creates under the pin root (the probes object's maps, pinned by name). */
 static const char *const owned_maps[] = { "events",

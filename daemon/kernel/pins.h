@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "cpuset.h"
+#include "kernel/cpuset.h"
 
 struct bpf_map;
 

@@ -2,7 +2,7 @@
 /* The names of the built-in probes, as Probes= and the D-Bus interface spell them. */
 #include <errno.h>
 
-#include "probes.h"
+#include "kernel/probes.h"
 #include "string-table.h"
 
 /* clang-format off */

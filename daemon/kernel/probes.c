@@ -13,11 +13,11 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include "counter-names.h"
-#include "grace.h"
-#include "log.h"
-#include "pins.h"
-#include "probes.h"
+#include "kernel/counter-names.h"
+#include "kernel/grace.h"
+#include "base/log.h"
+#include "kernel/pins.h"
+#include "kernel/probes.h"
 #include "probes.skel.h"
 #include "time-util.h"
 
@@ -34,7 +34,7 @@ struct Probes {
 	bool reused[_PROBE_MAX];
 	bool counters_created; /* no "counters" pin existed: this load made it */
 	bool received_created; /* no "received" pin existed: this load made it */
-	bool no_pin_links;     /* the kernel cannot pin these links (kernelfeatures.h: link_pin) */
+	bool no_pin_links;     /* the kernel cannot pin these links (kernel-features.h: link_pin) */
 	/* The counters programs' links (docs/counters.md), attached while counters are on, and
 	 * the counters they read (what counters_config says; 0: off). */
 	int counters_link_fd[2];

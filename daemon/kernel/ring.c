@@ -7,9 +7,9 @@
 #include <linux/perf_event.h>
 
 #include "macro.h"
-#include "perfring-open.h"
-#include "perfring.h"
-#include "ring.h"
+#include "kernel/perfring-open.h"
+#include "kernel/perfring.h"
+#include "kernel/ring.h"
 
 struct Ring {
 	int fd;

@@ -10,7 +10,7 @@
 #include <linux/perf_event.h>
 
 #include "macro.h"
-#include "perfring.h"
+#include "kernel/perfring.h"
 
 typedef struct Ring Ring;
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "macro.h"
-#include "topology.h"
+#include "kernel/topology.h"
 
 /* A CPU list for PERFRELAY_MAX_CPUS CPUs written as "0,2,4,..." is under 20 KiB; sysfs
  * attribute files are at most one page anyway. */

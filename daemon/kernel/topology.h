@@ -2,7 +2,7 @@
 /* CPU topology from sysfs: online/possible CPUs and CPU groups that share a last-level cache. */
 #pragma once
 
-#include "cpuset.h"
+#include "kernel/cpuset.h"
 
 /* sysfs_root is normally "/sys" (tests pass a fake tree). */
 int topology_online_cpus(const char *sysfs_root, CpuSet *ret);

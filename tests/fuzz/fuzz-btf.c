@@ -12,8 +12,8 @@
 #include <bpf/btf.h>
 #include <json-c/json.h>
 
-#include "btfrec.h"
-#include "encode.h"
+#include "decode/btfrec.h"
+#include "hub/encode.h"
 
 #define MAX_STRUCTS 64u
 
@@ -75,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
 	if (!btf)
 		return 0;
-	/* The daemon refuses such BTF before it reads a type (producers.c). */
+	/* The daemon refuses such BTF before it reads a type (producer-scan.c). */
 	if (!btfrec_btf_aligned(btf)) {
 		btf__free(btf);
 		return 0;

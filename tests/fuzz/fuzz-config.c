@@ -4,15 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "capture-config.h"
-#include "config.h"
-#include "counters-config.h"
+#include "config/config.h"
+#include "features/feature-config-parts.h"
 #include "macro.h"
-#include "probes-config.h"
-#include "recorder-config.h"
-
-/* The features' sections too, as the daemon parses them. */
-static const ConfigPart *const parts[] = { &probes_config, &recorder_config, &counters_config, &capture_config };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -20,7 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 	char *error = NULL;
 	int r;
 
-	if (config_new(parts, ELEMENTSOF(parts), &c) < 0)
+	/* The features' sections too, as the daemon parses them: every feature's, found by the build. */
+	if (config_new(feature_config_parts, feature_config_parts_size, &c) < 0)
 		return 0;
 	r = config_parse_text(c, (const char *) data, size, "fuzz.conf", &error);
 	if (r < 0 && error && strncmp(error, "fuzz.conf:", 10) != 0)

@@ -11,8 +11,8 @@
 
 #include <json-c/json.h>
 
-#include "decode.h"
-#include "encode.h"
+#include "decode/decode.h"
+#include "hub/encode.h"
 #include "event.h"
 
 static char line[ENCODE_JSON_MAX];

@@ -9,9 +9,9 @@
 
 #include <json-c/json.h>
 
-#include "decode.h"
-#include "encode.h"
-#include "perfring.h"
+#include "decode/decode.h"
+#include "hub/encode.h"
+#include "kernel/perfring.h"
 
 static _Alignas(8) uint8_t scratch[PERFRING_RECORD_MAX + 8];
 static char line[ENCODE_JSON_MAX];

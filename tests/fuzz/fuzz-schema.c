@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Fuzzes libperfrelay's schema frame parser and field iterator (client/schema.c): any bytes as
+/* Fuzzes libperfrelay's schema frame parser and field iterator (client/lib/schema.c): any bytes as
  * the frame's JSON, and the same bytes as a record to iterate; never a read beyond a record's
  * size, a crash or a leak, and every field the iterator returns lies within the record. */
 #include <errno.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "schema.h"
+#include "lib/schema.h"
 
 #define CHECK(x)                 \
 	do {                     \

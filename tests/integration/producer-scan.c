@@ -8,7 +8,7 @@
 
 #include <bpf/bpf.h>
 
-#include "producers.h"
+#include "decode/producer-scan.h"
 
 int main(int argc, char *argv[]) {
 	struct bpf_map_info info = {};

@@ -60,7 +60,7 @@ def test_install():
     check_eq(r.returncode, 0, f"meson install exit status (stderr: {r.stderr.strip()})")
     pc = installed_path("/libperfrelay.pc")
     lib = installed_path("/libperfrelay.so.0.1.0")
-    header = installed_path("/client/perfrelay.h")
+    header = installed_path("/client/lib/perfrelay.h")
     for path in (pc, lib, header, os.path.join(os.path.dirname(header), "event.h")):
         check(os.path.isfile(DESTDIR + path), f"{path} installed into the DESTDIR")
     check(os.path.islink(DESTDIR + os.path.join(os.path.dirname(lib), "libperfrelay.so.0")), "soname link installed")

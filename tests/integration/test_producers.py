@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: LGPL-2.1-or-later
-"""Discovery of third-party producers (daemon/producers.c, through the producer-scan tool): the
+"""Discovery of third-party producers (daemon/decode/producer-scan.c, through the producer-scan tool): the
 example producer, loaded after the daemon started, is found as a program using the daemon's
 pinned events map, with a decoder for its declared record type and every field kind; once it is
 unloaded, a new scan soon no longer lists it."""

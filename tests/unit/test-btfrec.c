@@ -11,9 +11,9 @@
 #include <bpf/btf.h>
 #include <json-c/json.h>
 
-#include "btfrec.h"
-#include "decode.h"
-#include "encode.h"
+#include "decode/btfrec.h"
+#include "decode/decode.h"
+#include "hub/encode.h"
 #include "event.h"
 #include "macro.h"
 

@@ -10,10 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cgroup.h"
-#include "cgroupwatch.h"
+#include "kernel/cgroup.h"
+#include "kernel/cgroupwatch.h"
 #include "macro.h"
-#include "unitname.h"
+#include "kernel/unitname.h"
 
 #include "unit-test.h"
 

@@ -12,13 +12,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "capture-config.h"
-#include "config.h"
-#include "counter-names.h"
-#include "counters-config.h"
+#include "config/config.h"
+#include "features/capture/capture-config.h"
+#include "kernel/counter-names.h"
+#include "features/counters/counters-config.h"
+#include "features/feature-config-parts.h"
 #include "macro.h"
-#include "probes-config.h"
-#include "recorder-config.h"
+#include "features/probes/probes-config.h"
+#include "features/recorder/recorder-config.h"
 
 #ifndef SRCDIR
 #define SRCDIR "tests/unit"
@@ -39,8 +40,10 @@
 	} while (0)
 
 
-/* The features' sections, as the daemon registers them (feature-table.c). */
-static const ConfigPart *const parts[] = { &probes_config, &recorder_config, &counters_config, &capture_config };
+/* The features' sections, as the daemon registers them (features/feature-config-parts.h: every
+ * feature's, found by the build). */
+#define parts   feature_config_parts
+#define n_parts feature_config_parts_size
 
 #define PROBES(c)   ((const ProbesConfig *) config_part(c, &probes_config))
 #define RECORDER(c) ((const RecorderConfig *) config_part(c, &recorder_config))
@@ -50,7 +53,7 @@ static const ConfigPart *const parts[] = { &probes_config, &recorder_config, &co
 static Config *new_default(void) {
 	Config *c = NULL;
 
-	if (config_new(parts, ELEMENTSOF(parts), &c) < 0) {
+	if (config_new(parts, n_parts, &c) < 0) {
 		fprintf(stderr, "config_new() failed\n");
 		exit(1);
 	}
@@ -1102,7 +1105,10 @@ static void test_parts(void) {
 	/* Without the parts: the core's keys only, and no feature's section. */
 	ASSERT(config_new(NULL, 0, &bare) == 0);
 	ASSERT(config_part(bare, &recorder_config) == NULL);
-	ASSERT(config_n_keys(bare) + 2 + 1 + 2 + 4 == config_n_keys(c));
+	size_t n_part_keys = 0;
+	for (size_t i = 0; i < n_parts; i++)
+		n_part_keys += parts[i]->n_keys;
+	ASSERT(config_n_keys(bare) + n_part_keys == config_n_keys(c));
 	ASSERT(config_parse_text(bare, "[Recorder]\nRecorder=no\n", 23, "bare.conf", &error) < 0);
 	ASSERT(error && strstr(error, "bare.conf:1: unknown section [Recorder]"));
 	free(error);
@@ -1111,8 +1117,38 @@ static void test_parts(void) {
 	ASSERT(error && strstr(error, "unknown key in section [Probes]"));
 }
 
+/* Every feature's section, whichever features the build has: it parses empty, each of its keys
+ * is known in it and refused elsewhere with a hint that names it, and its values are there. */
+static void test_every_part(void) {
+	_cleanup_(config_freep) Config *c = new_default();
+
+	ASSERT(n_parts > 0);
+	printf("test-config: the features' sections:");
+	for (size_t i = 0; i < n_parts; i++)
+		printf(" [%s]", parts[i]->section);
+	printf("\n");
+	for (size_t i = 0; i < n_parts; i++) {
+		const ConfigPart *p = parts[i];
+		char text[512], hint[256];
+
+		ASSERT(p->section && p->n_keys > 0 && p->size > 0 && p->defaults);
+		CHECK(config_part(c, p) != NULL, "[%s] has no values", p->section);
+		snprintf(text, sizeof(text), "[%s]\n", p->section);
+		config_free(parse_ok(text));
+		for (size_t k = 0; k < p->n_keys; k++) {
+			const char *other = streq(p->keys[k].section, "Daemon") ? "Socket" : "Daemon";
+
+			CHECK(p->keys[k].section && p->keys[k].name, "[%s]: key %zu has no name", p->section, k);
+			snprintf(text, sizeof(text), "[%s]\n%s=\n", other, p->keys[k].name);
+			snprintf(hint, sizeof(hint), "%s= belongs in [%s]", p->keys[k].name, p->keys[k].section);
+			expect_error(text, hint);
+		}
+	}
+}
+
 int main(void) {
 	test_defaults();
+	test_every_part();
 	test_keep_restart_keys();
 	test_parts();
 	test_probe_names();

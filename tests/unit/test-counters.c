@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "counters-scale.h"
-#include "counter-names.h"
+#include "kernel/counter-names.h"
 
 #include "unit-test.h"
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cpuset.h"
+#include "kernel/cpuset.h"
 
 
 #include "unit-test.h"

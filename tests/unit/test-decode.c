@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decode.h"
+#include "decode/decode.h"
 
 
 /* Keeps going after a failure so that one run shows every broken case. */

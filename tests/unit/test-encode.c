@@ -10,8 +10,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "decode.h"
-#include "encode.h"
+#include "decode/decode.h"
+#include "hub/encode.h"
 
 
 /* Keeps going after a failure so that one run shows every broken case. */

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "export-config.h"
+#include "export/export-config.h"
 #include "macro.h"
 #include "unit-test.h"
 

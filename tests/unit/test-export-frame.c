@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "export-frame.h"
+#include "common/export-frame.h"
 #include "unit-test.h"
 
 /* A packet record: the fixed part and its 5 bytes (the struct below is padded beyond that). */

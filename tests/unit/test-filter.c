@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "filter.h"
+#include "hub/filter.h"
 #include "macro.h"
 
 #include "unit-test.h"

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* perfrelayctl monitor's event line (client/format.c): each type's columns and details, escapes
+/* perfrelayctl monitor's event line (client/ctl/format.c): each type's columns and details, escapes
  * of control bytes (aligned by what they print), and lines that are not events. */
 #include <errno.h>
 #include <stdio.h>
@@ -7,16 +7,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "format.h"
+#include "ctl/format.h"
 
-static int failures;
-#define ASSERT(x)                                                                                 \
-	do {                                                                                      \
-		if (!(x)) {                                                                       \
-			fprintf(stderr, "%s:%d: assertion failed: %s\n", __FILE__, __LINE__, #x); \
-			failures++;                                                               \
-		}                                                                                 \
-	} while (0)
+#include "unit-test.h"
 
 /* The one line format_event() writes for `line`, in a static buffer; NULL if it failed. */
 static const char *format(const char *line, int *ret) {

@@ -2,7 +2,7 @@
 /* hotplug_parse_uevent(): which kernel uevents are CPU hotplug, and garbage is rejected. */
 #include <string.h>
 
-#include "hotplug.h"
+#include "features/hotplug/hotplug.h"
 #include "unit-test.h"
 
 /* A uevent datagram as the kernel sends it: NUL-separated, the header first. */

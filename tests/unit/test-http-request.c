@@ -2,7 +2,7 @@
 /* perfrelay-metrics' request parser: what a scraper sends is served, everything else refused. */
 #include <string.h>
 
-#include "http-request.h"
+#include "metrics/http-request.h"
 #include "unit-test.h"
 
 static HttpVerdict parse(const char *s, HttpRequest *r) {

@@ -20,7 +20,7 @@
 
 #include <json-c/json.h>
 
-#include "hub.h"
+#include "hub/hub.h"
 #include "macro.h"
 
 #include "unit-test.h"

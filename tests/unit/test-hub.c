@@ -16,14 +16,14 @@
 #include <bpf/btf.h>
 #include <json-c/json.h>
 
-#include "btfrec.h"
-#include "encode.h"
-#include "fanout.h"
-#include "hub-internal.h"
-#include "hub.h"
+#include "decode/btfrec.h"
+#include "hub/encode.h"
+#include "hub/shared-ring-writer.h"
+#include "hub/hub-internal.h"
+#include "hub/hub.h"
 #include "macro.h"
-#include "proctable.h"
-#include "producers.h"
+#include "hub/proctable.h"
+#include "decode/producer-scan.h"
 
 #include "unit-test.h"
 
@@ -442,7 +442,7 @@ static void test_consume(void) {
 	hub_free(h);
 }
 
-/* A third-party record decoded from BTF under the name "lost" (producers.c refuses the name;
+/* A third-party record decoded from BTF under the name "lost" (producer-scan.c refuses the name;
  * the hub must not depend on that): its lines read like "lost" notices, and still each one
  * written counts as sent, across many overflows (more notices than HubQueue.lost_at holds). */
 struct lost_named {

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "ledger.h"
+#include "kernel/ledger.h"
 #include "macro.h"
 
 #include "unit-test.h"

@@ -17,16 +17,9 @@
 
 #include <json-c/json.h>
 
-#include "perfrelay.h"
+#include "lib/perfrelay.h"
 
-static int failures;
-#define ASSERT(x)                                                                                 \
-	do {                                                                                      \
-		if (!(x)) {                                                                       \
-			fprintf(stderr, "%s:%d: assertion failed: %s\n", __FILE__, __LINE__, #x); \
-			failures++;                                                               \
-		}                                                                                 \
-	} while (0)
+#include "unit-test.h"
 #define ASSERT_EQ_INT(a, b)                                             \
 	do {                                                            \
 		long long _a = (a), _b = (b);                           \

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Unit test for client/pcapng.c: every block's two lengths agree and are 32-bit aligned, the
+/* Unit test for client/ctl/pcapng.c: every block's two lengths agree and are 32-bit aligned, the
  * section header's byte-order magic, the packet block's timestamp halves, lengths and padded
  * bytes, the statistics block's options, as the pcapng draft lays them out. */
 #include <stdint.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pcapng.h"
+#include "ctl/pcapng.h"
 
 #include "unit-test.h"
 

@@ -7,9 +7,9 @@
 
 #include <linux/perf_event.h>
 
-#include "decode.h"
+#include "decode/decode.h"
 #include "event.h"
-#include "perfring.h"
+#include "kernel/perfring.h"
 
 #include "unit-test.h"
 

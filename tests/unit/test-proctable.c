@@ -10,12 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decode.h"
+#include "decode/decode.h"
 #include "event.h"
-#include "filter.h"
+#include "hub/filter.h"
 #include "macro.h"
-#include "proctable.h"
-#include "siphash.h"
+#include "hub/proctable.h"
+#include "base/siphash.h"
 
 #include "unit-test.h"
 

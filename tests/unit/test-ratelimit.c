@@ -3,16 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "ratelimit.h"
+#include "api/ratelimit.h"
 
-static int failures;
-#define ASSERT(x)                                                                                 \
-	do {                                                                                      \
-		if (!(x)) {                                                                       \
-			fprintf(stderr, "%s:%d: assertion failed: %s\n", __FILE__, __LINE__, #x); \
-			failures++;                                                               \
-		}                                                                                 \
-	} while (0)
+#include "unit-test.h"
 
 int main(void) {
 	RateLimit rl = { .interval = 1000 };

@@ -9,7 +9,7 @@
 
 #include "event.h"
 #include "macro.h"
-#include "request.h"
+#include "hub/request.h"
 
 #include "unit-test.h"
 

@@ -2,7 +2,7 @@
 /* The sequence-gap detector: gaps are the attempt numbers no record carried, records of nested
  * emitters that arrive out of order are not loss, and a daemon continues where the previous
  * one left off. */
-#include "seqgap.h"
+#include "kernel/seqgap.h"
 #include "unit-test.h"
 
 static void feed(SeqGap *s, const uint64_t *seqs, size_t n) {

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "macro.h"
-#include "topology.h"
+#include "kernel/topology.h"
 
 
 #include "unit-test.h"

@@ -4,9 +4,12 @@
  * them crowds out root or a member of AllowGroups=; releases give back exactly what was taken. */
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-#include "users.h"
+#include "api/users.h"
 
 #include "unit-test.h"
 
@@ -55,7 +58,29 @@ static void test_pool(void) {
 	ASSERT(st.clients == 0 && st.bytes == 0 && st.pool_clients == 0 && st.pool_bytes == 0 && st.uids == 0);
 }
 
+/* A double release is a bug of the caller's: it aborts (assertions are on in every build of the
+ * project), rather than hiding the leak or the underflow it would cause. */
+static void test_double_release_aborts(void) {
+	int status = 0;
+	pid_t pid = fork();
+
+	ASSERT(pid >= 0);
+	if (pid == 0) {
+		Users *u = NULL;
+
+		(void) !freopen("/dev/null", "w", stderr); /* the assertion's message is expected */
+		if (users_new(&u) < 0 || users_charge(u, &limits, 1000, true, 1, 100, NULL) < 0)
+			_exit(2);
+		users_release(u, 1000, true, 1, 100);
+		users_release(u, 1000, true, 1, 100);
+		_exit(0);
+	}
+	ASSERT(waitpid(pid, &status, 0) == pid);
+	ASSERT(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+}
+
 int main(void) {
 	test_pool();
+	test_double_release_aborts();
 	return failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }

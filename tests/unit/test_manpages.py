@@ -3,7 +3,7 @@
 """The manual pages against what they describe, so that they cannot drift: every page renders
 with man(1) without a warning; the options of perfrelayd, perfrelay-export, perfrelay-metrics
 and of every perfrelayctl command are those their --help lists, both ways; perfrelay.conf(5)
-(made from docs/config.md) names every key of the daemon's schema (daemon/core/config.c) and no
+(made from docs/config.md) names every key of the daemon's schema (daemon/config/config.c) and no
 other, and so does the shipped perfrelay.conf; perfrelay-export(8) every key of export.conf."""
 import glob
 import os
@@ -97,7 +97,7 @@ def check_perfrelayctl(text):
 
 def daemon_keys():
     """The schema: the core's keys (config.c) and the features' sections (*-config.c)."""
-    with open(os.path.join(SOURCE, "daemon", "core", "config.c")) as f:
+    with open(os.path.join(SOURCE, "daemon", "config", "config.c")) as f:
         tables = [f.read().split("config_keys[] = {", 1)[1].split("};", 1)[0]]
     for path in sorted(glob.glob(os.path.join(SOURCE, "daemon", "features", "*", "*-config.c"))):
         with open(path) as f:
@@ -113,7 +113,7 @@ def export_keys():
 def check_config(text):
     keys = daemon_keys()
     if len(keys) < 30:
-        fail(f"daemon/core/config.c and the features' *-config.c: only {len(keys)} keys found")
+        fail(f"daemon/config/config.c and the features' *-config.c: only {len(keys)} keys found")
     named = set()
     for sec, key in keys:
         # Each section's table in docs/config.md: the key's row under its section heading.

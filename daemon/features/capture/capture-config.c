@@ -2,7 +2,7 @@
 /* The keys of CaptureConfig (its header says what they are for). */
 #include "event.h"
 #include "macro.h"
-#include "capture-config.h"
+#include "features/capture/capture-config.h"
 
 static const CaptureConfig defaults = {
 	.bytes = 128,

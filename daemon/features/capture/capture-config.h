@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "config/config.h"
 
 typedef struct CaptureConfig {
 	uint32_t bytes;              /* CaptureBytes=, 1..65000, default 128: the most a capture takes */

@@ -19,15 +19,15 @@
 #include <stdlib.h>
 #include <systemd/sd-daemon.h>
 
-#include "bus-figures.h"
-#include "capture-config.h"
-#include "captures.h"
+#include "api/bus-figures.h"
+#include "features/capture/capture-config.h"
+#include "features/capture/capture-set.h"
 #include "error-util.h"
-#include "feature-table.h"
-#include "manager.h"
+#include "features/feature-table.h"
+#include "core/manager.h"
 #include "list.h"
-#include "log.h"
-#include "unitname.h"
+#include "base/log.h"
+#include "kernel/unitname.h"
 
 typedef struct BusCapture BusCapture;
 
@@ -37,10 +37,10 @@ typedef struct CaptureFeature {
 	BusCapture *objects; /* the capture objects on the bus */
 } CaptureFeature;
 
-/* A unit's cgroup without systemd to ask (bus-capture.c asks it when it runs): systemd names a
- * unit's cgroup after the unit, below its slices. Only directories root made are trusted: the walk
- * never descends into a delegated subtree (a user's manager, user@UID.service, or a cgroup whose
- * cgroup.subtree_control belongs to someone else), where any user could make a directory named
+/* A unit's cgroup without systemd to ask (StartCapture() asks systemd first when it runs: the ControlGroup
+ * of the unit): systemd names a unit's cgroup after the unit, below its slices. Only directories root made
+ * are trusted: the walk never descends into a delegated subtree (a user's manager, user@UID.service, or a
+ * cgroup whose cgroup.subtree_control belongs to someone else), where any user could make a directory named
  * after a system unit. A name found twice is refused, naming the candidates. */
 #define FIND_DEPTH_MAX      8
 #define FIND_DIRS_MAX       65536u
@@ -145,7 +145,7 @@ static int capture_start_one(CaptureFeature *cf, const CaptureRequest *req, uint
 				req->ifindex);
 		snprintf(path, sizeof(path), "%s", name);
 	} else if (req->unit && req->unit_cgroup) {
-		/* systemd said where the unit runs (bus-capture.c). */
+		/* systemd said where the unit runs (its ControlGroup property). */
 		if (req->unit_cgroup[0] != '/' || strstr(req->unit_cgroup, "/.") ||
 		    snprintf(path, sizeof(path), "%s%s", root, streq(req->unit_cgroup, "/") ? "" : req->unit_cgroup) >=
 			    (int) sizeof(path))

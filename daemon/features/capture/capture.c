@@ -10,10 +10,10 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include "capture.h"
+#include "features/capture/capture.h"
 #include "capture.skel.h"
 #include "event.h"
-#include "percpu.h"
+#include "kernel/percpu.h"
 #include "string-table.h"
 
 struct Capture {

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The keys of CountersConfig (its header says what they are for). */
-#include "counter-names.h"
+#include "kernel/counter-names.h"
 #include "macro.h"
-#include "counters-config.h"
+#include "features/counters/counters-config.h"
 
 static const CountersConfig defaults = {
 	.counters = COUNTERS_DEFAULT,

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "config/config.h"
 
 typedef struct CountersConfig {
 	uint32_t counters;    /* Counters= names, bits PERFRELAY_COUNTER_*; 0: none */

@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus-figures.h"
-#include "feature-table.h"
-#include "manager.h"
-#include "log.h"
-#include "counters-config.h"
-#include "perfcount.h"
+#include "api/bus-figures.h"
+#include "features/feature-table.h"
+#include "core/manager.h"
+#include "base/log.h"
+#include "features/counters/counters-config.h"
+#include "features/counters/perfcount.h"
 #include "time-util.h"
 
 typedef struct CountersFeature {

@@ -10,8 +10,8 @@
 
 #include <bpf/bpf.h>
 
-#include "percpu.h"
-#include "perfcount.h"
+#include "kernel/percpu.h"
+#include "features/counters/perfcount.h"
 
 static void counter_attr(unsigned id, struct perf_event_attr *attr) {
 	static const struct {

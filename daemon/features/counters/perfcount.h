@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "counter-names.h"
-#include "cpuset.h"
+#include "kernel/counter-names.h"
+#include "kernel/cpuset.h"
 #include "event.h"
 #include "macro.h"
 

@@ -2,10 +2,10 @@
 /* CPU hotplug (docs/pipeline.md): kernel uevents say at once that a CPU went offline or came
  * back (an offline/online pair may last milliseconds), and a look at /sys once a second catches
  * what uevents missed. The core retires or replaces the CPU's ring (manager_cpu_online()). */
-#include "feature-table.h"
-#include "manager.h"
-#include "hotplug.h"
-#include "log.h"
+#include "features/feature-table.h"
+#include "core/manager.h"
+#include "features/hotplug/hotplug.h"
+#include "base/log.h"
 
 typedef struct HotplugFeature {
 	Feature feature;

@@ -7,7 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "hotplug.h"
+#include "features/hotplug/hotplug.h"
 #include "macro.h"
 
 /* The kernel's uevent multicast group (udev's own events go to group 2). */

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The keys of ProbesConfig (its header says what they are for). */
-#include "probes.h"
+#include "kernel/probes.h"
 #include "macro.h"
-#include "probes-config.h"
+#include "features/probes/probes-config.h"
 
 static const ProbesConfig defaults = {
 	.probes = PROBES_ALL,

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "config/config.h"
 
 typedef struct ProbesConfig {
 	uint32_t probes; /* Probes= list of names or "all", default all */

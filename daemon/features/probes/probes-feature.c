@@ -5,10 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "feature-table.h"
-#include "manager.h"
-#include "log.h"
-#include "probes-config.h"
+#include "features/feature-table.h"
+#include "core/manager.h"
+#include "base/log.h"
+#include "features/probes/probes-config.h"
 
 /* Attaches or detaches a built-in probe until the next reload or restart (which apply Probes=
  * again). */

@@ -13,10 +13,10 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include "bus-figures.h"
-#include "feature-table.h"
-#include "log.h"
-#include "manager.h"
+#include "api/bus-figures.h"
+#include "features/feature-table.h"
+#include "base/log.h"
+#include "core/manager.h"
 #include "tasks.h"
 #include "tasks.skel.h"
 #include "time-util.h"

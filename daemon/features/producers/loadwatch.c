@@ -13,10 +13,10 @@
 
 #include <bpf/bpf.h>
 
-#include "loadwatch.h"
-#include "producers.h"
-#include "reader.h"
-#include "ring.h"
+#include "features/producers/loadwatch.h"
+#include "decode/producer-scan.h"
+#include "core/reader.h"
+#include "kernel/ring.h"
 
 /* A load record is 32 bytes: a page holds 128 loads between two wakeups of the thread. */
 #define LOAD_WATCH_PAGES    1u

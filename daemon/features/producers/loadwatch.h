@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "decoders.h"
+#include "decode/decoders.h"
 #include "macro.h"
 
 typedef struct LoadWatch LoadWatch;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Third-party producers (docs/producers.md): scans of the programs that write into the pinned
- * "events" map (producers.c), published to the reader threads (the core's decoders, decoders.h)
+ * "events" map (producer-scan.c), published to the reader threads (the core's decoders, decoders.h)
  * at start, when such a program loads (the load watch: PERF_RECORD_BPF_EVENT), when a reader
  * holds a third-party record it has no decoder for, and when ListProducers() asks; at most one
  * scan per PRODUCERS_SCAN_INTERVAL_USEC, the others deferred to its end. ListProducers() and
@@ -12,11 +12,11 @@
 
 #include "perfrelay-config.h"
 
-#include "bus-figures.h"
-#include "feature-table.h"
-#include "manager.h"
-#include "loadwatch.h"
-#include "log.h"
+#include "api/bus-figures.h"
+#include "features/feature-table.h"
+#include "core/manager.h"
+#include "features/producers/loadwatch.h"
+#include "base/log.h"
 #include "time-util.h"
 
 /* A scan walks every BPF program of the system: bounded, so that a stream of program loads,
@@ -184,7 +184,7 @@ static int producers_setup(Feature *f) {
 	if (r < 0)
 		return log_error_errno(r, "Failed to watch the readers' requests for producer scans: %m");
 	/* The watch first: a program that loads during the first scan is then not missed. */
-	if (features_has(manager_kernel(m), FEATURE_BPF_EVENT)) {
+	if (kernel_features_has(manager_kernel(m), FEATURE_BPF_EVENT)) {
 		r = load_watch_new(
 			n_cpus, p->events_map_id, decoders, manager_config(m)->reader_nice, &p->load_watch);
 		if (r < 0)

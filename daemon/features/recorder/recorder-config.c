@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The keys of RecorderConfig (its header says what they are for). */
 #include "macro.h"
-#include "recorder-config.h"
+#include "features/recorder/recorder-config.h"
 
 static const RecorderConfig defaults = {
 	.recorder = true,

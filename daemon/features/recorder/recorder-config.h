@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "config/config.h"
 
 typedef struct RecorderConfig {
 	bool recorder;          /* Recorder=, default yes */

@@ -11,13 +11,13 @@
 
 #include "perfrelay-config.h"
 
-#include "bus-figures.h"
-#include "feature-table.h"
-#include "manager.h"
-#include "log.h"
-#include "recorder-config.h"
-#include "recorder.h"
-#include "snapshot.h"
+#include "api/bus-figures.h"
+#include "features/feature-table.h"
+#include "core/manager.h"
+#include "base/log.h"
+#include "features/recorder/recorder-config.h"
+#include "features/recorder/recorder.h"
+#include "features/recorder/snapshot.h"
 #include "time-util.h"
 
 /* A Snapshot() memfd's pages are the daemon's (its memory cgroup pays for what it wrote), for as

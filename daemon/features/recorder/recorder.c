@@ -19,11 +19,11 @@
 #include <linux/perf_event.h>
 
 #include "event.h"
-#include "grace.h"
-#include "percpu.h"
-#include "perfring.h"
-#include "perfring-open.h"
-#include "recorder.h"
+#include "kernel/grace.h"
+#include "kernel/percpu.h"
+#include "kernel/perfring.h"
+#include "kernel/perfring-open.h"
+#include "features/recorder/recorder.h"
 #include "time-util.h"
 
 typedef struct RecRing {

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "cpuset.h"
+#include "kernel/cpuset.h"
 #include "macro.h"
 #include "time-util.h"
 

@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decode.h"
-#include "encode.h"
-#include "filter.h"
+#include "decode/decode.h"
+#include "hub/encode.h"
+#include "hub/filter.h"
 #include "macro.h"
-#include "snapshot.h"
+#include "features/recorder/snapshot.h"
 
 typedef struct Entry {
 	DecodedEvent ev; /* points into the copies */

@@ -7,10 +7,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "producers.h"
-#include "proctable.h"
-#include "recorder.h"
-#include "request.h"
+#include "decode/producer-scan.h"
+#include "hub/proctable.h"
+#include "features/recorder/recorder.h"
+#include "hub/request.h"
 
 typedef struct SnapshotOptions {
 	uint64_t since_ns, until_ns; /* bounds on the events' ts (CLOCK_BOOTTIME ns); 0: none */

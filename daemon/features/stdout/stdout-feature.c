@@ -8,9 +8,9 @@
 
 #include "perfrelay-config.h"
 
-#include "feature-table.h"
-#include "manager.h"
-#include "log.h"
+#include "features/feature-table.h"
+#include "core/manager.h"
+#include "base/log.h"
 #include "time-util.h"
 
 typedef struct StdoutFeature {

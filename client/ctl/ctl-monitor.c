@@ -1,0 +1,369 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* perfrelayctl monitor: events from the socket (libperfrelay) or, with --nats, from JetStream,
+ * as columns (format.c) or the raw JSON lines. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+#include <systemd/sd-bus.h>
+
+#include "perfrelay-config.h"
+
+#include "macro.h"
+#include "ctl/ctl.h"
+#include "ctl/format.h"
+#include "json-util.h"
+#include "common/perfrelay-util.h"
+#if HAVE_NATS
+#include "ctl/monitor-nats.h"
+#include "time-util.h"
+#endif
+
+
+/* Under a flood next_json() always has a line ready; look for signals this often anyway. */
+#define SIGNAL_CHECK_EVERY 256u
+
+static int64_t boot_to_realtime(void) {
+	struct timespec rt, bt;
+
+	clock_gettime(CLOCK_BOOTTIME, &bt);
+	clock_gettime(CLOCK_REALTIME, &rt);
+	return ((int64_t) rt.tv_sec - bt.tv_sec) * 1000000000 + (rt.tv_nsec - bt.tv_nsec);
+}
+
+static void monitor_help(void) {
+	printf("%s monitor [OPTIONS...]\n\n"
+	       "Show perfrelayd's events as they happen, one line each, until interrupted.\n\n"
+	       "  -t --type=TYPE      Only events of this type (exec, exit, fork, open, connect,\n"
+	       "                      bench, a producer's record type: 'producers --types',\n"
+	       "                      or a numeric type id); repeat for several\n"
+	       "  -p --pid=PID        Only events of this process; repeatable\n"
+	       "  -u --uid=UID        Only events of this user (number or name); repeatable\n"
+	       "  -c --comm=COMM      Only events whose task name is COMM; repeatable\n"
+	       "     --unit=UNIT      Only events from this systemd unit; repeatable\n"
+	       "     --ancestor=WHO   Only events of descendants of WHO: an exec id (16 hex\n"
+	       "                      digits), a unit (NAME.service, .scope, ...) or a task\n"
+	       "                      name; repeatable\n"
+	       "  -j --json           Print the daemon's JSON lines unchanged\n"
+	       "     --socket=PATH    The event socket (default $PERFRELAY_SOCKET or %s)\n"
+	       "     --nats=URL       Read the fleet's events from NATS JetStream instead\n"
+	       "                      (docs/fleet.md); with --stream=NAME, --host=HOST,\n"
+	       "                      --since=10m, --no-follow (stop at the stream's end)\n"
+	       "  -h --help           Show this help\n",
+	       program,
+	       PERFRELAY_SOCKET_DEFAULT);
+}
+
+/* Waits for the next batch. Returns 1 when events may be readable, 0 on SIGINT/SIGTERM. */
+static int wait_for_events(int client_fd, int signal_fd) {
+	struct pollfd p[2] = {
+		{ .fd = client_fd, .events = POLLIN },
+		{ .fd = signal_fd, .events = POLLIN },
+	};
+
+	for (;;) {
+		if (poll(p, ELEMENTSOF(p), -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (p[1].revents)
+			return 0;
+		return 1;
+	}
+}
+
+static bool signal_pending(int signal_fd) {
+	struct signalfd_siginfo si;
+
+	return read(signal_fd, &si, sizeof(si)) == (ssize_t) sizeof(si);
+}
+
+/* Blocks SIGINT and SIGTERM and returns a signalfd for them, so that they end the monitor's
+ * loop (exit status 0) instead of killing it; a negative errno (said on stderr) on failure. */
+static int exit_signals_fd(void) {
+	sigset_t mask;
+	int fd;
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+		return error_errno(-errno, "Failed to block signals");
+	fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (fd < 0)
+		return error_errno(-errno, "Failed to create a signalfd");
+	return fd;
+}
+
+static int monitor_run(perfrelay_client *c, bool json, int signal_fd) {
+	_cleanup_(json_tokener_freep) json_tokener *tok = NULL;
+	int64_t offset = boot_to_realtime();
+	unsigned n = 0;
+	int r;
+
+	if (!json) {
+		tok = json_tokener_new();
+		if (!tok)
+			return error_errno(-ENOMEM, "Failed to allocate a JSON parser");
+		format_header(stdout);
+	}
+
+	for (;;) {
+		const char *line;
+		size_t len;
+
+		r = perfrelay_next_json(c, &line, &len, 0);
+		if (r > 0) {
+			if (json) {
+				fwrite(line, 1, len, stdout);
+				fputc('\n', stdout);
+			} else if (format_event(stdout, tok, line, len, offset) < 0) {
+				fprintf(stderr, "%s: ignoring a line that is not a JSON event: ", program);
+				format_escaped(stderr, line, false);
+				fputc('\n', stderr);
+			}
+			if (++n % SIGNAL_CHECK_EVERY == 0 && signal_pending(signal_fd))
+				return 0;
+			continue;
+		}
+		if (r == 0) {
+			if (fflush(stdout) != 0)
+				return error_errno(-errno, "Failed to write to standard output");
+			r = wait_for_events(perfrelay_fd(c), signal_fd);
+			if (r == 0)
+				return 0;
+			if (r < 0)
+				return error_errno(r, "Failed to wait for events");
+			/* The clocks may have been adjusted while we slept. */
+			offset = boot_to_realtime();
+			continue;
+		}
+		fflush(stdout);
+		if (r == -ESHUTDOWN)
+			return error_msg(
+				"perfrelayd shut down (%s)", perfrelay_client_error(c) ?: "no reason given");
+		if (r == -ECONNRESET)
+			return error_msg(
+				"perfrelayd closed the connection on %s", perfrelay_client_socket_path(c));
+		if (r == -ENOBUFS)
+			return error_msg(
+				"perfrelayd disconnected this client: %s",
+				perfrelay_client_error(c) ?: "it fell behind");
+		if (perfrelay_client_error(c))
+			return error_errno(r, "perfrelayd ended the stream: %s", perfrelay_client_error(c));
+		return error_errno(r, "Failed to read events from %s", perfrelay_client_socket_path(c));
+	}
+}
+
+#if HAVE_NATS
+struct nats_print {
+	json_tokener *tok;
+	bool json;
+};
+
+/* TIME is when JetStream stored the event: the sender's boot clock means nothing here. */
+static int nats_print_event(const char *line, size_t len, int64_t store_minus_ts_ns, void *userdata) {
+	struct nats_print *p = userdata;
+
+	if (p->json) {
+		fwrite(line, 1, len, stdout);
+		fputc('\n', stdout);
+	} else
+		format_event(stdout, p->tok, line, len, store_minus_ts_ns);
+	return ferror(stdout) ? -EIO : 0;
+}
+#endif
+
+int verb_monitor(int argc, char *argv[]) {
+	enum {
+		ARG_UNIT = 0x100,
+		ARG_ANCESTOR,
+		ARG_SOCKET,
+		ARG_NATS,
+		ARG_STREAM,
+		ARG_HOST,
+		ARG_SINCE,
+		ARG_NO_FOLLOW
+	};
+	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
+						 { "type", required_argument, NULL, 't' },
+						 { "pid", required_argument, NULL, 'p' },
+						 { "uid", required_argument, NULL, 'u' },
+						 { "comm", required_argument, NULL, 'c' },
+						 { "unit", required_argument, NULL, ARG_UNIT },
+						 { "ancestor", required_argument, NULL, ARG_ANCESTOR },
+						 { "json", no_argument, NULL, 'j' },
+						 { "socket", required_argument, NULL, ARG_SOCKET },
+						 { "nats", required_argument, NULL, ARG_NATS },
+						 { "stream", required_argument, NULL, ARG_STREAM },
+						 { "host", required_argument, NULL, ARG_HOST },
+						 { "since", required_argument, NULL, ARG_SINCE },
+						 { "no-follow", no_argument, NULL, ARG_NO_FOLLOW },
+						 {} };
+	/* No option can occur more often than there are arguments. */
+	_cleanup_free_ const char **types = calloc((size_t) argc, sizeof(char *));
+	_cleanup_free_ const char **comms = calloc((size_t) argc, sizeof(char *));
+	_cleanup_free_ const char **units = calloc((size_t) argc, sizeof(char *));
+	_cleanup_free_ const char **anc_comms = calloc((size_t) argc, sizeof(char *));
+	_cleanup_free_ const char **anc_ids = calloc((size_t) argc, sizeof(char *));
+	_cleanup_free_ const char **anc_units = calloc((size_t) argc, sizeof(char *));
+	_cleanup_free_ uint32_t *pids = calloc((size_t) argc, sizeof(uint32_t));
+	_cleanup_free_ uint32_t *uids = calloc((size_t) argc, sizeof(uint32_t));
+	_cleanup_(perfrelay_closep) perfrelay_client *c = NULL;
+	_cleanup_close_ int signal_fd = -EBADF;
+	struct perfrelay_subscription sub = {};
+	const char *socket_path = NULL;
+	bool json = false;
+	const char *nats_url = NULL, *nats_stream = NULL, *nats_host = NULL;
+	int64_t nats_since = 0;
+	bool nats_no_follow = false;
+	int opt, r;
+
+	if (!types || !comms || !units || !anc_comms || !anc_ids || !anc_units || !pids || !uids)
+		return error_errno(-ENOMEM, "Failed to allocate");
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "ht:p:u:c:j", options, NULL)) >= 0)
+		switch (opt) {
+		case 'h':
+			monitor_help();
+			return 0;
+		case 't':
+			types[sub.n_types++] = optarg;
+			break;
+		case 'p':
+			if (parse_u32(optarg, &pids[sub.n_pids]) < 0)
+				return error_msg("--pid=%s: not a process id", optarg);
+			sub.n_pids++;
+			break;
+		case 'u':
+			r = parse_uid(optarg, &uids[sub.n_uids]);
+			if (r < 0)
+				return error_msg("--uid=%s: neither a numeric UID nor a known user", optarg);
+			sub.n_uids++;
+			break;
+		case 'c':
+			comms[sub.n_comms++] = optarg;
+			break;
+		case ARG_UNIT:
+			units[sub.n_units++] = optarg;
+			break;
+		case ARG_ANCESTOR:
+			perfrelay_add_ancestor(&sub, anc_comms, anc_ids, anc_units, optarg);
+			break;
+		case 'j':
+			json = true;
+			break;
+		case ARG_SOCKET:
+			socket_path = optarg;
+			break;
+		case ARG_NATS:
+			nats_url = optarg;
+			break;
+		case ARG_STREAM:
+			nats_stream = optarg;
+			break;
+		case ARG_HOST:
+			nats_host = optarg;
+			break;
+		case ARG_SINCE:
+			nats_since = -1;
+#if HAVE_NATS
+			if (parse_span(optarg, &nats_since) < 0)
+				return error_msg(
+					"--since=%s: expected a number followed by s, m, h or d", optarg);
+#endif
+			break;
+		case ARG_NO_FOLLOW:
+			nats_no_follow = true;
+			break;
+		default:
+			return -EINVAL; /* getopt printed why */
+		}
+	if (optind < argc)
+		return error_msg("monitor: unexpected argument '%s'", argv[optind]);
+	if (!nats_url && (nats_stream || nats_host || nats_since || nats_no_follow))
+		return error_msg("monitor: --stream, --host, --since and --no-follow need --nats");
+	if (nats_url) {
+#if HAVE_NATS
+		_cleanup_(json_tokener_freep) json_tokener *tok = json_tokener_new();
+		struct nats_print p = { .tok = tok, .json = json };
+		MonitorNatsArgs a = { .url = nats_url,
+				      .stream = nats_stream,
+				      .host = nats_host,
+				      .since_ns = nats_since,
+				      .no_follow = nats_no_follow };
+
+		if (!tok)
+			return error_errno(-ENOMEM, "Failed to allocate a JSON parser");
+		if (sub.n_types || sub.n_pids || sub.n_uids || sub.n_comms || sub.n_units ||
+		    sub.n_ancestor_comms + sub.n_ancestor_exec_ids + sub.n_ancestor_units > 0)
+			return error_msg(
+				"monitor --nats: filter with --host (the stream holds what the exporters sent)");
+		signal_fd = exit_signals_fd();
+		if (signal_fd < 0)
+			return signal_fd;
+		if (!json)
+			format_header(stdout);
+		r = monitor_nats_run(&a, nats_print_event, &p, signal_fd);
+		if (fflush(stdout) != 0 && r >= 0)
+			r = error_errno(-errno, "Failed to write to standard output");
+		return r;
+#else
+		return error_msg("monitor --nats: this perfrelayctl was built without libnats");
+#endif
+	}
+
+	sub.types = types;
+	sub.pids = pids;
+	sub.uids = uids;
+	sub.comms = comms;
+	sub.units = units;
+	sub.ancestor_comms = anc_comms;
+	sub.ancestor_exec_ids = anc_ids;
+	sub.ancestor_units = anc_units;
+	sub.format = PERFRELAY_FORMAT_JSON;
+	sub.on_overflow = PERFRELAY_OVERFLOW_DROP;
+
+	r = perfrelay_client_new(&c);
+	if (r < 0)
+		return error_errno(r, "Failed to allocate a client");
+	r = perfrelay_connect(c, socket_path, &sub);
+	if (r < 0) {
+		const char *path = perfrelay_client_socket_path(c) ?: "the event socket";
+
+		if (perfrelay_client_error(c))
+			return error_msg(
+				"perfrelayd on %s refused the subscription: %s",
+				path,
+				perfrelay_client_error(c));
+		return error_errno(r, "Failed to connect to %s", path);
+	}
+
+	/* Blocked only now: until the daemon answered, ^C may simply end us. From here on the
+	 * signals arrive through the signalfd and end the loop with exit status 0. */
+	signal_fd = exit_signals_fd();
+	if (signal_fd < 0)
+		return signal_fd;
+
+	r = monitor_run(c, json, signal_fd);
+	if (fflush(stdout) != 0 && r >= 0)
+		r = error_errno(-errno, "Failed to write to standard output");
+	return r;
+}

@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* libperfrelay's insides, shared by its files: the client's state (libperfrelay.c: the socket
+ * stream) and the shared path's (shared-reader.c: docs/shared-ring.md). Nothing here is
+ * exported (libperfrelay.sym). */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <json-c/json.h>
+
+#include "lib/perfrelay.h"
+#include "lib/schema.h"
+#include "shared-ring.h"
+#include "unit-frame.h"
+
+#define PERFRELAY_PROTOCOL 1u
+
+/* One buffer holds the unread bytes: it must fit the longest line or frame, plus room to read
+ * ahead so that a batch of events costs one read(). */
+#define FRAME_MAX   (4u + PERFRELAY_RECORD_MAX)
+#define BUFFER_SIZE (PERFRELAY_LINE_MAX + 32u * 1024u)
+_Static_assert(BUFFER_SIZE >= FRAME_MAX + 4096u, "the buffer must hold the largest frame");
+/* Compact the buffer (move the unread bytes to its start) when less than this is left to read
+ * into. Unread bytes never exceed one incomplete line or frame, so compacting is rare. */
+#define READ_ROOM_MIN (BUFFER_SIZE / 4u)
+
+/* Daemon messages are short; longer ones are cut, so a hostile peer cannot make us keep 96 KiB. */
+#define MESSAGE_MAX 1024u
+
+/* One ring of the shared path, as this client reads it. */
+typedef struct SharedCursor {
+	const struct perfrelay_shared_ctl *ctl;
+	const uint8_t *data;
+	uint64_t mask;
+	uint64_t pos;      /* the next frame to copy; the member page's pos after each swap */
+	uint64_t next_seq; /* the seq that frame should have: a larger one means events were lost */
+} SharedCursor;
+
+/* The shared path (docs/shared-ring.md): frames are copied out of the rings, validated by the
+ * swap of the member page's position, and their bytes appended to the client's buffer, where
+ * the same parsers as for the socket stream read them. The socket carries wakeups ("\n") and
+ * the daemon's goodbye or error line. */
+typedef struct Shared {
+	uint8_t *map;
+	size_t map_size;
+	struct perfrelay_shared_member *page;
+	unsigned n_rings, next_ring;
+	SharedCursor ring[PERFRELAY_SHARED_RINGS_MAX];
+	/* Frames copied from one ring: [next, end) not yet read. Binary clients read them in
+	 * place: [sub, sub_end) is what is left of the current frame's bytes. */
+	uint8_t *scratch_mem;
+	/* scratch_mem + 4: frames are 16-aligned and a binary frame's record follows the frame
+	 * header and its own 4-byte length, so records land 8-aligned and are read in place. */
+	uint8_t *scratch;
+	size_t next, end, sub, sub_end;
+	uint64_t lost;              /* events lost before the frames in scratch, not yet told */
+	char line[MESSAGE_MAX + 2]; /* a goodbye or error line coming in on the socket */
+	size_t line_len;
+	int socket_end; /* the socket's last word, a negative errno: told once the rings are drained */
+	/* The daemon moved us to a new ring set (a "reshared" line, with its descriptors in
+	 * hello_fds): the old one is never written again; read it out, then switch. */
+	unsigned reshared_rings;
+} Shared;
+
+typedef enum ClientState {
+	CLIENT_NEW,       /* perfrelay_connect() not called yet */
+	CLIENT_CONNECTED, /* hello received; reads allowed until `error` is set */
+	CLIENT_FAILED,    /* perfrelay_connect() failed */
+} ClientState;
+
+struct perfrelay_client {
+	ClientState state;
+	int fd;
+	int error; /* sticky negative errno once the stream has ended, else 0 */
+
+	/* Unread bytes are buf[start, end); buf[start, scanned) is known to hold no '\n'. */
+	char *buf;
+	size_t start, scanned, end;
+	/* An 8-aligned copy of the current record when it is not aligned in buf (binary format). */
+	void *record;
+
+	struct perfrelay_hello hello;
+	char *version;
+	char *message;
+	char *socket_path;
+
+	/* Binary format: the schema frames received, one per third-party type (schema.h). */
+	Schema *schemas[SCHEMA_MAX_KEPT];
+	unsigned n_schemas, next_evicted;
+
+	/* Descriptors that came with the hello (the shared path's), until it is parsed. */
+	int hello_fds[2];
+	unsigned n_hello_fds;
+	bool hello_read;
+	Shared *shared; /* NULL: the socket stream */
+
+	/* Binary format: the name of the last unit frame, for the record right after it. */
+	char unit[PERFRELAY_UNIT_NAME_MAX];
+	bool unit_pending; /* a unit frame came and its record has not yet */
+	bool unit_current; /* the record returned last had one */
+};
+
+/* libperfrelay.c: the socket stream. */
+int fail(perfrelay_client *c, int error); /* sets the sticky error; returns it */
+ssize_t recv_keep_fds(perfrelay_client *c, void *buf, size_t size);
+/* How long poll() may wait: -1 without a timeout, else the milliseconds left (0: none). The
+ * deadline is set at a call's first wait, so that a call that finds data never reads the clock. */
+int wait_ms(int timeout_ms, uint64_t *deadline);
+int read_line(perfrelay_client *c, char **ret, size_t *ret_len, int timeout_ms);
+json_object *parse_object(const char *line, size_t len);
+const char *get_string(json_object *o, const char *key);
+bool get_uint(json_object *o, const char *key, uint64_t *ret);
+/* Binary frames, from the socket or a shared ring: a record's checks, its length prefix, and
+ * the record handed out (in place when 8-aligned, else copied to c->record). */
+int frame_check(const char *rec, uint32_t length);
+uint32_t frame_length_at(const void *p);
+void frame_out(
+	perfrelay_client *c,
+	const char *rec,
+	uint32_t length,
+	const struct perfrelay_hdr **hdr,
+	const void **payload,
+	size_t *payload_size);
+
+/* shared-reader.c: the shared path. */
+int shared_setup(perfrelay_client *c, unsigned n_rings); /* maps the hello's ring set */
+void shared_unmap(Shared *s);
+/* JSON clients: the frames' lines appended to c->buf for read_line(). */
+int shared_fill(perfrelay_client *c, int timeout_ms, uint64_t *deadline);
+/* Binary clients: the next record frame, read in place. */
+int shared_next_frame(
+	perfrelay_client *c,
+	const struct perfrelay_hdr **hdr,
+	const void **payload,
+	size_t *payload_size,
+	int timeout_ms);
