@@ -7,27 +7,32 @@
 PERFRELAY_ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)"
 export PERFRELAY_ROOT
 
-# Build and test dependencies on Debian 12. libc6-dev is listed explicitly because gcc only
+# What building and running perfrelayd needs on Debian 12 (scripts/run): the compilers and the
+# libraries of the daemon and perfrelayctl. libc6-dev is listed explicitly because gcc only
 # recommends it, and images that disable recommends would otherwise lack the C headers.
+PERFRELAY_RUN_PACKAGES=(
+	libbpf-dev bpftool clang llvm libsystemd-dev libjson-c-dev libelf-dev zlib1g-dev
+	meson ninja-build pkg-config python3 gcc libc6-dev
+)
+# What the tests, the benchmark and the packages add (scripts/test, bench/run, scripts/build-debs).
 # libclang-rt-14-dev is the libFuzzer and sanitizer runtime of the fuzz suite (clang only
-# recommends it); libdbus-1-dev gives dbus-1.pc (where the bus policy goes); systemd-container
-# (systemd-nspawn) and debootstrap run the system suite under a real systemd. libnats-dev builds
-# perfrelay-export; nats-server and prometheus (with promtool) run in the export/metrics tests;
-# qemu-system-x86 and busybox-static boot Debian's kernel packages for the kernels suite
-# (tests/kernels); clang-format (and git, for the file list) checks the formatting
-# (tests/style); tshark and tcpdump read the pcapng files of the capture test, iproute2 (ip)
-# makes its network namespace. libcurl4-openssl-dev, libprotobuf-c-dev and protobuf-c-compiler
-# build perfrelay-export's OTLP target; openssl makes the CA and certificates of the export TLS
-# test; nodejs and npm run the OTLP test's receiver (npm's
-# OpenTelemetry packages; test_otlp installs them) and are added only where no node/npm is
-# on PATH (a machine may carry another build of Node.js that provides both). scdoc builds the
+# recommends it); libdbus-1-dev gives dbus-1.pc (where the bus policy goes), dbus the private
+# buses of the tests; systemd-container (systemd-nspawn) and debootstrap run the system suite
+# under a real systemd. libnats-dev builds perfrelay-export; nats-server and prometheus (with
+# promtool) run in the export/metrics tests; qemu-system-x86 and busybox-static boot Debian's
+# kernel packages for the kernels suite (tests/kernels); clang-format (and git, for the file
+# list) checks the formatting (tests/style); tshark and tcpdump read the pcapng files of the
+# capture test, iproute2 (ip) makes its network namespace. libcurl4-openssl-dev,
+# libprotobuf-c-dev and protobuf-c-compiler build perfrelay-export's OTLP target; openssl makes
+# the CA and certificates of the export TLS test; nodejs and npm run the OTLP test's receiver
+# (npm's OpenTelemetry packages; test_otlp installs them) and are added only where no node/npm
+# is on PATH (a machine may carry another build of Node.js that provides both). scdoc builds the
 # manual pages and man-db renders them in their test; debhelper, dpkg-dev, fakeroot and lintian
 # build and check the Debian packages (scripts/build-debs, tests/system/test_package.py);
-# bash-completion (its completionsdir, and the completion test), zsh and fish check the completions.
-# python3-pytest runs the python suites (tests/pytest.ini).
-PERFRELAY_PACKAGES=(
-	libbpf-dev bpftool clang llvm libsystemd-dev libjson-c-dev libelf-dev zlib1g-dev
-	meson ninja-build pkg-config dbus python3 python3-pytest gcc libc6-dev
+# bash-completion (its completionsdir, and the completion test), zsh and fish check the
+# completions. python3-pytest runs the python suites (tests/pytest.ini).
+PERFRELAY_TEST_PACKAGES=(
+	dbus python3-pytest
 	libclang-rt-14-dev libdbus-1-dev systemd-container debootstrap
 	libnats-dev nats-server prometheus
 	qemu-system-x86 busybox-static
@@ -36,8 +41,8 @@ PERFRELAY_PACKAGES=(
 	libcurl4-openssl-dev libprotobuf-c-dev protobuf-c-compiler openssl
 	scdoc man-db debhelper dpkg-dev fakeroot lintian bash-completion zsh fish
 )
-command -v node >/dev/null 2>&1 || PERFRELAY_PACKAGES+=(nodejs)
-command -v npm >/dev/null 2>&1 || PERFRELAY_PACKAGES+=(npm)
+command -v node >/dev/null 2>&1 || PERFRELAY_TEST_PACKAGES+=(nodejs)
+command -v npm >/dev/null 2>&1 || PERFRELAY_TEST_PACKAGES+=(npm)
 
 log() {
 	printf '%s: %s\n' "${0##*/}" "$*" >&2
@@ -58,14 +63,16 @@ package_installed() {
 	[[ "$status" == "install ok installed" ]]
 }
 
-# Install, with apt-get, only the packages that are not installed yet; 'apt-get update' runs once,
-# and only when something is missing.
+# ensure_packages [run|all]: install, with apt-get, only the packages that are not installed yet:
+# what building and running need ("run"), or that and what the tests use ("all", the default).
+# 'apt-get update' runs once, and only when something is missing.
 ensure_packages() {
-	local missing=() p
+	local missing=() p wanted=("${PERFRELAY_RUN_PACKAGES[@]}")
 
 	command -v dpkg-query >/dev/null 2>&1 || die "dpkg-query not found: these scripts expect Debian 12"
 
-	for p in "${PERFRELAY_PACKAGES[@]}"; do
+	[[ "${1:-all}" == run ]] || wanted+=("${PERFRELAY_TEST_PACKAGES[@]}")
+	for p in "${wanted[@]}"; do
 		package_installed "$p" || missing+=("$p")
 	done
 
@@ -115,6 +122,22 @@ ensure_mounts() {
 	mount_fs bpf /sys/fs/bpf || r=1
 	mount_fs tracefs /sys/kernel/tracing || r=1
 	return "$r"
+}
+
+# Where a system bus runs, install perfrelayd's bus policy (config/org.perfrelay1.conf) unless the
+# same file is there, and have the bus reload its configuration, so that the daemon may own
+# org.perfrelay1 and perfrelayctl status, top and tree work. The package installs it under
+# /usr/share/dbus-1/system.d; an administrator's copy in /etc wins, as dbus-daemon reads both.
+ensure_bus_policy() {
+	local policy="$PERFRELAY_ROOT/config/org.perfrelay1.conf" dest=/etc/dbus-1/system.d/org.perfrelay1.conf
+
+	[[ -S /run/dbus/system_bus_socket ]] || return 0
+	[[ -f /usr/share/dbus-1/system.d/org.perfrelay1.conf ]] && return 0
+	cmp -s "$policy" "$dest" && return 0
+	log "installing the bus policy $dest"
+	install -D -m 0644 "$policy" "$dest"
+	busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig ||
+		log "warning: the system bus did not reload its configuration; perfrelayctl status may be refused"
 }
 
 # ensure_build BUILDDIR: configure BUILDDIR (relative to the repository root unless absolute)
