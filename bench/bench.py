@@ -16,8 +16,8 @@ import sys
 import tempfile
 import time
 
-# otlpreceiver (row o) and prtest live with the integration tests.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "integration"))
+# otlpreceiver (row o) and the daemon helpers come from the tests' package tests/lib/prtest: bench/run
+# puts tests/lib on PYTHONPATH (PYTHONPATH=tests/lib python3 bench/bench.py ... does the same).
 
 BENCH_PRODUCER = 16  # PERFRELAY_PRODUCER_BENCH in bpf/event.h
 
@@ -346,7 +346,7 @@ class Bench:
         """(x) perfrelay-export: the daemon's binary stream published to a local nats-server -js
         with acks, the producer at `rate` (0: as fast as it goes); (o) with target "otlp": posted
         as OTLP/HTTP logs (protobuf) to a local receiver that decodes every request with the
-        OpenTelemetry project's code (tests/integration/otlp-receiver.js). The exporter's rate is what it
+        OpenTelemetry project's code (tests/lib/prtest/otlp-receiver.js). The exporter's rate is what it
         had acknowledged by the time it was idle again, over the time from the producer's start;
         its CPU per acknowledged event comes from /proc (utime + stime). Checks the exporter's
         accounting on the way: offered + daemon_lost = what the daemon received, exported +
@@ -370,7 +370,7 @@ class Bench:
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             out = f"[NATS]\nServers=nats://127.0.0.1:{port}\n[Export]\n"
         else:
-            import otlpreceiver
+            from prtest import otlpreceiver
             otlpreceiver.ensure_node_modules()
             receiver = otlpreceiver.Receiver(count_only=True)
             out = f"[OTLP]\nEndpoint={receiver.endpoint}\n[Export]\nTargets=otlp\n"

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "integration"))
 
 STREAM = """
 import socket, sys, threading, time
@@ -64,7 +63,7 @@ def cpu_ns(pid):
 
 def run(build, repeat, duration, log):
     from prtest import Daemon, UnitCgroup, cgroup2_mount
-    from statsbus import StatsBus
+    from prtest.statsbus import StatsBus
     cg2 = cgroup2_mount()
     if not cg2 or not shutil.which("dbus-daemon"):
         log("capture: skipped (no cgroup2 mount or no dbus-daemon)")

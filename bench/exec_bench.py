@@ -12,9 +12,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "integration"))
 
-from capture_bench import cpu_ns  # noqa: E402
+from capture_bench import cpu_ns
 
 STORM = 'i=0; while [ "$i" -lt "$1" ]; do /bin/true; i=$((i + 1)); done'
 
@@ -28,7 +27,7 @@ def storm(n):
 
 def run(build, repeat, n, log):
     from prtest import Daemon, SocketClient
-    from statsbus import StatsBus
+    from prtest.statsbus import StatsBus
 
     binary = os.path.join(build, "daemon", "perfrelayd")
     bus = StatsBus(binary)

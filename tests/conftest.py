@@ -2,15 +2,12 @@
 """What every python suite of perfrelay shares under pytest (tests/pytest.ini): the trees under
 test, and meson's exit status 77 for a run in which nothing ran but skips."""
 import os
-import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-# The integration suite's helpers (prtest, statsbus, natstest, ...) serve the other suites too.
-sys.path.insert(0, os.path.join(HERE, "integration"))
+import prtest  # tests/lib/prtest, on the path by pytest.ini's pythonpath
 
-import prtest  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 SKIP = 77
 

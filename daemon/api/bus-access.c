@@ -148,7 +148,7 @@ int bus_read_filter(
 	_cleanup_(json_object_putp) json_object *root = json_object_new_object(),
 						*sub = json_object_new_object(),
 						*ancestor = json_object_new_object();
-	RequestLimits limits = { .max_bytes = b->config->max_request_bytes, .max_depth = FILTER_JSON_DEPTH };
+	RequestLimits limits = { .max_bytes = b->o.max_request_bytes, .max_depth = FILTER_JSON_DEPTH };
 	RequestError e;
 	const char *text;
 	int r;
@@ -351,7 +351,7 @@ static int sender_identity(
 	SubscriptionAccess *ret_access,
 	bool *ret_control,
 	sd_bus_error *error) {
-	const Config *c = b->config;
+	const ApiOptions *c = &b->o;
 	const char *sender = sd_bus_message_get_sender(message);
 	const BusSender *e;
 	int r;

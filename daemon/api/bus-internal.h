@@ -74,7 +74,7 @@ struct BusSubscriber {
 };
 
 struct Bus {
-	const Config *config; /* the manager's; replaced by bus_set_config() on reload */
+	ApiOptions o; /* a copy of the manager's; replaced by bus_set_options() on reload */
 	sd_event *event;
 	sd_bus *bus;
 	Hub *hub;
@@ -103,7 +103,7 @@ void bus_senders_free(Bus *b);
 extern const sd_bus_vtable bus_monitor_manager_vtable[];
 /* Removes every monitor (its hub client first: its queued events count as dropped). */
 void bus_monitors_free_all(Bus *b);
-/* Removes the monitors whose every-event access came from a group `config` no longer lists. */
-void bus_monitors_revoke(Bus *b, const Config *config);
+/* Removes the monitors whose every-event access came from a group b->o no longer lists. */
+void bus_monitors_revoke(Bus *b);
 /* Adds the monitors' figures (those now) to *st. */
 void bus_monitors_add_stats(const Bus *b, BusStats *st);

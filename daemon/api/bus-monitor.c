@@ -117,7 +117,7 @@ static void subscriber_refill(BusSubscriber *s, uint64_t now) {
 	if (!ratelimit_window_over(&s->rate, now))
 		return;
 	subscriber_send_dropped(s, now);
-	ratelimit_start(&s->rate, now, s->bus->config->bus_events_per_second);
+	ratelimit_start(&s->rate, now, s->bus->o.bus_events_per_second);
 }
 
 static int on_window_end(sd_event_source *es, uint64_t usec, void *userdata) {
@@ -260,7 +260,7 @@ static int subscriber_new(
 	HubClientOptions o = {
 		.format = HUB_FORMAT_JSON_TAGGED,
 		.overflow = HUB_OVERFLOW_DROP,
-		.queue_bytes = b->config->client_queue_bytes,
+		.queue_bytes = b->o.client_queue_bytes,
 		.match = subscriber_match,
 		.flush = subscriber_flush,
 		.redact = sub->access != SUBSCRIPTION_ACCESS_ALL,
@@ -308,7 +308,7 @@ static int subscriber_new(
 	if (r < 0)
 		return r;
 	/* A monitor is a client of its uid like a socket connection: one count, its queues. */
-	limits = server_users_limits(b->config);
+	limits = b->o.users;
 	bytes = hub_client_capacity(s->client);
 	s->pooled = sub->access != SUBSCRIPTION_ACCESS_ALL;
 	r = users_charge(b->users, &limits, uid, s->pooled, 1, bytes, ret_refusal);
@@ -406,7 +406,9 @@ void bus_monitors_free_all(Bus *b) {
 		subscriber_free(b->subscribers);
 }
 
-void bus_monitors_revoke(Bus *b, const Config *config) {
+void bus_monitors_revoke(Bus *b) {
+	const ApiOptions *config = &b->o;
+
 	/* As on the socket: a group taken out of AllowGroups= takes along the access it gave.
 	 * Such a monitor is removed (its events still queued count as dropped); the subscriber
 	 * may subscribe again and then sees its own uid's events. */

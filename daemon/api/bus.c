@@ -48,7 +48,7 @@ static int on_bus_message(sd_bus_message *message, void *userdata, sd_bus_error 
 
 /* Life cycle ------------------------------------------------------------------------------ */
 
-int bus_new(sd_event *event, const Config *config, Hub *hub, Users *users, Bus **ret) {
+int bus_new(sd_event *event, const ApiOptions *options, Hub *hub, Users *users, Bus **ret) {
 	_cleanup_(bus_freep) Bus *b = NULL;
 	int r;
 
@@ -56,7 +56,7 @@ int bus_new(sd_event *event, const Config *config, Hub *hub, Users *users, Bus *
 	if (!b)
 		return -ENOMEM;
 	b->event = sd_event_ref(event);
-	b->config = config;
+	b->o = *options;
 	b->hub = hub;
 	b->users = users;
 
@@ -144,16 +144,12 @@ sd_bus *bus_connection(Bus *b) {
 	return b && !b->gone ? b->bus : NULL;
 }
 
-const Config *bus_config(const Bus *b) {
-	return b->config;
-}
-
-void bus_set_config(Bus *b, const Config *config) {
+void bus_set_options(Bus *b, const ApiOptions *options) {
 	if (!b)
 		return;
-	b->config = config;
+	b->o = *options;
 
-	bus_monitors_revoke(b, config);
+	bus_monitors_revoke(b);
 }
 
 void bus_emit_manager_changed(Bus *b, char **names) {

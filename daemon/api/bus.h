@@ -15,7 +15,7 @@
 #include <systemd/sd-bus.h>
 #include <systemd/sd-event.h>
 
-#include "config/config.h"
+#include "api/options.h"
 #include "hub/hub.h"
 #include "hub/request.h"
 #include "api/users.h"
@@ -54,7 +54,7 @@ typedef struct BusPart {
  * `event`; monitors take their queues from `hub` and are charged to `users` with the socket's
  * clients. Without a bus it logs one warning and returns 0 with *ret = NULL: the daemon runs on
  * without D-Bus. */
-int bus_new(sd_event *event, const Config *config, Hub *hub, Users *users, Bus **ret);
+int bus_new(sd_event *event, const ApiOptions *options, Hub *hub, Users *users, Bus **ret);
 /* Publishes a part (see BusPart). */
 int bus_add_part(Bus *b, const BusPart *part);
 /* Takes the name, once every part is published. Failing to take it is a warning (the objects
@@ -67,10 +67,10 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Bus *, bus_free);
 
 /* The connection, for parts that make objects of their own (NULL once it is gone). */
 sd_bus *bus_connection(Bus *b);
-const Config *bus_config(const Bus *b);
 
-/* [Bus] and the subscriber limits of [Socket] apply from now on. Accepts NULL. */
-void bus_set_config(Bus *b, const Config *config);
+/* [Bus] and the subscriber limits of [Socket] apply from now on (the options are copied; their
+ * group lists must stay valid until the next call or bus_free()). Accepts NULL. */
+void bus_set_options(Bus *b, const ApiOptions *options);
 
 /* PropertiesChanged for properties of org.perfrelay1.Manager (a NULL-terminated list), and
  * signals of it. Accept NULL. */

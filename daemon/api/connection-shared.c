@@ -88,7 +88,7 @@ static int shared_entry_new(
 	SharedEntry **ret,
 	UsersRefusal *ret_refusal) {
 	_cleanup_free_ char *k = key;
-	UsersLimits limits = server_users_limits(s->config);
+	UsersLimits limits = s->o.users;
 	SharedEntry *e;
 	HubClientOptions o;
 	int r;
@@ -107,7 +107,7 @@ static int shared_entry_new(
 	r = subscription_dup(sub, &e->sub);
 	if (r >= 0)
 		r = shared_ring_new(
-			hub_n_slots(s->hub), hub_n_small_slots(s->hub), s->config->shared_ring_bytes, &e->ring);
+			hub_n_slots(s->hub), hub_n_small_slots(s->hub), s->o.shared_ring_bytes, &e->ring);
 	if (r < 0) {
 		shared_entry_free(e);
 		return r;
@@ -149,7 +149,7 @@ static int shared_entry_new(
 int connection_join_shared(
 	Connection *c, Subscription **sub, HubFlushFn flush, int ret_fds[2], char *extra, size_t extra_size) {
 	Server *s = c->server;
-	const Config *cfg = s->config;
+	const ApiOptions *cfg = &s->o;
 	_cleanup_free_ char *key = NULL;
 	_cleanup_(shared_member_freep) SharedMember *m = NULL;
 	_cleanup_close_ int ro = -EBADF;

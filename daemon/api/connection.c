@@ -193,7 +193,7 @@ static ssize_t connection_recv(Connection *c, void *buf, size_t size, bool *ret_
 }
 
 static int connection_access(Connection *c, SubscriptionAccess *ret) {
-	const Config *cfg = c->server->config;
+	const ApiOptions *cfg = &c->server->o;
 	_cleanup_free_ gid_t *groups = NULL;
 	socklen_t len = 64 * sizeof(gid_t);
 
@@ -274,7 +274,7 @@ int connection_send_hello(Connection *c, const int *fds, size_t n_fds, const cha
 
 /* Refused by a limit of users.h: the error line names it and what the uid holds. */
 static void connection_refuse_over(Connection *c, UsersRefusal refusal) {
-	const Config *cfg = c->server->config;
+	const ApiOptions *cfg = &c->server->o;
 	unsigned clients;
 	uint64_t bytes;
 
@@ -285,8 +285,8 @@ static void connection_refuse_over(Connection *c, UsersRefusal refusal) {
 			PROTOCOL_TOO_MANY_CLIENTS,
 			"the clients of users other than root are at the daemon's limit of %u clients or %" PRIu64
 			" bytes of event queues (%s)",
-			cfg->max_clients,
-			cfg->max_queue_bytes,
+			cfg->users.max_clients,
+			cfg->users.max_bytes,
 			users_refusal_to_string(refusal));
 	else
 		connection_refusef(
@@ -303,7 +303,7 @@ static void connection_refuse_over(Connection *c, UsersRefusal refusal) {
 /* The queues a subscriber gets are memory the daemon holds for its uid: charged, or refused. */
 static int charge_queues(Connection *c) {
 	Server *s = c->server;
-	UsersLimits limits = server_users_limits(s->config);
+	UsersLimits limits = s->o.users;
 	uint64_t bytes = hub_client_capacity(c->client);
 	UsersRefusal refusal;
 	int r;
@@ -358,7 +358,7 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 		.overflow = sub->overflow == SUBSCRIPTION_OVERFLOW_DISCONNECT ? HUB_OVERFLOW_DISCONNECT :
 										HUB_OVERFLOW_DROP,
 		.unit_frames = sub->unit_frames && sub->format == SUBSCRIPTION_FORMAT_BINARY,
-		.queue_bytes = s->config->client_queue_bytes,
+		.queue_bytes = s->o.client_queue_bytes,
 		.match = match_subscription,
 		.filter = sub,
 		.userdata = c,
@@ -430,7 +430,7 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 }
 
 static void connection_process_request(Connection *c, size_t line_len) {
-	const Config *cfg = c->server->config;
+	const ApiOptions *cfg = &c->server->o;
 	RequestLimits limits = { .max_bytes = cfg->max_request_bytes, .max_depth = cfg->max_json_depth };
 	Subscription *sub = NULL;
 	RequestError e;
@@ -452,7 +452,7 @@ static void connection_process_request(Connection *c, size_t line_len) {
 /* Reads until the request line is complete; returns after acting on it or when the socket
  * has nothing more to read. */
 static void connection_read_request(Connection *c) {
-	size_t max = c->server->config->max_request_bytes;
+	size_t max = c->server->o.max_request_bytes;
 
 	for (;;) {
 		const char *nl;
@@ -589,14 +589,14 @@ static int on_request_timeout(sd_event_source *es, uint64_t usec, void *userdata
 		c,
 		PROTOCOL_TIMEOUT,
 		"no complete request line within %u ms (RequestTimeoutMs=)",
-		c->server->config->request_timeout_ms);
+		c->server->o.request_timeout_ms);
 	return 0;
 }
 
 void connection_new(Server *s, int fd_in) {
 	_cleanup_close_ int fd = fd_in;
-	const Config *cfg = s->config;
-	UsersLimits limits = server_users_limits(cfg);
+	const ApiOptions *cfg = &s->o;
+	UsersLimits limits = cfg->users;
 	UsersRefusal refusal;
 	socklen_t len = sizeof(struct ucred);
 	struct ucred cred;

@@ -77,7 +77,7 @@ struct Connection {
 struct Server {
 	sd_event *event;
 	Hub *hub;
-	const Config *config;
+	ApiOptions o; /* a copy of the manager's; server_set_options() on reload */
 	ServerFlushFn flush;
 	void *userdata;
 	int listen_fd;

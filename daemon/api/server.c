@@ -188,7 +188,7 @@ static int server_take_activated_socket(Server *s, int *ret_found) {
 }
 
 int server_new(
-	sd_event *event, Hub *hub, const Config *config, ServerFlushFn flush, void *userdata, Server **ret) {
+	sd_event *event, Hub *hub, const ApiOptions *options, ServerFlushFn flush, void *userdata, Server **ret) {
 	_cleanup_(server_freep) Server *s = NULL;
 	int r, activated = 0;
 
@@ -197,7 +197,7 @@ int server_new(
 		return -ENOMEM;
 	s->event = event;
 	s->hub = hub;
-	s->config = config;
+	s->o = *options;
 	s->flush = flush;
 	s->userdata = userdata;
 	s->listen_fd = -EBADF;
@@ -207,7 +207,7 @@ int server_new(
 
 	r = server_take_activated_socket(s, &activated);
 	if (r >= 0 && !activated)
-		r = server_create_socket(s, config->socket_path);
+		r = server_create_socket(s, options->socket_path);
 	if (r < 0)
 		return r;
 	if (activated) {
@@ -219,7 +219,7 @@ int server_new(
 		else
 			s->path = strdup("(socket from systemd)");
 	} else
-		s->path = strdup(config->socket_path);
+		s->path = strdup(options->socket_path);
 	if (!s->path)
 		return -ENOMEM;
 
@@ -252,8 +252,8 @@ Users *server_users(const Server *s) {
 	return s->users;
 }
 
-void server_set_config(Server *s, const Config *config) {
-	s->config = config;
+void server_set_options(Server *s, const ApiOptions *options) {
+	s->o = *options;
 
 	/* A group taken out of AllowGroups= takes its access along (connection_recheck_access()). */
 	LIST_FOREACH(connections, c, s->connections)

@@ -9,7 +9,7 @@
 
 #include <systemd/sd-event.h>
 
-#include "config/config.h"
+#include "api/options.h"
 #include "hub/hub.h"
 #include "hub/request.h"
 #include "api/users.h"
@@ -51,10 +51,11 @@ typedef struct ServerStats {
  * EPOLLOUT), so that the loop re-arms the hub's notification before the event loop sleeps. */
 typedef void (*ServerFlushFn)(void *userdata);
 
-/* Takes the socket systemd passed (sd_listen_fds) or creates config->socket_path, and starts
- * accepting. The config must stay valid until server_set_config() or server_free(). */
+/* Takes the socket systemd passed (sd_listen_fds) or creates options->socket_path, and starts
+ * accepting. The options are copied; their group lists must stay valid until
+ * server_set_options() or server_free(). */
 int server_new(
-	sd_event *event, Hub *hub, const Config *config, ServerFlushFn flush, void *userdata, Server **ret);
+	sd_event *event, Hub *hub, const ApiOptions *options, ServerFlushFn flush, void *userdata, Server **ret);
 /* Closes every connection (without a goodbye) and the listening socket; removes the socket
  * file if this server created it. */
 Server *server_free(Server *s);
@@ -63,17 +64,9 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Server *, server_free);
 /* Every connection and bus monitor is charged to its uid here (users.h), against [Socket]'s
  * MaxClients=, MaxClientsPerUid=, MaxQueueBytes=, MaxQueueBytesPerUid=. */
 Users *server_users(const Server *s);
-static inline UsersLimits server_users_limits(const Config *c) {
-	return (UsersLimits){
-		.max_clients = c->max_clients,
-		.max_clients_per_uid = c->max_clients_per_uid,
-		.max_bytes = c->max_queue_bytes,
-		.max_bytes_per_uid = c->max_queue_bytes_per_uid,
-	};
-}
 
 /* The limits of [Socket] apply to connections accepted from now on. */
-void server_set_config(Server *s, const Config *config);
+void server_set_options(Server *s, const ApiOptions *options);
 
 
 /* Shutdown: stops accepting, sends each subscriber what is queued and a goodbye line if its

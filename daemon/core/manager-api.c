@@ -9,6 +9,28 @@ const Config *manager_config(const Manager *m) {
 	return m->config;
 }
 
+ApiOptions manager_api_options(const Config *c) {
+	return (ApiOptions){
+		.socket_path = c->socket_path,
+		.users = {
+			.max_clients = c->max_clients,
+			.max_clients_per_uid = c->max_clients_per_uid,
+			.max_bytes = c->max_queue_bytes,
+			.max_bytes_per_uid = c->max_queue_bytes_per_uid,
+		},
+		.client_queue_bytes = c->client_queue_bytes,
+		.max_request_bytes = c->max_request_bytes,
+		.max_json_depth = c->max_json_depth,
+		.request_timeout_ms = c->request_timeout_ms,
+		.shared_ring_bytes = c->shared_ring_bytes,
+		.max_shared_rings = c->max_shared_rings,
+		.max_shared_rings_per_uid = c->max_shared_rings_per_uid,
+		.bus_events_per_second = c->bus_events_per_second,
+		.allow_groups = c->allow_groups,
+		.control_groups = c->control_groups,
+	};
+}
+
 const ManagerOptions *manager_options(const Manager *m) {
 	return &m->o;
 }

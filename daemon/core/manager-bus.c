@@ -354,9 +354,10 @@ static void feature_bus_gone(void *userdata) {
 
 int manager_setup_bus(Manager *m) {
 	StatsSources src;
+	ApiOptions api = manager_api_options(m->config);
 	int r;
 
-	r = bus_new(m->event, m->config, m->hub, server_users(m->server), &m->bus);
+	r = bus_new(m->event, &api, m->hub, server_users(m->server), &m->bus);
 	if (r < 0 || !m->bus)
 		return r;
 	for (size_t i = 0; i < m->n_readers; i++)

@@ -131,3 +131,6 @@ int manager_reload(Manager *m, char **ret_error);
 void manager_stats_sources(Manager *m, StatsSources *ret);
 void manager_log_stats(Manager *m);
 const char *manager_state_to_string(ManagerState s);
+
+/* What api/ (the event socket, the bus) takes of a configuration (manager-api.c). */
+ApiOptions manager_api_options(const Config *c);

@@ -14,6 +14,7 @@ int manager_reload(Manager *m, char **ret_error) {
 	_cleanup_(config_freep) Config *c = NULL;
 	_cleanup_free_ char *error = NULL, *restart = NULL;
 	Config *old;
+	ApiOptions api;
 	int r;
 
 	log_info("Reloading configuration from %s and %s/", m->o.config_path, m->dropin_dir);
@@ -47,9 +48,10 @@ int manager_reload(Manager *m, char **ret_error) {
 
 	old = m->config;
 	m->config = TAKE_PTR(c);
-	server_set_config(m->server, m->config);
-	bus_set_config(m->bus, m->config);
-	config_free(old);
+	api = manager_api_options(m->config);
+	server_set_options(m->server, &api);
+	bus_set_options(m->bus, &api);
+	config_free(old); /* the old options' group lists with it: both were just replaced */
 
 	if (restart)
 		log_warning(

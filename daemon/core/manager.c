@@ -414,13 +414,9 @@ static int manager_probe_features(Manager *m) {
 	return 0;
 }
 
-int manager_start(Manager *m) {
+/* The pins, the kernel's features and the built-in probes' objects (not attached yet). */
+static int manager_open_probes(Manager *m) {
 	const Config *c = m->config;
-	_cleanup_free_ CpuSet *groups = NULL;
-	size_t n_groups = 0;
-	unsigned n_small;
-	uint32_t map_id = 0;
-	char events_pin[PATH_MAX], cpus[256];
 	int r;
 
 	r = pins_prepare(c->pin_path);
@@ -441,18 +437,14 @@ int manager_start(Manager *m) {
 	if (r < 0)
 		return r;
 	probes_set_pin_links(m->probes, kernel_features_has(m->kernel, FEATURE_LINK_PIN));
+	return 0;
+}
 
-	r = manager_settle(m);
-	if (r < 0)
-		return r;
+/* The hub: one slot per reader, and one for each feature that publishes from the main thread. */
+static int manager_setup_hub(Manager *m, size_t n_groups) {
+	unsigned n_small = manager_features_hub_slots(m, n_groups);
+	int r;
 
-	r = manager_cpu_groups(m, &groups, &n_groups);
-	if (r < 0)
-		return r;
-	manager_raise_fd_limit(m);
-	manager_open_cgroups(m);
-	/* One slot per reader, and one for each feature that publishes from the main thread. */
-	n_small = manager_features_hub_slots(m, n_groups);
 	r = hub_new(n_groups + n_small, &m->hub);
 	if (r >= 0 && n_small > 0)
 		r = hub_set_small_slots(m->hub, n_small);
@@ -463,24 +455,14 @@ int manager_start(Manager *m) {
 	r = sd_event_add_io(m->event, &m->notify_source, hub_notify_fd(m->hub), EPOLLIN, on_hub_notify, m);
 	if (r < 0)
 		return log_error_errno(r, "Failed to watch the hub: %m");
+	return 0;
+}
 
-	r = manager_open_rings(m, groups, n_groups);
-	if (r < 0)
-		return r;
-	/* Slots of CPUs given no ring here (outside every group, offline) were emptied with the
-	 * others by manager_settle(), and stay empty: emits there fail and are counted. */
-	r = manager_setup_decoders(m);
-	if (r < 0)
-		return r;
-	/* What the readers need from their first record on (hotplug is watched from here on,
-	 * before the socket exists: its events wait for the loop). */
-	r = manager_features_setup(m);
-	if (r < 0)
-		return r;
+static int manager_start_readers(Manager *m) {
 	for (size_t i = 0; i < m->n_readers; i++) {
-		int e = 0;
+		int e = 0, r;
 
-		r = reader_start(m->readers[i], c->reader_nice, &e);
+		r = reader_start(m->readers[i], m->config->reader_nice, &e);
 		if (r < 0)
 			return log_error_errno(r, "Failed to start reader thread %zu: %m", i);
 		/* Clients on the readers' CPUs must not starve them: what a reader cannot drain
@@ -491,18 +473,15 @@ int manager_start(Manager *m) {
 				"Reader thread %zu runs at the daemon's nice value, not ReaderNice=%d: %m "
 				"(needs CAP_SYS_NICE)",
 				i,
-				c->reader_nice);
+				m->config->reader_nice);
 	}
-	manager_mark_serving(m);
-	r = server_new(m->event, m->hub, m->config, manager_flush_all, m, &m->server);
-	if (r < 0)
-		return log_error_errno(r, "Failed to set up the event socket: %m");
+	return 0;
+}
 
-	/* Probes last (the probe feature's start): every ring is mapped and read before the first
-	 * event is emitted. */
-	r = manager_features_start(m);
-	if (r < 0)
-		return r;
+static void manager_log_serving(Manager *m) {
+	const Config *c = m->config;
+	uint32_t map_id = 0;
+	char events_pin[PATH_MAX], cpus[256];
 
 	snprintf(events_pin, sizeof(events_pin), "%s/events", c->pin_path);
 	(void) pins_get_map_id(events_pin, &map_id);
@@ -531,6 +510,59 @@ int manager_start(Manager *m) {
 			cpus,
 			cpuset_count(&m->cpus_parked),
 			c->pages_per_cpu);
+}
+
+int manager_start(Manager *m) {
+	_cleanup_free_ CpuSet *groups = NULL;
+	size_t n_groups = 0;
+	ApiOptions api = manager_api_options(m->config);
+	int r;
+
+	r = manager_open_probes(m);
+	if (r < 0)
+		return r;
+	r = manager_settle(m);
+	if (r < 0)
+		return r;
+
+	r = manager_cpu_groups(m, &groups, &n_groups);
+	if (r < 0)
+		return r;
+	manager_raise_fd_limit(m);
+	manager_open_cgroups(m);
+	r = manager_setup_hub(m, n_groups);
+	if (r < 0)
+		return r;
+
+	r = manager_open_rings(m, groups, n_groups);
+	if (r < 0)
+		return r;
+	/* Slots of CPUs given no ring here (outside every group, offline) were emptied with the
+	 * others by manager_settle(), and stay empty: emits there fail and are counted. */
+	r = manager_setup_decoders(m);
+	if (r < 0)
+		return r;
+	/* What the readers need from their first record on (hotplug is watched from here on,
+	 * before the socket exists: its events wait for the loop). */
+	r = manager_features_setup(m);
+	if (r < 0)
+		return r;
+	r = manager_start_readers(m);
+	if (r < 0)
+		return r;
+	manager_mark_serving(m);
+
+	r = server_new(m->event, m->hub, &api, manager_flush_all, m, &m->server);
+	if (r < 0)
+		return log_error_errno(r, "Failed to set up the event socket: %m");
+
+	/* Probes last (the probe feature's start): every ring is mapped and read before the first
+	 * event is emitted. */
+	r = manager_features_start(m);
+	if (r < 0)
+		return r;
+	manager_log_serving(m);
+
 	/* Before READY=1, so that the name is on the bus when systemd says the service is up.
 	 * Without a bus this logs a warning and leaves m->bus NULL. */
 	r = manager_setup_bus(m);

@@ -10,7 +10,7 @@ import tempfile
 import pytest
 
 import prtest
-from statsbus import PrivateBus, StatsBus
+from prtest.statsbus import PrivateBus, StatsBus
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def nats_server():
     """nats_server(...) starts one nats-server -js (natstest.NatsServer options);
     nats_server.cluster(n) makes n of them, one JetStream cluster on loopback ports, for the test
     to start (and stop and start again). Each is killed and its store removed after the test."""
-    import natstest
+    from prtest import natstest
 
     natstest.require_nats_server()
     servers = []

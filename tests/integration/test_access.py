@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from busclient import BusPeer, as_user, busctl
+from prtest.busclient import BusPeer, as_user, busctl
 import pytest
 
 from prtest import (cgroup2_mount, check, check_eq, Daemon, daemon_binary, hold_connections, main, read_line,

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from prtest import check, check_eq, Daemon, daemon_binary, Failure, main, SocketClient, wait_for
-import event_abi
+from prtest import event_abi
 
 BINARY = daemon_binary()
 # perfrelay-bench is built beside the daemon: <build>/bench/perfrelay-bench.

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from busclient import as_user
+from prtest.busclient import as_user
 from prtest import FileMonitor, check, check_eq, daemon_binary, main, wait_for
 
 BINARY = daemon_binary()

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from prtest import check, check_eq, daemon_binary, Failure, main, run_true
-from schema import SCHEMA_DIR, schemas_by_type, validator_self_test
+from prtest.schema import SCHEMA_DIR, schemas_by_type, validator_self_test
 
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))

@@ -22,10 +22,10 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from prtest import check, check_eq, Daemon, daemon_binary, Failure, main, on_cpu, producer_counters, skip, wait_for
-from schema import validate
-from statsbus import PrivateBus
-import busclient
-from busclient import BusPeer, as_user
+from prtest.schema import validate
+from prtest.statsbus import PrivateBus
+from prtest import busclient
+from prtest.busclient import BusPeer, as_user
 
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))

@@ -22,7 +22,7 @@ import pytest
 
 from prtest import Daemon, bpftool_json, check, check_eq, daemon_binary, main, producer_counters
 from prtest import wait_for
-from steady import SteadyProducer
+from prtest.steady import SteadyProducer
 
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))

@@ -14,8 +14,8 @@ import tempfile
 
 
 from prtest import Daemon, UnitCgroup, check, check_eq, daemon_binary, main, skip, wait_for
-from natstest import NatsClient, require_nats_server
-from exporttest import HDR, Exporter, batch_digest, boot_id, parse_batch, stream_events, write_frames
+from prtest.natstest import NatsClient, require_nats_server
+from prtest.exporttest import HDR, Exporter, batch_digest, boot_id, parse_batch, stream_events, write_frames
 
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
@@ -255,7 +255,7 @@ def test_ancestors_filter(root_and_bpf, nats_server):
     """Ancestors= (the socket's "ancestor" filter): the exec of a marker shell's child is
     exported, the marker's own exec and an exec outside its subtree are not; the stream holds
     exactly what the daemon offered the exporter (GetStats' client_list)."""
-    from statsbus import PrivateBus
+    from prtest.statsbus import PrivateBus
 
     srv = nats_server()
     bus = PrivateBus()

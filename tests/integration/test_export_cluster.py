@@ -13,8 +13,8 @@ import time
 
 
 from prtest import Daemon, Failure, check, check_eq, daemon_binary, main, skip, wait_for
-from natstest import NatsClient, require_nats_server
-from exporttest import Exporter, stream_events, write_frames
+from prtest.natstest import NatsClient, require_nats_server
+from prtest.exporttest import Exporter, stream_events, write_frames
 
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))

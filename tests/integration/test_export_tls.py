@@ -13,10 +13,10 @@ import subprocess
 import tempfile
 
 from prtest import check, check_eq, daemon_binary, main, skip, wait_for
-from natstest import NatsServer, require_nats_server
-from exporttest import Exporter, write_frames
-from otlpreceiver import Receiver, ensure_node_modules
-from tlsca import TestCA
+from prtest.natstest import NatsServer, require_nats_server
+from prtest.exporttest import Exporter, write_frames
+from prtest.otlpreceiver import Receiver, ensure_node_modules
+from prtest.tlsca import TestCA
 
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))

@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from prtest import Daemon, check, check_eq, daemon_binary, free_port, main, skip, wait_for
-from statsbus import StatsBus
+from prtest.statsbus import StatsBus
 
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))

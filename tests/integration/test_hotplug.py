@@ -13,8 +13,8 @@ import time
 import pytest
 
 from prtest import Daemon, Failure, check, check_eq, daemon_binary, main, wait_for
-from statsbus import StatsBus
-from steady import PRODUCER as STEADY_PRODUCER, SteadyProducer
+from prtest.statsbus import StatsBus
+from prtest.steady import PRODUCER as STEADY_PRODUCER, SteadyProducer
 
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))

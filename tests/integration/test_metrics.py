@@ -16,8 +16,8 @@ import urllib.request
 import pytest
 
 from prtest import Daemon, Failure, UnitCgroup, check, check_eq, daemon_binary, main, skip, wait_for
-from natstest import free_port
-from statsbus import StatsBus
+from prtest.natstest import free_port
+from prtest.statsbus import StatsBus
 
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))

@@ -16,8 +16,8 @@ import time
 import pytest
 
 from prtest import Daemon, UnitCgroup, check, check_eq, daemon_binary, main, skip, wait_for
-from exporttest import Exporter, boot_id, write_frames
-from otlpreceiver import Receiver, ensure_node_modules
+from prtest.exporttest import Exporter, boot_id, write_frames
+from prtest.otlpreceiver import Receiver, ensure_node_modules
 
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))

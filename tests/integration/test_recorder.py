@@ -21,8 +21,8 @@ import pytest
 
 from prtest import UnitCgroup, bpftool_json, cgroup2_mount, check, check_eq, daemon_binary, delegate_cgroup, main
 from prtest import wait_for
-from steady import STEADY_TYPE, SteadyProducer, payload_checks_out
-from busclient import BusPeer
+from prtest.steady import STEADY_TYPE, SteadyProducer, payload_checks_out
+from prtest.busclient import BusPeer
 
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))

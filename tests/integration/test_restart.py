@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from prtest import bpftool_json, check, check_eq, Daemon, daemon_binary, link_ids, main, producer_counters, run_true
-import event_abi
+from prtest import event_abi
 
 BINARY = daemon_binary()
 

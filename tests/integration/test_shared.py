@@ -22,7 +22,7 @@ import time
 import pytest
 
 from prtest import Daemon, Failure, FileMonitor, check, check_eq, daemon_binary, hold_connections, main, wait_for
-from steady import PRODUCER, STEADY_TYPE, SteadyProducer
+from prtest.steady import PRODUCER, STEADY_TYPE, SteadyProducer
 
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))

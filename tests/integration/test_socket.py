@@ -22,7 +22,7 @@ import pytest
 
 from prtest import (cgroup2_mount, check, check_eq, daemon_binary, Failure, hold_connections, main, on_each_cpu,
                     read_line, wait_for)
-from schema import validate
+from prtest.schema import validate
 
 BINARY = daemon_binary()
 # Limits the tests exercise. ClientQueueBytes is the minimum; readers get 256 pages per ring

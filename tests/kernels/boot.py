@@ -216,7 +216,8 @@ def test_kernel(label, prefix, pattern):
     try:
         # Each test's exit status is echoed inside the pipe, so sed's status does not hide it.
         tests = " ; ".join(
-            f"(python3 {SRCDIR}/tests/integration/{t}.py {BUILDDIR}/daemon/perfrelayd; echo \"rc=$?\") 2>&1 | "
+            f"(PYTHONPATH={SRCDIR}/tests/lib python3 {SRCDIR}/tests/integration/{t}.py {BUILDDIR}/daemon/perfrelayd; "
+            f"echo \"rc=$?\") 2>&1 | "
             f"sed \"s/^/GUEST {t}: /\""
             for t in GUEST_TESTS)
         # For debugging a kernel by hand: run this shell command in the guest instead.

@@ -37,8 +37,9 @@ def prepare_root(c):
             f"ExecStartPre=-+/bin/mkdir -p {PIN}\nReadWritePaths=-{PIN}\n")
     shutil.copy("/bin/true", c.path("usr/local/bin/prsys-marker"))
     shutil.copy(os.path.join(HERE, "inside.py"), c.path("root/inside.py"))
-    # inside.py's helpers are the integration tests' own (prtest.py: standard library only).
-    shutil.copy(os.path.join(os.path.dirname(HERE), "integration", "prtest.py"), c.path("root/prtest.py"))
+    # inside.py's helpers are the tests' own (the package tests/lib/prtest: standard library only).
+    shutil.copytree(os.path.join(os.path.dirname(HERE), "lib", "prtest"), c.path("root/prtest"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
 
 
 def test_units_under_systemd(container):

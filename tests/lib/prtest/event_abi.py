@@ -3,7 +3,9 @@
 import os
 import re
 
-_HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bpf", "event.h")
+from prtest import source_root
+
+_HEADER = os.path.join(source_root(), "bpf", "event.h")
 _defs = {}
 with open(_HEADER) as f:
     for m in re.finditer(r"#define\s+PERFRELAY_(\w+)\s+(0x[0-9a-fA-F]+|\d+)u?\b", f.read()):

@@ -41,8 +41,8 @@ def build_root():
 
 
 def source_root():
-    """The source tree (tests/integration/ is two below it)."""
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    """The source tree (this package is tests/lib/prtest/, three below it)."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def skip(reason):

@@ -5,9 +5,9 @@ import json
 import os
 import re
 
-from prtest import check, check_eq
+from prtest import check, check_eq, source_root
 
-SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "schema")
+SCHEMA_DIR = os.path.join(source_root(), "docs", "schema")
 
 
 class SchemaError(Exception):

@@ -79,7 +79,7 @@ def stream_events(nc, stream):
 def write_frames(path, records):
     """records: (type, producer, cpu, seq, payload[, hdr_size]) → the socket's binary frames in
     a file. hdr_size defaults to the whole record; a packet's is its fixed part (its bytes follow)."""
-    from event_abi import MAGIC, VERSION
+    from prtest.event_abi import MAGIC, VERSION
     with open(path, "wb") as f:
         for typ, producer, cpu, seq, payload, *hsize in records:
             size = HDR.size + len(payload)

@@ -9,9 +9,9 @@ import shutil
 import subprocess
 import tempfile
 
-from prtest import Failure, skip
+from prtest import Failure, skip, source_root
 
-SRCDIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SRCDIR = source_root()
 POLICY = os.path.join(SRCDIR, "config", "org.perfrelay1.conf")
 
 CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
