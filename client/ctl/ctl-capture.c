@@ -208,7 +208,14 @@ static void help(void) {
 	       PERFRELAY_SOCKET_DEFAULT);
 }
 
-int verb_capture(int argc, char *argv[]) {
+/* What `perfrelayctl capture` was asked. */
+typedef struct CaptureArgs {
+	const char *unit, *cgroup, *interface, *direction, *out, *socket_path;
+	uint32_t count, snaplen, rate, ifindex;
+} CaptureArgs;
+
+/* Returns 0 to go on, 1 when --help was shown, or a negative errno (the message written). */
+static int capture_parse_args(int argc, char *argv[], CaptureArgs *a) {
 	enum { ARG_UNIT = 0x100, ARG_CGROUP, ARG_DIRECTION, ARG_RATE, ARG_SOCKET };
 	static const struct option options[] = {
 		{ "help", no_argument, NULL, 'h' },
@@ -223,89 +230,90 @@ int verb_capture(int argc, char *argv[]) {
 		{ "socket", required_argument, NULL, ARG_SOCKET },
 		{},
 	};
-	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
-	_cleanup_(sd_bus_message_unrefp) sd_bus_message *call = NULL, *reply = NULL;
-	sd_bus_error e = SD_BUS_ERROR_NULL;
-	const char *unit = NULL, *cgroup = NULL, *direction = NULL, *out = NULL, *path = NULL, *socket_path;
-	uint32_t count = 0, snaplen = 0, rate = 0, id = 0, bytes = 0, ifindex = 0;
-	const char *interface = NULL;
-	uint64_t seen = 0, captured = 0, dropped = 0, start_ns = now_nsec(CLOCK_REALTIME);
-	_cleanup_(perfrelay_closep) perfrelay_client *client = NULL;
-	CaptureFile cf = {};
-	char *slash;
-	int opt, r;
+	int opt;
 
-	socket_path = getenv("PERFRELAY_SOCKET") ?: PERFRELAY_SOCKET_DEFAULT;
+	a->socket_path = getenv("PERFRELAY_SOCKET") ?: PERFRELAY_SOCKET_DEFAULT;
 	optind = 0;
 	while ((opt = getopt_long(argc, argv, "hw:c:s:i:", options, NULL)) >= 0)
 		switch (opt) {
 		case 'h':
 			help();
-			return 0;
+			return 1;
 		case ARG_UNIT:
-			unit = optarg;
+			a->unit = optarg;
 			break;
 		case ARG_CGROUP:
-			cgroup = optarg;
+			a->cgroup = optarg;
 			break;
 		case 'i':
-			interface = optarg;
-			if (parse_u32(optarg, &ifindex) < 0 || ifindex == 0) {
-				ifindex = if_nametoindex(optarg);
-				if (ifindex == 0)
+			a->interface = optarg;
+			if (parse_u32(optarg, &a->ifindex) < 0 || a->ifindex == 0) {
+				a->ifindex = if_nametoindex(optarg);
+				if (a->ifindex == 0)
 					return error_errno(-errno, "--interface=%s: no such interface", optarg);
 			}
 			break;
 		case 'w':
-			out = optarg;
+			a->out = optarg;
 			break;
 		case 'c':
-			if (parse_u32(optarg, &count) < 0 || count == 0)
+			if (parse_u32(optarg, &a->count) < 0 || a->count == 0)
 				return error_msg("--count=%s: a positive number", optarg);
 			break;
 		case 's':
-			if (parse_u32(optarg, &snaplen) < 0 || snaplen == 0 ||
-			    snaplen > PERFRELAY_CAPTURE_BYTES_MAX)
+			if (parse_u32(optarg, &a->snaplen) < 0 || a->snaplen == 0 ||
+			    a->snaplen > PERFRELAY_CAPTURE_BYTES_MAX)
 				return error_msg(
 					"--snaplen=%s: 1 to %u bytes", optarg, PERFRELAY_CAPTURE_BYTES_MAX);
 			break;
 		case ARG_DIRECTION:
-			direction = optarg;
+			a->direction = optarg;
 			break;
 		case ARG_RATE:
-			if (parse_u32(optarg, &rate) < 0 || rate == 0)
+			if (parse_u32(optarg, &a->rate) < 0 || a->rate == 0)
 				return error_msg("--rate=%s: a positive number", optarg);
 			break;
 		case ARG_SOCKET:
-			socket_path = optarg;
+			a->socket_path = optarg;
 			break;
 		default:
 			return -EINVAL;
 		}
-	if (!!unit + !!cgroup + !!interface != 1)
+	if (!!a->unit + !!a->cgroup + !!a->interface != 1)
 		return error_msg("capture needs one of --unit=, --cgroup= and --interface= (see --help)");
-	if (!out)
+	if (!a->out)
 		return error_msg("capture needs -w FILE (or -w - for standard output)");
+	return 0;
+}
 
-	r = bus_connect(&bus);
-	if (r < 0)
-		return r;
-	r = subscribe(socket_path, &client);
-	if (r < 0)
-		return r;
+/* StartCapture() with what was asked: the capture's object path in *ret_path (the reply's, kept
+ * alive by *ret_reply), its id and its bytes per packet. */
+static int capture_start(
+	sd_bus *bus,
+	const CaptureArgs *a,
+	sd_bus_message **ret_reply,
+	const char **ret_path,
+	uint32_t *ret_id,
+	uint32_t *ret_bytes) {
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *call = NULL, *reply = NULL;
+	sd_bus_error e = SD_BUS_ERROR_NULL;
+	const char *path = NULL;
+	char *slash;
+	int r;
+
 	r = sd_bus_message_new_method_call(bus, &call, BUS_NAME, BUS_PATH, BUS_INTERFACE, "StartCapture");
 	if (r >= 0)
 		r = sd_bus_message_open_container(call, 'a', "{sv}");
 	if (r >= 0)
-		r = unit          ? sd_bus_message_append(call, "{sv}", "unit", "s", unit) :
-			interface ? sd_bus_message_append(call, "{sv}", "ifindex", "u", ifindex) :
-				    sd_bus_message_append(call, "{sv}", "cgroup", "s", cgroup);
-	if (r >= 0 && direction)
-		r = sd_bus_message_append(call, "{sv}", "direction", "s", direction);
-	if (r >= 0 && snaplen)
-		r = sd_bus_message_append(call, "{sv}", "bytes", "u", snaplen);
-	if (r >= 0 && rate)
-		r = sd_bus_message_append(call, "{sv}", "packets_per_second", "u", rate);
+		r = a->unit          ? sd_bus_message_append(call, "{sv}", "unit", "s", a->unit) :
+			a->interface ? sd_bus_message_append(call, "{sv}", "ifindex", "u", a->ifindex) :
+				       sd_bus_message_append(call, "{sv}", "cgroup", "s", a->cgroup);
+	if (r >= 0 && a->direction)
+		r = sd_bus_message_append(call, "{sv}", "direction", "s", a->direction);
+	if (r >= 0 && a->snaplen)
+		r = sd_bus_message_append(call, "{sv}", "bytes", "u", a->snaplen);
+	if (r >= 0 && a->rate)
+		r = sd_bus_message_append(call, "{sv}", "packets_per_second", "u", a->rate);
 	if (r >= 0)
 		r = sd_bus_message_close_container(call);
 	if (r < 0)
@@ -320,21 +328,92 @@ int verb_capture(int argc, char *argv[]) {
 	if (r < 0)
 		return error_errno(r, "Failed to read the StartCapture() reply");
 	slash = strrchr(path, '/');
-	if (!slash || parse_u32(slash + 1, &id) < 0)
+	if (!slash || parse_u32(slash + 1, ret_id) < 0)
 		return error_msg("StartCapture() returned an odd path: %s", path);
 	r = sd_bus_get_property_trivial(
-		bus, BUS_NAME, path, "org.perfrelay1.Capture", "Bytes", &e, 'u', &bytes);
+		bus, BUS_NAME, path, "org.perfrelay1.Capture", "Bytes", &e, 'u', ret_bytes);
 	if (r < 0)
-		bytes = snaplen ?: 65535;
+		*ret_bytes = a->snaplen ?: 65535;
 	sd_bus_error_free(&e);
+	*ret_path = path;
+	*ret_reply = TAKE_PTR(reply);
+	return 0;
+}
 
-	cf.unit = unit ?: cgroup ?: interface;
+/* After StopCapture(): reads what the capture took and is still on its way (up to
+ * DRAIN_TIMEOUT_MS), then writes the statistics block and says what was lost. */
+static int capture_finish(perfrelay_client *client, CaptureFile *cf, const CaptureArgs *a, uint64_t start_ns) {
+	uint64_t seen = 0, captured = 0, dropped = 0, lost;
+	uint64_t deadline = now_msec(CLOCK_MONOTONIC) + DRAIN_TIMEOUT_MS;
+	int r = 0;
+
+	if (capture_figures(cf->capture_id, &seen, &captured, &dropped) < 0)
+		return 0;
+	while ((a->count == 0 || cf->packets < a->count) && cf->packets + cf->lost < captured &&
+	       now_msec(CLOCK_MONOTONIC) < deadline &&
+	       (r = read_records(client, 200, cf, a->count, cf->f == stdout)) >= 0)
+		;
+	if (r >= 0 && cf->n_interfaces == 0) {
+		uint32_t any;
+
+		r = interface_of(cf, 0, PERFRELAY_PACKET_LINK_RAW, &any); /* a block for the statistics */
+	}
+	/* The figures go on the first interface: a capture does not know them per interface, so
+	 * the others' are left out (unknown), not 0. */
+	lost = dropped + cf->lost;
+	for (unsigned i = 0; r >= 0 && i < cf->n_interfaces; i++)
+		r = pcapng_write_isb(
+			cf->f,
+			i,
+			now_nsec(CLOCK_REALTIME),
+			start_ns,
+			now_nsec(CLOCK_REALTIME),
+			i == 0 ? &seen : NULL,
+			i == 0 ? &lost : NULL);
+	if (r >= 0)
+		fprintf(stderr,
+			"%" PRIu64 " packets written; %" PRIu64 " lost (%" PRIu64
+			" over the rate or not written to the ring, %" PRIu64
+			" dropped from this client's queue)\n",
+			cf->packets,
+			dropped + cf->lost,
+			dropped,
+			cf->lost);
+	return r;
+}
+
+int verb_capture(int argc, char *argv[]) {
+	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	_cleanup_(perfrelay_closep) perfrelay_client *client = NULL;
+	sd_bus_error e = SD_BUS_ERROR_NULL;
+	const char *path = NULL;
+	uint32_t id = 0, bytes = 0;
+	uint64_t start_ns = now_nsec(CLOCK_REALTIME);
+	CaptureArgs a = {};
+	CaptureFile cf = {};
+	int r;
+
+	r = capture_parse_args(argc, argv, &a);
+	if (r != 0)
+		return r > 0 ? 0 : r;
+	r = bus_connect(&bus);
+	if (r < 0)
+		return r;
+	r = subscribe(a.socket_path, &client);
+	if (r < 0)
+		return r;
+	r = capture_start(bus, &a, &reply, &path, &id, &bytes);
+	if (r < 0)
+		return r;
+
+	cf.unit = a.unit ?: a.cgroup ?: a.interface;
 	cf.capture_id = id;
 	cf.snaplen = bytes;
 	cf.realtime_offset_ns = (int64_t) now_nsec(CLOCK_REALTIME) - (int64_t) now_nsec(CLOCK_BOOTTIME);
-	cf.f = streq(out, "-") ? stdout : fopen(out, "we");
+	cf.f = streq(a.out, "-") ? stdout : fopen(a.out, "we");
 	if (!cf.f) {
-		r = error_errno(-errno, "Failed to open %s", out);
+		r = error_errno(-errno, "Failed to open %s", a.out);
 		goto stop;
 	}
 	r = pcapng_write_shb(cf.f, "perfrelayctl capture");
@@ -343,8 +422,8 @@ int verb_capture(int argc, char *argv[]) {
 	signal(SIGINT, on_stop_signal);
 	signal(SIGTERM, on_stop_signal);
 	signal(SIGPIPE, SIG_IGN);
-	while (!stop_requested && (count == 0 || cf.packets < count)) {
-		r = read_records(client, 200, &cf, count, cf.f == stdout);
+	while (!stop_requested && (a.count == 0 || cf.packets < a.count)) {
+		r = read_records(client, 200, &cf, a.count, cf.f == stdout);
 		if (r < 0)
 			goto stop;
 	}
@@ -354,44 +433,10 @@ stop:
 	 * took is either read here or reported lost, unless -c had enough already. */
 	(void) sd_bus_call_method(bus, BUS_NAME, BUS_PATH, BUS_INTERFACE, "StopCapture", &e, NULL, "o", path);
 	sd_bus_error_free(&e);
-	if (r >= 0 && capture_figures(id, &seen, &captured, &dropped) >= 0) {
-		uint64_t deadline = now_msec(CLOCK_MONOTONIC) + DRAIN_TIMEOUT_MS;
-
-		while ((count == 0 || cf.packets < count) && cf.packets + cf.lost < captured &&
-		       now_msec(CLOCK_MONOTONIC) < deadline &&
-		       (r = read_records(client, 200, &cf, count, cf.f == stdout)) >= 0)
-			;
-		if (r >= 0 && cf.n_interfaces == 0) {
-			uint32_t any;
-
-			r = interface_of(
-				&cf, 0, PERFRELAY_PACKET_LINK_RAW, &any); /* a block for the statistics */
-		}
-		/* The figures go on the first interface: a capture does not know them per
-		 * interface, so the others' are left out (unknown), not 0. */
-		uint64_t lost = dropped + cf.lost;
-
-		for (unsigned i = 0; r >= 0 && i < cf.n_interfaces; i++)
-			r = pcapng_write_isb(
-				cf.f,
-				i,
-				now_nsec(CLOCK_REALTIME),
-				start_ns,
-				now_nsec(CLOCK_REALTIME),
-				i == 0 ? &seen : NULL,
-				i == 0 ? &lost : NULL);
-		if (r >= 0)
-			fprintf(stderr,
-				"%" PRIu64 " packets written; %" PRIu64 " lost (%" PRIu64
-				" over the rate or not written to the ring, %" PRIu64
-				" dropped from this client's queue)\n",
-				cf.packets,
-				dropped + cf.lost,
-				dropped,
-				cf.lost);
-	}
+	if (r >= 0)
+		r = capture_finish(client, &cf, &a, start_ns);
 	if (cf.f && fflush(cf.f) != 0 && r >= 0)
-		r = error_errno(-EIO, "Failed to write %s", out);
+		r = error_errno(-EIO, "Failed to write %s", a.out);
 	if (cf.f && cf.f != stdout)
 		fclose(cf.f);
 	if (r < 0 && r != -ECONNRESET)

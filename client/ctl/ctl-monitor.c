@@ -190,7 +190,49 @@ static int nats_print_event(const char *line, size_t len, int64_t store_minus_ts
 }
 #endif
 
-int verb_monitor(int argc, char *argv[]) {
+/* What `perfrelayctl monitor` was asked: the subscription's lists (room for one entry per
+ * argument: no option can occur more often) and where the events come from. */
+typedef struct MonitorArgs {
+	struct perfrelay_subscription sub;
+	const char **types, **comms, **units, **anc_comms, **anc_ids, **anc_units;
+	uint32_t *pids, *uids;
+	const char *socket_path;
+	bool json;
+	const char *nats_url, *nats_stream, *nats_host;
+	int64_t nats_since;
+	bool nats_no_follow;
+} MonitorArgs;
+
+static void monitor_args_done(MonitorArgs *a) {
+	free(a->types);
+	free(a->comms);
+	free(a->units);
+	free(a->anc_comms);
+	free(a->anc_ids);
+	free(a->anc_units);
+	free(a->pids);
+	free(a->uids);
+}
+
+static int monitor_args_alloc(MonitorArgs *a, int argc) {
+	size_t n = (size_t) argc;
+
+	a->types = calloc(n, sizeof(char *));
+	a->comms = calloc(n, sizeof(char *));
+	a->units = calloc(n, sizeof(char *));
+	a->anc_comms = calloc(n, sizeof(char *));
+	a->anc_ids = calloc(n, sizeof(char *));
+	a->anc_units = calloc(n, sizeof(char *));
+	a->pids = calloc(n, sizeof(uint32_t));
+	a->uids = calloc(n, sizeof(uint32_t));
+	if (!a->types || !a->comms || !a->units || !a->anc_comms || !a->anc_ids || !a->anc_units ||
+	    !a->pids || !a->uids)
+		return error_errno(-ENOMEM, "Failed to allocate");
+	return 0;
+}
+
+/* Returns 0 to go on, 1 when --help was shown, or a negative errno (the message written). */
+static int monitor_parse_args(int argc, char *argv[], MonitorArgs *a) {
 	enum {
 		ARG_UNIT = 0x100,
 		ARG_ANCESTOR,
@@ -216,135 +258,133 @@ int verb_monitor(int argc, char *argv[]) {
 						 { "since", required_argument, NULL, ARG_SINCE },
 						 { "no-follow", no_argument, NULL, ARG_NO_FOLLOW },
 						 {} };
-	/* No option can occur more often than there are arguments. */
-	_cleanup_free_ const char **types = calloc((size_t) argc, sizeof(char *));
-	_cleanup_free_ const char **comms = calloc((size_t) argc, sizeof(char *));
-	_cleanup_free_ const char **units = calloc((size_t) argc, sizeof(char *));
-	_cleanup_free_ const char **anc_comms = calloc((size_t) argc, sizeof(char *));
-	_cleanup_free_ const char **anc_ids = calloc((size_t) argc, sizeof(char *));
-	_cleanup_free_ const char **anc_units = calloc((size_t) argc, sizeof(char *));
-	_cleanup_free_ uint32_t *pids = calloc((size_t) argc, sizeof(uint32_t));
-	_cleanup_free_ uint32_t *uids = calloc((size_t) argc, sizeof(uint32_t));
-	_cleanup_(perfrelay_closep) perfrelay_client *c = NULL;
-	_cleanup_close_ int signal_fd = -EBADF;
-	struct perfrelay_subscription sub = {};
-	const char *socket_path = NULL;
-	bool json = false;
-	const char *nats_url = NULL, *nats_stream = NULL, *nats_host = NULL;
-	int64_t nats_since = 0;
-	bool nats_no_follow = false;
+	struct perfrelay_subscription *sub = &a->sub;
 	int opt, r;
 
-	if (!types || !comms || !units || !anc_comms || !anc_ids || !anc_units || !pids || !uids)
-		return error_errno(-ENOMEM, "Failed to allocate");
-
+	r = monitor_args_alloc(a, argc);
+	if (r < 0)
+		return r;
 	optind = 0;
 	while ((opt = getopt_long(argc, argv, "ht:p:u:c:j", options, NULL)) >= 0)
 		switch (opt) {
 		case 'h':
 			monitor_help();
-			return 0;
+			return 1;
 		case 't':
-			types[sub.n_types++] = optarg;
+			a->types[sub->n_types++] = optarg;
 			break;
 		case 'p':
-			if (parse_u32(optarg, &pids[sub.n_pids]) < 0)
+			if (parse_u32(optarg, &a->pids[sub->n_pids]) < 0)
 				return error_msg("--pid=%s: not a process id", optarg);
-			sub.n_pids++;
+			sub->n_pids++;
 			break;
 		case 'u':
-			r = parse_uid(optarg, &uids[sub.n_uids]);
+			r = parse_uid(optarg, &a->uids[sub->n_uids]);
 			if (r < 0)
 				return error_msg("--uid=%s: neither a numeric UID nor a known user", optarg);
-			sub.n_uids++;
+			sub->n_uids++;
 			break;
 		case 'c':
-			comms[sub.n_comms++] = optarg;
+			a->comms[sub->n_comms++] = optarg;
 			break;
 		case ARG_UNIT:
-			units[sub.n_units++] = optarg;
+			a->units[sub->n_units++] = optarg;
 			break;
 		case ARG_ANCESTOR:
-			perfrelay_add_ancestor(&sub, anc_comms, anc_ids, anc_units, optarg);
+			perfrelay_add_ancestor(sub, a->anc_comms, a->anc_ids, a->anc_units, optarg);
 			break;
 		case 'j':
-			json = true;
+			a->json = true;
 			break;
 		case ARG_SOCKET:
-			socket_path = optarg;
+			a->socket_path = optarg;
 			break;
 		case ARG_NATS:
-			nats_url = optarg;
+			a->nats_url = optarg;
 			break;
 		case ARG_STREAM:
-			nats_stream = optarg;
+			a->nats_stream = optarg;
 			break;
 		case ARG_HOST:
-			nats_host = optarg;
+			a->nats_host = optarg;
 			break;
 		case ARG_SINCE:
-			nats_since = -1;
+			a->nats_since = -1;
 #if HAVE_NATS
-			if (parse_span(optarg, &nats_since) < 0)
+			if (parse_span(optarg, &a->nats_since) < 0)
 				return error_msg(
 					"--since=%s: expected a number followed by s, m, h or d", optarg);
 #endif
 			break;
 		case ARG_NO_FOLLOW:
-			nats_no_follow = true;
+			a->nats_no_follow = true;
 			break;
 		default:
 			return -EINVAL; /* getopt printed why */
 		}
 	if (optind < argc)
 		return error_msg("monitor: unexpected argument '%s'", argv[optind]);
-	if (!nats_url && (nats_stream || nats_host || nats_since || nats_no_follow))
+	if (!a->nats_url && (a->nats_stream || a->nats_host || a->nats_since || a->nats_no_follow))
 		return error_msg("monitor: --stream, --host, --since and --no-follow need --nats");
-	if (nats_url) {
+	return 0;
+}
+
+/* monitor --nats: the fleet's events from JetStream (monitor-nats.c). */
+static int monitor_from_nats(const MonitorArgs *a) {
 #if HAVE_NATS
-		_cleanup_(json_tokener_freep) json_tokener *tok = json_tokener_new();
-		struct nats_print p = { .tok = tok, .json = json };
-		MonitorNatsArgs a = { .url = nats_url,
-				      .stream = nats_stream,
-				      .host = nats_host,
-				      .since_ns = nats_since,
-				      .no_follow = nats_no_follow };
+	_cleanup_(json_tokener_freep) json_tokener *tok = json_tokener_new();
+	_cleanup_close_ int signal_fd = -EBADF;
+	struct nats_print p = { .tok = tok, .json = a->json };
+	const struct perfrelay_subscription *sub = &a->sub;
+	MonitorNatsArgs n = { .url = a->nats_url,
+			      .stream = a->nats_stream,
+			      .host = a->nats_host,
+			      .since_ns = a->nats_since,
+			      .no_follow = a->nats_no_follow };
+	int r;
 
-		if (!tok)
-			return error_errno(-ENOMEM, "Failed to allocate a JSON parser");
-		if (sub.n_types || sub.n_pids || sub.n_uids || sub.n_comms || sub.n_units ||
-		    sub.n_ancestor_comms + sub.n_ancestor_exec_ids + sub.n_ancestor_units > 0)
-			return error_msg(
-				"monitor --nats: filter with --host (the stream holds what the exporters sent)");
-		signal_fd = exit_signals_fd();
-		if (signal_fd < 0)
-			return signal_fd;
-		if (!json)
-			format_header(stdout);
-		r = monitor_nats_run(&a, nats_print_event, &p, signal_fd);
-		if (fflush(stdout) != 0 && r >= 0)
-			r = error_errno(-errno, "Failed to write to standard output");
-		return r;
+	if (!tok)
+		return error_errno(-ENOMEM, "Failed to allocate a JSON parser");
+	if (sub->n_types || sub->n_pids || sub->n_uids || sub->n_comms || sub->n_units ||
+	    sub->n_ancestor_comms + sub->n_ancestor_exec_ids + sub->n_ancestor_units > 0)
+		return error_msg(
+			"monitor --nats: filter with --host (the stream holds what the exporters sent)");
+	signal_fd = exit_signals_fd();
+	if (signal_fd < 0)
+		return signal_fd;
+	if (!a->json)
+		format_header(stdout);
+	r = monitor_nats_run(&n, nats_print_event, &p, signal_fd);
+	if (fflush(stdout) != 0 && r >= 0)
+		r = error_errno(-errno, "Failed to write to standard output");
+	return r;
 #else
-		return error_msg("monitor --nats: this perfrelayctl was built without libnats");
+	return error_msg("monitor --nats: this perfrelayctl was built without libnats");
 #endif
-	}
+}
 
-	sub.types = types;
-	sub.pids = pids;
-	sub.uids = uids;
-	sub.comms = comms;
-	sub.units = units;
-	sub.ancestor_comms = anc_comms;
-	sub.ancestor_exec_ids = anc_ids;
-	sub.ancestor_units = anc_units;
-	sub.format = PERFRELAY_FORMAT_JSON;
-	sub.on_overflow = PERFRELAY_OVERFLOW_DROP;
+/* The events of the daemon's socket, as the subscription asks. */
+static int monitor_from_socket(MonitorArgs *a) {
+	_cleanup_(perfrelay_closep) perfrelay_client *c = NULL;
+	_cleanup_close_ int signal_fd = -EBADF;
+	struct perfrelay_subscription *sub = &a->sub;
+	int r;
+
+	sub->types = a->types;
+	sub->pids = a->pids;
+	sub->uids = a->uids;
+	sub->comms = a->comms;
+	sub->units = a->units;
+	sub->ancestor_comms = a->anc_comms;
+	sub->ancestor_exec_ids = a->anc_ids;
+	sub->ancestor_units = a->anc_units;
+	sub->format = PERFRELAY_FORMAT_JSON;
+	sub->on_overflow = PERFRELAY_OVERFLOW_DROP;
 
 	r = perfrelay_client_new(&c);
 	if (r < 0)
 		return error_errno(r, "Failed to allocate a client");
-	r = perfrelay_connect(c, socket_path, &sub);
+	r = perfrelay_connect(c, a->socket_path, sub);
 	if (r < 0) {
 		const char *path = perfrelay_client_socket_path(c) ?: "the event socket";
 
@@ -362,8 +402,19 @@ int verb_monitor(int argc, char *argv[]) {
 	if (signal_fd < 0)
 		return signal_fd;
 
-	r = monitor_run(c, json, signal_fd);
+	r = monitor_run(c, a->json, signal_fd);
 	if (fflush(stdout) != 0 && r >= 0)
 		r = error_errno(-errno, "Failed to write to standard output");
 	return r;
+}
+
+int verb_monitor(int argc, char *argv[]) {
+	MonitorArgs a = {};
+	int r;
+
+	r = monitor_parse_args(argc, argv, &a);
+	if (r == 0)
+		r = a.nats_url ? monitor_from_nats(&a) : monitor_from_socket(&a);
+	monitor_args_done(&a);
+	return r > 0 ? 0 : r;
 }

@@ -240,7 +240,21 @@ int verb_snapshots(int argc, char *argv[]) {
 	return 0;
 }
 
-int verb_snapshot(int argc, char *argv[]) {
+/* What `perfrelayctl snapshot` was asked: the filters of Snapshot() and where the window goes. */
+typedef struct SnapshotArgs {
+	char *units[MAX_LIST], *types[MAX_LIST];
+	uint32_t pids[MAX_LIST];
+	size_t n_units, n_types, n_pids;
+	/* --ancestor, sorted into the request's three lists (perfrelay_add_ancestor()) */
+	const char *anc_comms[MAX_LIST], *anc_ids[MAX_LIST], *anc_units[MAX_LIST];
+	struct perfrelay_subscription anc;
+	const char *output, *save, *directory;
+	int64_t since;
+	bool json;
+} SnapshotArgs;
+
+/* Returns 0 to go on, 1 when --help was shown, or a negative errno (the message written). */
+static int snapshot_parse_args(int argc, char *argv[], SnapshotArgs *a) {
 	enum { ARG_SINCE = 0x100, ARG_UNIT, ARG_ANCESTOR, ARG_SAVE, ARG_DIRECTORY };
 	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
 						 { "json", no_argument, NULL, 'j' },
@@ -253,71 +267,55 @@ int verb_snapshot(int argc, char *argv[]) {
 						 { "save", required_argument, NULL, ARG_SAVE },
 						 { "directory", required_argument, NULL, ARG_DIRECTORY },
 						 {} };
-	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
-	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
-	_cleanup_(json_tokener_freep) json_tokener *tok = NULL;
-	sd_bus_error e = SD_BUS_ERROR_NULL;
-	char *units[MAX_LIST], *types[MAX_LIST], *line = NULL;
-	/* --ancestor, sorted into the request's three lists (perfrelay_add_ancestor()) */
-	const char *anc_comms[MAX_LIST], *anc_ids[MAX_LIST], *anc_units[MAX_LIST];
-	struct perfrelay_subscription anc = {};
-	uint32_t pids[MAX_LIST];
-	size_t n_units = 0, n_types = 0, n_pids = 0, cap = 0;
-	const char *output = NULL, *save = NULL, *directory = SNAPSHOT_DIR;
-	_cleanup_free_ char *save_tmp = NULL, *save_path = NULL;
-	uint64_t events = 0;
-	int64_t since = 0;
-	bool json = false;
-	FILE *in, *out = stdout;
-	ssize_t len;
-	int opt, r, fd;
+	int opt;
 
+	a->directory = SNAPSHOT_DIR;
 	optind = 0;
 	while ((opt = getopt_long(argc, argv, "hjo:t:p:", options, NULL)) >= 0)
 		switch (opt) {
 		case 'h':
 			snapshot_help();
-			return 0;
+			return 1;
 		case 'j':
-			json = true;
+			a->json = true;
 			break;
 		case 'o':
-			output = optarg;
+			a->output = optarg;
 			break;
 		case ARG_SAVE:
 			if (strchr(optarg, '/') || optarg[0] == '.' || optarg[0] == '\0' ||
 			    strlen(optarg) > 255)
 				return error_msg("--save=%s: not a unit name", optarg);
-			save = optarg;
-			json = true;
-			if (n_units >= MAX_LIST)
+			a->save = optarg;
+			a->json = true;
+			if (a->n_units >= MAX_LIST)
 				return error_msg("snapshot: at most %u of each filter", MAX_LIST);
-			units[n_units++] = optarg;
+			a->units[a->n_units++] = optarg;
 			break;
 		case ARG_DIRECTORY:
-			directory = optarg;
+			a->directory = optarg;
 			break;
 		case ARG_SINCE:
-			if (parse_span(optarg, &since) < 0)
+			if (parse_span(optarg, &a->since) < 0)
 				return error_msg(
 					"--since=%s: expected a number followed by s, m, h or d", optarg);
 			break;
 		case ARG_ANCESTOR:
-			if (anc.n_ancestor_comms >= MAX_LIST || anc.n_ancestor_exec_ids >= MAX_LIST ||
-			    anc.n_ancestor_units >= MAX_LIST)
+			if (a->anc.n_ancestor_comms >= MAX_LIST || a->anc.n_ancestor_exec_ids >= MAX_LIST ||
+			    a->anc.n_ancestor_units >= MAX_LIST)
 				return error_msg("snapshot: at most %u of each filter", MAX_LIST);
-			perfrelay_add_ancestor(&anc, anc_comms, anc_ids, anc_units, optarg);
+			perfrelay_add_ancestor(&a->anc, a->anc_comms, a->anc_ids, a->anc_units, optarg);
 			break;
 		case ARG_UNIT:
 		case 't':
 		case 'p':
-			if (n_units >= MAX_LIST || n_types >= MAX_LIST || n_pids >= MAX_LIST)
+			if (a->n_units >= MAX_LIST || a->n_types >= MAX_LIST || a->n_pids >= MAX_LIST)
 				return error_msg("snapshot: at most %u of each filter", MAX_LIST);
 			if (opt == ARG_UNIT)
-				units[n_units++] = optarg;
+				a->units[a->n_units++] = optarg;
 			else if (opt == 't')
-				types[n_types++] = optarg;
-			else if (parse_u32(optarg, &pids[n_pids++]) < 0)
+				a->types[a->n_types++] = optarg;
+			else if (parse_u32(optarg, &a->pids[a->n_pids++]) < 0)
 				return error_msg("--pid=%s: not a process id", optarg);
 			break;
 		default:
@@ -325,14 +323,18 @@ int verb_snapshot(int argc, char *argv[]) {
 		}
 	if (optind < argc)
 		return error_msg("snapshot: unexpected argument '%s'", argv[optind]);
+	return 0;
+}
 
-	r = bus_connect(&bus);
-	if (r < 0)
-		return r;
+/* The Snapshot() call with the filters asked for. */
+static int snapshot_build_call(sd_bus *bus, const SnapshotArgs *a, sd_bus_message **ret) {
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+	int r;
+
 	r = sd_bus_message_new_method_call(bus, &m, BUS_NAME, BUS_PATH, BUS_INTERFACE, "Snapshot");
 	if (r >= 0)
 		r = sd_bus_message_open_container(m, 'a', "{sv}");
-	if (r >= 0 && since > 0) {
+	if (r >= 0 && a->since > 0) {
 		struct timespec bt;
 
 		clock_gettime(CLOCK_BOOTTIME, &bt);
@@ -341,24 +343,70 @@ int verb_snapshot(int argc, char *argv[]) {
 			"{sv}",
 			"since_ns",
 			"t",
-			(uint64_t) MAX((int64_t) bt.tv_sec * 1000000000 + bt.tv_nsec - since, 1));
+			(uint64_t) MAX((int64_t) bt.tv_sec * 1000000000 + bt.tv_nsec - a->since, 1));
 	}
-	if (r >= 0 && n_units > 0)
-		r = append_list(m, "unit", "as", units, NULL, n_units);
-	if (r >= 0 && n_types > 0)
-		r = append_list(m, "types", "as", types, NULL, n_types);
-	if (r >= 0 && n_pids > 0)
-		r = append_list(m, "pid", "au", NULL, pids, n_pids);
-	if (r >= 0 && anc.n_ancestor_comms > 0)
-		r = append_list(m, "ancestor_comm", "as", (char **) anc_comms, NULL, anc.n_ancestor_comms);
-	if (r >= 0 && anc.n_ancestor_exec_ids > 0)
-		r = append_list(m, "ancestor_exec_id", "as", (char **) anc_ids, NULL, anc.n_ancestor_exec_ids);
-	if (r >= 0 && anc.n_ancestor_units > 0)
-		r = append_list(m, "ancestor_unit", "as", (char **) anc_units, NULL, anc.n_ancestor_units);
+	if (r >= 0 && a->n_units > 0)
+		r = append_list(m, "unit", "as", (char **) a->units, NULL, a->n_units);
+	if (r >= 0 && a->n_types > 0)
+		r = append_list(m, "types", "as", (char **) a->types, NULL, a->n_types);
+	if (r >= 0 && a->n_pids > 0)
+		r = append_list(m, "pid", "au", NULL, a->pids, a->n_pids);
+	if (r >= 0 && a->anc.n_ancestor_comms > 0)
+		r = append_list(
+			m, "ancestor_comm", "as", (char **) a->anc_comms, NULL, a->anc.n_ancestor_comms);
+	if (r >= 0 && a->anc.n_ancestor_exec_ids > 0)
+		r = append_list(
+			m, "ancestor_exec_id", "as", (char **) a->anc_ids, NULL, a->anc.n_ancestor_exec_ids);
+	if (r >= 0 && a->anc.n_ancestor_units > 0)
+		r = append_list(
+			m, "ancestor_unit", "as", (char **) a->anc_units, NULL, a->anc.n_ancestor_units);
 	if (r >= 0)
 		r = sd_bus_message_close_container(m);
 	if (r < 0)
 		return error_errno(r, "Failed to build the Snapshot() call");
+	*ret = TAKE_PTR(m);
+	return 0;
+}
+
+/* The window's lines from `in` to `out`, as JSON or formatted; *ret_events: the events (not the
+ * closing summary line). */
+static void snapshot_copy(FILE *in, FILE *out, bool json, uint64_t *ret_events) {
+	_cleanup_(json_tokener_freep) json_tokener *tok = json_tokener_new();
+	_cleanup_free_ char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+
+	*ret_events = 0;
+	while ((len = getline(&line, &cap, in)) > 0) {
+		bool summary = strstr(line, "{\"type\":\"snapshot\"") == line;
+
+		*ret_events += !summary;
+		if (json || summary)
+			fputs(line, out);
+		else if (tok && format_event(out, tok, line, (size_t) (len - (line[len - 1] == '\n')), boot_to_realtime()) < 0)
+			fputs(line, out);
+	}
+}
+
+int verb_snapshot(int argc, char *argv[]) {
+	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
+	_cleanup_free_ char *save_tmp = NULL, *save_path = NULL;
+	sd_bus_error e = SD_BUS_ERROR_NULL;
+	SnapshotArgs a = {};
+	uint64_t events = 0;
+	FILE *in, *out = stdout;
+	int r, fd;
+
+	r = snapshot_parse_args(argc, argv, &a);
+	if (r != 0)
+		return r > 0 ? 0 : r;
+	r = bus_connect(&bus);
+	if (r < 0)
+		return r;
+	r = snapshot_build_call(bus, &a, &m);
+	if (r < 0)
+		return r;
 	r = sd_bus_call(bus, m, 0, &e, &reply);
 	if (r < 0) {
 		r = error_msg("Snapshot() failed: %s", e.message ?: strerror(-r));
@@ -371,44 +419,34 @@ int verb_snapshot(int argc, char *argv[]) {
 	fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
 	if (fd < 0 || !(in = fdopen(fd, "r")))
 		return error_errno(-errno, "Failed to read the snapshot");
-	if (save) {
+	if (a.save) {
 		char stamp[32];
 		time_t now = time(NULL);
 		struct tm tm;
 
 		strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%S", gmtime_r(&now, &tm));
-		if (asprintf(&save_path, "%s/%s-%s.jsonl", directory, save, stamp) < 0 ||
-		    asprintf(&save_tmp, "%s/.%s-%s.jsonl.tmp", directory, save, stamp) < 0)
+		if (asprintf(&save_path, "%s/%s-%s.jsonl", a.directory, a.save, stamp) < 0 ||
+		    asprintf(&save_tmp, "%s/.%s-%s.jsonl.tmp", a.directory, a.save, stamp) < 0)
 			return error_errno(-ENOMEM, "snapshot");
-		output = save_tmp;
+		a.output = save_tmp;
 	}
-	if (output && !(out = fopen(output, "we"))) {
-		r = error_errno(-errno, "Failed to open %s", output);
+	if (a.output && !(out = fopen(a.output, "we"))) {
+		r = error_errno(-errno, "Failed to open %s", a.output);
 		fclose(in);
 		return r;
 	}
-	tok = json_tokener_new();
-	while ((len = getline(&line, &cap, in)) > 0) {
-		bool summary = strstr(line, "{\"type\":\"snapshot\"") == line;
-
-		events += !summary;
-		if (json || summary)
-			fputs(line, out);
-		else if (tok && format_event(out, tok, line, (size_t) (len - (line[len - 1] == '\n')), boot_to_realtime()) < 0)
-			fputs(line, out);
-	}
-	free(line);
+	snapshot_copy(in, out, a.json, &events);
 	fclose(in);
 	if (out != stdout && fclose(out) != 0)
-		return error_errno(-errno, "Failed to write %s", output);
-	if (save) {
+		return error_errno(-errno, "Failed to write %s", a.output);
+	if (a.save) {
 		if (rename(save_tmp, save_path) < 0)
 			return error_errno(-errno, "Failed to save %s", save_path);
 		printf("Saved the flight recorder's window for %s to %s (%" PRIu64 " events)\n",
-		       save,
+		       a.save,
 		       save_path,
 		       events);
-		return snapshots_prune(directory, SNAPSHOT_KEEP, SNAPSHOT_MAX_BYTES);
+		return snapshots_prune(a.directory, SNAPSHOT_KEEP, SNAPSHOT_MAX_BYTES);
 	}
 	return 0;
 }
