@@ -545,160 +545,232 @@ static void flag_incomplete(HubSlot *s, const DecodedEvent *ev, uint32_t uid, Fl
 	f->ev.hdr.flags |= PERFRELAY_HDR_LINEAGE_INCOMPLETE;
 }
 
+/* One event's forms, made at most once per batch of clients however many take them (the
+ * reader's own, on its stack): the event as each client may see it (redacted, flagged) and its
+ * encodings. */
+typedef struct Published {
+	const DecodedEvent *ev; /* as it came */
+	const char *unit;
+	uint32_t frame_len; /* binary frames: the record behind its little-endian length */
+	ssize_t json_len;   /* of s->json; -1: not encoded yet */
+	ssize_t unit_len;   /* of unit_buf; -1: not made yet */
+	uint8_t unit_buf[UNIT_FRAME_MAX];
+	Redaction red;
+	Flagged flagged;
+	HubTag tag;
+} Published;
+
+/* What one client is given: the event (or its redacted or flagged copy), the bytes of its
+ * format, and what goes in front of them. */
+typedef struct Delivery {
+	const DecodedEvent *ev;
+	const void *prefix, *data;
+	size_t prefix_len, len, schema_len, unit_frame_len;
+	struct perfrelay_hdr schema;
+} Delivery;
+
+/* The event as client c may see it: without the ancestors its redaction hides, flagged when
+ * its lineage was incomplete where c's filter looked; json points at the buffer of that form. */
+static const DecodedEvent *client_view(
+	Hub *h, HubSlot *s, HubClient *c, Published *p, const Lineage *lineage, char **json, ssize_t **json_lenp) {
+	const DecodedEvent *ev = p->ev;
+
+	*json = s->json;
+	*json_lenp = &p->json_len;
+	if (_unlikely_(c->o.redact) && _unlikely_(ev->hdr.type == PERFRELAY_TYPE_EXEC)) {
+		if (!p->red.done || p->red.uid != c->o.redact_uid)
+			redact_ancestors(h, s, ev, c->o.redact_uid, &p->red);
+		if (p->red.removed) {
+			ev = &p->red.ev;
+			*json = s->json_redacted;
+			*json_lenp = &p->red.json_len;
+		}
+	}
+	if (_unlikely_(lineage && lineage->incomplete_matched)) {
+		uint32_t base_uid = ev == p->ev ? 0 : p->red.uid;
+
+		if (p->flagged.base != ev || p->flagged.base_uid != base_uid)
+			flag_incomplete(s, ev, base_uid, &p->flagged);
+		if (p->flagged.ok) {
+			ev = &p->flagged.ev;
+			*json = s->json_flagged;
+			*json_lenp = &p->flagged.json_len;
+		}
+	}
+	return ev;
+}
+
+/* The bytes client c takes in its format: the record behind its length (binary, with the
+ * schema and unit frames it needs), or the JSON line, encoded once per form. */
+static void client_payload(
+	HubClient *c, HubQueue *q, unsigned reader, Published *p, char *json, ssize_t *json_lenp, Delivery *d) {
+	const DecodedEvent *ev = d->ev;
+
+	if (c->o.format == HUB_FORMAT_BINARY) {
+		d->prefix = &p->frame_len;
+		d->prefix_len = sizeof(p->frame_len);
+		d->data = ev->record;
+		d->len = ev->record_size;
+		if (_unlikely_(c->o.shared) && shared_ring_take_schema_reset(c->o.shared, reader))
+			memset(q->schema_sent, 0, SCHEMA_BITMAP_WORDS * sizeof(uint64_t));
+		if (_unlikely_(ev->producer_type) && schema_needed(q, ev, &d->schema))
+			d->schema_len = sizeof(uint32_t) + d->schema.size;
+		if (c->o.unit_frames) {
+			if (p->unit_len < 0) /* made once, however many clients take it */
+				p->unit_len = (ssize_t) unit_frame_write(
+					&ev->hdr, ev->cgroup_id, p->unit, p->unit_buf);
+			d->unit_frame_len = (size_t) p->unit_len;
+		}
+		return;
+	}
+	if (*json_lenp < 0) {
+		/* Encoded once, however many clients take it. */
+		*json_lenp = ev->btf ?
+			encode_json_btf(ev, ev->btf, ev->producer_name, p->unit, json, ENCODE_JSON_MAX) :
+			encode_json(ev, p->unit, json, ENCODE_JSON_MAX);
+		/* Cannot happen (ENCODE_JSON_MAX bounds every record), but if it did, the loss
+		 * would be counted and told like any other. */
+		if (_unlikely_(*json_lenp < 0))
+			*json_lenp = 0;
+	}
+	d->data = json;
+	d->len = (size_t) *json_lenp;
+	if (c->o.format == HUB_FORMAT_JSON_TAGGED) {
+		p->tag = (HubTag){
+			.len = (uint32_t) d->len,
+			.type = ev->hdr.type,
+			.flags = ev->known ? HUB_TAG_KNOWN : 0,
+			.value = ev->hdr.ts_ns,
+		};
+		d->prefix = &p->tag;
+		d->prefix_len = sizeof(p->tag);
+	}
+}
+
+/* Into a shared ring set: it never drops for room (the writer reclaims), and publishes its
+ * head every quarter ring. */
+static void deliver_shared(HubSlot *s, HubClient *c, HubQueue *q, unsigned reader, Published *p, Delivery *d) {
+	/* One frame holds the event and what describes it, but for a schema that would take it
+	 * past what a reader copies at once: that goes in a frame of its own just before, with
+	 * the same seq (a frame's seq counts events). */
+	if (_unlikely_(d->schema_len > 0) &&
+	    d->prefix_len + d->len + d->schema_len + d->unit_frame_len > PERFRELAY_SHARED_FRAME_MAX &&
+	    shared_ring_reserve(c->o.shared, reader, &q->head_local, STAT_LOAD(q->queued), d->schema_len)) {
+		schema_write(q, d->ev->producer_type, &d->schema);
+		q->head_local = ALIGN_TO(q->head_local, (uint64_t) PERFRELAY_SHARED_ALIGN);
+		d->schema_len = 0;
+	}
+	if (_unlikely_(d->len == 0) ||
+	    !shared_ring_reserve(
+		    c->o.shared,
+		    reader,
+		    &q->head_local,
+		    STAT_LOAD(q->queued),
+		    (uint64_t) (d->prefix_len + d->len + d->schema_len + d->unit_frame_len))) {
+		STAT_ADD(q->dropped, 1); /* cannot happen: SHARED_RING_MIN */
+		return;
+	}
+	event_write(
+		q,
+		d->ev,
+		&d->schema,
+		d->schema_len,
+		p->unit_buf,
+		d->unit_frame_len,
+		d->prefix,
+		d->prefix_len,
+		d->data,
+		d->len);
+	q->head_local = ALIGN_TO(q->head_local, (uint64_t) PERFRELAY_SHARED_ALIGN);
+	STAT_ADD(q->queued, 1);
+	if (_unlikely_(q->head_local - q->head > (q->mask + 1) / 4)) {
+		q->head = q->head_local;
+		s->wrote |= shared_ring_publish(c->o.shared, reader, q->head, STAT_LOAD(q->queued));
+	}
+}
+
+/* Into the client's own queue for this reader, behind a "lost" notice if it lost events and
+ * there is room to tell it now; a full queue drops the event for this client only. */
+static void deliver_queue(Hub *h, HubSlot *s, HubClient *c, HubQueue *q, Published *p, Delivery *d) {
+	char lost[HUB_LOST_MAX];
+	size_t lost_len = 0;
+
+	if (q->pending_lost > 0 && lost_mark_free(q))
+		lost_len = encode_lost(c->o.format, q->pending_lost, lost);
+	if (_unlikely_(d->len == 0) ||
+	    !queue_reserve(
+		    q, (uint64_t) (d->prefix_len + d->len + lost_len + d->schema_len + d->unit_frame_len))) {
+		STAT_ADD(q->dropped, 1);
+		if (c->o.overflow == HUB_OVERFLOW_DISCONNECT) {
+			/* Never told: the close is the notice. */
+			if (!atomic_exchange_explicit(&c->overflowed, true, memory_order_relaxed))
+				s->wrote = true; /* wake the main thread to close it */
+		} else
+			q->pending_lost++;
+		return;
+	}
+	if (lost_len > 0)
+		lost_write(q, lost, lost_len);
+	event_write(
+		q,
+		d->ev,
+		&d->schema,
+		d->schema_len,
+		p->unit_buf,
+		d->unit_frame_len,
+		d->prefix,
+		d->prefix_len,
+		d->data,
+		d->len);
+	STAT_ADD(q->queued, 1);
+	s->wrote = true;
+
+	/* A batch can hold more than a queue (half a ring per CPU of the group): hand over every
+	 * quarter queue, so that a client that keeps reading never loses events to the batch size.
+	 * At most one wakeup per quarter queue. */
+	if (_unlikely_(q->head_local - q->head > (q->mask + 1) / 4)) {
+		__atomic_store_n(&q->head, q->head_local, __ATOMIC_RELEASE);
+		hub_wake(h);
+	}
+}
+
 void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev_in, const char *unit, Lineage *lineage) {
 	HubSlot *s = &h->slots[reader];
-	/* Binary frames are the record itself behind a length: nothing to encode. */
-	uint32_t frame_len = htole32(ev_in->record_size);
-	ssize_t json_len = -1, unit_len = -1;
-	uint8_t unit_buf[UNIT_FRAME_MAX];
-	Redaction red = {};
-	Flagged flagged = {};
-	HubTag tag;
+	Published p = {
+		.ev = ev_in,
+		.unit = unit,
+		.frame_len = htole32(ev_in->record_size),
+		.json_len = -1,
+		.unit_len = -1,
+	};
 
 	for (size_t i = 0; i < s->n_clients; i++) {
 		HubClient *c = s->clients[i];
 		HubQueue *q = &c->q[reader];
-		const void *data, *prefix = NULL;
-		size_t len, prefix_len = 0, lost_len = 0, schema_len = 0, unit_frame_len = 0;
-		char lost[HUB_LOST_MAX], *json = s->json;
-		ssize_t *json_lenp = &json_len;
-		const DecodedEvent *ev = ev_in;
-		struct perfrelay_hdr schema;
+		Delivery d; /* set field by field: this runs per event and client */
+		ssize_t *json_lenp;
+		char *json;
 
 		if (lineage)
 			lineage->incomplete_matched = false;
-		if (c->o.match && !c->o.match(c->o.filter, ev, unit, lineage))
+		if (c->o.match && !c->o.match(c->o.filter, ev_in, unit, lineage))
 			continue;
-		if (_unlikely_(c->o.redact) && _unlikely_(ev->hdr.type == PERFRELAY_TYPE_EXEC)) {
-			if (!red.done || red.uid != c->o.redact_uid)
-				redact_ancestors(h, s, ev, c->o.redact_uid, &red);
-			if (red.removed) {
-				ev = &red.ev;
-				json = s->json_redacted;
-				json_lenp = &red.json_len;
-			}
-		}
-		if (_unlikely_(lineage && lineage->incomplete_matched)) {
-			uint32_t base_uid = ev == ev_in ? 0 : red.uid;
-
-			if (flagged.base != ev || flagged.base_uid != base_uid)
-				flag_incomplete(s, ev, base_uid, &flagged);
-			if (flagged.ok) {
-				ev = &flagged.ev;
-				json = s->json_flagged;
-				json_lenp = &flagged.json_len;
-			}
-		}
+		d.ev = client_view(h, s, c, &p, lineage, &json, &json_lenp);
 		STAT_ADD(q->offered, 1);
 		if (_unlikely_(c->o.overflow == HUB_OVERFLOW_DISCONNECT) &&
 		    atomic_load_explicit(&c->overflowed, memory_order_relaxed)) {
-			/* It lost an event and is being closed: nothing after its first loss,
-			 * from any reader, and no "lost" notice (docs/protocol.md). */
+			/* It lost an event and is being closed: nothing after its first loss, from
+			 * any reader, and no "lost" notice (docs/protocol.md). */
 			STAT_ADD(q->dropped, 1);
 			continue;
 		}
-
-		if (c->o.format == HUB_FORMAT_BINARY) {
-			prefix = &frame_len;
-			prefix_len = sizeof(frame_len);
-			data = ev->record;
-			len = ev->record_size;
-			if (_unlikely_(c->o.shared) && shared_ring_take_schema_reset(c->o.shared, reader))
-				memset(q->schema_sent, 0, SCHEMA_BITMAP_WORDS * sizeof(uint64_t));
-			if (_unlikely_(ev->producer_type) && schema_needed(q, ev, &schema))
-				schema_len = sizeof(uint32_t) + schema.size;
-			if (c->o.unit_frames) {
-				if (unit_len < 0) /* made once, however many clients take it */
-					unit_len = (ssize_t) unit_frame_write(
-						&ev->hdr, ev->cgroup_id, unit, unit_buf);
-				unit_frame_len = (size_t) unit_len;
-			}
-		} else {
-			if (*json_lenp < 0) {
-				/* Encoded once, however many clients take it. */
-				*json_lenp = ev->btf ?
-					encode_json_btf(
-						ev, ev->btf, ev->producer_name, unit, json, ENCODE_JSON_MAX) :
-					encode_json(ev, unit, json, ENCODE_JSON_MAX);
-				/* Cannot happen (ENCODE_JSON_MAX bounds every record), but if it
-				 * did, the loss would be counted and told like any other. */
-				if (_unlikely_(*json_lenp < 0))
-					*json_lenp = 0;
-			}
-			data = json;
-			len = (size_t) *json_lenp;
-			if (c->o.format == HUB_FORMAT_JSON_TAGGED) {
-				tag = (HubTag){
-					.len = (uint32_t) len,
-					.type = ev->hdr.type,
-					.flags = ev->known ? HUB_TAG_KNOWN : 0,
-					.value = ev->hdr.ts_ns,
-				};
-				prefix = &tag;
-				prefix_len = sizeof(tag);
-			}
-		}
-		if (c->o.shared) {
-			/* One frame holds the event and what describes it, but for a schema that
-			 * would take it past what a reader copies at once: that goes in a frame of
-			 * its own just before, with the same seq (a frame's seq counts events). */
-			if (_unlikely_(schema_len > 0) &&
-			    prefix_len + len + schema_len + unit_frame_len > PERFRELAY_SHARED_FRAME_MAX &&
-			    shared_ring_reserve(
-				    c->o.shared, reader, &q->head_local, STAT_LOAD(q->queued), schema_len)) {
-				schema_write(q, ev->producer_type, &schema);
-				q->head_local = ALIGN_TO(q->head_local, (uint64_t) PERFRELAY_SHARED_ALIGN);
-				schema_len = 0;
-			}
-			if (_unlikely_(len == 0) ||
-			    !shared_ring_reserve(
-				    c->o.shared,
-				    reader,
-				    &q->head_local,
-				    STAT_LOAD(q->queued),
-				    (uint64_t) (prefix_len + len + schema_len + unit_frame_len))) {
-				STAT_ADD(q->dropped, 1); /* cannot happen: SHARED_RING_MIN */
-				continue;
-			}
-			event_write(
-				q, ev, &schema, schema_len, unit_buf, unit_frame_len, prefix, prefix_len, data, len);
-			q->head_local = ALIGN_TO(q->head_local, (uint64_t) PERFRELAY_SHARED_ALIGN);
-			STAT_ADD(q->queued, 1);
-			if (_unlikely_(q->head_local - q->head > (q->mask + 1) / 4)) {
-				q->head = q->head_local;
-				s->wrote |= shared_ring_publish(
-					c->o.shared, reader, q->head, STAT_LOAD(q->queued));
-			}
-			continue;
-		}
-		if (q->pending_lost > 0 && lost_mark_free(q))
-			lost_len = encode_lost(c->o.format, q->pending_lost, lost);
-
-		if (_unlikely_(len == 0) ||
-		    !queue_reserve(q, (uint64_t) (prefix_len + len + lost_len + schema_len + unit_frame_len))) {
-			STAT_ADD(q->dropped, 1);
-			if (c->o.overflow == HUB_OVERFLOW_DISCONNECT) {
-				/* Never told: the close is the notice. */
-				if (!atomic_exchange_explicit(&c->overflowed, true, memory_order_relaxed))
-					s->wrote = true; /* wake the main thread to close it */
-			} else
-				q->pending_lost++;
-			continue;
-		}
-		if (lost_len > 0)
-			lost_write(q, lost, lost_len);
-		event_write(
-			q, ev, &schema, schema_len, unit_buf, unit_frame_len, prefix, prefix_len, data, len);
-		STAT_ADD(q->queued, 1);
-		s->wrote = true;
-
-		/* A batch can hold more than a queue (half a ring per CPU of the group): hand
-		 * over every quarter queue, so that a client that keeps reading never loses
-		 * events to the batch size. At most one wakeup per quarter queue. */
-		if (_unlikely_(q->head_local - q->head > (q->mask + 1) / 4)) {
-			__atomic_store_n(&q->head, q->head_local, __ATOMIC_RELEASE);
-			hub_wake(h);
-		}
+		d.prefix = NULL;
+		d.prefix_len = d.schema_len = d.unit_frame_len = 0;
+		client_payload(c, q, reader, &p, json, json_lenp, &d);
+		if (c->o.shared)
+			deliver_shared(s, c, q, reader, &p, &d);
+		else
+			deliver_queue(h, s, c, q, &p, &d);
 	}
 }
 

@@ -112,6 +112,93 @@ static bool cgroup_is_host_wide(const char *path, const char *root) {
 	return streq(path, root) || endswith(path, ".slice");
 }
 
+/* The one cgroup of `unit` below root, outside delegated subtrees (find_unit_cgroup()). */
+static int capture_unit_path(const char *unit, const char *root, char path[static PATH_MAX], char **ret_error) {
+	UnitSearch us;
+	int r;
+
+	if (!unit_name_is_attributable(unit, strlen(unit)))
+		return error_textf(ret_error, -EINVAL, "\"%s\" is not a unit name processes run in", unit);
+	us = (UnitSearch){ .unit = unit, .budget = FIND_DIRS_MAX };
+	r = find_unit_cgroup(root, 0, &us);
+	if (r == -E2BIG)
+		return error_textf(
+			ret_error,
+			r,
+			"the cgroup tree under %s has more than %u directories",
+			root,
+			FIND_DIRS_MAX);
+	if (us.n_found == 0)
+		return error_textf(
+			ret_error,
+			-ENOENT,
+			"unit %s has no cgroup under %s outside delegated subtrees (is it running?)",
+			unit,
+			root);
+	if (us.n_found > 1)
+		return error_textf(
+			ret_error,
+			-EINVAL,
+			"unit %s names %zu cgroups (%s, %s%s%s%s%s): give the one to capture as \"cgroup\"",
+			unit,
+			us.n_found,
+			us.found[0] + strlen(root),
+			us.found[1] + strlen(root),
+			us.n_found > 2 ? ", " : "",
+			us.n_found > 2 ? us.found[2] + strlen(root) : "",
+			us.n_found > 3 ? ", " : "",
+			us.n_found > 3 ? us.found[3] + strlen(root) : "");
+	snprintf(path, PATH_MAX, "%s", us.found[0]);
+	return 0;
+}
+
+/* The path of what the request captures: an interface's name, or a cgroup's directory under
+ * root (systemd's answer for a unit, else the unit found in the tree, or the cgroup given). */
+static int capture_target_path(
+	const CaptureRequest *req, const char *root, char path[static PATH_MAX], char **ret_error) {
+	if (req->ifindex) {
+		char name[IF_NAMESIZE];
+
+		if (!if_indextoname(req->ifindex, name))
+			return error_textf(
+				ret_error,
+				-EINVAL,
+				"no interface with index %u in perfrelayd's network namespace (the shipped unit has "
+				"PrivateNetwork=yes)",
+				req->ifindex);
+		snprintf(path, PATH_MAX, "%s", name);
+	} else if (req->unit && req->unit_cgroup) {
+		/* systemd said where the unit runs (its ControlGroup property). */
+		if (req->unit_cgroup[0] != '/' || strstr(req->unit_cgroup, "/.") ||
+		    snprintf(path, PATH_MAX, "%s%s", root, streq(req->unit_cgroup, "/") ? "" : req->unit_cgroup) >=
+			    (int) PATH_MAX)
+			return error_textf(
+				ret_error,
+				-EINVAL,
+				"systemd's ControlGroup of %s, \"%s\", is not a cgroup path",
+				req->unit,
+				req->unit_cgroup);
+	} else if (req->unit) {
+		int r = capture_unit_path(req->unit, root, path, ret_error);
+
+		if (r < 0)
+			return r;
+	} else {
+		/* No "." component and no trailing slash: "/" is the only way to say the root. */
+		if (req->cgroup[0] != '/' || strstr(req->cgroup, "/.") || strstr(req->cgroup, "//") ||
+		    (req->cgroup[1] && endswith(req->cgroup, "/")))
+			return error_textf(
+				ret_error,
+				-EINVAL,
+				"cgroup \"%s\": a path below the cgroup2 root, starting with /",
+				req->cgroup);
+		if (snprintf(path, PATH_MAX, "%s%s", root, streq(req->cgroup, "/") ? "" : req->cgroup) >=
+		    (int) PATH_MAX)
+			return error_textf(ret_error, -ENAMETOOLONG, "cgroup path too long");
+	}
+	return 0;
+}
+
 static int capture_start_one(CaptureFeature *cf, const CaptureRequest *req, uint32_t *ret_id, char **ret_error) {
 	Manager *m = cf->feature.manager;
 	const CaptureConfig *c = capture_cfg(m);
@@ -119,7 +206,6 @@ static int capture_start_one(CaptureFeature *cf, const CaptureRequest *req, uint
 	Capture *capture = NULL;
 	char path[PATH_MAX];
 	const char *root;
-	UnitSearch us;
 	int dir, r;
 
 	if (!cf->captures || !manager_cgroups(m))
@@ -133,75 +219,9 @@ static int capture_start_one(CaptureFeature *cf, const CaptureRequest *req, uint
 	if (!!req->unit + !!req->cgroup + !!req->ifindex != 1)
 		return error_textf(
 			ret_error, -EINVAL, "give one of the options \"unit\", \"cgroup\" and \"ifindex\"");
-	if (req->ifindex) {
-		char name[IF_NAMESIZE];
-
-		if (!if_indextoname(req->ifindex, name))
-			return error_textf(
-				ret_error,
-				-EINVAL,
-				"no interface with index %u in perfrelayd's network namespace (the shipped unit has "
-				"PrivateNetwork=yes)",
-				req->ifindex);
-		snprintf(path, sizeof(path), "%s", name);
-	} else if (req->unit && req->unit_cgroup) {
-		/* systemd said where the unit runs (its ControlGroup property). */
-		if (req->unit_cgroup[0] != '/' || strstr(req->unit_cgroup, "/.") ||
-		    snprintf(path, sizeof(path), "%s%s", root, streq(req->unit_cgroup, "/") ? "" : req->unit_cgroup) >=
-			    (int) sizeof(path))
-			return error_textf(
-				ret_error,
-				-EINVAL,
-				"systemd's ControlGroup of %s, \"%s\", is not a cgroup path",
-				req->unit,
-				req->unit_cgroup);
-	} else if (req->unit) {
-		if (!unit_name_is_attributable(req->unit, strlen(req->unit)))
-			return error_textf(
-				ret_error, -EINVAL, "\"%s\" is not a unit name processes run in", req->unit);
-		us = (UnitSearch){ .unit = req->unit, .budget = FIND_DIRS_MAX };
-		r = find_unit_cgroup(root, 0, &us);
-		if (r == -E2BIG)
-			return error_textf(
-				ret_error,
-				r,
-				"the cgroup tree under %s has more than %u directories",
-				root,
-				FIND_DIRS_MAX);
-		if (us.n_found == 0)
-			return error_textf(
-				ret_error,
-				-ENOENT,
-				"unit %s has no cgroup under %s outside delegated subtrees (is it running?)",
-				req->unit,
-				root);
-		if (us.n_found > 1)
-			return error_textf(
-				ret_error,
-				-EINVAL,
-				"unit %s names %zu cgroups (%s, %s%s%s%s%s): give the one to capture as \"cgroup\"",
-				req->unit,
-				us.n_found,
-				us.found[0] + strlen(root),
-				us.found[1] + strlen(root),
-				us.n_found > 2 ? ", " : "",
-				us.n_found > 2 ? us.found[2] + strlen(root) : "",
-				us.n_found > 3 ? ", " : "",
-				us.n_found > 3 ? us.found[3] + strlen(root) : "");
-		snprintf(path, sizeof(path), "%s", us.found[0]);
-	} else {
-		/* No "." component and no trailing slash: "/" is the only way to say the root. */
-		if (req->cgroup[0] != '/' || strstr(req->cgroup, "/.") || strstr(req->cgroup, "//") ||
-		    (req->cgroup[1] && endswith(req->cgroup, "/")))
-			return error_textf(
-				ret_error,
-				-EINVAL,
-				"cgroup \"%s\": a path below the cgroup2 root, starting with /",
-				req->cgroup);
-		if (snprintf(path, sizeof(path), "%s%s", root, streq(req->cgroup, "/") ? "" : req->cgroup) >=
-		    (int) sizeof(path))
-			return error_textf(ret_error, -ENAMETOOLONG, "cgroup path too long");
-	}
+	r = capture_target_path(req, root, path, ret_error);
+	if (r < 0)
+		return r;
 	/* Every packet of the host, or of many units or sessions at once: root's decision, or the
 	 * admin's by AllowHostCaptures=. */
 	if ((req->ifindex || cgroup_is_host_wide(path, root)) && !req->may_capture_host)
