@@ -109,6 +109,9 @@ ssize_t recv_keep_fds(perfrelay_client *c, void *buf, size_t size);
 /* How long poll() may wait: -1 without a timeout, else the milliseconds left (0: none). The
  * deadline is set at a call's first wait, so that a call that finds data never reads the clock. */
 int wait_ms(int timeout_ms, uint64_t *deadline);
+/* Waits up to that for fd to become readable: 1 when poll() returned, 0 when the time is up
+ * (at once for a timeout of 0), or -errno (-EINTR: a signal came). */
+int wait_readable(int fd, int timeout_ms, uint64_t *deadline);
 int read_line(perfrelay_client *c, char **ret, size_t *ret_len, int timeout_ms);
 json_object *parse_object(const char *line, size_t len);
 const char *get_string(json_object *o, const char *key);

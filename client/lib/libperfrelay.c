@@ -143,6 +143,18 @@ int wait_ms(int timeout_ms, uint64_t *deadline) {
 	return now >= *deadline ? 0 : (int) MIN(*deadline - now, (uint64_t) INT32_MAX);
 }
 
+int wait_readable(int fd, int timeout_ms, uint64_t *deadline) {
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	int wait;
+
+	if (timeout_ms == 0)
+		return 0;
+	wait = wait_ms(timeout_ms, deadline);
+	if (wait == 0)
+		return 0;
+	return poll(&p, 1, wait) < 0 ? -errno : 1;
+}
+
 /* Reads more bytes into the buffer. Returns 1 when bytes arrived, 0 when timeout_ms passed
  * (or, for 0, nothing is readable now), or a negative errno (-ECONNRESET at a clean EOF,
  * -EBADMSG at an EOF inside a line or frame). *deadline: see wait_ms(). */
@@ -159,9 +171,8 @@ static int fill(perfrelay_client *c, int timeout_ms, uint64_t *deadline) {
 	}
 
 	for (;;) {
-		struct pollfd p = { .fd = c->fd, .events = POLLIN };
 		ssize_t n;
-		int wait, k;
+		int k;
 
 		n = recv_keep_fds(c, c->buf + c->end, BUFFER_SIZE - c->end);
 		if (n > 0) {
@@ -175,14 +186,9 @@ static int fill(perfrelay_client *c, int timeout_ms, uint64_t *deadline) {
 		if (errno != EAGAIN)
 			return -errno;
 
-		if (timeout_ms == 0)
-			return 0;
-		wait = wait_ms(timeout_ms, deadline);
-		if (wait == 0)
-			return 0;
-		k = poll(&p, 1, wait);
-		if (k < 0)
-			return -errno; /* -EINTR: the caller's signal handler wants to run */
+		k = wait_readable(c->fd, timeout_ms, deadline);
+		if (k <= 0)
+			return k; /* -EINTR: the caller's signal handler wants to run */
 	}
 }
 

@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,8 +291,7 @@ static int shared_wait(perfrelay_client *c, size_t room, int timeout_ms, uint64_
 	Shared *s = c->shared;
 
 	for (;;) {
-		struct pollfd p = { .fd = c->fd, .events = POLLIN };
-		int r, wait;
+		int r;
 
 		r = shared_copy(c, room);
 		if (r != 0)
@@ -322,14 +320,9 @@ static int shared_wait(perfrelay_client *c, size_t room, int timeout_ms, uint64_
 			continue;
 		}
 		/* Armed: the daemon's "\n" makes the socket readable for the caller's poll(). */
-		if (timeout_ms == 0)
-			return 0;
-		wait = wait_ms(timeout_ms, deadline);
-		if (wait == 0)
-			return 0;
-		r = poll(&p, 1, wait);
-		if (r < 0)
-			return -errno;
+		r = wait_readable(c->fd, timeout_ms, deadline);
+		if (r <= 0)
+			return r;
 		__atomic_store_n(&s->page->sleeping, 0, __ATOMIC_RELAXED);
 	}
 }

@@ -647,6 +647,21 @@ static void client_payload(
 	}
 }
 
+/* The delivery's frames at the queue's (or ring's) head_local: room was reserved. */
+static inline void delivery_write(HubQueue *q, const Published *p, const Delivery *d) {
+	event_write(
+		q,
+		d->ev,
+		&d->schema,
+		d->schema_len,
+		p->unit_buf,
+		d->unit_frame_len,
+		d->prefix,
+		d->prefix_len,
+		d->data,
+		d->len);
+}
+
 /* Into a shared ring set: it never drops for room (the writer reclaims), and publishes its
  * head every quarter ring. */
 static void deliver_shared(HubSlot *s, HubClient *c, HubQueue *q, unsigned reader, Published *p, Delivery *d) {
@@ -670,17 +685,7 @@ static void deliver_shared(HubSlot *s, HubClient *c, HubQueue *q, unsigned reade
 		STAT_ADD(q->dropped, 1); /* cannot happen: SHARED_RING_MIN */
 		return;
 	}
-	event_write(
-		q,
-		d->ev,
-		&d->schema,
-		d->schema_len,
-		p->unit_buf,
-		d->unit_frame_len,
-		d->prefix,
-		d->prefix_len,
-		d->data,
-		d->len);
+	delivery_write(q, p, d);
 	q->head_local = ALIGN_TO(q->head_local, (uint64_t) PERFRELAY_SHARED_ALIGN);
 	STAT_ADD(q->queued, 1);
 	if (_unlikely_(q->head_local - q->head > (q->mask + 1) / 4)) {
@@ -711,17 +716,7 @@ static void deliver_queue(Hub *h, HubSlot *s, HubClient *c, HubQueue *q, Publish
 	}
 	if (lost_len > 0)
 		lost_write(q, lost, lost_len);
-	event_write(
-		q,
-		d->ev,
-		&d->schema,
-		d->schema_len,
-		p->unit_buf,
-		d->unit_frame_len,
-		d->prefix,
-		d->prefix_len,
-		d->data,
-		d->len);
+	delivery_write(q, p, d);
 	STAT_ADD(q->queued, 1);
 	s->wrote = true;
 
