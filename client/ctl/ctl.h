@@ -29,6 +29,8 @@ int parse_span(const char *s, int64_t *ret_ns);
 
 /* ctl-bus.c */
 int bus_connect(sd_bus **ret);
+/* An error of a bus call said once: the bus, the method, the D-Bus error and a hint; returns r. */
+int bus_call_error(const char *method, const sd_bus_error *e, int r);
 int bus_call(sd_bus *bus, const char *method, sd_bus_message **ret_reply, const char *types, ...);
 /* Calls method (no arguments) on a new connection; its answer as JSON (bus-json.h). */
 int bus_call_json(const char *method, json_object **ret);
@@ -39,10 +41,10 @@ int parse_json_options(int argc, char *argv[], const char *verb, void (*help)(vo
 int parse_help_option(int argc, char *argv[], const char *verb, void (*help)(void));
 
 int verb_monitor(int argc, char *argv[]);   /* ctl-monitor.c */
-int verb_status(int argc, char *argv[]);    /* ctl-bus.c */
-int verb_probes(int argc, char *argv[]);    /* ctl-bus.c */
-int verb_clients(int argc, char *argv[]);   /* ctl-bus.c */
-int verb_probe(int argc, char *argv[]);     /* ctl-bus.c */
+int verb_status(int argc, char *argv[]);    /* ctl-status.c */
+int verb_probes(int argc, char *argv[]);    /* ctl-probes.c */
+int verb_clients(int argc, char *argv[]);   /* ctl-clients.c */
+int verb_probe(int argc, char *argv[]);     /* ctl-probes.c */
 int verb_stats(int argc, char *argv[]);     /* ctl-stats.c */
 int verb_producers(int argc, char *argv[]); /* ctl-producers.c */
 int verb_snapshot(int argc, char *argv[]);  /* ctl-snapshot.c */

@@ -20,7 +20,7 @@ typedef struct OtlpTarget OtlpTarget;
 int otlp_target_new(const ExportConfig *cfg, const OtlpResource *res, OtlpTarget **ret);
 OtlpTarget *otlp_target_free(OtlpTarget *t);
 
-/* As exporter_offer(): the record becomes a LogRecord of the open batch, or is dropped, counted. */
+/* As nats_target_offer(): the record becomes a LogRecord of the open batch, or is dropped, counted. */
 void otlp_target_offer(
 	OtlpTarget *t,
 	const struct perfrelay_hdr *hdr,

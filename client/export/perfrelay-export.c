@@ -20,7 +20,7 @@
 
 #include "export/export-config.h"
 #include "common/export-frame.h"
-#include "export/exporter.h"
+#include "export/nats-target.h"
 #include "macro.h"
 #include "export/otlp.h"
 #include "perfrelay-config.h"
@@ -52,7 +52,7 @@ static void help(void) {
 /* The targets Targets= names, each with its own queue and counters; every record read is
  * offered to each. */
 typedef struct Targets {
-	Exporter *nats;
+	NatsTarget *nats;
 	OtlpTarget *otlp;
 	uint64_t offered;     /* records read from the socket or --input */
 	uint64_t daemon_lost; /* events the daemon dropped for this client (its lost notices) */
@@ -64,7 +64,7 @@ static void targets_offer(
 
 	t->offered++;
 	if (t->nats)
-		exporter_offer(t->nats, hdr, rec, size, unit, now);
+		nats_target_offer(t->nats, hdr, rec, size, unit, now);
 	if (t->otlp)
 		otlp_target_offer(t->otlp, hdr, rec, size, unit, now);
 }
@@ -73,29 +73,29 @@ static void targets_run(Targets *t) {
 	uint64_t now = now_msec(CLOCK_MONOTONIC);
 
 	if (t->nats)
-		exporter_run(t->nats, now);
+		nats_target_run(t->nats, now);
 	if (t->otlp)
 		otlp_target_run(t->otlp, now);
 }
 
 static bool targets_idle(Targets *t) {
-	return (!t->nats || exporter_idle(t->nats)) && (!t->otlp || otlp_target_idle(t->otlp));
+	return (!t->nats || nats_target_idle(t->nats)) && (!t->otlp || otlp_target_idle(t->otlp));
 }
 
 static bool targets_have_room(Targets *t) {
-	return (!t->nats || exporter_has_room(t->nats)) && (!t->otlp || otlp_target_has_room(t->otlp));
+	return (!t->nats || nats_target_has_room(t->nats)) && (!t->otlp || otlp_target_has_room(t->otlp));
 }
 
 static void targets_abandon(Targets *t) {
 	if (t->nats)
-		exporter_abandon(t->nats);
+		nats_target_abandon(t->nats);
 	if (t->otlp)
 		otlp_target_abandon(t->otlp);
 }
 
 static void targets_stats(Targets *t, ExportStats *nats, ExportStats *otlp) {
 	if (t->nats)
-		exporter_get_stats(t->nats, nats);
+		nats_target_get_stats(t->nats, nats);
 	if (t->otlp)
 		otlp_target_get_stats(t->otlp, otlp);
 }
@@ -151,7 +151,7 @@ static void drain(Targets *e, uint64_t timeout_ms, const char *stats_file, int s
 
 	/* Nothing more comes: the open batches go now. */
 	if (e->nats)
-		exporter_flush(e->nats);
+		nats_target_flush(e->nats);
 	if (e->otlp)
 		otlp_target_flush(e->otlp);
 	while (!targets_idle(e) && now_msec(CLOCK_MONOTONIC) - start < timeout_ms) {
@@ -191,7 +191,7 @@ static int run_input(Targets *e, const char *input, const char *stats_file, int 
 		/* Waits for room instead of dropping: a file can wait, unlike the daemon. */
 		while (!targets_have_room(e)) {
 			if (e->nats)
-				exporter_seal_if_stuck(e->nats);
+				nats_target_seal_if_stuck(e->nats);
 			targets_run(e);
 			if (poll(&(struct pollfd){ .fd = signal_fd, .events = POLLIN }, 1, 1) > 0) {
 				munmap((void *) map, (size_t) st.st_size);
@@ -412,7 +412,7 @@ int main(int argc, char *argv[]) {
 	signal(SIGPIPE, SIG_IGN);
 
 	if (cfg->targets & EXPORT_TARGET_NATS) {
-		r = exporter_new(cfg, host, boot_id, 1, &t.nats);
+		r = nats_target_new(cfg, host, boot_id, 1, &t.nats);
 		if (r < 0) {
 			fprintf(stderr, "%s: cannot set up the NATS connection: %s\n", program, strerror(-r));
 			export_config_free(cfg);
@@ -429,7 +429,7 @@ int main(int argc, char *argv[]) {
 				program,
 				cfg->otlp_endpoint,
 				strerror(-r));
-			exporter_free(t.nats);
+			nats_target_free(t.nats);
 			export_config_free(cfg);
 			return 1;
 		}
@@ -458,7 +458,7 @@ int main(int argc, char *argv[]) {
 					s[i].dropped,
 					s[i].retried);
 	}
-	exporter_free(t.nats);
+	nats_target_free(t.nats);
 	otlp_target_free(t.otlp);
 	if (t.otlp)
 		curl_global_cleanup();

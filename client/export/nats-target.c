@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* JetStream publishing for perfrelay-export: batches → queue → async publish → ack, retry or counted drop. */
-#include "export/exporter.h"
+#include "export/nats-target.h"
 
 #include <endian.h>
 #include <errno.h>
@@ -45,7 +45,7 @@ typedef struct Batch {
 	size_t len;
 } Batch;
 
-struct Exporter {
+struct NatsTarget {
 	const ExportConfig *cfg;
 	char host[256];
 	char boot_id[64];
@@ -101,7 +101,7 @@ static uint64_t msg_count(natsMsg *m) {
 }
 
 static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *userdata) {
-	Exporter *e = userdata;
+	NatsTarget *e = userdata;
 	uint64_t n = msg_count(msg);
 
 	if (pa) {
@@ -128,7 +128,7 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
 /* A round without a connection, counted (connect_failures), and why, for the stats' last_error:
  * nats.c's text for status s, else its status's name, else (s NATS_OK: nats.c kept no error)
  * if_ok. Any thread. */
-static void connect_failed(Exporter *e, natsStatus s, const char *text, const char *if_ok) {
+static void connect_failed(NatsTarget *e, natsStatus s, const char *text, const char *if_ok) {
 	atomic_fetch_add(&e->connect_failures, 1);
 	pthread_mutex_lock(&e->lock);
 	snprintf(
@@ -149,7 +149,7 @@ static void on_connected(natsConnection *nc, void *userdata) {
  * connection unlocked: counts the round and keeps its reason (a refused certificate is "SSL
  * Error"), then waits as SetReconnectWait() would, with a little jitter. */
 static int64_t on_connect_failed(natsConnection *nc, int attempts, void *userdata) {
-	Exporter *e = userdata;
+	NatsTarget *e = userdata;
 	const char *text = NULL;
 	natsStatus why = natsConnection_GetLastError(nc, &text);
 
@@ -158,13 +158,13 @@ static int64_t on_connect_failed(natsConnection *nc, int attempts, void *userdat
 }
 
 static void on_reconnected(natsConnection *nc, void *userdata) {
-	Exporter *e = userdata;
+	NatsTarget *e = userdata;
 
 	atomic_fetch_add(&e->reconnects, 1);
 	atomic_store(&e->reclaim, true);
 }
 
-Exporter *exporter_free(Exporter *e) {
+NatsTarget *nats_target_free(NatsTarget *e) {
 	if (!e)
 		return NULL;
 	if (e->nc)
@@ -204,8 +204,8 @@ static int nats_errno(natsStatus s) {
 
 /* The first connection. nats.c retries a refused one in its own thread, but gives up on a
  * failed TLS handshake (a certificate refused) and closes the connection: that one is tried
- * again from exporter_run() every RECONNECT_WAIT_MS, counted like a round of its thread's. */
-static int connect_now(Exporter *e, uint64_t now) {
+ * again from nats_target_run() every RECONNECT_WAIT_MS, counted like a round of its thread's. */
+static int connect_now(NatsTarget *e, uint64_t now) {
 	jsOptions jso;
 	natsStatus s;
 
@@ -230,9 +230,9 @@ static int connect_now(Exporter *e, uint64_t now) {
 	return nats_errno(s);
 }
 
-int exporter_new(
-	const ExportConfig *cfg, const char *hostname, const char *boot_id, unsigned schema, Exporter **ret) {
-	Exporter *e;
+int nats_target_new(
+	const ExportConfig *cfg, const char *hostname, const char *boot_id, unsigned schema, NatsTarget **ret) {
+	NatsTarget *e;
 	natsStatus s;
 	int r;
 
@@ -258,7 +258,7 @@ int exporter_new(
 	e->queue = calloc(e->queue_cap, sizeof(natsMsg *));
 	e->failed = calloc(cfg->max_in_flight, sizeof(natsMsg *));
 	if (!e->queue || !e->failed) {
-		exporter_free(e);
+		nats_target_free(e);
 		return -ENOMEM;
 	}
 
@@ -294,19 +294,19 @@ int exporter_new(
 		s = natsOptions_LoadCertificatesChain(e->opts, cfg->tls_cert, cfg->tls_key);
 	if (s != NATS_OK) {
 		r = nats_errno(s);
-		exporter_free(e);
+		nats_target_free(e);
 		return r;
 	}
 	r = connect_now(e, now_msec(CLOCK_MONOTONIC));
 	if (r < 0) {
-		exporter_free(e);
+		nats_target_free(e);
 		return r;
 	}
 	*ret = e;
 	return 0;
 }
 
-static bool queue_push(Exporter *e, natsMsg *m, bool front) {
+static bool queue_push(NatsTarget *e, natsMsg *m, bool front) {
 	if (e->queue_len >= e->queue_cap)
 		return false;
 	if (front) {
@@ -318,7 +318,7 @@ static bool queue_push(Exporter *e, natsMsg *m, bool front) {
 	return true;
 }
 
-static natsMsg *queue_pop(Exporter *e) {
+static natsMsg *queue_pop(NatsTarget *e) {
 	natsMsg *m;
 
 	if (e->queue_len == 0)
@@ -329,7 +329,7 @@ static natsMsg *queue_pop(Exporter *e) {
 	return m;
 }
 
-static void subject_format(const Exporter *e, const char *type, char *buf, size_t size) {
+static void subject_format(const NatsTarget *e, const char *type, char *buf, size_t size) {
 	const char *t = e->cfg->subject_template;
 	size_t n = 0;
 
@@ -367,7 +367,7 @@ static uint64_t digest_add(uint64_t d, const struct perfrelay_hdr *h) {
 }
 
 /* Turns a batch into a message on the queue (its events stay counted in queued_events). */
-static void batch_seal(Exporter *e, Batch *b) {
+static void batch_seal(NatsTarget *e, Batch *b) {
 	char subject[512], id[160], tbuf[16], count[24];
 	const char *type;
 	natsMsg *m = NULL;
@@ -426,7 +426,7 @@ static void batch_append(Batch *b, const void *p, size_t n) {
 }
 
 /* The open batch of type `type`, or a new one (sealing the oldest when all are taken). */
-static Batch *batch_for(Exporter *e, uint16_t type) {
+static Batch *batch_for(NatsTarget *e, uint16_t type) {
 	Batch *free_slot = NULL, *oldest = NULL;
 
 	for (size_t i = 0; i < ELEMENTSOF(e->batches); i++) {
@@ -452,8 +452,8 @@ static Batch *batch_for(Exporter *e, uint16_t type) {
 	return free_slot;
 }
 
-void exporter_offer(
-	Exporter *e,
+void nats_target_offer(
+	NatsTarget *e,
 	const struct perfrelay_hdr *hdr,
 	const void *rec,
 	size_t rec_size,
@@ -499,7 +499,7 @@ void exporter_offer(
 
 /* A message of n events that was not acknowledged: publish it again (ahead of newer ones, to keep the
  * order as far as possible) unless it ran out of attempts. Its events go back to the queue's. */
-static void retry_or_drop(Exporter *e, natsMsg *m, uint64_t n) {
+static void retry_or_drop(NatsTarget *e, natsMsg *m, uint64_t n) {
 	const char *v = NULL;
 	char buf[16];
 	unsigned long attempt = 1;
@@ -527,7 +527,7 @@ static void retry_or_drop(Exporter *e, natsMsg *m, uint64_t n) {
 }
 
 /* A message taken back from in flight (failed, timed out, or pending across a reconnect). */
-static void take_back(Exporter *e, natsMsg *m) {
+static void take_back(NatsTarget *e, natsMsg *m) {
 	uint64_t n = msg_count(m);
 
 	atomic_fetch_sub(&e->in_flight_events, n);
@@ -538,7 +538,7 @@ static void take_back(Exporter *e, natsMsg *m) {
 /* Takes back every message nats.c still waits an ack for: after a reconnect their acks are
  * not coming. Republishing one that did arrive is harmless: the duplicate window acknowledges
  * it as a duplicate. */
-static void reclaim_in_flight(Exporter *e) {
+static void reclaim_in_flight(NatsTarget *e) {
 	natsMsgList list = {};
 
 	if (js_PublishAsyncGetPendingList(&list, e->js) != NATS_OK)
@@ -555,7 +555,7 @@ static void reclaim_in_flight(Exporter *e) {
 /* nats.c gave up on the connection (it does after a failed TLS handshake on the first
  * connection, reconnect thread or not): what was in flight goes back to the queue, and a new
  * connection is made after RECONNECT_WAIT_MS. */
-static void connection_closed(Exporter *e, uint64_t now) {
+static void connection_closed(NatsTarget *e, uint64_t now) {
 	const char *text = NULL;
 	natsStatus why = natsConnection_GetLastError(e->nc, &text);
 
@@ -569,7 +569,7 @@ static void connection_closed(Exporter *e, uint64_t now) {
 	e->next_connect_ms = now + RECONNECT_WAIT_MS;
 }
 
-static void stream_setup(Exporter *e, uint64_t now) {
+static void stream_setup(NatsTarget *e, uint64_t now) {
 	jsStreamInfo *si = NULL;
 	jsStreamConfig sc;
 	jsErrCode jerr = 0;
@@ -606,12 +606,12 @@ static void stream_setup(Exporter *e, uint64_t now) {
 	}
 }
 
-static void back_off(Exporter *e, uint64_t now) {
+static void back_off(NatsTarget *e, uint64_t now) {
 	e->backoff_ms = e->backoff_ms ? MIN(e->backoff_ms * 2, e->cfg->ack_timeout_ms) : 100;
 	e->pause_until_ms = now + e->backoff_ms;
 }
 
-void exporter_run(Exporter *e, uint64_t now) {
+void nats_target_run(NatsTarget *e, uint64_t now) {
 	natsMsg *failed[256];
 	uint64_t acks;
 	bool refused = false;
@@ -684,19 +684,19 @@ void exporter_run(Exporter *e, uint64_t now) {
 	}
 }
 
-void exporter_flush(Exporter *e) {
+void nats_target_flush(NatsTarget *e) {
 	for (size_t i = 0; i < ELEMENTSOF(e->batches); i++)
 		batch_seal(e, &e->batches[i]);
 }
 
-void exporter_seal_if_stuck(Exporter *e) {
+void nats_target_seal_if_stuck(NatsTarget *e) {
 	if (e->queue_len > 0 || atomic_load(&e->in_flight) > 0)
 		return;
 	for (size_t i = 0; i < ELEMENTSOF(e->batches); i++)
 		batch_seal(e, &e->batches[i]);
 }
 
-bool exporter_idle(Exporter *e) {
+bool nats_target_idle(NatsTarget *e) {
 	bool failed;
 
 	for (size_t i = 0; i < ELEMENTSOF(e->batches); i++)
@@ -708,7 +708,7 @@ bool exporter_idle(Exporter *e) {
 	return e->queue_len == 0 && atomic_load(&e->in_flight) == 0 && !failed;
 }
 
-void exporter_abandon(Exporter *e) {
+void nats_target_abandon(NatsTarget *e) {
 	natsMsgList list = {};
 	natsMsg *m;
 
@@ -746,7 +746,7 @@ void exporter_abandon(Exporter *e) {
 	pthread_mutex_unlock(&e->lock);
 }
 
-void exporter_get_stats(Exporter *e, ExportStats *ret) {
+void nats_target_get_stats(NatsTarget *e, ExportStats *ret) {
 	*ret = (ExportStats){
 		.offered = e->offered,
 		.exported = atomic_load(&e->exported),
@@ -778,6 +778,6 @@ void exporter_get_stats(Exporter *e, ExportStats *ret) {
 	export_url_redact(ret->server); /* the stats file is world-readable */
 }
 
-bool exporter_has_room(Exporter *e) {
+bool nats_target_has_room(NatsTarget *e) {
 	return e->queued_events < e->cfg->queue_events;
 }
