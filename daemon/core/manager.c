@@ -446,12 +446,22 @@ static int manager_setup_hub(Manager *m, size_t n_groups) {
 	int r;
 
 	r = hub_new(n_groups + n_small, &m->hub);
-	if (r >= 0 && n_small > 0)
-		r = hub_set_small_slots(m->hub, n_small);
-	if (r >= 0 && m->config->process_table_entries != PROC_TABLE_DEFAULT)
-		r = hub_set_process_table(m->hub, m->config->process_table_entries);
 	if (r < 0)
-		return log_error_errno(r, "Failed to set up the hub: %m");
+		return log_error_errno(
+			r, "Failed to make the hub (%zu reader slots, %u small): %m", n_groups, n_small);
+	if (n_small > 0) {
+		r = hub_set_small_slots(m->hub, n_small);
+		if (r < 0)
+			return log_error_errno(r, "Failed to make the hub's %u small slots: %m", n_small);
+	}
+	if (m->config->process_table_entries != PROC_TABLE_DEFAULT) {
+		r = hub_set_process_table(m->hub, m->config->process_table_entries);
+		if (r < 0)
+			return log_error_errno(
+				r,
+				"Failed to make the process table of ProcessTableEntries=%u: %m",
+				m->config->process_table_entries);
+	}
 	r = sd_event_add_io(m->event, &m->notify_source, hub_notify_fd(m->hub), EPOLLIN, on_hub_notify, m);
 	if (r < 0)
 		return log_error_errno(r, "Failed to watch the hub: %m");

@@ -46,7 +46,7 @@ QUEUE_UID_BOUND, QUEUE_BOUND = 4 << 20, 24 << 20
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon, stats_bus, workdir):
-    global bus, d, d_probes, d_users, WORK, HELPER
+    global bus, WORK, HELPER
     bus = stats_bus
     os.chmod(bus.dir, 0o755)  # the private bus's socket, reachable for every role
     d = make_daemon("access", stdout=False, start=False,
@@ -60,6 +60,22 @@ def _setup(make_daemon, stats_bus, workdir):
     WORK = workdir
     HELPER = os.path.join(WORK, "bus-subscriber")
     shutil.copy(HELPER_BUILT, HELPER)
+    return {"d": d, "d_probes": d_probes, "d_users": d_users}
+
+
+@pytest.fixture(scope="module", name="d")
+def _fixture_d(_setup):
+    return _setup["d"]
+
+
+@pytest.fixture(scope="module", name="d_probes")
+def _fixture_d_probes(_setup):
+    return _setup["d_probes"]
+
+
+@pytest.fixture(scope="module", name="d_users")
+def _fixture_d_users(_setup):
+    return _setup["d_users"]
 
 
 MANAGER = ("org.perfrelay1", "/org/perfrelay1", "org.perfrelay1.Manager")
@@ -83,7 +99,7 @@ def active():
     return {c["id"] for c in bus.stats()["capture"]["captures"] if c["active"]}
 
 
-def test_reads_limited_per_user():
+def test_reads_limited_per_user(d):
     """GetStats() and the other reading methods cost the main loop a snapshot of the pinned maps
     each: a user's loop gets at most 100 a second (LimitsExceeded beyond, each refusal counted
     exactly), root none fewer."""
@@ -112,7 +128,7 @@ def test_reads_limited_per_user():
         d.stop()
 
 
-def test_snapshot_and_capture_by_role():
+def test_snapshot_and_capture_by_role(d):
     d.start()
     cg = os.path.join(cgroup2_mount(), f"perfrelay-access-{os.getpid()}.service")
     os.mkdir(cg)
@@ -209,7 +225,7 @@ def busctl_json(role, *args):
     return r.returncode, (json.loads(r.stdout)["data"] if r.returncode == 0 and r.stdout.strip() else None)
 
 
-def test_metadata_by_role():
+def test_metadata_by_role(d):
     """Other users' uids, pids and filters (ListClients, GetStats' client_list, a monitor's
     Filter and its counters, which give the rate of its events) are for root and their owner; the
     totals are for everyone; a denial names no uid."""
@@ -256,7 +272,7 @@ def test_metadata_by_role():
     d.stop()
 
 
-def test_unit_counters_by_role():
+def test_unit_counters_by_role(d):
     """GetUnitCounters(): a user's own slice (user-UID.slice) for that user, every cgroup for root,
     AllowGroups= and ControlGroups= members; the figures are the interval's view, the same for
     every call until the next interval."""
@@ -300,7 +316,7 @@ def test_unit_counters_by_role():
     d.stop()
 
 
-def test_processes_by_role():
+def test_processes_by_role(d):
     """ListProcesses() (perfrelayctl tree): every process for root, AllowGroups= and
     ControlGroups= members; a user's own processes for that user (the member role runs as lp);
     none of them for nobody, who has none. The table is seeded at start from the kernel's task
@@ -353,7 +369,7 @@ while True:
 """
 
 
-def test_setuid_events_are_not_the_callers():
+def test_setuid_events_are_not_the_callers(d_probes):
     """A set-uid program run by nobody has nobody's real uid and root's effective uid: its
     events (exec, open) carry both (euid) and reach root, not nobody's uid-scoped client, which
     still gets nobody's own events. A set-gid program and one with file capabilities keep
@@ -435,7 +451,7 @@ def rss(pid):
         return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS:"))
 
 
-def test_memory_per_user():
+def test_memory_per_user(d_users):
     """What users make the daemon hold is bounded per uid and for all of them together, on the
     socket and the bus as one: 64 clients of one uid that never read, then 64 from each of 16
     more uids (as a user's subordinate uids can), under a flood of events: the queues held stay

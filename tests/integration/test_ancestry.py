@@ -23,12 +23,23 @@ HEX16 = set("0123456789abcdef")
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(stats_bus, make_daemon, workdir):
-    global d, d_small, WORK, BUS
+    global WORK, BUS
     WORK, BUS = workdir, stats_bus
     d = make_daemon("ancestry", config="[Probes]\nProbes=exec exit fork open\n")
     # A table of 256 entries: a user's few hundred processes overfill it.
     d_small = make_daemon("ancestry-small", start=False,
                           config="[Probes]\nProbes=exec exit fork open\n[Readers]\nProcessTableEntries=256\n")
+    return {"d": d, "d_small": d_small}
+
+
+@pytest.fixture(scope="module", name="d")
+def _fixture_d(_setup):
+    return _setup["d"]
+
+
+@pytest.fixture(scope="module", name="d_small")
+def _fixture_d_small(_setup):
+    return _setup["d_small"]
 
 
 def ctl(*args, user=None):
@@ -47,19 +58,19 @@ def marker(tag):
     return f"prac-{tag}-{random.randrange(10**9)}"
 
 
-def exec_of(arg, what):
+def exec_of(d, arg, what):
     """The exec event whose argv holds `arg`."""
     return d.wait_event(lambda e: e["type"] == "exec" and arg in e["argv"], what)
 
 
-def test_child_of_a_shell():
+def test_child_of_a_shell(d):
     """A shell whose argv holds a marker runs /bin/true with another: the child's parent image is
     the shell's, and its first ancestor is the shell, then this test."""
     shell_marker, child_marker = marker("sh"), marker("true")
     # "; exit" keeps sh from exec'ing /bin/true in its own process (dash does for a last command).
     subprocess.run(["/bin/sh", "-c", f"/bin/true {child_marker}; exit $?", shell_marker], check=True)
-    sh = exec_of(shell_marker, "the shell's exec")
-    child = exec_of(child_marker, "the child's exec")
+    sh = exec_of(d, shell_marker, "the shell's exec")
+    child = exec_of(d, child_marker, "the child's exec")
     check(is_exec_id(sh["exec_id"]) and is_exec_id(child["exec_id"]), f"exec ids: {sh['exec_id']}, {child['exec_id']}")
     check(sh["exec_id"] != child["exec_id"], "two images, two ids")
     check_eq(child["parent_exec_id"], sh["exec_id"], "the child's parent_exec_id is the shell's exec_id")
@@ -84,7 +95,7 @@ def test_child_of_a_shell():
     check_eq((cex["exec_id"], cex["parent_exec_id"]), (child["exec_id"], sh["exec_id"]), "the child's exit")
 
 
-def test_executable_and_working_directory():
+def test_executable_and_working_directory(d):
     """The executable as the kernel resolved it (through a symlink), its device and inode, and
     the working directory."""
     real = os.path.join(WORK, "prac-real-true")
@@ -95,7 +106,7 @@ def test_executable_and_working_directory():
     os.mkdir(cwd)
     m = marker("exe")
     subprocess.run([link, m], check=True, cwd=cwd)
-    ev = exec_of(m, "the exec through a symlink")
+    ev = exec_of(d, m, "the exec through a symlink")
     st = os.stat(real)
     check_eq(ev["exe"], os.path.realpath(real), "exe: the file the kernel runs, not the symlink")
     check_eq(ev["filename"], link, "filename: the path execve() was given")
@@ -109,13 +120,13 @@ def test_executable_and_working_directory():
     os.rename(real + ".new", real)
     m2 = marker("exe2")
     subprocess.run([real, m2], check=True, cwd="/")
-    ev2 = exec_of(m2, "the exec of the replaced binary")
+    ev2 = exec_of(d, m2, "the exec of the replaced binary")
     check_eq(ev2["exe"], ev["exe"], "the same path")
     check(ev2["exe_ino"] != ev["exe_ino"], "a replaced binary shows by its inode")
     check_eq(ev2["cwd"], "/", "cwd /")
 
 
-def test_exec_id_survives_a_restart():
+def test_exec_id_survives_a_restart(d):
     """A long-lived process keeps its exec_id across a daemon restart: the id comes from the
     kernel, not from the daemon."""
     m = marker("long")
@@ -127,7 +138,7 @@ def test_exec_id_survives_a_restart():
          path, m],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        ev = exec_of(m, "the long-lived process's exec")
+        ev = exec_of(d, m, "the long-lived process's exec")
         opener.stdin.write("x\n")
         opener.stdin.flush()
         check_eq(opener.stdout.readline().strip(), "ok", "the first open")
@@ -147,7 +158,7 @@ def test_exec_id_survives_a_restart():
         opener.wait(10)
 
 
-def descendants(root_pid):
+def descendants(d, root_pid):
     """The pids of root_pid's descendants, from the fork events the daemon published."""
     pids, grew = {root_pid}, True
     while grew:
@@ -166,7 +177,7 @@ def client_offered(client_id):
     raise AssertionError(f"client {client_id} is not in GetStats' client_list")
 
 
-def test_ancestor_filter(socket_client):
+def test_ancestor_filter(d, socket_client):
     """Opens by descendants of a marker process (its children and grandchildren) are delivered
     to "ancestor" subscribers, by the marker's comm and by its exec_id; opens of the same file by
     other processes are not; GetStats counts the table."""
@@ -185,7 +196,7 @@ def test_ancestor_filter(socket_client):
     script = 'read go; cat "$1" >/dev/null; /bin/sh -c \'cat "$1" >/dev/null; exit 0\' inner "$1"; read done'
     proc = subprocess.Popen([sh, "-c", script, m, target], stdin=subprocess.PIPE, text=True)
     try:
-        ev = exec_of(m, "the marker's exec")
+        ev = exec_of(d, m, "the marker's exec")
         by_id = socket_client(d.socket_path, {"subscribe": {"types": ["open"], "ancestor": {"exec_id": [ev["exec_id"]]}}})
         by_id_id = by_id.hello()["client_id"]
         proc.stdin.write("go\n")
@@ -204,7 +215,7 @@ def test_ancestor_filter(socket_client):
     # Five opens: this test's two (it made the file), its cat's, the marker's child's and
     # grandchild's.
     opens = d.wait_events(lambda e: e["type"] == "open" and e["path"] == target, 5, "the five opens of the target")
-    below = descendants(proc.pid)
+    below = descendants(d, proc.pid)
     theirs = {e["pid"] for e in opens if e["pid"] in below}
     check_eq(len(theirs), 2, f"two of the opens are the marker's child's and grandchild's: {opens}, {below}")
     others = [e for e in opens if e["pid"] not in below]
@@ -253,7 +264,7 @@ read go
 """
 
 
-def test_eviction_attack(socket_client):
+def test_eviction_attack(d_small, d, socket_client):
     """A user overfills the process table (256 entries here) with 400 live processes of their
     own, beside a shell an exporter's Ancestors= follows. The shell, a parent, is kept over the
     leaves: an open by its subshell (a fork without exec, whose record names no ancestor the
@@ -310,7 +321,7 @@ def test_eviction_attack(socket_client):
         d.start()
 
 
-def test_ancestor_filter_refused(socket_client):
+def test_ancestor_filter_refused(d, socket_client):
     """A malformed "ancestor" is refused with a message naming the field."""
     for ancestor, words in (({}, "names no process"), ({"exec_id": ["xyz"]}, "ancestor.exec_id[0]"),
                             ({"pid": [1]}, "unknown key"), ({"comm": ["a" * 16]}, "ancestor.comm[0]")):
@@ -320,14 +331,14 @@ def test_ancestor_filter_refused(socket_client):
               f"{ancestor}: refused naming it: {m}")
 
 
-def test_tree():
+def test_tree(d):
     """perfrelayctl tree: the live processes as a forest with their exec ids; --pid shows one
     subtree; an unprivileged caller sees only their own processes."""
     m = marker("tree")
     proc = subprocess.Popen(["/bin/sh", "-c", "sleep 600 & wait", m])
     sleeper = None
     try:
-        ev = exec_of(m, "the tree marker's exec")
+        ev = exec_of(d, m, "the tree marker's exec")
         sleeper = d.wait_event(lambda e: e["type"] == "exec" and e.get("parent_exec_id") == ev["exec_id"],
                                "the sleep's exec")
         rows = json.loads(ctl("tree", "--json"))
@@ -355,7 +366,7 @@ def test_tree():
         proc.wait(10)
 
 
-def test_other_users_ancestors_left_out():
+def test_other_users_ancestors_left_out(d):
     """A client that sees only its own uid's events gets its exec events with the ancestors that
     ran as its uid and no other (docs/security.md): the shell nobody started is there, this test
     (root) and every process above it are not, as /proc with hidepid= would hide them; root's

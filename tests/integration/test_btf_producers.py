@@ -30,9 +30,15 @@ LATE_N = 200
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon, stats_bus):
-    global bus, d
+    global bus
     bus = stats_bus
     d = make_daemon("btfprod", stdout=False, start=False)
+    return d
+
+
+@pytest.fixture(scope="module", name="d")
+def _fixture_d(_setup):
+    return _setup
 
 
 
@@ -70,7 +76,7 @@ def expected(n):
     }
 
 
-def test_example_decoded():
+def test_example_decoded(d):
     d.start()
     p = subprocess.Popen([EXAMPLE, d.pin_path, "0", "0", "--stdin"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -154,7 +160,7 @@ def test_example_decoded():
     d.stop()
 
 
-def test_late_producer():
+def test_late_producer(d):
     """A producer loaded after the daemon started is decoded from its first record: the daemon
     learns of the program when it loads (the load watch) and holds records of a type it has no
     decoder for until a scan made after they were emitted is done. Each run of the example
@@ -190,7 +196,7 @@ def test_late_producer():
     d.stop()
 
 
-def test_hostile_btf_refused():
+def test_hostile_btf_refused(d):
     """Declarations no decoder may be built for are refused with their reason, counted, and the
     records of such a type still arrive as "unknown" with their payload."""
     d.start()
@@ -232,7 +238,7 @@ def test_hostile_btf_refused():
     d.stop()
 
 
-def test_undeclared_type_unknown():
+def test_undeclared_type_unknown(d):
     """No regression: a record type nobody declared is published as before, "unknown" with its
     payload in base64, and asks for no decoder that could not be built."""
     d.start()
@@ -254,7 +260,7 @@ def test_undeclared_type_unknown():
     d.stop()
 
 
-def test_request_errors():
+def test_request_errors(d):
     d.start()
     for request, want in [
         ({"subscribe": {"where": {"x": 1.5}}}, "expected an integer or a string"),

@@ -134,7 +134,7 @@ def isb_options(body):
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon, stats_bus):
     """The daemons, and a network namespace of the module's own for its conversations."""
-    global bus, d, d64
+    global bus
     bus = stats_bus
     d = make_daemon("capture", stdout=False, config="[Probes]\nProbes=none\n", start=False)
     d64 = make_daemon("capture64", stdout=False, config="[Probes]\nProbes=none\n[Capture]\nCaptureBytes=64\n",
@@ -142,12 +142,22 @@ def _setup(make_daemon, stats_bus):
     subprocess.run(["ip", "netns", "add", NETNS], check=True)
     try:
         subprocess.run(["ip", "-n", NETNS, "link", "set", "lo", "up"], check=True)
-        yield
+        yield {"d": d, "d64": d64}
     finally:
         subprocess.run(["ip", "netns", "delete", NETNS], capture_output=True)
 
 
-def test_unit_capture():
+@pytest.fixture(scope="module", name="d")
+def _fixture_d(_setup):
+    return _setup["d"]
+
+
+@pytest.fixture(scope="module", name="d64")
+def _fixture_d64(_setup):
+    return _setup["d64"]
+
+
+def test_unit_capture(d):
     d.start()
     mine, other = NetnsUnit("capmine"), NetnsUnit("capother")
     out = os.path.join(d.dir, "mine.pcapng")
@@ -187,7 +197,7 @@ def test_unit_capture():
     d.stop()
 
 
-def test_unit_is_not_a_users_decoy():
+def test_unit_is_not_a_users_decoy(d):
     """A user may make cgroups in the subtree delegated to them, named like any system unit: one in
     their user manager's subtree (user@UID.service) and one below a Delegate=yes service. Without
     systemd to ask, `capture --unit` takes the root-made cgroup under system.slice, and only its
@@ -235,7 +245,7 @@ def test_unit_is_not_a_users_decoy():
     d.stop()
 
 
-def test_truncation():
+def test_truncation(d64):
     d64.start()
     mine = NetnsUnit("captrunc")
     out = os.path.join(d64.dir, "trunc.pcapng")
@@ -258,7 +268,7 @@ def test_truncation():
     d64.stop()
 
 
-def test_rate_limit():
+def test_rate_limit(d):
     d.start()
     mine = NetnsUnit("caprate")
     out = os.path.join(d.dir, "rate.pcapng")
@@ -286,7 +296,7 @@ def test_rate_limit():
     d.stop()
 
 
-def test_stop_under_load():
+def test_stop_under_load(d):
     """A capture stopped while its program runs flat out: the final figures are read after the
     runs in flight ended (a grace period after the detach), so the file holds exactly the
     packets the capture says it captured, and what it saw is captured + dropped + failed."""
@@ -317,7 +327,7 @@ def test_stop_under_load():
     d.stop()
 
 
-def test_interface_capture():
+def test_interface_capture(d):
     """An interface's capture (tc): every packet of a veth whose other end is in the namespace,
     from its Ethernet header on, whatever unit sent it."""
     d.start()
@@ -353,7 +363,7 @@ def test_interface_capture():
     d.stop()
 
 
-def test_stdout_stream():
+def test_stdout_stream(d):
     """-w - streams pcapng: tcpdump reads it from a pipe (`perfrelayctl capture -w - | tcpdump -r -`)."""
     d.start()
     mine = NetnsUnit("capstream")
@@ -377,7 +387,7 @@ def test_stdout_stream():
     d.stop()
 
 
-def test_requester_leaves_and_access():
+def test_requester_leaves_and_access(d):
     d.start()
     mine = NetnsUnit("capgone")
     try:

@@ -27,10 +27,16 @@ if not os.access(CTL, os.X_OK):
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon, workdir):
-    global WORK, SOCK, d
+    global WORK, SOCK
     WORK = workdir
     SOCK = os.path.join(WORK, "events.sock")
     d = make_daemon("client", config=f"[Socket]\nSocketPath={SOCK}", stdout=False)
+    return d
+
+
+@pytest.fixture(scope="module", name="d")
+def _fixture_d(_setup):
+    return _setup
 
 
 
@@ -246,7 +252,7 @@ def test_refused_subscription():
     check_eq(m.lines, [], "nothing on stdout")
 
 
-def test_daemon_goes_away():
+def test_daemon_goes_away(d):
     m = Monitor("--type", "exec")
     try:
         m.wait_line(lambda line: line.startswith("TIME"), "the header")

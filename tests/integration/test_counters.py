@@ -31,13 +31,34 @@ if CG2 is None:
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon, stats_bus):
-    global bus, d, d_drop, d_off, d_share
+    global bus
     bus = stats_bus
     d = make_daemon("counters", config=f"[Counters]\nCountersIntervalMs={INTERVAL_MS}\n", start=False)
     d_drop = make_daemon("counters-drop", start=False)
     d_off = make_daemon("counters-off", config="[Counters]\nCounters=none\n", start=False)
     d_share = make_daemon("counters-share", start=False,
                           config=f"[Counters]\nCountersIntervalMs={INTERVAL_MS}\nCountersMaxCgroups=16\n")
+    return {"d": d, "d_drop": d_drop, "d_off": d_off, "d_share": d_share}
+
+
+@pytest.fixture(scope="module", name="d")
+def _fixture_d(_setup):
+    return _setup["d"]
+
+
+@pytest.fixture(scope="module", name="d_drop")
+def _fixture_d_drop(_setup):
+    return _setup["d_drop"]
+
+
+@pytest.fixture(scope="module", name="d_off")
+def _fixture_d_off(_setup):
+    return _setup["d_off"]
+
+
+@pytest.fixture(scope="module", name="d_share")
+def _fixture_d_share(_setup):
+    return _setup["d_share"]
 
 NAP = "import time\nwhile True: time.sleep(0.05)\n"  # switches out 20 times a second: charged, lightly
 
@@ -106,7 +127,7 @@ def totals_of(unit):
     return next((v for (u, _), v in unit_counters().items() if u == unit.name), None)
 
 
-def check_exit_counters(tag, cmd, what):
+def check_exit_counters(d, tag, cmd, what):
     """Runs cmd in a unit of its own; its exit event's task_clock_ns is the CPU time rusage gives
     the process, at most TEARDOWN_SHORT less or TEARDOWN_OVER more."""
     d.start()
@@ -125,13 +146,13 @@ def check_exit_counters(tag, cmd, what):
     d.stop()
 
 
-def test_exit_teardown():
+def test_exit_teardown(d):
     """A process whose exit frees GiBs: the teardown (exit_mm(), after the exit tracepoint on
     newer kernels, 6.18 here) is CPU time of the process, in its rusage and in its exit event's
     task_clock_ns, which is taken at the process's last switch: at most 2% short (the teardown is
     about 5% of this process's time here, where faulting the pages in costs far more than
     freeing them; totals taken at the tracepoint were off by that much)."""
-    check_exit_counters("teardown", [sys.executable, "-c", TEARDOWN.format(n=teardown_bytes())], "teardown")
+    check_exit_counters(d, "teardown", [sys.executable, "-c", TEARDOWN.format(n=teardown_bytes())], "teardown")
 
 
 # exit-helper is built beside this test: <build>/tests/integration/exit-helper.
@@ -139,18 +160,18 @@ EXIT_HELPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(BINAR
                            "exit-helper")
 
 
-def test_thread_exits():
+def test_thread_exits(d):
     """Threads that are not the process's last, each closing a file table of its own at its
     exit (exit_files(), after the thread is marked exiting): that teardown is CPU time of the
     process, in its rusage, and in its exit event's task_clock_ns, at most 2% short. (Slices of an
     exiting thread were charged to its cgroup only: the event was short by the teardown, more
     than half of this process's time.)"""
     fds = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 1 << 16) - 64
-    check_exit_counters("thread-exits", [EXIT_HELPER, "threads-teardown", "100", str(fds)],
+    check_exit_counters(d, "thread-exits", [EXIT_HELPER, "threads-teardown", "100", str(fds)],
                         f"its threads' teardowns, {fds} descriptors each,")
 
 
-def test_exit_dropped():
+def test_exit_dropped(d_drop):
     """Turning counters off (a start with Counters=none) waits a second for the exit records the
     exit probe left for the switch program, whose processes are still tearing down, then
     removes and counts the rest: exit_dropped is exactly what was left. Nothing in user space
@@ -175,7 +196,7 @@ def test_exit_dropped():
     d_drop.stop()
 
 
-def test_spin_and_sleep():
+def test_spin_and_sleep(d):
     d.start()
     st = bus.stats()["counters"]
     check(SOFTWARE <= set(st["counters"]), f"the software counters are on by default: {st['counters']}")
@@ -242,7 +263,7 @@ def test_spin_and_sleep():
     d.stop()
 
 
-def test_top():
+def test_top(d):
     d.start()
     spin = Unit("top")
     p = spin.run(SPIN.format(secs=3.0))
@@ -274,7 +295,7 @@ def test_top():
     d.stop()
 
 
-def test_restart():
+def test_restart(d):
     """The totals live in pinned maps, charged by a pinned program: a restart keeps them, a unit
     that runs while no daemon does is still charged, and nothing is counted twice."""
     d.start()
@@ -302,7 +323,7 @@ def test_restart():
     d.stop()
 
 
-def test_users_share():
+def test_users_share(d_share):
     """A user's cgroups take at most half the cgroup table (CountersMaxCgroups=16 here): a user
     running tasks in 16 cgroups of their delegated subtree fills their half and is refused the
     rest (counted); a system unit started afterwards still gets its row."""
@@ -348,7 +369,7 @@ def test_users_share():
     dm.stop()
 
 
-def test_users_unwatched_cgroups_count_as_users():
+def test_users_unwatched_cgroups_count_as_users(d_share):
     """Cgroups a user makes beyond the cgroup watch's quota (1024 watched directories per user),
     and those below them, which no watch sees: the daemon tells the programs of the first, the
     programs find the others by their ancestors, and both are held to the users' half of the
@@ -397,7 +418,7 @@ def test_users_unwatched_cgroups_count_as_users():
     dm.stop()
 
 
-def test_off():
+def test_off(d_off):
     d_off.start()
     st = bus.stats()["counters"]
     check_eq(st["counters"], [], "Counters=none: no counters")

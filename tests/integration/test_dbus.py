@@ -109,7 +109,7 @@ class Subscriber(BusPeer):
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon, workdir):
     global WORK, HELPER, MARKER_NAME, MARKER, OTHER_NAME, OTHER, RATE_NAME, RATE_MARKER
-    global BUS, d, T_BEFORE, T_AFTER, LISTENER
+    global BUS, T_BEFORE, T_AFTER, LISTENER
     WORK = workdir  # nobody runs the helper and the markers from here
     HELPER = os.path.join(WORK, "bus-subscriber")
     shutil.copy(HELPER_BUILT, HELPER)
@@ -124,13 +124,18 @@ def _setup(make_daemon, workdir):
     T_AFTER = time.time()
     # Broadcast signals (PropertiesChanged, EventsLost), from before the first burst.
     LISTENER = Subscriber(subscribe=False)
-    yield
+    yield d
     LISTENER.close()
     d.cleanup()
     BUS.stop()
 
 
-def test_properties():
+@pytest.fixture(scope="module", name="d")
+def _fixture_d(_setup):
+    return _setup
+
+
+def test_properties(d):
     p = get_all()
     want = {"Version", "State", "PinPath", "Cpus", "Readers", "Probes", "Clients", "EventsReceived",
             "EventsDelivered", "EventsLost", "ProducerFailures", "ClientDrops", "StartedAt", "KernelFeatures"}
@@ -179,7 +184,7 @@ def test_properties():
     check(all(m["destination"] is None for m in changes), "PropertiesChanged is broadcast")
 
 
-def test_cpu_and_reader_stats():
+def test_cpu_and_reader_stats(d):
     before = get_all()
     cpus = call("GetCpuStats")[0]
     readers = call("GetReaderStats")[0]
@@ -210,7 +215,7 @@ def test_cpu_and_reader_stats():
     check(a["exec"] <= attempts <= b["exec"], f"ListProbes exec events {a['exec']}..{b['exec']} = attempts {attempts}")
 
 
-def test_probe_switch():
+def test_probe_switch(d):
     """SetProbeEnabled("open", false) stops open events for a socket client; enabling restores them."""
     client = d.client({"subscribe": {"types": ["open", "exec"], "comm": [PY_COMM, MARKER_NAME]}}, hello=True)
     try:
@@ -242,7 +247,7 @@ def test_probe_switch():
         on_bus("call", *MANAGER, "SetProbeEnabled", "sb", "open", "true", check_rc=False)
 
 
-def test_disconnect_client():
+def test_disconnect_client(d):
     a = d.client({"subscribe": {"types": ["exec"], "pid": [2, 1]}}, hello=True)
     b = d.client({}, hello=True)
     try:
@@ -263,7 +268,7 @@ def test_disconnect_client():
         b.close()
 
 
-def test_sent_means_written():
+def test_sent_means_written(d):
     """A socket client that stops reading and then goes: "sent" is what it read (whole lines),
     the events left in its queue are dropped, and offered = sent + dropped (docs/dbus.md)."""
     n = 4000
@@ -450,7 +455,7 @@ def test_rate_limit():
         s.close()
 
 
-def test_non_root():
+def test_non_root(d):
     """nobody reads every property and calls the read-only methods, and gets AccessDenied for
     the others, from the bus policy and, with a policy that lets it through, from the daemon."""
     root = get_all()
@@ -602,7 +607,7 @@ def parse_introspection(path, iface):
     return out
 
 
-def test_introspect():
+def test_introspect(d):
     doc = parse_doc()
     check_eq(set(doc), {"org.perfrelay1.Manager", "org.perfrelay1.Monitor", "org.perfrelay1.Capture"},
              "documented interfaces")
@@ -632,7 +637,7 @@ def test_introspect():
         check(arg.get("name"), f"an argument without a name: {arg.attrib}")
 
 
-def test_perfrelayctl():
+def test_perfrelayctl(d):
     client = d.client({"subscribe": {"types": [65000]}}, hello=True)
     try:
         before = get_all()
@@ -686,7 +691,7 @@ def test_perfrelayctl():
         client.close()
 
 
-def test_reload():
+def test_reload(d):
     dropins = d.config_path + ".d"
     os.makedirs(dropins, exist_ok=True)
     broken = os.path.join(dropins, "50-broken.conf")
@@ -725,7 +730,7 @@ def test_reload():
         caller.close()
 
 
-def test_second_daemon_and_no_bus():
+def test_second_daemon_and_no_bus(d):
     """A daemon that cannot take the name, and one without any bus, start and serve the socket,
     each with one warning."""
     for tag, address, needle in (("dbus2", BUS.address, "Failed to acquire the name org.perfrelay1"),
@@ -779,7 +784,7 @@ def test_bus_goes_away():
         other.cleanup()
 
 
-def test_stopping():
+def test_stopping(d):
     """SIGTERM: State becomes "stopping" on the bus before the daemon leaves it."""
     rc = d.stop()
     check_eq(rc, 0, "exit status")

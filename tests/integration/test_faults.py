@@ -18,12 +18,17 @@ BINARY = daemon_binary()
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon):
-    global d
     d = make_daemon("faults", start=False)
+    return d
+
+
+@pytest.fixture(scope="module", name="d")
+def _fixture_d(_setup):
+    return _setup
 
 
 
-def ours():
+def ours(d):
     """Links and programs of this test's daemon: those using any map pinned under its pin root."""
     map_ids = {bpftool_json("map", "show", "pinned", f"{d.pin_path}/{m}")["id"] for m in os.listdir(d.pin_path)
                if m not in ("links", "perf-counters")}
@@ -39,7 +44,7 @@ def ours():
 
 
 @pytest.fixture(autouse=True)
-def isolated():
+def isolated(d):
     """A failed test must not leave its daemon running into the next one."""
     yield
     if d.proc is not None:
@@ -47,24 +52,24 @@ def isolated():
     d.write_config("")
 
 
-def pins():
+def pins(d):
     out = []
     for root, _, files in os.walk(d.pin_path):
         out += [os.path.relpath(os.path.join(root, f), d.pin_path) for f in files]
     return sorted(out)
 
 
-def exec_flows(tag):
+def exec_flows(d, tag):
     p = subprocess.Popen(["/bin/true", tag])
     p.wait()
     d.wait_event(lambda e: e["type"] == "exec" and e["pid"] == p.pid, f"exec after {tag}")
 
 
-def test_sigkill_at_random_moments():
+def test_sigkill_at_random_moments(d):
     d.start()
-    exec_flows("first start")
-    map_id, progs, links = ours()
-    first_pins = pins()
+    exec_flows(d, "first start")
+    map_id, progs, links = ours(d)
+    first_pins = pins(d)
     # exec, exit, fork; open and connect: enter, exit and the thread-exit reaper each; the
     # counters' sched_switch program and reaper (pinned), and their tick on each online CPU
     # (a perf event link that lives with the daemon: docs/counters.md).
@@ -75,7 +80,7 @@ def test_sigkill_at_random_moments():
     check_eq(len(links), 9 + 2, "one pinned link per probe and counters program")
     check_eq(ours.ticks, online, "and a tick per online CPU")
     d.stop(signal.SIGKILL)
-    _, progs, _ = ours()
+    _, progs, _ = ours(d)
     check_eq(len(progs), 9 + 2, "after the kill, only the pinned programs remain")
 
     rng = random.Random(1234)  # reproducible moments
@@ -87,25 +92,25 @@ def test_sigkill_at_random_moments():
         time.sleep(rng.uniform(0, 0.3))  # the fault injection itself, not a wait for a condition
         proc.send_signal(signal.SIGKILL)
         check_eq(proc.wait(), -signal.SIGKILL, f"restart {i} killed")
-        check_eq(pins(), first_pins, f"pins after kill {i}")
+        check_eq(pins(d), first_pins, f"pins after kill {i}")
         # ... and the start after it serves events, before it is killed in turn.
         d.start()
-        exec_flows(f"kill {i}")
+        exec_flows(d, f"kill {i}")
         d.stop(signal.SIGKILL)
 
     d.start()
-    exec_flows("50 random kills")
-    map_id2, _, links2 = ours()
+    exec_flows(d, "50 random kills")
+    map_id2, _, links2 = ours(d)
     check_eq(map_id2, map_id, "the same array throughout")
     check_eq(links2, links, "the same links throughout: none added, none lost")
     check_eq(d.stop(), 0, "clean exit")
     # A running daemon keeps its own loaded copies (to attach probes later); once it is gone,
     # only the linked programs remain: no killed start left any behind.
-    _, progs2, _ = ours()
+    _, progs2, _ = ours(d)
     check_eq(progs2, progs, "no program left behind by a killed start")
 
 
-def test_low_nofile_at_start():
+def test_low_nofile_at_start(d):
     # Too few descriptors for the maps and rings: a clear error and exit 1, never a crash.
     r = subprocess.run(["prlimit", "--nofile=12:12", BINARY, "--config", d.config_path],
                        capture_output=True, text=True, timeout=60)
@@ -113,7 +118,7 @@ def test_low_nofile_at_start():
     check("Too many open files" in r.stderr, f"the error says why: {r.stderr[-500:]}")
     # The next start is unharmed.
     d.start()
-    exec_flows("a failed start")
+    exec_flows(d, "a failed start")
     check_eq(d.stop(), 0, "clean exit")
 
 
@@ -134,13 +139,13 @@ def test_tracefs_missing():
         t.cleanup()
 
 
-def test_offline_cpu_in_group():
+def test_offline_cpu_in_group(d):
     online = sorted(os.sched_getaffinity(0))
     absent = max(online) + 5
     groups = " ".join(str(c) for c in online) + f" {absent}"
     d.write_config(f"[Readers]\nCpuGroups={groups}\n")
     d.start()
-    exec_flows("a group with an offline CPU")
+    exec_flows(d, "a group with an offline CPU")
     check_eq(d.stop(), 0, "clean exit")
     check(any(f"CPU {absent} is not online, skipping it" in l for l in d.stderr_lines), "a warning names the CPU")
     check(any(f"{len(online)} reader threads serving {len(online)} CPUs" in l for l in d.stderr_lines),

@@ -39,14 +39,20 @@ LINKS = ("handle_exec", "handle_exit", "handle_fork", "handle_open_enter", "hand
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon, stats_bus):
-    global BUS, ADDRESS, d
+    global BUS, ADDRESS
     BUS = stats_bus  # a private system bus; its address is exported to the daemons
     ADDRESS = BUS.address
     d = make_daemon("features", start=False)
+    return d
+
+
+@pytest.fixture(scope="module", name="d")
+def _fixture_d(_setup):
+    return _setup
 
 
 
-def start_with(disabled):
+def start_with(d, disabled):
     # From a clean pin root: links pinned by an earlier step would otherwise be reused.
     subprocess.run([BINARY, "--config", d.config_path, "--cleanup"], capture_output=True, check=True)
     if disabled:
@@ -86,9 +92,9 @@ def check_table(bus):
         check(f["without"], f"{name}: says what is off without it")
 
 
-def test_all_on_here():
+def test_all_on_here(d):
     """This kernel (6.x with BTF) has every feature; the links are pinned."""
-    start_with([])
+    start_with(d, [])
     try:
         bus = bus_features()
         check_table(bus)
@@ -104,10 +110,10 @@ def test_all_on_here():
         d.stop()
 
 
-def test_optional_missing_keeps_running():
+def test_optional_missing_keeps_running(d):
     """link_pin off: the daemon runs, reports it off, attaches the probes without pinning them,
     and still delivers events."""
-    start_with(["link_pin"])
+    start_with(d, ["link_pin"])
     try:
         bus = bus_features()
         check_table(bus)
@@ -127,7 +133,7 @@ def test_optional_missing_keeps_running():
         d.stop()
 
 
-def test_required_missing_refuses():
+def test_required_missing_refuses(d):
     """Each required feature forced off: exit status 3, the documented message, nothing pinned."""
     with open(DOC) as f:
         doc = f.read()

@@ -30,14 +30,20 @@ NAMES_PRODUCER = [False, True, True, True, True, False, True, True, False]
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon, stats_bus):
-    global BUS, d
+    global BUS
     BUS = stats_bus
     # Big rings, so that the kernel takes every record (what it did not take is counted anyway).
     d = make_daemon("hostile", config="[Probes]\nProbes=none\n[Ring]\nPagesPerCpu=512\n", start=False)
+    return d
+
+
+@pytest.fixture(scope="module", name="d")
+def _fixture_d(_setup):
+    return _setup
 
 
 
-def test_hostile_producer():
+def test_hostile_producer(d):
     d.start()
     pid = d.proc.pid
     r = subprocess.run([PRODUCER, d.pin_path, str(N), "0"], capture_output=True, text=True, timeout=120)

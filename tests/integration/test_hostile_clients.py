@@ -20,15 +20,21 @@ CYCLES = 10000
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon, workdir):
-    global d, MARKER
+    global MARKER
     d = make_daemon("hclients", stdout=False, start=False,
                     config="[Socket]\nRequestTimeoutMs=300\nMaxClients=256\nMaxClientsPerUid=256\nMaxQueueBytesPerUid=1G\n")
     MARKER = os.path.join(workdir, "perfrelay-hc")  # its comm, which the keeper subscribes to
     shutil.copy("/bin/true", MARKER)
+    return d
+
+
+@pytest.fixture(scope="module", name="d")
+def _fixture_d(_setup):
+    return _setup
 
 
 
-def rss_kib():
+def rss_kib(d):
     with open(f"/proc/{d.proc.pid}/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
@@ -36,15 +42,15 @@ def rss_kib():
     raise AssertionError("no VmRSS")
 
 
-def connect():
+def connect(d):
     s = socket.socket(socket.AF_UNIX)
     s.connect(d.socket_path)
     return s
 
 
-def cycles(n):
+def cycles(d, n):
     for i in range(n):
-        s = connect()
+        s = connect(d)
         if i % 3 == 0:
             s.close()  # gone before saying anything
             continue
@@ -55,21 +61,21 @@ def cycles(n):
         s.close()
 
 
-def test_churn_returns_to_baseline():
+def test_churn_returns_to_baseline(d):
     d.start()
     # The daemon's own: the listener, the hotplug uevent socket, and possibly the socket
     # sd_notify() is still closing after READY=1 (gone a moment later, hence "subset").
     own = d.socket_fds()
-    cycles(300)  # warm up: allocator arenas, sd-event's timer, queue sizes
+    cycles(d, 300)  # warm up: allocator arenas, sd-event's timer, queue sizes
     wait_for(lambda: d.socket_fds() <= own, "no client connection left after the warm-up (only the daemon's own)")
-    fd_base, rss_base = d.fd_count(), rss_kib()
+    fd_base, rss_base = d.fd_count(), rss_kib(d)
 
-    keeper = connect()  # a well-behaved client, served throughout
+    keeper = connect(d)  # a well-behaved client, served throughout
     keeper.sendall(b'{"subscribe":{"types":["exec"],"comm":["perfrelay-hc"]}}\n')
     check(read_line(keeper, 10).startswith(b'{"type":"hello"'), "the keeper subscribes")
 
     # Slowloris: a request dripped one byte at a time is cut at RequestTimeoutMs= as a whole.
-    slow = connect()
+    slow = connect(d)
     start = time.monotonic()
     try:
         for b in b'{"subscribe":{}}':
@@ -85,7 +91,7 @@ def test_churn_returns_to_baseline():
     # Talkers and half-closers after subscribing.
     talkers = []
     for i in range(50):
-        s = connect()
+        s = connect(d)
         s.sendall(b'{"subscribe":{"types":[65000]}}\n')
         check(read_line(s, 10).startswith(b'{"type":"hello"'), "talker subscribes")
         if i % 2:
@@ -94,7 +100,7 @@ def test_churn_returns_to_baseline():
             s.sendall(b"x" * 65536)  # read and discarded by the daemon
         talkers.append(s)
 
-    cycles(CYCLES)
+    cycles(d, CYCLES)
 
     # The keeper is still served: an exec it asked for arrives.
     subprocess.run([MARKER], check=True)
@@ -105,7 +111,7 @@ def test_churn_returns_to_baseline():
 
     check(d.proc.poll() is None, "the daemon stayed up")
     wait_for(lambda: d.fd_count() == fd_base, f"fd count back to {fd_base}")
-    rss = rss_kib()
+    rss = rss_kib(d)
     # Queues are mmap-sized and returned; what may stay is allocator slack, bounded here.
     print(f"RSS {rss_base} KiB before, {rss} KiB after; fds {fd_base}")
     with open(f"/proc/{d.proc.pid}/maps") as f:

@@ -13,11 +13,16 @@ from prtest import bpftool_json, check, check_eq, main, possible_cpus, producer_
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon):
-    global d
     d = make_daemon("pipeline")
+    return d
 
 
-def test_pinned_array():
+@pytest.fixture(scope="module", name="d")
+def _fixture_d(_setup):
+    return _setup
+
+
+def test_pinned_array(d):
     info = bpftool_json("map", "show", "pinned", f"{d.pin_path}/events")
     check_eq(info["type"], "perf_event_array", "map type")
     check_eq(info["flags"], 0x800, "map flags (BPF_F_PRESERVE_ELEMS)")
@@ -29,7 +34,7 @@ def test_pinned_array():
         check(os.path.exists(f"{d.pin_path}/links/{link}"), f"link {link} pinned")
 
 
-def test_exec_and_exit():
+def test_exec_and_exit(d):
     p = subprocess.Popen(["/bin/true"])
     p.wait()
     ex = d.wait_event(lambda e: e["type"] == "exec" and e["pid"] == p.pid, "exec of /bin/true")
@@ -62,7 +67,7 @@ def test_exec_and_exit():
     check_eq(x["signal"], 9, "terminating signal")
 
 
-def test_long_argv_truncated():
+def test_long_argv_truncated(d):
     args = ["/bin/true"] + ["x" * 100] * 10
     p = subprocess.Popen(args)
     p.wait()
@@ -72,7 +77,7 @@ def test_long_argv_truncated():
     check(sum(len(a) + 1 for a in ex["argv"]) <= 512, "argv bounded by the ABI")
 
 
-def test_open():
+def test_open(d):
     fd, path = tempfile.mkstemp(prefix="perfrelay-open-marker-")
     os.close(fd)
     # mkstemp opened it O_RDWR; our marker open is the read-only one.
@@ -93,7 +98,7 @@ def test_open():
     check_eq(ev["result"], -2, "failed open result is -ENOENT")
 
 
-def test_connect():
+def test_connect(d):
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen()
@@ -108,7 +113,7 @@ def test_connect():
     check_eq(ev["result"], 0, "connect result")
 
 
-def test_fork():
+def test_fork(d):
     pid = os.fork()
     if pid == 0:
         os._exit(7)
@@ -120,7 +125,7 @@ def test_fork():
     check_eq(x["exit_code"], 7, "child exit code")
 
 
-def test_per_cpu_sequence():
+def test_per_cpu_sequence(d):
     # A record's seq is its producer's attempt number on its CPU: never seen twice, and below
     # the producer's attempt counter on that CPU (tracepoint programs may be preempted, so
     # arrival order is not asserted here).
@@ -139,7 +144,7 @@ def test_per_cpu_sequence():
         check(len(mine) <= attempts - failures, f"producer {producer}: received <= attempts - failures")
 
 
-def test_clean_stop_keeps_pins():
+def test_clean_stop_keeps_pins(d):
     rc = d.stop()
     check_eq(d.bad_lines, [], "lines on stdout that are not valid JSON")
     check_eq(rc, 0, "exit status after SIGTERM")

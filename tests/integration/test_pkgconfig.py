@@ -36,12 +36,18 @@ state = {}
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon, workdir):
     # root also for `meson install` of the whole project, if only into a DESTDIR (make_daemon)
-    global WORK, DESTDIR, SOCK, PROG, d
+    global WORK, DESTDIR, SOCK, PROG
     WORK = workdir
     DESTDIR = os.path.join(WORK, "destdir")
     SOCK = os.path.join(WORK, "events.sock")
     PROG = os.path.join(WORK, "pkgconfig-client")
     d = make_daemon("pkgconfig", config=f"[Socket]\nSocketPath={SOCK}", stdout=False)
+    return d
+
+
+@pytest.fixture(scope="module", name="d")
+def _fixture_d(_setup):
+    return _setup
 
 
 

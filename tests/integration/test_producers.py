@@ -21,26 +21,31 @@ SCAN = os.path.join(BUILDDIR, "tests", "integration", "producer-scan")
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon):
-    global d
     d = make_daemon("producers", stdout=False)
+    return d
+
+
+@pytest.fixture(scope="module", name="d")
+def _fixture_d(_setup):
+    return _setup
 
 
 
-def scan():
+def scan(d):
     r = subprocess.run([SCAN, f"{d.pin_path}/events"], capture_output=True, text=True, timeout=30)
     check_eq(r.returncode, 0, f"producer-scan exit status (stderr: {r.stderr.strip()})")
     return json.loads(r.stdout)
 
 
-def test_example_producer_is_found():
-    before = scan()
+def test_example_producer_is_found(d):
+    before = scan(d)
     check(not any(t["name"] == "example" for t in before["types"]), f"no example type before loading: {before}")
     p = subprocess.Popen([EXAMPLE, d.pin_path, "3", "0", "--hold"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()
         check_eq(json.loads(line) if line else None, {"emitted": 3}, f"example producer output (stderr: {p.stderr.read() if not line else ''})")
-        found = scan()
+        found = scan(d)
     finally:
         p.stdin.close()
         p.wait(30)
@@ -66,7 +71,7 @@ def test_example_producer_is_found():
 
     # The daemon holds a producer's program open from its load until a scan described it (at
     # most the scan interval later, docs/producers.md): the kernel frees it then.
-    after = wait_for(lambda: (lambda s: s if not any(prog["id"] == t["prog_id"] for prog in s["progs"]) else None)(scan()),
+    after = wait_for(lambda: (lambda s: s if not any(prog["id"] == t["prog_id"] for prog in s["progs"]) else None)(scan(d)),
                      "the unloaded program is no longer listed", timeout=10)
     check(after is not None, "unloaded program no longer listed")
 

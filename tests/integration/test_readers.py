@@ -25,10 +25,16 @@ if len(ONLINE) < 2:
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon, stats_bus):
-    global bus, d
+    global bus
     bus = stats_bus
     # No probes: the benchmark's producer is the only one, so every count is known exactly.
     d = make_daemon("readers", config="[Readers]\nCpusPerReader=1\n[Probes]\nProbes=none\n", start=False)
+    return d
+
+
+@pytest.fixture(scope="module", name="d")
+def _fixture_d(_setup):
+    return _setup
 
 
 
@@ -43,7 +49,7 @@ def threads(pid):
     return out
 
 
-def emit_on(cpu):
+def emit_on(d, cpu):
     """A burst of the benchmark's records from a producer pinned to `cpu`; returns how many the
     kernel took (attempts - failures)."""
     r = subprocess.run([BENCH, "--mode", "daemon", "--pin-root", d.pin_path, "--clients", "0",
@@ -62,7 +68,7 @@ def per_cpu_and_reader():
     return cpus, readers
 
 
-def test_one_reader_per_cpu():
+def test_one_reader_per_cpu(d):
     d.start()
     t = threads(d.proc.pid)
     for i, cpu in enumerate(ONLINE):
@@ -75,7 +81,7 @@ def test_one_reader_per_cpu():
 
     expect = {cpu: 0 for cpu in ONLINE}
     for cpu in ONLINE[:2]:
-        expect[cpu] += emit_on(cpu)
+        expect[cpu] += emit_on(d, cpu)
         # Exact: the ring of the CPU the producer ran on, and that CPU's reader, read every
         # record it took; the other CPUs' rings and readers none.
         cpus, readers = wait_for(lambda: (lambda c, r: all(c[x]["received"] == expect[x] for x in ONLINE) and (c, r))(

@@ -35,7 +35,7 @@ CPU = min(os.sched_getaffinity(0))
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon, stats_bus):
-    global bus, d_full, d_small, d_busy, d_off, d_crash, d_tear, d_written, d_flood, d_held
+    global bus
     bus = stats_bus
 
     def daemon(tag, config=""):
@@ -51,6 +51,52 @@ def _setup(make_daemon, stats_bus):
     d_written = daemon("recorder-written", "[Probes]\nProbes=none\n[Recorder]\nRecorderPagesPerCpu=16\n")
     # Records only of execs, and room for minutes of them: the failed unit's exec outlives the test's own.
     d_flood = daemon("recorder-flood", "[Probes]\nProbes=exec\n[Recorder]\nRecorderPagesPerCpu=1024\n")
+    return {"d_full": d_full, "d_small": d_small, "d_busy": d_busy, "d_off": d_off, "d_crash": d_crash, "d_tear": d_tear, "d_written": d_written, "d_flood": d_flood, "d_held": d_held}
+
+
+@pytest.fixture(scope="module", name="d_full")
+def _fixture_d_full(_setup):
+    return _setup["d_full"]
+
+
+@pytest.fixture(scope="module", name="d_small")
+def _fixture_d_small(_setup):
+    return _setup["d_small"]
+
+
+@pytest.fixture(scope="module", name="d_busy")
+def _fixture_d_busy(_setup):
+    return _setup["d_busy"]
+
+
+@pytest.fixture(scope="module", name="d_off")
+def _fixture_d_off(_setup):
+    return _setup["d_off"]
+
+
+@pytest.fixture(scope="module", name="d_crash")
+def _fixture_d_crash(_setup):
+    return _setup["d_crash"]
+
+
+@pytest.fixture(scope="module", name="d_tear")
+def _fixture_d_tear(_setup):
+    return _setup["d_tear"]
+
+
+@pytest.fixture(scope="module", name="d_written")
+def _fixture_d_written(_setup):
+    return _setup["d_written"]
+
+
+@pytest.fixture(scope="module", name="d_flood")
+def _fixture_d_flood(_setup):
+    return _setup["d_flood"]
+
+
+@pytest.fixture(scope="module", name="d_held")
+def _fixture_d_held(_setup):
+    return _setup["d_held"]
 TEAR_SNAPSHOTS = 200
 
 
@@ -62,7 +108,7 @@ def snapshot(*args, user=None):
     return r, [json.loads(line) for line in r.stdout.splitlines()] if r.returncode == 0 else []
 
 
-def test_commands_then_snapshot():
+def test_commands_then_snapshot(d_full):
     d = d_full
     d.start()
     marker = f"perfrelay-rec-{uuid.uuid4().hex[:8]}"
@@ -116,7 +162,7 @@ def test_commands_then_snapshot():
     d.stop()
 
 
-def test_unit_of_removed_cgroup():
+def test_unit_of_removed_cgroup(d_full):
     """A unit that has gone (its cgroup removed, like a failed service's): the snapshot still
     names it for its events, and --unit finds them (the daemon watched the cgroup being made)."""
     check(cgroup2_mount() is not None, "a cgroup2 mount (needed for unit names)")
@@ -159,7 +205,7 @@ for start in range(0, n, wave):
 """
 
 
-def test_users_cgroups_do_not_push_out_a_failed_unit():
+def test_users_cgroups_do_not_push_out_a_failed_unit(d_flood):
     """A unit fails (its cgroup goes); then a user makes and removes 4100 cgroups in the subtree
     delegated to them (in waves of 1000: the daemon watches 1024 live ones per user), more than
     the 4096 the daemon keeps: theirs are kept apart and push out none of root's, so the snapshot
@@ -218,7 +264,7 @@ def test_users_cgroups_do_not_push_out_a_failed_unit():
     d.stop()
 
 
-def test_overwritten():
+def test_overwritten(d_small):
     """A recorder of one page per CPU, filled many times over by the example producer from one
     CPU: the snapshot holds exactly the newest records, consecutive, the newest last, and the
     rest is counted as overwritten; the live stream got every record."""
@@ -244,7 +290,7 @@ def test_overwritten():
     d.stop()
 
 
-def test_snapshot_under_load():
+def test_snapshot_under_load(d_busy):
     """Snapshots while a producer emits flat out: each completes, pauses the rings (for a
     grace period and the copy; reported), and the live stream's accounting stays exact
     (attempts = received + failures); the recorder's outputs refused during the pauses are
@@ -281,7 +327,7 @@ def test_snapshot_under_load():
     d.stop()
 
 
-def test_held_snapshots_are_bounded():
+def test_held_snapshots_are_bounded(d_held):
     """A snapshot's memfd is the daemon's memory for as long as the caller keeps it: a caller
     that keeps taking them (and keeping them) finds its oldest emptied once it holds four, so the
     daemon holds at most 16 snapshots' worth (docs/security.md)."""
@@ -303,7 +349,7 @@ def test_held_snapshots_are_bounded():
         d.stop()
 
 
-def test_saved_snapshots_quota():
+def test_saved_snapshots_quota(d_busy):
     """perfrelayctl snapshot --save keeps the snapshot directory within its quota (the newest 32
     files, 256 MiB in all: docs/recorder.md): older files beyond either go, and so do the
     temporary files of saves that died (snapshots_list() never saw them), but not those of a
@@ -342,7 +388,7 @@ def test_saved_snapshots_quota():
         shutil.rmtree(work, ignore_errors=True)
 
 
-def test_recorder_off():
+def test_recorder_off(d_off):
     d = d_off
     d.start()
     r, _ = snapshot()
@@ -369,7 +415,7 @@ def recorder_outputs(d):
     return total
 
 
-def test_recorder_off_after_crash():
+def test_recorder_off_after_crash(d_crash):
     """A daemon killed with its recorder on leaves recorder_on set and its rings in the pinned
     array; the next daemon, started with Recorder=no, turns it off and empties the slots: the
     producers make no second output per record (recorder_stats stays still) and the live
@@ -390,7 +436,7 @@ def test_recorder_off_after_crash():
     d.stop()
 
 
-def test_no_torn_record():
+def test_no_torn_record(d_tear):
     """200 snapshots while a steady producer emits flat out on every CPU: every record in every
     snapshot is whole (its payload checks out: a write that was in flight when the ring was
     paused would tear the oldest)."""
@@ -418,7 +464,7 @@ def test_no_torn_record():
     d.stop()
 
 
-def test_written_at_pause():
+def test_written_at_pause(d_written):
     """A snapshot's `written` is what the ring took up to its pause, not the writes after it
     resumed: under a steady producer emitting flat out on one CPU (its records numbered by its
     calls from 0, each one written to the recorder until the first pause), the newest record

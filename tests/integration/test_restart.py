@@ -17,30 +17,35 @@ BINARY = daemon_binary()
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon):
-    global d
     d = make_daemon("restart", start=False)
+    return d
+
+
+@pytest.fixture(scope="module", name="d")
+def _fixture_d(_setup):
+    return _setup
 
 
 LINKS = ("handle_exec", "handle_exit", "handle_fork", "handle_open_enter", "handle_open_exit",
          "handle_connect_enter", "handle_connect_exit")
 
 
-def probe_links():
+def probe_links(d):
     """The built-in probes' pinned links, by name: their ids."""
     return {n: i for n, i in link_ids(d.pin_path).items() if n in LINKS}
 
 
-def test_sigkill_restart():
+def test_sigkill_restart(d):
     d.start()
     first = run_true("perfrelay-restart-marker")
     d.wait_event(lambda e: e["type"] == "exec" and e["pid"] == first, "exec before the kill")
     map_id = bpftool_json("map", "show", "pinned", f"{d.pin_path}/events")["id"]
-    links_before = probe_links()
+    links_before = probe_links(d)
 
     d.stop(signal.SIGKILL)
 
     # Probes stay attached through their pinned links while no daemon runs.
-    check_eq(probe_links(), links_before, "pinned links survive SIGKILL")
+    check_eq(probe_links(d), links_before, "pinned links survive SIGKILL")
     before = producer_counters(d.pin_path, event_abi.PRODUCER_EXEC)
     down = [run_true("perfrelay-restart-marker") for _ in range(20)]
     after = producer_counters(d.pin_path, event_abi.PRODUCER_EXEC)
@@ -52,7 +57,7 @@ def test_sigkill_restart():
     d.start()
     at_ready = producer_counters(d.pin_path, event_abi.PRODUCER_EXEC)
     check_eq(bpftool_json("map", "show", "pinned", f"{d.pin_path}/events")["id"], map_id, "map reused (same id)")
-    check_eq(probe_links(), links_before, "links reused, not re-attached")
+    check_eq(probe_links(d), links_before, "links reused, not re-attached")
     check(not any(e["type"] == "exec" and e["pid"] in down for e in d.events),
           "no event emitted while down is delivered after the restart")
     again = run_true("perfrelay-restart-marker")
@@ -63,7 +68,7 @@ def test_sigkill_restart():
     check(any("pinned links reused" in l for l in d.stderr_lines), "daemon says it reused the links")
 
 
-def test_probes_switched_off_in_config():
+def test_probes_switched_off_in_config(d):
     d.write_config("[Probes]\nProbes=exec exit\n")
     d.start()
     check(os.path.exists(f"{d.pin_path}/links/handle_exec"), "exec link pinned")
@@ -104,7 +109,7 @@ def test_incompatible_pin():
         other.cleanup()
 
 
-def test_cleanup_removes_every_pin():
+def test_cleanup_removes_every_pin(d):
     d.start()
     check_eq(d.stop(), 0, "clean exit")
     r = subprocess.run([BINARY, "--config", d.config_path, "--cleanup"], capture_output=True, text=True)

@@ -51,7 +51,7 @@ MARKER_NAME = f"prmk{random.randrange(10**6):06d}"
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(make_daemon, workdir):
-    global WORK, MARKER, d, FD_BASELINE
+    global WORK, MARKER, FD_BASELINE
     WORK = workdir
     MARKER = os.path.join(WORK, MARKER_NAME)
     shutil.copy("/bin/true", MARKER)
@@ -78,9 +78,15 @@ def _setup(make_daemon, workdir):
     # 1000 connections at once need as many descriptors in this process.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return d
 
 
-def error_of(request, raw=True, timeout=10):
+@pytest.fixture(scope="module", name="d")
+def _fixture_d(_setup):
+    return _setup
+
+
+def error_of(d, request, raw=True, timeout=10):
     """Sends a request and returns the error line, checking that the daemon then closes."""
     c = d.client(request, raw=raw)
     try:
@@ -101,7 +107,7 @@ def is_barrier(m):
     return any(str(a).startswith("barrier-") for a in m.get("argv", [])) or "-barrier-" in m.get("path", "")
 
 
-def wait_fd_baseline(baseline, what, timeout=10):
+def wait_fd_baseline(d, baseline, what, timeout=10):
     deadline = time.monotonic() + timeout
     while True:
         check(d.proc.poll() is None, f"daemon still running after {what}")
@@ -114,7 +120,7 @@ def wait_fd_baseline(baseline, what, timeout=10):
         time.sleep(0.02)
 
 
-def test_socket_file():
+def test_socket_file(d):
     st = os.stat(d.socket_path)
     check_eq(oct(st.st_mode & 0o777), oct(0o660), "socket mode")
     check_eq(oct(os.stat(os.path.dirname(d.socket_path)).st_mode & 0o777), oct(0o755), "socket directory mode")
@@ -124,10 +130,10 @@ def test_socket_file():
     check_eq((h["protocol"], h["schema"], h["format"], h["access"]), (1, 3, "json", "all"), "hello fields")
     check(h["client_id"] >= 1, "client id")
     c.close()
-    wait_fd_baseline(FD_BASELINE, "one client")
+    wait_fd_baseline(d, FD_BASELINE, "one client")
 
 
-def test_two_filters():
+def test_two_filters(d):
     """An exec client and an open client each get exactly what matches."""
     execs = d.client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}})
     opens = d.client({"subscribe": {"types": ["open"], "pid": [os.getpid()]}})
@@ -205,10 +211,10 @@ def test_two_filters():
     check_eq(comm, MARKER_NAME, "comm in the binary record")
     for c in (execs, opens, binary):
         c.close()
-    wait_fd_baseline(FD_BASELINE, "two filters")
+    wait_fd_baseline(d, FD_BASELINE, "two filters")
 
 
-def test_unit_filter():
+def test_unit_filter(d):
     """A unit filter matches the exec of a process the test puts into a transient cgroup."""
     cg2 = cgroup2_mount()
     check(cg2 is not None, "a cgroup2 mount (needed for unit names)")
@@ -257,7 +263,7 @@ def test_unit_filter():
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
-    wait_fd_baseline(FD_BASELINE, "unit filter")
+    wait_fd_baseline(d, FD_BASELINE, "unit filter")
 
 
 def burst_child(path, n, go_r, end_r):
@@ -275,7 +281,7 @@ def burst_child(path, n, go_r, end_r):
     os._exit(0)
 
 
-def test_slow_client():
+def test_slow_client(d):
     """A client that stops reading loses only its own events, counted and reported; another
     client gets the whole burst in per-CPU order; on_overflow=disconnect closes the client."""
     n = 20000
@@ -359,10 +365,10 @@ def test_slow_client():
         os.waitpid(pid, 0)
         for f in (go_r, go_w, end_r, end_w):
             os.close(f)
-    wait_fd_baseline(FD_BASELINE, "slow client")
+    wait_fd_baseline(d, FD_BASELINE, "slow client")
 
 
-def test_hello_means_subscribed():
+def test_hello_means_subscribed(d):
     """An event made after the client has read its hello line reaches that client: the
     subscription is in effect before the hello is written (a user starts a workload on it)."""
     fd, path = tempfile.mkstemp(prefix="perfrelay-hello-", dir=WORK)
@@ -387,24 +393,24 @@ def test_hello_means_subscribed():
         load.wait()
 
 
-def test_malformed():
-    e = error_of(b'{"subscribe": {"types": ["exec"}\n')
+def test_malformed(d):
+    e = error_of(d, b'{"subscribe": {"types": ["exec"}\n')
     check_eq(e["error"], "bad-request", "malformed JSON")
-    e = error_of(b'{"subscribe": {"pid": ["1"]}}\n')
+    e = error_of(d, b'{"subscribe": {"pid": ["1"]}}\n')
     check_eq(e["error"], "bad-request", "wrong type")
     check("subscribe.pid" in e["message"], f"the message names the field: {e['message']}")
-    e = error_of(b'{"subscribe": {"types": ["exec"]}, "bogus": true}\n')
+    e = error_of(d, b'{"subscribe": {"types": ["exec"]}, "bogus": true}\n')
     check_eq(e["error"], "bad-request", "unknown key")
-    e = error_of(b"\xff\xfe\n")
+    e = error_of(d, b"\xff\xfe\n")
     check_eq(e["error"], "bad-request", "not UTF-8")
     # A client that connects and closes without a word does no harm.
     s = socket.socket(socket.AF_UNIX)
     s.connect(d.socket_path)
     s.close()
-    wait_fd_baseline(FD_BASELINE, "malformed requests")
+    wait_fd_baseline(d, FD_BASELINE, "malformed requests")
 
 
-def test_too_large():
+def test_too_large(d):
     c = d.client(b"", raw=True)
 
     def send():
@@ -419,30 +425,30 @@ def test_too_large():
     check_eq([m["error"] for m in msgs], ["too-large"], "1 MiB request")
     validate(msgs[0])
     c.close()
-    wait_fd_baseline(FD_BASELINE, "1 MiB request")
+    wait_fd_baseline(d, FD_BASELINE, "1 MiB request")
 
 
-def test_timeout():
+def test_timeout(d):
     start = time.monotonic()
-    e = error_of(b'{"subscribe": {', timeout=10)
+    e = error_of(d, b'{"subscribe": {', timeout=10)
     elapsed = time.monotonic() - start
     check_eq(e["error"], "timeout", "a request that never ends")
     check(TIMEOUT_MS / 1000 * 0.9 <= elapsed < 3, f"timed out after {elapsed:.3f}s (RequestTimeoutMs={TIMEOUT_MS})")
     # Nothing at all is a timeout too.
-    e = error_of(b"", timeout=10)
+    e = error_of(d, b"", timeout=10)
     check_eq(e["error"], "timeout", "a silent client")
-    wait_fd_baseline(FD_BASELINE, "timeout")
+    wait_fd_baseline(d, FD_BASELINE, "timeout")
 
 
-def test_too_deep():
-    e = error_of(b"[" * 1000 + b"]" * 1000 + b"\n")
+def test_too_deep(d):
+    e = error_of(d, b"[" * 1000 + b"]" * 1000 + b"\n")
     check_eq(e["error"], "too-deep", "deep nesting")
-    e = error_of(b'{"subscribe":{"pid":[[[[[[[1]]]]]]]}}\n')
+    e = error_of(d, b'{"subscribe":{"pid":[[[[[[[1]]]]]]]}}\n')
     check_eq(e["error"], "too-deep", "nine levels")
-    wait_fd_baseline(FD_BASELINE, "deep nesting")
+    wait_fd_baseline(d, FD_BASELINE, "deep nesting")
 
 
-def held_paths():
+def held_paths(d):
     """What the daemon's descriptors point to now."""
     fds, out = f"/proc/{d.proc.pid}/fd", []
     for f in os.listdir(fds):
@@ -453,7 +459,7 @@ def held_paths():
     return out
 
 
-def test_fd_passed():
+def test_fd_passed(d):
     fd, path = tempfile.mkstemp(prefix="perfrelay-passed-fd-", dir=WORK)
     c = d.client(b"", raw=True)
     socket.send_fds(c.sock, [b'{"subscribe":{}}\n'], [fd, fd])
@@ -461,8 +467,8 @@ def test_fd_passed():
     msgs = c.wait_eof("passed fd")
     check_eq([m["error"] for m in msgs], ["fd-passed"], "passing file descriptors")
     c.close()
-    wait_fd_baseline(FD_BASELINE, "passed fd")
-    held = held_paths()
+    wait_fd_baseline(d, FD_BASELINE, "passed fd")
+    held = held_paths(d)
     check(path not in held, "the daemon does not hold the passed file")
     # After the request, passed fds are closed too, and the client stays subscribed: once the
     # daemon no longer holds the file, an event for this client still reaches it.
@@ -473,14 +479,14 @@ def test_fd_passed():
     socket.send_fds(c.sock, [b"ignored"], [fd])
     os.close(fd)
     deadline = time.monotonic() + 10
-    while path in held_paths():
+    while path in held_paths(d):
         check(time.monotonic() < deadline, "the daemon closes an fd passed after the request")
         time.sleep(0.01)
     os.close(os.open(marker, os.O_RDONLY | os.O_CREAT, 0o600))
     c.wait(lambda m: m.get("path") == marker, "an event after passing an fd")
     check(not c.eof, "a subscriber that passes an fd later stays connected")
     c.close()
-    wait_fd_baseline(FD_BASELINE, "fd passed after the request")
+    wait_fd_baseline(d, FD_BASELINE, "fd passed after the request")
 
 
 def read_reply(s):
@@ -493,7 +499,7 @@ def as_nobody(*args, **kw):
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
-def test_connection_storm():
+def test_connection_storm(d):
     """1000 connections at once: MaxClientsPerUid= for root; then MaxClientsPerUid= for another
     uid, and MaxClients= for the uids other than root together (root's do not count there)."""
     os.chown(d.socket_path, -1, NOGROUP)  # lets nobody connect (the socket is 0660)
@@ -542,15 +548,15 @@ def test_connection_storm():
             helper.wait(10)
         for s in socks:
             s.close()
-    wait_fd_baseline(FD_BASELINE, "1000 connections")
+    wait_fd_baseline(d, FD_BASELINE, "1000 connections")
     # And the slots are free again.
     c = d.client(MATCH_NOTHING)
     c.hello()
     c.close()
-    wait_fd_baseline(FD_BASELINE, "a client after the storm")
+    wait_fd_baseline(d, FD_BASELINE, "a client after the storm")
 
 
-def test_fd_exhaustion():
+def test_fd_exhaustion(d):
     """Out of file descriptors, the daemon stops accepting for a moment instead of spinning,
     and the connections that waited in the backlog are served once descriptors are free."""
     limit = subprocess.run(["prlimit", "--pid", str(d.proc.pid), "--nofile", "--raw", "--noheadings",
@@ -581,7 +587,7 @@ def test_fd_exhaustion():
         subprocess.run(["prlimit", "--pid", str(d.proc.pid), f"--nofile={limit[0]}:{limit[1]}"])
         for c in clients:
             c.close()
-    wait_fd_baseline(FD_BASELINE, "fd exhaustion")
+    wait_fd_baseline(d, FD_BASELINE, "fd exhaustion")
 
 
 NOBODY_MONITOR = r"""
@@ -624,7 +630,7 @@ for line in s.makefile("rb"):
 """
 
 
-def test_non_root():
+def test_non_root(d):
     """A client running as nobody sees its own exec and not root's."""
     os.chown(d.socket_path, -1, NOGROUP)
     tag = random.randrange(10**9)
@@ -653,10 +659,10 @@ def test_non_root():
             helper.kill()
         helper.wait()
         root_client.close()
-    wait_fd_baseline(FD_BASELINE, "non-root client")
+    wait_fd_baseline(d, FD_BASELINE, "non-root client")
 
 
-def test_allow_groups_revoked():
+def test_allow_groups_revoked(d):
     """A reload that takes a group out of AllowGroups= disconnects the clients that saw every
     event through it (access-revoked, nothing from after the reload); a client that only saw
     its own events keeps its connection (docs/protocol.md, Access)."""
@@ -737,10 +743,10 @@ def test_allow_groups_revoked():
             p.wait()
         d.write_config(base)
         d.proc.send_signal(signal.SIGHUP)
-    wait_fd_baseline(FD_BASELINE, "revoked clients")
+    wait_fd_baseline(d, FD_BASELINE, "revoked clients")
 
 
-def test_goodbye():
+def test_goodbye(d):
     c = d.client({"subscribe": {"types": ["exec"], "comm": [MARKER_NAME]}})
     c.hello()
     b = d.client({"format": "binary", "subscribe": {"types": [65000]}})
