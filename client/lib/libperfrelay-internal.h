@@ -4,9 +4,11 @@
  * exported (libperfrelay.sym). */
 #pragma once
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include <json-c/json.h>
@@ -103,38 +105,80 @@ struct perfrelay_client {
 	bool unit_current; /* the record returned last had one */
 };
 
+/* Hidden: calls between the library's files are direct (no PLT, no interposition), and the
+ * compiler may inline them within a file, as it did when they were static. */
+#define _internal_ __attribute__((visibility("hidden")))
+
 /* libperfrelay.c: the socket stream. */
-int fail(perfrelay_client *c, int error); /* sets the sticky error; returns it */
-ssize_t recv_keep_fds(perfrelay_client *c, void *buf, size_t size);
+_internal_ int fail(perfrelay_client *c, int error); /* sets the sticky error; returns it */
+_internal_ ssize_t recv_keep_fds(perfrelay_client *c, void *buf, size_t size);
 /* How long poll() may wait: -1 without a timeout, else the milliseconds left (0: none). The
  * deadline is set at a call's first wait, so that a call that finds data never reads the clock. */
-int wait_ms(int timeout_ms, uint64_t *deadline);
+_internal_ int wait_ms(int timeout_ms, uint64_t *deadline);
 /* Waits up to that for fd to become readable: 1 when poll() returned, 0 when the time is up
  * (at once for a timeout of 0), or -errno (-EINTR: a signal came). */
-int wait_readable(int fd, int timeout_ms, uint64_t *deadline);
-int read_line(perfrelay_client *c, char **ret, size_t *ret_len, int timeout_ms);
-json_object *parse_object(const char *line, size_t len);
-const char *get_string(json_object *o, const char *key);
-bool get_uint(json_object *o, const char *key, uint64_t *ret);
-/* Binary frames, from the socket or a shared ring: a record's checks, its length prefix, and
- * the record handed out (in place when 8-aligned, else copied to c->record). */
-int frame_check(const char *rec, uint32_t length);
-uint32_t frame_length_at(const void *p);
-void frame_out(
+_internal_ int wait_readable(int fd, int timeout_ms, uint64_t *deadline);
+_internal_ int read_line(perfrelay_client *c, char **ret, size_t *ret_len, int timeout_ms);
+_internal_ json_object *parse_object(const char *line, size_t len);
+_internal_ const char *get_string(json_object *o, const char *key);
+_internal_ bool get_uint(json_object *o, const char *key, uint64_t *ret);
+/* Binary frames, from the socket or a shared ring: a record's checks, its length prefix, and the
+ * record handed out. Inline: both files run them for every record. */
+/* A packet record's bytes after its fixed part (cap_len), when the frame holds them; else 0. */
+static inline uint32_t packet_bytes(const struct perfrelay_hdr *h, const char *rec, uint32_t length) {
+	struct perfrelay_packet p;
+
+	if (h->type != PERFRELAY_TYPE_PACKET || h->size != sizeof(p) || length < sizeof(p))
+		return 0;
+	memcpy(&p, rec, sizeof(p));
+	return length - sizeof(p) == p.cap_len ? p.cap_len : 0;
+}
+
+/* A binary frame's little-endian u32 length prefix. */
+static inline uint32_t frame_length_at(const void *p) {
+	uint8_t le[4];
+
+	memcpy(le, p, sizeof(le));
+	return (uint32_t) le[0] | (uint32_t) le[1] << 8 | (uint32_t) le[2] << 16 | (uint32_t) le[3] << 24;
+}
+
+/* Hands out a checked record of `length` bytes: in place if it is 8-aligned, else an aligned
+ * copy (frames follow each other without padding). */
+static inline void frame_out(
 	perfrelay_client *c,
 	const char *rec,
 	uint32_t length,
 	const struct perfrelay_hdr **hdr,
 	const void **payload,
-	size_t *payload_size);
+	size_t *payload_size) {
+	if ((uintptr_t) rec % _Alignof(struct perfrelay_hdr) != 0) {
+		memcpy(c->record, rec, length);
+		rec = c->record;
+	}
+	*hdr = (const struct perfrelay_hdr *) rec;
+	*payload = rec + sizeof(struct perfrelay_hdr);
+	*payload_size = length - sizeof(struct perfrelay_hdr);
+}
+
+/* A binary frame's record of `length` bytes, as perfrelay_next_record() documents it. */
+static inline int frame_check(const char *rec, uint32_t length) {
+	struct perfrelay_hdr h;
+
+	if (length < sizeof(h) || length > PERFRELAY_RECORD_MAX)
+		return -EBADMSG;
+	memcpy(&h, rec, sizeof(h));
+	if (h.magic != PERFRELAY_MAGIC || h.size != length - packet_bytes(&h, rec, length))
+		return -EBADMSG;
+	return 0;
+}
 
 /* shared-reader.c: the shared path. */
-int shared_setup(perfrelay_client *c, unsigned n_rings); /* maps the hello's ring set */
-void shared_unmap(Shared *s);
+_internal_ int shared_setup(perfrelay_client *c, unsigned n_rings); /* maps the hello's ring set */
+_internal_ void shared_unmap(Shared *s);
 /* JSON clients: the frames' lines appended to c->buf for read_line(). */
-int shared_fill(perfrelay_client *c, int timeout_ms, uint64_t *deadline);
+_internal_ int shared_fill(perfrelay_client *c, int timeout_ms, uint64_t *deadline);
 /* Binary clients: the next record frame, read in place. */
-int shared_next_frame(
+_internal_ int shared_next_frame(
 	perfrelay_client *c,
 	const struct perfrelay_hdr **hdr,
 	const void **payload,

@@ -567,54 +567,6 @@ int perfrelay_next_json(perfrelay_client *c, const char **line, size_t *len, int
 	return 1;
 }
 
-/* A packet record's bytes after its fixed part (cap_len), when the frame holds them; else 0. */
-static uint32_t packet_bytes(const struct perfrelay_hdr *h, const char *rec, uint32_t length) {
-	struct perfrelay_packet p;
-
-	if (h->type != PERFRELAY_TYPE_PACKET || h->size != sizeof(p) || length < sizeof(p))
-		return 0;
-	memcpy(&p, rec, sizeof(p));
-	return length - sizeof(p) == p.cap_len ? p.cap_len : 0;
-}
-
-/* A binary frame's little-endian u32 length prefix. */
-uint32_t frame_length_at(const void *p) {
-	uint8_t le[4];
-
-	memcpy(le, p, sizeof(le));
-	return (uint32_t) le[0] | (uint32_t) le[1] << 8 | (uint32_t) le[2] << 16 | (uint32_t) le[3] << 24;
-}
-
-/* Hands out a checked record of `length` bytes: in place if it is 8-aligned, else an aligned
- * copy (frames follow each other without padding). */
-void frame_out(
-	perfrelay_client *c,
-	const char *rec,
-	uint32_t length,
-	const struct perfrelay_hdr **hdr,
-	const void **payload,
-	size_t *payload_size) {
-	if ((uintptr_t) rec % _Alignof(struct perfrelay_hdr) != 0) {
-		memcpy(c->record, rec, length);
-		rec = c->record;
-	}
-	*hdr = (const struct perfrelay_hdr *) rec;
-	*payload = rec + sizeof(struct perfrelay_hdr);
-	*payload_size = length - sizeof(struct perfrelay_hdr);
-}
-
-/* A binary frame's record of `length` bytes, as perfrelay_next_record() documents it. */
-int frame_check(const char *rec, uint32_t length) {
-	struct perfrelay_hdr h;
-
-	if (length < sizeof(h) || length > PERFRELAY_RECORD_MAX)
-		return -EBADMSG;
-	memcpy(&h, rec, sizeof(h));
-	if (h.magic != PERFRELAY_MAGIC || h.size != length - packet_bytes(&h, rec, length))
-		return -EBADMSG;
-	return 0;
-}
-
 static int next_frame(
 	perfrelay_client *c,
 	const struct perfrelay_hdr **hdr,
