@@ -554,7 +554,7 @@ typedef struct Published {
 	uint32_t frame_len; /* binary frames: the record behind its little-endian length */
 	ssize_t json_len;   /* of s->json; -1: not encoded yet */
 	ssize_t unit_len;   /* of unit_buf; -1: not made yet */
-	uint8_t unit_buf[UNIT_FRAME_MAX];
+	uint8_t *unit_buf;  /* UNIT_FRAME_MAX bytes on the caller's stack, not zeroed: unit_len are read */
 	Redaction red;
 	Flagged flagged;
 	HubTag tag;
@@ -731,8 +731,10 @@ static void deliver_queue(Hub *h, HubSlot *s, HubClient *c, HubQueue *q, Publish
 
 void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev_in, const char *unit, Lineage *lineage) {
 	HubSlot *s = &h->slots[reader];
+	uint8_t unit_buf[UNIT_FRAME_MAX];
 	Published p = {
 		.ev = ev_in,
+		.unit_buf = unit_buf,
 		.unit = unit,
 		.frame_len = htole32(ev_in->record_size),
 		.json_len = -1,
