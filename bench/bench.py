@@ -575,6 +575,10 @@ def main():
                     help="rounds of row p, a fork+exec storm: perfrelayd's CPU per exec and the process table's "
                          "memory (default 3; 0 = none)")
     ap.add_argument("--execs", type=int, default=5000, help="fork+execs per storm of row p (default 5000)")
+    ap.add_argument("--host-repeat", type=int, default=3,
+                    help="rounds of row h, the host's price of the open probe: an open+close loop without "
+                         "perfrelayd, under do-nothing programs, and under perfrelayd (default 3; 0 = none)")
+    ap.add_argument("--opens", type=int, default=200000, help="open()+close() per loop of row h (default 200000)")
     ap.add_argument("--pingpong-repeat", type=int, default=5,
                     help="rounds of the counters' cost: a ping-pong pair with counters off, then on (default 5; 0 = none)")
     args = ap.parse_args()
@@ -612,6 +616,10 @@ def main():
         if args.exec_repeat > 0:
             import exec_bench
             process_storm = exec_bench.run(args.build, args.exec_repeat, args.execs, log)
+        host_price = None
+        if args.host_repeat > 0:
+            import host_bench
+            host_price = host_bench.run(args.build, args.host_repeat, args.opens, log)
         max_rows, baselines = b.max_rate_rows() if ROWS else ({}, [])
         summary = {name: summarize(res) for name, res in max_rows.items()}
 
@@ -726,6 +734,10 @@ def main():
     if counters:
         r = counters["threads"]["switches_per_s_on_to_off"]
         targets["counters_pingpong_ratio"] = t("counters", r, ">= 0.9", r >= 0.9)
+    if host_price:
+        a, x = host_price["ratio_all"], host_price["ratio_exec"]
+        targets["h_open_loop_all"] = t("h", a, ">= 0.58", a >= 0.58)
+        targets["h_open_loop_exec_only"] = t("h", x, ">= 0.95", x >= 0.95)
     c_cpu = configurations.get("c", {}).get("cpu_ns_per_event")
     targets["c_cpu_ns_per_event"] = t("c", c_cpu, "<= 250", c_cpu is not None and c_cpu <= 250)
     if "c" in half:
@@ -762,6 +774,7 @@ def main():
         "capture": capture,
         "burst": burst,
         "process_storm": process_storm,
+        "host_price": host_price,
         "targets": targets,
         "elapsed_s": round(time.monotonic() - started, 1),
         "command": " ".join(["bench/run"] + user_args),

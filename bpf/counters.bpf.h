@@ -347,7 +347,7 @@ static __always_inline int counters_exit_flush(void *ctx, struct task_struct *pr
 		return 0;
 	/* Taken even while idle: the process's entry must leave the table with it. */
 	counters_take(prev->tgid, tid, &e->counters);
-	if (!perfrelay_idle(PERFRELAY_PRODUCER_EXIT))
+	if (!probe_skip(PERFRELAY_TYPE_EXIT, PERFRELAY_PRODUCER_EXIT))
 		perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_EXIT, PERFRELAY_PRODUCER_EXIT);
 	bpf_map_delete_elem(&exit_pending, &tid);
 	return 1;

@@ -109,6 +109,11 @@ struct perfrelay_counters {
 	__u64 failures;
 };
 
+/* The pinned "recorder_on" (one __u32): 0, or which records the flight recorder takes: bit t
+ * for the built-in probes' types t (PERFRELAY_TYPE_EXEC..CONNECT, RecorderTypes=), this bit for
+ * every other type. */
+#define PERFRELAY_RECORDER_OTHERS (1u << 31)
+
 /* Value of the pinned per-CPU "recorder_stats" array (one entry): the flight recorder's
  * outputs (docs/recorder.md), apart from the live stream's accounting. */
 struct perfrelay_recorder_stats {
@@ -308,6 +313,35 @@ struct perfrelay_counters_config {
 	__u32 exit_probe; /* PERFRELAY_EXIT_PROBE_* */
 };
 
+/* Kernel-side demand (docs/pipeline.md, "Demand"): the pinned, mmapable "demand" array (one
+ * entry) that the built-in probes read before they build a record, written by perfrelayd. A
+ * record the probe skips because of it is counted in the pinned per-CPU "filtered" array
+ * (a __u64 per producer id), never as an attempt: hits = filtered + attempts. */
+#define PERFRELAY_DEMAND_COMMS    8u  /* ExcludeComms= entries */
+#define PERFRELAY_DEMAND_PATHS    8u  /* ExcludePaths= entries */
+#define PERFRELAY_DEMAND_PATH_LEN 64u /* bytes of one, its NUL included */
+
+/* One ExcludePaths= entry: the path (or, with prefix, what a path starts with: a pattern ending
+ * in "*"), NUL-terminated, len bytes before the NUL. */
+struct perfrelay_demand_path {
+	__u32 len;
+	__u32 prefix;
+	char path[PERFRELAY_DEMAND_PATH_LEN];
+};
+
+struct perfrelay_demand {
+	/* Bit t: no consumer wants records of type t (< 64) now; their probe counts them as
+	 * filtered. Inverted, like "idle": a pin root no daemon wrote (0) wants everything. Written
+	 * by the daemon as one aligned 64-bit store. */
+	__u64 unwanted;
+	/* Static exclusions ([Probes] ExcludeComms=, ExcludePaths=), for the open and connect
+	 * probes. The daemon writes the count 0 first, then the entries, then the count. */
+	__u32 n_comms;
+	__u32 n_paths;
+	char comms[PERFRELAY_DEMAND_COMMS][PERFRELAY_COMM_LEN]; /* zero-padded, as the kernel's comm */
+	struct perfrelay_demand_path paths[PERFRELAY_DEMAND_PATHS];
+};
+
 /* Slots of the pinned "counters_cgroups_users" array (u64 each): the cgroup table's share for
  * cgroups users made (docs/counters.md). */
 #define PERFRELAY_COUNTERS_USERS_HELD    0
@@ -392,6 +426,11 @@ _Static_assert(PERFRELAY_EXIT_SIZE_V2 == PERFRELAY_EXIT_SIZE_V1 + 72, "perfrelay
 _Static_assert(sizeof(struct perfrelay_unit_counters) == 32 + 16 + 72, "perfrelay_unit_counters ABI");
 _Static_assert(sizeof(struct perfrelay_counters_config) == 8, "perfrelay_counters_config ABI");
 _Static_assert(sizeof(struct perfrelay_counters_stats) == 48, "perfrelay_counters_stats ABI");
+_Static_assert(
+	sizeof(struct perfrelay_demand) ==
+		16 + PERFRELAY_DEMAND_COMMS * PERFRELAY_COMM_LEN +
+			PERFRELAY_DEMAND_PATHS * (8 + PERFRELAY_DEMAND_PATH_LEN),
+	"perfrelay_demand ABI");
 _Static_assert(PERFRELAY_FORK_SIZE_V2 == PERFRELAY_FORK_SIZE_V1 + 8, "perfrelay_fork ABI v2");
 _Static_assert(sizeof(struct perfrelay_fork) == PERFRELAY_FORK_SIZE_V2 + 16, "perfrelay_fork ABI");
 _Static_assert(PERFRELAY_FORK_SIZE_V1 == 32 + 16 + 16, "perfrelay_fork ABI v1");

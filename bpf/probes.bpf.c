@@ -8,6 +8,7 @@
 #include <bpf/bpf_endian.h>
 #include "event.h"
 #include "producer.bpf.h"
+#include "demand.bpf.h"
 #include "counters.bpf.h"
 #include "process-ids.bpf.h"
 
@@ -318,8 +319,9 @@ int handle_exec(struct trace_event_raw_sched_process_exec *ctx) {
 	__u64 uid_gid = bpf_get_current_uid_gid();
 	__u32 fname_off, i, argc = 0;
 
-	/* No daemon: count the attempt and its failure, build nothing. */
-	if (perfrelay_idle(PERFRELAY_PRODUCER_EXEC))
+	/* No daemon (the attempt and its failure counted) or nobody wants it (counted as
+	 * filtered): build nothing. */
+	if (probe_skip(PERFRELAY_TYPE_EXEC, PERFRELAY_PRODUCER_EXEC))
 		return 0;
 	e = scratch_get(SCRATCH_EXEC, struct perfrelay_exec);
 	if (!e)
@@ -429,7 +431,7 @@ int handle_exit(void *ctx) {
 		return 0;
 	/* Taken even while idle: the process's entry must leave the table with it. */
 	counters_take(pid_tgid >> 32, tid, &e->counters);
-	if (perfrelay_idle(PERFRELAY_PRODUCER_EXIT))
+	if (probe_skip(PERFRELAY_TYPE_EXIT, PERFRELAY_PRODUCER_EXIT))
 		return 0;
 	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_EXIT, PERFRELAY_PRODUCER_EXIT);
 	return 0;
@@ -441,7 +443,7 @@ SEC("tp_btf/sched_process_fork")
 int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child) {
 	struct perfrelay_fork *e;
 
-	if (perfrelay_idle(PERFRELAY_PRODUCER_FORK))
+	if (probe_skip(PERFRELAY_TYPE_FORK, PERFRELAY_PRODUCER_FORK))
 		return 0;
 	e = scratch_get(SCRATCH_FORK, struct perfrelay_fork);
 	if (!e)
@@ -462,23 +464,37 @@ int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child)
 SEC("tp/syscalls/sys_enter_openat")
 int handle_open_enter(struct trace_event_raw_sys_enter *ctx) {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	const struct perfrelay_demand *d;
 	struct perfrelay_open *e;
 
 	/* No daemon: the exit handler counts the attempt; nothing to prepare. */
 	if (perfrelay_is_idle())
 		return 0;
+	/* Filtered here, once per syscall: without a pending entry the exit makes no attempt. */
+	d = demand_get();
+	if (demand_unwanted(d, PERFRELAY_TYPE_OPEN, PERFRELAY_PRODUCER_OPEN))
+		return 0;
 	e = scratch_get(SCRATCH_OPEN, struct perfrelay_open);
 	if (!e)
 		return 0;
 
+	/* What the exclusions match first, the rest only for a record someone wants. */
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	if (d && d->n_comms && demand_comm_excluded(d, e->comm)) {
+		count_filtered(PERFRELAY_PRODUCER_OPEN);
+		return 0;
+	}
+	/* Read now: the user buffer may be reused or freed by the time the syscall returns. */
+	bpf_probe_read_user_str(e->path, sizeof(e->path), (const char *) ctx->args[1]);
+	if (d && d->n_paths && demand_path_excluded(d, e->path)) {
+		count_filtered(PERFRELAY_PRODUCER_OPEN);
+		return 0;
+	}
 	e->pid = pid_tgid >> 32;
 	e->uid = (__u32) bpf_get_current_uid_gid();
 	current_creds(&e->creds);
 	current_ids(&e->ids);
 	e->flags = (int) ctx->args[2];
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	/* Read now: the user buffer may be reused or freed by the time the syscall returns. */
-	bpf_probe_read_user_str(e->path, sizeof(e->path), (const char *) ctx->args[1]);
 
 	pending_put(&open_args, &pid_tgid, e, PERFRELAY_PRODUCER_OPEN);
 	return 0;
@@ -506,21 +522,29 @@ int handle_connect_enter(struct trace_event_raw_sys_enter *ctx) {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	const void *uaddr = (const void *) ctx->args[1];
 	__u32 addrlen = (__u32) ctx->args[2];
+	const struct perfrelay_demand *d;
 	struct perfrelay_connect *e;
 	__u16 family = 0;
 	__be16 port;
 
 	if (perfrelay_is_idle())
 		return 0;
+	d = demand_get();
+	if (demand_unwanted(d, PERFRELAY_TYPE_CONNECT, PERFRELAY_PRODUCER_CONNECT))
+		return 0;
 	e = scratch_get(SCRATCH_CONNECT, struct perfrelay_connect);
 	if (!e)
 		return 0;
 
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	if (d && d->n_comms && demand_comm_excluded(d, e->comm)) {
+		count_filtered(PERFRELAY_PRODUCER_CONNECT);
+		return 0;
+	}
 	e->pid = pid_tgid >> 32;
 	e->uid = (__u32) bpf_get_current_uid_gid();
 	current_creds(&e->creds);
 	current_ids(&e->ids);
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
 
 	/* A short or unreadable sockaddr still yields a record (family 0 or family only): the
 	 * result at exit (-EINVAL, -EFAULT) tells the rest. The length checks keep us from

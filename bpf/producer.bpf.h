@@ -87,8 +87,10 @@ struct {
 
 /* The flight recorder (docs/recorder.md): a second perf event array whose rings are written
  * backward and never read until a snapshot, so they keep the latest records; "recorder_on"
- * (one __u32) is 1 while the daemon has recorder rings in it, "recorder_stats" counts its
- * outputs per CPU. A producer built with this header records for free. */
+ * (one __u32) is not 0 while the daemon has recorder rings in it, and says which records they
+ * take (perfrelay_recorder_bit(); a producer built with an older header records whenever it is
+ * not 0); "recorder_stats" counts its outputs per CPU. A producer built with this header
+ * records for free. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
 	__uint(key_size, sizeof(__u32));
@@ -156,6 +158,13 @@ static __always_inline int perfrelay_idle(__u32 producer) {
 	return 1;
 }
 
+/* recorder_on's bit for records of `type`: the built-in probes' types (RecorderTypes=) have
+ * one each, every other type shares PERFRELAY_RECORDER_OTHERS (event.h). */
+static __always_inline __u32 perfrelay_recorder_bit(__u16 type) {
+	return type >= PERFRELAY_TYPE_EXEC && type <= PERFRELAY_TYPE_CONNECT ? 1u << type :
+									       PERFRELAY_RECORDER_OTHERS;
+}
+
 /* The flight recorder's copy of a record: not part of the live stream's accounting (its
  * outcome is counted in recorder_stats only). */
 static __always_inline void perfrelay_record(void *ctx, void *rec, __u32 size) {
@@ -163,7 +172,7 @@ static __always_inline void perfrelay_record(void *ctx, void *rec, __u32 size) {
 	struct perfrelay_recorder_stats *st;
 	long r;
 
-	if (!on || !*on)
+	if (!on || !(*on & perfrelay_recorder_bit(((struct perfrelay_hdr *) rec)->type)))
 		return;
 	r = bpf_perf_event_output(ctx, &recorder, BPF_F_CURRENT_CPU, rec, size);
 	st = bpf_map_lookup_elem(&recorder_stats, &zero);

@@ -27,14 +27,62 @@
 #include "common/bus-json.h"
 #include "ctl/ctl.h"
 #include "ctl/format.h"
+#include "json-util.h"
 #include "time-util.h"
 
 static void probes_help(void) {
 	printf("%s probes [OPTIONS...]\n\n"
-	       "List the built-in probes (D-Bus ListProbes()): name, state and events emitted.\n\n"
+	       "List the built-in probes (D-Bus GetStats(), \"probes\"): name, state (attached,\n"
+	       "or off and why), records emitted, records filtered in the kernel, runs of its\n"
+	       "programs, their mean run time and their share of the CPUs since perfrelayd started.\n\n"
 	       "     --no-legend   No header line (for scripts and shell completion)\n"
 	       "  -h --help        Show this help\n",
 	       program);
+}
+
+/* The daemon's state words (docs/dbus.md, "probes"), as the table shows them. */
+static const char *state_text(const char *state) {
+	static const char *const table[][2] = {
+		{ "attached", "attached" },
+		{ "unwanted", "lingering" }, /* nobody wants it: detached in a moment */
+		{ "off-config", "off:Probes=" },
+		{ "off-bus", "off:SetProbeEnabled" },
+		{ "off-demand", "off:no-consumer" },
+		{ "failed", "failed" },
+	};
+
+	for (size_t i = 0; i < ELEMENTSOF(table); i++)
+		if (streq(state, table[i][0]))
+			return table[i][1];
+	return state;
+}
+
+static void probes_print_one(const char *name, json_object *p, uint64_t stats_usec, long n_cpus) {
+	uint64_t attempts = 0, filtered = 0, runs = 0, run_ns = 0;
+	json_object *state = NULL;
+	char per_run[32] = "-", share[32] = "-";
+
+	(void) juint(p, "attempts", &attempts);
+	(void) juint(p, "filtered", &filtered);
+	(void) juint(p, "runs", &runs);
+	(void) juint(p, "run_ns", &run_ns);
+	(void) json_object_object_get_ex(p, "state", &state);
+	if (runs > 0)
+		snprintf(per_run, sizeof(per_run), "%" PRIu64, run_ns / runs);
+	if (stats_usec > 0 && n_cpus > 0)
+		snprintf(
+			share,
+			sizeof(share),
+			"%.3f",
+			(double) run_ns / 10.0 / ((double) stats_usec * (double) n_cpus));
+	printf("%-10s %-20s %12" PRIu64 " %12" PRIu64 " %12" PRIu64 " %8s %8s\n",
+	       name,
+	       state_text(state ? json_object_get_string(state) : "?"),
+	       attempts,
+	       filtered,
+	       runs,
+	       per_run,
+	       share);
 }
 
 int verb_probes(int argc, char *argv[]) {
@@ -42,12 +90,11 @@ int verb_probes(int argc, char *argv[]) {
 	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
 						 { "no-legend", no_argument, NULL, ARG_NO_LEGEND },
 						 {} };
-	_cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
-	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	_cleanup_(json_object_putp) json_object *stats = NULL;
+	json_object *probes;
+	uint64_t stats_usec = 0; /* how long the daemon has counted the probes' runs */
 	bool legend = true;
-	const char *name;
-	uint64_t events;
-	int enabled, opt, r;
+	int opt, r;
 
 	optind = 0;
 	while ((opt = getopt_long(argc, argv, "h", options, NULL)) >= 0)
@@ -63,18 +110,25 @@ int verb_probes(int argc, char *argv[]) {
 		}
 	if (optind < argc)
 		return error_msg("probes: unexpected argument '%s'", argv[optind]);
-	r = bus_connect(&bus);
-	if (r >= 0)
-		r = bus_call(bus, "ListProbes", &reply, NULL);
+	r = bus_call_json("GetStats", &stats);
 	if (r < 0)
 		return r;
+	if (!json_object_object_get_ex(stats, "probes", &probes) ||
+	    !json_object_is_type(probes, json_type_object))
+		return error_msg("GetStats() has no \"probes\" section (perfrelayd older than perfrelayctl?)");
+	if (juint(probes, "run_stats_since_usec", &stats_usec) && stats_usec > 0)
+		stats_usec = now_usec(CLOCK_MONOTONIC) - stats_usec; /* the daemon's clock: the same host */
 	if (legend)
-		printf("%-10s %-9s %s\n", "PROBE", "STATE", "EVENTS");
-	r = sd_bus_message_enter_container(reply, 'a', "(sbt)");
-	while (r >= 0 && (r = sd_bus_message_read(reply, "(sbt)", &name, &enabled, &events)) > 0)
-		printf("%-10s %-9s %" PRIu64 "\n", name, enabled ? "enabled" : "disabled", events);
-	if (r < 0)
-		return error_errno(r, "Failed to parse the reply of ListProbes");
+		printf("%-10s %-20s %12s %12s %12s %8s %8s\n",
+		       "PROBE",
+		       "STATE",
+		       "EVENTS",
+		       "FILTERED",
+		       "RUNS",
+		       "NS/RUN",
+		       "CPU%");
+	json_object_object_foreach(probes, name, p) if (json_object_is_type(p, json_type_object))
+		probes_print_one(name, p, stats_usec, sysconf(_SC_NPROCESSORS_ONLN));
 	return 0;
 }
 

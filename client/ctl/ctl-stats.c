@@ -21,9 +21,10 @@ static uint64_t juint_or0(json_object *o, const char *key) {
 }
 
 static void stats_print_producer(json_object *p, const char *name) {
-	printf("%-8s %12" PRIu64 " %12" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64
-	       " %10" PRIu64 " %10" PRIu64 "\n",
+	printf("%-8s %12" PRIu64 " %12" PRIu64 " %12" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64
+	       " %10" PRIu64 " %10" PRIu64 " %10" PRIu64 "\n",
 	       name,
+	       juint_or0(p, "filtered"),
 	       juint_or0(p, "attempts"),
 	       juint_or0(p, "received"),
 	       juint_or0(p, "failures_serving"),
@@ -37,8 +38,9 @@ static void stats_print_producer(json_object *p, const char *name) {
 static void stats_print(json_object *o) {
 	json_object *list, *total, *clients;
 
-	printf("%-8s %12s %12s %10s %10s %10s %10s %10s %10s\n",
+	printf("%-8s %12s %12s %12s %10s %10s %10s %10s %10s %10s\n",
 	       "PRODUCER",
+	       "FILTERED",
 	       "ATTEMPTS",
 	       "RECEIVED",
 	       "FAILED",
@@ -83,8 +85,9 @@ static void stats_print(json_object *o) {
 static void stats_help(void) {
 	printf("%s stats [OPTIONS...]\n\n"
 	       "Show every counter of perfrelayd (D-Bus GetStats()): per producer the accounting\n"
-	       "attempts = received + malformed + failures + crash_lost, per CPU ring, per reader and\n"
-	       "for the clients. See docs/dbus.md for what each number means.\n\n"
+	       "hits = filtered + attempts and attempts = received + malformed + failures + crash_lost,\n"
+	       "per CPU ring, per reader and for the clients. See docs/dbus.md for what each number\n"
+	       "means.\n\n"
 	       "  -j --json   One JSON object, the GetStats() dictionary as is\n"
 	       "  -h --help   Show this help\n",
 	       program);

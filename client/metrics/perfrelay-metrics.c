@@ -161,6 +161,12 @@ static const struct {
 };
 /* GetStats() key, metric name, help (docs/dbus.md "GetStats" says what each counts). */
 static const char *const producer_fields[][3] = {
+	{ "hits",
+	  "perfrelay_producer_hits",
+	  "Events the producer saw: filtered + attempts, since the pins were made." },
+	{ "filtered",
+	  "perfrelay_producer_filtered",
+	  "Records a built-in probe did not make because nobody wanted them (docs/pipeline.md, Demand)." },
 	{ "attempts",
 	  "perfrelay_producer_attempts",
 	  "Emits attempted by the producer (pinned counters), since the pins were made." },
@@ -258,7 +264,7 @@ static const struct {
 /* True if `key` of GetStats() is read above (the headline figures, producers[], cpus[],
  * clients) or by plain_sections[]. */
 static bool section_known(const char *key) {
-	static const char *const read_above[] = { "total", "producers", "cpus", "clients" };
+	static const char *const read_above[] = { "total", "producers", "cpus", "clients", "probes" };
 
 	for (size_t i = 0; i < ELEMENTSOF(read_above); i++)
 		if (streq(key, read_above[i]))
@@ -277,6 +283,61 @@ static bool metric_name_ok(const char *s) {
 		if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_'))
 			return false;
 	return true;
+}
+
+/* GetStats() "probes": per built-in probe (label probe="open"), what it cost and filtered. */
+static const char *const probe_fields[][3] = {
+	{ "hits", "perfrelay_probe_hits", "Events the probe saw: filtered + attempts." },
+	{ "filtered", "perfrelay_probe_filtered", "Records the probe did not make because nobody wanted them." },
+	{ "runs",
+	  "perfrelay_probe_runs",
+	  "Runs of the probe's programs while this daemon held them (RunStats=)." },
+};
+
+static void collect_probes(Out *o, json_object *stats) {
+	json_object *probes;
+
+	if (!json_object_object_get_ex(stats, "probes", &probes) ||
+	    !json_object_is_type(probes, json_type_object))
+		return;
+	for (size_t k = 0; k < ELEMENTSOF(probe_fields); k++) {
+		family(o, probe_fields[k][1], "counter", probe_fields[k][2]);
+		json_object_object_foreach(probes, name, p) {
+			char labels[96];
+
+			if (!json_object_is_type(p, json_type_object) || !metric_name_ok(name))
+				continue;
+			snprintf(labels, sizeof(labels), "{probe=\"%s\"}", name);
+			sample(o, probe_fields[k][1], true, labels, jget_u64(p, probe_fields[k][0]));
+		}
+	}
+	/* Seconds, the exposition formats' base unit, from GetStats()' nanoseconds. */
+	family(o,
+	       "perfrelay_probe_run_seconds",
+	       "counter",
+	       "Time the probe's programs ran while this daemon held them (RunStats=).");
+	json_object_object_foreach(probes, pname, pv) {
+		if (!json_object_is_type(pv, json_type_object) || !metric_name_ok(pname))
+			continue;
+		fprintf(o->f,
+			"perfrelay_probe_run_seconds_total{probe=\"%s\"} %.9f\n",
+			pname,
+			(double) jget_u64(pv, "run_ns") / 1e9);
+	}
+	family(o,
+	       "perfrelay_probe_attached",
+	       "gauge",
+	       "1 while the probe is attached (docs/pipeline.md, Demand).");
+	json_object_object_foreach(probes, name, p) {
+		json_object *v;
+		char labels[96];
+
+		if (!json_object_is_type(p, json_type_object) || !metric_name_ok(name) ||
+		    !json_object_object_get_ex(p, "attached", &v))
+			continue;
+		snprintf(labels, sizeof(labels), "{probe=\"%s\"}", name);
+		sample(o, "perfrelay_probe_attached", false, labels, (uint64_t) json_object_get_boolean(v));
+	}
 }
 
 /* The sections of GetStats() with plain figures: those of plain_sections[] with their names,
@@ -372,6 +433,7 @@ static int collect_daemon(sd_bus *bus, Out *o) {
 			sample(&side, client_fields[k][1], true, NULL, jget_u64(clients, client_fields[k][0]));
 		}
 	collect_sections(&side, stats);
+	collect_probes(&side, stats);
 	json_object_put(stats);
 	/* Without them (a daemon that lacks the method) the rest still stands. */
 	(void) collect_units(bus, &side);

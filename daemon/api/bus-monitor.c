@@ -265,6 +265,7 @@ static int subscriber_new(
 		.flush = subscriber_flush,
 		.redact = sub->access != SUBSCRIPTION_ACCESS_ALL,
 		.redact_uid = uid,
+		.demand = subscription_demand(sub),
 	};
 	_cleanup_(subscriber_freep) BusSubscriber *s = NULL;
 	UsersLimits limits;

@@ -131,6 +131,7 @@ static int shared_entry_new(
 		.shared = e->ring,
 		.redact = sub->access != SUBSCRIPTION_ACCESS_ALL,
 		.redact_uid = sub->access_uid,
+		.demand = subscription_demand(sub),
 	};
 	r = hub_client_new(s->hub, -EBADF, &o, &e->client);
 	if (r >= 0) {

@@ -363,6 +363,7 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 		.filter = sub,
 		.userdata = c,
 		.flush = connection_flush,
+		.demand = subscription_demand(sub),
 	};
 	int r;
 

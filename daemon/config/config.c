@@ -453,6 +453,78 @@ static int apply_groups(ConfParseState *st, GroupList *list) {
 	return 0;
 }
 
+/* ExcludeComms=: names a task's comm can equal (at most TASK_COMM_LEN - 1 bytes). */
+static int comms_word(ConfParseState *st, const char *word, void *userdata) {
+	CommList *l = userdata;
+	size_t len = strlen(word);
+	_cleanup_free_ char *esc = conf_escape(word, CONF_ERROR_VALUE_MAX);
+
+	if (!esc)
+		return -ENOMEM;
+	if (len >= PERFRELAY_COMM_LEN)
+		return conf_line_error(
+			st,
+			"\"%s\" is longer than a process name can be (%u bytes)",
+			esc,
+			PERFRELAY_COMM_LEN - 1);
+	for (uint32_t i = 0; i < l->n; i++)
+		if (streq(l->comms[i], word))
+			return 0;
+	if (l->n >= PERFRELAY_DEMAND_COMMS)
+		return conf_line_error(st, "too many names (at most %u)", PERFRELAY_DEMAND_COMMS);
+	memcpy(l->comms[l->n++], word, len);
+	return 0;
+}
+
+/* ExcludePaths=: "/proc/self/status" (that path) or "/proc/\*" (every path that starts with
+ * "/proc/"), as the process passes it to open(). */
+static int patterns_word(ConfParseState *st, const char *word, void *userdata) {
+	PathPatternList *l = userdata;
+	size_t len = strlen(word);
+	bool prefix = len > 0 && word[len - 1] == '*';
+	_cleanup_free_ char *esc = conf_escape(word, CONF_ERROR_VALUE_MAX);
+	struct perfrelay_demand_path *p;
+
+	if (!esc)
+		return -ENOMEM;
+	if (prefix)
+		len--;
+	if (word[0] != '/')
+		return conf_line_error(st, "\"%s\" is not an absolute path", esc);
+	if (memchr(word, '*', len) || strpbrk(word, "?["))
+		return conf_line_error(st, "\"%s\": only a \"*\" at the end is a pattern (a path prefix)", esc);
+	if (len >= PERFRELAY_DEMAND_PATH_LEN)
+		return conf_line_error(
+			st, "\"%s\" is longer than %u bytes", esc, PERFRELAY_DEMAND_PATH_LEN - 1);
+	if (l->n >= PERFRELAY_DEMAND_PATHS)
+		return conf_line_error(st, "too many paths (at most %u)", PERFRELAY_DEMAND_PATHS);
+	p = &l->paths[l->n++];
+	p->len = (uint32_t) len;
+	p->prefix = prefix;
+	memcpy(p->path, word, len);
+	return 0;
+}
+
+static int apply_comms(ConfParseState *st, CommList *field) {
+	CommList l = {};
+	int r = conf_for_each_word(st, true, comms_word, &l);
+
+	if (r < 0)
+		return r;
+	*field = l;
+	return 0;
+}
+
+static int apply_patterns(ConfParseState *st, PathPatternList *field) {
+	PathPatternList l = {};
+	int r = conf_for_each_word(st, true, patterns_word, &l);
+
+	if (r < 0)
+		return r;
+	*field = l;
+	return 0;
+}
+
 /* Where a key's value lives: the Config's field, or a part's; and its default. */
 typedef struct KeyPlace {
 	const ConfigKey *key;
@@ -518,6 +590,10 @@ static int apply_key(ConfParseState *st, Config *c, const KeyPlace *kp) {
 		return apply_cpu_groups(st, c);
 	case VALUE_GROUPS:
 		return apply_groups(st, field);
+	case VALUE_COMMS:
+		return apply_comms(st, field);
+	case VALUE_PATTERNS:
+		return apply_patterns(st, field);
 	}
 	return -EINVAL;
 }

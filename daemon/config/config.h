@@ -30,7 +30,9 @@ typedef enum ValueType {
 	VALUE_PROBES,
 	VALUE_COUNTERS,
 	VALUE_CPU_GROUPS,
-	VALUE_GROUPS, /* group names or gids, into a GroupList */
+	VALUE_GROUPS,   /* group names or gids, into a GroupList */
+	VALUE_COMMS,    /* process names, into a CommList */
+	VALUE_PATTERNS, /* absolute paths, or prefixes ending in "*", into a PathPatternList */
 } ValueType;
 
 typedef struct ConfigKey {

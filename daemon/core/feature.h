@@ -60,6 +60,13 @@ struct FeatureVtable {
 	void (*cpu_online)(Feature *f, unsigned cpu);
 	/* Once a second, from the health tick, while running. */
 	void (*tick)(Feature *f);
+	/* Kernel-side demand (docs/pipeline.md, "Demand"). demand: the record types (bit t: type
+	 * t < 64) the feature consumes itself now, apart from the hub's clients (the recorder's
+	 * RecorderTypes=, the process table's exec, fork and exit); ask again with
+	 * manager_demand_changed() when that changes. demand_changed: the union of every
+	 * consumer's types changed (the probe feature attaches and detaches). */
+	uint64_t (*demand)(Feature *f);
+	void (*demand_changed)(Feature *f);
 
 	/* D-Bus: methods and properties added to org.perfrelay1.Manager on /org/perfrelay1 (the
 	 * vtable's userdata is the Feature), and bus_gone() when the connection is lost or closes,

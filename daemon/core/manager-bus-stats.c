@@ -22,6 +22,8 @@ static int append_reasons(sd_bus_message *m, const uint64_t *by_reason) {
 static int append_producer_fields(sd_bus_message *m, const ProducerSnapshot *p) {
 	int r = APPEND_FIGURES(
 		m,
+		{ "hits", p->filtered + p->attempts },
+		{ "filtered", p->filtered },
 		{ "attempts", p->attempts },
 		{ "failures", p->failures },
 		{ "failures_downtime", p->failures_downtime },

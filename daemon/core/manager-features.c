@@ -130,6 +130,21 @@ void manager_features_tick(Manager *m) {
 			f->vtable->tick(f);
 }
 
+uint64_t manager_demand(Manager *m) {
+	uint64_t types = hub_demand(m->hub);
+
+	FOREACH_FEATURE(f, m)
+		if (f->vtable->demand)
+			types |= f->vtable->demand(f);
+	return types;
+}
+
+void manager_demand_changed(Manager *m) {
+	FOREACH_FEATURE(f, m)
+		if (f->vtable->demand_changed)
+			f->vtable->demand_changed(f);
+}
+
 void manager_features_bus_gone(Manager *m) {
 	FOREACH_FEATURE(f, m)
 		if (f->vtable->bus_gone)

@@ -142,6 +142,9 @@ Manager *manager_free(Manager *m) {
 	if (!m)
 		return NULL;
 	manager_stop_readers(m);
+	/* The probes stay as they are (pinned links) while the subscribers leave. */
+	if (m->hub)
+		hub_set_demand_fn(m->hub, NULL, NULL);
 	sd_event_source_disable_unref(m->health_source);
 	/* Subscribers leave the hub before it goes; the features' bus objects with the bus. */
 	manager_free_bus(m);
@@ -440,6 +443,10 @@ static int manager_open_probes(Manager *m) {
 	return 0;
 }
 
+static void on_hub_demand(void *userdata) {
+	manager_demand_changed(userdata);
+}
+
 /* The hub: one slot per reader, and one for each feature that publishes from the main thread. */
 static int manager_setup_hub(Manager *m, size_t n_groups) {
 	unsigned n_small = manager_features_hub_slots(m, n_groups);
@@ -462,6 +469,7 @@ static int manager_setup_hub(Manager *m, size_t n_groups) {
 				"Failed to make the process table of ProcessTableEntries=%u: %m",
 				m->config->process_table_entries);
 	}
+	hub_set_demand_fn(m->hub, on_hub_demand, m);
 	r = sd_event_add_io(m->event, &m->notify_source, hub_notify_fd(m->hub), EPOLLIN, on_hub_notify, m);
 	if (r < 0)
 		return log_error_errno(r, "Failed to watch the hub: %m");

@@ -72,6 +72,11 @@ bool manager_is_running(const Manager *m);           /* READY=1 sent and not sto
 const char *manager_cgroup_unit(Manager *m, uint64_t id, char *buf, size_t size, bool *ret_gone, uid_t *ret_owner);
 /* The flush loop: every client's consumer, until nothing is left. */
 void manager_flush(Manager *m);
+/* Kernel-side demand (docs/pipeline.md, "Demand"): the record types (bit t: type t < 64) some
+ * consumer wants now, the hub's clients' and the features' (FeatureVtable.demand); and what a
+ * feature calls when its own changed (the features hear of it through demand_changed). */
+uint64_t manager_demand(Manager *m);
+void manager_demand_changed(Manager *m);
 /* The stats snapshot of the core (stats.h). */
 int manager_stats_snapshot(Manager *m, StatsSnapshot **ret);
 /* A CPU went offline or came online (uevents, or a look at /sys): its ring is retired or

@@ -21,6 +21,7 @@ StatsSnapshot *stats_snapshot_free(StatsSnapshot *s) {
 
 static void producer_add(ProducerSnapshot *t, const ProducerSnapshot *p) {
 	t->attempts += p->attempts;
+	t->filtered += p->filtered;
 	t->failures += p->failures;
 	t->failures_downtime += p->failures_downtime;
 	t->failures_serving += p->failures_serving;
@@ -62,6 +63,12 @@ static int stats_producers(const StatsSources *src, StatsSnapshot *s) {
 			return r;
 		p.attempts = sum.attempts;
 		p.failures = sum.failures;
+		/* Only the built-in probes filter (demand.bpf.h): one lookup each, not 1024. */
+		if (id < PERFRELAY_PRODUCER_THIRD_PARTY_MIN && probe_of_producer(id) >= 0) {
+			r = probes_read_filtered(probes, id, &p.filtered);
+			if (r < 0)
+				return r;
+		}
 		p.failures_downtime = MIN(src->failures_at_start[id], sum.failures);
 		p.failures_serving = sum.failures - p.failures_downtime;
 		for (unsigned cpu = 0; cpu < n_cpus; cpu++) {
@@ -82,7 +89,8 @@ static int stats_producers(const StatsSources *src, StatsSnapshot *s) {
 				p.malformed_by_reason[e] += STAT_LOAD(rs->malformed_by_producer_reason[id][e]);
 		}
 		producer_add(&s->total, &p);
-		if (p.attempts || p.received || p.malformed || p.crash_lost || p.malformed_session) {
+		if (p.attempts || p.filtered || p.received || p.malformed || p.crash_lost ||
+		    p.malformed_session) {
 			/* Grown in small steps, not allocated for every id at once: this runs every
 			 * second (STATUS=), and freeing a block above glibc's mmap threshold raises
 			 * the threshold, so that later large allocations (client queues) would come

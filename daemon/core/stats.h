@@ -62,6 +62,7 @@ int stats_totals(const StatsSources *src, bool with_failures, StatsTotals *ret);
 typedef struct ProducerSnapshot {
 	uint32_t id;
 	uint64_t attempts;            /* lifetime, the producer's pinned counters */
+	uint64_t filtered;            /* lifetime, the pinned "filtered": hits = filtered + attempts */
 	uint64_t failures;            /* lifetime, the producer's pinned counters */
 	uint64_t failures_downtime;   /* of failures: counted before this daemon began serving */
 	uint64_t failures_serving;    /* of failures: counted while this daemon serves */

@@ -117,4 +117,10 @@ struct Hub {
 	HubClient **clients; /* main thread's list of attached clients */
 	size_t n_clients;
 	ProcTable *procs;
+	/* Kernel-side demand: attached clients per type (bit t of HubClientOptions.demand), the
+	 * types with any, and who hears when that set changes. Main thread. */
+	unsigned demand_clients[64];
+	uint64_t demand;
+	HubDemandFn demand_fn;
+	void *demand_userdata;
 };

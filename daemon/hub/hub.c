@@ -222,6 +222,24 @@ static void clients_remove(HubClient **array, size_t *n, HubClient *c) {
 		}
 }
 
+/* Counts a client in (+1) or out (-1) of the types it may want; tells demand_fn once the set
+ * of types with a client changed, before the caller goes on (attach: before the hello). */
+static void demand_add(Hub *h, uint64_t types, int delta) {
+	uint64_t before = h->demand;
+
+	for (unsigned t = 0; t < 64; t++) {
+		if (!(types & (UINT64_C(1) << t)))
+			continue;
+		h->demand_clients[t] += delta;
+		if (h->demand_clients[t] == 0)
+			h->demand &= ~(UINT64_C(1) << t);
+		else
+			h->demand |= UINT64_C(1) << t;
+	}
+	if (h->demand != before && h->demand_fn)
+		h->demand_fn(h->demand_userdata);
+}
+
 int hub_client_attach(Hub *h, HubClient *c) {
 	/* On allocation failure the client ends up attached nowhere (never half-attached) and
 	 * the caller learns it from the return value. */
@@ -240,10 +258,13 @@ int hub_client_attach(Hub *h, HubClient *c) {
 		}
 	}
 	c->attached = true;
+	demand_add(h, c->o.demand, +1);
 	return 0;
 }
 
 void hub_client_detach(Hub *h, HubClient *c) {
+	bool attached = c->attached;
+
 	for (unsigned i = 0; i < h->n_readers; i++) {
 		HubSlot *s = &h->slots[i];
 
@@ -253,6 +274,17 @@ void hub_client_detach(Hub *h, HubClient *c) {
 	}
 	clients_remove(h->clients, &h->n_clients, c);
 	c->attached = false;
+	if (attached)
+		demand_add(h, c->o.demand, -1);
+}
+
+void hub_set_demand_fn(Hub *h, HubDemandFn fn, void *userdata) {
+	h->demand_fn = fn;
+	h->demand_userdata = userdata;
+}
+
+uint64_t hub_demand(const Hub *h) {
+	return h->demand;
 }
 
 int hub_client_fd(const HubClient *c) {

@@ -75,6 +75,9 @@ typedef struct HubClientOptions {
 	 * and the binary record alike. */
 	bool redact;
 	uint32_t redact_uid;
+	/* The record types it may want (bit t: type t < 64; subscription_demand()): while it is
+	 * attached the kernel makes them (hub_demand()). */
+	uint64_t demand;
 } HubClientOptions;
 
 /* One whole frame of a HUB_FORMAT_JSON_TAGGED client, as hub_client_consume() hands it over. */
@@ -98,6 +101,14 @@ typedef struct HubClientStats {
 } HubClientStats;
 
 int hub_new(unsigned n_readers, Hub **ret);
+
+/* Kernel-side demand (docs/pipeline.md, "Demand"): the union of the attached clients'
+ * HubClientOptions.demand. fn (main thread) is called when it changes: from hub_client_attach()
+ * before it returns, so a subscription is acknowledged after the kernel was told, and from
+ * hub_client_detach(). */
+typedef void (*HubDemandFn)(void *userdata);
+void hub_set_demand_fn(Hub *h, HubDemandFn fn, void *userdata);
+uint64_t hub_demand(const Hub *h);
 /* The process table the readers feed and the "ancestor" filters read (proctable.h): the hub's,
  * as the clients it serves are. */
 ProcTable *hub_procs(const Hub *h);

@@ -223,3 +223,18 @@ int subscription_to_json(const Subscription *s, char **ret) {
 	*ret = copy;
 	return 0;
 }
+
+uint64_t subscription_demand(const Subscription *s) {
+	if (s->type_mask != 0 || s->n_types > 0 || s->n_type_names > 0)
+		return s->type_mask;
+	return subscription_demand_all();
+}
+
+uint64_t subscription_demand_all(void) {
+	uint64_t mask = 0;
+
+	for (unsigned t = 0; t < SUBSCRIPTION_TYPE_MASK_BITS; t++)
+		if (!event_type_on_request((uint16_t) t))
+			mask |= UINT64_C(1) << t;
+	return mask;
+}

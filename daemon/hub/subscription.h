@@ -113,6 +113,12 @@ static inline void subscription_freep(Subscription **s) {
 		subscription_free(*s);
 }
 
+/* The record types below SUBSCRIPTION_TYPE_MASK_BITS it may match (bit t: type t): those it
+ * names, or without a type filter every type not sent only on request. What the kernel must
+ * make for it (docs/pipeline.md, "Demand"). */
+uint64_t subscription_demand(const Subscription *s);
+uint64_t subscription_demand_all(void); /* that of a subscription without a type filter */
+
 /* True if the subscription filters on the unit (the reader then needs the event's unit). */
 static inline bool subscription_wants_unit(const Subscription *s) {
 	return s->n_units > 0;

@@ -35,7 +35,9 @@ static const char *const owned_maps[] = { "events",
 					  "counters_cgroups",
 					  "exit_pending",
 					  "counters_cgroups_users",
-					  "counters_users_cgroup_ids" };
+					  "counters_users_cgroup_ids",
+					  "demand",
+					  "filtered" };
 
 static int mkdir_bpffs(const char *path) {
 	if (mkdir(path, 0755) < 0 && errno != EEXIST)

@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <linux/perf_event.h>
 #include <sys/syscall.h>
@@ -30,6 +31,13 @@ struct Probes {
 	unsigned n_cpus;
 	/* Per probe and program: the link fd we hold (pinned), or -EBADF. */
 	int link_fd[_PROBE_MAX][MAX_PROGS_PER_PROBE];
+	/* What each program attached now had run when this daemon attached or reused it, and what
+	 * the programs detached since ran meanwhile (probes_read_run_stats()). */
+	ProbeRunStats run_base[_PROBE_MAX][MAX_PROGS_PER_PROBE];
+	ProbeRunStats run_done[_PROBE_MAX];
+	struct perfrelay_demand *demand; /* the pinned "demand", mmapped */
+	size_t demand_size;
+	int stats_fd; /* BPF_ENABLE_STATS while held, or -EBADF */
 	bool enabled[_PROBE_MAX];
 	bool reused[_PROBE_MAX];
 	bool counters_created; /* no "counters" pin existed: this load made it */
@@ -185,6 +193,7 @@ int probes_new(const char *pin_path, bool replace_incompatible, const ProbesLimi
 	if (!p)
 		return -ENOMEM;
 	p->lock_fd = -EBADF;
+	p->stats_fd = -EBADF;
 	for (unsigned i = 0; i < _PROBE_MAX; i++)
 		for (unsigned k = 0; k < MAX_PROGS_PER_PROBE; k++)
 			p->link_fd[i][k] = -EBADF;
@@ -256,6 +265,13 @@ int probes_new(const char *pin_path, bool replace_incompatible, const ProbesLimi
 	r = probes_prune_stale_links(p);
 	if (r < 0)
 		return r;
+	p->demand_size = ALIGN_TO(sizeof(struct perfrelay_demand), (size_t) sysconf(_SC_PAGESIZE));
+	p->demand = mmap(
+		NULL, p->demand_size, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(p->skel->maps.demand), 0);
+	if (p->demand == MAP_FAILED) {
+		p->demand = NULL;
+		return log_error_errno(negative_errno(), "Failed to map %s/demand: %m", pin_path);
+	}
 	/* What pinned counters programs of an earlier daemon read now: kept until
 	 * probes_set_counters(), so that attaching the exit probe first does not stop them. */
 	if (bpf_map_lookup_elem(bpf_map__fd(p->skel->maps.counters_config), &(uint32_t){ 0 }, &cfg) == 0)
@@ -267,6 +283,9 @@ int probes_new(const char *pin_path, bool replace_incompatible, const ProbesLimi
 Probes *probes_free(Probes *p) {
 	if (!p)
 		return NULL;
+	if (p->demand)
+		munmap(p->demand, p->demand_size);
+	safe_close(p->stats_fd);
 	for (unsigned i = 0; i < _PROBE_MAX; i++)
 		for (unsigned k = 0; k < MAX_PROGS_PER_PROBE; k++)
 			safe_close(p->link_fd[i][k]);
@@ -425,6 +444,25 @@ static int attach_prog(Probes *p, const char *what, const struct bpf_program *pr
 	return r;
 }
 
+/* What the program behind a link has run (counted while some process holds BPF_ENABLE_STATS). */
+static int link_prog_run(int link_fd, ProbeRunStats *ret) {
+	struct bpf_link_info link = {};
+	struct bpf_prog_info prog = {};
+	uint32_t len = sizeof(link);
+	_cleanup_close_ int fd = -EBADF;
+
+	if (bpf_obj_get_info_by_fd(link_fd, &link, &len) < 0)
+		return negative_errno();
+	fd = bpf_prog_get_fd_by_id(link.prog_id);
+	if (fd < 0)
+		return negative_errno();
+	len = sizeof(prog);
+	if (bpf_obj_get_info_by_fd(fd, &prog, &len) < 0)
+		return negative_errno();
+	*ret = (ProbeRunStats){ .run_ns = prog.run_time_ns, .runs = prog.run_cnt };
+	return 0;
+}
+
 static int detach_probe(Probes *p, unsigned probe) {
 	int r = 0;
 
@@ -443,6 +481,15 @@ static int detach_probe(Probes *p, unsigned probe) {
 		 * READY=1. */
 		if (p->link_fd[probe][i] < 0)
 			p->link_fd[probe][i] = bpf_obj_get(path);
+		else if (p->enabled[probe]) {
+			ProbeRunStats now;
+
+			/* What it ran under this daemon stays in the probe's figures. */
+			if (link_prog_run(p->link_fd[probe][i], &now) >= 0) {
+				p->run_done[probe].run_ns += now.run_ns - p->run_base[probe][i].run_ns;
+				p->run_done[probe].runs += now.runs - p->run_base[probe][i].runs;
+			}
+		}
 		if (unlink(path) < 0 && errno != ENOENT)
 			r = log_error_errno(-errno, "Failed to remove pin %s: %m", path);
 		/* With the pin gone, closing our fd detaches the program. */
@@ -495,6 +542,8 @@ int probes_set_enabled(Probes *p, unsigned probe, bool enabled) {
 			return r;
 		}
 		all_reused &= r > 0;
+		p->run_base[probe][i] = (ProbeRunStats){};
+		(void) link_prog_run(p->link_fd[probe][i], &p->run_base[probe][i]);
 	}
 	p->enabled[probe] = true;
 	p->reused[probe] = all_reused;
@@ -694,6 +743,13 @@ uint32_t probe_producer(unsigned probe) {
 	return probe < _PROBE_MAX ? producers[probe] : 0;
 }
 
+int probe_of_producer(uint32_t producer) {
+	for (unsigned i = 0; i < _PROBE_MAX; i++)
+		if (probe_producer(i) == producer)
+			return (int) i;
+	return -ENOENT;
+}
+
 /* Producer ids read per batch syscall: 64 ids of 16 bytes per possible CPU. */
 #define COUNTERS_BATCH 64u
 
@@ -782,5 +838,85 @@ int probes_read_counters(
 	if (per_cpu)
 		memcpy(per_cpu, v, sizeof(*v) * p->n_cpus);
 	*ret_sum = sum;
+	return 0;
+}
+
+int probes_read_filtered(const Probes *p, uint32_t producer, uint64_t *ret) {
+	_cleanup_free_ uint64_t *v = NULL;
+	uint64_t sum = 0;
+
+	if (producer >= PERFRELAY_MAX_PRODUCERS)
+		return -ERANGE;
+	v = calloc(p->n_cpus, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	if (bpf_map_lookup_elem(bpf_map__fd(p->skel->maps.filtered), &producer, v) < 0)
+		return negative_errno();
+	for (unsigned i = 0; i < p->n_cpus; i++)
+		sum += v[i];
+	*ret = sum;
+	return 0;
+}
+
+void probes_set_unwanted(Probes *p, uint64_t types) {
+	/* Release: the exclusions written before are seen with it. A probe reads it with one
+	 * plain load; the order against attaching or detaching comes from the bpf() syscalls
+	 * that follow or precede it (demand.bpf.h). */
+	__atomic_store_n(&p->demand->unwanted, types, __ATOMIC_RELEASE);
+}
+
+uint64_t probes_unwanted(const Probes *p) {
+	return __atomic_load_n(&p->demand->unwanted, __ATOMIC_RELAXED);
+}
+
+void probes_set_exclusions(Probes *p, const CommList *comms, const PathPatternList *paths) {
+	struct perfrelay_demand *d = p->demand;
+
+	/* Counts to 0 first, entries next, counts last: a probe running meanwhile sees no
+	 * exclusion, or only whole entries (a moment of a reload; documented in docs/config.md). */
+	__atomic_store_n(&d->n_comms, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&d->n_paths, 0, __ATOMIC_RELEASE);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	memcpy(d->comms, comms->comms, sizeof(d->comms));
+	memcpy(d->paths, paths->paths, sizeof(d->paths));
+	__atomic_store_n(&d->n_comms, MIN(comms->n, PERFRELAY_DEMAND_COMMS), __ATOMIC_RELEASE);
+	__atomic_store_n(&d->n_paths, MIN(paths->n, PERFRELAY_DEMAND_PATHS), __ATOMIC_RELEASE);
+}
+
+int probes_enable_run_stats(Probes *p) {
+	int fd;
+
+	if (p->stats_fd >= 0)
+		return 0;
+	fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+	if (fd < 0)
+		return negative_errno();
+	p->stats_fd = fd;
+	return 0;
+}
+
+bool probes_run_stats_enabled(const Probes *p) {
+	return p->stats_fd >= 0;
+}
+
+int probes_read_run_stats(const Probes *p, unsigned probe, ProbeRunStats *ret) {
+	ProbeRunStats sum;
+
+	if (probe >= _PROBE_MAX)
+		return -EINVAL;
+	sum = p->run_done[probe];
+	for (unsigned i = 0; p->enabled[probe] && i < MAX_PROGS_PER_PROBE; i++) {
+		ProbeRunStats now;
+		int r;
+
+		if (p->link_fd[probe][i] < 0)
+			continue;
+		r = link_prog_run(p->link_fd[probe][i], &now);
+		if (r < 0)
+			return r;
+		sum.run_ns += now.run_ns - p->run_base[probe][i].run_ns;
+		sum.runs += now.runs - p->run_base[probe][i].runs;
+	}
+	*ret = sum;
 	return 0;
 }

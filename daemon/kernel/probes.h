@@ -23,6 +23,9 @@ enum {
 #define PROBES_ALL ((1u << _PROBE_MAX) - 1)
 const char *probe_to_string(unsigned probe); /* "exec", ... or NULL */
 int probe_from_string(const char *s);        /* PROBE_* or -EINVAL */
+uint16_t probe_type(unsigned probe);         /* the PERFRELAY_TYPE_* of its records, or 0 */
+/* The record types (bit t: type t) of the probes in `probes` (bits PROBE_*). */
+uint64_t probes_type_mask(uint32_t probes);
 
 typedef struct Probes Probes;
 
@@ -86,8 +89,44 @@ int probes_counters_user_ids_fd(const Probes *p); /* the ids of cgroups users ma
 int probes_counters_users_fd(const Probes *p);    /* u64 by PERFRELAY_COUNTERS_USERS_*: users' share */
 int probes_counters_stats_fd(const Probes *p);    /* per-CPU perfrelay_counters_stats */
 
+/* Kernel-side demand (docs/pipeline.md, "Demand"), in the pinned "demand" map the probes read
+ * first. set_unwanted: the types (bit t: type t) no consumer wants now, which their probes count
+ * as filtered. set_exclusions: [Probes] ExcludeComms= and ExcludePaths=. */
+void probes_set_unwanted(Probes *p, uint64_t types);
+uint64_t probes_unwanted(const Probes *p);
+/* [Probes] ExcludeComms= and ExcludePaths= (docs/config.md), as the configuration holds them:
+ * inline and bounded by what the map holds, so that a value copies and compares as bytes. */
+typedef struct CommList {
+	uint32_t n;
+	char comms[PERFRELAY_DEMAND_COMMS][PERFRELAY_COMM_LEN]; /* zero-padded */
+} CommList;
+
+typedef struct PathPatternList {
+	uint32_t n;
+	struct perfrelay_demand_path paths[PERFRELAY_DEMAND_PATHS];
+} PathPatternList;
+
+void probes_set_exclusions(Probes *p, const CommList *comms, const PathPatternList *paths);
+/* Records of `producer` that its probe did not make because of the demand map (lifetime, the
+ * pinned per-CPU "filtered"). */
+int probes_read_filtered(const Probes *p, uint32_t producer, uint64_t *ret);
+
+/* What a probe's programs cost: invocations and their run time, counted by the kernel while
+ * BPF_ENABLE_STATS is on (probes_enable_run_stats(), held until probes_free(); Linux 5.8,
+ * CAP_SYS_ADMIN: it turns the counting on for every BPF program of the host). Figures of what
+ * ran while this daemon held the probe attached. */
+typedef struct ProbeRunStats {
+	uint64_t run_ns;
+	uint64_t runs;
+} ProbeRunStats;
+int probes_enable_run_stats(Probes *p);
+bool probes_run_stats_enabled(const Probes *p);
+int probes_read_run_stats(const Probes *p, unsigned probe, ProbeRunStats *ret);
+
 /* The producer id (PERFRELAY_PRODUCER_*) in the records of a built-in probe, or 0. */
 uint32_t probe_producer(unsigned probe);
+/* The probe (PROBE_*) whose records carry producer id `producer`, or -ENOENT. */
+int probe_of_producer(uint32_t producer);
 
 /* Sums the counters of every producer id: *ret_sum over all CPUs, and per_cpu[cpu] (possible
  * CPUs entries; may be NULL) over producers. Reads the whole pinned array at once. */

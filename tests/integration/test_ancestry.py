@@ -25,7 +25,7 @@ HEX16 = set("0123456789abcdef")
 def _setup(stats_bus, make_daemon, workdir):
     global WORK, BUS
     WORK, BUS = workdir, stats_bus
-    d = make_daemon("ancestry", config="[Probes]\nProbes=exec exit fork open\n")
+    d = make_daemon("ancestry", config="[Probes]\nProbes=exec exit fork open\n[Recorder]\nRecorderTypes=all\n")
     # A table of 256 entries: a user's few hundred processes overfill it.
     d_small = make_daemon("ancestry-small", start=False,
                           config="[Probes]\nProbes=exec exit fork open\n[Readers]\nProcessTableEntries=256\n")

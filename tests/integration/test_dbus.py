@@ -118,7 +118,10 @@ def _setup(make_daemon, workdir):
     RATE_NAME, RATE_MARKER = make_marker("r")
     BUS = PrivateBus(os.path.join(WORK, "bus"))
     os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = BUS.address  # for the daemon and perfrelayctl
-    d = make_daemon("dbus", config=f"[Bus]\nBusEventsPerSecond={RATE}\n", stdout=False, start=False)
+    # OnDemand=no: the Probes property and ListProbes() follow Probes= and SetProbeEnabled()
+    # alone here (test_demand.py has the probes that follow their consumers).
+    d = make_daemon("dbus", config=f"[Bus]\nBusEventsPerSecond={RATE}\n[Probes]\nOnDemand=no\n",
+                    stdout=False, start=False)
     T_BEFORE = time.time()
     d.start()
     T_AFTER = time.time()
@@ -670,7 +673,7 @@ def test_perfrelayctl(d):
 
         r = subprocess.run([CTL, "probes"], capture_output=True, text=True, timeout=30)
         rows = [l.split() for l in r.stdout.splitlines()[1:]]
-        check_eq([(x[0], x[1]) for x in rows], [(n, "enabled") for n in PROBE_NAMES], "perfrelayctl probes")
+        check_eq([(x[0], x[1]) for x in rows], [(n, "attached") for n in PROBE_NAMES], "perfrelayctl probes")
         r = subprocess.run([CTL, "clients"], capture_output=True, text=True, timeout=30)
         rows = [l.split() for l in r.stdout.splitlines()[1:]]
         check_eq([(int(x[0]), int(x[1]), int(x[2]), x[6]) for x in rows],

@@ -60,7 +60,7 @@ def samples(text):
     for line in text.splitlines():
         if line and not line.startswith("#"):
             name, value = line.rsplit(" ", 1)
-            out[name] = int(value)
+            out[name] = int(value) if value.lstrip("-").isdigit() else float(value)
     return out
 
 
@@ -107,7 +107,8 @@ def test_prometheus_scrapes_socket_activated_metrics():
         check_eq(bus.stats(), st, "GetStats() did not move while the daemon was quiet")
         check_eq(s["perfrelay_events_received_total"], bus_u64("EventsReceived"), "perfrelay_events_received_total")
         for p in st["producers"]:
-            for key, name in (("attempts", "attempts"), ("received", "received"), ("failures", "emit_failures"),
+            for key, name in (("hits", "hits"), ("filtered", "filtered"),
+                              ("attempts", "attempts"), ("received", "received"), ("failures", "emit_failures"),
                               ("failures_downtime", "emit_failures_downtime"), ("malformed", "malformed"),
                               ("crash_lost", "crash_lost"), ("seq_gaps", "seq_gaps")):
                 check_eq(s[f'perfrelay_producer_{name}_total{{producer="{p["id"]}"}}'], p[key],
@@ -117,6 +118,13 @@ def test_prometheus_scrapes_socket_activated_metrics():
             for key, name in (("received", "events_received"), ("lost", "events_lost"), ("malformed", "malformed"),
                               ("failures", "producer_failures"), ("corrupt", "corrupt")):
                 check_eq(s[f'perfrelay_cpu_{name}_total{{cpu="{c["cpu"]}"}}'], c[key], f"cpu {c['cpu']} {key}")
+        for name, p in st["probes"].items():
+            if isinstance(p, dict):
+                for key in ("hits", "filtered", "runs"):
+                    check_eq(s[f'perfrelay_probe_{key}_total{{probe="{name}"}}'], p[key], f"probe {name} {key}")
+                got = s[f'perfrelay_probe_run_seconds_total{{probe="{name}"}}']
+                check(abs(got - p["run_ns"] / 1e9) < 1e-9, f"probe {name} run seconds: {got}, run_ns {p['run_ns']}")
+                check_eq(s[f'perfrelay_probe_attached{{probe="{name}"}}'], int(p["attached"]), f"probe {name} attached")
         for key, name in (("offered", "offered"), ("delivered", "sent"), ("dropped", "dropped")):
             check_eq(s[f"perfrelay_client_events_{name}_total"], st["clients"][key], f"clients {key}")
         for section, fields in (("recorder", (("written", "recorder_written"), ("paused", "recorder_paused"),

@@ -6,11 +6,17 @@
 
 static const ProbesConfig defaults = {
 	.probes = PROBES_ALL,
+	.on_demand = true,
+	.run_stats = true,
 };
 
 /* clang-format off */
 static const ConfigKey keys[] = {
 	{ "Probes", "Probes", VALUE_PROBES, CONFIG_FIELD(ProbesConfig, probes), 0, 0, NULL, true },
+	{ "Probes", "OnDemand", VALUE_BOOL, CONFIG_FIELD(ProbesConfig, on_demand), 0, 0, NULL, true },
+	{ "Probes", "RunStats", VALUE_BOOL, CONFIG_FIELD(ProbesConfig, run_stats), 0, 0, NULL, false },
+	{ "Probes", "ExcludeComms", VALUE_COMMS, CONFIG_FIELD(ProbesConfig, exclude_comms), 0, 0, NULL, true },
+	{ "Probes", "ExcludePaths", VALUE_PATTERNS, CONFIG_FIELD(ProbesConfig, exclude_paths), 0, 0, NULL, true },
 };
 /* clang-format on */
 

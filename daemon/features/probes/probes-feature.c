@@ -1,34 +1,53 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The built-in probes at run time: Probes= applied at start (after every ring is read, so no
- * event is emitted before) and on reload, the Probes property, ListProbes() and
- * SetProbeEnabled() (root only). The probes' programs and pins are the core's (probes.c). */
+/* The built-in probes at run time: which are attached (Probes=, and with OnDemand= only while a
+ * consumer wants their records: docs/pipeline.md, "Demand"), the pinned demand map the probes
+ * read first (the types nobody wants, ExcludeComms=, ExcludePaths=), what each probe costs
+ * (BPF_ENABLE_STATS), the Probes property, ListProbes(), SetProbeEnabled() (root only) and
+ * GetStats()' "probes". The probes' programs and pins are the core's (probes.c). */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "api/bus-figures.h"
 #include "features/feature-table.h"
 #include "core/manager.h"
 #include "base/log.h"
 #include "features/probes/probes-config.h"
+#include "time-util.h"
 
-/* Attaches or detaches a built-in probe until the next reload or restart (which apply Probes=
- * again). */
-static int probes_set_one(Feature *f, unsigned probe, bool enabled) {
-	Manager *m = f->manager;
-	int r;
+/* How long a probe nobody wants any more stays attached (its records counted as filtered)
+ * before it is detached: a client that reconnects does not flip a tracepoint on and off, and
+ * a user's connect loop cannot make the host patch its kernel text (the static key behind a
+ * tracepoint) at the loop's rate. */
+#define PROBES_LINGER_USEC (2 * USEC_PER_SEC)
 
-	if (probe >= _PROBE_MAX)
-		return -EINVAL;
-	if (probes_is_enabled(manager_probes(m), probe) == enabled)
-		return 0;
-	r = probes_set_enabled(manager_probes(m), probe, enabled);
-	/* Detaching can fail half way (a pin that cannot be removed): tell the bus either way. */
-	bus_emit_manager_changed(manager_bus(m), STRV_MAKE("Probes"));
-	if (r < 0)
-		return log_error_errno(
-			r, "Failed to %s probe %s: %m", enabled ? "attach" : "detach", probe_to_string(probe));
-	log_info("Probe %s %s", probe_to_string(probe), enabled ? "attached" : "detached");
-	return 0;
-}
+/* Why a probe is attached or not, for perfrelayctl probes and GetStats(). */
+typedef enum ProbeState {
+	PROBE_STATE_ATTACHED,
+	PROBE_STATE_UNWANTED,   /* attached, nobody wants it: detached once it lingered */
+	PROBE_STATE_OFF_CONFIG, /* not in Probes= */
+	PROBE_STATE_OFF_BUS,    /* SetProbeEnabled(false) */
+	PROBE_STATE_OFF_DEMAND, /* OnDemand=yes and no consumer wants its records */
+	PROBE_STATE_FAILED,     /* it should be attached, and attaching failed */
+	_PROBE_STATE_MAX,
+} ProbeState;
+
+static const char *const probe_state_table[_PROBE_STATE_MAX] = {
+	[PROBE_STATE_ATTACHED] = "attached",     [PROBE_STATE_UNWANTED] = "unwanted",
+	[PROBE_STATE_OFF_CONFIG] = "off-config", [PROBE_STATE_OFF_BUS] = "off-bus",
+	[PROBE_STATE_OFF_DEMAND] = "off-demand", [PROBE_STATE_FAILED] = "failed",
+};
+
+typedef struct ProbesFeature {
+	Feature feature;
+	bool started;                        /* start() ran: demand changes are applied */
+	bool stopping;                       /* quiesce() ran: probes stay as they are (pinned links) */
+	uint32_t forced_on, forced_off;      /* SetProbeEnabled(), bits PROBE_*, until the next reload */
+	uint64_t unwanted_since[_PROBE_MAX]; /* CLOCK_MONOTONIC µs it lost its last consumer, or 0 */
+	ProbeState state[_PROBE_MAX];
+	sd_event_source *linger; /* the next unwanted probe's detach */
+	uint64_t stats_since;    /* CLOCK_MONOTONIC µs this daemon turned BPF_ENABLE_STATS on, or 0 */
+} ProbesFeature;
 
 static uint32_t probe_mask(const Manager *m) {
 	uint32_t mask = 0;
@@ -39,19 +58,135 @@ static uint32_t probe_mask(const Manager *m) {
 	return mask;
 }
 
-/* Probes= of the configuration now. */
-static uint32_t probes_wanted(const Manager *m) {
-	const ProbesConfig *pc = config_part(manager_config(m), &probes_config);
+static int probes_sync(ProbesFeature *pf);
 
-	return pc->probes;
+static int on_linger(sd_event_source *s, uint64_t usec, void *userdata) {
+	(void) probes_sync(userdata);
+	return 0;
+}
+
+/* Arms the linger timer for the earliest unwanted probe's detach. */
+static void linger_arm(ProbesFeature *pf, uint64_t deadline) {
+	Manager *m = pf->feature.manager;
+	int r;
+
+	if (!pf->linger) {
+		r = sd_event_add_time(
+			manager_event(m), &pf->linger, CLOCK_MONOTONIC, deadline, 0, on_linger, pf);
+		if (r < 0)
+			log_warning_errno(r, "Failed to arm the probes' linger timer: %m");
+		return;
+	}
+	(void) sd_event_source_set_time(pf->linger, deadline);
+	(void) sd_event_source_set_enabled(pf->linger, SD_EVENT_ONESHOT);
+}
+
+/* Makes the attached probes and the demand map what the configuration, SetProbeEnabled() and
+ * the consumers' demand say. The order keeps every wanted record: the demand map clears a type's
+ * bit before its probe is attached (and before the caller acknowledges the subscription that
+ * wants it), and a probe nobody wants is detached after its bit is set. */
+static int probes_sync(ProbesFeature *pf) {
+	Manager *m = pf->feature.manager;
+	const ProbesConfig *pc = config_part(manager_config(m), &probes_config);
+	Probes *p = manager_probes(m);
+	uint32_t attached = probe_mask(m);
+	uint64_t demand = pc->on_demand ? manager_demand(m) : UINT64_MAX, unwanted = 0;
+	uint64_t now = now_usec(CLOCK_MONOTONIC), next = 0;
+	bool attach[_PROBE_MAX] = {};
+	int ret = 0;
+
+	for (unsigned i = 0; i < _PROBE_MAX; i++) {
+		uint32_t bit = 1u << i;
+		bool allowed = ((pc->probes | pf->forced_on) & bit) && !(pf->forced_off & bit);
+		bool wanted = (demand & (UINT64_C(1) << probe_type(i))) || (pf->forced_on & bit);
+
+		if (!wanted)
+			unwanted |= UINT64_C(1) << probe_type(i);
+		if (wanted || !(attached & bit))
+			pf->unwanted_since[i] = 0;
+		if (!allowed) {
+			pf->state[i] = pf->forced_off & bit ? PROBE_STATE_OFF_BUS : PROBE_STATE_OFF_CONFIG;
+			continue;
+		}
+		if (wanted) {
+			attach[i] = true;
+			pf->state[i] = PROBE_STATE_ATTACHED;
+			continue;
+		}
+		pf->state[i] = PROBE_STATE_OFF_DEMAND;
+		if (!(attached & bit))
+			continue;
+		if (pf->unwanted_since[i] == 0)
+			pf->unwanted_since[i] = now;
+		if (now < pf->unwanted_since[i] + PROBES_LINGER_USEC) {
+			attach[i] = true;
+			pf->state[i] = PROBE_STATE_UNWANTED;
+			if (next == 0 || pf->unwanted_since[i] + PROBES_LINGER_USEC < next)
+				next = pf->unwanted_since[i] + PROBES_LINGER_USEC;
+		}
+	}
+
+	probes_set_unwanted(p, unwanted);
+	for (unsigned i = 0; i < _PROBE_MAX; i++) {
+		int r;
+
+		/* At start, a probe that stays off may still have the pinned links of an earlier
+		 * daemon, which keep it attached: detaching removes them. */
+		if (attach[i] == probes_is_enabled(p, i) && (attach[i] || pf->started))
+			continue;
+		r = probes_set_enabled(p, i, attach[i]);
+		if (r < 0) {
+			log_error_errno(
+				r,
+				"Failed to %s probe %s: %m",
+				attach[i] ? "attach" : "detach",
+				probe_to_string(i));
+			if (attach[i])
+				pf->state[i] = PROBE_STATE_FAILED;
+			ret = ret ?: r;
+			continue;
+		}
+		if (pf->started)
+			log_info(
+				"Probe %s %s%s",
+				probe_to_string(i),
+				attach[i] ? "attached" : "detached",
+				pf->state[i] == PROBE_STATE_OFF_DEMAND ? " (no consumer wants its records)" :
+									 "");
+	}
+	if (next != 0)
+		linger_arm(pf, next);
+	if (probe_mask(m) != attached)
+		bus_emit_manager_changed(manager_bus(m), STRV_MAKE("Probes"));
+	return ret;
+}
+
+static void probes_demand_changed(Feature *f) {
+	ProbesFeature *pf = (ProbesFeature *) f;
+
+	if (pf->started && !pf->stopping)
+		(void) probes_sync(pf);
 }
 
 static int probes_start(Feature *f) {
+	ProbesFeature *pf = (ProbesFeature *) f;
 	Manager *m = f->manager;
+	const ProbesConfig *pc = config_part(manager_config(m), &probes_config);
 	Probes *p = manager_probes(m);
 	int r;
 
-	r = probes_apply(p, probes_wanted(m));
+	if (pc->run_stats) {
+		r = probes_enable_run_stats(p);
+		if (r < 0)
+			log_notice_errno(
+				r,
+				"Cannot count what the probes cost (BPF_ENABLE_STATS, Linux 5.8): %m; RunStats= off");
+		else
+			pf->stats_since = now_usec(CLOCK_MONOTONIC);
+	}
+	probes_set_exclusions(p, &pc->exclude_comms, &pc->exclude_paths);
+	r = probes_sync(pf);
+	pf->started = true;
 	if (r < 0)
 		return r;
 	for (unsigned i = 0; i < _PROBE_MAX; i++)
@@ -63,16 +198,38 @@ static int probes_start(Feature *f) {
 	return 0;
 }
 
-static int probes_reload(Feature *f) {
-	Manager *m = f->manager;
-	uint32_t attached = probe_mask(m);
-	int r;
+static void probes_quiesce(Feature *f) {
+	ProbesFeature *pf = (ProbesFeature *) f;
 
-	r = probes_apply(manager_probes(m), probes_wanted(m));
-	if (probe_mask(m) != attached)
-		bus_emit_manager_changed(manager_bus(m), STRV_MAKE("Probes"));
-	/* probes_apply() logged which probe; the rest is applied all the same. */
-	return r;
+	pf->stopping = true;
+	pf->linger = sd_event_source_disable_unref(pf->linger);
+}
+
+static void probes_done(Feature *f) {
+	ProbesFeature *pf = (ProbesFeature *) f;
+
+	pf->linger = sd_event_source_disable_unref(pf->linger);
+}
+
+/* A reload applies Probes= again: SetProbeEnabled() holds until then. */
+static int probes_reload(Feature *f) {
+	ProbesFeature *pf = (ProbesFeature *) f;
+	const ProbesConfig *pc = config_part(manager_config(f->manager), &probes_config);
+
+	pf->forced_on = pf->forced_off = 0;
+	probes_set_exclusions(manager_probes(f->manager), &pc->exclude_comms, &pc->exclude_paths);
+	/* probes_sync() logged which probe; the rest is applied all the same. */
+	return probes_sync(pf);
+}
+
+/* Attaches or detaches a built-in probe until the next reload or restart (which apply Probes=
+ * again), whatever the demand. */
+static int probes_set_one(ProbesFeature *pf, unsigned probe, bool enabled) {
+	if (probe >= _PROBE_MAX)
+		return -EINVAL;
+	pf->forced_on = enabled ? pf->forced_on | (1u << probe) : pf->forced_on & ~(1u << probe);
+	pf->forced_off = enabled ? pf->forced_off & ~(1u << probe) : pf->forced_off | (1u << probe);
+	return probes_sync(pf);
 }
 
 static int property_get_probes(
@@ -130,7 +287,7 @@ static int method_list_probes(sd_bus_message *message, void *userdata, sd_bus_er
 }
 
 static int method_set_probe_enabled(sd_bus_message *message, void *userdata, sd_bus_error *error) {
-	Feature *f = userdata;
+	ProbesFeature *pf = userdata;
 	const char *name;
 	int enabled, probe, r;
 
@@ -152,7 +309,7 @@ static int method_set_probe_enabled(sd_bus_message *message, void *userdata, sd_
 		return sd_bus_error_setf(
 			error, SD_BUS_ERROR_INVALID_ARGS, "Unknown probe \"%s\" (known: %s)", name, known);
 	}
-	r = probes_set_one(f, (unsigned) probe, enabled);
+	r = probes_set_one(pf, (unsigned) probe, enabled);
 	if (r < 0)
 		return sd_bus_error_set_errnof(
 			error, r, "Failed to %s probe %s: %m", enabled ? "attach" : "detach", name);
@@ -177,11 +334,66 @@ static const sd_bus_vtable probes_bus_vtable[] = {
 };
 /* clang-format on */
 
+/* "probes": per probe its state, the records its demand check skipped and what its programs
+ * ran (docs/dbus.md). */
+static int append_probe(ProbesFeature *pf, sd_bus_message *m, unsigned i) {
+	Probes *p = manager_probes(pf->feature.manager);
+	struct perfrelay_counters sum = {};
+	ProbeRunStats run = {};
+	uint64_t filtered = 0;
+	int r;
+
+	r = probes_read_counters(p, probe_producer(i), &sum, NULL);
+	if (r >= 0)
+		r = probes_read_filtered(p, probe_producer(i), &filtered);
+	if (r >= 0 && pf->stats_since)
+		r = probes_read_run_stats(p, i, &run);
+	if (r >= 0)
+		r = open_section(m, probe_to_string(i));
+	if (r >= 0)
+		r = sd_bus_message_append(
+			m,
+			"{sv}{sv}",
+			"state",
+			"s",
+			probe_state_table[pf->state[i]],
+			"attached",
+			"b",
+			(int) probes_is_enabled(p, i));
+	if (r >= 0)
+		r = APPEND_FIGURES(
+			m,
+			{ "hits", filtered + sum.attempts },
+			{ "filtered", filtered },
+			{ "attempts", sum.attempts },
+			{ "runs", run.runs },
+			{ "run_ns", run.run_ns });
+	return r < 0 ? r : close_entry(m);
+}
+
+static int probes_stats_append(Feature *f, sd_bus_message *m) {
+	ProbesFeature *pf = (ProbesFeature *) f;
+	int r = open_section(m, "probes");
+
+	if (r >= 0)
+		r = APPEND_FIGURES(
+			m,
+			{ "run_stats_since_usec", pf->stats_since },
+			{ "unwanted", probes_unwanted(manager_probes(f->manager)) });
+	for (unsigned i = 0; r >= 0 && i < _PROBE_MAX; i++)
+		r = append_probe(pf, m, i);
+	return r < 0 ? r : close_entry(m);
+}
+
 const FeatureVtable probes_feature = {
 	.name = "probes",
-	.object_size = sizeof(Feature),
+	.object_size = sizeof(ProbesFeature),
 	.config = &probes_config,
 	.start = probes_start,
+	.quiesce = probes_quiesce,
+	.done = probes_done,
 	.reload = probes_reload,
+	.demand_changed = probes_demand_changed,
 	.bus_vtable = probes_bus_vtable,
+	.stats_append = probes_stats_append,
 };

@@ -14,6 +14,7 @@
 #include <bpf/libbpf.h>
 
 #include "api/bus-figures.h"
+#include "event.h"
 #include "features/feature-table.h"
 #include "base/log.h"
 #include "core/manager.h"
@@ -181,6 +182,12 @@ static int processes_stats_append(Feature *f, sd_bus_message *m) {
 	return r < 0 ? r : close_entry(m);
 }
 
+/* The table follows every process: its exec, fork and exit records are always wanted. */
+static uint64_t processes_demand(Feature *f) {
+	return (UINT64_C(1) << PERFRELAY_TYPE_EXEC) | (UINT64_C(1) << PERFRELAY_TYPE_FORK) |
+		(UINT64_C(1) << PERFRELAY_TYPE_EXIT);
+}
+
 /* clang-format off */
 static const sd_bus_vtable processes_bus_vtable[] = {
 	SD_BUS_VTABLE_START(0),
@@ -198,4 +205,5 @@ const FeatureVtable processes_feature = {
 	.setup = processes_setup,
 	.bus_vtable = processes_bus_vtable,
 	.stats_append = processes_stats_append,
+	.demand = processes_demand,
 };

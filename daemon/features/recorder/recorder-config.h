@@ -11,6 +11,9 @@
 typedef struct RecorderConfig {
 	bool recorder;          /* Recorder=, default yes */
 	unsigned pages_per_cpu; /* RecorderPagesPerCpu=, power of two 1..65536, default 256 */
+	/* RecorderTypes=: the built-in types it records (bits PROBE_*, the probes' names), default
+	 * exec exit fork connect; third-party producers' records always. */
+	uint32_t types;
 } RecorderConfig;
 
 extern const ConfigPart recorder_config;

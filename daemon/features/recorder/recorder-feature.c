@@ -85,6 +85,35 @@ static int on_window_timer(sd_event_source *s, uint64_t usec, void *userdata) {
 	return 0;
 }
 
+/* recorder_on for RecorderTypes=: its built-in types, and every third-party type. */
+static uint32_t recorder_on_mask(const RecorderConfig *rc) {
+	return (uint32_t) probes_type_mask(rc->types) | PERFRELAY_RECORDER_OTHERS;
+}
+
+/* The built-in types it records must be made (RecorderTypes=). */
+static uint64_t recorder_demand(Feature *f) {
+	RecorderFeature *rf = (RecorderFeature *) f;
+
+	if (!rf->recorder)
+		return 0;
+	return probes_type_mask(
+		((const RecorderConfig *) config_part(manager_config(f->manager), &recorder_config))->types);
+}
+
+static int recorder_reload(Feature *f) {
+	RecorderFeature *rf = (RecorderFeature *) f;
+	const RecorderConfig *rc = config_part(manager_config(f->manager), &recorder_config);
+	int r;
+
+	if (!rf->recorder)
+		return 0;
+	r = recorder_set_types(rf->recorder, recorder_on_mask(rc));
+	if (r < 0)
+		return log_error_errno(r, "Failed to apply RecorderTypes=: %m");
+	manager_demand_changed(f->manager);
+	return 0;
+}
+
 static int recorder_setup(Feature *f) {
 	RecorderFeature *rf = (RecorderFeature *) f;
 	Manager *m = f->manager;
@@ -110,6 +139,7 @@ static int recorder_setup(Feature *f) {
 	r = recorder_new(
 		&cpus,
 		rc->pages_per_cpu,
+		recorder_on_mask(rc),
 		probes_recorder_fd(p),
 		probes_recorder_on_fd(p),
 		probes_recorder_stats_fd(p),
@@ -348,6 +378,8 @@ const FeatureVtable recorder_feature = {
 	.setup = recorder_setup,
 	.quiesce = recorder_quiesce,
 	.cpu_prepare = recorder_cpu_prepare,
+	.reload = recorder_reload,
+	.demand = recorder_demand,
 	.done = recorder_done,
 	.bus_vtable = recorder_bus_vtable,
 	.stats_append = recorder_stats_append,

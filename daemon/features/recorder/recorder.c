@@ -85,13 +85,13 @@ static int ring_open_backward(RecRing *ring, unsigned cpu, unsigned pages) {
 	return 0;
 }
 
-int recorder_new(const CpuSet *cpus, unsigned pages, int array_fd, int on_fd, int stats_fd, Recorder **ret) {
+int recorder_new(
+	const CpuSet *cpus, unsigned pages, uint32_t types, int array_fd, int on_fd, int stats_fd, Recorder **ret) {
 	_cleanup_(recorder_freep) Recorder *r = NULL;
 	_cleanup_free_ struct perfrelay_recorder_stats *per_cpu = NULL;
-	uint32_t key = 0, on = 1;
 	int n_possible, k;
 
-	if (pages == 0 || (pages & (pages - 1)))
+	if (pages == 0 || (pages & (pages - 1)) || types == 0)
 		return -EINVAL;
 	n_possible = libbpf_num_possible_cpus();
 	if (n_possible <= 0)
@@ -124,9 +124,23 @@ int recorder_new(const CpuSet *cpus, unsigned pages, int array_fd, int on_fd, in
 		if (bpf_map_update_elem(array_fd, &(uint32_t){ (uint32_t) cpu }, &ring->fd, BPF_ANY) < 0)
 			return -errno;
 	}
-	if (bpf_map_update_elem(on_fd, &key, &on, BPF_ANY) < 0)
-		return -errno;
+	k = recorder_set_types(r, types);
+	if (k < 0)
+		return k;
 	*ret = TAKE_PTR(r);
+	return 0;
+}
+
+int recorder_set_types(Recorder *r, uint32_t types) {
+	uint32_t key = 0;
+
+	if (!r || r->stopped)
+		return 0;
+	if (types == 0)
+		return -EINVAL;
+	/* One update of a __u32 value: an emitter reads the old mask or the new one. */
+	if (bpf_map_update_elem(r->on_fd, &key, &types, BPF_ANY) < 0)
+		return -errno;
 	return 0;
 }
 

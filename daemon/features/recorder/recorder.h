@@ -31,8 +31,12 @@ typedef struct RecorderStats {
 } RecorderStats;
 
 /* Opens a ring of `pages` pages (a power of two) on every CPU of cpus, puts each into the
- * array behind array_fd and sets the flag behind on_fd. stats_fd: the pinned per-CPU stats. */
-int recorder_new(const CpuSet *cpus, unsigned pages, int array_fd, int on_fd, int stats_fd, Recorder **ret);
+ * array behind array_fd and sets the flag behind on_fd to `types` (not 0: bits of
+ * perfrelay_recorder_bit(), producer.bpf.h). stats_fd: the pinned per-CPU stats. */
+int recorder_new(
+	const CpuSet *cpus, unsigned pages, uint32_t types, int array_fd, int on_fd, int stats_fd, Recorder **ret);
+/* Records `types` (as recorder_new()) from now on. Accepts NULL. */
+int recorder_set_types(Recorder *r, uint32_t types);
 /* A CPU came online (again): a new ring for it (an offline CPU's perf event is dead; what its
  * ring held is lost). Accepts NULL. */
 int recorder_cpu_online(Recorder *r, unsigned cpu);

@@ -11,6 +11,7 @@
 #include "features/feature-table.h"
 #include "core/manager.h"
 #include "base/log.h"
+#include "hub/subscription.h"
 #include "time-util.h"
 
 typedef struct StdoutFeature {
@@ -69,6 +70,7 @@ static int stdout_setup(Feature *f) {
 		.match = stdout_match,
 		.userdata = so,
 		.flush = stdout_flush,
+		.demand = subscription_demand_all(),
 	};
 	int r, flags;
 

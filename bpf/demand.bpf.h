@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/* Kernel-side demand for the built-in probes (docs/pipeline.md, "Demand"): what perfrelayd's
+ * consumers want, read before a record is built, and the records skipped for it, counted.
+ * Included by probes.bpf.c after producer.bpf.h. */
+#ifndef PERFRELAY_DEMAND_BPF_H
+#define PERFRELAY_DEMAND_BPF_H
+
+#include "event.h"
+
+/* Mmapable: the daemon flips a type's bit with one store, no syscall. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct perfrelay_demand);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} demand SEC(".maps");
+
+/* Per producer id: records a probe did not make because nobody wanted them. Per-CPU and atomic
+ * like "counters" (a tracepoint program can be preempted by another on its CPU). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PERFRELAY_MAX_PRODUCERS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} filtered SEC(".maps");
+
+static __always_inline const struct perfrelay_demand *demand_get(void) {
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&demand, &zero);
+}
+
+/* Counts one record of `producer` that its probe skipped. */
+static __always_inline void count_filtered(__u32 producer) {
+	__u64 *n = bpf_map_lookup_elem(&filtered, &producer);
+
+	if (n)
+		__sync_fetch_and_add(n, 1);
+}
+
+/* True (and counted as filtered) if no consumer wants records of `type` now. One plain 64-bit
+ * load: the daemon sets a bit before it detaches a probe nobody wants and clears it before the
+ * subscription that wants the type is acknowledged, so a stale read can only cost a record
+ * nobody waits for yet (counted as filtered) or count one the last consumer just left. */
+static __always_inline int demand_unwanted(const struct perfrelay_demand *d, __u16 type, __u32 producer) {
+	if (!d || type >= 64 || !(d->unwanted & (1ULL << type)))
+		return 0;
+	count_filtered(producer);
+	return 1;
+}
+
+/* What a probe checks first: no daemon (the attempt and its failure counted), or nobody wants
+ * its records (counted as filtered). */
+static __always_inline int probe_skip(__u16 type, __u32 producer) {
+	return perfrelay_idle(producer) || demand_unwanted(demand_get(), type, producer);
+}
+
+/* comm (16 bytes, zero-padded as bpf_get_current_comm() writes it) is one ExcludeComms= has. */
+static __always_inline int demand_comm_excluded(const struct perfrelay_demand *d, const char *comm) {
+	__u64 lo = ((const __u64 *) comm)[0], hi = ((const __u64 *) comm)[1];
+
+	for (__u32 i = 0; i < PERFRELAY_DEMAND_COMMS; i++) {
+		const __u64 *c;
+
+		if (i >= d->n_comms)
+			break;
+		c = (const __u64 *) d->comms[i];
+		if (c[0] == lo && c[1] == hi)
+			return 1;
+	}
+	return 0;
+}
+
+/* path (NUL-terminated, PERFRELAY_PATH_LEN bytes) matches an ExcludePaths= entry: equal to it,
+ * or for a prefix entry, starting with it. */
+static __always_inline int demand_path_excluded(const struct perfrelay_demand *d, const char *path) {
+	for (__u32 i = 0; i < PERFRELAY_DEMAND_PATHS; i++) {
+		const struct perfrelay_demand_path *p;
+		__u32 len, k;
+
+		if (i >= d->n_paths)
+			break;
+		p = &d->paths[i];
+		len = p->len;
+		if (len == 0 || len >= PERFRELAY_DEMAND_PATH_LEN)
+			continue;
+		for (k = 0; k < PERFRELAY_DEMAND_PATH_LEN - 1; k++)
+			if (k >= len || path[k] != p->path[k])
+				break;
+		if (k == len && (p->prefix || path[k & (PERFRELAY_DEMAND_PATH_LEN - 1)] == 0))
+			return 1;
+	}
+	return 0;
+}
+
+#endif
