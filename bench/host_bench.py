@@ -9,8 +9,8 @@ opens and closes a file N times (bench/openloop.c), in one round each of:
   exec     perfrelayd at its defaults with one subscriber of exec only: the open probe is not
            attached (OnDemand=, RecorderTypes= without open).
 Reports each one's rate as a ratio to "off" of the same round (median over the rounds), and
-perfrelayd's own cost per open above the floor. Starts its own perfrelayd (no bus) and
-removes it afterwards. Standalone: python3 bench/host_bench.py BUILD [N] [REPEAT]."""
+perfrelayd's own cost per open above the floor. Starts its own dbus-daemon and perfrelayd and
+removes them afterwards. Standalone: python3 bench/host_bench.py BUILD [N] [REPEAT]."""
 import os
 import statistics
 import subprocess
@@ -26,10 +26,19 @@ def loop(build, n, noop=False):
     return float(subprocess.run(args, check=True, capture_output=True, text=True).stdout)
 
 
+def open_probe_detached(bus):
+    """Whether perfrelayd's open probe is off (an older perfrelayd, without GetStats()' "probes",
+    never detaches it)."""
+    probes = bus.stats().get("probes")
+    return probes is None or not probes["open"]["attached"]
+
+
 def run(build, repeat, n, log):
-    from prtest import Daemon, SocketClient
+    from prtest import Daemon, SocketClient, wait_for
+    from prtest.statsbus import StatsBus
 
     binary = os.path.join(build, "daemon", "perfrelayd")
+    bus = StatsBus(binary)
     d = Daemon(binary, "bench-host", stdout=False)
     rounds = []
     try:
@@ -48,11 +57,14 @@ def run(build, repeat, n, log):
                     continue
                 if not d.proc:
                     d.start()
-                request = {"subscribe": {"format": "binary"}}
-                if config == "exec":
-                    request["subscribe"]["types"] = ["exec"]
+                request = {"subscribe": {"types": ["exec"]} if config == "exec" else {}, "format": "binary"}
                 c = SocketClient(d.socket_path, request)
                 c.wait_subscribed()
+                if config == "exec":
+                    # A subscriber of everything just left: its open probe lingers (2 s).
+                    wait_for(lambda: open_probe_detached(bus), "the open probe detached", timeout=30)
+                if c.data[:1] != b"{" or b'"hello"' not in bytes(c.data).split(b"\n")[0]:
+                    raise RuntimeError(f"perfrelayd refused the subscription: {bytes(c.data[:200])!r}")
                 r[config] = loop(build, n)
                 c.close()
             rounds.append(r)
@@ -73,6 +85,7 @@ def run(build, repeat, n, log):
         if d.proc:
             d.stop()
         d.cleanup()
+        bus.close()
 
 
 if __name__ == "__main__":
