@@ -36,9 +36,6 @@ enum {
 	SCRATCH_FORK,
 	SCRATCH_OPEN,
 	SCRATCH_CONNECT,
-	/* The exit programs copy the pending entry out before emitting (see pending_take()). */
-	SCRATCH_OPEN_EXIT,
-	SCRATCH_CONNECT_EXIT,
 	SCRATCH_SLOTS,
 };
 
@@ -129,19 +126,13 @@ static __always_inline void pending_put(void *map, __u64 *pid_tgid, void *rec, _
 		count_lost_attempt(producer);
 }
 
-/* Copies the thread's pending record into its per-CPU scratch slot and removes the entry. Never
- * emitted from the map value itself: once deleted (or were it ever evicted) the element goes back
- * to the map's free list and another CPU may fill it while perf copies it into the ring. */
-static __always_inline void *pending_take(void *map, __u64 *pid_tgid, __u32 slot, __u32 size) {
-	void *v = bpf_map_lookup_elem(map, pid_tgid), *copy;
-
-	if (!v)
-		return NULL;
-	copy = bpf_map_lookup_elem(&probes_scratch, &slot);
-	if (copy)
-		bpf_probe_read_kernel(copy, size, v);
+/* The thread's pending record, completed at the syscall's exit and emitted from the map value
+ * itself, then removed (pending_done()). Safe without a copy: the element is this thread's
+ * alone (keyed by pid_tgid; its enter and its reaper run on this thread, and a plain hash never
+ * evicts), and it is only freed by the delete that follows the output. Deleted first, it would
+ * go back to the map's free list, and another CPU could fill it while perf copies it. */
+static __always_inline void pending_done(void *map, __u64 *pid_tgid) {
 	bpf_map_delete_elem(map, pid_tgid);
-	return copy;
 }
 
 static __always_inline void task_ids(struct task_struct *task, struct perfrelay_process_ids *ids) {
@@ -505,15 +496,19 @@ int handle_open_exit(struct trace_event_raw_sys_exit *ctx) {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct perfrelay_open *e;
 
-	e = pending_take(&open_args, &pid_tgid, SCRATCH_OPEN_EXIT, sizeof(*e));
-	/* No daemon: counted once per syscall (the entry, if any, is gone above). */
-	if (perfrelay_idle(PERFRELAY_PRODUCER_OPEN))
+	e = bpf_map_lookup_elem(&open_args, &pid_tgid);
+	/* No daemon: counted once per syscall, the entry (if any) removed. */
+	if (perfrelay_idle(PERFRELAY_PRODUCER_OPEN)) {
+		if (e)
+			pending_done(&open_args, &pid_tgid);
 		return 0;
+	}
 	if (!e)
 		return 0;
 
 	e->result = (int) ctx->ret;
 	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_OPEN, PERFRELAY_PRODUCER_OPEN);
+	pending_done(&open_args, &pid_tgid);
 	return 0;
 }
 
@@ -575,15 +570,19 @@ int handle_connect_exit(struct trace_event_raw_sys_exit *ctx) {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct perfrelay_connect *e;
 
-	e = pending_take(&connect_args, &pid_tgid, SCRATCH_CONNECT_EXIT, sizeof(*e));
-	/* No daemon: counted once per syscall (the entry, if any, is gone above). */
-	if (perfrelay_idle(PERFRELAY_PRODUCER_CONNECT))
+	e = bpf_map_lookup_elem(&connect_args, &pid_tgid);
+	/* No daemon: counted once per syscall, the entry (if any) removed. */
+	if (perfrelay_idle(PERFRELAY_PRODUCER_CONNECT)) {
+		if (e)
+			pending_done(&connect_args, &pid_tgid);
 		return 0;
+	}
 	if (!e)
 		return 0;
 
 	e->result = (int) ctx->ret;
 	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_CONNECT, PERFRELAY_PRODUCER_CONNECT);
+	pending_done(&connect_args, &pid_tgid);
 	return 0;
 }
 

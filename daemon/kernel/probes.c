@@ -97,7 +97,7 @@ static bool is_private_map(const struct bpf_map *m) {
 	return streq(n, "open_args") || streq(n, "connect_args") || streq(n, "probes_scratch") ||
 		streq(n, "path_scratch") || streq(n, "counters_last") || streq(n, "counters_procs") ||
 		streq(n, "counters_cgroups") || streq(n, "counters_cgroups_users") ||
-		streq(n, "counters_users_cgroup_ids") || streq(n, "exit_pending");
+		streq(n, "counters_users_cgroup_ids") || streq(n, "exit_pending") || streq(n, "demand");
 }
 
 /* Links under links/ whose program this build does not have (a probe renamed or removed by an

@@ -30,7 +30,11 @@ BINARY = daemon_binary()
 MAX_CLIENTS = 100
 MAX_CLIENTS_PER_UID = 90
 TIMEOUT_MS = 200
-CONFIG = f"""[Ring]
+# OnDemand=no: the fd counts below must not move with the probes the clients' types attach and
+# detach (their links are fds too; test_demand.py checks that behaviour).
+CONFIG = f"""[Probes]
+OnDemand=no
+[Ring]
 PagesPerCpu=256
 [Socket]
 ClientQueueBytes=64K

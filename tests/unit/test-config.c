@@ -496,6 +496,57 @@ static void test_probes(void) {
 	expect_error("[Probes]\nProbes=,\n", "test.conf:2: Probes=,: no probe names");
 }
 
+/* ExcludeComms=, ExcludePaths= and RecorderTypes= (docs/pipeline.md, "Demand"). */
+static void test_exclusions(void) {
+	_cleanup_(config_freep) Config *c = parse_ok(
+		"[Probes]\nExcludeComms=cron, updatedb updatedb\nExcludePaths=/proc/* /etc/ld.so.cache\n"
+		"[Recorder]\nRecorderTypes=exec open\n");
+	const PathPatternList *pp;
+	char text[512], name[32];
+	size_t o;
+
+	CHECK(c, "exclusions parse");
+	if (!c)
+		return;
+	CHECK(PROBES(c)->exclude_comms.n == 2 && streq(PROBES(c)->exclude_comms.comms[0], "cron") &&
+		      streq(PROBES(c)->exclude_comms.comms[1], "updatedb"),
+	      "ExcludeComms=: two names, the duplicate once");
+	/* Zero-padded: the probe compares the 16 bytes as two words. */
+	CHECK(memcmp(PROBES(c)->exclude_comms.comms[0], "cron\0\0\0\0\0\0\0\0\0\0\0\0", 16) == 0,
+	      "comm padding");
+	pp = &PROBES(c)->exclude_paths;
+	CHECK(pp->n == 2 && pp->paths[0].prefix && pp->paths[0].len == 6 &&
+		      streq(pp->paths[0].path, "/proc/") && !pp->paths[1].prefix && pp->paths[1].len == 16 &&
+		      streq(pp->paths[1].path, "/etc/ld.so.cache"),
+	      "ExcludePaths=: a prefix and a path");
+	CHECK(RECORDER(c)->types == ((1u << PROBE_EXEC) | (1u << PROBE_OPEN)), "RecorderTypes=exec open");
+	CHECK(probes_type_mask(RECORDER(c)->types) ==
+		      ((UINT64_C(1) << PERFRELAY_TYPE_EXEC) | (UINT64_C(1) << PERFRELAY_TYPE_OPEN)),
+	      "RecorderTypes= as record types");
+
+	expect_error(
+		"[Probes]\nExcludePaths=proc/*\n", "test.conf:2: ExcludePaths=proc/*: ", "not an absolute path");
+	expect_error(
+		"[Probes]\nExcludePaths=/a*b\n", "test.conf:2: ExcludePaths=/a*b: ", "only a \"*\" at the end");
+	expect_error(
+		"[Probes]\nExcludePaths=/a?\n", "test.conf:2: ExcludePaths=/a?: ", "only a \"*\" at the end");
+	expect_error(
+		"[Probes]\nExcludeComms=a-name-of-16-byte\n", "ExcludeComms=", "longer than a process name");
+	snprintf(text, sizeof(text), "[Probes]\nExcludePaths=/%0*d\n", 63, 0);
+	expect_error(text, "longer than 63 bytes");
+	o = snprintf(text, sizeof(text), "[Probes]\nExcludeComms=");
+	for (unsigned i = 0; i <= PERFRELAY_DEMAND_COMMS; i++) {
+		snprintf(name, sizeof(name), "c%u ", i);
+		o += snprintf(text + o, sizeof(text) - o, "%s", name);
+	}
+	snprintf(text + o, sizeof(text) - o, "\n");
+	expect_error(text, "too many names (at most 8)");
+	/* An empty value resets to none. */
+	config_free(c);
+	c = parse_ok("[Probes]\nExcludePaths=/proc/*\nExcludePaths=\n");
+	CHECK(c && PROBES(c)->exclude_paths.n == 0, "ExcludePaths= empty resets");
+}
+
 static void test_counters(void) {
 	static const struct {
 		const char *value;
@@ -1159,6 +1210,7 @@ int main(void) {
 	test_sizes();
 	test_paths();
 	test_probes();
+	test_exclusions();
 	test_counters();
 	test_cpu_groups();
 	test_allow_groups();

@@ -741,7 +741,50 @@ static void test_lineage_incomplete_flag(void) {
 	hub_free(h);
 }
 
+static void count_call(void *userdata) {
+	(*(unsigned *) userdata)++;
+}
+
+/* Kernel-side demand: the union of the attached clients' types, told once per change, before
+ * hub_client_attach() returns; a client that was never attached counts for nothing. */
+static void test_demand(void) {
+	const uint64_t exec = UINT64_C(1) << PERFRELAY_TYPE_EXEC, open = UINT64_C(1) << PERFRELAY_TYPE_OPEN;
+	HubClientOptions a = { .format = HUB_FORMAT_JSON_TAGGED, .queue_bytes = 4096, .demand = exec | open },
+			 b = { .format = HUB_FORMAT_JSON_TAGGED, .queue_bytes = 4096, .demand = open },
+			 none = { .format = HUB_FORMAT_JSON_TAGGED, .queue_bytes = 4096 };
+	HubClient *ca, *cb, *cn, *unattached;
+	unsigned calls = 0;
+	Hub *h;
+
+	ASSERT(hub_new(2, &h) == 0);
+	hub_set_demand_fn(h, count_call, &calls);
+	ASSERT(hub_demand(h) == 0);
+	ASSERT(hub_client_new(h, -EBADF, &a, &ca) == 0 && hub_client_attach(h, ca) == 0);
+	ASSERT(hub_demand(h) == (exec | open) && calls == 1);
+	ASSERT(hub_client_new(h, -EBADF, &b, &cb) == 0 && hub_client_attach(h, cb) == 0);
+	ASSERT(hub_demand(h) == (exec | open) && calls == 1); /* nothing new: not told */
+	ASSERT(hub_client_new(h, -EBADF, &none, &cn) == 0 && hub_client_attach(h, cn) == 0);
+	ASSERT(calls == 1);
+	hub_client_detach(h, ca);
+	ASSERT(hub_demand(h) == open && calls == 2); /* exec lost its last client */
+	hub_client_detach(h, ca);                    /* twice: counted once */
+	ASSERT(hub_demand(h) == open && calls == 2);
+	ASSERT(hub_client_new(h, -EBADF, &a, &unattached) == 0);
+	hub_client_detach(h, unattached);
+	ASSERT(hub_demand(h) == open && calls == 2);
+	hub_client_detach(h, cb);
+	ASSERT(hub_demand(h) == 0 && calls == 3);
+	hub_client_detach(h, cn);
+	ASSERT(calls == 3);
+	hub_client_free(ca);
+	hub_client_free(cb);
+	hub_client_free(cn);
+	hub_client_free(unattached);
+	hub_free(h);
+}
+
 int main(void) {
+	test_demand();
 	test_formats();
 	test_lineage_incomplete_flag();
 	test_shared_schema_split();

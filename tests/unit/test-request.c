@@ -97,6 +97,27 @@ static void test_empty(void) {
 	subscription_free(s);
 }
 
+/* What a subscription makes the kernel produce (docs/pipeline.md, "Demand"). */
+static void test_demand(void) {
+	const uint64_t bit = 1;
+	Subscription *s = PARSE_OK("{}");
+
+	/* Every type but those sent only on request. */
+	ASSERT(s && subscription_demand(s) == subscription_demand_all());
+	ASSERT((subscription_demand_all() & (bit << PERFRELAY_TYPE_EXEC)) &&
+	       (subscription_demand_all() & (bit << PERFRELAY_TYPE_CONNECT)));
+	ASSERT(!(subscription_demand_all() & (bit << PERFRELAY_TYPE_COUNTERS)) &&
+	       !(subscription_demand_all() & (bit << PERFRELAY_TYPE_PACKET)));
+	subscription_free(s);
+	s = PARSE_OK("{\"subscribe\":{\"types\":[\"open\",\"exec\"]}}");
+	ASSERT(s && subscription_demand(s) == ((bit << PERFRELAY_TYPE_OPEN) | (bit << PERFRELAY_TYPE_EXEC)));
+	subscription_free(s);
+	/* Only a third-party type: no built-in probe is wanted. */
+	s = PARSE_OK("{\"subscribe\":{\"types\":[65000]}}");
+	ASSERT(s && subscription_demand(s) == 0);
+	subscription_free(s);
+}
+
 static void test_full(void) {
 	Subscription *s = PARSE_OK(
 		"{\"subscribe\": {\"types\": [\"exec\", \"open\", 40000, 16, \"exec\", 33000],"
@@ -625,6 +646,7 @@ int main(void) {
 	test_to_json();
 	test_error_names();
 	test_empty();
+	test_demand();
 	test_full();
 	test_type_names();
 	test_ids();
