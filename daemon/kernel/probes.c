@@ -713,26 +713,6 @@ void probes_set_pin_links(Probes *p, bool pin) {
 	p->no_pin_links = !pin;
 }
 
-int probes_apply(Probes *p, uint32_t mask) {
-	int r = 0;
-
-	for (unsigned i = 0; i < _PROBE_MAX; i++) {
-		bool want = mask & (1u << i);
-		char path[PATH_MAX];
-
-		/* A probe switched off while we were down still has its pins: remove them too. */
-		if (!want && !p->enabled[i]) {
-			const struct bpf_program *prog = probe_prog(p, i, 0);
-
-			snprintf(path, sizeof(path), "%s/links/%s", p->pin_path, bpf_program__name(prog));
-			if (access(path, F_OK) < 0)
-				continue;
-		}
-		r = probes_set_enabled(p, i, want) ?: r;
-	}
-	return r;
-}
-
 uint32_t probe_producer(unsigned probe) {
 	static const uint32_t producers[_PROBE_MAX] = {
 		[PROBE_EXEC] = PERFRELAY_PRODUCER_EXEC,       [PROBE_EXIT] = PERFRELAY_PRODUCER_EXIT,

@@ -64,13 +64,12 @@ unsigned probes_possible_cpus(const Probes *p);
  * their teardown (probes_set_counters()). */
 uint64_t probes_exit_records_dropped(const Probes *p);
 
-/* Makes the set of attached probes equal to `mask` (bits PROBE_*): reuses pinned links whose
- * program is identical to the loaded one and uses the same maps, attaches and pins the others, and unpins
- * and detaches probes outside the mask. */
-int probes_apply(Probes *p, uint32_t mask);
-/* Whether probes_apply() pins the links it creates (default: yes). Without pins (kernels before
+/* Whether probes_set_enabled() pins the links it creates (default: yes). Without pins (kernels before
  * 5.15 for tracepoint/ programs) the probes detach when the daemon exits. */
 void probes_set_pin_links(Probes *p, bool pin);
+/* Attaches a probe (reusing its pinned links when they run a program identical to the loaded
+ * one with the same maps, else attaching and pinning anew), or detaches it and removes its pins,
+ * those an earlier daemon left included. */
 int probes_set_enabled(Probes *p, unsigned probe, bool enabled);
 bool probes_is_enabled(const Probes *p, unsigned probe);
 /* 1 if the probe's links were found pinned at start and reused. */
