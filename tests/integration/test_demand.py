@@ -170,3 +170,24 @@ def test_recorder_types_default_leaves_opens_out(daemon, stats_bus, socket_clien
     types = {json.loads(line).get("type") for line in r.stdout.splitlines()}
     check("exec" in types, f"the snapshot has execs: {types}")
     check("open" not in types, f"the snapshot has no opens: {types}")
+
+
+def test_bus_monitor_attaches_before_its_reply(daemon, stats_bus, workdir):
+    """A D-Bus monitor (Subscribe()) is a consumer like a socket subscriber: the open probe is
+    attached before Subscribe() returns, and an open made right after arrives as a signal."""
+    from prtest import build_root
+    from prtest.busclient import BusPeer
+
+    daemon("demand-bus")
+    check_eq(probe(stats_bus, "open")["attached"], False, "no consumer of opens yet")
+    helper = os.path.join(build_root(), "tests", "integration", "bus-subscriber")
+    m = BusPeer(helper, stats_bus.address, "types=open", "comm=prdemand")
+    try:
+        check_eq(probe(stats_bus, "open")["attached"], True, "attached once Subscribe() returned")
+        path = marker(workdir)
+        opens(path)
+        m.wait(lambda e: e.get("signal") == "Event" and json.loads(e["json"]).get("path") == path,
+               "the open right after Subscribe()")
+    finally:
+        m.close()
+    wait_for(lambda: probe(stats_bus, "open")["attached"] is False, "detached once the monitor left", DETACH_TIMEOUT)
