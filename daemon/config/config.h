@@ -85,11 +85,13 @@ typedef struct Config {
 	unsigned flush_interval_ms; /* FlushIntervalMs=, 1..1000, default 50 */
 
 	/* [Readers] */
-	CpuSet *cpu_groups;             /* CpuGroups= "0-3 4-7" (space-separated CPU lists) */
-	size_t n_cpu_groups;            /* 0 = not set */
-	unsigned cpus_per_reader;       /* CpusPerReader=, 0 = not set; exclusive with CpuGroups= */
-	int reader_nice;                /* ReaderNice=, -20..19, default -10 */
-	unsigned process_table_entries; /* ProcessTableEntries=, PROC_TABLE_MIN..PROC_TABLE_MAX */
+	CpuSet *cpu_groups;              /* CpuGroups= "0-3 4-7" (space-separated CPU lists) */
+	size_t n_cpu_groups;             /* 0 = not set */
+	unsigned cpus_per_reader;        /* CpusPerReader=, 0 = not set; exclusive with CpuGroups= */
+	int reader_nice;                 /* ReaderNice=, -20..19, default -10 */
+	unsigned reader_priority;        /* ReaderPriority=, 0..99, default 0: SCHED_OTHER */
+	unsigned reader_priority_budget; /* ReaderPriorityBudget=, % of each window, 1..100, default 50 */
+	unsigned process_table_entries;  /* ProcessTableEntries=, PROC_TABLE_MIN..PROC_TABLE_MAX */
 
 	/* [Probes] (Probes= is the probe feature's) */
 	uint32_t pending_syscalls; /* PendingSyscalls=, default 10240, 16..1048576 */

@@ -76,7 +76,8 @@ static int append_reader(sd_bus_message *m, const StatsSnapshot *s, size_t i) {
 			{ "btf_decoded", rd->btf_decoded },
 			{ "btf_short", rd->btf_short },
 			{ "decoder_holds", rd->decoder_holds },
-			{ "decoder_hold_expired", rd->decoder_hold_expired });
+			{ "decoder_hold_expired", rd->decoder_hold_expired },
+			{ "rt_demotions", rd->rt_demotions });
 	return r < 0 ? r : append_reasons(m, rd->malformed_by_reason);
 }
 

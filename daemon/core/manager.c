@@ -480,7 +480,12 @@ static int manager_start_readers(Manager *m) {
 	for (size_t i = 0; i < m->n_readers; i++) {
 		int e = 0, r;
 
-		r = reader_start(m->readers[i], m->config->reader_nice, &e);
+		r = reader_start(
+			m->readers[i],
+			m->config->reader_nice,
+			m->config->reader_priority,
+			m->config->reader_priority_budget,
+			&e);
 		if (r < 0)
 			return log_error_errno(r, "Failed to start reader thread %zu: %m", i);
 		/* Clients on the readers' CPUs must not starve them: what a reader cannot drain
@@ -488,9 +493,10 @@ static int manager_start_readers(Manager *m) {
 		if (r > 0)
 			log_warning_errno(
 				-e,
-				"Reader thread %zu runs at the daemon's nice value, not ReaderNice=%d: %m "
-				"(needs CAP_SYS_NICE)",
+				"Reader thread %zu: could not apply ReaderPriority=%u / ReaderNice=%d: %m "
+				"(needs CAP_SYS_NICE); it runs at the nice value it could get",
 				i,
+				m->config->reader_priority,
 				m->config->reader_nice);
 	}
 	return 0;

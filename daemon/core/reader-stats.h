@@ -42,4 +42,7 @@ typedef struct ReaderStats {
 	 * out of time (the record was then published as "unknown"). */
 	uint64_t decoder_holds;
 	uint64_t decoder_hold_expired;
+	/* ReaderPriority=: windows in which the thread used up its SCHED_FIFO budget and ran the
+	 * rest at its nice value (reader.h, ReaderPriorityBudget=). */
+	uint64_t rt_demotions;
 } ReaderStats;

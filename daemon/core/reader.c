@@ -44,6 +44,14 @@ typedef struct RingSeq {
 struct Reader {
 	unsigned id;
 	pid_t tid; /* the thread's, set before it posts tid_known */
+	/* ReaderPriority= (reader_rt_check()): the priority the thread got (0: none; set by
+	 * reader_start()), its nice value for the rest of a window, and the thread's own state. */
+	unsigned rt_priority;
+	int nice;
+	uint64_t rt_budget_ns;
+	bool rt_demoted;
+	uint64_t rt_window_usec;
+	uint64_t rt_window_cpu_ns;
 	sem_t tid_known;
 	CpuSet cpus;
 	Ring **rings;       /* NULL: a CPU offline since the start, parked until it comes online */
@@ -497,6 +505,35 @@ static int drain_all(Reader *r, uint64_t now, bool *ret_any, bool *ret_trickle) 
 	return more;
 }
 
+static int reader_set_fifo(pid_t tid, unsigned priority);
+
+/* ReaderPriority='s budget (rt_budget_ns per READER_RT_WINDOW_USEC): back to SCHED_OTHER
+ * once the window's budget is spent, back to SCHED_FIFO when the next window starts. */
+static void reader_rt_check(Reader *r, uint64_t now) {
+	unsigned priority = __atomic_load_n(&r->rt_priority, __ATOMIC_ACQUIRE);
+	struct timespec ts;
+	uint64_t cpu;
+
+	if (priority == 0 || clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) < 0)
+		return;
+	cpu = (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+	if (r->rt_window_usec == 0 || now - r->rt_window_usec >= READER_RT_WINDOW_USEC) {
+		r->rt_window_usec = now;
+		r->rt_window_cpu_ns = cpu;
+		if (r->rt_demoted && reader_set_fifo(0, priority) == 0)
+			r->rt_demoted = false;
+		return;
+	}
+	if (!r->rt_demoted && cpu - r->rt_window_cpu_ns > r->rt_budget_ns) {
+		int e = 0;
+
+		if (reader_schedule(0, r->nice, 0, &e) == 0) {
+			r->rt_demoted = true;
+			STAT_ADD(r->stats->rt_demotions, 1);
+		}
+	}
+}
+
 static void *reader_thread(void *userdata) {
 	Reader *r = userdata;
 	struct epoll_event evs[64];
@@ -551,6 +588,7 @@ static void *reader_thread(void *userdata) {
 		}
 		if (any)
 			STAT_ADD(r->stats->wakeups, 1);
+		reader_rt_check(r, now);
 		STAT_ADD(r->stats->progress, 1);
 		STAT_STORE(r->stats->alive_usec, now_usec(CLOCK_MONOTONIC));
 	}
@@ -590,22 +628,43 @@ static void reader_affinity(const Reader *r, const cpu_set_t *allowed, cpu_set_t
  * lets its wakeup preempt a task still in its protected slice (PREEMPT_SHORT) rather than wait
  * up to a whole base slice (3 ms on 2 CPUs, longer than a 64-page ring holds at full rate).
  * Older kernels ignore the slice. Returns 0, or 1 with the errno in *ret_errno. */
-int reader_schedule(pid_t tid, int nice, int *ret_errno) {
-	struct sched_attr_v1 {
-		uint32_t size, sched_policy;
-		uint64_t sched_flags;
-		int32_t sched_nice;
-		uint32_t sched_priority;
-		uint64_t sched_runtime, sched_deadline, sched_period;
-	} a = {
+struct sched_attr_v1 {
+	uint32_t size, sched_policy;
+	uint64_t sched_flags;
+	int32_t sched_nice;
+	uint32_t sched_priority;
+	uint64_t sched_runtime, sched_deadline, sched_period;
+};
+
+static int reader_set_fifo(pid_t tid, unsigned priority) {
+	struct sched_attr_v1 a = {
+		.size = sizeof(a),
+		.sched_policy = SCHED_FIFO,
+		.sched_priority = priority,
+	};
+
+	return syscall(SYS_sched_setattr, tid, &a, 0) == 0 ? 0 : -errno;
+}
+
+int reader_schedule(pid_t tid, int nice, unsigned priority, int *ret_errno) {
+	struct sched_attr_v1 a = {
 		.size = sizeof(a),
 		.sched_policy = SCHED_OTHER,
 		.sched_nice = nice,
 		.sched_runtime = READER_SLICE_NS,
 	};
+	int fifo = 0;
 
-	if (syscall(SYS_sched_setattr, tid, &a, 0) == 0)
-		return 0;
+	if (priority > 0) {
+		fifo = reader_set_fifo(tid, priority);
+		if (fifo == 0)
+			return 0;
+	}
+	if (syscall(SYS_sched_setattr, tid, &a, 0) == 0) {
+		if (fifo < 0)
+			*ret_errno = -fifo;
+		return fifo < 0;
+	}
 	/* Without the slice (a kernel that refuses it for SCHED_OTHER), at least the nice value. */
 	if (setpriority(PRIO_PROCESS, (id_t) tid, nice) == 0)
 		return 0;
@@ -613,11 +672,14 @@ int reader_schedule(pid_t tid, int nice, int *ret_errno) {
 	return 1;
 }
 
-int reader_start(Reader *r, int nice, int *ret_errno) {
+int reader_start(Reader *r, int nice, unsigned priority, unsigned budget_percent, int *ret_errno) {
 	pthread_attr_t attr;
 	cpu_set_t set;
 	int k;
 
+	/* Before the thread: it reads them once rt_priority says so. */
+	r->nice = nice;
+	r->rt_budget_ns = (uint64_t) READER_RT_WINDOW_USEC * 1000u * MIN(MAX(budget_percent, 1u), 100u) / 100u;
 	r->has_allowed = sched_getaffinity(0, sizeof(r->allowed), &r->allowed) == 0;
 	reader_affinity(r, r->has_allowed ? &r->allowed : NULL, &set);
 
@@ -632,7 +694,10 @@ int reader_start(Reader *r, int nice, int *ret_errno) {
 	/* The thread's first act is to say who it is. */
 	while (sem_wait(&r->tid_known) < 0 && errno == EINTR)
 		;
-	return reader_schedule(r->tid, nice, ret_errno);
+	k = reader_schedule(r->tid, nice, priority, ret_errno);
+	/* The thread reads it on its next loop: published with the start of its first window. */
+	__atomic_store_n(&r->rt_priority, k == 0 ? priority : 0, __ATOMIC_RELEASE);
+	return k;
 }
 
 void reader_stop(Reader *r, bool until_empty) {

@@ -63,13 +63,22 @@ int reader_new(
 Reader *reader_free(Reader *r); /* stops the thread first if it runs (bounded last drain) */
 DEFINE_TRIVIAL_CLEANUP_FUNC(Reader *, reader_free);
 
-/* Gives thread `tid` a reader's scheduling: nice value `nice` and EEVDF's short slice where
- * the kernel has it. Returns 0, or 1 with the errno in *ret_errno (left as it was). */
-int reader_schedule(pid_t tid, int nice, int *ret_errno);
-/* The thread gets nice value `nice` (inherited from the calling thread, which is back at its own
- * when this returns). Returns 0, 1 if the nice value could not be set (the thread runs at the
- * caller's: *ret_errno says why), or a negative errno. */
-int reader_start(Reader *r, int nice, int *ret_errno);
+/* ReaderPriority= (SCHED_FIFO) is bounded by the reader's own work: in each window of
+ * READER_RT_WINDOW_USEC the thread runs at most ReaderPriorityBudget= percent of it (default 50)
+ * at its real-time priority; past that it goes back to SCHED_OTHER at its nice value until the
+ * window ends (counted: rt_demotions). A flood then takes at most half a CPU at a priority above
+ * every normal task, and competes for the rest like any task. The check reads the thread's CPU
+ * clock once per loop (a wakeup and its drain), never per record. */
+#define READER_RT_WINDOW_USEC (100u * 1000u)
+
+/* Gives thread `tid` a reader's scheduling: SCHED_FIFO at `priority` (1..99), or with 0 nice value
+ * `nice` and EEVDF's short slice where the kernel has it. Returns 0, or 1 with the errno in
+ * *ret_errno (left as it was; a refused priority falls back to the nice value). */
+int reader_schedule(pid_t tid, int nice, unsigned priority, int *ret_errno);
+/* Starts the thread with reader_schedule(). Returns 0, 1 if its scheduling could not be set
+ * (the thread runs at the caller's nice value, or at `nice` without its priority: *ret_errno
+ * says why), or a negative errno. */
+int reader_start(Reader *r, int nice, unsigned priority, unsigned budget_percent, int *ret_errno);
 /* Asks the thread to drain its rings a last time and exit, then joins it. With until_empty
  * (only once nothing can write into the rings: slots cleared and a grace period waited out)
  * the last drain goes on until the rings are empty; otherwise it is bounded. */

@@ -145,6 +145,7 @@ static int stats_readers(const StatsSources *src, StatsSnapshot *s) {
 		out->btf_short = STAT_LOAD(rs->btf_short);
 		out->decoder_holds = STAT_LOAD(rs->decoder_holds);
 		out->decoder_hold_expired = STAT_LOAD(rs->decoder_hold_expired);
+		out->rt_demotions = STAT_LOAD(rs->rt_demotions);
 		for (unsigned e = 0; e < _DECODE_ERROR_MAX; e++)
 			out->malformed_by_reason[e] = STAT_LOAD(rs->malformed_by_reason[e]);
 

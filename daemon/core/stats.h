@@ -89,6 +89,7 @@ typedef struct ReaderSnapshot {
 	uint64_t events, wakeups, batches;
 	uint64_t btf_decoded, btf_short; /* third-party records: see ReaderStats */
 	uint64_t decoder_holds, decoder_hold_expired;
+	uint64_t rt_demotions; /* ReaderPriority='s budget spent (reader.h) */
 	uint64_t malformed_by_reason[_DECODE_ERROR_MAX];
 } ReaderSnapshot;
 

@@ -98,5 +98,40 @@ def test_one_reader_per_cpu(d):
     check_eq(got, expect, "records per CPU the --stdout client received")
 
 
+
+def sched(pid, tid):
+    """(policy, rt_priority) of a thread: /proc/PID/task/TID/stat fields 41 and 40."""
+    with open(f"/proc/{pid}/task/{tid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[38]), int(fields[37])
+
+
+def test_reader_priority(make_daemon):
+    """ReaderPriority=: the readers run at SCHED_FIFO with that priority; a flood that keeps a
+    reader busy for more than its ReaderPriorityBudget= of 100 ms sends it back to SCHED_OTHER
+    for the rest of the window (GetStats() readers[].rt_demotions), and it gets its priority
+    back afterwards."""
+    # A budget of 1 ms per 100 ms, which the flood below spends in every window.
+    d = make_daemon("readers-rt", config="[Readers]\nCpusPerReader=1\nReaderPriority=1\nReaderPriorityBudget=1\n"
+                                         "[Probes]\nProbes=none\n")
+    readers = {}
+    for tid in os.listdir(f"/proc/{d.proc.pid}/task"):
+        with open(f"/proc/{d.proc.pid}/task/{tid}/comm") as f:
+            if f.read().strip().startswith("perfrelay-r"):
+                readers[tid] = sched(d.proc.pid, tid)
+    check(readers and all(v == (1, 1) for v in readers.values()), f"every reader at SCHED_FIFO 1: {readers}")
+    # The benchmark's producer flat out on CPU 0, every record encoded as JSON for --stdout by
+    # reader 0 on the same CPU: far more than 1 ms of work in each window.
+    r = subprocess.run([BENCH, "--mode", "daemon", "--pin-root", d.pin_path, "--clients", "0",
+                        "--duration", "1", "--settle-ms", "0", "--producer-cpus", str(ONLINE[0]),
+                        "--consumer-cpu", "-1"], capture_output=True, text=True, timeout=60)
+    check_eq(r.returncode, 0, f"perfrelay-bench exit status ({r.stderr.strip()})")
+    st = bus.stats()
+    check(st["readers"][0]["rt_demotions"] > 0, f"reader 0 spent its budget: {st['readers']}")
+    wait_for(lambda: all(sched(d.proc.pid, t) == (1, 1) for t in readers),
+             "the readers back at SCHED_FIFO once the flood is over")
+    d.stop()
+
+
 if __name__ == "__main__":
     main(__file__)

@@ -105,7 +105,7 @@ static void *watch_thread(void *userdata) {
 
 	/* It must open a program before a quick producer unloads it: a reader's priority. Without
 	 * CAP_SYS_NICE it runs at the daemon's (the readers say so). */
-	(void) reader_schedule((pid_t) syscall(SYS_gettid), w->nice, &e);
+	(void) reader_schedule((pid_t) syscall(SYS_gettid), w->nice, 0, &e);
 
 	for (;;) {
 		int n = epoll_wait(w->epoll_fd, evs, ELEMENTSOF(evs), -1);
