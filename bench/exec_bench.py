@@ -5,7 +5,8 @@ with a socket client whose "ancestor" filter walks every event's lineage through
 table. Reports the storm's exec rate in each, perfrelayd's CPU per exec (its CPU over the storm
 minus its idle CPU over as long), the process table's memory per entry and per process held,
 and its lineage misses and evictions. Starts its own dbus-daemon and perfrelayd; removes them
-afterwards. Standalone: python3 bench/exec_bench.py BUILD [N] [REPEAT]."""
+afterwards. Standalone: python3 bench/exec_bench.py [--defaults] BUILD [N] [REPEAT] (--defaults:
+perfrelayd at its default configuration instead of row p's probes)."""
 import os
 import statistics
 import subprocess
@@ -25,14 +26,18 @@ def storm(n):
     return time.monotonic() - start
 
 
-def run(build, repeat, n, log):
+# Row p's perfrelayd: the probes the process table needs and open, nothing else. --defaults
+# runs it at its defaults instead (issue 39: the storm's price at the defaults).
+ROW_P_CONFIG = "[Probes]\nProbes=exec exit fork open\n[Counters]\nCounters=none\n[Recorder]\nRecorder=no\n"
+
+
+def run(build, repeat, n, log, config=ROW_P_CONFIG):
     from prtest import Daemon, SocketClient
     from prtest.statsbus import StatsBus
 
     binary = os.path.join(build, "daemon", "perfrelayd")
     bus = StatsBus(binary)
-    d = Daemon(binary, "bench-exec", stdout=False,
-               config="[Probes]\nProbes=exec exit fork open\n[Counters]\nCounters=none\n[Recorder]\nRecorder=no\n")
+    d = Daemon(binary, "bench-exec", stdout=False, config=config)
     rounds = []
     try:
         d.start()
@@ -79,8 +84,9 @@ def run(build, repeat, n, log):
                 f"ns/exec, {r['daemon_cpu_ns_per_exec_ancestor_client']} ns/exec with the client; "
                 f"misses {r['lineage_misses']}")
         med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
-        return {"description": f"row p: {n} fork+execs of /bin/true by one shell, perfrelayd with Probes=exec exit "
-                               "fork open (docs/events.md, \"Process identity\")",
+        return {"description": f"row p: {n} fork+execs of /bin/true by one shell, perfrelayd "
+                               + ("with Probes=exec exit fork open" if config == ROW_P_CONFIG else "at its defaults")
+                               + " (docs/events.md, \"Process identity\")",
                 "execs": n,
                 "execs_per_s_on_to_off": round(med["execs_per_s_on"] / med["execs_per_s_off"], 3),
                 "daemon_cpu_ns_per_exec": med["daemon_cpu_ns_per_exec"],
@@ -98,6 +104,8 @@ def run(build, repeat, n, log):
 if __name__ == "__main__":
     import json
 
-    res = run(os.path.abspath(sys.argv[1]), int(sys.argv[3]) if len(sys.argv) > 3 else 3,
-              int(sys.argv[2]) if len(sys.argv) > 2 else 5000, lambda m: print(m, file=sys.stderr, flush=True))
+    args = [a for a in sys.argv[1:] if a != "--defaults"]
+    res = run(os.path.abspath(args[0]), int(args[2]) if len(args) > 2 else 3,
+              int(args[1]) if len(args) > 1 else 5000, lambda m: print(m, file=sys.stderr, flush=True),
+              config="" if "--defaults" in sys.argv else ROW_P_CONFIG)
     print(json.dumps(res, indent=1))
