@@ -93,6 +93,26 @@ def test_subscription_attaches_and_detaches(daemon, stats_bus, socket_client, wo
         check_eq(probe(stats_bus, "open")["state"], "off-demand", f"round {round}: why it is off")
 
 
+def test_lingering_probe_serves_a_returning_subscriber(daemon, stats_bus, socket_client, workdir):
+    """A subscriber that comes back while the probe lingers (its last consumer just left) finds
+    it wanted again at once: the marker right after its hello arrives, and the probe stays."""
+    d = daemon("demand-linger")
+    c = socket_client(d.socket_path, {"subscribe": {"types": ["open"]}})
+    c.hello()
+    c.close()
+    st = wait_for(lambda: (lambda p: p if p["state"] != "attached" else None)(probe(stats_bus, "open")),
+                  "the open probe unwanted once its subscriber left")
+    if st["state"] == "off-demand":
+        pytest.skip("the machine was too slow to come back within the probe's linger (2 s)")
+    check_eq((st["state"], st["attached"]), ("unwanted", True), "lingering: attached, unwanted")
+    c = socket_client(d.socket_path, {"subscribe": {"types": ["open"]}})
+    c.hello()
+    check_eq(probe(stats_bus, "open")["state"], "attached", "wanted again")
+    path = marker(workdir)
+    opens(path)
+    wait_open(c, path, "the open right after the second hello")
+
+
 def test_excluded_comm_is_filtered_exactly(daemon, stats_bus, socket_client, workdir):
     """ExcludeComms=: the opens of that process are never attempts; each one is counted once as
     filtered, and the ledger's identity holds beside it."""
