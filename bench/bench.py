@@ -57,9 +57,10 @@ class Daemon:
     exit statistics are parsed so that each row's accounting is checked against the daemon's own
     counters, not only the producer's and the clients'."""
 
-    def __init__(self, binary, workdir, pin_root, pages, cpus, reader_priority=0):
+    def __init__(self, binary, workdir, pin_root, pages, cpus, reader_priority=0, reader_budget=50):
         self.binary = binary
         self.reader_priority = reader_priority
+        self.reader_budget = reader_budget
         self.cpus = cpus  # the daemon's CPU affinity (its readers stay within it), or None
         self.dir = workdir
         self.pin_root = pin_root
@@ -76,7 +77,8 @@ class Daemon:
             f.write(f"[Daemon]\nPinPath={self.pin_root}\n[Ring]\nPagesPerCpu={self.pages}\n[Probes]\nProbes=none\n"
                     f"[Socket]\nSocketPath={self.socket_path}\n[Recorder]\nRecorder={'yes' if on else 'no'}\n"
                     f"[Counters]\nCounters={'default' if counters else 'none'}\n"
-                    + (f"[Readers]\nReaderPriority={self.reader_priority}\n" if self.reader_priority else ""))
+                    + (f"[Readers]\nReaderPriority={self.reader_priority}\n"
+                       f"ReaderPriorityBudget={self.reader_budget}\n" if self.reader_priority else ""))
 
     def start(self):
         notify_path = os.path.join(self.dir, "notify.sock")
@@ -163,7 +165,7 @@ class Bench:
         # CPU stays the producer's (a reader woken there would preempt it).
         self.daemon = Daemon(self.perfrelayd, self.workdir, self.pin_root, args.pages,
                              {args.consumer_cpu} if args.consumer_cpu >= 0 else None,
-                             reader_priority=args.reader_priority)
+                             reader_priority=args.reader_priority, reader_budget=args.reader_priority_budget)
         self.runs = 0
 
     def common_args(self):
@@ -584,6 +586,8 @@ def main():
     ap.add_argument("--opens", type=int, default=200000, help="open()+close() per loop of row h (default 200000)")
     ap.add_argument("--reader-priority", type=int, default=0,
                     help="ReaderPriority= of the daemon rows (default 0: the daemon's default)")
+    ap.add_argument("--reader-priority-budget", type=int, default=50,
+                    help="ReaderPriorityBudget= with --reader-priority (default 50)")
     ap.add_argument("--pingpong-repeat", type=int, default=5,
                     help="rounds of the counters' cost: a ping-pong pair with counters off, then on (default 5; 0 = none)")
     args = ap.parse_args()
