@@ -126,6 +126,20 @@ static __always_inline void pending_put(void *map, __u64 *pid_tgid, void *rec, _
 		count_lost_attempt(producer);
 }
 
+/* A syscall filtered at its entry leaves no pending entry; one still there is an earlier
+ * syscall's whose exit was not traced (a probe detached or attached in between): remove it, and
+ * count its record as lost, or this syscall's exit would emit it with its own result. */
+static __always_inline void pending_clear_stale(void *map, __u64 *pid_tgid, __u32 producer) {
+	if (bpf_map_delete_elem(map, pid_tgid) == 0)
+		count_lost_attempt(producer);
+}
+
+/* An exclusion matched at the syscall's entry: filtered, once. */
+static __always_inline void pending_filtered(void *map, __u64 *pid_tgid, __u32 producer) {
+	count_filtered(producer);
+	pending_clear_stale(map, pid_tgid, producer);
+}
+
 /* The thread's pending record, completed at the syscall's exit and emitted from the map value
  * itself, then removed (pending_done()). Safe without a copy: the element is this thread's
  * alone (keyed by pid_tgid; its enter and its reaper run on this thread, and a plain hash never
@@ -463,8 +477,10 @@ int handle_open_enter(struct trace_event_raw_sys_enter *ctx) {
 		return 0;
 	/* Filtered here, once per syscall: without a pending entry the exit makes no attempt. */
 	d = demand_get();
-	if (demand_unwanted(d, PERFRELAY_TYPE_OPEN, PERFRELAY_PRODUCER_OPEN))
+	if (demand_unwanted(d, PERFRELAY_TYPE_OPEN, PERFRELAY_PRODUCER_OPEN)) {
+		pending_clear_stale(&open_args, &pid_tgid, PERFRELAY_PRODUCER_OPEN);
 		return 0;
+	}
 	e = scratch_get(SCRATCH_OPEN, struct perfrelay_open);
 	if (!e)
 		return 0;
@@ -472,13 +488,13 @@ int handle_open_enter(struct trace_event_raw_sys_enter *ctx) {
 	/* What the exclusions match first, the rest only for a record someone wants. */
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	if (d && d->n_comms && demand_comm_excluded(d, e->comm)) {
-		count_filtered(PERFRELAY_PRODUCER_OPEN);
+		pending_filtered(&open_args, &pid_tgid, PERFRELAY_PRODUCER_OPEN);
 		return 0;
 	}
 	/* Read now: the user buffer may be reused or freed by the time the syscall returns. */
 	bpf_probe_read_user_str(e->path, sizeof(e->path), (const char *) ctx->args[1]);
 	if (d && d->n_paths && demand_path_excluded(d, e->path)) {
-		count_filtered(PERFRELAY_PRODUCER_OPEN);
+		pending_filtered(&open_args, &pid_tgid, PERFRELAY_PRODUCER_OPEN);
 		return 0;
 	}
 	e->pid = pid_tgid >> 32;
@@ -525,15 +541,17 @@ int handle_connect_enter(struct trace_event_raw_sys_enter *ctx) {
 	if (perfrelay_is_idle())
 		return 0;
 	d = demand_get();
-	if (demand_unwanted(d, PERFRELAY_TYPE_CONNECT, PERFRELAY_PRODUCER_CONNECT))
+	if (demand_unwanted(d, PERFRELAY_TYPE_CONNECT, PERFRELAY_PRODUCER_CONNECT)) {
+		pending_clear_stale(&connect_args, &pid_tgid, PERFRELAY_PRODUCER_CONNECT);
 		return 0;
+	}
 	e = scratch_get(SCRATCH_CONNECT, struct perfrelay_connect);
 	if (!e)
 		return 0;
 
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	if (d && d->n_comms && demand_comm_excluded(d, e->comm)) {
-		count_filtered(PERFRELAY_PRODUCER_CONNECT);
+		pending_filtered(&connect_args, &pid_tgid, PERFRELAY_PRODUCER_CONNECT);
 		return 0;
 	}
 	e->pid = pid_tgid >> 32;

@@ -211,3 +211,43 @@ def test_bus_monitor_attaches_before_its_reply(daemon, stats_bus, workdir):
     finally:
         m.close()
     wait_for(lambda: probe(stats_bus, "open")["attached"] is False, "detached once the monitor left", DETACH_TIMEOUT)
+
+
+def test_filtered_open_clears_an_untraced_syscalls_entry(daemon, stats_bus, socket_client, workdir):
+    """A thread whose openat() entered while the probe was attached and returned while it was
+    detached leaves its pending entry behind. Its next open, filtered at the entry
+    (ExcludePaths=), must not let the exit emit that old record with the new result: the entry
+    is removed (counted as a lost attempt) and nothing is delivered for either path."""
+    import threading
+
+    d = daemon("demand-stale", config="[Probes]\nExcludePaths=/proc/*\n")
+    fifo = os.path.join(workdir, f"fifo-{uuid.uuid4().hex}")
+    os.mkfifo(fifo)
+    c = socket_client(d.socket_path, {"subscribe": {"types": ["open"]}})
+    c.hello()
+    go, done = threading.Event(), threading.Event()
+
+    def blocked():
+        os.close(os.open(fifo, os.O_RDONLY))  # enters now, returns once a writer opens
+        go.wait(60)
+        os.close(os.open("/proc/self/stat", os.O_RDONLY))  # filtered at its entry
+        done.set()
+
+    t = threading.Thread(target=blocked)
+    t.start()
+    wait_for(lambda: any(open(f"/proc/{os.getpid()}/task/{tid}/syscall").read().split()[0] in ("257", "56")
+                         for tid in os.listdir(f"/proc/{os.getpid()}/task")), "the thread blocked in openat()")
+    c.close()
+    wait_for(lambda: probe(stats_bus, "open")["attached"] is False, "the open probe detached", DETACH_TIMEOUT)
+    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the blocked open returns, untraced
+    c = socket_client(d.socket_path, {"subscribe": {"types": ["open"]}})
+    c.hello()
+    go.set()
+    check(done.wait(60), "the thread's second open")
+    t.join(10)
+    last = marker(workdir)
+    opens(last)
+    wait_open(c, last, "the marker after the filtered open")
+    check(not any(m.get("type") == "open" and m.get("path") in (fifo, "/proc/self/stat") for m in c.messages()),
+          f"no record of the untraced syscall, none of the filtered one: "
+          f"{[m for m in c.messages() if m.get('type') == 'open' and 'fifo' in str(m.get('path'))]}")
