@@ -376,15 +376,22 @@ static int prog_identity(int prog_fd, ProgIdentity *ret) {
  * re-created after a --cleanup that left the link) would look current and emit into maps that
  * nobody reads any more. (A program with a .rodata or .bss map never matches: those are
  * private to each load. The probes have none.) */
-static bool link_runs_same_program(int link_fd, const struct bpf_program *prog) {
+/* An fd of the program a link runs, or a negative errno. */
+static int link_prog_fd(int link_fd) {
 	struct bpf_link_info info = {};
 	uint32_t len = sizeof(info);
-	ProgIdentity a, b;
-	_cleanup_close_ int fd = -EBADF;
+	int fd;
 
 	if (bpf_obj_get_info_by_fd(link_fd, &info, &len) < 0)
-		return false;
+		return negative_errno();
 	fd = bpf_prog_get_fd_by_id(info.prog_id);
+	return fd < 0 ? negative_errno() : fd;
+}
+
+static bool link_runs_same_program(int link_fd, const struct bpf_program *prog) {
+	_cleanup_close_ int fd = link_prog_fd(link_fd);
+	ProgIdentity a, b;
+
 	if (fd < 0)
 		return false;
 	if (prog_identity(fd, &a) < 0 || prog_identity(bpf_program__fd(prog), &b) < 0)
@@ -446,17 +453,12 @@ static int attach_prog(Probes *p, const char *what, const struct bpf_program *pr
 
 /* What the program behind a link has run (counted while some process holds BPF_ENABLE_STATS). */
 static int link_prog_run(int link_fd, ProbeRunStats *ret) {
-	struct bpf_link_info link = {};
+	_cleanup_close_ int fd = link_prog_fd(link_fd);
 	struct bpf_prog_info prog = {};
-	uint32_t len = sizeof(link);
-	_cleanup_close_ int fd = -EBADF;
+	uint32_t len = sizeof(prog);
 
-	if (bpf_obj_get_info_by_fd(link_fd, &link, &len) < 0)
-		return negative_errno();
-	fd = bpf_prog_get_fd_by_id(link.prog_id);
 	if (fd < 0)
-		return negative_errno();
-	len = sizeof(prog);
+		return fd;
 	if (bpf_obj_get_info_by_fd(fd, &prog, &len) < 0)
 		return negative_errno();
 	*ret = (ProbeRunStats){ .run_ns = prog.run_time_ns, .runs = prog.run_cnt };
