@@ -73,6 +73,22 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } connect_args SEC(".maps");
 
+/* The protected lane (docs/pipeline.md): the exec, fork and exit probes' records go into a
+ * perf event array of their own, with a small ring per CPU that the readers drain before the
+ * main ones, so a flood of other records that fills the main rings costs none of them (the
+ * process table, units and every lineage depend on them). Sized and filled like "events". */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+	__uint(map_flags, PERFRELAY_BPF_F_PRESERVE_ELEMS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} critical SEC(".maps");
+
+static __always_inline void emit_critical(void *ctx, void *rec, __u32 size, __u16 type, __u32 producer) {
+	perfrelay__emit_to(ctx, &critical, rec, size, type, producer, 0);
+}
+
 /* perfrelayd's persistent per (producer, CPU) totals (struct perfrelay_received): no program
  * uses it; it lives in this object so that libbpf creates, pins and checks it like the other
  * maps. The daemon sets max_entries to PERFRELAY_MAX_PRODUCERS * possible CPUs and mmaps it. */
@@ -378,7 +394,7 @@ int handle_exec(struct trace_event_raw_sched_process_exec *ctx) {
 	e->argc = argc;
 	exec_context(task, e);
 
-	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_EXEC, PERFRELAY_PRODUCER_EXEC);
+	emit_critical(ctx, e, sizeof(*e), PERFRELAY_TYPE_EXEC, PERFRELAY_PRODUCER_EXEC);
 	return 0;
 }
 
@@ -438,7 +454,7 @@ int handle_exit(void *ctx) {
 	counters_take(pid_tgid >> 32, tid, &e->counters);
 	if (probe_skip(PERFRELAY_TYPE_EXIT, PERFRELAY_PRODUCER_EXIT))
 		return 0;
-	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_EXIT, PERFRELAY_PRODUCER_EXIT);
+	emit_critical(ctx, e, sizeof(*e), PERFRELAY_TYPE_EXIT, PERFRELAY_PRODUCER_EXIT);
 	return 0;
 }
 
@@ -462,7 +478,7 @@ int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child)
 	task_ids(child, &e->ids);
 	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), parent->comm);
 
-	perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_FORK, PERFRELAY_PRODUCER_FORK);
+	emit_critical(ctx, e, sizeof(*e), PERFRELAY_TYPE_FORK, PERFRELAY_PRODUCER_FORK);
 	return 0;
 }
 

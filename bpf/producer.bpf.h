@@ -191,11 +191,11 @@ static __always_inline void perfrelay_record(void *ctx, void *rec, __u32 size) {
  * for a size that cannot hold a header or exceeds a perf sample (PERFRELAY_EMIT_MAX), -ENOENT
  * while no daemon serves (see idle), otherwise the result of bpf_perf_event_output()
  * (-ENOENT when no ring is mapped, -ENOSPC when the ring is full). */
-static __always_inline int
-	perfrelay_emit_ctx(void *ctx, void *rec, __u32 size, __u16 type, __u32 producer, __u64 ctx_len);
+static __always_inline int perfrelay__emit_to(
+	void *ctx, void *ring, void *rec, __u32 size, __u16 type, __u32 producer, __u64 ctx_len);
 
 static __always_inline int perfrelay_emit(void *ctx, void *rec, __u32 size, __u16 type, __u32 producer) {
-	return perfrelay_emit_ctx(ctx, rec, size, type, producer, 0);
+	return perfrelay__emit_to(ctx, &events, rec, size, type, producer, 0);
 }
 
 /* perfrelay_emit() that also has the kernel append ctx_len bytes of the program's context
@@ -204,6 +204,15 @@ static __always_inline int perfrelay_emit(void *ctx, void *rec, __u32 size, __u1
  * records do not go to the flight recorder (it would get them without their bytes). */
 static __always_inline int
 	perfrelay_emit_ctx(void *ctx, void *rec, __u32 size, __u16 type, __u32 producer, __u64 ctx_len) {
+	return perfrelay__emit_to(ctx, &events, rec, size, type, producer, ctx_len);
+}
+
+/* The emit itself, into `ring`: "events", or for perfrelay's own exec, fork and exit probes
+ * their protected lane ("critical", declared in probes.bpf.c, not here: a third party's
+ * object need not size it). A producer writes all its records into one array, so that their
+ * seq numbers stay in order within one ring of each CPU. */
+static __always_inline int perfrelay__emit_to(
+	void *ctx, void *ring, void *rec, __u32 size, __u16 type, __u32 producer, __u64 ctx_len) {
 	struct perfrelay_hdr *hdr = rec;
 	struct perfrelay_counters *c;
 	__u64 seq;
@@ -241,7 +250,7 @@ static __always_inline int
 	hdr->seq = seq;
 	hdr->ts_ns = bpf_ktime_get_boot_ns();
 
-	r = bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU | (ctx_len << 32), rec, size);
+	r = bpf_perf_event_output(ctx, ring, BPF_F_CURRENT_CPU | (ctx_len << 32), rec, size);
 	if (r < 0)
 		__sync_fetch_and_add(&c->failures, 1);
 	if (ctx_len == 0)

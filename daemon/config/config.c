@@ -40,6 +40,7 @@ static const Config config_defaults = {
 	.pin_path = NULL, /* strings come from ConfigKey.default_string */
 	.replace_incompatible_pins = false,
 	.pages_per_cpu = 512,
+	.critical_pages_per_cpu = 64,
 	.watermark = 0,
 	.wakeup_events = 0,
 	.flush_interval_ms = 50,
@@ -71,6 +72,7 @@ static const ConfigKey config_keys[] = {
 	{ "Daemon", "ReplaceIncompatiblePins", VALUE_BOOL, FIELD(replace_incompatible_pins), 0, 0, NULL, false },
 
 	{ "Ring", "PagesPerCpu", VALUE_POW2, FIELD(pages_per_cpu), 1, 65536, NULL, false },
+	{ "Ring", "CriticalPagesPerCpu", VALUE_POW2, FIELD(critical_pages_per_cpu), 1, 65536, NULL, false },
 	{ "Ring", "Watermark", VALUE_SIZE, FIELD(watermark), 0, UINT32_MAX, NULL, false },
 	{ "Ring", "WakeupEvents", VALUE_UINT, FIELD(wakeup_events), 0, UINT32_MAX, NULL, false },
 	{ "Ring", "FlushIntervalMs", VALUE_UINT, FIELD(flush_interval_ms), 1, 1000, NULL, false },

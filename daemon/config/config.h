@@ -79,10 +79,11 @@ typedef struct Config {
 	bool replace_incompatible_pins; /* ReplaceIncompatiblePins=, default no */
 
 	/* [Ring] */
-	unsigned pages_per_cpu;     /* PagesPerCpu=, power of two 1..65536, default 512 */
-	uint32_t watermark;         /* Watermark= bytes (K/M suffix), default 0 = auto (1/4 ring) */
-	uint32_t wakeup_events;     /* WakeupEvents=, default 0; used when set and Watermark= is 0 */
-	unsigned flush_interval_ms; /* FlushIntervalMs=, 1..1000, default 50 */
+	unsigned pages_per_cpu;          /* PagesPerCpu=, power of two 1..65536, default 512 */
+	unsigned critical_pages_per_cpu; /* CriticalPagesPerCpu=: the protected lane's, default 64 */
+	uint32_t watermark;              /* Watermark= bytes (K/M suffix), default 0 = auto (1/4 ring) */
+	uint32_t wakeup_events;          /* WakeupEvents=, default 0; used when set and Watermark= is 0 */
+	unsigned flush_interval_ms;      /* FlushIntervalMs=, 1..1000, default 50 */
 
 	/* [Readers] */
 	CpuSet *cpu_groups;              /* CpuGroups= "0-3 4-7" (space-separated CPU lists) */

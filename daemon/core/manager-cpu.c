@@ -104,6 +104,7 @@ RingOptions manager_ring_options(const Manager *m) {
 	long page = sysconf(_SC_PAGESIZE);
 	RingOptions ro = {
 		.pages = c->pages_per_cpu,
+		.lane_pages = c->critical_pages_per_cpu,
 		.watermark = c->watermark,
 		.wakeup_events = c->wakeup_events,
 	};
@@ -116,6 +117,41 @@ RingOptions manager_ring_options(const Manager *m) {
 		ro.watermark = (uint32_t) MIN(
 			(uint64_t) page * c->pages_per_cpu / 4, (uint64_t) RING_WATERMARK_MAX);
 	return ro;
+}
+
+/* Puts `ring` (and its protected lane) of `cpu` into the arrays' slots: the lane first, so that
+ * exec, fork and exit never find the CPU's main ring served and their own not. Returns 0, or a
+ * negative errno with *ret_array naming the array that refused it. */
+int manager_store_ring(Manager *m, unsigned cpu, const Ring *ring, const char **ret_array) {
+	uint32_t key = cpu;
+	Ring *lane = ring_lane(ring);
+	int fd;
+
+	if (lane) {
+		fd = ring_fd(lane);
+		if (bpf_map_update_elem(probes_critical_fd(m->probes), &key, &fd, BPF_ANY) < 0) {
+			*ret_array = "critical";
+			return negative_errno();
+		}
+	}
+	fd = ring_fd(ring);
+	if (bpf_map_update_elem(probes_events_fd(m->probes), &key, &fd, BPF_ANY) < 0) {
+		*ret_array = "events";
+		return negative_errno();
+	}
+	return 0;
+}
+
+/* Empties the slots of `cpu` in both arrays (ENOENT, an empty slot, is no error). */
+int manager_clear_cpu_slots(Manager *m, unsigned cpu) {
+	uint32_t key = cpu;
+	int r = 0;
+
+	if (bpf_map_delete_elem(probes_events_fd(m->probes), &key) < 0 && errno != ENOENT)
+		r = negative_errno();
+	if (bpf_map_delete_elem(probes_critical_fd(m->probes), &key) < 0 && errno != ENOENT)
+		r = negative_errno();
+	return r;
 }
 
 /* CPU hotplug. A CPU of ours that goes offline gets its slot emptied (emits there now fail, and
@@ -141,11 +177,11 @@ static Reader *manager_reader_of(Manager *m, unsigned cpu) {
  * (one grace period, as at stop) before the drain, and if that cannot be made sure the ring
  * stays, read, and the CPU is not parked. Returns whether it was parked. */
 static bool manager_cpu_retire(Manager *m, Reader *rd, unsigned cpu, bool in_flight, const char *what) {
-	uint32_t key = cpu;
 	int r;
 
-	if (bpf_map_delete_elem(probes_events_fd(m->probes), &key) < 0 && errno != ENOENT) {
-		log_warning_errno(-errno, "CPU %u %s; failed to empty its slot: %m", cpu, what);
+	r = manager_clear_cpu_slots(m, cpu);
+	if (r < 0) {
+		log_warning_errno(r, "CPU %u %s; failed to empty its slots: %m", cpu, what);
 		if (in_flight)
 			return false;
 	}
@@ -178,10 +214,10 @@ void manager_cpu_offline(Manager *m, unsigned cpu) {
 
 void manager_cpu_online(Manager *m, unsigned cpu) {
 	RingOptions ro = manager_ring_options(m);
-	uint32_t key = cpu;
 	Reader *rd = manager_reader_of(m, cpu);
+	const char *array = NULL;
 	Ring *ring;
-	int r, fd;
+	int r;
 
 	if (!rd || !cpuset_contains(&m->cpus, cpu)) {
 		if (!cpuset_contains(&m->cpus_unserved_seen, cpu)) {
@@ -211,17 +247,19 @@ void manager_cpu_online(Manager *m, unsigned cpu) {
 		cpuset_add(&m->cpus_parked, cpu);
 		return;
 	}
-	fd = ring_fd(ring);
-	if (bpf_map_update_elem(probes_events_fd(m->probes), &key, &fd, BPF_ANY) < 0) {
-		log_warning_errno(-errno, "CPU %u came online; failed to store its ring (retrying): %m", cpu);
+	r = manager_store_ring(m, cpu, ring, &array);
+	if (r < 0) {
+		log_warning_errno(
+			r, "CPU %u came online; failed to store its ring in %s (retrying): %m", cpu, array);
+		(void) manager_clear_cpu_slots(m, cpu);
 		ring_free(ring);
 		cpuset_add(&m->cpus_parked, cpu);
 		return;
 	}
 	r = reader_replace_ring(rd, cpu, ring); /* consumes ring */
 	if (r < 0) {
-		/* The slot holds a ring nobody will read: empty it, emits fail and are counted. */
-		(void) bpf_map_delete_elem(probes_events_fd(m->probes), &key);
+		/* The slots hold rings nobody will read: empty them, emits fail and are counted. */
+		(void) manager_clear_cpu_slots(m, cpu);
 		log_warning_errno(
 			r,
 			"CPU %u came online; failed to hand its ring to reader %u (retrying): %m",

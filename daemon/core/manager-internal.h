@@ -101,6 +101,9 @@ void manager_features_stats_clients(Manager *m, StatsClients *add);
 
 /* manager-cpu.c */
 RingOptions manager_ring_options(const Manager *m);
+/* A CPU's slots in "events" and "critical" (its protected lane). */
+int manager_store_ring(Manager *m, unsigned cpu, const Ring *ring, const char **ret_array);
+int manager_clear_cpu_slots(Manager *m, unsigned cpu);
 /* The CPU groups the readers serve, the offline CPUs parked in them. */
 int manager_cpu_groups(Manager *m, CpuSet **ret, size_t *ret_n);
 

@@ -90,19 +90,28 @@ static int manager_set_idle(Manager *m, bool idle) {
 /* Empties every slot of the array and waits until no emitter can still be writing into a
  * ring it found there. Returns 0 once nothing can write any more. */
 static int manager_clear_slots(Manager *m) {
-	int events_fd = probes_events_fd(m->probes), r = 0;
+	const struct {
+		int fd;
+		const char *name;
+	} arrays[] = {
+		{ probes_events_fd(m->probes), "events" },
+		{ probes_critical_fd(m->probes), "critical" },
+	};
 	const char *how = NULL;
+	int r = 0;
 
-	for (unsigned cpu = 0; cpu < probes_possible_cpus(m->probes); cpu++) {
-		uint32_t key = cpu;
+	for (size_t a = 0; a < ELEMENTSOF(arrays); a++)
+		for (unsigned cpu = 0; cpu < probes_possible_cpus(m->probes); cpu++) {
+			uint32_t key = cpu;
 
-		if (bpf_map_delete_elem(events_fd, &key) < 0 && errno != ENOENT)
-			r = log_error_errno(
-				negative_errno(),
-				"Failed to clear slot %u of %s/events: %m",
-				cpu,
-				m->config->pin_path);
-	}
+			if (bpf_map_delete_elem(arrays[a].fd, &key) < 0 && errno != ENOENT)
+				r = log_error_errno(
+					negative_errno(),
+					"Failed to clear slot %u of %s/%s: %m",
+					cpu,
+					m->config->pin_path,
+					arrays[a].name);
+		}
 	if (r < 0)
 		return r;
 	r = grace_period(&how);
@@ -112,7 +121,8 @@ static int manager_clear_slots(Manager *m) {
 			"Failed to wait for the BPF programs in flight (membarrier and a "
 			"map-in-map update both failed): %m");
 	log_debug(
-		"Cleared the slots of %s/events and waited out the emitters in flight (%s)",
+		"Cleared the slots of %s/events and %s/critical and waited out the emitters in flight (%s)",
+		m->config->pin_path,
 		m->config->pin_path,
 		how);
 	return 0;
@@ -173,7 +183,7 @@ Manager *manager_free(Manager *m) {
 static int manager_open_rings(Manager *m, const CpuSet *groups, size_t n_groups) {
 	const Config *c = m->config;
 	RingOptions ro = manager_ring_options(m);
-	int events_fd = probes_events_fd(m->probes);
+	const char *array = NULL;
 	int r;
 
 	m->readers = calloc(n_groups, sizeof(Reader *));
@@ -187,9 +197,6 @@ static int manager_open_rings(Manager *m, const CpuSet *groups, size_t n_groups)
 		if (!rings)
 			return -ENOMEM;
 		FOREACH_CPU(cpu, &groups[g]) {
-			uint32_t key = cpu;
-			int fd;
-
 			if (cpuset_contains(&m->cpus_parked, cpu)) {
 				/* Offline: no perf event can be opened there yet; the slot stays empty. */
 				rings[i++] = NULL;
@@ -203,24 +210,26 @@ static int manager_open_rings(Manager *m, const CpuSet *groups, size_t n_groups)
 				free(rings);
 				return log_error_errno(
 					r,
-					"Failed to open the perf ring of CPU %d (%u pages): %m",
+					"Failed to open the perf rings of CPU %d (%u pages, %u for the "
+					"protected lane): %m",
 					cpu,
-					ro.pages);
+					ro.pages,
+					ro.lane_pages);
 			}
-			fd = ring_fd(rings[i]);
 			i++;
 			/* From the first ring on, a stop or a failed start must quiesce. */
 			m->serving = true;
-			if (bpf_map_update_elem(events_fd, &key, &fd, BPF_ANY) < 0) {
-				r = negative_errno();
+			r = manager_store_ring(m, (unsigned) cpu, rings[i - 1], &array);
+			if (r < 0) {
 				for (unsigned k = 0; k < i; k++)
 					ring_free(rings[k]);
 				free(rings);
 				return log_error_errno(
 					r,
-					"Failed to store the ring of CPU %d in %s/events: %m",
+					"Failed to store the ring of CPU %d in %s/%s: %m",
 					cpu,
-					c->pin_path);
+					c->pin_path,
+					array);
 			}
 			cpuset_add(&m->cpus, cpu);
 		}

@@ -57,10 +57,11 @@ struct Reader {
 	Ring **rings;       /* NULL: a CPU offline since the start, parked until it comes online */
 	unsigned *slot_cpu; /* the CPU of each ring slot, in the order of `cpus` */
 	size_t n_rings;
-	CpuStats *cpu_stats;    /* one per ring; written by the thread */
-	RingSeq *seqs;          /* one per ring; the thread's (its ledger entries: see ledger.h) */
-	uint64_t *drained_usec; /* one per ring; the thread's: when it last consumed records */
-	uint64_t *held_usec;    /* one per ring; the thread's: since when it holds a record, or 0 */
+	CpuStats *cpu_stats; /* one per ring; written by the thread */
+	RingSeq *seqs;       /* one per ring; the thread's (its ledger entries: see ledger.h) */
+	/* One per ring, then one per protected lane (index n_rings + i): the thread's. */
+	uint64_t *drained_usec; /* when it last consumed records */
+	uint64_t *held_usec;    /* since when it holds a record, or 0 */
 	bool hold_ok;           /* the thread's: records may be held (not while stopping) */
 	bool holding;           /* the thread's: the last drain_all() left a record held */
 	ReaderStats *stats;     /* written by the thread */
@@ -122,6 +123,25 @@ static const char *reader_lineage_unit(void *userdata, uint64_t cgroup_id) {
 	return r->lineage_units ? cgroup_cache_lookup(r->lineage_units, cgroup_id) : NULL;
 }
 
+/* Adds a CPU's ring and its protected lane to the epoll set, or removes them (EPOLL_CTL_DEL),
+ * both as slot i: a wakeup of either drains the group. NULL (a parked CPU): nothing. */
+static int reader_epoll_ring(Reader *r, int op, const Ring *ring, size_t i) {
+	const Ring *lane;
+
+	if (!ring)
+		return 0;
+	lane = ring_lane(ring);
+	for (int k = 0; k < (lane ? 2 : 1); k++) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = i };
+
+		if (epoll_ctl(r->epoll_fd, op, ring_fd(k == 0 ? ring : lane), op == EPOLL_CTL_DEL ? NULL : &ev) <
+			    0 &&
+		    op != EPOLL_CTL_DEL)
+			return negative_errno();
+	}
+	return 0;
+}
+
 int reader_new(
 	unsigned id,
 	const CpuSet *cpus,
@@ -156,8 +176,8 @@ int reader_new(
 	pthread_mutex_init(&r->cmd_lock, NULL);
 
 	r->cpu_stats = calloc(n_rings ?: 1, sizeof(CpuStats));
-	r->drained_usec = calloc(n_rings ?: 1, sizeof(uint64_t));
-	r->held_usec = calloc(n_rings ?: 1, sizeof(uint64_t));
+	r->drained_usec = calloc(2 * n_rings ?: 1, sizeof(uint64_t));
+	r->held_usec = calloc(2 * n_rings ?: 1, sizeof(uint64_t));
 	r->stats = calloc(1, sizeof(ReaderStats));
 	r->seqs = calloc(n_rings ?: 1, sizeof(RingSeq));
 	r->slot_cpu = calloc(n_rings ?: 1, sizeof(unsigned));
@@ -197,11 +217,15 @@ int reader_new(
 	r->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (r->stop_fd < 0)
 		return -errno;
-	for (size_t i = 0; i <= n_rings; i++) {
-		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = i };
-		int fd = i < n_rings ? (rings[i] ? ring_fd(rings[i]) : -1) : r->stop_fd;
+	for (size_t i = 0; i < n_rings; i++) {
+		k = reader_epoll_ring(r, EPOLL_CTL_ADD, rings[i], i);
+		if (k < 0)
+			return k;
+	}
+	{
+		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = n_rings };
 
-		if (fd >= 0 && epoll_ctl(r->epoll_fd, EPOLL_CTL_ADD, fd, &ev) < 0)
+		if (epoll_ctl(r->epoll_fd, EPOLL_CTL_ADD, r->stop_fd, &ev) < 0)
 			return -errno;
 	}
 	k = reader_hotplug_init(r);
@@ -431,78 +455,94 @@ static bool ring_trickles(const Ring *ring, uint64_t bytes, uint64_t records, ui
 	return records * window_usec < (uint64_t) ring_wakeup_events(ring) * elapsed_usec;
 }
 
-/* Drains every ring of the group that has data, once. Returns 1 if a ring was left with data
- * (its budget ran out), 0 if all were drained; *ret_any tells whether anything was consumed and
- * *ret_trickle whether a ring fills too slowly to wake the reader soon (see ring_trickles()). */
+/* What drain_all() learns from the rings it drains. */
+typedef struct DrainTotals {
+	bool any, more, trickle, holding;
+} DrainTotals;
+
+/* Drains one ring of slot i (the CPU's main ring, or its protected lane: `lane`) by at most
+ * `budget` bytes. Both of a CPU's rings count into the CPU's figures and its sequence state:
+ * a producer writes all its records into one of them, so its seq numbers stay in order. */
+static void drain_ring(Reader *r, size_t i, Ring *ring, bool lane, uint64_t budget, uint64_t now, DrainTotals *t) {
+	size_t k = lane ? r->n_rings + i : i;
+	DrainCtx d = {
+		.reader = r,
+		.cpu = &r->cpu_stats[i],
+		.seq = &r->seqs[i],
+		.has_clients = hub_reader_has_clients(r->hub, r->id),
+		.held_usec = &r->held_usec[k],
+		.now = now,
+	};
+	uint64_t skipped;
+	RingView view;
+	int64_t n;
+
+	if (!ring_pending(ring))
+		return;
+	ring_view(ring, &view);
+	n = ring_view_drain(&view, budget, on_record, &d, &skipped);
+	if (_unlikely_(d.held))
+		t->holding = true; /* the drain stopped at a record it holds */
+	else
+		r->held_usec[k] = 0;
+	if (_unlikely_(skipped > 0)) {
+		STAT_ADD(d.cpu->corrupt, 1);
+		STAT_ADD(d.cpu->corrupt_bytes, skipped);
+		t->any = true;
+	}
+	if (d.seq->n_dirty)
+		seq_flush(d.seq, r->stats);
+	if (n > 0) {
+		t->any = true;
+		t->more |= (uint64_t) n >= budget;
+		t->trickle |= ring_trickles(ring, (uint64_t) n, d.records, now - r->drained_usec[k]);
+		r->drained_usec[k] = now;
+		STAT_ADD(r->stats->batches, 1);
+		STAT_ADD(d.cpu->bytes, (uint64_t) n);
+	}
+	if (d.received) {
+		STAT_ADD(d.cpu->received, d.received);
+		STAT_ADD(r->stats->events, d.received);
+	}
+	if (d.lost)
+		STAT_ADD(d.cpu->lost, d.lost);
+	if (d.malformed)
+		STAT_ADD(d.cpu->malformed, d.malformed);
+	if (d.other)
+		STAT_ADD(d.cpu->other, d.other);
+}
+
+/* Drains every ring of the group that has data, once: first every protected lane (exec, fork
+ * and exit; small and slow, so to empty), then the main rings. Returns 1 if a ring was left with
+ * data (its budget ran out), 0 if all were drained; *ret_any tells whether anything was
+ * consumed and *ret_trickle whether a ring fills too slowly to wake the reader soon (see
+ * ring_trickles()). */
 static int drain_all(Reader *r, uint64_t now, bool *ret_any, bool *ret_trickle) {
-	bool any = false, more = false, trickle = false, holding = false;
+	DrainTotals t = {};
 
 	hub_reader_begin(r->hub, r->id);
 	if (r->decoders)
 		r->scan = decoders_enter(r->decoders, r->id);
 	for (size_t i = 0; i < r->n_rings; i++) {
-		DrainCtx d = {
-			.reader = r,
-			.cpu = &r->cpu_stats[i],
-			.seq = &r->seqs[i],
-			.has_clients = hub_reader_has_clients(r->hub, r->id),
-			.held_usec = &r->held_usec[i],
-			.now = now,
-		};
-		uint64_t budget;
+		Ring *lane = r->rings[i] ? ring_lane(r->rings[i]) : NULL;
 
-		if (!r->rings[i])
-			continue; /* parked: its CPU has been offline since the start */
-		budget = ring_data_size(r->rings[i]) / 2;
-		uint64_t skipped;
-		RingView view;
-		int64_t n;
-
-		if (!ring_pending(r->rings[i]))
-			continue;
-		/* Half a ring per turn keeps one busy CPU from starving the others of the group. */
-		ring_view(r->rings[i], &view);
-		n = ring_view_drain(&view, budget, on_record, &d, &skipped);
-		if (_unlikely_(d.held))
-			holding = true; /* the drain stopped at a record it holds */
-		else
-			r->held_usec[i] = 0;
-		if (_unlikely_(skipped > 0)) {
-			STAT_ADD(d.cpu->corrupt, 1);
-			STAT_ADD(d.cpu->corrupt_bytes, skipped);
-			any = true;
-		}
-		if (d.seq->n_dirty)
-			seq_flush(d.seq, r->stats);
-		if (n > 0) {
-			any = true;
-			more |= (uint64_t) n >= budget;
-			trickle |= ring_trickles(
-				r->rings[i], (uint64_t) n, d.records, now - r->drained_usec[i]);
-			r->drained_usec[i] = now;
-			STAT_ADD(r->stats->batches, 1);
-			STAT_ADD(d.cpu->bytes, (uint64_t) n);
-		}
-		if (d.received) {
-			STAT_ADD(d.cpu->received, d.received);
-			STAT_ADD(r->stats->events, d.received);
-		}
-		if (d.lost)
-			STAT_ADD(d.cpu->lost, d.lost);
-		if (d.malformed)
-			STAT_ADD(d.cpu->malformed, d.malformed);
-		if (d.other)
-			STAT_ADD(d.cpu->other, d.other);
+		if (lane)
+			drain_ring(r, i, lane, true, ring_data_size(lane), now, &t);
 	}
+	/* Half a ring per turn keeps one busy CPU from starving the others of the group (and the
+	 * lanes, which the next turn looks at first). NULL: parked, offline since the start. */
+	for (size_t i = 0; i < r->n_rings; i++)
+		if (r->rings[i])
+			drain_ring(r, i, r->rings[i], false, ring_data_size(r->rings[i]) / 2, now, &t);
 	if (r->decoders) {
 		decoders_leave(r->decoders, r->id);
 		r->scan = NULL;
 	}
 	hub_reader_end(r->hub, r->id);
-	r->holding = holding;
-	*ret_any = any;
-	*ret_trickle = trickle;
-	return more;
+	r->holding = t.holding;
+	*ret_any = t.any;
+	*ret_trickle = t.trickle;
+	return t.more;
 }
 
 static int reader_set_fifo(pid_t tid, unsigned priority);
@@ -755,14 +795,14 @@ int reader_replace_ring(Reader *r, unsigned cpu, Ring *ring) {
 	}
 	/* Not started (or stopped): nobody reads, the main thread may swap the ring itself. */
 	if (!r->started) {
-		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = i };
+		int k;
 
 		if (!ring)
 			return 0;
-		if (r->rings[i])
-			(void) epoll_ctl(r->epoll_fd, EPOLL_CTL_DEL, ring_fd(r->rings[i]), NULL);
-		if (epoll_ctl(r->epoll_fd, EPOLL_CTL_ADD, ring_fd(ring), &ev) < 0) {
-			int k = negative_errno();
+		(void) reader_epoll_ring(r, EPOLL_CTL_DEL, r->rings[i], i);
+		k = reader_epoll_ring(r, EPOLL_CTL_ADD, ring, i);
+		if (k < 0) {
+			(void) reader_epoll_ring(r, EPOLL_CTL_DEL, ring, i);
 			ring_free(ring);
 			return k;
 		}
@@ -788,7 +828,6 @@ int reader_replace_ring(Reader *r, unsigned cpu, Ring *ring) {
 /* On the reader thread. The old ring is drained to empty first: what its CPU wrote before it
  * went (or before the main thread emptied its slot) is delivered, not dropped with it. */
 static void reader_run_command(Reader *r, const ReaderCmd *c, Ring ***retired, size_t *n_retired) {
-	struct epoll_event ev = { .events = EPOLLIN };
 	bool any, trickle;
 	size_t i;
 
@@ -806,18 +845,16 @@ static void reader_run_command(Reader *r, const ReaderCmd *c, Ring ***retired, s
 			break;
 	r->hold_ok = true;
 	/* Its perf event is dead or going; a stale EPOLLHUP would wake us for nothing. */
-	if (r->rings[i])
-		(void) epoll_ctl(r->epoll_fd, EPOLL_CTL_DEL, ring_fd(r->rings[i]), NULL);
+	(void) reader_epoll_ring(r, EPOLL_CTL_DEL, r->rings[i], i);
 	if (!c->ring)
 		return; /* the ring stays in place, empty, until the CPU returns */
 
-	ev.data.u64 = i;
 	/* Fails only short of memory; the ring is then still read on every flush timeout. */
-	(void) epoll_ctl(r->epoll_fd, EPOLL_CTL_ADD, ring_fd(c->ring), &ev);
+	(void) reader_epoll_ring(r, EPOLL_CTL_ADD, c->ring, i);
 	if (r->rings[i]) /* NULL: the CPU was parked since the start */
 		(*retired)[(*n_retired)++] = r->rings[i];
 	__atomic_store_n(&r->rings[i], c->ring, __ATOMIC_RELEASE);
-	r->drained_usec[i] = now_usec(CLOCK_MONOTONIC);
+	r->drained_usec[i] = r->drained_usec[r->n_rings + i] = now_usec(CLOCK_MONOTONIC);
 
 	/* While all of our CPUs were offline the kernel moved us elsewhere and widened our
 	 * affinity: pin the thread to its group again. */

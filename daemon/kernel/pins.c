@@ -18,6 +18,7 @@
 
 /* Maps perfrelay creates under the pin root (the probes object's maps, pinned by name). */
 static const char *const owned_maps[] = { "events",
+					  "critical",
 					  "counters",
 					  "open_args",
 					  "connect_args",
@@ -112,17 +113,18 @@ int pins_clear_slots(int events_fd, unsigned n_slots, const CpuSet *keep) {
 	return r;
 }
 
-/* Empties every slot of <pin_path>/events, if it is pinned: the perf events a daemon left there
- * (a crashed one leaves all of them; BPF_F_PRESERVE_ELEMS keeps them) are released even while
- * attached producers or another holder of the map keep the array itself alive. */
-static int pins_clear_events(const char *pin_path) {
+/* Empties every slot of <pin_path>/<name> (a perf event array: "events", "critical"), if it is
+ * pinned: the perf events a daemon left there (a crashed one leaves all of them;
+ * BPF_F_PRESERVE_ELEMS keeps them) are released even while attached producers or another
+ * holder of the map keep the array itself alive. */
+static int pins_clear_array(const char *pin_path, const char *name) {
 	struct bpf_map_info info = {};
 	uint32_t len = sizeof(info);
 	char path[PATH_MAX];
 	_cleanup_close_ int fd = -EBADF;
 	int r;
 
-	snprintf(path, sizeof(path), "%s/events", pin_path);
+	snprintf(path, sizeof(path), "%s/%s", pin_path, name);
 	fd = bpf_obj_get(path);
 	if (fd < 0)
 		return errno == ENOENT ? 0 : log_error_errno(-errno, "Failed to open pin %s: %m", path);
@@ -246,7 +248,7 @@ int pins_cleanup(const char *pin_path) {
 
 	/* Slots first: once the pins are gone nobody could clear a ring left in the array, and
 	 * producers still attached would keep writing records into it that nobody reads. */
-	r = pins_clear_events(pin_path);
+	r = pins_clear_array(pin_path, "events") ?: pins_clear_array(pin_path, "critical");
 	if (r < 0)
 		return r;
 

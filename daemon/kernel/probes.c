@@ -227,6 +227,7 @@ int probes_new(const char *pin_path, bool replace_incompatible, const ProbesLimi
 	/* The array must have one slot per possible CPU whoever creates it (us or, first, a
 	 * third-party producer); set it before checking pins so the check compares it. */
 	bpf_map__set_max_entries(p->skel->maps.events, p->n_cpus);
+	bpf_map__set_max_entries(p->skel->maps.critical, p->n_cpus);
 	bpf_map__set_max_entries(p->skel->maps.recorder, p->n_cpus);
 	/* One struct perfrelay_received per (producer, possible CPU). */
 	bpf_map__set_max_entries(p->skel->maps.received, PERFRELAY_MAX_PRODUCERS * p->n_cpus);
@@ -303,6 +304,9 @@ Probes *probes_free(Probes *p) {
 
 int probes_events_fd(const Probes *p) {
 	return bpf_map__fd(p->skel->maps.events);
+}
+int probes_critical_fd(const Probes *p) {
+	return bpf_map__fd(p->skel->maps.critical);
 }
 int probes_counters_fd(const Probes *p) {
 	return bpf_map__fd(p->skel->maps.counters);

@@ -47,6 +47,8 @@ Probes *probes_free(Probes *p);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Probes *, probes_free);
 
 int probes_events_fd(const Probes *p);
+/* The protected lane's array ("critical"): exec, fork and exit records, one ring per CPU. */
+int probes_critical_fd(const Probes *p);
 int probes_counters_fd(const Probes *p);
 /* "received": mmapable, PERFRELAY_MAX_PRODUCERS * possible CPUs struct perfrelay_received. */
 int probes_received_fd(const Probes *p);

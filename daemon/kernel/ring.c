@@ -21,6 +21,7 @@ struct Ring {
 	uint8_t *scratch;       /* PERFRING_RECORD_MAX bytes for records that wrap */
 	uint32_t watermark;     /* as opened: wakeup after this many bytes, or 0 */
 	uint32_t wakeup_events; /* as opened: wakeup after this many records (watermark 0) */
+	Ring *lane;             /* the CPU's protected lane, or NULL */
 };
 
 int ring_open(unsigned cpu, const RingOptions *o, Ring **ret) {
@@ -58,6 +59,22 @@ int ring_open(unsigned cpu, const RingOptions *o, Ring **ret) {
 	if (!r->scratch)
 		return -ENOMEM;
 
+	if (o->lane_pages > 0) {
+		/* The lane wakes its reader like the main ring, but at a quarter of its own size at
+		 * the latest (a byte watermark must stay below the ring's size). */
+		uint64_t quarter = (uint64_t) o->lane_pages * (uint64_t) sysconf(_SC_PAGESIZE) / 4;
+		RingOptions lo = {
+			.pages = o->lane_pages,
+			.watermark = o->watermark ? (uint32_t) MIN((uint64_t) o->watermark, MAX(quarter, 1u)) :
+						    0,
+			.wakeup_events = o->wakeup_events,
+		};
+
+		k = ring_open(cpu, &lo, &r->lane);
+		if (k < 0)
+			return k;
+	}
+
 	*ret = TAKE_PTR(r);
 	return 0;
 }
@@ -65,6 +82,7 @@ int ring_open(unsigned cpu, const RingOptions *o, Ring **ret) {
 Ring *ring_free(Ring *r) {
 	if (!r)
 		return NULL;
+	ring_free(r->lane);
 	if (r->meta)
 		munmap(r->meta, r->map_size);
 	safe_close(r->fd);
@@ -75,6 +93,9 @@ Ring *ring_free(Ring *r) {
 
 int ring_fd(const Ring *r) {
 	return r->fd;
+}
+Ring *ring_lane(const Ring *r) {
+	return r->lane;
 }
 unsigned ring_cpu(const Ring *r) {
 	return r->cpu;

@@ -19,6 +19,11 @@ typedef struct Ring Ring;
 
 typedef struct RingOptions {
 	unsigned pages; /* data pages, a power of two */
+	/* The CPU's protected lane (docs/pipeline.md, "The protected lane"): a second
+	 * PERF_COUNT_SW_BPF_OUTPUT event of the same CPU with its own ring of this many data pages
+	 * (a power of two), which the built-in exec, fork and exit probes write into instead of the
+	 * main ring, so that a flood that fills the main ring costs none of them. 0: none. */
+	unsigned lane_pages;
 	/* Instead of PERF_COUNT_SW_BPF_OUTPUT samples, a dummy software event's side-band records
 	 * of BPF programs loaded and unloaded on the CPU (PERF_RECORD_BPF_EVENT, perf_event_attr's
 	 * bpf_event: Linux 5.1). */
@@ -27,12 +32,15 @@ typedef struct RingOptions {
 	uint32_t wakeup_events; /* wake up after this many records (when watermark is 0); 0 = 1 */
 } RingOptions;
 
-/* Opens the perf event for `cpu` (non-blocking, close-on-exec) and maps 1 + pages pages. */
+/* Opens the perf event for `cpu` (non-blocking, close-on-exec) and maps 1 + pages pages; with
+ * lane_pages, the lane's event too (ring_lane()), with the same wakeup options scaled to it. */
 int ring_open(unsigned cpu, const RingOptions *o, Ring **ret);
 Ring *ring_free(Ring *r);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Ring *, ring_free);
 
 int ring_fd(const Ring *r);
+/* The CPU's protected lane, a Ring of its own owned by r (freed with it), or NULL. */
+Ring *ring_lane(const Ring *r);
 unsigned ring_cpu(const Ring *r);
 uint64_t ring_data_size(const Ring *r);
 /* When the kernel wakes the reader: after ring_watermark() bytes if that is not 0, else after

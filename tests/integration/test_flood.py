@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""A flood costs no exec (docs/pipeline.md, "The protected lane"): with main rings small enough
+that a third-party producer flat out on every CPU and a process failing openat() as fast as it
+can overflow them, beside busy subscribers of everything, every marked exec reaches its
+subscriber, the flood's records are lost and counted, and afterwards every producer's ledger
+identity holds exactly, as does hits = filtered + attempts for the open probe."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from prtest import check, check_eq, wait_for
+from prtest.steady import PRODUCER as STEADY, SteadyProducer
+
+PRODUCER_EXEC = 1
+PRODUCER_OPEN = 4
+MARKED = 500       # marked execs run during the flood
+BUSY = 4           # subscribers of everything, reading as fast as they can
+FLOOD_RATE = 10_000_000  # records a second asked of each steady producer: flat out
+
+# Fails openat() as fast as a Python loop can, until killed.
+OPEN_FLOOD = r"""
+import os
+while True:
+    try:
+        os.open("/nonexistent/perfrelay-flood", os.O_RDONLY)
+    except FileNotFoundError:
+        pass
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(root_and_bpf, stats_bus):
+    pass
+
+
+class BusySubscriber:
+    """A binary subscriber of everything that reads and discards as fast as it can."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.sock.sendall(b'{"subscribe":{},"format":"binary"}\n')
+        self.hello = bytearray()
+        while b"\n" not in self.hello:
+            chunk = self.sock.recv(4096)
+            check(chunk, "a busy subscriber's hello line")
+            self.hello += chunk
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        try:
+            while self.sock.recv(1 << 20):
+                pass
+        except OSError:
+            pass
+
+    def close(self):
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self.thread.join(10)
+
+
+def identity_holds(p):
+    return p["attempts"] == p["received"] + p["malformed"] + p["failures"] + p["crash_lost"]
+
+
+def settled(stats_bus, producer):
+    return wait_for(lambda: (lambda p: p if identity_holds(p) else None)(stats_bus.producer(producer)),
+                    f"producer {producer}: attempts = received + malformed + failures + crash_lost", 30)
+
+
+def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir):
+    cpus = sorted(os.sched_getaffinity(0))
+    d = make_daemon("flood", config="[Ring]\nPagesPerCpu=2\n", stdout=False)
+    busy, floods, opener = [], [], None
+    try:
+        busy = [BusySubscriber(d.socket_path) for _ in range(BUSY)]
+        marked = os.path.join(workdir, "prmarkexec")
+        shutil.copy("/bin/true", marked)
+        execs = socket_client(d.socket_path, {"subscribe": {"types": ["exec"], "comm": ["prmarkexec"]}})
+        execs.hello()
+        before = {p: stats_bus.producer(p) for p in (PRODUCER_EXEC, PRODUCER_OPEN)}
+
+        builddir = os.path.dirname(os.path.dirname(os.path.abspath(d.binary)))
+        floods = [SteadyProducer(builddir, d.pin_path, cpu) for cpu in cpus]
+        for f in floods:
+            f.cmd(f"rate {FLOOD_RATE}")
+        opener = subprocess.Popen([sys.executable, "-c", OPEN_FLOOD])
+        subprocess.run(["sh", "-c", f'i=0; while [ $i -lt {MARKED} ]; do "$0"; i=$((i+1)); done', marked],
+                       check=True, timeout=300)
+        # The flood goes on until every marked exec has arrived: they never wait behind it.
+        execs.wait(lambda m: sum(1 for x in execs.msgs if x.get("type") == "exec") >= MARKED,
+                   f"all {MARKED} marked execs during the flood", timeout=60)
+        flooded = [f.counts() for f in floods]
+    finally:
+        if opener:
+            opener.kill()
+            opener.wait()
+        for f in floods:
+            f.close()
+        for b in busy:
+            b.close()
+
+    got = [m for m in execs.messages() if m.get("type") == "exec"]
+    check_eq(len(got), MARKED, "marked execs delivered (each once)")
+    check(all(m["comm"] == "prmarkexec" for m in got), "only marked execs match the filter")
+
+    steady = settled(stats_bus, STEADY)
+    check(steady["failures"] > 0, f"the flood overflowed the main rings (steady: {steady})")
+    check(sum(c["calls"] for c in flooded) > 0, "the steady producers ran")
+    exec_ = settled(stats_bus, PRODUCER_EXEC)
+    check_eq(exec_["failures"] - before[PRODUCER_EXEC]["failures"], 0, "exec records lost during the flood")
+    check(exec_["received"] - before[PRODUCER_EXEC]["received"] >= MARKED, "the exec probe's records received")
+    open_ = settled(stats_bus, PRODUCER_OPEN)
+    check(open_["failures"] > before[PRODUCER_OPEN]["failures"], f"opens lost to the flood ({open_})")
+    check_eq(open_["hits"], open_["filtered"] + open_["attempts"], "open: hits = filtered + attempts")
+    d.stop()
