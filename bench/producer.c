@@ -102,7 +102,7 @@ int bench_producer_unpin(BenchProducer *p) {
 		r = negative_errno();
 	if (bpf_map__unpin(p->skel->maps.counters, NULL) < 0 && r == 0)
 		r = negative_errno();
-	/* producer.bpf.h's idle flag and flight recorder maps, pinned beside the other two. */
+	/* producer.bpf.h's idle flag, flight recorder and unit maps, pinned beside the other two. */
 	if (bpf_map__unpin(p->skel->maps.idle, NULL) < 0 && r == 0)
 		r = negative_errno();
 	if (bpf_map__unpin(p->skel->maps.recorder, NULL) < 0 && r == 0)
@@ -110,6 +110,11 @@ int bench_producer_unpin(BenchProducer *p) {
 	if (bpf_map__unpin(p->skel->maps.recorder_on, NULL) < 0 && r == 0)
 		r = negative_errno();
 	if (bpf_map__unpin(p->skel->maps.recorder_stats, NULL) < 0 && r == 0)
+		r = negative_errno();
+	/* And its per-unit counts. */
+	if (bpf_map__unpin(p->skel->maps.unit_counts, NULL) < 0 && r == 0)
+		r = negative_errno();
+	if (bpf_map__unpin(p->skel->maps.unit_counts_full, NULL) < 0 && r == 0)
 		r = negative_errno();
 	if (rmdir(p->pin_root) < 0 && errno != ENOTEMPTY && errno != ENOENT && r == 0)
 		r = negative_errno();

@@ -8,6 +8,10 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "event.h"
+/* Packets are seen in whichever task or softirq carries them, and tc programs of older kernels
+ * cannot ask for the current cgroup: their emits count under cgroup 0 in unit_counts (the
+ * record itself names the socket's cgroup). */
+#define PERFRELAY_UNIT_CGROUP() 0
 #include "producer.bpf.h"
 
 const volatile __u32 capture_id = 0;

@@ -109,6 +109,19 @@ struct perfrelay_counters {
 	__u64 failures;
 };
 
+/* Who floods (docs/pipeline.md, "Attribution"): the pinned per-CPU hash "unit_counts" holds a
+ * struct perfrelay_counters per (cgroup, producer) of the task an emit ran for, up to
+ * PERFRELAY_UNIT_COUNTS_MAX keys; an emit whose key found no room counts in the per-CPU
+ * "unit_counts_full" instead (one struct perfrelay_counters), so that the sums over both are the
+ * producers' attempts and failures. Fixed size: a third party's object declares the same map
+ * (producer.bpf.h) and a pinned map is only shared when the definitions match. */
+#define PERFRELAY_UNIT_COUNTS_MAX 8192u
+struct perfrelay_unit_key {
+	__u64 cgroup_id; /* bpf_get_current_cgroup_id() */
+	__u32 producer;
+	__u32 _pad; /* 0 */
+};
+
 /* The pinned "recorder_on" (one __u32): 0, or which records the flight recorder takes: bit t
  * for the built-in probes' types t (PERFRELAY_TYPE_EXEC..CONNECT, RecorderTypes=), this bit for
  * every other type. */
@@ -406,6 +419,7 @@ struct perfrelay_bench {
 
 _Static_assert(sizeof(struct perfrelay_hdr) == 32, "perfrelay_hdr ABI");
 _Static_assert(sizeof(struct perfrelay_counters) == 16, "perfrelay_counters ABI");
+_Static_assert(sizeof(struct perfrelay_unit_key) == 16, "perfrelay_unit_key ABI");
 _Static_assert(sizeof(struct perfrelay_recorder_stats) == 24, "perfrelay_recorder_stats ABI");
 _Static_assert(sizeof(struct perfrelay_received) == 48, "perfrelay_received ABI");
 _Static_assert(sizeof(struct perfrelay_creds) == 8, "perfrelay_creds ABI");

@@ -125,7 +125,7 @@ static __always_inline void count_lost_attempt(__u32 producer) {
 
 	if (!c)
 		return;
-	perfrelay_count_failed(c); /* failure first: producer.bpf.h says why */
+	perfrelay_count_failed_for(c, producer); /* failure first: producer.bpf.h says why */
 }
 
 /* Stores a syscall's half-built record until its exit tracepoint; a full map is a lost record.

@@ -73,6 +73,24 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } counters SEC(".maps");
 
+/* The same per (cgroup of the task, producer): who emits, who loses (event.h). Per-CPU like
+ * "counters"; an emit whose key the map has no room for counts in unit_counts_full. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, PERFRELAY_UNIT_COUNTS_MAX);
+	__type(key, struct perfrelay_unit_key);
+	__type(value, struct perfrelay_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} unit_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct perfrelay_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} unit_counts_full SEC(".maps");
+
 /* 1 while no perfrelayd serves the pin root: the daemon clears it once its rings are in the
  * array and sets it on stop, before it empties them. Inverted ("idle", not "serving") on
  * purpose: a pin root no daemon ever served (a producer loaded first, the benchmark's
@@ -126,6 +144,28 @@ static __always_inline struct perfrelay_counters *perfrelay_counters_of(__u32 pr
 	return bpf_map_lookup_elem(&counters, &producer);
 }
 
+/* The cgroup an emit is counted for: the current task's. A program that runs for no task (a
+ * packet's, in softirq; one of a type without bpf_get_current_cgroup_id(), as tc's on older
+ * kernels) defines PERFRELAY_UNIT_CGROUP() as 0 before including this header. */
+#ifndef PERFRELAY_UNIT_CGROUP
+#define PERFRELAY_UNIT_CGROUP() bpf_get_current_cgroup_id()
+#endif
+
+/* The current task's cgroup's counts for `producer`: its unit_counts entry, made on its first
+ * emit, or unit_counts_full's when the map has no room. NULL only if both lookups fail. */
+static __always_inline struct perfrelay_counters *perfrelay_unit_counters(__u32 producer) {
+	struct perfrelay_unit_key key = { .cgroup_id = PERFRELAY_UNIT_CGROUP(), .producer = producer };
+	struct perfrelay_counters *u = bpf_map_lookup_elem(&unit_counts, &key), zero = {};
+	__u32 k = 0;
+
+	if (u)
+		return u;
+	/* Another CPU may make it in between (EEXIST): the lookup after finds it either way. */
+	bpf_map_update_elem(&unit_counts, &key, &zero, BPF_NOEXIST);
+	u = bpf_map_lookup_elem(&unit_counts, &key);
+	return u ? u : bpf_map_lookup_elem(&unit_counts_full, &k);
+}
+
 /* An attempt that fails without an output: the failure is counted before the attempt. A
  * daemon settling its accounts reads the pair while such emitters run (the pair is read with
  * plain loads, attempts first); in this order what it can catch between the two increments
@@ -135,6 +175,15 @@ static __always_inline struct perfrelay_counters *perfrelay_counters_of(__u32 pr
 static __always_inline void perfrelay_count_failed(struct perfrelay_counters *c) {
 	__sync_fetch_and_add(&c->failures, 1);
 	__sync_fetch_and_add(&c->attempts, 1);
+}
+
+/* The same for the producer (c, of `producer`) and its emitter's cgroup (unit_counts). */
+static __always_inline void perfrelay_count_failed_for(struct perfrelay_counters *c, __u32 producer) {
+	struct perfrelay_counters *u = perfrelay_unit_counters(producer);
+
+	perfrelay_count_failed(c);
+	if (u)
+		perfrelay_count_failed(u);
 }
 
 static __always_inline int perfrelay_is_idle(void) {
@@ -154,7 +203,7 @@ static __always_inline int perfrelay_idle(__u32 producer) {
 	c = perfrelay_counters_of(producer);
 	if (!c)
 		return 0;
-	perfrelay_count_failed(c);
+	perfrelay_count_failed_for(c, producer);
 	return 1;
 }
 
@@ -214,7 +263,7 @@ static __always_inline int
 static __always_inline int perfrelay__emit_to(
 	void *ctx, void *ring, void *rec, __u32 size, __u16 type, __u32 producer, __u64 ctx_len) {
 	struct perfrelay_hdr *hdr = rec;
-	struct perfrelay_counters *c;
+	struct perfrelay_counters *c, *u;
 	__u64 seq;
 	long r;
 
@@ -225,13 +274,13 @@ static __always_inline int perfrelay__emit_to(
 	/* A bad size is the producer's bug, but it still counts as an attempt that failed so
 	 * the attempts = received + failures invariant holds and the seq gap is explained. */
 	if (size < sizeof(struct perfrelay_hdr) || size > PERFRELAY_EMIT_MAX) {
-		perfrelay_count_failed(c);
+		perfrelay_count_failed_for(c, producer);
 		return -PERFRELAY_EINVAL;
 	}
 	/* The output could only fail: skip it (and the daemon's grace period need not wait for
 	 * a write into a ring it is about to empty). */
 	if (perfrelay_is_idle()) {
-		perfrelay_count_failed(c);
+		perfrelay_count_failed_for(c, producer);
 		return -PERFRELAY_ENOENT;
 	}
 
@@ -253,6 +302,13 @@ static __always_inline int perfrelay__emit_to(
 	r = bpf_perf_event_output(ctx, ring, BPF_F_CURRENT_CPU | (ctx_len << 32), rec, size);
 	if (r < 0)
 		__sync_fetch_and_add(&c->failures, 1);
+	/* Who: after the output, which it would only delay. */
+	u = perfrelay_unit_counters(producer);
+	if (u) {
+		__sync_fetch_and_add(&u->attempts, 1);
+		if (r < 0)
+			__sync_fetch_and_add(&u->failures, 1);
+	}
 	if (ctx_len == 0)
 		perfrelay_record(ctx, rec, size);
 	return (int) r;

@@ -34,7 +34,7 @@ _perfrelayctl() {
 		[snapshot]='--since --unit -t --type -p --pid --ancestor -j --json -o --output --save --directory -h --help'
 		[snapshots]='-d --directory -h --help'
 		[capture]='--unit --cgroup -i --interface -w --write -c --count -s --snaplen --direction --rate --socket -h --help'
-		[top]='-o --order -d --delay -n --iterations -b --batch -j --json -h --help'
+		[top]='--by -o --order -d --delay -n --iterations -b --batch -j --json -h --help'
 		[producers]='-j --json --types -h --help'
 		[probes]='--no-legend -h --help'
 		[clients]='-h --help'
@@ -81,9 +81,13 @@ _perfrelayctl() {
 		mapfile -t COMPREPLY < <(compgen -W 'ingress egress both' -- "$cur")
 		return
 		;;
+	--by)
+		mapfile -t COMPREPLY < <(compgen -W 'counters events' -- "$cur")
+		return
+		;;
 	-o | --order)
 		if [[ $verb == top ]]; then
-			mapfile -t COMPREPLY < <(compgen -W 'task-clock context-switches page-faults cpu-migrations cycles instructions cache-misses branch-misses' -- "$cur")
+			mapfile -t COMPREPLY < <(compgen -W 'task-clock context-switches page-faults cpu-migrations cycles instructions cache-misses branch-misses events lost' -- "$cur")
 			return
 		fi
 		_filedir

@@ -78,7 +78,8 @@ complete -c perfrelayctl -n '__fish_seen_subcommand_from capture' -l direction -
 complete -c perfrelayctl -n '__fish_seen_subcommand_from capture' -l rate -x -d 'At most N packets per second'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from capture' -l socket -r -F -d 'The event socket'
 
-complete -c perfrelayctl -n '__fish_seen_subcommand_from top' -s o -l order -x -a 'task-clock context-switches page-faults cpu-migrations cycles instructions cache-misses branch-misses' -d 'Sort by this counter'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from top' -l by -x -a 'counters events' -d 'Rank units by perf counters or by records'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from top' -s o -l order -x -a 'task-clock context-switches page-faults cpu-migrations cycles instructions cache-misses branch-misses events lost' -d 'Sort by this counter'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from top' -s d -l delay -x -d 'Seconds between refreshes'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from top' -s n -l iterations -x -d 'Stop after N refreshes'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from top' -s b -l batch -d 'Plain tables'

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* perfrelayctl top: the units that used the most of a perf counter, per second, refreshed like
- * systemd-cgtop, from D-Bus GetUnitCounters() (docs/counters.md). --batch prints one table per
- * iteration for scripts; --json one JSON array per iteration. */
+ * systemd-cgtop, from D-Bus GetUnitCounters() (docs/counters.md); with --by=events the units that
+ * emitted and lost the most records, from GetStats()' "units" (docs/pipeline.md, "Attribution").
+ * --batch prints one table per iteration for scripts; --json one JSON array per iteration. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -15,6 +16,7 @@
 #include <systemd/sd-bus.h>
 
 #include "ctl/ctl.h"
+#include "ctl/format.h"
 #include "event.h"
 #include "json-util.h"
 #include "kernel/counter-names.h"
@@ -30,6 +32,23 @@ static const char *const columns[TOP_COUNTERS] = {
 	[PERFRELAY_COUNTER_CYCLES] = "CYCLES/s",      [PERFRELAY_COUNTER_INSTRUCTIONS] = "INSTR/s",
 	[PERFRELAY_COUNTER_CACHE_MISSES] = "CMISS/s", [PERFRELAY_COUNTER_BRANCH_MISSES] = "BMISS/s",
 };
+
+/* --by=events: the columns, in TopUnit.value[]. */
+enum {
+	TOP_EVENTS_ATTEMPTS,
+	TOP_EVENTS_FAILURES,
+	_TOP_EVENTS_MAX,
+};
+static const char *const event_columns[_TOP_EVENTS_MAX] = { "EVENTS/s", "LOST/s" };
+static const char *const event_keys[_TOP_EVENTS_MAX] = { "events", "lost" };
+static bool by_events;
+
+static const char *column_name(unsigned c) {
+	return by_events ? event_columns[c] : columns[c];
+}
+static const char *column_key(unsigned c) {
+	return by_events ? event_keys[c] : counter_key_to_string(c);
+}
 
 typedef struct TopUnit {
 	char *name; /* the unit, or "cgroup:ID" for a cgroup of no unit */
@@ -60,6 +79,64 @@ static int counter_index(const char *key) {
 	return k >= 0 ? k : counter_from_string(key);
 }
 
+/* Adds a unit to the sample: its name, or "cgroup:ID" for a cgroup of no unit. */
+static TopUnit *sample_add(TopSample *s, const char *unit, uint64_t id) {
+	TopUnit *u;
+
+	if (s->n >= TOP_UNITS_MAX)
+		return NULL;
+	u = realloc(s->units, (s->n + 1) * sizeof(*u));
+	if (!u)
+		return NULL;
+	s->units = u;
+	u = &s->units[s->n];
+	*u = (TopUnit){ .cgroup_id = id };
+	if (unit[0])
+		u->name = strdup(unit);
+	else if (asprintf(&u->name, "cgroup:%" PRIu64, id) < 0)
+		u->name = NULL;
+	if (!u->name)
+		return NULL;
+	s->n++;
+	return u;
+}
+
+/* --by=events: GetStats()' "units" list, the records each cgroup's tasks emitted and lost. */
+static int read_sample_events(TopSample *ret) {
+	_cleanup_(json_object_putp) json_object *stats = NULL;
+	json_object *units, *list;
+	TopSample s = {};
+	int r;
+
+	r = bus_call_json("GetStats", &stats);
+	if (r < 0)
+		return r;
+	s.at_ns = now_nsec(CLOCK_MONOTONIC);
+	if (!json_object_object_get_ex(stats, "units", &units) ||
+	    !json_object_object_get_ex(units, "list", &list) || !json_object_is_type(list, json_type_array))
+		return error_msg("GetStats() has no \"units\" list (perfrelayd older than perfrelayctl?)");
+	for (size_t i = 0; i < json_object_array_length(list); i++) {
+		json_object *o = json_object_array_get_idx(list, i), *name;
+		uint64_t id = 0;
+		TopUnit *u;
+
+		(void) juint(o, "cgroup_id", &id);
+		u = sample_add(
+			&s,
+			json_object_object_get_ex(o, "unit", &name) ? json_object_get_string(name) ?: "" : "",
+			id);
+		if (!u) {
+			sample_clear(&s);
+			return error_errno(-ENOMEM, "Failed to read the GetStats() answer");
+		}
+		(void) juint(o, "attempts", &u->value[TOP_EVENTS_ATTEMPTS]);
+		(void) juint(o, "failures", &u->value[TOP_EVENTS_FAILURES]);
+		u->mask = s.mask = (1u << _TOP_EVENTS_MAX) - 1;
+	}
+	*ret = s;
+	return 0;
+}
+
 static int read_sample(sd_bus *bus, TopSample *ret) {
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
 	TopSample s = {};
@@ -80,24 +157,9 @@ static int read_sample(sd_bus *bus, TopSample *ret) {
 		r = sd_bus_message_read(reply, "st", &unit, &id);
 		if (r < 0)
 			break;
-		if (s.n >= TOP_UNITS_MAX) {
-			r = -E2BIG;
-			break;
-		}
-		u = realloc(s.units, (s.n + 1) * sizeof(*u));
+		u = sample_add(&s, unit, id);
 		if (!u) {
-			r = -ENOMEM;
-			break;
-		}
-		s.units = u;
-		u = &s.units[s.n++];
-		*u = (TopUnit){ .cgroup_id = id };
-		if (unit[0])
-			u->name = strdup(unit);
-		else if (asprintf(&u->name, "cgroup:%" PRIu64, id) < 0)
-			u->name = NULL;
-		if (!u->name) {
-			r = -ENOMEM;
+			r = s.n >= TOP_UNITS_MAX ? -E2BIG : -ENOMEM;
 			break;
 		}
 		r = sd_bus_message_enter_container(reply, 'a', "{st}");
@@ -171,7 +233,7 @@ static void print_table(const TopSample *s, bool json) {
 		printf("%-40s", "UNIT");
 		for (unsigned c = 0; c < TOP_COUNTERS; c++)
 			if (s->mask & (1u << c))
-				printf(" %12s", columns[c]);
+				printf(" %12s", column_name(c));
 		printf("\n");
 	}
 	for (size_t i = 0; i < s->n; i++) {
@@ -187,9 +249,7 @@ static void print_table(const TopSample *s, bool json) {
 			for (unsigned c = 0; c < TOP_COUNTERS; c++)
 				if (u->mask & (1u << c))
 					json_object_object_add(
-						rates,
-						counter_key_to_string(c),
-						json_object_new_double(u->rate[c]));
+						rates, column_key(c), json_object_new_double(u->rate[c]));
 			json_object_object_add(o, "per_second", rates);
 			json_object_array_add(a, o);
 			continue;
@@ -200,7 +260,7 @@ static void print_table(const TopSample *s, bool json) {
 				continue;
 			if (!(u->mask & (1u << c)))
 				printf(" %12s", "-");
-			else if (c == PERFRELAY_COUNTER_TASK_CLOCK)
+			else if (!by_events && c == PERFRELAY_COUNTER_TASK_CLOCK)
 				printf(" %12.1f", u->rate[c] / 1e7); /* ns per s -> percent of one CPU */
 			else
 				printf(" %12.0f", u->rate[c]);
@@ -215,11 +275,14 @@ static void print_table(const TopSample *s, bool json) {
 static void help(void) {
 	printf("%s top [OPTIONS...]\n\n"
 	       "Show the units that used the most of a perf counter, per second (D-Bus\n"
-	       "GetUnitCounters()), refreshed like systemd-cgtop.\n\n"
+	       "GetUnitCounters()), refreshed like systemd-cgtop; or with --by=events the units\n"
+	       "whose tasks emitted and lost the most records (GetStats(), \"units\").\n\n"
 	       "  -h --help            Show this help\n"
+	       "     --by=WHAT         counters (default) or events\n"
 	       "  -o --order=COUNTER   Sort by this counter (default task-clock; also\n"
 	       "                       context-switches page-faults cpu-migrations cycles\n"
-	       "                       instructions cache-misses branch-misses)\n"
+	       "                       instructions cache-misses branch-misses; with\n"
+	       "                       --by=events: events (default) or lost)\n"
 	       "  -d --delay=SECONDS   Time between refreshes (default 1)\n"
 	       "  -n --iterations=N    Stop after N refreshes (default: run until interrupted)\n"
 	       "  -b --batch           Print each refresh as a plain table (no screen clearing)\n"
@@ -228,8 +291,10 @@ static void help(void) {
 }
 
 int verb_top(int argc, char *argv[]) {
+	enum { ARG_BY = 0x100 };
 	static const struct option options[] = {
 		{ "help", no_argument, NULL, 'h' },
+		{ "by", required_argument, NULL, ARG_BY },
 		{ "order", required_argument, NULL, 'o' },
 		{ "delay", required_argument, NULL, 'd' },
 		{ "iterations", required_argument, NULL, 'n' },
@@ -241,21 +306,25 @@ int verb_top(int argc, char *argv[]) {
 	uint32_t iterations = 0, delay_ms = 1000;
 	bool batch = false, json = false;
 	TopSample prev = {}, cur = {};
+	const char *order = NULL;
 	int opt, r, k;
 	char *end;
 
-	order_by = PERFRELAY_COUNTER_TASK_CLOCK;
+	by_events = false;
 	optind = 0;
 	while ((opt = getopt_long(argc, argv, "ho:d:n:bj", options, NULL)) >= 0)
 		switch (opt) {
 		case 'h':
 			help();
 			return 0;
+		case ARG_BY:
+			if (streq(optarg, "events"))
+				by_events = true;
+			else if (!streq(optarg, "counters"))
+				return error_msg("--by=%s: counters or events", optarg);
+			break;
 		case 'o':
-			k = counter_index(optarg);
-			if (k < 0)
-				return error_msg("--order=%s: not a counter (see --help)", optarg);
-			order_by = (unsigned) k;
+			order = optarg;
 			break;
 		case 'd': {
 			double d = strtod(optarg, &end);
@@ -280,16 +349,28 @@ int verb_top(int argc, char *argv[]) {
 		}
 	if (optind < argc)
 		return error_msg("top takes no arguments (see --help)");
+	if (by_events) {
+		order_by = TOP_EVENTS_ATTEMPTS;
+		if (order && streq(order, "lost"))
+			order_by = TOP_EVENTS_FAILURES;
+		else if (order && !streq(order, "events"))
+			return error_msg("--order=%s: events or lost with --by=events", order);
+	} else {
+		k = order ? counter_index(order) : (int) PERFRELAY_COUNTER_TASK_CLOCK;
+		if (k < 0)
+			return error_msg("--order=%s: not a counter (see --help)", order);
+		order_by = (unsigned) k;
+	}
 
 	r = bus_connect(&bus);
 	if (r < 0)
 		return r;
-	r = read_sample(bus, &prev);
+	r = by_events ? read_sample_events(&prev) : read_sample(bus, &prev);
 	for (uint32_t i = 0; r >= 0 && (iterations == 0 || i < iterations); i++) {
 		struct timespec ts = { delay_ms / 1000, (long) (delay_ms % 1000) * 1000000 };
 
 		nanosleep(&ts, NULL);
-		r = read_sample(bus, &cur);
+		r = by_events ? read_sample_events(&cur) : read_sample(bus, &cur);
 		if (r < 0)
 			break;
 		compute_rates(&cur, &prev);

@@ -259,6 +259,25 @@ static const struct {
 	      "perfrelay_producer_bad_declarations",
 	      "gauge",
 	      "Malformed or duplicate declarations (current scan)." } } },
+	{ "units",
+	  { { "entries", "perfrelay_unit_count_entries", "gauge", "(cgroup, producer) entries of unit_counts now." },
+	    { "capacity", "perfrelay_unit_count_capacity", "gauge", "Entries unit_counts has room for." },
+	    { "unattributed_attempts",
+	      "perfrelay_unit_unattributed_attempts",
+	      "counter",
+	      "Emits whose cgroup found no room in unit_counts." },
+	    { "unattributed_failures",
+	      "perfrelay_unit_unattributed_failures",
+	      "counter",
+	      "Failed emits whose cgroup found no room in unit_counts." },
+	    { "pruned_attempts",
+	      "perfrelay_unit_pruned_attempts",
+	      "counter",
+	      "Emits of removed cgroups, whose entries were pruned." },
+	    { "pruned_failures",
+	      "perfrelay_unit_pruned_failures",
+	      "counter",
+	      "Failed emits of removed cgroups, whose entries were pruned." } } },
 };
 
 /* True if `key` of GetStats() is read above (the headline figures, producers[], cpus[],
@@ -293,6 +312,38 @@ static const char *const probe_fields[][3] = {
 	  "perfrelay_probe_runs",
 	  "Runs of the probe's programs while this daemon held them (RunStats=)." },
 };
+
+/* GetStats()' "units" list (docs/pipeline.md, "Attribution"): per listed cgroup the records its
+ * tasks emitted and the part the kernel did not take, labelled like the unit counters. */
+static void collect_unit_records(Out *o, json_object *stats) {
+	static const char *const fields[][3] = {
+		{ "attempts", "perfrelay_unit_records", "Records a cgroup's tasks emitted (GetStats() units)." },
+		{ "failures",
+		  "perfrelay_unit_records_failed",
+		  "Of those, the records the kernel did not take (ring full, no daemon)." },
+	};
+	json_object *units, *list;
+	size_t n;
+
+	if (!json_object_object_get_ex(stats, "units", &units) ||
+	    !json_object_object_get_ex(units, "list", &list) || !json_object_is_type(list, json_type_array))
+		return;
+	n = json_object_array_length(list);
+	for (size_t k = 0; k < ELEMENTSOF(fields); k++) {
+		family(o, fields[k][1], "counter", fields[k][2]);
+		for (size_t i = 0; i < n; i++) {
+			json_object *e = json_object_array_get_idx(list, i), *unit;
+
+			fprintf(o->f, "%s_total{unit=\"", fields[k][1]);
+			if (json_object_object_get_ex(e, "unit", &unit))
+				label_value(o->f, json_object_get_string(unit) ?: "");
+			fprintf(o->f,
+				"\",cgroup_id=\"%" PRIu64 "\"} %" PRIu64 "\n",
+				jget_u64(e, "cgroup_id"),
+				jget_u64(e, fields[k][0]));
+		}
+	}
+}
 
 static void collect_probes(Out *o, json_object *stats) {
 	json_object *probes;
@@ -434,6 +485,7 @@ static int collect_daemon(sd_bus *bus, Out *o) {
 		}
 	collect_sections(&side, stats);
 	collect_probes(&side, stats);
+	collect_unit_records(&side, stats);
 	json_object_put(stats);
 	/* Without them (a daemon that lacks the method) the rest still stands. */
 	(void) collect_units(bus, &side);

@@ -38,7 +38,9 @@ static const char *const owned_maps[] = { "events",
 					  "counters_cgroups_users",
 					  "counters_users_cgroup_ids",
 					  "demand",
-					  "filtered" };
+					  "filtered",
+					  "unit_counts",
+					  "unit_counts_full" };
 
 static int mkdir_bpffs(const char *path) {
 	if (mkdir(path, 0755) < 0 && errno != EEXIST)

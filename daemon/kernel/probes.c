@@ -827,6 +827,63 @@ int probes_read_counters(
 	return 0;
 }
 
+int probes_read_unit_counts(const Probes *p, UnitCount **ret, size_t *ret_n, struct perfrelay_counters *ret_full) {
+	int fd = bpf_map__fd(p->skel->maps.unit_counts);
+	_cleanup_free_ struct perfrelay_counters *v = calloc(p->n_cpus, sizeof(*v));
+	_cleanup_free_ UnitCount *out = NULL;
+	struct perfrelay_unit_key key, next;
+	struct perfrelay_counters full = {};
+	uint32_t zero = 0;
+	size_t n = 0;
+
+	if (!v)
+		return -ENOMEM;
+	if (bpf_map_lookup_elem(bpf_map__fd(p->skel->maps.unit_counts_full), &zero, v) < 0)
+		return negative_errno();
+	for (unsigned i = 0; i < p->n_cpus; i++) {
+		full.attempts += v[i].attempts;
+		full.failures += v[i].failures;
+	}
+	out = calloc(PERFRELAY_UNIT_COUNTS_MAX, sizeof(*out));
+	if (!out)
+		return -ENOMEM;
+	/* A key deleted under the walk (a pruned cgroup) makes get_next_key start over from the
+	 * first: bounded by the map's size, so a walk cannot go on forever. */
+	for (const void *prev = NULL; n < PERFRELAY_UNIT_COUNTS_MAX; prev = &key) {
+		UnitCount *u = &out[n];
+
+		if (bpf_map_get_next_key(fd, prev, &next) < 0) {
+			if (errno == ENOENT)
+				break;
+			return negative_errno();
+		}
+		key = next;
+		if (bpf_map_lookup_elem(fd, &key, v) < 0) {
+			if (errno == ENOENT)
+				continue; /* deleted in between */
+			return negative_errno();
+		}
+		*u = (UnitCount){ .cgroup_id = key.cgroup_id, .producer = key.producer };
+		for (unsigned i = 0; i < p->n_cpus; i++) {
+			u->attempts += v[i].attempts;
+			u->failures += v[i].failures;
+		}
+		n++;
+	}
+	*ret = TAKE_PTR(out);
+	*ret_n = n;
+	*ret_full = full;
+	return 0;
+}
+
+int probes_forget_unit_count(const Probes *p, uint64_t cgroup_id, uint32_t producer) {
+	struct perfrelay_unit_key key = { .cgroup_id = cgroup_id, .producer = producer };
+
+	if (bpf_map_delete_elem(bpf_map__fd(p->skel->maps.unit_counts), &key) < 0 && errno != ENOENT)
+		return negative_errno();
+	return 0;
+}
+
 int probes_read_filtered(const Probes *p, uint32_t producer, uint64_t *ret) {
 	_cleanup_free_ uint64_t *v = NULL;
 	uint64_t sum = 0;

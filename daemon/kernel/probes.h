@@ -112,6 +112,20 @@ void probes_set_exclusions(Probes *p, const CommList *comms, const PathPatternLi
  * pinned per-CPU "filtered"). */
 int probes_read_filtered(const Probes *p, uint32_t producer, uint64_t *ret);
 
+/* Who emits and who loses (docs/pipeline.md, "Attribution"): one (cgroup, producer) entry of the
+ * pinned "unit_counts", summed over the CPUs. */
+typedef struct UnitCount {
+	uint64_t cgroup_id;
+	uint32_t producer;
+	uint64_t attempts;
+	uint64_t failures;
+} UnitCount;
+/* Every entry of "unit_counts" (at most PERFRELAY_UNIT_COUNTS_MAX) into *ret (malloc'ed, *ret_n
+ * of them), and in *ret_full what found no room in it ("unit_counts_full"). */
+int probes_read_unit_counts(const Probes *p, UnitCount **ret, size_t *ret_n, struct perfrelay_counters *ret_full);
+/* Removes the entry of (cgroup, producer): for a cgroup that is gone, whose tasks emit no more. */
+int probes_forget_unit_count(const Probes *p, uint64_t cgroup_id, uint32_t producer);
+
 /* What a probe's programs cost: invocations and their run time, counted by the kernel while
  * BPF_ENABLE_STATS is on (probes_enable_run_stats(), held until probes_free(); Linux 5.8,
  * CAP_SYS_ADMIN: it turns the counting on for every BPF program of the host). Figures of what

@@ -4,7 +4,11 @@
 that a third-party producer flat out on every CPU and a process failing openat() as fast as it
 can overflow them, beside busy subscribers of everything, every marked exec reaches its
 subscriber, the flood's records are lost and counted, and afterwards every producer's ledger
-identity holds exactly, as does hits = filtered + attempts for the open probe."""
+identity holds exactly, as does hits = filtered + attempts for the open probe. GetStats()'
+"units" names who flooded and who lost ("Attribution"): each flooder runs in a cgroup of its
+own, and the steady producer's own counts of its calls and of what the kernel accepted are its
+cgroup's attempts and failures exactly."""
+import json
 import os
 import shutil
 import socket
@@ -79,8 +83,16 @@ def settled(stats_bus, producer):
                     f"producer {producer}: attempts = received + malformed + failures + crash_lost", 30)
 
 
-def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir):
+def unit_row(stats, cgroup_id):
+    rows = [u for u in stats["units"]["list"] if u["cgroup_id"] == cgroup_id]
+    check(rows, f"cgroup {cgroup_id} is listed in GetStats units ({stats['units']})")
+    return rows[0]
+
+
+def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir, unit_cgroup):
     cpus = sorted(os.sched_getaffinity(0))
+    steady_cg = [unit_cgroup(f"flood-steady{cpu}") for cpu in cpus]
+    open_cg = unit_cgroup("flood-open")
     d = make_daemon("flood", config="[Ring]\nPagesPerCpu=2\n", stdout=False)
     busy, floods, opener = [], [], None
     try:
@@ -92,15 +104,21 @@ def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir):
         before = {p: stats_bus.producer(p) for p in (PRODUCER_EXEC, PRODUCER_OPEN)}
 
         builddir = os.path.dirname(os.path.dirname(os.path.abspath(d.binary)))
-        floods = [SteadyProducer(builddir, d.pin_path, cpu) for cpu in cpus]
+        floods = [SteadyProducer(builddir, d.pin_path, cpu, cgroup=cg) for cpu, cg in zip(cpus, steady_cg)]
         for f in floods:
             f.cmd(f"rate {FLOOD_RATE}")
-        opener = subprocess.Popen([sys.executable, "-c", OPEN_FLOOD])
+        opener = open_cg.popen([sys.executable, "-c", OPEN_FLOOD])
         subprocess.run(["sh", "-c", f'i=0; while [ $i -lt {MARKED} ]; do "$0"; i=$((i+1)); done', marked],
                        check=True, timeout=300)
         # The flood goes on until every marked exec has arrived: they never wait behind it.
         execs.wait(lambda m: sum(1 for x in execs.msgs if x.get("type") == "exec") >= MARKED,
                    f"all {MARKED} marked execs during the flood", timeout=60)
+        # While it floods, perfrelayctl top --by events names the flooders first.
+        top = subprocess.run([stats_bus.ctl, "top", "--by=events", "--order=lost", "-n", "1", "-d", "0.5", "--json"],
+                             capture_output=True, text=True, timeout=60,
+                             env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=stats_bus.address))
+        for f in floods:
+            f.cmd("rate 0")
         flooded = [f.counts() for f in floods]
     finally:
         if opener:
@@ -118,6 +136,22 @@ def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir):
     steady = settled(stats_bus, STEADY)
     check(steady["failures"] > 0, f"the flood overflowed the main rings (steady: {steady})")
     check(sum(c["calls"] for c in flooded) > 0, "the steady producers ran")
+    stats = stats_bus.stats()
+    for cg, counts in zip(steady_cg, flooded):
+        row = unit_row(stats, cg.id)
+        check_eq(row["unit"], cg.name, "a flooder's cgroup is named by its unit")
+        mine = [p for p in row["producers"] if p["id"] == STEADY]
+        check(mine, f"the steady producer's entry under its cgroup ({row})")
+        check_eq((mine[0]["attempts"], mine[0]["failures"]), (counts["calls"], counts["calls"] - counts["accepted"]),
+                 "the flooder's cgroup: attempts and failures = the producer's own calls and refusals")
+    check_eq(top.returncode, 0, f"perfrelayctl top --by=events: {top.stderr}")
+    rows = json.loads(top.stdout)
+    flooders = {cg.name for cg in steady_cg}
+    check(rows and rows[0]["unit"] in flooders and rows[0]["per_second"]["lost"] > 0,
+          f"top --by=events --order=lost names a flooder first: {rows[:3]}")
+    row = unit_row(stats, open_cg.id)
+    opens = [p for p in row["producers"] if p["id"] == PRODUCER_OPEN]
+    check(opens and opens[0]["failures"] > 0, f"the open flood's cgroup lost opens ({row})")
     exec_ = settled(stats_bus, PRODUCER_EXEC)
     check_eq(exec_["failures"] - before[PRODUCER_EXEC]["failures"], 0, "exec records lost during the flood")
     check(exec_["received"] - before[PRODUCER_EXEC]["received"] >= MARKED, "the exec probe's records received")

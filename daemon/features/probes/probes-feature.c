@@ -13,6 +13,7 @@
 #include "core/manager.h"
 #include "base/log.h"
 #include "features/probes/probes-config.h"
+#include "features/probes/probes-units.h"
 #include "time-util.h"
 
 /* How long a probe nobody wants any more stays attached (its records counted as filtered)
@@ -45,8 +46,9 @@ typedef struct ProbesFeature {
 	uint32_t forced_on, forced_off;      /* SetProbeEnabled(), bits PROBE_*, until the next reload */
 	uint64_t unwanted_since[_PROBE_MAX]; /* CLOCK_MONOTONIC µs it lost its last consumer, or 0 */
 	ProbeState state[_PROBE_MAX];
-	sd_event_source *linger; /* the next unwanted probe's detach */
-	uint64_t stats_since;    /* CLOCK_MONOTONIC µs this daemon turned BPF_ENABLE_STATS on, or 0 */
+	sd_event_source *linger;  /* the next unwanted probe's detach */
+	uint64_t stats_since;     /* CLOCK_MONOTONIC µs this daemon turned BPF_ENABLE_STATS on, or 0 */
+	UnitsPruned units_pruned; /* "unit_counts" entries of removed cgroups, taken out */
 } ProbesFeature;
 
 static uint32_t probe_mask(const Manager *m) {
@@ -382,7 +384,19 @@ static int probes_stats_append(Feature *f, sd_bus_message *m) {
 			{ "unwanted", probes_unwanted(manager_probes(f->manager)) });
 	for (unsigned i = 0; r >= 0 && i < _PROBE_MAX; i++)
 		r = append_probe(pf, m, i);
-	return r < 0 ? r : close_entry(m);
+	if (r >= 0)
+		r = close_entry(m);
+	return r < 0 ? r : units_stats_append(f->manager, m, &pf->units_pruned);
+}
+
+static void probes_tick(Feature *f) {
+	ProbesFeature *pf = (ProbesFeature *) f;
+	uint64_t now = now_usec(CLOCK_MONOTONIC);
+
+	if (now - pf->units_pruned.last_usec < UNITS_PRUNE_USEC)
+		return;
+	pf->units_pruned.last_usec = now;
+	units_prune(f->manager, &pf->units_pruned);
 }
 
 const FeatureVtable probes_feature = {
@@ -396,4 +410,5 @@ const FeatureVtable probes_feature = {
 	.demand_changed = probes_demand_changed,
 	.bus_vtable = probes_bus_vtable,
 	.stats_append = probes_stats_append,
+	.tick = probes_tick,
 };

@@ -23,12 +23,13 @@ def payload_checks_out(payload):
 
 
 class SteadyProducer:
-    def __init__(self, builddir, pin_path, cpu):
+    def __init__(self, builddir, pin_path, cpu, cgroup=None):
+        """cgroup: a prtest.UnitCgroup the producer runs in (its records are emitted there)."""
         binary = os.path.join(builddir, "tests", "integration", "steady-producer")
         if not os.access(binary, os.X_OK):
             raise Failure(f"{binary} is missing (meson compile builds it)")
         self.proc = subprocess.Popen([binary, pin_path, str(cpu)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True)
+                                     text=True, preexec_fn=cgroup.enter if cgroup else None)
 
     def cmd(self, line):
         self.proc.stdin.write(line + "\n")

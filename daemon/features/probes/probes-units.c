@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* GetStats()' "units" (docs/dbus.md): who emits and who loses, per cgroup and producer, from the
+ * pinned "unit_counts" (producer.bpf.h). The map has room for PERFRELAY_UNIT_COUNTS_MAX keys;
+ * what finds none is counted as unattributed, and the entries of removed cgroups (whose tasks
+ * can emit no more) are pruned every UNITS_PRUNE_USEC into a total of their own, so that
+ * listed + pruned + unattributed always adds up to every attempt and failure the producers
+ * counted since the map was made. */
+#include <stdlib.h>
+
+#include "api/bus-figures.h"
+#include "base/log.h"
+#include "features/probes/probes-units.h"
+#include "kernel/probes.h"
+
+/* One cgroup's counts over its producers, for the list. */
+typedef struct UnitRow {
+	uint64_t cgroup_id;
+	uint64_t attempts, failures;
+	size_t first, n;   /* its entries in the array sorted by cgroup */
+	bool top_failures; /* among the UNITS_LISTED_MAX that lost most */
+} UnitRow;
+
+static int by_cgroup(const void *a, const void *b) {
+	const UnitCount *x = a, *y = b;
+
+	if (x->cgroup_id != y->cgroup_id)
+		return x->cgroup_id < y->cgroup_id ? -1 : 1;
+	return x->producer < y->producer ? -1 : x->producer > y->producer;
+}
+
+static int by_attempts(const void *a, const void *b) {
+	const UnitRow *x = a, *y = b;
+
+	if (x->attempts != y->attempts)
+		return x->attempts > y->attempts ? -1 : 1;
+	return x->cgroup_id < y->cgroup_id ? -1 : x->cgroup_id > y->cgroup_id;
+}
+
+static int by_failures(const void *a, const void *b) {
+	const UnitRow *x = a, *y = b;
+
+	if (x->failures != y->failures)
+		return x->failures > y->failures ? -1 : 1;
+	return by_attempts(a, b);
+}
+
+void units_prune(Manager *m, UnitsPruned *pruned) {
+	_cleanup_free_ UnitCount *u = NULL;
+	struct perfrelay_counters full;
+	char buf[256];
+	size_t n;
+	int r;
+
+	r = probes_read_unit_counts(manager_probes(m), &u, &n, &full);
+	if (r < 0) {
+		log_warning_errno(r, "Failed to read %s/unit_counts: %m", manager_pin_path(m));
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		bool gone = false;
+
+		(void) manager_cgroup_unit(m, u[i].cgroup_id, buf, sizeof(buf), &gone, NULL);
+		if (!gone)
+			continue;
+		/* Read a moment ago; nothing adds to it since (no task is left in the cgroup). */
+		if (probes_forget_unit_count(manager_probes(m), u[i].cgroup_id, u[i].producer) < 0)
+			continue;
+		pruned->attempts += u[i].attempts;
+		pruned->failures += u[i].failures;
+		pruned->entries++;
+	}
+}
+
+static int append_row(Manager *m, sd_bus_message *reply, const UnitRow *row, const UnitCount *u) {
+	char buf[256];
+	bool gone = false;
+	const char *unit = manager_cgroup_unit(m, row->cgroup_id, buf, sizeof(buf), &gone, NULL);
+	int r = sd_bus_message_open_container(reply, 'a', "{sv}");
+
+	if (r >= 0)
+		r = sd_bus_message_append(
+			reply,
+			"{sv}{sv}{sv}",
+			"cgroup_id",
+			"t",
+			row->cgroup_id,
+			"unit",
+			"s",
+			unit ?: "",
+			"gone",
+			"b",
+			(int) gone);
+	if (r >= 0)
+		r = APPEND_FIGURES(reply, { "attempts", row->attempts }, { "failures", row->failures });
+	if (r >= 0)
+		r = open_entry(reply, "producers", "aa{sv}", 'a', "a{sv}");
+	for (size_t k = row->first; r >= 0 && k < row->first + row->n; k++) {
+		r = sd_bus_message_open_container(reply, 'a', "{sv}");
+		if (r >= 0)
+			r = sd_bus_message_append(reply, "{sv}", "id", "u", u[k].producer);
+		if (r >= 0)
+			r = APPEND_FIGURES(reply, { "attempts", u[k].attempts }, { "failures", u[k].failures });
+		if (r >= 0)
+			r = sd_bus_message_close_container(reply);
+	}
+	if (r >= 0)
+		r = close_entry(reply);
+	return r < 0 ? r : sd_bus_message_close_container(reply);
+}
+
+int units_stats_append(Manager *m, sd_bus_message *reply, const UnitsPruned *pruned) {
+	_cleanup_free_ UnitCount *u = NULL;
+	_cleanup_free_ UnitRow *rows = NULL;
+	struct perfrelay_counters full;
+	size_t n, n_rows = 0;
+	int r;
+
+	r = probes_read_unit_counts(manager_probes(m), &u, &n, &full);
+	if (r < 0)
+		return r;
+	qsort(u, n, sizeof(*u), by_cgroup);
+	rows = calloc(n ?: 1, sizeof(*rows));
+	if (!rows)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		if (n_rows == 0 || rows[n_rows - 1].cgroup_id != u[i].cgroup_id)
+			rows[n_rows++] = (UnitRow){ .cgroup_id = u[i].cgroup_id, .first = i };
+		rows[n_rows - 1].attempts += u[i].attempts;
+		rows[n_rows - 1].failures += u[i].failures;
+		rows[n_rows - 1].n++;
+	}
+
+	r = open_section(reply, "units");
+	if (r >= 0)
+		r = APPEND_FIGURES(
+			reply,
+			{ "capacity", PERFRELAY_UNIT_COUNTS_MAX },
+			{ "entries", n },
+			{ "cgroups", n_rows },
+			{ "unattributed_attempts", full.attempts },
+			{ "unattributed_failures", full.failures },
+			{ "pruned_attempts", pruned->attempts },
+			{ "pruned_failures", pruned->failures },
+			{ "pruned_entries", pruned->entries });
+	/* Listed: the UNITS_LISTED_MAX cgroups that lost most (who loses), and the
+	 * UNITS_LISTED_MAX that emitted most (who floods), by attempts. */
+	qsort(rows, n_rows, sizeof(*rows), by_failures);
+	for (size_t i = 0; i < n_rows && i < UNITS_LISTED_MAX && rows[i].failures > 0; i++)
+		rows[i].top_failures = true;
+	qsort(rows, n_rows, sizeof(*rows), by_attempts);
+	if (r >= 0)
+		r = open_entry(reply, "list", "aa{sv}", 'a', "a{sv}");
+	for (size_t i = 0; r >= 0 && i < n_rows; i++)
+		if (i < UNITS_LISTED_MAX || rows[i].top_failures)
+			r = append_row(m, reply, &rows[i], u);
+	if (r >= 0)
+		r = close_entry(reply);
+	return r < 0 ? r : close_entry(reply);
+}
