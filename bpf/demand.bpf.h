@@ -27,6 +27,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } filtered SEC(".maps");
 
+/* MaxEventsPerUnitPerSec=: a token bucket per cgroup (event.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, PERFRELAY_THROTTLE_MAX);
+	__type(key, __u64);
+	__type(value, struct perfrelay_throttle);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} throttle SEC(".maps");
+
 static __always_inline const struct perfrelay_demand *demand_get(void) {
 	__u32 zero = 0;
 
@@ -56,6 +65,55 @@ static __always_inline int demand_unwanted(const struct perfrelay_demand *d, __u
  * its records (counted as filtered). */
 static __always_inline int probe_skip(__u16 type, __u32 producer) {
 	return perfrelay_idle(producer) || demand_unwanted(demand_get(), type, producer);
+}
+
+/* True (and counted: as filtered for `producer`, as throttled for the cgroup) when the current
+ * task's cgroup spent its MaxEventsPerUnitPerSec= budget. The bucket is shared by the CPUs and
+ * updated without a lock (tracing programs cannot take a bpf_spin_lock): racing CPUs may let a
+ * record more or fewer through, never count one twice or not at all (each record is either
+ * throttled, counted here, or goes on to be an attempt). Exec, fork and exit never ask. */
+static __always_inline int demand_throttled(const struct perfrelay_demand *d, __u32 producer) {
+	__u64 rate = d ? d->unit_rate : 0, id, now, tokens, full;
+	struct perfrelay_throttle *t, fresh = {};
+
+	if (rate == 0)
+		return 0;
+	id = bpf_get_current_cgroup_id();
+	now = bpf_ktime_get_ns();
+	full = rate * 1000000000ull;
+	t = bpf_map_lookup_elem(&throttle, &id);
+	if (!t) {
+		fresh.last_ns = now;
+		fresh.tokens = full;
+		if (bpf_map_update_elem(&throttle, &id, &fresh, BPF_NOEXIST) < 0) {
+			id = 0; /* no room: the shared bucket */
+			bpf_map_update_elem(&throttle, &id, &fresh, BPF_NOEXIST);
+		}
+		t = bpf_map_lookup_elem(&throttle, &id);
+		if (!t)
+			return 0;
+	}
+	tokens = t->tokens;
+	if (now > t->last_ns) {
+		__u64 elapsed = now - t->last_ns;
+
+		/* At most a second's worth: the bucket is full by then (and rate * elapsed stays
+		 * far from overflowing: MaxEventsPerUnitPerSec= is at most 10^7). */
+		if (elapsed > 1000000000ull)
+			elapsed = 1000000000ull;
+		tokens += elapsed * rate;
+		if (tokens > full)
+			tokens = full;
+		t->last_ns = now;
+	}
+	if (tokens >= 1000000000ull) {
+		t->tokens = tokens - 1000000000ull;
+		return 0;
+	}
+	t->tokens = tokens;
+	__sync_fetch_and_add(&t->throttled, 1);
+	count_filtered(producer);
+	return 1;
 }
 
 /* comm (16 bytes, zero-padded as bpf_get_current_comm() writes it) is one ExcludeComms= has. */

@@ -353,6 +353,21 @@ struct perfrelay_demand {
 	__u32 n_paths;
 	char comms[PERFRELAY_DEMAND_COMMS][PERFRELAY_COMM_LEN]; /* zero-padded, as the kernel's comm */
 	struct perfrelay_demand_path paths[PERFRELAY_DEMAND_PATHS];
+	/* [Probes] MaxEventsPerUnitPerSec=: the open and connect records a cgroup's tasks may make
+	 * per second (a token bucket per cgroup, "throttle"); 0: no limit. */
+	__u64 unit_rate;
+};
+
+/* The pinned "throttle" hash (docs/pipeline.md, "Throttle"): per cgroup id its token bucket
+ * and the records it cost; PERFRELAY_THROTTLE_MAX keys, and cgroups that find no room share the
+ * bucket of key 0. A throttled record is counted as filtered (hits = filtered + attempts) and
+ * here, as `throttled`. Private to the probes. */
+#define PERFRELAY_THROTTLE_MAX 4096u
+struct perfrelay_throttle {
+	__u64 last_ns;   /* when the bucket was last filled */
+	__u64 tokens;    /* nanotokens: a record costs 1e9, the bucket holds one second's */
+	__u64 throttled; /* records refused */
+	__u64 _pad;
 };
 
 /* Slots of the pinned "counters_cgroups_users" array (u64 each): the cgroup table's share for
@@ -442,7 +457,7 @@ _Static_assert(sizeof(struct perfrelay_counters_config) == 8, "perfrelay_counter
 _Static_assert(sizeof(struct perfrelay_counters_stats) == 48, "perfrelay_counters_stats ABI");
 _Static_assert(
 	sizeof(struct perfrelay_demand) ==
-		16 + PERFRELAY_DEMAND_COMMS * PERFRELAY_COMM_LEN +
+		24 + PERFRELAY_DEMAND_COMMS * PERFRELAY_COMM_LEN +
 			PERFRELAY_DEMAND_PATHS * (8 + PERFRELAY_DEMAND_PATH_LEN),
 	"perfrelay_demand ABI");
 _Static_assert(PERFRELAY_FORK_SIZE_V2 == PERFRELAY_FORK_SIZE_V1 + 8, "perfrelay_fork ABI v2");

@@ -513,6 +513,11 @@ int handle_open_enter(struct trace_event_raw_sys_enter *ctx) {
 		pending_filtered(&open_args, &pid_tgid, PERFRELAY_PRODUCER_OPEN);
 		return 0;
 	}
+	/* Last: what the exclusions drop costs the cgroup no token. */
+	if (demand_throttled(d, PERFRELAY_PRODUCER_OPEN)) {
+		pending_clear_stale(&open_args, &pid_tgid, PERFRELAY_PRODUCER_OPEN);
+		return 0;
+	}
 	e->pid = pid_tgid >> 32;
 	e->uid = (__u32) bpf_get_current_uid_gid();
 	current_creds(&e->creds);
@@ -568,6 +573,10 @@ int handle_connect_enter(struct trace_event_raw_sys_enter *ctx) {
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	if (d && d->n_comms && demand_comm_excluded(d, e->comm)) {
 		pending_filtered(&connect_args, &pid_tgid, PERFRELAY_PRODUCER_CONNECT);
+		return 0;
+	}
+	if (demand_throttled(d, PERFRELAY_PRODUCER_CONNECT)) {
+		pending_clear_stale(&connect_args, &pid_tgid, PERFRELAY_PRODUCER_CONNECT);
 		return 0;
 	}
 	e->pid = pid_tgid >> 32;

@@ -40,7 +40,8 @@ static const char *const owned_maps[] = { "events",
 					  "demand",
 					  "filtered",
 					  "unit_counts",
-					  "unit_counts_full" };
+					  "unit_counts_full",
+					  "throttle" };
 
 static int mkdir_bpffs(const char *path) {
 	if (mkdir(path, 0755) < 0 && errno != EEXIST)

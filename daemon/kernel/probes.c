@@ -97,7 +97,8 @@ static bool is_private_map(const struct bpf_map *m) {
 	return streq(n, "open_args") || streq(n, "connect_args") || streq(n, "probes_scratch") ||
 		streq(n, "path_scratch") || streq(n, "counters_last") || streq(n, "counters_procs") ||
 		streq(n, "counters_cgroups") || streq(n, "counters_cgroups_users") ||
-		streq(n, "counters_users_cgroup_ids") || streq(n, "exit_pending") || streq(n, "demand");
+		streq(n, "counters_users_cgroup_ids") || streq(n, "exit_pending") || streq(n, "demand") ||
+		streq(n, "throttle");
 }
 
 /* Links under links/ whose program this build does not have (a probe renamed or removed by an
@@ -847,8 +848,8 @@ int probes_read_unit_counts(const Probes *p, UnitCount **ret, size_t *ret_n, str
 	out = calloc(PERFRELAY_UNIT_COUNTS_MAX, sizeof(*out));
 	if (!out)
 		return -ENOMEM;
-	/* A key deleted under the walk (a pruned cgroup) makes get_next_key start over from the
-	 * first: bounded by the map's size, so a walk cannot go on forever. */
+	/* Only the main thread deletes entries (pruning), so the walk meets each key once; it is
+	 * bounded by the map's size anyway. */
 	for (const void *prev = NULL; n < PERFRELAY_UNIT_COUNTS_MAX; prev = &key) {
 		UnitCount *u = &out[n];
 
@@ -924,6 +925,46 @@ void probes_set_exclusions(Probes *p, const CommList *comms, const PathPatternLi
 	memcpy(d->paths, paths->paths, sizeof(d->paths));
 	__atomic_store_n(&d->n_comms, MIN(comms->n, PERFRELAY_DEMAND_COMMS), __ATOMIC_RELEASE);
 	__atomic_store_n(&d->n_paths, MIN(paths->n, PERFRELAY_DEMAND_PATHS), __ATOMIC_RELEASE);
+}
+
+void probes_set_unit_rate(Probes *p, uint64_t per_second) {
+	/* One aligned store; a probe reads it with one load (demand.bpf.h). */
+	__atomic_store_n(&p->demand->unit_rate, per_second, __ATOMIC_RELEASE);
+}
+
+int probes_read_throttled(const Probes *p, UnitThrottled **ret, size_t *ret_n) {
+	int fd = bpf_map__fd(p->skel->maps.throttle);
+	_cleanup_free_ UnitThrottled *out = calloc(PERFRELAY_THROTTLE_MAX, sizeof(*out));
+	struct perfrelay_throttle v;
+	uint64_t key, next;
+	size_t n = 0;
+
+	if (!out)
+		return -ENOMEM;
+	/* Only the main thread deletes entries (pruning), so the walk meets each key once. */
+	for (const void *prev = NULL; n < PERFRELAY_THROTTLE_MAX; prev = &key) {
+		if (bpf_map_get_next_key(fd, prev, &next) < 0) {
+			if (errno == ENOENT)
+				break;
+			return negative_errno();
+		}
+		key = next;
+		if (bpf_map_lookup_elem(fd, &key, &v) < 0) {
+			if (errno == ENOENT)
+				continue;
+			return negative_errno();
+		}
+		out[n++] = (UnitThrottled){ .cgroup_id = key, .throttled = v.throttled };
+	}
+	*ret = TAKE_PTR(out);
+	*ret_n = n;
+	return 0;
+}
+
+int probes_forget_throttle(const Probes *p, uint64_t cgroup_id) {
+	if (bpf_map_delete_elem(bpf_map__fd(p->skel->maps.throttle), &cgroup_id) < 0 && errno != ENOENT)
+		return negative_errno();
+	return 0;
 }
 
 int probes_enable_run_stats(Probes *p) {

@@ -108,6 +108,16 @@ typedef struct PathPatternList {
 } PathPatternList;
 
 void probes_set_exclusions(Probes *p, const CommList *comms, const PathPatternList *paths);
+/* MaxEventsPerUnitPerSec= into the demand map (0: off). */
+void probes_set_unit_rate(Probes *p, uint64_t per_second);
+/* The throttle's buckets (docs/pipeline.md, "Throttle"): per cgroup id the records it refused.
+ * Into *ret (malloc'ed, *ret_n of them, at most PERFRELAY_THROTTLE_MAX). */
+typedef struct UnitThrottled {
+	uint64_t cgroup_id; /* 0: the bucket cgroups share when the map is full */
+	uint64_t throttled;
+} UnitThrottled;
+int probes_read_throttled(const Probes *p, UnitThrottled **ret, size_t *ret_n);
+int probes_forget_throttle(const Probes *p, uint64_t cgroup_id);
 /* Records of `producer` that its probe did not make because of the demand map (lifetime, the
  * pinned per-CPU "filtered"). */
 int probes_read_filtered(const Probes *p, uint32_t producer, uint64_t *ret);

@@ -18,6 +18,7 @@ import threading
 
 import pytest
 
+import prtest
 from prtest import check, check_eq, wait_for
 from prtest.steady import PRODUCER as STEADY, SteadyProducer
 
@@ -159,3 +160,75 @@ def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir, uni
     check(open_["failures"] > before[PRODUCER_OPEN]["failures"], f"opens lost to the flood ({open_})")
     check_eq(open_["hits"], open_["filtered"] + open_["attempts"], "open: hits = filtered + attempts")
     d.stop()
+
+
+# Moves itself into the cgroup `inside` once everything it needs is open, makes exactly n
+# openat() calls there, and moves out again: the cgroup's opens are those n, no more.
+OPENER = r"""
+import os, sys
+inside, outside, path, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+out = os.open(outside, os.O_WRONLY)
+into = os.open(inside, os.O_WRONLY)
+os.write(into, b"0")
+for _ in range(n):
+    os.close(os.open(path, os.O_RDONLY))
+os.write(out, b"0")
+"""
+
+
+def own_cgroup_procs():
+    with open("/proc/self/cgroup") as f:
+        rel = [line.strip().split("::", 1)[1] for line in f if line.startswith("0::")][0]
+    return os.path.join(prtest.cgroup2_mount(), rel.lstrip("/"), "cgroup.procs")
+
+
+def test_throttle_counts_exactly_and_spares_exec(make_daemon, stats_bus, socket_client, workdir, unit_cgroup):
+    """MaxEventsPerUnitPerSec=: a cgroup that opens faster than its budget gets the rest
+    refused in the kernel, each refused open counted once (throttled) and never an attempt:
+    its n opens are attempts + throttled exactly, a subscriber of its unit gets every attempt;
+    the execs of a throttled cgroup all arrive."""
+    n, execs_n = 2000, 50
+    d = make_daemon("throttle", config="[Probes]\nMaxEventsPerUnitPerSec=10\n", stdout=False)
+    try:
+        cg, cg_exec = unit_cgroup("throttle-open"), unit_cgroup("throttle-exec")
+        target = os.path.join(workdir, "throttle-target")
+        with open(target, "w"):
+            pass
+        # (An open record carries no cgroup; its unit is its process's at exec: the path tells.)
+        opens = socket_client(d.socket_path, {"subscribe": {"types": ["open"]}})
+        opens.hello()
+        marked = os.path.join(workdir, "prthrottled")
+        shutil.copy("/bin/true", marked)
+        execs = socket_client(d.socket_path, {"subscribe": {"types": ["exec"], "comm": ["prthrottled"]}})
+        execs.hello()
+        before = stats_bus.producer(PRODUCER_OPEN)
+
+        subprocess.run([sys.executable, "-c", OPENER, os.path.join(cg.path, "cgroup.procs"), own_cgroup_procs(),
+                        target, str(n)], check=True, timeout=120)
+        # Each exec's loader opens its libraries in the cgroup: far above 10 a second.
+        cg_exec.popen(["sh", "-c", f'i=0; while [ $i -lt {execs_n} ]; do "$0"; i=$((i+1)); done', marked]).wait(120)
+
+        settled(stats_bus, PRODUCER_OPEN)
+        row = unit_row(stats_bus.stats(), cg.id)
+        attempts = sum(p["attempts"] for p in row["producers"] if p["id"] == PRODUCER_OPEN)
+        failures = sum(p["failures"] for p in row["producers"] if p["id"] == PRODUCER_OPEN)
+        check_eq(failures, 0, "no open of the cgroup lost")
+        check(row["throttled"] > 0, f"the cgroup was throttled ({row})")
+        check_eq(attempts + row["throttled"], n, "the cgroup's opens: attempts + throttled")
+        def delivered():
+            return [m for m in opens.messages() if m.get("type") == "open" and m.get("path") == target]
+
+        wait_for(lambda: len(delivered()) >= attempts, f"the {attempts} opens the cgroup was allowed", 30)
+        check_eq(len(delivered()), attempts, "opens delivered: exactly the attempts")
+        check_eq(sum(1 for m in opens.messages() if m.get("type") == "lost"), 0, "the subscriber lost nothing")
+
+        execs.wait(lambda m: sum(1 for x in execs.msgs if x.get("type") == "exec") >= execs_n,
+                   f"all {execs_n} execs of a throttled cgroup", timeout=30)
+        check_eq(len([m for m in execs.messages() if m.get("type") == "exec"]), execs_n, "execs delivered once")
+        check(unit_row(stats_bus.stats(), cg_exec.id)["throttled"] > 0, "the exec cgroup's opens were throttled")
+
+        after = stats_bus.producer(PRODUCER_OPEN)
+        check(after["filtered"] - before["filtered"] >= n - attempts, "throttled opens count as filtered")
+        check_eq(after["hits"], after["filtered"] + after["attempts"], "hits = filtered + attempts")
+    finally:
+        d.stop()

@@ -20,6 +20,9 @@ typedef struct ProbesConfig {
 	bool run_stats;
 	CommList exclude_comms;        /* ExcludeComms=: opens and connects of these processes */
 	PathPatternList exclude_paths; /* ExcludePaths=: opens of these paths */
+	/* MaxEventsPerUnitPerSec=, 0 (default): off; else the open and connect records a cgroup's
+	 * tasks may make per second (docs/pipeline.md, "Throttle"). */
+	uint64_t max_events_per_unit_per_sec;
 } ProbesConfig;
 
 extern const ConfigPart probes_config;

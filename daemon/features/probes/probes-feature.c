@@ -187,6 +187,7 @@ static int probes_start(Feature *f) {
 			pf->stats_since = now_usec(CLOCK_MONOTONIC);
 	}
 	probes_set_exclusions(p, &pc->exclude_comms, &pc->exclude_paths);
+	probes_set_unit_rate(p, pc->max_events_per_unit_per_sec);
 	r = probes_sync(pf);
 	pf->started = true;
 	if (r < 0)
@@ -220,6 +221,7 @@ static int probes_reload(Feature *f) {
 
 	pf->forced_on = pf->forced_off = 0;
 	probes_set_exclusions(manager_probes(f->manager), &pc->exclude_comms, &pc->exclude_paths);
+	probes_set_unit_rate(manager_probes(f->manager), pc->max_events_per_unit_per_sec);
 	/* probes_sync() logged which probe; the rest is applied all the same. */
 	return probes_sync(pf);
 }

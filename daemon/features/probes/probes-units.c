@@ -16,8 +16,9 @@
 typedef struct UnitRow {
 	uint64_t cgroup_id;
 	uint64_t attempts, failures;
-	size_t first, n;   /* its entries in the array sorted by cgroup */
-	bool top_failures; /* among the UNITS_LISTED_MAX that lost most */
+	uint64_t throttled; /* MaxEventsPerUnitPerSec= refused (docs/pipeline.md, "Throttle") */
+	size_t first, n;    /* its entries in the array sorted by cgroup */
+	bool top_failures;  /* among the UNITS_LISTED_MAX that lost, or were throttled, most */
 } UnitRow;
 
 static int by_cgroup(const void *a, const void *b) {
@@ -26,6 +27,12 @@ static int by_cgroup(const void *a, const void *b) {
 	if (x->cgroup_id != y->cgroup_id)
 		return x->cgroup_id < y->cgroup_id ? -1 : 1;
 	return x->producer < y->producer ? -1 : x->producer > y->producer;
+}
+
+static int by_row_cgroup(const void *a, const void *b) {
+	const UnitRow *x = a, *y = b;
+
+	return x->cgroup_id < y->cgroup_id ? -1 : x->cgroup_id > y->cgroup_id;
 }
 
 static int by_attempts(const void *a, const void *b) {
@@ -44,11 +51,20 @@ static int by_failures(const void *a, const void *b) {
 	return by_attempts(a, b);
 }
 
+static int by_throttled(const void *a, const void *b) {
+	const UnitRow *x = a, *y = b;
+
+	if (x->throttled != y->throttled)
+		return x->throttled > y->throttled ? -1 : 1;
+	return by_attempts(a, b);
+}
+
 void units_prune(Manager *m, UnitsPruned *pruned) {
 	_cleanup_free_ UnitCount *u = NULL;
+	_cleanup_free_ UnitThrottled *t = NULL;
 	struct perfrelay_counters full;
 	char buf[256];
-	size_t n;
+	size_t n, n_t;
 	int r;
 
 	r = probes_read_unit_counts(manager_probes(m), &u, &n, &full);
@@ -68,6 +84,20 @@ void units_prune(Manager *m, UnitsPruned *pruned) {
 		pruned->attempts += u[i].attempts;
 		pruned->failures += u[i].failures;
 		pruned->entries++;
+	}
+	r = probes_read_throttled(manager_probes(m), &t, &n_t);
+	if (r < 0) {
+		log_warning_errno(r, "Failed to read %s/throttle: %m", manager_pin_path(m));
+		return;
+	}
+	for (size_t i = 0; i < n_t; i++) {
+		bool gone = false;
+
+		if (t[i].cgroup_id == 0) /* the shared bucket */
+			continue;
+		(void) manager_cgroup_unit(m, t[i].cgroup_id, buf, sizeof(buf), &gone, NULL);
+		if (gone && probes_forget_throttle(manager_probes(m), t[i].cgroup_id) >= 0)
+			pruned->throttled += t[i].throttled;
 	}
 }
 
@@ -91,7 +121,11 @@ static int append_row(Manager *m, sd_bus_message *reply, const UnitRow *row, con
 			"b",
 			(int) gone);
 	if (r >= 0)
-		r = APPEND_FIGURES(reply, { "attempts", row->attempts }, { "failures", row->failures });
+		r = APPEND_FIGURES(
+			reply,
+			{ "attempts", row->attempts },
+			{ "failures", row->failures },
+			{ "throttled", row->throttled });
 	if (r >= 0)
 		r = open_entry(reply, "producers", "aa{sv}", 'a', "a{sv}");
 	for (size_t k = row->first; r >= 0 && k < row->first + row->n; k++) {
@@ -110,16 +144,20 @@ static int append_row(Manager *m, sd_bus_message *reply, const UnitRow *row, con
 
 int units_stats_append(Manager *m, sd_bus_message *reply, const UnitsPruned *pruned) {
 	_cleanup_free_ UnitCount *u = NULL;
+	_cleanup_free_ UnitThrottled *t = NULL;
 	_cleanup_free_ UnitRow *rows = NULL;
 	struct perfrelay_counters full;
-	size_t n, n_rows = 0;
+	uint64_t throttled = 0;
+	size_t n, n_t, n_rows = 0, n_counted;
 	int r;
 
 	r = probes_read_unit_counts(manager_probes(m), &u, &n, &full);
+	if (r >= 0)
+		r = probes_read_throttled(manager_probes(m), &t, &n_t);
 	if (r < 0)
 		return r;
 	qsort(u, n, sizeof(*u), by_cgroup);
-	rows = calloc(n ?: 1, sizeof(*rows));
+	rows = calloc(n + n_t ?: 1, sizeof(*rows));
 	if (!rows)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
@@ -128,6 +166,22 @@ int units_stats_append(Manager *m, sd_bus_message *reply, const UnitsPruned *pru
 		rows[n_rows - 1].attempts += u[i].attempts;
 		rows[n_rows - 1].failures += u[i].failures;
 		rows[n_rows - 1].n++;
+	}
+	/* The throttle's buckets join their cgroups' rows, or make rows of their own (a cgroup
+	 * all of whose records were refused made no attempt). */
+	n_counted = n_rows;
+	for (size_t i = 0; i < n_t; i++) {
+		UnitRow key = { .cgroup_id = t[i].cgroup_id }, *row;
+
+		throttled += t[i].throttled;
+		if (t[i].throttled == 0)
+			continue;
+		row = bsearch(&key, rows, n_counted, sizeof(*rows), by_row_cgroup);
+		if (!row) {
+			row = &rows[n_rows++];
+			*row = key;
+		}
+		row->throttled = t[i].throttled;
 	}
 
 	r = open_section(reply, "units");
@@ -141,11 +195,16 @@ int units_stats_append(Manager *m, sd_bus_message *reply, const UnitsPruned *pru
 			{ "unattributed_failures", full.failures },
 			{ "pruned_attempts", pruned->attempts },
 			{ "pruned_failures", pruned->failures },
-			{ "pruned_entries", pruned->entries });
-	/* Listed: the UNITS_LISTED_MAX cgroups that lost most (who loses), and the
-	 * UNITS_LISTED_MAX that emitted most (who floods), by attempts. */
+			{ "pruned_entries", pruned->entries },
+			{ "throttled", throttled },
+			{ "pruned_throttled", pruned->throttled });
+	/* Listed: the UNITS_LISTED_MAX cgroups that lost most (who loses), that were throttled
+	 * most, and the UNITS_LISTED_MAX that emitted most (who floods), by attempts. */
 	qsort(rows, n_rows, sizeof(*rows), by_failures);
 	for (size_t i = 0; i < n_rows && i < UNITS_LISTED_MAX && rows[i].failures > 0; i++)
+		rows[i].top_failures = true;
+	qsort(rows, n_rows, sizeof(*rows), by_throttled);
+	for (size_t i = 0; i < n_rows && i < UNITS_LISTED_MAX && rows[i].throttled > 0; i++)
 		rows[i].top_failures = true;
 	qsort(rows, n_rows, sizeof(*rows), by_attempts);
 	if (r >= 0)

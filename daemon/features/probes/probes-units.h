@@ -14,6 +14,7 @@
 
 typedef struct UnitsPruned {
 	uint64_t attempts, failures, entries;
+	uint64_t throttled;
 	uint64_t last_usec; /* CLOCK_MONOTONIC of the last pruning */
 } UnitsPruned;
 
