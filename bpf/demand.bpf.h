@@ -116,6 +116,26 @@ static __always_inline int demand_throttled(const struct perfrelay_demand *d, __
 	return 1;
 }
 
+/* The current task's cgroup is an ExcludeUnits= unit's directory or below it: one of its
+ * ancestors (itself included), down to PERFRELAY_DEMAND_UNIT_LEVELS, is one of the ids. */
+static __always_inline int demand_unit_excluded(const struct perfrelay_demand *d) {
+	__u32 n = d->n_unit_ids;
+
+	for (__u32 level = 1; level <= PERFRELAY_DEMAND_UNIT_LEVELS; level++) {
+		__u64 id = bpf_get_current_ancestor_cgroup_id((int) level);
+
+		if (id == 0)
+			break; /* deeper than the task's cgroup */
+		for (__u32 i = 0; i < PERFRELAY_DEMAND_UNIT_IDS; i++) {
+			if (i >= n)
+				break;
+			if (d->unit_ids[i] == id)
+				return 1;
+		}
+	}
+	return 0;
+}
+
 /* comm (16 bytes, zero-padded as bpf_get_current_comm() writes it) is one ExcludeComms= has. */
 static __always_inline int demand_comm_excluded(const struct perfrelay_demand *d, const char *comm) {
 	__u64 lo = ((const __u64 *) comm)[0], hi = ((const __u64 *) comm)[1];

@@ -330,9 +330,14 @@ struct perfrelay_counters_config {
  * entry) that the built-in probes read before they build a record, written by perfrelayd. A
  * record the probe skips because of it is counted in the pinned per-CPU "filtered" array
  * (a __u64 per producer id), never as an attempt: hits = filtered + attempts. */
-#define PERFRELAY_DEMAND_COMMS    8u  /* ExcludeComms= entries */
-#define PERFRELAY_DEMAND_PATHS    8u  /* ExcludePaths= entries */
-#define PERFRELAY_DEMAND_PATH_LEN 64u /* bytes of one, its NUL included */
+#define PERFRELAY_DEMAND_COMMS       8u  /* ExcludeComms= entries */
+#define PERFRELAY_DEMAND_PATHS       8u  /* ExcludePaths= entries */
+#define PERFRELAY_DEMAND_PATH_LEN    64u /* bytes of one, its NUL included */
+#define PERFRELAY_DEMAND_UNITS       8u  /* ExcludeUnits= entries */
+/* The cgroups of ExcludeUnits= units: a unit's own directory, one per user manager that runs
+ * it (user units), and the depth of the cgroup tree the probes look up for them. */
+#define PERFRELAY_DEMAND_UNIT_IDS    16u
+#define PERFRELAY_DEMAND_UNIT_LEVELS 12u
 
 /* One ExcludePaths= entry: the path (or, with prefix, what a path starts with: a pattern ending
  * in "*"), NUL-terminated, len bytes before the NUL. */
@@ -356,6 +361,12 @@ struct perfrelay_demand {
 	/* [Probes] MaxEventsPerUnitPerSec=: the open and connect records a cgroup's tasks may make
 	 * per second (a token bucket per cgroup, "throttle"); 0: no limit. */
 	__u64 unit_rate;
+	/* [Probes] ExcludeUnits=: the cgroup ids of those units' directories now (the daemon
+	 * follows them as units restart); a task in one of them or below is excluded. Written
+	 * like the other exclusions: the count 0, the ids, the count. */
+	__u32 n_unit_ids;
+	__u32 _pad;
+	__u64 unit_ids[PERFRELAY_DEMAND_UNIT_IDS];
 };
 
 /* The pinned "throttle" hash (docs/pipeline.md, "Throttle"): per cgroup id its token bucket
@@ -457,8 +468,9 @@ _Static_assert(sizeof(struct perfrelay_counters_config) == 8, "perfrelay_counter
 _Static_assert(sizeof(struct perfrelay_counters_stats) == 48, "perfrelay_counters_stats ABI");
 _Static_assert(
 	sizeof(struct perfrelay_demand) ==
-		24 + PERFRELAY_DEMAND_COMMS * PERFRELAY_COMM_LEN +
-			PERFRELAY_DEMAND_PATHS * (8 + PERFRELAY_DEMAND_PATH_LEN),
+		32 + PERFRELAY_DEMAND_COMMS * PERFRELAY_COMM_LEN +
+			PERFRELAY_DEMAND_PATHS * (8 + PERFRELAY_DEMAND_PATH_LEN) +
+			PERFRELAY_DEMAND_UNIT_IDS * 8,
 	"perfrelay_demand ABI");
 _Static_assert(PERFRELAY_FORK_SIZE_V2 == PERFRELAY_FORK_SIZE_V1 + 8, "perfrelay_fork ABI v2");
 _Static_assert(sizeof(struct perfrelay_fork) == PERFRELAY_FORK_SIZE_V2 + 16, "perfrelay_fork ABI");

@@ -503,7 +503,8 @@ int handle_open_enter(struct trace_event_raw_sys_enter *ctx) {
 
 	/* What the exclusions match first, the rest only for a record someone wants. */
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	if (d && d->n_comms && demand_comm_excluded(d, e->comm)) {
+	if (d &&
+	    ((d->n_comms && demand_comm_excluded(d, e->comm)) || (d->n_unit_ids && demand_unit_excluded(d)))) {
 		pending_filtered(&open_args, &pid_tgid, PERFRELAY_PRODUCER_OPEN);
 		return 0;
 	}
@@ -571,7 +572,8 @@ int handle_connect_enter(struct trace_event_raw_sys_enter *ctx) {
 		return 0;
 
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	if (d && d->n_comms && demand_comm_excluded(d, e->comm)) {
+	if (d &&
+	    ((d->n_comms && demand_comm_excluded(d, e->comm)) || (d->n_unit_ids && demand_unit_excluded(d)))) {
 		pending_filtered(&connect_args, &pid_tgid, PERFRELAY_PRODUCER_CONNECT);
 		return 0;
 	}

@@ -21,6 +21,7 @@
 
 #include "base/conf-parser.h"
 #include "config/config.h"
+#include "kernel/unitname.h"
 #include "error-util.h"
 #include "macro.h"
 #include "kernel/counter-names.h"
@@ -510,23 +511,41 @@ static int patterns_word(ConfParseState *st, const char *word, void *userdata) {
 	return 0;
 }
 
-static int apply_comms(ConfParseState *st, CommList *field) {
-	CommList l = {};
-	int r = conf_for_each_word(st, true, comms_word, &l);
+/* ExcludeUnits=: names of units that own processes (unitname.h), as subscriptions' "unit". */
+static int units_word(ConfParseState *st, const char *word, void *userdata) {
+	UnitList *l = userdata;
+	size_t len = strlen(word);
+	_cleanup_free_ char *esc = conf_escape(word, CONF_ERROR_VALUE_MAX);
 
-	if (r < 0)
-		return r;
-	*field = l;
+	if (!esc)
+		return -ENOMEM;
+	if (len >= PROBES_UNIT_NAME_MAX || !unit_name_is_attributable(word, len))
+		return conf_line_error(
+			st,
+			"\"%s\" is not the name of a unit that runs processes (a .service, .scope, ...; "
+			"not a .slice)",
+			esc);
+	for (uint32_t i = 0; i < l->n; i++)
+		if (streq(l->units[i], word))
+			return 0;
+	if (l->n >= PERFRELAY_DEMAND_UNITS)
+		return conf_line_error(st, "too many units (at most %u)", PERFRELAY_DEMAND_UNITS);
+	memcpy(l->units[l->n++], word, len);
 	return 0;
 }
 
-static int apply_patterns(ConfParseState *st, PathPatternList *field) {
-	PathPatternList l = {};
-	int r = conf_for_each_word(st, true, patterns_word, &l);
+/* The list keys (ExcludeComms=, ExcludePaths=, ExcludeUnits=): words into a zeroed list of the
+ * field's type, stored only when every word is valid. */
+static int apply_list(ConfParseState *st, void *field, size_t size, ConfWordFn fn) {
+	_cleanup_free_ void *l = calloc(1, size);
+	int r;
 
+	if (!l)
+		return -ENOMEM;
+	r = conf_for_each_word(st, true, fn, l);
 	if (r < 0)
 		return r;
-	*field = l;
+	memcpy(field, l, size);
 	return 0;
 }
 
@@ -596,9 +615,11 @@ static int apply_key(ConfParseState *st, Config *c, const KeyPlace *kp) {
 	case VALUE_GROUPS:
 		return apply_groups(st, field);
 	case VALUE_COMMS:
-		return apply_comms(st, field);
+		return apply_list(st, field, sizeof(CommList), comms_word);
 	case VALUE_PATTERNS:
-		return apply_patterns(st, field);
+		return apply_list(st, field, sizeof(PathPatternList), patterns_word);
+	case VALUE_UNITS:
+		return apply_list(st, field, sizeof(UnitList), units_word);
 	}
 	return -EINVAL;
 }

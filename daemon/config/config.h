@@ -33,6 +33,7 @@ typedef enum ValueType {
 	VALUE_GROUPS,   /* group names or gids, into a GroupList */
 	VALUE_COMMS,    /* process names, into a CommList */
 	VALUE_PATTERNS, /* absolute paths, or prefixes ending in "*", into a PathPatternList */
+	VALUE_UNITS,    /* systemd unit names (not slices), into a UnitList */
 } ValueType;
 
 typedef struct ConfigKey {

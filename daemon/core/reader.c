@@ -133,10 +133,12 @@ static int reader_epoll_ring(Reader *r, int op, const Ring *ring, size_t i) {
 	lane = ring_lane(ring);
 	for (int k = 0; k < (lane ? 2 : 1); k++) {
 		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = i };
+		int fd = ring_fd(k == 0 ? ring : lane);
 
-		if (epoll_ctl(r->epoll_fd, op, ring_fd(k == 0 ? ring : lane), op == EPOLL_CTL_DEL ? NULL : &ev) <
-			    0 &&
-		    op != EPOLL_CTL_DEL)
+		/* Removing: the event may be gone already (a CPU offline); nothing to undo. */
+		if (op == EPOLL_CTL_DEL)
+			(void) epoll_ctl(r->epoll_fd, op, fd, NULL);
+		else if (epoll_ctl(r->epoll_fd, op, fd, &ev) < 0)
 			return negative_errno();
 	}
 	return 0;

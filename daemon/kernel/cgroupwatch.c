@@ -693,6 +693,61 @@ ssize_t cgroup_watch_lookup(CgroupWatch *w, uint64_t id, char *unit, size_t size
 	return n;
 }
 
+static const char *const *walk_units;
+static size_t walk_n_units;
+static uint64_t *walk_ids;
+static size_t walk_n_ids, walk_max_ids;
+
+/* A watched directory that is one of walk_units' own: its path names that unit, and its
+ * parent's does not (the unit's subgroups are found by the probes below it). */
+static void collect_unit_dir(const void *node, VISIT which, int depth) {
+	const Watch *x = *(Watch *const *) node;
+	char unit[256], parent_unit[256], parent[PATH_MAX];
+	const char *slash;
+	ssize_t n;
+
+	if ((which != postorder && which != leaf) || x->id == 0 || walk_n_ids >= walk_max_ids)
+		return;
+	n = unit_from_cgroup_path(x->path, unit, sizeof(unit));
+	if (n <= 0)
+		return;
+	for (size_t i = 0; i < walk_n_units; i++) {
+		if (!streq(walk_units[i], unit))
+			continue;
+		slash = strrchr(x->path, '/');
+		if (!slash || (size_t) (slash - x->path) >= sizeof(parent))
+			return;
+		memcpy(parent, x->path, (size_t) (slash - x->path));
+		parent[slash - x->path] = 0;
+		if (unit_from_cgroup_path(parent, parent_unit, sizeof(parent_unit)) > 0 &&
+		    streq(parent_unit, unit))
+			return;
+		walk_ids[walk_n_ids++] = x->id;
+		return;
+	}
+}
+
+size_t cgroup_watch_unit_dirs(
+	CgroupWatch *w, const char *const *units, size_t n_units, uint64_t *ids, size_t max) {
+	size_t n;
+
+	if (!w || n_units == 0 || max == 0)
+		return 0;
+	pthread_mutex_lock(&w->lock);
+	read_events(w);
+	walk_units = units;
+	walk_n_units = n_units;
+	walk_ids = ids;
+	walk_n_ids = 0;
+	walk_max_ids = max;
+	twalk(w->by_id, collect_unit_dir);
+	n = walk_n_ids;
+	walk_units = NULL;
+	walk_ids = NULL;
+	pthread_mutex_unlock(&w->lock);
+	return n;
+}
+
 void cgroup_watch_get_stats(CgroupWatch *w, CgroupWatchStats *ret) {
 	if (!w) {
 		*ret = (CgroupWatchStats){};

@@ -87,3 +87,7 @@ ssize_t cgroup_watch_lookup(CgroupWatch *w, uint64_t id, char *unit, size_t size
  * is known to be out of the window. */
 void cgroup_watch_set_window(CgroupWatch *w, uint64_t start_ns);
 void cgroup_watch_get_stats(CgroupWatch *w, CgroupWatchStats *ret);
+/* The ids of the live cgroups that are the own directories of `units` (unit names: the
+ * directory whose path names the unit and whose parent's does not; a user unit run by several
+ * users' managers has one each), at most `max` into ids. Main thread (a walk of every watch). */
+size_t cgroup_watch_unit_dirs(CgroupWatch *w, const char *const *units, size_t n_units, uint64_t *ids, size_t max);

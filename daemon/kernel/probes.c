@@ -927,6 +927,21 @@ void probes_set_exclusions(Probes *p, const CommList *comms, const PathPatternLi
 	__atomic_store_n(&d->n_paths, MIN(paths->n, PERFRELAY_DEMAND_PATHS), __ATOMIC_RELEASE);
 }
 
+bool probes_set_excluded_cgroups(Probes *p, const uint64_t *ids, size_t n) {
+	struct perfrelay_demand *d = p->demand;
+
+	n = MIN(n, (size_t) PERFRELAY_DEMAND_UNIT_IDS);
+	if (__atomic_load_n(&d->n_unit_ids, __ATOMIC_RELAXED) == n &&
+	    memcmp(d->unit_ids, ids, n * sizeof(*ids)) == 0)
+		return false;
+	/* As probes_set_exclusions(): a probe running meanwhile sees none, or whole ids. */
+	__atomic_store_n(&d->n_unit_ids, 0, __ATOMIC_RELEASE);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	memcpy(d->unit_ids, ids, n * sizeof(*ids));
+	__atomic_store_n(&d->n_unit_ids, (uint32_t) n, __ATOMIC_RELEASE);
+	return true;
+}
+
 void probes_set_unit_rate(Probes *p, uint64_t per_second) {
 	/* One aligned store; a probe reads it with one load (demand.bpf.h). */
 	__atomic_store_n(&p->demand->unit_rate, per_second, __ATOMIC_RELEASE);

@@ -107,6 +107,16 @@ typedef struct PathPatternList {
 	struct perfrelay_demand_path paths[PERFRELAY_DEMAND_PATHS];
 } PathPatternList;
 
+/* [Probes] ExcludeUnits=: unit names (unitname.h: attributable, NUL-terminated). */
+#define PROBES_UNIT_NAME_MAX 256u
+typedef struct UnitList {
+	uint32_t n;
+	char units[PERFRELAY_DEMAND_UNITS][PROBES_UNIT_NAME_MAX];
+} UnitList;
+/* The cgroup ids of ExcludeUnits=' units now (at most PERFRELAY_DEMAND_UNIT_IDS) into the
+ * demand map; returns whether they changed. */
+bool probes_set_excluded_cgroups(Probes *p, const uint64_t *ids, size_t n);
+
 void probes_set_exclusions(Probes *p, const CommList *comms, const PathPatternList *paths);
 /* MaxEventsPerUnitPerSec= into the demand map (0: off). */
 void probes_set_unit_rate(Probes *p, uint64_t per_second);

@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 
+import prtest
 from prtest import check, check_eq, wait_for
 
 PRODUCER_OPEN = 4
@@ -154,6 +155,31 @@ def test_exclude_paths_drops_proc_opens(daemon, stats_bus, socket_client, workdi
     check(not any(m.get("type") == "open" and str(m.get("path", "")).startswith("/proc/") for m in c.messages()),
           "no /proc open was delivered")
     check(stats_bus.producer(PRODUCER_OPEN)["filtered"] - before >= n, "the /proc opens were counted as filtered")
+
+
+def test_exclude_units_filters_the_unit_and_below_exactly(daemon, stats_bus, socket_client, workdir, unit_cgroup):
+    """ExcludeUnits=: opens made in the unit's cgroup and in a cgroup below it are filtered in
+    the kernel, each counted once, none delivered; the daemon finds the unit's directory itself
+    (GetStats probes.excluded_cgroups)."""
+    n = 300
+    cg = unit_cgroup("demand-unit")
+    sub = unit_cgroup("demand-unit-sub", parent=os.path.relpath(cg.path, prtest.cgroup2_mount()), name="worker")
+    d = daemon("demand-units", config=f"[Probes]\nExcludeUnits={cg.name}\n")
+    check_eq(stats_bus.stats()["probes"]["excluded_cgroups"], 1, "the unit's own cgroup is excluded")
+    target = marker(workdir)  # made (opened) before the subscription: not one of the unit's opens
+    c = socket_client(d.socket_path, {"subscribe": {"types": ["open"]}})
+    c.hello()
+    before = stats_bus.producer(PRODUCER_OPEN)
+    prtest.opens_in_cgroup(cg.path, target, n)
+    prtest.opens_in_cgroup(sub.path, target, n)
+    last = marker(workdir)
+    opens(last)
+    wait_open(c, last, "the marker after the excluded unit's opens")
+    check(not any(m.get("type") == "open" and m.get("path") == target for m in c.messages()),
+          "no open of the excluded unit was delivered")
+    after = stats_bus.producer(PRODUCER_OPEN)
+    check_eq(after["filtered"] - before["filtered"], 2 * n, "filtered: each of the unit's opens once")
+    check_eq(after["hits"], after["filtered"] + after["attempts"], "hits = filtered + attempts")
 
 
 def test_probe_costs_are_counted(daemon, stats_bus, socket_client, workdir):

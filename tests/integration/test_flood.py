@@ -162,26 +162,6 @@ def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir, uni
     d.stop()
 
 
-# Moves itself into the cgroup `inside` once everything it needs is open, makes exactly n
-# openat() calls there, and moves out again: the cgroup's opens are those n, no more.
-OPENER = r"""
-import os, sys
-inside, outside, path, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-out = os.open(outside, os.O_WRONLY)
-into = os.open(inside, os.O_WRONLY)
-os.write(into, b"0")
-for _ in range(n):
-    os.close(os.open(path, os.O_RDONLY))
-os.write(out, b"0")
-"""
-
-
-def own_cgroup_procs():
-    with open("/proc/self/cgroup") as f:
-        rel = [line.strip().split("::", 1)[1] for line in f if line.startswith("0::")][0]
-    return os.path.join(prtest.cgroup2_mount(), rel.lstrip("/"), "cgroup.procs")
-
-
 def test_throttle_counts_exactly_and_spares_exec(make_daemon, stats_bus, socket_client, workdir, unit_cgroup):
     """MaxEventsPerUnitPerSec=: a cgroup that opens faster than its budget gets the rest
     refused in the kernel, each refused open counted once (throttled) and never an attempt:
@@ -203,8 +183,7 @@ def test_throttle_counts_exactly_and_spares_exec(make_daemon, stats_bus, socket_
         execs.hello()
         before = stats_bus.producer(PRODUCER_OPEN)
 
-        subprocess.run([sys.executable, "-c", OPENER, os.path.join(cg.path, "cgroup.procs"), own_cgroup_procs(),
-                        target, str(n)], check=True, timeout=120)
+        prtest.opens_in_cgroup(cg.path, target, n)
         # Each exec's loader opens its libraries in the cgroup: far above 10 a second.
         cg_exec.popen(["sh", "-c", f'i=0; while [ $i -lt {execs_n} ]; do "$0"; i=$((i+1)); done', marked]).wait(120)
 

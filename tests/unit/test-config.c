@@ -496,7 +496,7 @@ static void test_probes(void) {
 	expect_error("[Probes]\nProbes=,\n", "test.conf:2: Probes=,: no probe names");
 }
 
-/* ExcludeComms=, ExcludePaths= and RecorderTypes= (docs/pipeline.md, "Demand"). */
+/* ExcludeComms=, ExcludePaths=, ExcludeUnits= and RecorderTypes= (docs/pipeline.md, "Demand"). */
 static void test_exclusions(void) {
 	_cleanup_(config_freep) Config *c = parse_ok(
 		"[Probes]\nExcludeComms=cron, updatedb updatedb\nExcludePaths=/proc/* /etc/ld.so.cache\n"
@@ -545,6 +545,21 @@ static void test_exclusions(void) {
 	config_free(c);
 	c = parse_ok("[Probes]\nExcludePaths=/proc/*\nExcludePaths=\n");
 	CHECK(c && PROBES(c)->exclude_paths.n == 0, "ExcludePaths= empty resets");
+
+	/* ExcludeUnits=: units that run processes, not slices; the duplicate once. */
+	config_free(c);
+	c = parse_ok("[Probes]\nExcludeUnits=cron.service session-3.scope cron.service\n");
+	CHECK(c && PROBES(c)->exclude_units.n == 2 &&
+		      streq(PROBES(c)->exclude_units.units[0], "cron.service") &&
+		      streq(PROBES(c)->exclude_units.units[1], "session-3.scope"),
+	      "ExcludeUnits=: two units");
+	expect_error("[Probes]\nExcludeUnits=user.slice\n", "ExcludeUnits=user.slice: ", "not a .slice");
+	expect_error("[Probes]\nExcludeUnits=sshd\n", "ExcludeUnits=sshd: ", "not the name of a unit");
+	o = snprintf(text, sizeof(text), "[Probes]\nExcludeUnits=");
+	for (unsigned i = 0; i <= PERFRELAY_DEMAND_UNITS; i++)
+		o += snprintf(text + o, sizeof(text) - o, "u%u.service ", i);
+	snprintf(text + o, sizeof(text) - o, "\n");
+	expect_error(text, "too many units (at most 8)");
 }
 
 static void test_counters(void) {

@@ -17,6 +17,7 @@ static const ConfigKey keys[] = {
 	{ "Probes", "RunStats", VALUE_BOOL, CONFIG_FIELD(ProbesConfig, run_stats), 0, 0, NULL, false },
 	{ "Probes", "ExcludeComms", VALUE_COMMS, CONFIG_FIELD(ProbesConfig, exclude_comms), 0, 0, NULL, true },
 	{ "Probes", "ExcludePaths", VALUE_PATTERNS, CONFIG_FIELD(ProbesConfig, exclude_paths), 0, 0, NULL, true },
+	{ "Probes", "ExcludeUnits", VALUE_UNITS, CONFIG_FIELD(ProbesConfig, exclude_units), 0, 0, NULL, true },
 	{ "Probes", "MaxEventsPerUnitPerSec", VALUE_UINT, CONFIG_FIELD(ProbesConfig, max_events_per_unit_per_sec), 0, 10000000, NULL, true },
 };
 /* clang-format on */

@@ -20,6 +20,7 @@ typedef struct ProbesConfig {
 	bool run_stats;
 	CommList exclude_comms;        /* ExcludeComms=: opens and connects of these processes */
 	PathPatternList exclude_paths; /* ExcludePaths=: opens of these paths */
+	UnitList exclude_units;        /* ExcludeUnits=: opens and connects of these units' processes */
 	/* MaxEventsPerUnitPerSec=, 0 (default): off; else the open and connect records a cgroup's
 	 * tasks may make per second (docs/pipeline.md, "Throttle"). */
 	uint64_t max_events_per_unit_per_sec;

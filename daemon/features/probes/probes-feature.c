@@ -46,10 +46,31 @@ typedef struct ProbesFeature {
 	uint32_t forced_on, forced_off;      /* SetProbeEnabled(), bits PROBE_*, until the next reload */
 	uint64_t unwanted_since[_PROBE_MAX]; /* CLOCK_MONOTONIC µs it lost its last consumer, or 0 */
 	ProbeState state[_PROBE_MAX];
-	sd_event_source *linger;  /* the next unwanted probe's detach */
-	uint64_t stats_since;     /* CLOCK_MONOTONIC µs this daemon turned BPF_ENABLE_STATS on, or 0 */
-	UnitsPruned units_pruned; /* "unit_counts" entries of removed cgroups, taken out */
+	sd_event_source *linger;   /* the next unwanted probe's detach */
+	uint64_t stats_since;      /* CLOCK_MONOTONIC µs this daemon turned BPF_ENABLE_STATS on, or 0 */
+	UnitsPruned units_pruned;  /* "unit_counts" entries of removed cgroups, taken out */
+	uint64_t excluded_cgroups; /* ExcludeUnits=: the cgroup ids in the demand map now */
 } ProbesFeature;
+
+/* ExcludeUnits=: the units' own cgroup directories into the demand map. A unit that restarts
+ * gets a new directory (a new id): the tick looks again every second, so its first second's
+ * records may be made (not filtered) until then. */
+static void probes_sync_units(ProbesFeature *pf) {
+	Manager *m = pf->feature.manager;
+	const ProbesConfig *pc = config_part(manager_config(m), &probes_config);
+	const char *names[PERFRELAY_DEMAND_UNITS];
+	uint64_t ids[PERFRELAY_DEMAND_UNIT_IDS];
+	size_t n = 0;
+
+	for (uint32_t i = 0; i < pc->exclude_units.n && i < PERFRELAY_DEMAND_UNITS; i++)
+		names[i] = pc->exclude_units.units[i];
+	if (pc->exclude_units.n > 0)
+		n = cgroup_watch_unit_dirs(
+			manager_cgroup_watch(m), names, pc->exclude_units.n, ids, ELEMENTSOF(ids));
+	if (probes_set_excluded_cgroups(manager_probes(m), ids, n))
+		log_debug("ExcludeUnits=: %zu cgroups excluded now", n);
+	pf->excluded_cgroups = n;
+}
 
 static uint32_t probe_mask(const Manager *m) {
 	uint32_t mask = 0;
@@ -188,6 +209,7 @@ static int probes_start(Feature *f) {
 	}
 	probes_set_exclusions(p, &pc->exclude_comms, &pc->exclude_paths);
 	probes_set_unit_rate(p, pc->max_events_per_unit_per_sec);
+	probes_sync_units(pf);
 	r = probes_sync(pf);
 	pf->started = true;
 	if (r < 0)
@@ -222,6 +244,7 @@ static int probes_reload(Feature *f) {
 	pf->forced_on = pf->forced_off = 0;
 	probes_set_exclusions(manager_probes(f->manager), &pc->exclude_comms, &pc->exclude_paths);
 	probes_set_unit_rate(manager_probes(f->manager), pc->max_events_per_unit_per_sec);
+	probes_sync_units(pf);
 	/* probes_sync() logged which probe; the rest is applied all the same. */
 	return probes_sync(pf);
 }
@@ -383,6 +406,7 @@ static int probes_stats_append(Feature *f, sd_bus_message *m) {
 		r = APPEND_FIGURES(
 			m,
 			{ "run_stats_since_usec", pf->stats_since },
+			{ "excluded_cgroups", pf->excluded_cgroups },
 			{ "unwanted", probes_unwanted(manager_probes(f->manager)) });
 	for (unsigned i = 0; r >= 0 && i < _PROBE_MAX; i++)
 		r = append_probe(pf, m, i);
@@ -393,8 +417,11 @@ static int probes_stats_append(Feature *f, sd_bus_message *m) {
 
 static void probes_tick(Feature *f) {
 	ProbesFeature *pf = (ProbesFeature *) f;
+	const ProbesConfig *pc = config_part(manager_config(f->manager), &probes_config);
 	uint64_t now = now_usec(CLOCK_MONOTONIC);
 
+	if (pc->exclude_units.n > 0)
+		probes_sync_units(pf);
 	if (now - pf->units_pruned.last_usec < UNITS_PRUNE_USEC)
 		return;
 	pf->units_pruned.last_usec = now;

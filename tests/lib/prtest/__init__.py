@@ -486,6 +486,30 @@ def cgroup2_mount():
     return None
 
 
+# Moves itself into a cgroup once everything it needs is open, makes exactly n openat() calls
+# there, and moves back out: the cgroup's opens are those n, no more.
+_OPENER = r"""
+import os, sys
+inside, outside, path, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+out = os.open(outside, os.O_WRONLY)
+into = os.open(inside, os.O_WRONLY)
+os.write(into, b"0")
+for _ in range(n):
+    os.close(os.open(path, os.O_RDONLY))
+os.write(out, b"0")
+"""
+
+
+def opens_in_cgroup(cgroup_path, path, n):
+    """Exactly n openat() calls of `path` made inside the cgroup directory `cgroup_path` (by a
+    child that joins it for them and leaves it afterwards)."""
+    with open("/proc/self/cgroup") as f:
+        rel = [line.strip().split("::", 1)[1] for line in f if line.startswith("0::")][0]
+    outside = os.path.join(cgroup2_mount(), rel.lstrip("/"), "cgroup.procs")
+    subprocess.run([sys.executable, "-c", _OPENER, os.path.join(cgroup_path, "cgroup.procs"), outside, path, str(n)],
+                   check=True, timeout=120)
+
+
 def delegate_cgroup(path, uid):
     """What systemd does for Delegate=yes (and for a user's manager): the cgroup and the files that
     control its subtree belong to the user, who may then make cgroups below it."""
