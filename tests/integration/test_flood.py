@@ -11,10 +11,8 @@ cgroup's attempts and failures exactly."""
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -44,37 +42,6 @@ def _setup(root_and_bpf, stats_bus):
     pass
 
 
-class BusySubscriber:
-    """A binary subscriber of everything that reads and discards as fast as it can."""
-
-    def __init__(self, path):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
-        self.sock.sendall(b'{"subscribe":{},"format":"binary"}\n')
-        self.hello = bytearray()
-        while b"\n" not in self.hello:
-            chunk = self.sock.recv(4096)
-            check(chunk, "a busy subscriber's hello line")
-            self.hello += chunk
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self):
-        try:
-            while self.sock.recv(1 << 20):
-                pass
-        except OSError:
-            pass
-
-    def close(self):
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
-        self.thread.join(10)
-
-
 def identity_holds(p):
     return p["attempts"] == p["received"] + p["malformed"] + p["failures"] + p["crash_lost"]
 
@@ -97,7 +64,9 @@ def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir, uni
     d = make_daemon("flood", config="[Ring]\nPagesPerCpu=2\n", stdout=False)
     busy, floods, opener = [], [], None
     try:
-        busy = [BusySubscriber(d.socket_path) for _ in range(BUSY)]
+        busy = [socket_client(d.socket_path, {"subscribe": {}, "format": "binary"}, discard=True) for _ in range(BUSY)]
+        for b in busy:
+            b.wait_subscribed()
         marked = os.path.join(workdir, "prmarkexec")
         shutil.copy("/bin/true", marked)
         execs = socket_client(d.socket_path, {"subscribe": {"types": ["exec"], "comm": ["prmarkexec"]}})
@@ -128,7 +97,7 @@ def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir, uni
         for f in floods:
             f.close()
         for b in busy:
-            b.close()
+            b.close()  # before the checks: the readers need not feed them any more
 
     got = [m for m in execs.messages() if m.get("type") == "exec"]
     check_eq(len(got), MARKED, "marked execs delivered (each once)")

@@ -294,7 +294,7 @@ class SocketClient:
     it comes; lines are parsed when asked for. The socket_client fixture closes it after the
     test."""
 
-    def __init__(self, path, request, read=True, raw=False, rcvbuf=None):
+    def __init__(self, path, request, read=True, raw=False, rcvbuf=None, discard=False):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         if rcvbuf:
             # A small receive buffer: the daemon's queue for this client fills sooner.
@@ -311,6 +311,9 @@ class SocketClient:
         self.parsed = 0
         self.msgs = []
         self.returned = 0  # events() handed out so far
+        # discard: a busy reader that keeps nothing after the first line (its hello): for
+        # load, wait_subscribed() only.
+        self.discard = discard
         if read:
             self.start()
 
@@ -329,7 +332,8 @@ class SocketClient:
                     self.eof = True
                     self.cond.notify_all()
                     return
-                self.data += chunk
+                if not (self.discard and b"\n" in self.data):
+                    self.data += chunk
                 self.cond.notify_all()
 
     def _parse(self):
