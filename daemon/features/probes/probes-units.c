@@ -75,6 +75,8 @@ void units_prune(Manager *m, UnitsPruned *pruned) {
 	for (size_t i = 0; i < n; i++) {
 		bool gone = false;
 
+		if (u[i].cgroup_id == 0) /* no task's: packets (PERFRELAY_UNIT_CGROUP()) */
+			continue;
 		(void) manager_cgroup_unit(m, u[i].cgroup_id, buf, sizeof(buf), &gone, NULL);
 		if (!gone)
 			continue;
