@@ -59,11 +59,31 @@ static int by_throttled(const void *a, const void *b) {
 	return by_attempts(a, b);
 }
 
+/* Whether cgroup `id` was removed, so that no task can emit in it any more and its entries may
+ * go: the cgroup watch knows it as no live cgroup, and either remembers it removed or has never
+ * left a directory unwatched (a live cgroup it does not watch would look the same: its entries
+ * stay, counted on, rather than lose increments in flight). */
+static bool cgroup_gone(Manager *m, uint64_t id) {
+	CgroupWatch *w = manager_cgroup_watch(m);
+	CgroupWatchStats st;
+	char buf[256];
+	bool gone = false;
+
+	if (!w || id == 0) /* 0: no task's (packets, PERFRELAY_UNIT_CGROUP()), or the shared bucket */
+		return false;
+	(void) manager_cgroup_unit(m, id, buf, sizeof(buf), &gone, NULL);
+	if (!gone)
+		return false;
+	if (cgroup_watch_lookup(w, id, buf, sizeof(buf)) > 0)
+		return true;
+	cgroup_watch_get_stats(w, &st);
+	return st.unwatched == 0 && st.unwatched_users == 0;
+}
+
 void units_prune(Manager *m, UnitsPruned *pruned) {
 	_cleanup_free_ UnitCount *u = NULL;
 	_cleanup_free_ UnitThrottled *t = NULL;
 	struct perfrelay_counters full;
-	char buf[256];
 	size_t n, n_t;
 	int r;
 
@@ -73,12 +93,7 @@ void units_prune(Manager *m, UnitsPruned *pruned) {
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
-		bool gone = false;
-
-		if (u[i].cgroup_id == 0) /* no task's: packets (PERFRELAY_UNIT_CGROUP()) */
-			continue;
-		(void) manager_cgroup_unit(m, u[i].cgroup_id, buf, sizeof(buf), &gone, NULL);
-		if (!gone)
+		if (!cgroup_gone(m, u[i].cgroup_id))
 			continue;
 		/* Read a moment ago; nothing adds to it since (no task is left in the cgroup). */
 		if (probes_forget_unit_count(manager_probes(m), u[i].cgroup_id, u[i].producer) < 0)
@@ -92,15 +107,10 @@ void units_prune(Manager *m, UnitsPruned *pruned) {
 		log_warning_errno(r, "Failed to read %s/throttle: %m", manager_pin_path(m));
 		return;
 	}
-	for (size_t i = 0; i < n_t; i++) {
-		bool gone = false;
-
-		if (t[i].cgroup_id == 0) /* the shared bucket */
-			continue;
-		(void) manager_cgroup_unit(m, t[i].cgroup_id, buf, sizeof(buf), &gone, NULL);
-		if (gone && probes_forget_throttle(manager_probes(m), t[i].cgroup_id) >= 0)
+	for (size_t i = 0; i < n_t; i++)
+		if (cgroup_gone(m, t[i].cgroup_id) &&
+		    probes_forget_throttle(manager_probes(m), t[i].cgroup_id) >= 0)
 			pruned->throttled += t[i].throttled;
-	}
 }
 
 static int append_row(Manager *m, sd_bus_message *reply, const UnitRow *row, const UnitCount *u) {
