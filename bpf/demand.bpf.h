@@ -67,12 +67,12 @@ static __always_inline int probe_skip(__u16 type, __u32 producer) {
 	return perfrelay_idle(producer) || demand_unwanted(demand_get(), type, producer);
 }
 
-/* True (and counted: as filtered for `producer`, as throttled for the cgroup) when the current
- * task's cgroup spent its MaxEventsPerUnitPerSec= budget. The bucket is shared by the CPUs and
- * updated without a lock (tracing programs cannot take a bpf_spin_lock): racing CPUs may let a
- * record more or fewer through, never count one twice or not at all (each record is either
+/* True (and counted as throttled for the cgroup; the caller counts it as filtered) when the
+ * current task's cgroup spent its MaxEventsPerUnitPerSec= budget. The bucket is shared by the
+ * CPUs and updated without a lock (tracing programs cannot take a bpf_spin_lock): racing CPUs may
+ * let a record more or fewer through, never count one twice or not at all (each record is either
  * throttled, counted here, or goes on to be an attempt). Exec, fork and exit never ask. */
-static __always_inline int demand_throttled(const struct perfrelay_demand *d, __u32 producer) {
+static __always_inline int demand_throttled(const struct perfrelay_demand *d) {
 	__u64 rate = d ? d->unit_rate : 0, id, now, tokens, full;
 	struct perfrelay_throttle *t, fresh = {};
 
@@ -112,7 +112,6 @@ static __always_inline int demand_throttled(const struct perfrelay_demand *d, __
 	}
 	t->tokens = tokens;
 	__sync_fetch_and_add(&t->throttled, 1);
-	count_filtered(producer);
 	return 1;
 }
 
@@ -150,6 +149,12 @@ static __always_inline int demand_comm_excluded(const struct perfrelay_demand *d
 			return 1;
 	}
 	return 0;
+}
+
+/* The current task is one ExcludeComms= (by comm) or ExcludeUnits= (by its cgroup) names. */
+static __always_inline int demand_task_excluded(const struct perfrelay_demand *d, const char *comm) {
+	return d &&
+		((d->n_comms && demand_comm_excluded(d, comm)) || (d->n_unit_ids && demand_unit_excluded(d)));
 }
 
 /* path (NUL-terminated, PERFRELAY_PATH_LEN bytes) matches an ExcludePaths= entry: equal to it,

@@ -150,7 +150,7 @@ static __always_inline void pending_clear_stale(void *map, __u64 *pid_tgid, __u3
 		count_lost_attempt(producer);
 }
 
-/* An exclusion matched at the syscall's entry: filtered, once. */
+/* An exclusion or the throttle matched at the syscall's entry: filtered, once. */
 static __always_inline void pending_filtered(void *map, __u64 *pid_tgid, __u32 producer) {
 	count_filtered(producer);
 	pending_clear_stale(map, pid_tgid, producer);
@@ -503,8 +503,7 @@ int handle_open_enter(struct trace_event_raw_sys_enter *ctx) {
 
 	/* What the exclusions match first, the rest only for a record someone wants. */
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	if (d &&
-	    ((d->n_comms && demand_comm_excluded(d, e->comm)) || (d->n_unit_ids && demand_unit_excluded(d)))) {
+	if (demand_task_excluded(d, e->comm)) {
 		pending_filtered(&open_args, &pid_tgid, PERFRELAY_PRODUCER_OPEN);
 		return 0;
 	}
@@ -515,8 +514,8 @@ int handle_open_enter(struct trace_event_raw_sys_enter *ctx) {
 		return 0;
 	}
 	/* Last: what the exclusions drop costs the cgroup no token. */
-	if (demand_throttled(d, PERFRELAY_PRODUCER_OPEN)) {
-		pending_clear_stale(&open_args, &pid_tgid, PERFRELAY_PRODUCER_OPEN);
+	if (demand_throttled(d)) {
+		pending_filtered(&open_args, &pid_tgid, PERFRELAY_PRODUCER_OPEN);
 		return 0;
 	}
 	e->pid = pid_tgid >> 32;
@@ -572,13 +571,12 @@ int handle_connect_enter(struct trace_event_raw_sys_enter *ctx) {
 		return 0;
 
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	if (d &&
-	    ((d->n_comms && demand_comm_excluded(d, e->comm)) || (d->n_unit_ids && demand_unit_excluded(d)))) {
+	if (demand_task_excluded(d, e->comm)) {
 		pending_filtered(&connect_args, &pid_tgid, PERFRELAY_PRODUCER_CONNECT);
 		return 0;
 	}
-	if (demand_throttled(d, PERFRELAY_PRODUCER_CONNECT)) {
-		pending_clear_stale(&connect_args, &pid_tgid, PERFRELAY_PRODUCER_CONNECT);
+	if (demand_throttled(d)) {
+		pending_filtered(&connect_args, &pid_tgid, PERFRELAY_PRODUCER_CONNECT);
 		return 0;
 	}
 	e->pid = pid_tgid >> 32;
