@@ -818,59 +818,57 @@ int probes_read_counters(
 		return -ENOMEM;
 	if (bpf_map_lookup_elem(probes_counters_fd(p), &producer, v) < 0)
 		return negative_errno();
-	for (unsigned i = 0; i < p->n_cpus; i++) {
-		sum.attempts += v[i].attempts;
-		sum.failures += v[i].failures;
-	}
+	add_counters(v, p->n_cpus, &sum, NULL);
 	if (per_cpu)
 		memcpy(per_cpu, v, sizeof(*v) * p->n_cpus);
 	*ret_sum = sum;
 	return 0;
 }
 
+/* The entry of hash map `fd` after the key at `prev` (NULL: the first): its key into `key`
+ * (which may be `prev`: the kernel reads the old key before it writes the next) and its value
+ * into `value`. 1 if there is one, 0 after the last, or a negative errno. A key deleted between
+ * the two calls is passed over. Only the main thread deletes entries of the maps walked here
+ * (pruning), so a walk meets each key once; callers bound it by the map's size anyway. */
+static int hash_next(int fd, const void *prev, void *key, void *value) {
+	for (;;) {
+		if (bpf_map_get_next_key(fd, prev, key) < 0)
+			return errno == ENOENT ? 0 : negative_errno();
+		if (bpf_map_lookup_elem(fd, key, value) == 0)
+			return 1;
+		if (errno != ENOENT)
+			return negative_errno();
+		prev = key;
+	}
+}
+
 int probes_read_unit_counts(const Probes *p, UnitCount **ret, size_t *ret_n, struct perfrelay_counters *ret_full) {
 	int fd = bpf_map__fd(p->skel->maps.unit_counts);
 	_cleanup_free_ struct perfrelay_counters *v = calloc(p->n_cpus, sizeof(*v));
-	_cleanup_free_ UnitCount *out = NULL;
-	struct perfrelay_unit_key key, next;
+	_cleanup_free_ UnitCount *out = calloc(PERFRELAY_UNIT_COUNTS_MAX, sizeof(*out));
+	struct perfrelay_unit_key key;
 	struct perfrelay_counters full = {};
 	uint32_t zero = 0;
 	size_t n = 0;
+	int r = 0;
 
-	if (!v)
+	if (!v || !out)
 		return -ENOMEM;
 	if (bpf_map_lookup_elem(bpf_map__fd(p->skel->maps.unit_counts_full), &zero, v) < 0)
 		return negative_errno();
-	for (unsigned i = 0; i < p->n_cpus; i++) {
-		full.attempts += v[i].attempts;
-		full.failures += v[i].failures;
-	}
-	out = calloc(PERFRELAY_UNIT_COUNTS_MAX, sizeof(*out));
-	if (!out)
-		return -ENOMEM;
-	/* Only the main thread deletes entries (pruning), so the walk meets each key once; it is
-	 * bounded by the map's size anyway. */
-	for (const void *prev = NULL; n < PERFRELAY_UNIT_COUNTS_MAX; prev = &key) {
-		UnitCount *u = &out[n];
+	add_counters(v, p->n_cpus, &full, NULL);
+	for (const void *prev = NULL; n < PERFRELAY_UNIT_COUNTS_MAX && (r = hash_next(fd, prev, &key, v)) > 0;
+	     prev = &key) {
+		struct perfrelay_counters sum = {};
 
-		if (bpf_map_get_next_key(fd, prev, &next) < 0) {
-			if (errno == ENOENT)
-				break;
-			return negative_errno();
-		}
-		key = next;
-		if (bpf_map_lookup_elem(fd, &key, v) < 0) {
-			if (errno == ENOENT)
-				continue; /* deleted in between */
-			return negative_errno();
-		}
-		*u = (UnitCount){ .cgroup_id = key.cgroup_id, .producer = key.producer };
-		for (unsigned i = 0; i < p->n_cpus; i++) {
-			u->attempts += v[i].attempts;
-			u->failures += v[i].failures;
-		}
-		n++;
+		add_counters(v, p->n_cpus, &sum, NULL);
+		out[n++] = (UnitCount){ .cgroup_id = key.cgroup_id,
+					.producer = key.producer,
+					.attempts = sum.attempts,
+					.failures = sum.failures };
 	}
+	if (r < 0)
+		return r;
 	*ret = TAKE_PTR(out);
 	*ret_n = n;
 	*ret_full = full;
@@ -951,26 +949,17 @@ int probes_read_throttled(const Probes *p, UnitThrottled **ret, size_t *ret_n) {
 	int fd = bpf_map__fd(p->skel->maps.throttle);
 	_cleanup_free_ UnitThrottled *out = calloc(PERFRELAY_THROTTLE_MAX, sizeof(*out));
 	struct perfrelay_throttle v;
-	uint64_t key, next;
+	uint64_t key;
 	size_t n = 0;
+	int r = 0;
 
 	if (!out)
 		return -ENOMEM;
-	/* Only the main thread deletes entries (pruning), so the walk meets each key once. */
-	for (const void *prev = NULL; n < PERFRELAY_THROTTLE_MAX; prev = &key) {
-		if (bpf_map_get_next_key(fd, prev, &next) < 0) {
-			if (errno == ENOENT)
-				break;
-			return negative_errno();
-		}
-		key = next;
-		if (bpf_map_lookup_elem(fd, &key, &v) < 0) {
-			if (errno == ENOENT)
-				continue;
-			return negative_errno();
-		}
+	for (const void *prev = NULL; n < PERFRELAY_THROTTLE_MAX && (r = hash_next(fd, prev, &key, &v)) > 0;
+	     prev = &key)
 		out[n++] = (UnitThrottled){ .cgroup_id = key, .throttled = v.throttled };
-	}
+	if (r < 0)
+		return r;
 	*ret = TAKE_PTR(out);
 	*ret_n = n;
 	return 0;

@@ -60,40 +60,42 @@ static int by_throttled(const void *a, const void *b) {
 }
 
 /* Whether cgroup `id` was removed, so that no task can emit in it any more and its entries may
- * go: the cgroup watch knows it as no live cgroup, and either remembers it removed or has never
- * left a directory unwatched (a live cgroup it does not watch would look the same: its entries
- * stay, counted on, rather than lose increments in flight). */
-static bool cgroup_gone(Manager *m, uint64_t id) {
-	CgroupWatch *w = manager_cgroup_watch(m);
-	CgroupWatchStats st;
+ * go: the cgroup watch knows it as no live cgroup, and either remembers its unit from when it
+ * went (manager_cgroup_unit() names it then) or has never left a directory unwatched
+ * (`complete`: a live cgroup it does not watch would look the same; its entries stay, counted
+ * on, rather than lose increments in flight). */
+static bool cgroup_gone(Manager *m, uint64_t id, bool complete) {
 	char buf[256];
 	bool gone = false;
+	const char *remembered;
 
-	if (!w || id == 0) /* 0: no task's (packets, PERFRELAY_UNIT_CGROUP()), or the shared bucket */
+	if (id == 0) /* no task's (packets, PERFRELAY_UNIT_CGROUP()), or the shared bucket */
 		return false;
-	(void) manager_cgroup_unit(m, id, buf, sizeof(buf), &gone, NULL);
-	if (!gone)
-		return false;
-	if (cgroup_watch_lookup(w, id, buf, sizeof(buf)) > 0)
-		return true;
-	cgroup_watch_get_stats(w, &st);
-	return st.unwatched == 0 && st.unwatched_users == 0;
+	remembered = manager_cgroup_unit(m, id, buf, sizeof(buf), &gone, NULL);
+	return gone && (remembered || complete);
 }
 
 void units_prune(Manager *m, UnitsPruned *pruned) {
 	_cleanup_free_ UnitCount *u = NULL;
 	_cleanup_free_ UnitThrottled *t = NULL;
+	CgroupWatch *w = manager_cgroup_watch(m);
 	struct perfrelay_counters full;
+	CgroupWatchStats st;
 	size_t n, n_t;
+	bool complete;
 	int r;
 
+	if (!w)
+		return; /* no cgroup2: nothing is known gone */
+	cgroup_watch_get_stats(w, &st);
+	complete = st.unwatched == 0 && st.unwatched_users == 0;
 	r = probes_read_unit_counts(manager_probes(m), &u, &n, &full);
 	if (r < 0) {
 		log_warning_errno(r, "Failed to read %s/unit_counts: %m", manager_pin_path(m));
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
-		if (!cgroup_gone(m, u[i].cgroup_id))
+		if (!cgroup_gone(m, u[i].cgroup_id, complete))
 			continue;
 		/* Read a moment ago; nothing adds to it since (no task is left in the cgroup). */
 		if (probes_forget_unit_count(manager_probes(m), u[i].cgroup_id, u[i].producer) < 0)
@@ -108,7 +110,7 @@ void units_prune(Manager *m, UnitsPruned *pruned) {
 		return;
 	}
 	for (size_t i = 0; i < n_t; i++)
-		if (cgroup_gone(m, t[i].cgroup_id) &&
+		if (cgroup_gone(m, t[i].cgroup_id, complete) &&
 		    probes_forget_throttle(manager_probes(m), t[i].cgroup_id) >= 0)
 			pruned->throttled += t[i].throttled;
 }
