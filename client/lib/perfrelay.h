@@ -144,7 +144,8 @@ int perfrelay_next_json(perfrelay_client *c, const char **line, size_t *len, int
 /* The next record of a binary-format client: *hdr points at the record header (aligned),
  * *payload at the bytes after it, *payload_size is hdr->size - sizeof(*hdr). The memory is the
  * client's and valid until the next call on c. A record of type PERFRELAY_TYPE_LOST reports
- * dropped events; its payload is a uint64_t count. Frames are validated: the length must
+ * dropped events; its payload is a uint64_t count (0 in a notice of records lost before they
+ * reached the daemon, whose JSON description follows the count: docs/protocol.md). Frames are validated: the length must
  * cover at least the header, at most PERFRELAY_RECORD_MAX bytes, equal hdr->size (for a
  * PERFRELAY_TYPE_PACKET record: hdr->size + cap_len, the packet's bytes being part of the
  * payload), and the magic must be PERFRELAY_MAGIC; otherwise -EBADMSG. Records of types this library does

@@ -68,6 +68,10 @@ static bool match_subscription(const void *filter, const DecodedEvent *ev, const
 	return filter_match(filter, ev, unit, lineage);
 }
 
+static bool wants_types_subscription(const void *filter, const uint16_t *types, size_t n, bool third_party) {
+	return filter_wants_types(filter, types, n, third_party);
+}
+
 void connection_free(Connection *c) {
 	Server *s = c->server;
 
@@ -360,6 +364,7 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 		.unit_frames = sub->unit_frames && sub->format == SUBSCRIPTION_FORMAT_BINARY,
 		.queue_bytes = s->o.client_queue_bytes,
 		.match = match_subscription,
+		.wants_types = wants_types_subscription,
 		.filter = sub,
 		.userdata = c,
 		.flush = connection_flush,

@@ -25,7 +25,7 @@ typedef struct Manager Manager; /* manager.h: what a feature may use of the core
 struct Feature {
 	const FeatureVtable *vtable;
 	Manager *manager;
-	unsigned hub_slot; /* its main-thread hub slot, when wants_hub_slot() said so */
+	unsigned hub_slot; /* the main thread's hub slot, when wants_hub_slot() said so */
 };
 
 /* Every hook may be NULL. Hooks run in the order of the table, "done" in reverse. */
@@ -37,7 +37,8 @@ struct FeatureVtable {
 	const ConfigPart *config;
 
 	/* Whether the feature publishes events from the main thread with this configuration: it
-	 * then gets a hub slot of its own (Feature.hub_slot; small, hub_set_small_slots()). */
+	 * then gets the main thread's hub slot, which every such feature shares (Feature.hub_slot;
+	 * small, hub_set_small_slots()). */
 	bool (*wants_hub_slot)(const Config *c);
 	/* Start-up. setup: the rings are open and mapped, the readers not started yet (what the
 	 * readers must have from their first record on). start: the readers run, the socket

@@ -45,12 +45,17 @@ void manager_features_free(Manager *m) {
 #define FOREACH_FEATURE(f, m) \
 	for (Feature **_p = (m)->features, *f; _p < (m)->features + (m)->n_features && (f = *_p, true); _p++)
 
+/* One slot for every feature that publishes from the main thread: they take turns on it (each
+ * between hub_reader_begin() and hub_reader_end()), and every slot is a ring in each shared ring
+ * set and a queue in each client. */
 unsigned manager_features_hub_slots(Manager *m, unsigned first_slot) {
 	unsigned n = 0;
 
 	FOREACH_FEATURE(f, m)
-		if (f->vtable->wants_hub_slot && f->vtable->wants_hub_slot(m->config))
-			f->hub_slot = first_slot + n++;
+		if (f->vtable->wants_hub_slot && f->vtable->wants_hub_slot(m->config)) {
+			f->hub_slot = first_slot;
+			n = 1;
+		}
 	return n;
 }
 

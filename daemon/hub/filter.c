@@ -166,6 +166,27 @@ static bool ancestor_match(const SubscriptionAncestor *s, Lineage *l) {
 	return false;
 }
 
+bool filter_wants_types(const Subscription *s, const uint16_t *types, size_t n, bool third_party) {
+	if (s->type_mask == 0 && s->n_types == 0 && s->n_type_names == 0) {
+		for (size_t i = 0; i < n; i++)
+			if (!event_type_on_request(types[i]))
+				return true;
+		return third_party;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (types[i] < SUBSCRIPTION_TYPE_MASK_BITS ? s->type_mask & (UINT64_C(1) << types[i]) :
+							     u16_in(s->types, s->n_types, types[i]))
+			return true;
+	if (!third_party)
+		return false;
+	if (s->n_type_names > 0)
+		return true;
+	for (size_t i = 0; i < s->n_types; i++)
+		if (s->types[i] >= PERFRELAY_TYPE_THIRD_PARTY_MIN)
+			return true;
+	return false;
+}
+
 bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
 	uint16_t type = ev->hdr.type;
 

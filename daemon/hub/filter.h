@@ -33,3 +33,7 @@ SubscriptionAccess filter_access(
  * (lineage_init()), walked only if an "ancestor" filter asks; NULL: no ancestors are known, and
  * such a filter matches nothing. */
 bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *unit, Lineage *lineage);
+
+/* Whether subscription s takes records of any of `types` (n of them), or with third_party of any
+ * third-party type: its type filter alone, for notices about those types (hub.h, HubNotice). */
+bool filter_wants_types(const Subscription *s, const uint16_t *types, size_t n, bool third_party);

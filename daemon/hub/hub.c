@@ -803,6 +803,65 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev_in, const char 
 	}
 }
 
+/* A notice's frame in the client's format: the JSON line, or a PERFRELAY_TYPE_LOST record of
+ * count 0 with the JSON behind the count. Room was reserved. */
+static void notice_write(HubClient *c, HubQueue *q, const char *json, size_t len) {
+	if (c->o.format == HUB_FORMAT_BINARY) {
+		struct perfrelay_hdr hdr = {
+			.magic = PERFRELAY_MAGIC,
+			.version = PERFRELAY_VERSION,
+			.type = PERFRELAY_TYPE_LOST,
+			.size = (uint16_t) (HUB_BINARY_LOST_SIZE + len),
+		};
+		uint32_t frame = htole32(hdr.size);
+		uint64_t zero = 0;
+
+		queue_write(q, &frame, sizeof(frame));
+		queue_write(q, &hdr, sizeof(hdr));
+		queue_write(q, &zero, sizeof(zero));
+		queue_write(q, json, len);
+		return;
+	}
+	/* Marked like a lost notice, so that the main thread tells it from an event (and
+	 * pending_lost, the client's own drops, stays to be told). */
+	__atomic_store_n(&q->lost_at[q->lost_marks % HUB_LOST_MARKS], q->head_local, __ATOMIC_RELAXED);
+	q->lost_marks++;
+	queue_write(q, json, len);
+	queue_write(q, "\n", 1);
+}
+
+_Static_assert(HUB_BINARY_LOST_SIZE + HUB_NOTICE_MAX <= PERFRELAY_RECORD_MAX, "a notice is a record");
+
+void hub_publish_notice(Hub *h, unsigned slot, const HubNotice *n, HubNoticeStats *st) {
+	HubSlot *s = &h->slots[slot];
+
+	if (n->json_len > HUB_NOTICE_MAX || n->json_redacted_len > HUB_NOTICE_MAX)
+		return;
+	for (size_t i = 0; i < s->n_clients; i++) {
+		HubClient *c = s->clients[i];
+		HubQueue *q = &c->q[slot];
+		const char *json = c->o.redact ? n->json_redacted : n->json;
+		size_t len = c->o.redact ? n->json_redacted_len : n->json_len;
+		size_t need = c->o.format == HUB_FORMAT_BINARY ?
+			sizeof(uint32_t) + HUB_BINARY_LOST_SIZE + len :
+			len + 1;
+
+		if (c->o.shared || c->o.format == HUB_FORMAT_JSON_TAGGED)
+			continue;
+		if (c->o.wants_types && !c->o.wants_types(c->o.filter, n->types, n->n_types, n->third_party))
+			continue;
+		if (atomic_load_explicit(&c->overflowed, memory_order_relaxed))
+			continue; /* being closed: nothing after its first loss */
+		if (!lost_mark_free(q) || !queue_reserve(q, need)) {
+			st->dropped++;
+			continue;
+		}
+		notice_write(c, q, json, len);
+		st->delivered++;
+		s->wrote = true;
+	}
+}
+
 void hub_reader_end(Hub *h, unsigned reader) {
 	HubSlot *s = &h->slots[reader];
 	bool wrote;

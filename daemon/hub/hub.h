@@ -47,6 +47,9 @@ typedef enum HubOverflow {
  * the event's cgroup or NULL; `lineage` the event's ancestors, walked on first use (NULL:
  * none known). Must not block or allocate. */
 typedef bool (*HubMatchFn)(const void *filter, const DecodedEvent *ev, const char *unit, Lineage *lineage);
+/* Whether a client wants records of any of `types`, or (third_party) of any third-party type at
+ * all: its subscription's type filter only, for notices about those types (hub_publish_notice()). */
+typedef bool (*HubWantsTypesFn)(const void *filter, const uint16_t *types, size_t n_types, bool third_party);
 
 /* A client's consumer (HubClientOptions.flush). */
 typedef void (*HubFlushFn)(HubClient *c, void *userdata);
@@ -57,10 +60,11 @@ typedef struct HubClientOptions {
 	/* HUB_FORMAT_BINARY: a PERFRELAY_TYPE_UNIT frame before each record whose cgroup has a
 	 * known unit (binary records carry the cgroup id only). */
 	bool unit_frames;
-	uint64_t queue_bytes; /* per client, split between the reader queues */
-	HubMatchFn match;     /* NULL: every event */
-	const void *filter;   /* owned by the caller; must outlive the client */
-	void *userdata;       /* the caller's, for hub_client_userdata() (main thread) */
+	uint64_t queue_bytes;        /* per client, split between the reader queues */
+	HubMatchFn match;            /* NULL: every event */
+	HubWantsTypesFn wants_types; /* NULL: every notice */
+	const void *filter;          /* owned by the caller; must outlive the client */
+	void *userdata;              /* the caller's, for hub_client_userdata() (main thread) */
 	/* The client's consumer: the main thread's flush loop calls it (with userdata) when the
 	 * client may have output; it writes the queues out (hub_client_flush()) or takes them
 	 * (hub_client_consume()). NULL: hub_client_flush() to the fd. */
@@ -175,6 +179,27 @@ bool hub_reader_has_clients(const Hub *h, unsigned reader);
 /* Offers ev to every client of the reader; `unit` (or NULL) is matched by filters and written
  * into JSON lines. The event is encoded at most once per format. */
 void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *unit, Lineage *lineage);
+/* A notice about records the kernel lost or the throttle refused (docs/protocol.md, "Lost"):
+ * a "lost" notice of count 0 carrying a JSON description, offered to the clients of the slot
+ * whose subscription takes one of its types. Not an event: not counted as offered or sent, and
+ * never written in place of one. Clients of the shared path and the bus monitors do not get it
+ * (their figures are in GetStats()). Main thread, on its own slot, between hub_reader_begin()
+ * and hub_reader_end(). */
+#define HUB_NOTICE_MAX 4096u /* the JSON's bytes at most; a longer notice is refused */
+typedef struct HubNotice {
+	const uint16_t *types; /* the record types it is about */
+	size_t n_types;
+	bool third_party; /* about a third party's records: for clients of any third-party type */
+	/* The JSON object, without newline, beginning {"type":"lost","count":0; and the same for
+	 * clients that see their own uid's events only (HubClientOptions.redact). */
+	const char *json, *json_redacted;
+	size_t json_len, json_redacted_len;
+} HubNotice;
+typedef struct HubNoticeStats {
+	uint64_t delivered; /* notices written into clients' queues */
+	uint64_t dropped;   /* notices a client's full queue had no room for */
+} HubNoticeStats;
+void hub_publish_notice(Hub *h, unsigned slot, const HubNotice *n, HubNoticeStats *st);
 /* Publishes the batch to the main thread; also queues the "lost" notices that were waiting
  * for room, so that a client learns of its last losses without waiting for a new event. */
 void hub_reader_end(Hub *h, unsigned reader);

@@ -744,10 +744,15 @@ static void add_counters(
 	const struct perfrelay_counters *v,
 	unsigned n_cpus,
 	struct perfrelay_counters *sum,
-	struct perfrelay_counters *per_cpu) {
+	struct perfrelay_counters *per_cpu,
+	struct perfrelay_counters *one) {
 	for (unsigned c = 0; c < n_cpus; c++) {
 		sum->attempts += v[c].attempts;
 		sum->failures += v[c].failures;
+		if (one) {
+			one->attempts += v[c].attempts;
+			one->failures += v[c].failures;
+		}
 		if (per_cpu) {
 			per_cpu[c].attempts += v[c].attempts;
 			per_cpu[c].failures += v[c].failures;
@@ -755,19 +760,27 @@ static void add_counters(
 	}
 }
 
-int probes_read_all_counters(
-	const Probes *p, struct perfrelay_counters *ret_sum, struct perfrelay_counters *per_cpu) {
+/* Every producer id's per-CPU counters, summed: over all into *ret_sum, per CPU into per_cpu
+ * (n_cpus entries, or NULL), per producer into per_producer (PERFRELAY_MAX_PRODUCERS entries, or
+ * NULL). */
+static int read_counters_all(
+	const Probes *p,
+	struct perfrelay_counters *ret_sum,
+	struct perfrelay_counters *per_cpu,
+	struct perfrelay_counters *per_producer) {
 	LIBBPF_OPTS(bpf_map_batch_opts, opts);
 	_cleanup_free_ struct perfrelay_counters *v = NULL, *cpus = NULL;
 	struct perfrelay_counters sum = {};
 	uint32_t keys[COUNTERS_BATCH], in = 0, out = 0;
 	int fd = probes_counters_fd(p);
-	bool first = true;
+	bool first = true, batched = true;
 
 	v = calloc((size_t) COUNTERS_BATCH * p->n_cpus, sizeof(*v));
 	cpus = per_cpu ? calloc(p->n_cpus, sizeof(*cpus)) : NULL;
 	if (!v || (per_cpu && !cpus))
 		return -ENOMEM;
+	if (per_producer)
+		memset(per_producer, 0, PERFRELAY_MAX_PRODUCERS * sizeof(*per_producer));
 
 	/* One syscall per 64 producer ids instead of one per id: the bus reads this every
 	 * second. Kernels without batch operations on arrays (before 5.6) get the loop below. */
@@ -778,29 +791,42 @@ int probes_read_all_counters(
 		if (r < 0 && errno != ENOENT) {
 			if (!first || (errno != EINVAL && errno != ENOTSUP && errno != EOPNOTSUPP))
 				return negative_errno();
-			break; /* no batch support: fall back */
+			batched = false; /* no batch support: fall back */
+			break;
 		}
 		for (uint32_t i = 0; i < count; i++)
-			add_counters(v + (size_t) i * p->n_cpus, p->n_cpus, &sum, cpus);
-		if (r < 0) { /* ENOENT: that was the last batch */
-			if (per_cpu)
-				memcpy(per_cpu, cpus, sizeof(*cpus) * p->n_cpus);
-			*ret_sum = sum;
-			return 0;
-		}
+			add_counters(
+				v + (size_t) i * p->n_cpus,
+				p->n_cpus,
+				&sum,
+				cpus,
+				per_producer && keys[i] < PERFRELAY_MAX_PRODUCERS ? &per_producer[keys[i]] :
+										    NULL);
+		if (r < 0) /* ENOENT: that was the last batch */
+			break;
 		in = out;
 		first = false;
 	}
-
-	for (uint32_t id = 0; id < PERFRELAY_MAX_PRODUCERS; id++) {
+	for (uint32_t id = 0; !batched && id < PERFRELAY_MAX_PRODUCERS; id++) {
 		if (bpf_map_lookup_elem(fd, &id, v) < 0)
 			return negative_errno();
-		add_counters(v, p->n_cpus, &sum, cpus);
+		add_counters(v, p->n_cpus, &sum, cpus, per_producer ? &per_producer[id] : NULL);
 	}
 	if (per_cpu)
 		memcpy(per_cpu, cpus, sizeof(*cpus) * p->n_cpus);
 	*ret_sum = sum;
 	return 0;
+}
+
+int probes_read_all_counters(
+	const Probes *p, struct perfrelay_counters *ret_sum, struct perfrelay_counters *per_cpu) {
+	return read_counters_all(p, ret_sum, per_cpu, NULL);
+}
+
+int probes_read_every_producer(const Probes *p, struct perfrelay_counters *per_producer) {
+	struct perfrelay_counters sum;
+
+	return read_counters_all(p, &sum, NULL, per_producer);
 }
 
 int probes_read_counters(
@@ -818,7 +844,7 @@ int probes_read_counters(
 		return -ENOMEM;
 	if (bpf_map_lookup_elem(probes_counters_fd(p), &producer, v) < 0)
 		return negative_errno();
-	add_counters(v, p->n_cpus, &sum, NULL);
+	add_counters(v, p->n_cpus, &sum, NULL, NULL);
 	if (per_cpu)
 		memcpy(per_cpu, v, sizeof(*v) * p->n_cpus);
 	*ret_sum = sum;
@@ -856,12 +882,12 @@ int probes_read_unit_counts(const Probes *p, UnitCount **ret, size_t *ret_n, str
 		return -ENOMEM;
 	if (bpf_map_lookup_elem(bpf_map__fd(p->skel->maps.unit_counts_full), &zero, v) < 0)
 		return negative_errno();
-	add_counters(v, p->n_cpus, &full, NULL);
+	add_counters(v, p->n_cpus, &full, NULL, NULL);
 	for (const void *prev = NULL; n < PERFRELAY_UNIT_COUNTS_MAX && (r = hash_next(fd, prev, &key, v)) > 0;
 	     prev = &key) {
 		struct perfrelay_counters sum = {};
 
-		add_counters(v, p->n_cpus, &sum, NULL);
+		add_counters(v, p->n_cpus, &sum, NULL, NULL);
 		out[n++] = (UnitCount){ .cgroup_id = key.cgroup_id,
 					.producer = key.producer,
 					.attempts = sum.attempts,

@@ -168,6 +168,10 @@ int probe_of_producer(uint32_t producer);
 int probes_read_all_counters(
 	const Probes *p, struct perfrelay_counters *ret_sum, struct perfrelay_counters *per_cpu);
 
+/* Every producer's counters summed over the CPUs, into per_producer[id]
+ * (PERFRELAY_MAX_PRODUCERS entries). */
+int probes_read_every_producer(const Probes *p, struct perfrelay_counters *per_producer);
+
 /* Sums a producer's per-CPU counters; per_cpu (possible CPUs entries) may be NULL. */
 int probes_read_counters(
 	const Probes *p,

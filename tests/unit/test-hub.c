@@ -783,6 +783,109 @@ static void test_demand(void) {
 	hub_free(h);
 }
 
+/* wants_types for the notice test: the one type in *filter. */
+static bool wants_type(const void *filter, const uint16_t *types, size_t n, bool third_party) {
+	for (size_t i = 0; i < n; i++)
+		if (types[i] == *(const uint16_t *) filter)
+			return true;
+	return false;
+}
+
+/* Notices (hub_publish_notice()): published on the main thread's slot, offered to the clients
+ * whose subscription takes one of their types, the redacted text to "uid" clients, as a JSON
+ * line or a PERFRELAY_TYPE_LOST record of count 0 with the JSON behind the count; never an
+ * event (offered = sent = the events alone). */
+static void test_notices(void) {
+	static const char full[] =
+		"{\"type\":\"lost\",\"count\":0,\"kernel\":5,\"units\":[{\"unit\":\"a.service\"}]}";
+	static const char red[] = "{\"type\":\"lost\",\"count\":0,\"kernel\":5,\"units\":[{}]}";
+	const uint16_t open_type = PERFRELAY_TYPE_OPEN, exec_type = PERFRELAY_TYPE_EXEC;
+	const uint16_t types[] = { PERFRELAY_TYPE_OPEN };
+	HubNotice n = { .types = types,
+			.n_types = 1,
+			.json = full,
+			.json_len = strlen(full),
+			.json_redacted = red,
+			.json_redacted_len = strlen(red) };
+	HubNoticeStats st = {};
+	Peer pj, pb, pr, pe;
+	HubClient *cj, *cb, *cr, *ce;
+	HubClientStats cs;
+	struct perfrelay_open rec = make_open(1, 0, "/etc/hosts");
+	DecodedEvent ev = decode(&rec, sizeof(rec));
+	Hub *h;
+
+	peer_open(&pj);
+	peer_open(&pb);
+	peer_open(&pr);
+	peer_open(&pe);
+	ASSERT(hub_new(2, &h) == 0 && hub_set_small_slots(h, 1) == 0);
+	HubClientOptions oj = { .format = HUB_FORMAT_JSON,
+				.queue_bytes = 1 << 20,
+				.wants_types = wants_type,
+				.filter = &open_type };
+	HubClientOptions ob = oj, orr = oj, oe = oj;
+	ob.format = HUB_FORMAT_BINARY;
+	orr.redact = true;
+	oe.filter = &exec_type;
+	ASSERT(hub_client_new(h, pj.fds[0], &oj, &cj) == 0 && hub_client_attach(h, cj) == 0);
+	ASSERT(hub_client_new(h, pb.fds[0], &ob, &cb) == 0 && hub_client_attach(h, cb) == 0);
+	ASSERT(hub_client_new(h, pr.fds[0], &orr, &cr) == 0 && hub_client_attach(h, cr) == 0);
+	ASSERT(hub_client_new(h, pe.fds[0], &oe, &ce) == 0 && hub_client_attach(h, ce) == 0);
+
+	publish(h, &ev, NULL);
+	hub_reader_begin(h, 1);
+	hub_publish_notice(h, 1, &n, &st);
+	hub_reader_end(h, 1);
+	publish(h, &ev, NULL);
+	ASSERT(st.delivered == 3 && st.dropped == 0); /* not the exec client's */
+	pump(cj, &pj);
+	pump(cb, &pb);
+	pump(cr, &pr);
+	pump(ce, &pe);
+
+	pj.buf[pj.len] = '\0';
+	pr.buf[pr.len] = '\0';
+	ASSERT(strstr((char *) pj.buf, full) && !strstr((char *) pj.buf, red));
+	ASSERT(strstr((char *) pr.buf, red) && !strstr((char *) pr.buf, "a.service"));
+	pe.buf[pe.len] = '\0';
+	ASSERT(!strstr((char *) pe.buf, "\"count\""));
+	/* Binary: two events and the notice record, in some order of the two slots. */
+	{
+		size_t pos = 0, records = 0, notices = 0;
+
+		while (pos + 4 + sizeof(struct perfrelay_hdr) <= pb.len) {
+			struct perfrelay_hdr hdr;
+			uint32_t len;
+			uint64_t count;
+
+			memcpy(&len, pb.buf + pos, 4);
+			memcpy(&hdr, pb.buf + pos + 4, sizeof(hdr));
+			ASSERT(le32toh(len) == hdr.size);
+			if (hdr.type == PERFRELAY_TYPE_LOST) {
+				memcpy(&count, pb.buf + pos + 4 + sizeof(hdr), sizeof(count));
+				ASSERT(count == 0 && hdr.size == sizeof(hdr) + 8 + strlen(full));
+				ASSERT(memcmp(pb.buf + pos + 4 + sizeof(hdr) + 8, full, strlen(full)) == 0);
+				notices++;
+			} else
+				records++;
+			pos += 4 + le32toh(len);
+		}
+		ASSERT(pos == pb.len && records == 2 && notices == 1);
+	}
+	for (HubClient **c = (HubClient *[]){ cj, cb, cr, ce, NULL }; *c; c++) {
+		hub_client_get_stats(*c, &cs);
+		ASSERT(cs.offered == 2 && cs.sent == 2 && cs.dropped == 0);
+		hub_client_detach(h, *c);
+		hub_client_free(*c);
+	}
+	hub_free(h);
+	peer_close(&pj);
+	peer_close(&pb);
+	peer_close(&pr);
+	peer_close(&pe);
+}
+
 int main(void) {
 	test_demand();
 	test_formats();
@@ -794,6 +897,7 @@ int main(void) {
 	test_overflow(HUB_FORMAT_BINARY);
 	test_disconnect();
 	test_consume();
+	test_notices();
 
 	if (failures) {
 		fprintf(stderr, "%d failures\n", failures);

@@ -13,6 +13,7 @@
 #include "core/manager.h"
 #include "base/log.h"
 #include "features/probes/probes-config.h"
+#include "features/probes/probes-notices.h"
 #include "features/probes/probes-units.h"
 #include "time-util.h"
 
@@ -50,6 +51,7 @@ typedef struct ProbesFeature {
 	uint64_t stats_since;      /* CLOCK_MONOTONIC µs this daemon turned BPF_ENABLE_STATS on, or 0 */
 	UnitsPruned units_pruned;  /* "unit_counts" entries of removed cgroups, taken out */
 	uint64_t excluded_cgroups; /* ExcludeUnits=: the cgroup ids in the demand map now */
+	Notices notices;           /* the streams' notices of loss and throttling */
 } ProbesFeature;
 
 /* ExcludeUnits=: the units' own cgroup directories into the demand map. A unit that restarts
@@ -210,6 +212,9 @@ static int probes_start(Feature *f) {
 	probes_set_exclusions(p, &pc->exclude_comms, &pc->exclude_paths);
 	probes_set_unit_rate(p, pc->max_events_per_unit_per_sec);
 	probes_sync_units(pf);
+	r = notices_init(m, &pf->notices);
+	if (r < 0)
+		return r;
 	r = probes_sync(pf);
 	pf->started = true;
 	if (r < 0)
@@ -228,12 +233,14 @@ static void probes_quiesce(Feature *f) {
 
 	pf->stopping = true;
 	pf->linger = sd_event_source_disable_unref(pf->linger);
+	notices_done(&pf->notices);
 }
 
 static void probes_done(Feature *f) {
 	ProbesFeature *pf = (ProbesFeature *) f;
 
 	pf->linger = sd_event_source_disable_unref(pf->linger);
+	notices_done(&pf->notices);
 }
 
 /* A reload applies Probes= again: SetProbeEnabled() holds until then. */
@@ -407,7 +414,12 @@ static int probes_stats_append(Feature *f, sd_bus_message *m) {
 			m,
 			{ "run_stats_since_usec", pf->stats_since },
 			{ "excluded_cgroups", pf->excluded_cgroups },
-			{ "unwanted", probes_unwanted(manager_probes(f->manager)) });
+			{ "unwanted", probes_unwanted(manager_probes(f->manager)) },
+			{ "notices_kernel", pf->notices.kernel },
+			{ "notices_throttle_started", pf->notices.throttle_started },
+			{ "notices_throttle_stopped", pf->notices.throttle_stopped },
+			{ "notices_delivered", pf->notices.delivery.delivered },
+			{ "notices_dropped", pf->notices.delivery.dropped });
 	for (unsigned i = 0; r >= 0 && i < _PROBE_MAX; i++)
 		r = append_probe(pf, m, i);
 	if (r >= 0)
@@ -422,16 +434,23 @@ static void probes_tick(Feature *f) {
 
 	if (pc->exclude_units.n > 0)
 		probes_sync_units(pf);
+	notices_tick(f->manager, &pf->notices, f->hub_slot, pc->max_events_per_unit_per_sec > 0);
 	if (now - pf->units_pruned.last_usec < UNITS_PRUNE_USEC)
 		return;
 	pf->units_pruned.last_usec = now;
 	units_prune(f->manager, &pf->units_pruned);
 }
 
+/* The streams' notices (probes-notices.h) come from the main thread. */
+static bool probes_wants_hub_slot(const Config *c) {
+	return true;
+}
+
 const FeatureVtable probes_feature = {
 	.name = "probes",
 	.object_size = sizeof(ProbesFeature),
 	.config = &probes_config,
+	.wants_hub_slot = probes_wants_hub_slot,
 	.start = probes_start,
 	.quiesce = probes_quiesce,
 	.done = probes_done,

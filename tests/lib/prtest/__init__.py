@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -350,6 +351,23 @@ class SocketClient:
     def messages(self):
         self._parse()
         return list(self.msgs)
+
+    def binary_notices(self):
+        """A binary client's notices (docs/protocol.md, "Lost"): the JSON behind the count of each
+        PERFRELAY_TYPE_LOST record that carries one, in order."""
+        with self.cond:
+            data = bytes(self.data)
+        pos, out = data.find(b"\n") + 1, []
+        while pos > 0 and len(data) - pos >= 4:
+            (n,) = struct.unpack_from("<I", data, pos)
+            if len(data) - pos - 4 < n:
+                break
+            rec = data[pos + 4:pos + 4 + n]
+            (rtype,) = struct.unpack_from("<H", rec, 4)
+            if rtype == 0x7fff and n > 40:
+                out.append(json.loads(rec[40:]))
+            pos += 4 + n
+        return out
 
     def count(self, needle):
         with self.cond:
