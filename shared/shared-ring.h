@@ -19,6 +19,10 @@
  * a schema frame, which goes in a frame of its own when the three together would be more), so
  * that a reader's copy room of this plus a header always holds a whole frame. */
 #define PERFRELAY_SHARED_FRAME_MAX (96u * 1024u)
+/* A notice of records lost upstream (docs/protocol.md, "Lost upstream"): its JSON's bytes at
+ * most, without the newline. A member that sent "notices": true gets them as lines on its
+ * socket, between the wakeups. */
+#define PERFRELAY_NOTICE_MAX       (16u * 1024u)
 
 /* At offset 0 of the ring set, one page. Written once by the daemon before it passes the fd. */
 struct perfrelay_shared_header {

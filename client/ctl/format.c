@@ -216,7 +216,43 @@ static void print_details(FILE *f, const char *type, json_object *ev, const char
 		if (jint(ev, "result", &v))
 			print_result(f, v);
 	} else if (streq(type, "lost")) {
-		if (juint(ev, "count", &u))
+		json_object *o;
+
+		if (juint(ev, "kernel", &u)) {
+			/* Records lost upstream: how many, and who lost most (docs/protocol.md). */
+			fprintf(f, "kernel lost %" PRIu64, u);
+			if (json_object_object_get_ex(ev, "units", &o) &&
+			    json_object_is_type(o, json_type_array))
+				for (size_t i = 0; i < json_object_array_length(o); i++) {
+					json_object *e = json_object_array_get_idx(o, i);
+
+					fputs(i == 0 ? " (" : ", ", f);
+					format_escaped(f, jstr(e, "unit") ?: "?", false);
+					if (juint(e, "lost", &u))
+						fprintf(f, " %" PRIu64, u);
+					if (i + 1 == json_object_array_length(o))
+						fputc(')', f);
+				}
+		} else if (json_object_object_get_ex(ev, "throttle", &o)) {
+			static const char *const keys[] = { "started", "stopped" };
+
+			fputs("throttle", f);
+			for (size_t k = 0; k < ELEMENTSOF(keys); k++) {
+				json_object *a;
+
+				if (!json_object_object_get_ex(o, keys[k], &a) ||
+				    !json_object_is_type(a, json_type_array))
+					continue;
+				for (size_t i = 0; i < json_object_array_length(a); i++) {
+					json_object *e = json_object_array_get_idx(a, i);
+
+					fprintf(f, " %s ", keys[k]);
+					format_escaped(f, jstr(e, "unit") ?: "?", false);
+					if (juint(e, "throttled", &u))
+						fprintf(f, " (%" PRIu64 " refused)", u);
+				}
+			}
+		} else if (juint(ev, "count", &u))
 			fprintf(f, "count %" PRIu64, u);
 	} else if (streq(type, "unknown")) {
 		if (jint(ev, "type_id", &v))

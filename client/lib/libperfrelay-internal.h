@@ -32,6 +32,9 @@ _Static_assert(BUFFER_SIZE >= FRAME_MAX + 4096u, "the buffer must hold the large
 /* Daemon messages are short; longer ones are cut, so a hostile peer cannot make us keep 96 KiB. */
 #define MESSAGE_MAX 1024u
 
+/* Notices waiting on the shared path: two of the largest. */
+#define SHARED_NOTICES_MAX (2u * (PERFRELAY_NOTICE_MAX + 1u))
+
 /* One ring of the shared path, as this client reads it. */
 typedef struct SharedCursor {
 	const struct perfrelay_shared_ctl *ctl;
@@ -43,8 +46,8 @@ typedef struct SharedCursor {
 
 /* The shared path (docs/shared-ring.md): frames are copied out of the rings, validated by the
  * swap of the member page's position, and their bytes appended to the client's buffer, where
- * the same parsers as for the socket stream read them. The socket carries wakeups ("\n") and
- * the daemon's goodbye or error line. */
+ * the same parsers as for the socket stream read them. The socket carries wakeups ("\n"),
+ * notices of records lost upstream and the daemon's goodbye or error line. */
 typedef struct Shared {
 	uint8_t *map;
 	size_t map_size;
@@ -58,9 +61,13 @@ typedef struct Shared {
 	 * header and its own 4-byte length, so records land 8-aligned and are read in place. */
 	uint8_t *scratch;
 	size_t next, end, sub, sub_end;
-	uint64_t lost;              /* events lost before the frames in scratch, not yet told */
-	char line[MESSAGE_MAX + 2]; /* a goodbye or error line coming in on the socket */
+	uint64_t lost;                       /* events lost before the frames in scratch, not yet told */
+	char line[PERFRELAY_NOTICE_MAX + 2]; /* a line coming in on the socket */
 	size_t line_len;
+	/* Notices of records lost upstream (docs/protocol.md) that came on the socket, whole lines
+	 * with their newlines, not handed out yet; one that finds no room is dropped. */
+	char notices[SHARED_NOTICES_MAX];
+	size_t notices_len;
 	int socket_end; /* the socket's last word, a negative errno: told once the rings are drained */
 	/* The daemon moved us to a new ring set (a "reshared" line, with its descriptors in
 	 * hello_fds): the old one is never written again; read it out, then switch. */

@@ -159,7 +159,7 @@ int request_line_build(const struct perfrelay_subscription *sub, char **ret, siz
 	/* The shared path suits clients that lose their own events when slow; one that asked
 	 * to be disconnected instead is served by the socket anyway. */
 	if (!(sub->flags & PERFRELAY_SUBSCRIBE_STREAM) && sub->on_overflow == PERFRELAY_OVERFLOW_DROP &&
-	    (r = add_true(req, "shared")) < 0)
+	    ((r = add_true(req, "shared")) < 0 || (r = add_true(req, "notices")) < 0))
 		return r;
 
 	text = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);

@@ -241,9 +241,19 @@ static bool shared_reshared_line(const char *line, size_t len, uint64_t *ret_rin
 	return *ret_rings > 0;
 }
 
+/* A notice of records lost upstream: a "lost" line (the daemon sends no other "lost" line on
+ * the socket of a shared member). */
+static bool shared_notice_line(const char *line, size_t len) {
+	_cleanup_(json_object_putp) json_object *o = parse_object(line, len);
+	const char *type = o ? get_string(o, "type") : NULL;
+
+	return type && streq(type, "lost");
+}
+
 /* Reads the socket: wakeups are skipped; a "reshared" line moves us to new rings once the old
- * ones are read out; any other line is the daemon's goodbye or error, and the end of the socket
- * ends the stream too, both once the rings are drained. */
+ * ones are read out; a notice waits in s->notices to be handed out; any other line is the
+ * daemon's goodbye or error, and the end of the socket ends the stream too, both once the rings
+ * are drained. */
 static void shared_read_socket(perfrelay_client *c) {
 	Shared *s = c->shared;
 	char b[1024];
@@ -266,7 +276,7 @@ static void shared_read_socket(perfrelay_client *c) {
 		}
 		for (ssize_t i = 0; i < n && s->socket_end == 0 && !s->reshared_rings; i++) {
 			if (b[i] != '\n') {
-				if (s->line_len < MESSAGE_MAX)
+				if (s->line_len < PERFRELAY_NOTICE_MAX)
 					s->line[s->line_len++] = b[i];
 				continue;
 			}
@@ -276,6 +286,15 @@ static void shared_read_socket(perfrelay_client *c) {
 				if (shared_reshared_line(s->line, s->line_len, &rings)) {
 					/* Its descriptors came with its first byte. */
 					s->reshared_rings = (unsigned) MIN(rings, (uint64_t) UINT_MAX);
+					s->line_len = 0;
+					continue;
+				}
+				if (shared_notice_line(s->line, s->line_len)) {
+					if (s->notices_len + s->line_len + 1 <= sizeof(s->notices)) {
+						memcpy(s->notices + s->notices_len, s->line, s->line_len);
+						s->notices_len += s->line_len;
+						s->notices[s->notices_len++] = '\n';
+					}
 					s->line_len = 0;
 					continue;
 				}
@@ -312,6 +331,11 @@ static int shared_wait(perfrelay_client *c, size_t room, int timeout_ms, uint64_
 		}
 		if (s->socket_end != 0)
 			return s->socket_end;
+		if (s->notices_len > 0) {
+			/* Nothing copied: what scratch held was read before we were called. */
+			s->next = s->end = s->sub = s->sub_end = 0;
+			return 1;
+		}
 		/* Dekker with the daemon's publish: we store `sleeping` then load the heads, it
 		 * stores a head then loads `sleeping`. */
 		__atomic_store_n(&s->page->sleeping, 1, __ATOMIC_SEQ_CST);
@@ -327,14 +351,45 @@ static int shared_wait(perfrelay_client *c, size_t room, int timeout_ms, uint64_
 	}
 }
 
+/* The length of the first notice line waiting, with its newline. */
+static size_t first_notice(const Shared *s) {
+	const char *nl = memchr(s->notices, '\n', s->notices_len);
+
+	return nl ? (size_t) (nl - s->notices) + 1 : 0;
+}
+
+static void drop_first_notice(Shared *s, size_t n) {
+	memmove(s->notices, s->notices + n, s->notices_len - n);
+	s->notices_len -= n;
+}
+
+/* JSON clients: the notices waiting, as lines for read_line() (they fit: the buffer is empty
+ * whenever it is filled on the shared path, and holds more than every notice waiting). */
+static int shared_take_notices(perfrelay_client *c) {
+	Shared *s = c->shared;
+	size_t n = s->notices_len;
+
+	if (n > BUFFER_SIZE - c->end)
+		n = first_notice(s);
+	if (n == 0 || n > BUFFER_SIZE - c->end)
+		return 0;
+	memcpy(c->buf + c->end, s->notices, n);
+	c->end += n;
+	drop_first_notice(s, n);
+	return 1;
+}
+
 /* JSON clients: the lines of the frames, behind a lost notice if some were lost, appended to
- * the buffer for read_line(); the daemon's last line ends the stream as on the socket. */
+ * the buffer for read_line(); the daemon's last line ends the stream as on the socket. Notices
+ * that came on the socket go first. */
 int shared_fill(perfrelay_client *c, int timeout_ms, uint64_t *deadline) {
 	Shared *s = c->shared;
 	int r;
 
 	if (c->start == c->end)
 		c->start = c->scanned = c->end = 0;
+	if (s->notices_len > 0 && shared_take_notices(c) > 0)
+		return 1;
 	/* Room for a lost notice in front of the lines. */
 	r = shared_wait(c, BUFFER_SIZE - c->end - 64, timeout_ms, deadline);
 	if (r == -ESHUTDOWN) {
@@ -348,6 +403,8 @@ int shared_fill(perfrelay_client *c, int timeout_ms, uint64_t *deadline) {
 	}
 	if (r <= 0)
 		return r;
+	if (s->end == 0 && s->notices_len > 0)
+		return shared_take_notices(c) ?: 1; /* a notice came, no frame */
 	if (s->lost > 0) {
 		c->end += (size_t) snprintf(
 			c->buf + c->end, 64, "{\"type\":\"lost\",\"count\":%" PRIu64 "}\n", s->lost);
@@ -396,6 +453,32 @@ int shared_next_frame(
 			*hdr = h;
 			*payload = h + 1;
 			*payload_size = sizeof(uint64_t);
+			return 1;
+		}
+		if (_unlikely_(s->notices_len > 0) && s->sub >= s->sub_end) {
+			/* A notice: a lost record of count 0 with the JSON behind the count, as
+			 * the socket stream carries it; between frames, never between a unit
+			 * frame and its record. */
+			struct perfrelay_hdr *h = c->record;
+			size_t n = first_notice(s), len = n > 0 ? n - 1 : 0;
+			uint64_t zero = 0;
+
+			if (n == 0 || sizeof(*h) + sizeof(zero) + len > PERFRELAY_RECORD_MAX) {
+				s->notices_len = 0; /* cannot happen: lines end in \n, within bounds */
+				continue;
+			}
+			*h = (struct perfrelay_hdr){
+				.magic = PERFRELAY_MAGIC,
+				.version = PERFRELAY_VERSION,
+				.type = PERFRELAY_TYPE_LOST,
+				.size = (uint16_t) (sizeof(*h) + sizeof(zero) + len),
+			};
+			memcpy(h + 1, &zero, sizeof(zero));
+			memcpy((uint8_t *) (h + 1) + sizeof(zero), s->notices, len);
+			drop_first_notice(s, n);
+			*hdr = h;
+			*payload = h + 1;
+			*payload_size = sizeof(zero) + len;
 			return 1;
 		}
 		if (s->sub < s->sub_end) {

@@ -2,9 +2,11 @@
 /* One client of the event socket: its credentials and limits, the request line read and
  * answered (hello or error line), its hub client and how its output is written, until it goes. */
 #include <inttypes.h>
+#include <linux/sockios.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 
 #include "perfrelay-config.h"
 
@@ -385,11 +387,13 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 
 	if (sub->shared) {
 		_cleanup_close_ int ro = -EBADF;
+		bool notices = sub->notices;
 		char extra[128];
 		int fds[2];
 
 		r = connection_join_shared(c, &sub, connection_shared_flush, fds, extra, sizeof(extra));
 		if (r > 0) {
+			c->notices = notices;
 			ro = fds[0];
 			r = connection_send_hello(c, fds, 2, extra);
 			if (r < 0) {
@@ -826,4 +830,34 @@ void connection_close_for_shutdown(Connection *c) {
 		send_goodbye(c, &st);
 	}
 	connection_free(c);
+}
+
+void server_publish_notice(Server *s, const HubNotice *n, HubNoticeStats *st) {
+	char line[HUB_NOTICE_MAX + 1];
+
+	if (n->json_len > HUB_NOTICE_MAX || n->json_redacted_len > HUB_NOTICE_MAX)
+		return; /* counted by hub_publish_notice() */
+	LIST_FOREACH(connections, c, s->connections) {
+		const Subscription *sub = c->shared ? c->shared->sub : NULL;
+		bool redact;
+		size_t len;
+		int queued;
+
+		if (!sub || !c->notices || c->draining ||
+		    !filter_wants_types(sub, n->types, n->n_types, n->third_party))
+			continue;
+		redact = sub->access != SUBSCRIPTION_ACCESS_ALL;
+		len = redact ? n->json_redacted_len : n->json_len;
+		if (ioctl(c->fd, SIOCOUTQ, &queued) < 0 || queued < 0 ||
+		    (size_t) queued > NOTICE_SOCKET_BACKLOG) {
+			st->dropped++;
+			continue;
+		}
+		memcpy(line, redact ? n->json_redacted : n->json, len);
+		line[len] = '\n';
+		if (send_line(c->fd, line, len + 1) < 0)
+			st->dropped++; /* with NOTICE_SOCKET_BACKLOG of a larger buffer free, nothing */
+		else
+			st->delivered++;
+	}
 }

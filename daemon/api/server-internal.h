@@ -27,6 +27,9 @@
  * become a 6-byte escape. */
 #define ERROR_LINE_MAX               (128u + 6u * REQUEST_MESSAGE_MAX)
 #define PERFRELAY_GROUP              "perfrelay"
+/* A notice goes to a shared member's socket only while less than this waits there unread: a
+ * member that does not read its socket loses notices (counted), never gets half a line. */
+#define NOTICE_SOCKET_BACKLOG        (64u * 1024u)
 #define SOCKET_MODE                  0660
 
 typedef struct Connection Connection;
@@ -70,6 +73,7 @@ struct Connection {
 	bool charged;                 /* counted against its uid (users.h) */
 	bool left_shared;             /* its shared ring set already left (at shutdown) */
 	bool pooled;                  /* and the users' pool: not root, AllowGroups=, ControlGroups= */
+	bool notices;                 /* a shared member that takes notices on its socket */
 	uint64_t charged_bytes;       /* its queues' bytes, charged to its uid */
 	ProtocolError drain_error;    /* why it is draining: the error line it gets at the end */
 };

@@ -93,3 +93,8 @@ int server_foreach_client(Server *s, int (*fn)(const ServerClientInfo *info, voi
  * DisconnectClient). Returns 0, or -ESRCH if there is no such connection. */
 int server_disconnect_client(Server *s, uint64_t id);
 const char *server_socket_path(const Server *s);
+
+/* The notice of records lost upstream (hub.h, HubNotice) for the members of shared ring sets
+ * that asked for notices and whose subscription takes one of its types: a line on their
+ * socket (their rings carry events only). Counted into *st. */
+void server_publish_notice(Server *s, const HubNotice *n, HubNoticeStats *st);

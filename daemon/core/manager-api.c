@@ -43,6 +43,14 @@ Hub *manager_hub(const Manager *m) {
 	return m->hub;
 }
 
+void manager_publish_notice(Manager *m, unsigned slot, const HubNotice *n, HubNoticeStats *st) {
+	hub_reader_begin(m->hub, slot);
+	hub_publish_notice(m->hub, slot, n, st);
+	hub_reader_end(m->hub, slot);
+	if (m->server)
+		server_publish_notice(m->server, n, st);
+}
+
 Probes *manager_probes(const Manager *m) {
 	return m->probes;
 }

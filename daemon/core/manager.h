@@ -70,6 +70,9 @@ bool manager_is_running(const Manager *m);           /* READY=1 sent and not sto
  * was removed; *ret_owner (may be NULL) the user it belongs to ((uid_t) -1: the system, or
  * unknown). */
 const char *manager_cgroup_unit(Manager *m, uint64_t id, char *buf, size_t size, bool *ret_gone, uid_t *ret_owner);
+/* A notice of records lost upstream (hub.h, HubNotice) to every stream that takes it: the
+ * clients of the main thread's hub slot `slot`, and the shared members that asked. */
+void manager_publish_notice(Manager *m, unsigned slot, const HubNotice *n, HubNoticeStats *st);
 /* The flush loop: every client's consumer, until nothing is left. */
 void manager_flush(Manager *m);
 /* Kernel-side demand (docs/pipeline.md, "Demand"): the record types (bit t: type t < 64) some

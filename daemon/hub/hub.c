@@ -835,8 +835,10 @@ _Static_assert(HUB_BINARY_LOST_SIZE + HUB_NOTICE_MAX <= PERFRELAY_RECORD_MAX, "a
 void hub_publish_notice(Hub *h, unsigned slot, const HubNotice *n, HubNoticeStats *st) {
 	HubSlot *s = &h->slots[slot];
 
-	if (n->json_len > HUB_NOTICE_MAX || n->json_redacted_len > HUB_NOTICE_MAX)
+	if (n->json_len > HUB_NOTICE_MAX || n->json_redacted_len > HUB_NOTICE_MAX) {
+		st->dropped++; /* cannot happen: the notices' lists are bounded */
 		return;
+	}
 	for (size_t i = 0; i < s->n_clients; i++) {
 		HubClient *c = s->clients[i];
 		HubQueue *q = &c->q[slot];

@@ -23,6 +23,7 @@
 #include "decode/decode.h"
 #include "macro.h"
 #include "hub/proctable.h"
+#include "shared-ring.h"
 
 typedef struct Hub Hub;
 typedef struct HubClient HubClient;
@@ -182,10 +183,10 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
 /* A notice about records the kernel lost or the throttle refused (docs/protocol.md, "Lost"):
  * a "lost" notice of count 0 carrying a JSON description, offered to the clients of the slot
  * whose subscription takes one of its types. Not an event: not counted as offered or sent, and
- * never written in place of one. Clients of the shared path and the bus monitors do not get it
- * (their figures are in GetStats()). Main thread, on its own slot, between hub_reader_begin()
- * and hub_reader_end(). */
-#define HUB_NOTICE_MAX 4096u /* the JSON's bytes at most; a longer notice is refused */
+ * never written in place of one. A shared ring set's client is passed over (its members that
+ * asked get the notice on their socket: server_publish_notice()), as are the bus monitors. Main
+ * thread, on its own slot, between hub_reader_begin() and hub_reader_end(). */
+#define HUB_NOTICE_MAX PERFRELAY_NOTICE_MAX /* the JSON's bytes at most; a longer one is refused */
 typedef struct HubNotice {
 	const uint16_t *types; /* the record types it is about */
 	size_t n_types;

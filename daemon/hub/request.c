@@ -705,11 +705,13 @@ int request_parse(
 			r = parse_bool(v, "\"units\" must be true or false", &e, &s->unit_frames);
 		else if (streq(key, "shared"))
 			r = parse_bool(v, "\"shared\" must be true or false", &e, &s->shared);
+		else if (streq(key, "notices"))
+			r = parse_bool(v, "\"notices\" must be true or false", &e, &s->notices);
 		else
 			r = fail(
 				&e,
 				PROTOCOL_BAD_REQUEST,
-				"unknown key \"%.*s\" (known: subscribe, format, on_overflow, units, shared)",
+				"unknown key \"%.*s\" (known: subscribe, format, on_overflow, units, shared, notices)",
 				QUOTE_MAX,
 				key);
 		if (r == -ENOMEM)

@@ -105,6 +105,9 @@ typedef struct Subscription {
 	SubscriptionOverflow overflow;
 	bool unit_frames; /* "units": true: binary clients get a unit frame before each record with one */
 	bool shared;      /* "shared": true: the client reads a shared ring if the daemon offers one */
+	/* "notices": true: as a member of a shared ring set, the client takes the notices of records
+	 * lost upstream on its socket (hub.h, HubNotice; libperfrelay asks for them). */
+	bool notices;
 } Subscription;
 
 Subscription *subscription_free(Subscription *s); /* accepts NULL; returns NULL */

@@ -6,7 +6,8 @@
  *
  * usage: field-client SOCKET TYPE N
  * Prints "READY" once subscribed, then one JSON line per record ({"type":..,"producer_name":..,
- * "seq":..,<fields>}), or {"error":..} for a record whose fields cannot be had. Exit status: 0
+ * "seq":..,<fields>}), or {"error":..} for a record whose fields cannot be had, and
+ * {"notice":<the JSON>} for a notice of records lost upstream (docs/protocol.md). Exit status: 0
  * after N records, 1 on an error. */
 #include <errno.h>
 #include <stdio.h>
@@ -114,8 +115,16 @@ int main(int argc, char *argv[]) {
 			perfrelay_close(c);
 			return 1;
 		}
-		if (hdr->type == PERFRELAY_TYPE_LOST)
+		if (hdr->type == PERFRELAY_TYPE_LOST) {
+			/* A notice of records lost upstream: the JSON behind the count. */
+			if (size > sizeof(uint64_t)) {
+				printf("{\"notice\":%.*s}\n",
+				       (int) (size - sizeof(uint64_t)),
+				       (const char *) payload + sizeof(uint64_t));
+				fflush(stdout);
+			}
 			continue;
+		}
 		print_record(c, hdr);
 		got++;
 	}

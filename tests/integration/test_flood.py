@@ -77,8 +77,10 @@ def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir, uni
     cpus = sorted(os.sched_getaffinity(0))
     steady_cg = [unit_cgroup(f"flood-steady{cpu}") for cpu in cpus]
     open_cg = unit_cgroup("flood-open")
-    d = make_daemon("flood", config="[Ring]\nPagesPerCpu=2\n", stdout=False)
-    busy, floods, opener = [], [], None
+    # Nine clients of root: more than the default MaxQueueBytesPerUid= holds.
+    d = make_daemon("flood", config="[Ring]\nPagesPerCpu=2\n[Socket]\nMaxQueueBytesPerUid=1G\nMaxQueueBytes=2G\n",
+                    stdout=False)
+    busy, floods, opener, told_mon, told_bin = [], [], None, None, None
     try:
         busy = [socket_client(d.socket_path, {"subscribe": {}, "format": "binary"}, discard=True) for _ in range(BUSY)]
         for b in busy:
@@ -92,9 +94,18 @@ def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir, uni
         told_all = socket_client(d.socket_path, {"subscribe": {"comm": ["prnomatch"]}, "format": "binary"})
         told_open.hello()
         told_all.wait_subscribed()
+        # And on the shared path (libperfrelay asks for the notices on its socket): perfrelayctl
+        # monitor in JSON, and a binary client of a type nobody emits (it takes third parties'
+        # notices).
+        told_mon = prtest.FileMonitor(d.socket_path, "--comm", "prnomatch")
+        told_bin_out = open(os.path.join(workdir, "field-client.out"), "w+")
+        builddir = os.path.dirname(os.path.dirname(os.path.abspath(d.binary)))
+        told_bin = subprocess.Popen([os.path.join(builddir, "tests", "integration", "field-client"), d.socket_path,
+                                     "prnomatch_type", "1"], stdout=told_bin_out)
+        wait_for(lambda: len([c for c in stats_bus.stats()["client_list"] if c.get("shared")]) == 2,
+                 "the monitor and the binary client read shared rings")
         before = {p: stats_bus.producer(p) for p in (PRODUCER_EXEC, PRODUCER_OPEN)}
 
-        builddir = os.path.dirname(os.path.dirname(os.path.abspath(d.binary)))
         floods = [SteadyProducer(builddir, d.pin_path, cpu, cgroup=cg) for cpu, cg in zip(cpus, steady_cg)]
         for f in floods:
             f.cmd(f"rate {FLOOD_RATE}")
@@ -115,6 +126,11 @@ def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir, uni
         if opener:
             opener.kill()
             opener.wait()
+        if sys.exc_info()[0] and told_bin:  # else they read on: the checks below use them
+            told_bin.kill()
+            told_bin.wait()
+        if sys.exc_info()[0] and told_mon:
+            told_mon.stop()
         for f in floods:
             f.close()
         for b in busy:
@@ -171,6 +187,17 @@ def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir, uni
           f"a steady notice names a flooder's unit: {steady_notices[:3]}")
     for m in open_notices + steady_notices:
         validate(m)
+    wait_for(lambda: kernel_told(told_mon.lines(), STEADY) == steady["failures"],
+             "perfrelayctl monitor on the shared path: notices add up to the steady producers' failures", 30)
+
+    def bin_notices():
+        told_bin_out.seek(0)
+        return [json.loads(line)["notice"] for line in told_bin_out if line.startswith('{"notice":')]
+    wait_for(lambda: kernel_told(bin_notices(), STEADY) == steady["failures"],
+             "a binary libperfrelay client on the shared path: notices add up to the same", 30)
+    told_mon.stop()
+    told_bin.kill()
+    told_bin.wait()
     told_open.close()
     told_all.close()
     d.stop()

@@ -293,7 +293,7 @@ static void test_default_request_and_env(void) {
 	unsetenv("PERFRELAY_SOCKET");
 	ASSERT(streq_safe(
 		s.request,
-		"{\"subscribe\":{},\"format\":\"json\",\"on_overflow\":\"drop\",\"shared\":true}\n"));
+		"{\"subscribe\":{},\"format\":\"json\",\"on_overflow\":\"drop\",\"shared\":true,\"notices\":true}\n"));
 	ASSERT(streq_safe(perfrelay_client_socket_path(c), s.path));
 	perfrelay_close(c);
 	server_stop(&s);

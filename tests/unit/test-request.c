@@ -416,7 +416,7 @@ static void test_structure(void) {
 	PARSE_FAIL(
 		"{\"subscribe\":{\"types\":[\"exec\"]},\"extra\":1}",
 		PROTOCOL_BAD_REQUEST,
-		"unknown key \"extra\" (known: subscribe, format, on_overflow, units, shared)");
+		"unknown key \"extra\" (known: subscribe, format, on_overflow, units, shared, notices)");
 	PARSE_FAIL(
 		"{\"subscribe\":{\"pids\":[1]}}",
 		PROTOCOL_BAD_REQUEST,

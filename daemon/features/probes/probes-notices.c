@@ -177,7 +177,6 @@ static void
 	const int flags = JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE;
 	const char *a = full ? json_object_to_json_string_ext(full, flags) : NULL;
 	const char *b = red ? json_object_to_json_string_ext(red, flags) : NULL;
-	Hub *h = manager_hub(m);
 	HubNotice hn;
 
 	if (!a || !b) {
@@ -193,9 +192,7 @@ static void
 		.json_redacted = b,
 		.json_redacted_len = strlen(b),
 	};
-	hub_reader_begin(h, slot);
-	hub_publish_notice(h, slot, &hn, &n->delivery);
-	hub_reader_end(h, slot);
+	manager_publish_notice(m, slot, &hn, &n->delivery);
 }
 
 /* The types of a producer's records, or none (third_party: a third party's, whose types the

@@ -14,9 +14,10 @@
 #include "kernel/probes.h"
 
 /* A kernel-loss notice names at most this many cgroups, those that lost most since the last
- * one; a throttle notice at most this many that started and as many that stopped. */
+ * one; a throttle notice at most this many that started and as many that stopped (each named
+ * cgroup takes up to ~600 bytes of JSON: all fit PERFRELAY_NOTICE_MAX). */
 #define NOTICE_UNITS_MAX    4u
-#define NOTICE_THROTTLE_MAX 16u
+#define NOTICE_THROTTLE_MAX 8u
 
 /* A cgroup's throttle bucket as the last tick saw it, and its episode (refusing records now). */
 typedef struct NoticeThrottle {
