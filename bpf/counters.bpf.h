@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* Perf counters charged to processes and cgroups at context switch (docs/counters.md): part of
- * the probes object, included by probes.bpf.c after producer.bpf.h. The daemon opens one
+ * the probes object, included by probes.bpf.c after producer.bpf.h and lane.bpf.h. The daemon opens one
  * counting perf event per CPU and configured counter and puts it in that counter's array; the
  * programs here read them with bpf_perf_event_read_value() and charge each slice to the task
  * that ran it. */
@@ -348,7 +348,7 @@ static __always_inline int counters_exit_flush(void *ctx, struct task_struct *pr
 	/* Taken even while idle: the process's entry must leave the table with it. */
 	counters_take(prev->tgid, tid, &e->counters);
 	if (!probe_skip(PERFRELAY_TYPE_EXIT, PERFRELAY_PRODUCER_EXIT))
-		perfrelay_emit(ctx, e, sizeof(*e), PERFRELAY_TYPE_EXIT, PERFRELAY_PRODUCER_EXIT);
+		emit_critical(ctx, e, sizeof(*e), PERFRELAY_TYPE_EXIT, PERFRELAY_PRODUCER_EXIT);
 	bpf_map_delete_elem(&exit_pending, &tid);
 	return 1;
 }

@@ -9,6 +9,7 @@
 #include "event.h"
 #include "producer.bpf.h"
 #include "demand.bpf.h"
+#include "lane.bpf.h"
 #include "counters.bpf.h"
 #include "process-ids.bpf.h"
 
@@ -72,22 +73,6 @@ struct {
 	__type(value, struct perfrelay_connect);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } connect_args SEC(".maps");
-
-/* The protected lane (docs/pipeline.md): the exec, fork and exit probes' records go into a
- * perf event array of their own, with a small ring per CPU that the readers drain before the
- * main ones, so a flood of other records that fills the main rings costs none of them (the
- * process table, units and every lineage depend on them). Sized and filled like "events". */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, sizeof(__u32));
-	__uint(map_flags, PERFRELAY_BPF_F_PRESERVE_ELEMS);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} critical SEC(".maps");
-
-static __always_inline void emit_critical(void *ctx, void *rec, __u32 size, __u16 type, __u32 producer) {
-	perfrelay__emit_to(ctx, &critical, rec, size, type, producer, 0);
-}
 
 /* perfrelayd's persistent per (producer, CPU) totals (struct perfrelay_received): no program
  * uses it; it lives in this object so that libbpf creates, pins and checks it like the other

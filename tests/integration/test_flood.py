@@ -24,6 +24,7 @@ from prtest.schema import validate
 from prtest.steady import PRODUCER as STEADY, SteadyProducer
 
 PRODUCER_EXEC = 1
+PRODUCER_EXIT = 2
 PRODUCER_OPEN = 4
 MARKED = 500       # marked execs run during the flood
 BUSY = 4           # subscribers of everything, reading as fast as they can
@@ -104,7 +105,7 @@ def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir, uni
                                      "prnomatch_type", "1"], stdout=told_bin_out)
         wait_for(lambda: len([c for c in stats_bus.stats()["client_list"] if c.get("shared")]) == 2,
                  "the monitor and the binary client read shared rings")
-        before = {p: stats_bus.producer(p) for p in (PRODUCER_EXEC, PRODUCER_OPEN)}
+        before = {p: stats_bus.producer(p) for p in (PRODUCER_EXEC, PRODUCER_EXIT, PRODUCER_OPEN)}
 
         floods = [SteadyProducer(builddir, d.pin_path, cpu, cgroup=cg) for cpu, cg in zip(cpus, steady_cg)]
         for f in floods:
@@ -161,6 +162,10 @@ def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir, uni
     check(opens and opens[0]["failures"] > 0, f"the open flood's cgroup lost opens ({row})")
     exec_ = settled(stats_bus, PRODUCER_EXEC)
     check_eq(exec_["failures"] - before[PRODUCER_EXEC]["failures"], 0, "exec records lost during the flood")
+    # Exit too: with counters on (the default), its record waits for the teardown and is then
+    # emitted from the switch program, into the lane as well.
+    exit_ = settled(stats_bus, PRODUCER_EXIT)
+    check_eq(exit_["failures"] - before[PRODUCER_EXIT]["failures"], 0, "exit records lost during the flood")
     check(exec_["received"] - before[PRODUCER_EXEC]["received"] >= MARKED, "the exec probe's records received")
     open_ = settled(stats_bus, PRODUCER_OPEN)
     check(open_["failures"] > before[PRODUCER_OPEN]["failures"], f"opens lost to the flood ({open_})")
