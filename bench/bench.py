@@ -584,6 +584,9 @@ def main():
                     help="rounds of row h, the host's price of the open probe: an open+close loop without "
                          "perfrelayd, under do-nothing programs, and under perfrelayd (default 3; 0 = none)")
     ap.add_argument("--opens", type=int, default=200000, help="open()+close() per loop of row h (default 200000)")
+    ap.add_argument("--flood-repeat", type=int, default=1,
+                    help="rounds of row l, a flood: small rings overflowed by a third-party producer and failing "
+                         "opens while marked execs run (default 1; 0 = none)")
     ap.add_argument("--reader-priority", type=int, default=0,
                     help="ReaderPriority= of the daemon rows (default 0: the daemon's default)")
     ap.add_argument("--reader-priority-budget", type=int, default=50,
@@ -629,6 +632,10 @@ def main():
         if args.host_repeat > 0:
             import host_bench
             host_price = host_bench.run(args.build, args.host_repeat, args.opens, log)
+        flood = None
+        if args.flood_repeat > 0:
+            import flood_bench
+            flood = flood_bench.run(args.build, args.flood_repeat, log)
         max_rows, baselines = b.max_rate_rows() if ROWS else ({}, [])
         summary = {name: summarize(res) for name, res in max_rows.items()}
 
@@ -747,6 +754,10 @@ def main():
         a, x = host_price["ratio_all"], host_price["ratio_exec"]
         targets["h_open_loop_all"] = t("h", a, ">= 0.58", a >= 0.58)
         targets["h_open_loop_exec_only"] = t("h", x, ">= 0.95", x >= 0.95)
+    if flood:
+        x = flood["marked_execs_delivered_ratio"]
+        targets["l_flood_execs_delivered"] = t("l", x, "== 1.0", x == 1.0)
+        targets["l_flood_attributed"] = t("l", flood["all_attributed"], "true", flood["all_attributed"])
     c_cpu = configurations.get("c", {}).get("cpu_ns_per_event")
     targets["c_cpu_ns_per_event"] = t("c", c_cpu, "<= 250", c_cpu is not None and c_cpu <= 250)
     if "c" in half:
@@ -784,6 +795,7 @@ def main():
         "burst": burst,
         "process_storm": process_storm,
         "host_price": host_price,
+        "flood": flood,
         "targets": targets,
         "elapsed_s": round(time.monotonic() - started, 1),
         "command": " ".join(["bench/run"] + user_args),
