@@ -19,14 +19,6 @@ MARKED = 500
 BUSY = 4
 EXEC, EXIT, OPEN = 1, 2, 4
 CONFIG = "[Ring]\nPagesPerCpu=2\n[Socket]\nMaxQueueBytesPerUid=1G\nMaxQueueBytes=2G\n"
-OPEN_FLOOD = r"""
-import os
-while True:
-    try:
-        os.open("/nonexistent/perfrelay-flood", os.O_RDONLY)
-    except FileNotFoundError:
-        pass
-"""
 
 
 def identity(p):
@@ -34,7 +26,7 @@ def identity(p):
 
 
 def one_round(build, bus, tag, log):
-    from prtest import Daemon, SocketClient, UnitCgroup, wait_for
+    from prtest import OPEN_FLOOD, Daemon, SocketClient, UnitCgroup, wait_for
     from prtest.steady import PRODUCER as STEADY, SteadyProducer
 
     binary = os.path.join(build, "daemon", "perfrelayd")

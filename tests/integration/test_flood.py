@@ -30,16 +30,6 @@ MARKED = 500       # marked execs run during the flood
 BUSY = 4           # subscribers of everything, reading as fast as they can
 FLOOD_RATE = 10_000_000  # records a second asked of each steady producer: flat out
 
-# Fails openat() as fast as a Python loop can, until killed.
-OPEN_FLOOD = r"""
-import os
-while True:
-    try:
-        os.open("/nonexistent/perfrelay-flood", os.O_RDONLY)
-    except FileNotFoundError:
-        pass
-"""
-
 
 @pytest.fixture(scope="module", autouse=True)
 def _setup(root_and_bpf, stats_bus):
@@ -110,7 +100,7 @@ def test_flood_costs_no_exec(make_daemon, stats_bus, socket_client, workdir, uni
         floods = [SteadyProducer(builddir, d.pin_path, cpu, cgroup=cg) for cpu, cg in zip(cpus, steady_cg)]
         for f in floods:
             f.cmd(f"rate {FLOOD_RATE}")
-        opener = open_cg.popen([sys.executable, "-c", OPEN_FLOOD])
+        opener = open_cg.popen([sys.executable, "-c", prtest.OPEN_FLOOD])
         subprocess.run(["sh", "-c", f'i=0; while [ $i -lt {MARKED} ]; do "$0"; i=$((i+1)); done', marked],
                        check=True, timeout=300)
         # The flood goes on until every marked exec has arrived: they never wait behind it.

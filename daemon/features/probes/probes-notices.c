@@ -330,6 +330,11 @@ static void news_add(UnitLoss *list, size_t *n, uint64_t *more, uint64_t cgroup_
 		(*more)++;
 }
 
+/* The episode of bucket e ended: with what it refused since it began. */
+static void news_stopped(ThrottleNews *news, const NoticeThrottle *e) {
+	news_add(news->stopped, &news->n_stopped, &news->more_stopped, e->cgroup_id, e->throttled - e->base);
+}
+
 static json_object *throttle_json(Manager *m, const ThrottleNews *news, bool redact) {
 	static const uint16_t types[] = { PERFRELAY_TYPE_OPEN, PERFRELAY_TYPE_CONNECT };
 	json_object *o = notice_head(types, ELEMENTSOF(types)), *th = json_object_new_object();
@@ -386,24 +391,14 @@ static void throttle_notices(Manager *m, Notices *n, unsigned slot, bool on) {
 			news_add(news.started, &news.n_started, &news.more_started, e->cgroup_id, 0);
 		} else if (!moved && e->active) {
 			e->active = false;
-			news_add(
-				news.stopped,
-				&news.n_stopped,
-				&news.more_stopped,
-				e->cgroup_id,
-				e->throttled - e->base);
+			news_stopped(&news, e);
 		}
 	}
 	for (size_t i = 0; i < n->n_throttle; i++) {
 		const NoticeThrottle *e = &n->throttle[i];
 
 		if (e->active && !bsearch(e, cur, n_cur, sizeof(*cur), by_throttle_cgroup))
-			news_add(
-				news.stopped,
-				&news.n_stopped,
-				&news.more_stopped,
-				e->cgroup_id,
-				e->throttled - e->base);
+			news_stopped(&news, e);
 	}
 	free(n->throttle);
 	n->throttle = TAKE_PTR(cur);

@@ -539,6 +539,18 @@ def delegate_cgroup(path, uid):
         os.chown(p, uid, uid)
 
 
+# A Python program that fails openat() as fast as a Python loop can, until killed: a flood of
+# open records (tests/integration/test_flood.py, bench/flood_bench.py).
+OPEN_FLOOD = r"""
+import os
+while True:
+    try:
+        os.open("/nonexistent/perfrelay-flood", os.O_RDONLY)
+    except FileNotFoundError:
+        pass
+"""
+
+
 class UnitCgroup:
     """A cgroup named like a service so that it resolves to a unit (perfrelay-TAG-PID.service, or
     `name`), directly under the cgroup2 root or below `parent` (a relative path whose missing
