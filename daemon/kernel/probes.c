@@ -2,6 +2,7 @@
 /* Built-in probes: skeleton lifecycle, pinned maps and pinned links. */
 #include <dirent.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -523,6 +524,77 @@ static int write_counters_config(Probes *p, bool exit_probe) {
 	return 0;
 }
 
+/* The pending map of a probe that makes its record at a syscall's exit, or -EBADF. */
+static int probe_pending_fd(const Probes *p, unsigned probe) {
+	switch (probe) {
+	case PROBE_OPEN:
+		return bpf_map__fd(p->skel->maps.open_args);
+	case PROBE_CONNECT:
+		return bpf_map__fd(p->skel->maps.connect_args);
+	}
+	return -EBADF;
+}
+
+/* Whether none of the probe's programs runs: no link held, none pinned. */
+static bool probe_all_detached(const Probes *p, unsigned probe) {
+	for (unsigned i = 0; i < MAX_PROGS_PER_PROBE; i++) {
+		const struct bpf_program *prog = probe_prog(p, probe, i);
+		char path[PATH_MAX];
+
+		if (!prog)
+			continue;
+		if (p->link_fd[probe][i] >= 0)
+			return false;
+		snprintf(path, sizeof(path), "%s/links/%s", p->pin_path, bpf_program__name(prog));
+		if (access(path, F_OK) == 0 || errno != ENOENT)
+			return false;
+	}
+	return true;
+}
+
+/* Before a detached probe is attached again: what its pending map still holds are syscalls that
+ * entered while it was attached and returned while it was not (a thread blocked in openat() when
+ * it was detached). Left there, the exit of a syscall that entered while the probe was off and
+ * returns once it is on again would emit one of them with its own result. Each is removed and
+ * counted as filtered for the probe (its syscall ended unobserved, like one that entered while
+ * the probe was off: hits = filtered + attempts). Safe only because every program of the probe
+ * is detached: nothing else writes the map or the producer's filtered count meanwhile. */
+static void probe_sweep_pending(Probes *p, unsigned probe) {
+	int fd = probe_pending_fd(p, probe), filtered_fd = bpf_map__fd(p->skel->maps.filtered);
+	uint32_t producer = probe_producer(probe), max;
+	_cleanup_free_ uint64_t *v = NULL;
+	uint64_t key, n = 0;
+
+	if (fd < 0 || !probe_all_detached(p, probe))
+		return;
+	max = bpf_map__max_entries(probe == PROBE_OPEN ? p->skel->maps.open_args : p->skel->maps.connect_args);
+	while (n < max && bpf_map_get_next_key(fd, NULL, &key) == 0)
+		if (bpf_map_delete_elem(fd, &key) == 0)
+			n++;
+	if (n == 0)
+		return;
+	v = calloc(p->n_cpus, sizeof(*v));
+	if (!v || bpf_map_lookup_elem(filtered_fd, &producer, v) < 0) {
+		log_warning(
+			"Probe %s: failed to count %" PRIu64 " syscalls that ended while it was off",
+			probe_to_string(probe),
+			n);
+		return;
+	}
+	v[0] += n;
+	if (bpf_map_update_elem(filtered_fd, &producer, v, BPF_ANY) < 0)
+		log_warning_errno(
+			negative_errno(),
+			"Probe %s: failed to count %" PRIu64 " syscalls that ended while it was off: %m",
+			probe_to_string(probe),
+			n);
+	else
+		log_debug(
+			"Probe %s: %" PRIu64 " syscalls that ended while it was off, removed as filtered",
+			probe_to_string(probe),
+			n);
+}
+
 int probes_set_enabled(Probes *p, unsigned probe, bool enabled) {
 	bool all_reused = true;
 	int r;
@@ -538,6 +610,7 @@ int probes_set_enabled(Probes *p, unsigned probe, bool enabled) {
 	if (p->enabled[probe])
 		return 0;
 
+	probe_sweep_pending(p, probe);
 	for (unsigned i = 0; i < MAX_PROGS_PER_PROBE; i++) {
 		const struct bpf_program *prog = probe_prog(p, probe, i);
 

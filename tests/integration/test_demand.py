@@ -277,3 +277,58 @@ def test_filtered_open_clears_an_untraced_syscalls_entry(daemon, stats_bus, sock
     check(not any(m.get("type") == "open" and m.get("path") in (fifo, "/proc/self/stat") for m in c.messages()),
           f"no record of the untraced syscall, none of the filtered one: "
           f"{[m for m in c.messages() if m.get('type') == 'open' and 'fifo' in str(m.get('path'))]}")
+
+
+def test_reattached_probe_drops_what_ended_while_it_was_off(daemon, stats_bus, socket_client, workdir):
+    """A thread's openat() entered while the probe was attached and returned while it was
+    detached; its next openat() enters while the probe is still off and returns once it is
+    attached again. Without care, that exit would find the first syscall's pending entry and emit
+    its path with the second's result. Before the probe is attached again the entry is removed and
+    counted as filtered, exactly once: no record of either FIFO, filtered + 1."""
+    import threading
+
+    d = daemon("demand-reattach")
+    fifos = [os.path.join(workdir, f"fifo{i}-{uuid.uuid4().hex}") for i in range(2)]
+    for f in fifos:
+        os.mkfifo(f)
+    c = socket_client(d.socket_path, {"subscribe": {"types": ["open"]}})
+    c.hello()
+    me = os.getpid()
+
+    def blocked_in_openat():
+        return any(open(f"/proc/{me}/task/{tid}/syscall").read().split()[0] in ("257", "56")
+                   for tid in os.listdir(f"/proc/{me}/task"))
+
+    first_done = threading.Event()
+
+    def thread():
+        os.close(os.open(fifos[0], os.O_RDONLY))  # enters now, returns once a writer opens
+        first_done.set()
+        os.close(os.open(fifos[1], os.O_RDONLY))  # enters while the probe is off
+
+    t = threading.Thread(target=thread)
+    t.start()
+    try:
+        wait_for(blocked_in_openat, "the thread blocked in its first openat()")
+        c.close()
+        wait_for(lambda: probe(stats_bus, "open")["attached"] is False, "the open probe detached", DETACH_TIMEOUT)
+        os.close(os.open(fifos[0], os.O_WRONLY | os.O_NONBLOCK))  # the first returns, untraced
+        check(first_done.wait(30), "the first openat() returned")
+        wait_for(blocked_in_openat, "the thread blocked in its second openat()")
+        before = probe(stats_bus, "open")["filtered"]
+        c = socket_client(d.socket_path, {"subscribe": {"types": ["open"]}})
+        c.hello()  # the probe is attached again
+    finally:
+        for f in fifos:  # the second returns, its exit traced (the first's writer: if it failed)
+            try:
+                os.close(os.open(f, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+        t.join(30)
+    last = marker(workdir)
+    opens(last)
+    wait_open(c, last, "the marker after the second openat()")
+    # The thread's opens are the read-only ones (the writers' opens are the test's own).
+    check_eq([m for m in c.messages() if m.get("type") == "open" and m.get("path") in fifos and m["flags"] & 3 == 0],
+             [], "no record of the syscall that ended while the probe was off, none made of it for the other")
+    check_eq(probe(stats_bus, "open")["filtered"] - before, 1, "the entry left behind counted as filtered, once")
