@@ -389,6 +389,26 @@ static void collect_probes(Out *o, json_object *stats) {
 		snprintf(labels, sizeof(labels), "{probe=\"%s\"}", name);
 		sample(o, "perfrelay_probe_attached", false, labels, (uint64_t) json_object_get_boolean(v));
 	}
+	/* The streams' notices of records lost upstream (docs/protocol.md, "Lost upstream"). */
+	family(o,
+	       "perfrelay_notices",
+	       "counter",
+	       "Notices of upstream loss made: kernel (a producer lost records), throttle_started, throttle_stopped.");
+	sample(o, "perfrelay_notices", true, "{kind=\"kernel\"}", jget_u64(probes, "notices_kernel"));
+	sample(o,
+	       "perfrelay_notices",
+	       true,
+	       "{kind=\"throttle_started\"}",
+	       jget_u64(probes, "notices_throttle_started"));
+	sample(o,
+	       "perfrelay_notices",
+	       true,
+	       "{kind=\"throttle_stopped\"}",
+	       jget_u64(probes, "notices_throttle_stopped"));
+	family(o, "perfrelay_notices_delivered", "counter", "Notices written to streams.");
+	sample(o, "perfrelay_notices_delivered", true, "", jget_u64(probes, "notices_delivered"));
+	family(o, "perfrelay_notices_dropped", "counter", "Notices a stream had no room for.");
+	sample(o, "perfrelay_notices_dropped", true, "", jget_u64(probes, "notices_dropped"));
 }
 
 /* The sections of GetStats() with plain figures: those of plain_sections[] with their names,
