@@ -1,8 +1,14 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """The fixture of the system suite: Debian 12 containers under a real systemd (nspawn.py)."""
+import os
+
 import pytest
 
 import nspawn
+
+# The unit's ExecStartPre makes the default pin root on the bpffs the containers share with the
+# host, whatever PinPath= a test gives its daemon.
+DEFAULT_PIN = "/sys/fs/bpf/perfrelay"
 
 
 @pytest.fixture
@@ -12,6 +18,7 @@ def container(build_root):
     after the test. Skips where systemd-nspawn cannot run at all."""
     nspawn.require()
     made = []
+    had_default_pin = os.path.exists(DEFAULT_PIN)
 
     def make(name):
         made.append(nspawn.Container(build_root, name))
@@ -20,3 +27,8 @@ def container(build_root):
     yield make
     for c in reversed(made):
         c.__exit__(None, None, None)
+    if not had_default_pin:
+        try:
+            os.rmdir(DEFAULT_PIN)  # empty, or not ours to remove
+        except OSError:
+            pass
