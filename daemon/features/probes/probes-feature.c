@@ -233,7 +233,6 @@ static void probes_quiesce(Feature *f) {
 
 	pf->stopping = true;
 	pf->linger = sd_event_source_disable_unref(pf->linger);
-	notices_done(&pf->notices);
 }
 
 static void probes_done(Feature *f) {
