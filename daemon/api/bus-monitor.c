@@ -17,6 +17,10 @@ static bool subscriber_match(const void *filter, const DecodedEvent *ev, const c
 	return filter_match(filter, ev, unit, lineage);
 }
 
+static bool subscriber_wants_types(const void *filter, const uint16_t *types, size_t n, bool third_party) {
+	return filter_wants_types(filter, types, n, third_party);
+}
+
 static BusSubscriber *subscriber_free(BusSubscriber *s) {
 	Bus *b;
 
@@ -141,6 +145,18 @@ static void subscriber_frame(const HubFrame *f, void *userdata) {
 	const char *type;
 	int r;
 
+	if (f->type == PERFRELAY_TYPE_LOST && f->notice) {
+		/* Records lost upstream (docs/protocol.md): an Event of type "lost" carrying the
+		 * notice, outside the events' rate (at most a few a second) and not one of them. */
+		r = subscriber_signal(s, &msg, "Event");
+		if (r >= 0)
+			r = sd_bus_message_append(msg, "sts", "lost", UINT64_C(0), f->line);
+		if (r >= 0)
+			r = sd_bus_send(s->bus->bus, msg, NULL);
+		if (r < 0)
+			log_debug_errno(r, "Bus subscriber %s: failed to send a notice: %m", s->path);
+		return;
+	}
 	if (f->type == PERFRELAY_TYPE_LOST) {
 		/* Dropped in the hub queue: already in the hub client's stats, told here. */
 		subscriber_drop(s, f->value);
@@ -262,6 +278,7 @@ static int subscriber_new(
 		.overflow = HUB_OVERFLOW_DROP,
 		.queue_bytes = b->o.client_queue_bytes,
 		.match = subscriber_match,
+		.wants_types = subscriber_wants_types,
 		.flush = subscriber_flush,
 		.redact = sub->access != SUBSCRIPTION_ACCESS_ALL,
 		.redact_uid = uid,

@@ -199,6 +199,7 @@ void hub_client_consume(HubClient *c, void (*fn)(const HubFrame *f, void *userda
 				.type = tag.type,
 				.known = tag.flags & HUB_TAG_KNOWN,
 				.value = tag.value,
+				.notice = tag.flags & HUB_TAG_NOTICE,
 				.line = c->line,
 				.len = tag.len - 1,
 			};

@@ -33,6 +33,7 @@ _Static_assert(sizeof(HubTag) == 16, "no implicit padding");
 /* Third-party types 0x8000..0xffff, a bit each. */
 #define SCHEMA_BITMAP_WORDS ((UINT16_MAX + 1u - PERFRELAY_TYPE_THIRD_PARTY_MIN) / 64u)
 #define HUB_TAG_LOST        0x2u /* a "lost" notice, not an event */
+#define HUB_TAG_NOTICE      0x4u /* with HUB_TAG_LOST: a notice of records lost upstream (HubNotice) */
 /* The JSON lost notice, 45 bytes at most ({"type":"lost","count":<20 digits>}\n), behind a tag. */
 _Static_assert(sizeof(HubTag) + 48 <= HUB_LOST_MAX, "tagged lost notice fits");
 

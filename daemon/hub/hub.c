@@ -822,6 +822,18 @@ static void notice_write(HubClient *c, HubQueue *q, const char *json, size_t len
 		queue_write(q, json, len);
 		return;
 	}
+	if (c->o.format == HUB_FORMAT_JSON_TAGGED) {
+		HubTag tag = {
+			.len = (uint32_t) len + 1,
+			.type = PERFRELAY_TYPE_LOST,
+			.flags = HUB_TAG_LOST | HUB_TAG_NOTICE,
+		};
+
+		queue_write(q, &tag, sizeof(tag));
+		queue_write(q, json, len);
+		queue_write(q, "\n", 1);
+		return;
+	}
 	/* Marked like a lost notice, so that the main thread tells it from an event (and
 	 * pending_lost, the client's own drops, stays to be told). */
 	__atomic_store_n(&q->lost_at[q->lost_marks % HUB_LOST_MARKS], q->head_local, __ATOMIC_RELAXED);
@@ -846,9 +858,10 @@ void hub_publish_notice(Hub *h, unsigned slot, const HubNotice *n, HubNoticeStat
 		size_t len = c->o.redact ? n->json_redacted_len : n->json_len;
 		size_t need = c->o.format == HUB_FORMAT_BINARY ?
 			sizeof(uint32_t) + HUB_BINARY_LOST_SIZE + len :
-			len + 1;
+			c->o.format == HUB_FORMAT_JSON_TAGGED ? sizeof(HubTag) + len + 1 :
+								len + 1;
 
-		if (c->o.shared || c->o.format == HUB_FORMAT_JSON_TAGGED)
+		if (c->o.shared)
 			continue;
 		if (c->o.wants_types && !c->o.wants_types(c->o.filter, n->types, n->n_types, n->third_party))
 			continue;

@@ -90,6 +90,7 @@ typedef struct HubFrame {
 	uint16_t type;    /* the record's type id, or PERFRELAY_TYPE_LOST for a "lost" notice */
 	bool known;       /* a built-in type: its name is event_type_to_string(type) */
 	uint64_t value;   /* the event's ts (hdr.ts_ns), or the notice's count */
+	bool notice;      /* a notice of records lost upstream (HubNotice): `line` describes it */
 	const char *line; /* the JSON line without its newline, NUL-terminated */
 	size_t len;
 } HubFrame;
@@ -184,8 +185,9 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *un
  * a "lost" notice of count 0 carrying a JSON description, offered to the clients of the slot
  * whose subscription takes one of its types. Not an event: not counted as offered or sent, and
  * never written in place of one. A shared ring set's client is passed over (its members that
- * asked get the notice on their socket: server_publish_notice()), as are the bus monitors. Main
- * thread, on its own slot, between hub_reader_begin() and hub_reader_end(). */
+ * asked get the notice on their socket: server_publish_notice()); a JSON_TAGGED consumer gets a
+ * frame of type PERFRELAY_TYPE_LOST with HubFrame.notice set. Main thread, on its own slot,
+ * between hub_reader_begin() and hub_reader_end(). */
 #define HUB_NOTICE_MAX PERFRELAY_NOTICE_MAX /* the JSON's bytes at most; a longer one is refused */
 typedef struct HubNotice {
 	const uint16_t *types; /* the record types it is about */

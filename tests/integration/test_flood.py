@@ -20,6 +20,7 @@ import pytest
 
 import prtest
 from prtest import check, check_eq, wait_for
+from prtest.busclient import BusPeer
 from prtest.schema import validate
 from prtest.steady import PRODUCER as STEADY, SteadyProducer
 
@@ -206,6 +207,7 @@ def test_throttle_counts_exactly_and_spares_exec(make_daemon, stats_bus, socket_
     starts and stops, and what it refused."""
     n, execs_n = 2000, 50
     d = make_daemon("throttle", config="[Probes]\nMaxEventsPerUnitPerSec=10\n", stdout=False)
+    mon = None
     try:
         cg, cg_exec = unit_cgroup("throttle-open"), unit_cgroup("throttle-exec")
         target = os.path.join(workdir, "throttle-target")
@@ -214,6 +216,9 @@ def test_throttle_counts_exactly_and_spares_exec(make_daemon, stats_bus, socket_
         # (An open record carries no cgroup; its unit is its process's at exec: the path tells.)
         opens = socket_client(d.socket_path, {"subscribe": {"types": ["open"]}})
         opens.hello()
+        # And a D-Bus monitor of opens (Subscribe()): it gets the notices as Event signals.
+        mon = BusPeer(os.path.join(prtest.build_root(), "tests", "integration", "bus-subscriber"),
+                      stats_bus.address, "types=open", "comm=prnomatch")
         marked = os.path.join(workdir, "prthrottled")
         shutil.copy("/bin/true", marked)
         execs = socket_client(d.socket_path, {"subscribe": {"types": ["exec"], "comm": ["prthrottled"]}})
@@ -250,6 +255,13 @@ def test_throttle_counts_exactly_and_spares_exec(make_daemon, stats_bus, socket_
             if m.get("type") == "lost":
                 validate(m)
 
+        def bus_episodes(key):
+            return [u for e in mon.events() if e.get("type") == "lost"
+                    for u in json.loads(e["json"]).get("throttle", {}).get(key, []) if u.get("cgroup_id") == cg.id]
+        wait_for(lambda: sum(u["throttled"] for u in bus_episodes("stopped")) == row["throttled"],
+                 "the D-Bus monitor's notices: the cgroup's throttling and what it refused", 30)
+        check_eq(bus_episodes("started")[0].get("unit"), cg.name, "the bus notice names the unit")
+
         execs.wait(lambda m: sum(1 for x in execs.msgs if x.get("type") == "exec") >= execs_n,
                    f"all {execs_n} execs of a throttled cgroup", timeout=30)
         check_eq(len([m for m in execs.messages() if m.get("type") == "exec"]), execs_n, "execs delivered once")
@@ -259,4 +271,6 @@ def test_throttle_counts_exactly_and_spares_exec(make_daemon, stats_bus, socket_
         check(after["filtered"] - before["filtered"] >= n - attempts, "throttled opens count as filtered")
         check_eq(after["hits"], after["filtered"] + after["attempts"], "hits = filtered + attempts")
     finally:
+        if mon:
+            mon.close()
         d.stop()

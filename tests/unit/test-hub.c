@@ -783,6 +783,16 @@ static void test_demand(void) {
 	hub_free(h);
 }
 
+/* hub_client_consume() for the notice test: [0] events, [1] notices whose line is the notice. */
+static void count_tagged(const HubFrame *f, void *userdata) {
+	unsigned *n = userdata;
+
+	if (f->notice)
+		n[1] += f->type == PERFRELAY_TYPE_LOST && f->value == 0 && strstr(f->line, "\"kernel\":5");
+	else
+		n[0]++;
+}
+
 /* wants_types for the notice test: the one type in *filter. */
 static bool wants_type(const void *filter, const uint16_t *types, size_t n, bool third_party) {
 	for (size_t i = 0; i < n; i++)
@@ -872,6 +882,24 @@ static void test_notices(void) {
 			pos += 4 + le32toh(len);
 		}
 		ASSERT(pos == pb.len && records == 2 && notices == 1);
+	}
+	/* A consumer inside the daemon (the bus monitors) gets the notice as a frame of its own. */
+	{
+		HubClientOptions ot = oj;
+		HubClient *ct;
+		unsigned frames[2] = {};
+
+		ot.format = HUB_FORMAT_JSON_TAGGED;
+		ASSERT(hub_client_new(h, -EBADF, &ot, &ct) == 0 && hub_client_attach(h, ct) == 0);
+		hub_reader_begin(h, 1);
+		hub_publish_notice(h, 1, &n, &st);
+		hub_reader_end(h, 1);
+		hub_client_consume(ct, count_tagged, frames);
+		ASSERT(frames[0] == 0 && frames[1] == 1); /* the notice, and no event */
+		hub_client_get_stats(ct, &cs);
+		ASSERT(cs.offered == 0 && cs.sent == 0);
+		hub_client_detach(h, ct);
+		hub_client_free(ct);
 	}
 	for (HubClient **c = (HubClient *[]){ cj, cb, cr, ce, NULL }; *c; c++) {
 		hub_client_get_stats(*c, &cs);
