@@ -398,7 +398,7 @@ static int manager_probe_features(Manager *m) {
 	KernelFeature missing;
 	int r;
 
-	r = kernel_features_probe(m->config->pin_path, &m->kernel);
+	r = kernel_features_probe(&m->kernel);
 	if (r < 0)
 		return log_error_errno(r, "Failed to probe the kernel's BPF features: %m");
 	for (unsigned i = 0; i < _FEATURE_MAX; i++) {

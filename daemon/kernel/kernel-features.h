@@ -23,10 +23,10 @@ typedef enum KernelFeature {
 
 typedef struct KernelFeatures KernelFeatures;
 
-/* Probes every feature once. pin_dir is a bpffs directory (it must exist) where the link pin test
- * pins and unpins one link. KernelFeatures named in $PERFRELAY_TEST_DISABLE_FEATURES (comma separated,
- * test-only) are reported missing without probing. Fails only on allocation failure. */
-int kernel_features_probe(const char *pin_dir, KernelFeatures **ret);
+/* Probes every feature once, leaving nothing behind (no pin: a SIGKILL at any moment must leave
+ * the pin root as it was). KernelFeatures named in $PERFRELAY_TEST_DISABLE_FEATURES (comma
+ * separated, test-only) are reported missing without probing. Fails only on allocation failure. */
+int kernel_features_probe(KernelFeatures **ret);
 KernelFeatures *kernel_features_free(KernelFeatures *f);
 
 bool kernel_features_has(const KernelFeatures *f, KernelFeature x);
