@@ -12,21 +12,17 @@
 #include "base/log.h"
 #include "decode/decode.h"
 #include "features/probes/probes-notices.h"
+#include "features/probes/probes-units.h"
 #include "macro.h"
+
+/* The types MaxEventsPerUnitPerSec= throttles (docs/pipeline.md, "Throttle"). */
+static const uint16_t throttled_types[] = { PERFRELAY_TYPE_OPEN, PERFRELAY_TYPE_CONNECT };
 
 /* One cgroup's loss since the last notice. */
 typedef struct UnitLoss {
 	uint64_t cgroup_id;
 	uint64_t lost;
 } UnitLoss;
-
-static int by_key(const void *a, const void *b) {
-	const UnitCount *x = a, *y = b;
-
-	if (x->cgroup_id != y->cgroup_id)
-		return x->cgroup_id < y->cgroup_id ? -1 : 1;
-	return x->producer < y->producer ? -1 : x->producer > y->producer;
-}
 
 static int by_throttle_cgroup(const void *a, const void *b) {
 	const NoticeThrottle *x = a, *y = b;
@@ -54,7 +50,7 @@ static int read_units(Manager *m, UnitCount **ret, size_t *ret_n) {
 
 	if (r < 0)
 		return log_warning_errno(r, "Failed to read %s/unit_counts: %m", manager_pin_path(m));
-	qsort(*ret, *ret_n, sizeof(**ret), by_key);
+	qsort(*ret, *ret_n, sizeof(**ret), unit_count_cmp);
 	return 0;
 }
 
@@ -234,7 +230,7 @@ static size_t top_losers(
 
 		if (cur[i].producer != producer)
 			continue;
-		p = n_prev > 0 ? bsearch(&cur[i], prev, n_prev, sizeof(*prev), by_key) : NULL;
+		p = n_prev > 0 ? bsearch(&cur[i], prev, n_prev, sizeof(*prev), unit_count_cmp) : NULL;
 		/* Below the last look: the map was made again (its counts start over). */
 		l = (UnitLoss){ .cgroup_id = cur[i].cgroup_id,
 				.lost = p && cur[i].failures >= p->failures ? cur[i].failures - p->failures :
@@ -336,8 +332,8 @@ static void news_stopped(ThrottleNews *news, const NoticeThrottle *e) {
 }
 
 static json_object *throttle_json(Manager *m, const ThrottleNews *news, bool redact) {
-	static const uint16_t types[] = { PERFRELAY_TYPE_OPEN, PERFRELAY_TYPE_CONNECT };
-	json_object *o = notice_head(types, ELEMENTSOF(types)), *th = json_object_new_object();
+	json_object *o = notice_head(throttled_types, ELEMENTSOF(throttled_types)),
+		    *th = json_object_new_object();
 	json_object *started = json_object_new_array(), *stopped = json_object_new_array();
 
 	if (!o || !th || !started || !stopped) {
@@ -365,7 +361,6 @@ static json_object *throttle_json(Manager *m, const ThrottleNews *news, bool red
  * refusing before, starts one; one that refused none since ends it, and the notice says what it
  * refused in all. A bucket that is gone (pruned: its cgroup was removed) ends its episode too. */
 static void throttle_notices(Manager *m, Notices *n, unsigned slot, bool on) {
-	static const uint16_t types[] = { PERFRELAY_TYPE_OPEN, PERFRELAY_TYPE_CONNECT };
 	_cleanup_free_ NoticeThrottle *cur = NULL;
 	ThrottleNews news = {};
 	size_t n_cur = 0;
@@ -409,7 +404,7 @@ static void throttle_notices(Manager *m, Notices *n, unsigned slot, bool on) {
 	n->throttle_stopped += news.n_stopped + news.more_stopped;
 	full = throttle_json(m, &news, false);
 	red = throttle_json(m, &news, true);
-	publish(m, n, slot, types, ELEMENTSOF(types), false, full, red);
+	publish(m, n, slot, throttled_types, ELEMENTSOF(throttled_types), false, full, red);
 	json_object_put(full);
 	json_object_put(red);
 }

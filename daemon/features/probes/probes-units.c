@@ -21,7 +21,7 @@ typedef struct UnitRow {
 	bool top_failures;  /* among the UNITS_LISTED_MAX that lost, or were throttled, most */
 } UnitRow;
 
-static int by_cgroup(const void *a, const void *b) {
+int unit_count_cmp(const void *a, const void *b) {
 	const UnitCount *x = a, *y = b;
 
 	if (x->cgroup_id != y->cgroup_id)
@@ -170,7 +170,7 @@ int units_stats_append(Manager *m, sd_bus_message *reply, const UnitsPruned *pru
 		r = probes_read_throttled(manager_probes(m), &t, &n_t);
 	if (r < 0)
 		return r;
-	qsort(u, n, sizeof(*u), by_cgroup);
+	qsort(u, n, sizeof(*u), unit_count_cmp);
 	rows = calloc(n + n_t ?: 1, sizeof(*rows));
 	if (!rows)
 		return -ENOMEM;

@@ -18,6 +18,9 @@ typedef struct UnitsPruned {
 	uint64_t last_usec; /* CLOCK_MONOTONIC of the last pruning */
 } UnitsPruned;
 
+/* Orders UnitCount entries by (cgroup, producer): for qsort() and bsearch(). */
+int unit_count_cmp(const void *a, const void *b);
+
 /* Removes the entries of cgroups that are gone, adding their counts to *pruned. */
 void units_prune(Manager *m, UnitsPruned *pruned);
 /* GetStats()' "units" section. */
