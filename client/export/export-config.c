@@ -13,6 +13,12 @@
 #include "base/conf-parser.h"
 #include "macro.h"
 
+const char *const export_target_names[_EXPORT_TARGET_MAX] = {
+#define EXPORT_TARGET_NAME(name) [EXPORT_TARGET_INDEX_##name] = #name,
+	EXPORT_TARGETS(EXPORT_TARGET_NAME)
+#undef EXPORT_TARGET_NAME
+};
+
 int export_config_new(ExportConfig **ret) {
 	ExportConfig *c = calloc(1, sizeof(*c));
 
@@ -37,6 +43,10 @@ int export_config_new(ExportConfig **ret) {
 	c->otlp_max_in_flight = 4;
 	c->otlp_batch_events = 2048;
 	c->otlp_timeout_ms = 10000;
+	c->file_max_bytes = 100 * 1024 * 1024;
+	c->file_max_files = 5;
+	c->journal_rate = 1000;
+	c->journal_burst = 2000;
 	c->queue_events = 65536;
 	c->ack_timeout_ms = 5000;
 	c->max_retries = 10;
@@ -73,6 +83,7 @@ ExportConfig *export_config_free(ExportConfig *c) {
 	free(c->otlp_tls_ca);
 	free(c->otlp_tls_cert);
 	free(c->otlp_tls_key);
+	free(c->file_path);
 	free(c->stream);
 	free(c->stream_subjects);
 	free(c->subject_template);
@@ -173,13 +184,15 @@ static int set_targets(unsigned *where, const char *v) {
 	if (strlen(v) >= sizeof(buf))
 		return -EINVAL;
 	strcpy(buf, v);
-	for (char *w = strtok_r(buf, " \t,", &save); w; w = strtok_r(NULL, " \t,", &save))
-		if (streq(w, "nats"))
-			t |= EXPORT_TARGET_NATS;
-		else if (streq(w, "otlp"))
-			t |= EXPORT_TARGET_OTLP;
-		else
+	for (char *w = strtok_r(buf, " \t,", &save); w; w = strtok_r(NULL, " \t,", &save)) {
+		size_t i = 0;
+
+		while (i < _EXPORT_TARGET_MAX && !streq(w, export_target_names[i]))
+			i++;
+		if (i == _EXPORT_TARGET_MAX)
 			return -EINVAL;
+		t |= 1u << i;
+	}
 	if (t == 0)
 		return -EINVAL;
 	*where = t;
@@ -239,6 +252,15 @@ static int set_key(ExportConfig *c, const char *section, const char *k, const ch
 				return -EINVAL;
 			return 0;
 		}
+		if (streq(k, "Compression")) {
+			if (streq(v, "none"))
+				c->otlp_compression = OTLP_COMPRESSION_NONE;
+			else if (streq(v, "gzip"))
+				c->otlp_compression = OTLP_COMPRESSION_GZIP;
+			else
+				return -EINVAL;
+			return 0;
+		}
 		if (streq(k, "Header"))
 			return add_header(c, v);
 		if (streq(k, "TLSCA"))
@@ -257,6 +279,18 @@ static int set_key(ExportConfig *c, const char *section, const char *k, const ch
 			return set_u64_range(&c->otlp_batch_events, v, 1, 65536);
 		if (streq(k, "TimeoutMSec"))
 			return set_u64(&c->otlp_timeout_ms, v, 1);
+	} else if (streq(section, "File")) {
+		if (streq(k, "Path"))
+			return *v == '/' ? set_string(&c->file_path, v) : -EINVAL;
+		if (streq(k, "MaxBytes"))
+			return set_u64_range(&c->file_max_bytes, v, EXPORT_FILE_MAX_BYTES_MIN, UINT64_MAX);
+		if (streq(k, "MaxFiles"))
+			return set_u64_range(&c->file_max_files, v, 1, 1000);
+	} else if (streq(section, "Journal")) {
+		if (streq(k, "RateLimitPerSec"))
+			return set_u64_range(&c->journal_rate, v, 1, 1000000);
+		if (streq(k, "RateLimitBurst"))
+			return set_u64_range(&c->journal_burst, v, 1, 1000000);
 	} else if (streq(section, "Stream")) {
 		if (streq(k, "Name"))
 			return *v ? set_string(&c->stream, v) : -EINVAL;
@@ -309,7 +343,7 @@ static int set_key(ExportConfig *c, const char *section, const char *k, const ch
 	return -ENOKEY;
 }
 
-static const char *const export_sections[] = { "NATS", "OTLP", "Stream", "Export" };
+static const char *const export_sections[] = { "NATS", "OTLP", "File", "Journal", "Stream", "Export" };
 
 /* The schema's apply callback of conf-parser.h: the message names the file, line, key and value. */
 static int apply_key(ConfParseState *st, void *userdata) {
@@ -466,7 +500,9 @@ int export_config_check(ExportConfig *c, char **ret_error) {
 			"endpoint), or say RequireTLS=no",
 			shown);
 		why = buf;
-	} else if (c->targets & EXPORT_TARGET_NATS)
+	} else if ((c->targets & EXPORT_TARGET_FILE) && !c->file_path)
+		why = "Targets=file needs [File] Path=";
+	else if (c->targets & EXPORT_TARGET_NATS)
 		why = check_nats_tls(c, buf, sizeof(buf));
 	if (!why)
 		return 0;

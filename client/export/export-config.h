@@ -10,14 +10,38 @@
 #define EXPORT_LIST_MAX        32 /* servers, types, units: a bound on every list the file may hold */
 #define EXPORT_CONFIG_FILE_MAX (1u << 20) /* bytes of one configuration file */
 
-/* [Export] Targets= */
-#define EXPORT_TARGET_NATS 0x1u
-#define EXPORT_TARGET_OTLP 0x2u
+/* [Export] Targets=: every target perfrelay-export has, in the order the stats file lists
+ * them (export/target.h): a new target is its folder and one line here. */
+#define EXPORT_TARGETS(X) \
+	X(nats)           \
+	X(otlp)           \
+	X(file)           \
+	X(journal)
+
+enum {
+#define EXPORT_TARGET_INDEX(name) EXPORT_TARGET_INDEX_##name,
+	EXPORT_TARGETS(EXPORT_TARGET_INDEX)
+#undef EXPORT_TARGET_INDEX
+		_EXPORT_TARGET_MAX,
+};
+#define EXPORT_TARGET_BIT(name) (1u << EXPORT_TARGET_INDEX_##name)
+#define EXPORT_TARGET_NATS      EXPORT_TARGET_BIT(nats)
+#define EXPORT_TARGET_OTLP      EXPORT_TARGET_BIT(otlp)
+#define EXPORT_TARGET_FILE      EXPORT_TARGET_BIT(file)
+#define EXPORT_TARGET_JOURNAL   EXPORT_TARGET_BIT(journal)
+
+/* The name Targets= gives target i (EXPORT_TARGET_INDEX_*). */
+extern const char *const export_target_names[_EXPORT_TARGET_MAX];
 
 typedef enum OtlpProtocol {
 	OTLP_PROTOCOL_PROTOBUF, /* http/protobuf */
 	OTLP_PROTOCOL_JSON,     /* http/json */
 } OtlpProtocol;
+
+typedef enum OtlpCompression {
+	OTLP_COMPRESSION_NONE,
+	OTLP_COMPRESSION_GZIP, /* Content-Encoding: gzip */
+} OtlpCompression;
 
 /* Bounds of the batch keys: a message never exceeds nats-server's default max_payload (1 MiB). */
 #define EXPORT_BATCH_BYTES_MIN 1024u
@@ -29,7 +53,8 @@ typedef enum OtlpProtocol {
 #define EXPORT_TLS_NO           0
 #define EXPORT_TLS_YES          1
 
-#define EXPORT_HEADERS_FILE_MAX (64u * 1024u) /* bytes of a HeadersFile= */
+#define EXPORT_FILE_MAX_BYTES_MIN (256u * 1024u) /* [File] MaxBytes=: above the longest line (96 KiB) */
+#define EXPORT_HEADERS_FILE_MAX   (64u * 1024u)  /* bytes of a HeadersFile= */
 
 typedef struct ExportConfig {
 	char *servers[EXPORT_LIST_MAX]; /* [NATS] Servers= */
@@ -70,6 +95,7 @@ typedef struct ExportConfig {
 
 	char *otlp_endpoint;                 /* [OTLP] Endpoint=: base URL; /v1/logs is added */
 	OtlpProtocol otlp_protocol;          /* [OTLP] Protocol= */
+	OtlpCompression otlp_compression;    /* [OTLP] Compression= */
 	char *otlp_headers[EXPORT_LIST_MAX]; /* [OTLP] Header=: "Name: value", one per key */
 	size_t n_otlp_headers;
 	char *otlp_headers_file; /* [OTLP] HeadersFile=: more Header= lines, kept out of the 0644 file */
@@ -78,6 +104,13 @@ typedef struct ExportConfig {
 	uint64_t otlp_max_in_flight;                      /* [OTLP] MaxInFlight=: requests at once */
 	uint64_t otlp_batch_events;                       /* [OTLP] BatchEvents=: log records per request */
 	uint64_t otlp_timeout_ms;                         /* [OTLP] TimeoutMSec=: one request */
+
+	char *file_path;         /* [File] Path= */
+	uint64_t file_max_bytes; /* [File] MaxBytes=: a file is rotated before it grows past this */
+	uint64_t file_max_files; /* [File] MaxFiles=: the file and its rotated ones, at most */
+
+	uint64_t journal_rate;  /* [Journal] RateLimitPerSec=: entries, the excess dropped */
+	uint64_t journal_burst; /* [Journal] RateLimitBurst= */
 } ExportConfig;
 
 /* Checks what needs several keys together and settles what follows from them (whether NATS uses

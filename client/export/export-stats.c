@@ -39,6 +39,7 @@ static int add_target(json_object *o, const ExportStats *s) {
 		{ "dropped_retries", s->dropped_retries },
 		{ "dropped_refused", s->dropped_refused },
 		{ "dropped_shutdown", s->dropped_shutdown },
+		{ "dropped_rate", s->dropped_rate },
 		{ "export_retried", s->retried },
 		{ "export_retried_late", s->retried_late },
 		{ "queued", s->queued },
@@ -46,6 +47,7 @@ static int add_target(json_object *o, const ExportStats *s) {
 		{ "messages", s->messages },
 		{ "in_flight_messages", s->in_flight_messages },
 		{ "reconnects", s->reconnects },
+		{ "rotations", s->rotations },
 		{ "connect_failures", s->connect_failures },
 	};
 	int r;
@@ -83,9 +85,13 @@ static int add_named_target(json_object *root, const char *name, const ExportSta
 }
 
 int export_stats_write_json(
-	uint64_t offered, uint64_t daemon_lost, const ExportStats *nats, const ExportStats *otlp, FILE *f) {
+	uint64_t offered,
+	uint64_t daemon_lost,
+	const char *const *names,
+	const ExportStats *stats,
+	size_t n,
+	FILE *f) {
 	_cleanup_(json_object_putp) json_object *root = json_object_new_object();
-	const ExportStats *first = nats ?: otlp;
 	const char *text;
 	int r;
 
@@ -93,10 +99,11 @@ int export_stats_write_json(
 		return -ENOMEM;
 	if ((r = add_u64(root, "offered", offered)) < 0 || (r = add_u64(root, "daemon_lost", daemon_lost)) < 0)
 		return r;
-	if (first && (r = add_target(root, first)) < 0)
+	if (n > 0 && (r = add_target(root, &stats[0])) < 0)
 		return r;
-	if ((r = add_named_target(root, "nats", nats)) < 0 || (r = add_named_target(root, "otlp", otlp)) < 0)
-		return r;
+	for (size_t i = 0; i < n; i++)
+		if ((r = add_named_target(root, names[i], &stats[i])) < 0)
+			return r;
 	text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN);
 	if (!text)
 		return -ENOMEM;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* perfrelay-export: an unprivileged client of perfrelayd's event socket (binary format) that
- * publishes every event to NATS JetStream, with its loss counted (docs/export.md). */
+ * publishes every event to its targets (NATS JetStream, OTLP, a file, the journal), with its loss
+ * counted (docs/export.md). */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -20,9 +21,8 @@
 
 #include "export/export-config.h"
 #include "common/export-frame.h"
-#include "export/nats-target.h"
 #include "macro.h"
-#include "export/otlp.h"
+#include "export/target.h"
 #include "perfrelay-config.h"
 #include "common/perfrelay-util.h"
 #include "time-util.h"
@@ -35,7 +35,8 @@ static const char *program = "perfrelay-export";
 
 static void help(void) {
 	printf("%s [OPTIONS...]\n\n"
-	       "Publish perfrelayd's events to NATS JetStream and OTLP collectors (docs/export.md).\n\n"
+	       "Publish perfrelayd's events to NATS JetStream, OTLP collectors, a file or the journal\n"
+	       "(docs/export.md). SIGHUP reopens the file target's Path=.\n\n"
 	       "     --config=FILE     Configuration (default %s, plus FILE.d/*.conf)\n"
 	       "     --socket=PATH     The event socket (overrides Socket=)\n"
 	       "     --stats-file=PATH Where the counters are written (overrides StatsFile=)\n"
@@ -49,78 +50,144 @@ static void help(void) {
 	       CONFIG_DEFAULT);
 }
 
+static const ExportTargetType *const target_types[_EXPORT_TARGET_MAX] = {
+#define EXPORT_TARGET_TYPE(name) [EXPORT_TARGET_INDEX_##name] = &export_target_##name,
+	EXPORT_TARGETS(EXPORT_TARGET_TYPE)
+#undef EXPORT_TARGET_TYPE
+};
+
 /* The targets Targets= names, each with its own queue and counters; every record read is
  * offered to each. */
 typedef struct Targets {
-	NatsTarget *nats;
-	OtlpTarget *otlp;
+	const ExportTargetType *type[_EXPORT_TARGET_MAX];
+	void *t[_EXPORT_TARGET_MAX];
+	size_t n;
 	uint64_t offered;     /* records read from the socket or --input */
 	uint64_t daemon_lost; /* events the daemon dropped for this client (its lost notices) */
+	bool signalled;       /* SIGTERM or SIGINT came */
 } Targets;
 
-static void targets_offer(
-	Targets *t, const struct perfrelay_hdr *hdr, const void *rec, size_t size, const char *unit) {
+#define FOREACH_TARGET(e, i) for (size_t i = 0; i < (e)->n; i++)
+
+static void targets_offer(Targets *e, const ExportEvent *ev) {
 	uint64_t now = now_msec(CLOCK_MONOTONIC);
 
-	t->offered++;
-	if (t->nats)
-		nats_target_offer(t->nats, hdr, rec, size, unit, now);
-	if (t->otlp)
-		otlp_target_offer(t->otlp, hdr, rec, size, unit, now);
+	e->offered++;
+	FOREACH_TARGET(e, i)
+	e->type[i]->offer(e->t[i], ev, now);
 }
 
-static void targets_run(Targets *t) {
+static void targets_poll(Targets *e) {
 	uint64_t now = now_msec(CLOCK_MONOTONIC);
 
-	if (t->nats)
-		nats_target_run(t->nats, now);
-	if (t->otlp)
-		otlp_target_run(t->otlp, now);
+	FOREACH_TARGET(e, i)
+	e->type[i]->poll(e->t[i], now);
 }
 
-static bool targets_idle(Targets *t) {
-	return (!t->nats || nats_target_idle(t->nats)) && (!t->otlp || otlp_target_idle(t->otlp));
+static bool targets_idle(Targets *e) {
+	FOREACH_TARGET(e, i)
+	if (!e->type[i]->idle(e->t[i]))
+		return false;
+	return true;
 }
 
-static bool targets_have_room(Targets *t) {
-	return (!t->nats || nats_target_has_room(t->nats)) && (!t->otlp || otlp_target_has_room(t->otlp));
+static bool targets_have_room(Targets *e) {
+	FOREACH_TARGET(e, i)
+	if (!e->type[i]->has_room(e->t[i]))
+		return false;
+	return true;
 }
 
-static void targets_abandon(Targets *t) {
-	if (t->nats)
-		nats_target_abandon(t->nats);
-	if (t->otlp)
-		otlp_target_abandon(t->otlp);
+static void targets_unstick(Targets *e) {
+	FOREACH_TARGET(e, i)
+	if (e->type[i]->unstick)
+		e->type[i]->unstick(e->t[i]);
 }
 
-static void targets_stats(Targets *t, ExportStats *nats, ExportStats *otlp) {
-	if (t->nats)
-		nats_target_get_stats(t->nats, nats);
-	if (t->otlp)
-		otlp_target_get_stats(t->otlp, otlp);
+static void targets_reopen(Targets *e) {
+	FOREACH_TARGET(e, i)
+	if (e->type[i]->reopen)
+		e->type[i]->reopen(e->t[i]);
+}
+
+static void targets_flush(Targets *e) {
+	FOREACH_TARGET(e, i)
+	e->type[i]->flush(e->t[i]);
+}
+
+static void targets_abandon(Targets *e) {
+	FOREACH_TARGET(e, i)
+	e->type[i]->abandon(e->t[i]);
+}
+
+static void targets_figures(Targets *e, ExportStats *stats, const char **names) {
+	FOREACH_TARGET(e, i) {
+		e->type[i]->figures(e->t[i], &stats[i]);
+		names[i] = e->type[i]->name;
+	}
+}
+
+/* Opens the targets cfg names, in EXPORT_TARGETS' order. */
+static int targets_open(Targets *e, const ExportContext *ctx) {
+	for (size_t i = 0; i < _EXPORT_TARGET_MAX; i++) {
+		int r;
+
+		if (!(ctx->cfg->targets & (1u << i)))
+			continue;
+		r = target_types[i]->open(ctx, &e->t[e->n]);
+		if (r < 0)
+			return r;
+		e->type[e->n++] = target_types[i];
+	}
+	return 0;
+}
+
+static void targets_close(Targets *e) {
+	FOREACH_TARGET(e, i)
+	e->type[i]->close(e->t[i]);
+	e->n = 0;
 }
 
 /* Writes the counters atomically (temporary file + rename) so a reader never sees half. */
 static int stats_save(Targets *e, const char *path) {
 	char tmp[4096];
-	ExportStats nats, otlp;
+	ExportStats stats[_EXPORT_TARGET_MAX];
+	const char *names[_EXPORT_TARGET_MAX];
 	FILE *f;
 	int r;
 
 	if (!path)
 		return 0;
-	targets_stats(e, &nats, &otlp);
+	targets_figures(e, stats, names);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	f = fopen(tmp, "we");
 	if (!f)
 		return -errno;
-	r = export_stats_write_json(
-		e->offered, e->daemon_lost, e->nats ? &nats : NULL, e->otlp ? &otlp : NULL, f);
+	r = export_stats_write_json(e->offered, e->daemon_lost, names, stats, e->n, f);
 	if (fclose(f) != 0 && r >= 0)
 		r = -errno;
 	if (r >= 0 && rename(tmp, path) < 0)
 		r = -errno;
 	return r;
+}
+
+/* One line per target on stderr (the journal's, under systemd) at exit. */
+static void report(Targets *e) {
+	ExportStats s[_EXPORT_TARGET_MAX];
+	const char *names[_EXPORT_TARGET_MAX];
+
+	targets_figures(e, s, names);
+	FOREACH_TARGET(e, i)
+	fprintf(stderr,
+		"%s: %s: offered %" PRIu64 ", exported %" PRIu64 " (%" PRIu64
+		" duplicates), dropped %" PRIu64 ", retried %" PRIu64 "\n",
+		program,
+		names[i],
+		s[i].offered,
+		s[i].exported,
+		s[i].duplicates,
+		s[i].dropped,
+		s[i].retried);
 }
 
 static int read_boot_id(char *buf, size_t size) {
@@ -137,10 +204,20 @@ static int read_boot_id(char *buf, size_t size) {
 	return 0;
 }
 
-static bool signal_pending(int signal_fd) {
+/* Reads the signals that came: SIGHUP reopens what the targets write to (a file logrotate
+ * moved); true when SIGTERM or SIGINT is among them. */
+static bool signal_pending(int signal_fd, Targets *e) {
 	struct signalfd_siginfo si;
+	bool stop = false;
 
-	return read(signal_fd, &si, sizeof(si)) == (ssize_t) sizeof(si);
+	while (read(signal_fd, &si, sizeof(si)) == (ssize_t) sizeof(si)) {
+		if (si.ssi_signo == SIGHUP)
+			targets_reopen(e);
+		else
+			stop = true;
+	}
+	e->signalled |= stop;
+	return stop;
 }
 
 /* Publishes what is left until everything is acknowledged or dropped, at most `timeout_ms`
@@ -150,18 +227,15 @@ static void drain(Targets *e, uint64_t timeout_ms, const char *stats_file, int s
 	uint64_t start = now_msec(CLOCK_MONOTONIC), last = 0;
 
 	/* Nothing more comes: the open batches go now. */
-	if (e->nats)
-		nats_target_flush(e->nats);
-	if (e->otlp)
-		otlp_target_flush(e->otlp);
+	targets_flush(e);
 	while (!targets_idle(e) && now_msec(CLOCK_MONOTONIC) - start < timeout_ms) {
-		targets_run(e);
+		targets_poll(e);
 		if (now_msec(CLOCK_MONOTONIC) >= last + STATS_INTERVAL_MS) {
 			stats_save(e, stats_file);
 			last = now_msec(CLOCK_MONOTONIC);
 		}
 		if (poll(&(struct pollfd){ .fd = signal_fd, .events = POLLIN }, 1, 1) > 0 &&
-		    signal_pending(signal_fd))
+		    signal_pending(signal_fd, e))
 			break; /* a (second) signal: stop waiting */
 	}
 	targets_abandon(e);
@@ -190,23 +264,31 @@ static int run_input(Targets *e, const char *input, const char *stats_file, int 
 	while ((k = export_batch_next(map, (size_t) st.st_size, &pos, &rec)) > 0) {
 		/* Waits for room instead of dropping: a file can wait, unlike the daemon. */
 		while (!targets_have_room(e)) {
-			if (e->nats)
-				nats_target_seal_if_stuck(e->nats);
-			targets_run(e);
-			if (poll(&(struct pollfd){ .fd = signal_fd, .events = POLLIN }, 1, 1) > 0) {
+			targets_unstick(e);
+			targets_poll(e);
+			if (poll(&(struct pollfd){ .fd = signal_fd, .events = POLLIN }, 1, 1) > 0 &&
+			    signal_pending(signal_fd, e)) {
 				munmap((void *) map, (size_t) st.st_size);
 				return 0;
 			}
 		}
-		targets_offer(e, &rec.hdr, rec.rec, rec.size, rec.unit[0] ? rec.unit : NULL);
+		targets_offer(
+			e,
+			&(ExportEvent){
+				.hdr = &rec.hdr,
+				.rec = rec.rec,
+				.size = rec.size,
+				.unit = rec.unit[0] ? rec.unit : NULL,
+			});
 		at = pos;
-		targets_run(e);
+		targets_poll(e);
 		if (now_msec(CLOCK_MONOTONIC) >= last + STATS_INTERVAL_MS) {
 			stats_save(e, stats_file);
 			last = now_msec(CLOCK_MONOTONIC);
-			/* A replay that never waits for room still stops at a signal (left unread:
-			 * the drain then gives up at once, as after a signal while waiting). */
-			if (poll(&(struct pollfd){ .fd = signal_fd, .events = POLLIN }, 1, 0) > 0)
+			/* A replay that never waits for room still stops at a signal (the drain
+			 * then gives up at once, as after a signal while waiting). */
+			if (poll(&(struct pollfd){ .fd = signal_fd, .events = POLLIN }, 1, 0) > 0 &&
+			    signal_pending(signal_fd, e))
 				break;
 		}
 	}
@@ -276,13 +358,21 @@ static int run_socket(
 			}
 			/* libperfrelay hands out the record whole (header, payload, a packet's
 			 * bytes) in one piece: payload follows hdr. */
-			targets_offer(e, hdr, hdr, sizeof(*hdr) + psize, perfrelay_record_unit(c));
+			targets_offer(
+				e,
+				&(ExportEvent){
+					.hdr = hdr,
+					.rec = hdr,
+					.size = sizeof(*hdr) + psize,
+					.unit = perfrelay_record_unit(c),
+					.client = c,
+				});
 		}
 		if (r < 0 && r != -EINTR) {
 			fprintf(stderr, "%s: the event stream ended: %s\n", program, strerror(-r));
 			return r;
 		}
-		targets_run(e);
+		targets_poll(e);
 		if (now_msec(CLOCK_MONOTONIC) >= last + STATS_INTERVAL_MS) {
 			stats_save(e, stats_file);
 			last = now_msec(CLOCK_MONOTONIC);
@@ -293,7 +383,7 @@ static int run_socket(
 		 * waiting, look again soon; idle, only the timers (stats) need a wakeup. */
 		if (poll(p, 2, targets_idle(e) ? 100 : 2) < 0 && errno != EINTR)
 			return -errno;
-		if (p[1].revents && signal_pending(signal_fd))
+		if (p[1].revents && signal_pending(signal_fd, e))
 			return 0;
 	}
 }
@@ -312,7 +402,7 @@ int main(int argc, char *argv[]) {
 	_cleanup_close_ int signal_fd = -EBADF;
 	ExportConfig *cfg = NULL;
 	Targets t = {};
-	OtlpResource res;
+	ExportContext ctx;
 	char host[256], boot_id[64];
 	bool stats_json = false;
 	sigset_t mask;
@@ -373,7 +463,7 @@ int main(int argc, char *argv[]) {
 	socket_path = socket_path ?: cfg->socket_path;
 
 	if (stats_json) {
-		char buf[4096];
+		char buf[16384];
 		size_t n;
 		FILE *f;
 
@@ -406,62 +496,30 @@ int main(int argc, char *argv[]) {
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGHUP);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	/* A peer that goes away must end a write with EPIPE, not the process. */
 	signal(SIGPIPE, SIG_IGN);
 
-	if (cfg->targets & EXPORT_TARGET_NATS) {
-		r = nats_target_new(cfg, host, boot_id, 1, &t.nats);
-		if (r < 0) {
-			fprintf(stderr, "%s: cannot set up the NATS connection: %s\n", program, strerror(-r));
-			export_config_free(cfg);
-			return 1;
-		}
+	/* libcurl's global state, once, before any thread (nats.c's) starts. */
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	ctx = (ExportContext){
+		.cfg = cfg, .host = host, .boot_id = boot_id, .version = PERFRELAY_VERSION_STRING
+	};
+	r = targets_open(&t, &ctx);
+	if (r >= 0) {
+		r = input ? run_input(&t, input, stats_file, signal_fd) :
+			    run_socket(&t, cfg, socket_path, stats_file, signal_fd);
+		/* A file's end is no reason to stop early: its events are drained until
+		 * acknowledged or dropped by MaxRetries= (a signal ends it). A signal gives the
+		 * targets DrainTimeoutMSec=. */
+		drain(&t, input ? (t.signalled ? 0 : UINT64_MAX) : cfg->drain_timeout_ms, stats_file, signal_fd);
+		stats_save(&t, stats_file);
+		report(&t);
 	}
-	if (cfg->targets & EXPORT_TARGET_OTLP) {
-		res = (OtlpResource){ .host = host, .boot_id = boot_id, .version = PERFRELAY_VERSION_STRING };
-		curl_global_init(CURL_GLOBAL_DEFAULT);
-		r = otlp_target_new(cfg, &res, &t.otlp);
-		if (r < 0) {
-			fprintf(stderr,
-				"%s: cannot set up the OTLP target %s: %s\n",
-				program,
-				cfg->otlp_endpoint,
-				strerror(-r));
-			nats_target_free(t.nats);
-			export_config_free(cfg);
-			return 1;
-		}
-	}
-	r = input ? run_input(&t, input, stats_file, signal_fd) :
-		    run_socket(&t, cfg, socket_path, stats_file, signal_fd);
-	/* A file's end is no reason to stop early: its events are drained until acknowledged
-	 * or dropped by MaxRetries= (a second signal still ends it). A signal gives the targets
-	 * DrainTimeoutMSec=. */
-	drain(&t, input ? UINT64_MAX : cfg->drain_timeout_ms, stats_file, signal_fd);
-	stats_save(&t, stats_file);
-	{
-		ExportStats s[2];
-
-		targets_stats(&t, &s[0], &s[1]);
-		for (unsigned i = 0; i < 2; i++)
-			if (i == 0 ? t.nats != NULL : t.otlp != NULL)
-				fprintf(stderr,
-					"%s: %s: offered %" PRIu64 ", exported %" PRIu64 " (%" PRIu64
-					" duplicates), dropped %" PRIu64 ", retried %" PRIu64 "\n",
-					program,
-					i == 0 ? "nats" : "otlp",
-					s[i].offered,
-					s[i].exported,
-					s[i].duplicates,
-					s[i].dropped,
-					s[i].retried);
-	}
-	nats_target_free(t.nats);
-	otlp_target_free(t.otlp);
-	if (t.otlp)
-		curl_global_cleanup();
+	targets_close(&t);
+	curl_global_cleanup();
 	export_config_free(cfg);
 	return r < 0 ? 1 : 0;
 }

@@ -515,6 +515,64 @@ static int collect_daemon(sd_bus *bus, Out *o) {
 	return 0;
 }
 
+/* Each target's figures (the stats file's objects under the targets' names, "nats": {...}),
+ * labelled target="nats". */
+static void collect_export_targets(Out *o, json_object *j) {
+	static const struct {
+		const char *key, *name, *type, *help;
+	} figures[] = {
+		{ "offered", "perfrelay_export_target_offered", "counter", "Events offered to the target." },
+		{ "exported",
+		  "perfrelay_export_target_exported",
+		  "counter",
+		  "Events the target delivered: acknowledged (NATS, OTLP), written (file), sent (journal)." },
+		{ "export_dropped", "perfrelay_export_target_dropped", "counter", "Events the target gave up." },
+		{ "dropped_queue_full",
+		  "perfrelay_export_target_dropped_queue_full",
+		  "counter",
+		  "Dropped: queue full." },
+		{ "dropped_retries",
+		  "perfrelay_export_target_dropped_retries",
+		  "counter",
+		  "Dropped: out of retries." },
+		{ "dropped_refused",
+		  "perfrelay_export_target_dropped_refused",
+		  "counter",
+		  "Dropped: refused for good (a collector's 4xx, a failed write)." },
+		{ "dropped_shutdown",
+		  "perfrelay_export_target_dropped_shutdown",
+		  "counter",
+		  "Dropped: left at exit." },
+		{ "dropped_rate",
+		  "perfrelay_export_target_dropped_rate",
+		  "counter",
+		  "Dropped: above the journal's RateLimitPerSec=." },
+		{ "export_retried", "perfrelay_export_target_retried", "counter", "Events sent again." },
+		{ "rotations", "perfrelay_export_target_rotations", "counter", "Files rotated (file)." },
+		{ "queued", "perfrelay_export_target_queued", "gauge", "Events batched or waiting now." },
+		{ "in_flight", "perfrelay_export_target_in_flight", "gauge", "Events sent and not yet answered." },
+	};
+
+	for (size_t i = 0; i < ELEMENTSOF(figures); i++) {
+		bool counter = streq(figures[i].type, "counter"), any = false;
+
+		json_object_object_foreach(j, target, t) {
+			char labels[128];
+
+			if (!json_object_is_type(t, json_type_object) ||
+			    !json_object_object_get_ex(t, "offered", NULL) ||
+			    !json_object_object_get_ex(t, figures[i].key, NULL) || strlen(target) > 32 ||
+			    strspn(target, "abcdefghijklmnopqrstuvwxyz") != strlen(target))
+				continue; /* not a target's object: only names made of [a-z] */
+			if (!any)
+				family(o, figures[i].name, figures[i].type, figures[i].help);
+			any = true;
+			snprintf(labels, sizeof(labels), "{target=\"%s\"}", target);
+			sample(o, figures[i].name, counter, labels, jget_u64(t, figures[i].key));
+		}
+	}
+}
+
 /* perfrelay-export's counters from its stats file; absent file: no export samples. */
 static void collect_export(Out *o) {
 	static const struct {
@@ -545,6 +603,7 @@ static void collect_export(Out *o) {
 		       "1 while perfrelay-export is connected to NATS.");
 		sample(o, "perfrelay_export_connected", false, NULL, json_object_get_boolean(v) ? 1 : 0);
 	}
+	collect_export_targets(o, j);
 	json_object_put(j);
 }
 

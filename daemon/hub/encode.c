@@ -302,6 +302,10 @@ static inline size_t utf8_sequence_len(const uint8_t *s, size_t n) {
 	return 0; /* continuation byte without a lead, C0/C1 (always overlong), F5..FF */
 }
 
+size_t encode_utf8_sequence_len(const uint8_t *s, size_t n) {
+	return utf8_sequence_len(s, n);
+}
+
 /* Writes the string at s as a quoted JSON string: up to its first NUL or `limit` bytes,
  * whichever comes first. `readable` >= limit is how far s may be read: record fields are
  * fixed arrays, so the 16-byte loads may look past the NUL (and the result ignores what they

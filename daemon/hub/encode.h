@@ -31,6 +31,10 @@ ssize_t encode_lost_json(uint64_t count, char *buf, size_t size);
 /* Escapes s (up to len bytes or its NUL) as a JSON string with quotes; returns bytes or -ENOBUFS. */
 ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size);
 
+/* The length of the well-formed UTF-8 sequence at s (n bytes readable), or 0 when s[0] does not
+ * start one (Unicode 15 §3.9, D92): what the JSON line replaces by U+FFFD. */
+size_t encode_utf8_sequence_len(const uint8_t *s, size_t n);
+
 /* Writes the decimal digits of v at p (at most 20 bytes, no NUL); returns the end. */
 char *encode_u64_digits(char *p, uint64_t v);
 /* Writes s (n bytes) at p as a quoted base64 string (2 + 4 * ceil(n / 3) bytes); returns the end. */

@@ -86,7 +86,9 @@ def test_prometheus_scrapes_socket_activated_metrics():
         stats = os.path.join(WORK, "export-stats.json")
         with open(stats, "w") as f:
             f.write('{"offered":7,"exported":5,"duplicates":0,"export_dropped":2,"export_retried":3,'
-                    '"daemon_lost":0,"connected":true}\n')
+                    '"daemon_lost":0,"connected":true,'
+                    '"nats":{"offered":7,"exported":5,"export_dropped":2,"export_retried":3,"queued":0},'
+                    '"file":{"offered":7,"exported":6,"export_dropped":1,"dropped_refused":1,"rotations":4}}\n')
         # Accept=yes, as perfrelay-metrics.socket: systemd passes each connection.
         activate = subprocess.Popen(["systemd-socket-activate", "-a", "-E", "DBUS_SYSTEM_BUS_ADDRESS", "-l", f"127.0.0.1:{port}", METRICS,
                                      f"--export-stats={stats}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -149,6 +151,12 @@ def test_prometheus_scrapes_socket_activated_metrics():
         check_eq((s["perfrelay_export_offered_total"], s["perfrelay_export_acked_total"],
                   s["perfrelay_export_dropped_total"], s["perfrelay_export_retried_total"]), (7, 5, 2, 3),
                  "export counters from the exporter's stats file")
+        check_eq((s['perfrelay_export_target_exported_total{target="nats"}'],
+                  s['perfrelay_export_target_exported_total{target="file"}'],
+                  s['perfrelay_export_target_dropped_refused_total{target="file"}'],
+                  s['perfrelay_export_target_rotations_total{target="file"}'],
+                  s['perfrelay_export_target_queued{target="nats"}']), (5, 6, 1, 4, 0),
+                 "each target's figures, labelled with its name")
 
         r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True)
         check_eq(r.returncode, 0, f"promtool check metrics: {r.stdout}{r.stderr}")

@@ -4,12 +4,15 @@
 OpenTelemetry project's own code (otlp-receiver.js under Debian's nodejs, npm's
 @opentelemetry/otlp-transformer): a marker command's exec arrives as a LogRecord with its
 fields as the body, its type, pid and unit as attributes and the host as resource, over
-http/protobuf and http/json; a receiver that answers 503 for a while gets everything in the
+http/protobuf (plain and gzip'd) and http/json; a third-party producer's record arrives with the
+named fields of its BTF declaration; a receiver that answers 503 for a while gets everything in the
 end, retries counted; the exporter's books balance exactly against what the receiver decoded."""
+import json
 import os
 import shutil
 import socket
 import struct
+import subprocess
 import tempfile
 import time
 
@@ -22,6 +25,7 @@ from prtest.otlpreceiver import Receiver, ensure_node_modules
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 EXPORT = os.path.join(BUILDDIR, "client", "export", "perfrelay-export")
+EXAMPLE = os.path.join(BUILDDIR, "examples", "example-producer")
 if not os.access(EXPORT, os.X_OK):
     skip("perfrelay-export was not built (libnats-dev, libcurl4-openssl-dev or libprotobuf-c-dev missing)")
 if not shutil.which("node") or not shutil.which("npm"):
@@ -34,11 +38,12 @@ def _setup(root_and_bpf):
     pass
 
 
-def otlp_conf(endpoint, protocol, extra=""):
-    return (f"[Export]\nTargets=otlp\n{extra}[OTLP]\nEndpoint={endpoint}\nProtocol={protocol}\n")
+def otlp_conf(endpoint, protocol, extra="", compression="none"):
+    return (f"[Export]\nTargets=otlp\n{extra}[OTLP]\nEndpoint={endpoint}\nProtocol={protocol}\n"
+            f"Compression={compression}\n")
 
 
-def marker_exec(protocol):
+def marker_exec(protocol, compression="none"):
     ensure_node_modules()
     rcv = Receiver()
     d = Daemon(BINARY, "otlp", stdout=False, config="[Probes]\nProbes=exec\n")
@@ -47,7 +52,7 @@ def marker_exec(protocol):
     try:
         d.start()
         e = Exporter(EXPORT, "otlp", ["nats://127.0.0.1:1"], socket_path=d.socket_path,
-                     extra="Types=exec\n" + otlp_conf(rcv.endpoint, protocol)).start()
+                     extra="Types=exec\n" + otlp_conf(rcv.endpoint, protocol, compression=compression)).start()
         wait_for(lambda: e.stats() is not None, "the exporter's first stats")
         marker = os.path.join(work, f"prmark{os.getpid()}")
         shutil.copy("/bin/true", marker)
@@ -77,6 +82,9 @@ def marker_exec(protocol):
         check_eq(o["exported"] + o["export_dropped"], o["offered"], "exported + export_dropped = offered")
         check_eq(o["export_dropped"], 0, "nothing dropped by a healthy receiver")
         check_eq(len(rcv.records()), o["exported"], "the receiver decoded exactly the exported events")
+        counts = rcv.stop()
+        check_eq(counts["gzipped"], counts["requests"] if compression == "gzip" else 0,
+                 f"requests with Content-Encoding: gzip ({counts})")
     finally:
         if e:
             e.cleanup()
@@ -93,6 +101,58 @@ def test_marker_exec_protobuf():
 
 def test_marker_exec_json():
     marker_exec("http/json")
+
+
+def test_marker_exec_protobuf_gzip():
+    marker_exec("http/protobuf", "gzip")
+
+
+def test_btf_producer_fields():
+    """A third-party producer's record type, declared in its BTF (examples/producer): its records
+    reach the collector with their named fields, as a JSON client gets them, from the schema the
+    daemon sent the exporter (libperfrelay's perfrelay_record_field())."""
+    if not os.access(EXAMPLE, os.X_OK):
+        skip("the example producer was not built")
+    ensure_node_modules()
+    N = 10
+    rcv = Receiver()
+    d = Daemon(BINARY, "otlpbtf", stdout=False, config="[Probes]\nProbes=exec\n")
+    e = p = None
+    try:
+        d.start()
+        p = subprocess.Popen([EXAMPLE, d.pin_path, "0", "0", "--stdin"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = p.stdout.readline()
+        check_eq(json.loads(line) if line else None, {"emitted": 0}, "the example producer loaded")
+        e = Exporter(EXPORT, "otlpbtf", ["nats://127.0.0.1:1"], socket_path=d.socket_path,
+                     extra=otlp_conf(rcv.endpoint, "http/protobuf")).start()
+        wait_for(lambda: e.stats() is not None, "the exporter's first stats")
+        p.stdin.write(f"{N}\n")
+        p.stdin.flush()
+        check_eq(json.loads(p.stdout.readline()), {"emitted": N}, "the example producer emitted")
+        recs = wait_for(lambda: (lambda r: r if len(r) == N else None)(
+            [r for r in rcv.records() if isinstance(r["body"], dict) and r["body"].get("type") == "example"]),
+            f"{N} example records at the receiver")
+        for n, rec in enumerate(sorted(recs, key=lambda r: r["body"]["seq"])):
+            b = rec["body"]
+            want = {"type": "example", "producer": 300, "producer_name": "example_producer",
+                    "u8v": 200 + (n & 15), "u16v": 60000 + n, "u32v": 4000000000 + n, "s32v": -2000000000 + n,
+                    "color": "EXAMPLE_BLUE" if n & 1 else "EXAMPLE_GREEN", "name": "example",
+                    "point": {"x": n * 2, "y": -n, "_pad": 0}, "values": [n, n + 1, n + 2]}
+            check_eq({k: b.get(k) for k in want}, want, f"record {n}'s named fields")
+            check_eq(rec["attributes"].get("perfrelay.type"), "example", "its type attribute")
+        check_eq(e.stop(), 0, "exporter exit status")
+        o = e.stats()["otlp"]
+        check_eq(o["exported"] + o["export_dropped"], o["offered"], "exported + export_dropped = offered")
+        check_eq(o["export_dropped"], 0, "nothing dropped")
+    finally:
+        if p and p.poll() is None:
+            p.kill()
+            p.wait()
+        if e:
+            e.cleanup()
+        d.cleanup()
+        rcv.cleanup()
 
 
 def test_503_then_everything():

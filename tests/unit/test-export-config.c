@@ -179,6 +179,38 @@ static void test_credentials(void) {
 	ASSERT(rmdir(dir) == 0);
 }
 
+/* Compression=, the file and journal targets: their keys, defaults and bounds. */
+static void test_host_targets(void) {
+	ExportConfig *c = NULL;
+	char *err = NULL;
+
+	ASSERT(export_config_new(&c) == 0);
+	ASSERT(c->otlp_compression == OTLP_COMPRESSION_NONE && !c->file_path &&
+	       c->file_max_bytes == 104857600 && c->file_max_files == 5 && c->journal_rate == 1000 &&
+	       c->journal_burst == 2000);
+	ASSERT(parse(c, "[Export]\nTargets=file journal\n", &err) == 0);
+	ASSERT(c->targets == (EXPORT_TARGET_FILE | EXPORT_TARGET_JOURNAL));
+	ASSERT(export_config_check(c, &err) == -EINVAL && err && strstr(err, "Path="));
+	free(err);
+	err = NULL;
+	ASSERT(parse(c,
+		     "[File]\nPath=/var/log/x.json\nMaxBytes=262144\nMaxFiles=1\n"
+		     "[Journal]\nRateLimitPerSec=5\nRateLimitBurst=7\n[OTLP]\nCompression=gzip\n",
+		     &err) == 0);
+	ASSERT(streq(c->file_path, "/var/log/x.json") && c->file_max_bytes == 262144 && c->file_max_files == 1);
+	ASSERT(c->journal_rate == 5 && c->journal_burst == 7 && c->otlp_compression == OTLP_COMPRESSION_GZIP);
+	ASSERT(export_config_check(c, &err) == 0);
+	/* Bounds: a relative path, a file smaller than the longest line, no file, gzip's cousins. */
+	ASSERT(parse(c, "[File]\nPath=x.json\n", NULL) == -EINVAL);
+	ASSERT(parse(c, "[File]\nMaxBytes=1000\n", NULL) == -EINVAL);
+	ASSERT(parse(c, "[File]\nMaxFiles=0\n", NULL) == -EINVAL);
+	ASSERT(parse(c, "[Journal]\nRateLimitPerSec=0\n", NULL) == -EINVAL);
+	ASSERT(parse(c, "[OTLP]\nCompression=zstd\n", NULL) == -EINVAL);
+	ASSERT(parse(c, "[Export]\nTargets=nats otlp file journal\n", NULL) == 0);
+	ASSERT(c->targets == (1u << _EXPORT_TARGET_MAX) - 1);
+	export_config_free(c);
+}
+
 int main(void) {
 	ExportConfig *c = NULL;
 	char *err = NULL;
@@ -269,5 +301,6 @@ int main(void) {
 	ASSERT(export_config_check(c, &err) == -EINVAL && err && strstr(err, "TLSKey"));
 	free(err);
 	export_config_free(c);
+	test_host_targets();
 	return failures ? 1 : 0;
 }

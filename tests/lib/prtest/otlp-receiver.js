@@ -6,11 +6,13 @@
 // to OUT (with COUNT_ONLY set: none, only the counts at the end), and answers the first
 // FAIL_FIRST requests with 503 and Retry-After: 1. With TLS_CERT and TLS_KEY it serves HTTPS
 // (a client certificate signed by TLS_CA is then required); with REQUIRE_HEADER ("Name: value")
-// a request without that header is refused with 401, as a collector's auth extension does.
+// a request without that header is refused with 401, as a collector's auth extension does. A
+// request with Content-Encoding: gzip is inflated first (and counted).
 "use strict";
 const http = require("http");
 const https = require("https");
 const fs = require("fs");
+const zlib = require("zlib");
 const root = require("@opentelemetry/otlp-transformer/build/src/generated/root");
 
 const Req = root.opentelemetry.proto.collector.logs.v1.ExportLogsServiceRequest;
@@ -18,7 +20,7 @@ const Resp = root.opentelemetry.proto.collector.logs.v1.ExportLogsServiceRespons
 const out = fs.openSync(process.env.OUT, "a");
 let failFirst = parseInt(process.env.FAIL_FIRST || "0", 10);
 const countOnly = !!process.env.COUNT_ONLY;
-let requests = 0, refused = 0, records = 0, unauthorized = 0;
+let requests = 0, refused = 0, records = 0, unauthorized = 0, gzipped = 0;
 const [needName, needValue] = (process.env.REQUIRE_HEADER || "").split(/:\s*/, 2);
 
 // AnyValue (as toObject gives it) → plain JSON value.
@@ -28,6 +30,7 @@ function plain(v) {
   if ("boolValue" in v) return v.boolValue;
   if ("intValue" in v) return Number(v.intValue);
   if ("doubleValue" in v) return v.doubleValue;
+  if ("bytesValue" in v) return Buffer.from(v.bytesValue).toString("base64");
   if ("arrayValue" in v) return (v.arrayValue.values || []).map(plain);
   if ("kvlistValue" in v) return attrs(v.kvlistValue.values || []);
   return null;
@@ -61,7 +64,12 @@ function handle(req, res) {
     }
     let msg;
     try {
-      const body = Buffer.concat(chunks);
+      let body = Buffer.concat(chunks);
+      // Content-Encoding: gzip (Compression=gzip), as a collector inflates it.
+      if (req.headers["content-encoding"] === "gzip") {
+        body = zlib.gunzipSync(body);
+        gzipped++;
+      }
       if (json) {
         // The proto3 JSON mapping (64-bit integers as decimal strings) into the message
         // and back through the binary encoding: what fromObject cannot map is lost there.
@@ -105,6 +113,6 @@ server.listen(0, "127.0.0.1", function () {
   process.stdout.write(this.address().port + "\n");
 });
 process.on("SIGTERM", () => {
-  fs.writeSync(out, JSON.stringify({ requests, refused, records, unauthorized }) + "\n");
+  fs.writeSync(out, JSON.stringify({ requests, refused, records, unauthorized, gzipped }) + "\n");
   process.exit(0);
 });

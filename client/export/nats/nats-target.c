@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* JetStream publishing for perfrelay-export: batches → queue → async publish → ack, retry or counted drop. */
-#include "export/nats-target.h"
+#include "export/nats/nats-target.h"
 
 #include <endian.h>
 #include <errno.h>
@@ -8,12 +8,14 @@
 #include <nats/nats.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "decode/decode.h"
 #include "common/export-frame.h"
+#include "export/target.h"
 #include "macro.h"
 #include "time-util.h"
 
@@ -164,7 +166,7 @@ static void on_reconnected(natsConnection *nc, void *userdata) {
 	atomic_store(&e->reclaim, true);
 }
 
-NatsTarget *nats_target_free(NatsTarget *e) {
+static NatsTarget *nats_target_free(NatsTarget *e) {
 	if (!e)
 		return NULL;
 	if (e->nc)
@@ -230,7 +232,7 @@ static int connect_now(NatsTarget *e, uint64_t now) {
 	return nats_errno(s);
 }
 
-int nats_target_new(
+static int nats_target_new(
 	const ExportConfig *cfg, const char *hostname, const char *boot_id, unsigned schema, NatsTarget **ret) {
 	NatsTarget *e;
 	natsStatus s;
@@ -452,7 +454,7 @@ static Batch *batch_for(NatsTarget *e, uint16_t type) {
 	return free_slot;
 }
 
-void nats_target_offer(
+static void nats_target_offer(
 	NatsTarget *e,
 	const struct perfrelay_hdr *hdr,
 	const void *rec,
@@ -611,7 +613,7 @@ static void back_off(NatsTarget *e, uint64_t now) {
 	e->pause_until_ms = now + e->backoff_ms;
 }
 
-void nats_target_run(NatsTarget *e, uint64_t now) {
+static void nats_target_run(NatsTarget *e, uint64_t now) {
 	natsMsg *failed[256];
 	uint64_t acks;
 	bool refused = false;
@@ -684,19 +686,19 @@ void nats_target_run(NatsTarget *e, uint64_t now) {
 	}
 }
 
-void nats_target_flush(NatsTarget *e) {
+static void nats_target_flush(NatsTarget *e) {
 	for (size_t i = 0; i < ELEMENTSOF(e->batches); i++)
 		batch_seal(e, &e->batches[i]);
 }
 
-void nats_target_seal_if_stuck(NatsTarget *e) {
+static void nats_target_seal_if_stuck(NatsTarget *e) {
 	if (e->queue_len > 0 || atomic_load(&e->in_flight) > 0)
 		return;
 	for (size_t i = 0; i < ELEMENTSOF(e->batches); i++)
 		batch_seal(e, &e->batches[i]);
 }
 
-bool nats_target_idle(NatsTarget *e) {
+static bool nats_target_idle(NatsTarget *e) {
 	bool failed;
 
 	for (size_t i = 0; i < ELEMENTSOF(e->batches); i++)
@@ -708,7 +710,7 @@ bool nats_target_idle(NatsTarget *e) {
 	return e->queue_len == 0 && atomic_load(&e->in_flight) == 0 && !failed;
 }
 
-void nats_target_abandon(NatsTarget *e) {
+static void nats_target_abandon(NatsTarget *e) {
 	natsMsgList list = {};
 	natsMsg *m;
 
@@ -746,7 +748,7 @@ void nats_target_abandon(NatsTarget *e) {
 	pthread_mutex_unlock(&e->lock);
 }
 
-void nats_target_get_stats(NatsTarget *e, ExportStats *ret) {
+static void nats_target_get_stats(NatsTarget *e, ExportStats *ret) {
 	*ret = (ExportStats){
 		.offered = e->offered,
 		.exported = atomic_load(&e->exported),
@@ -778,6 +780,69 @@ void nats_target_get_stats(NatsTarget *e, ExportStats *ret) {
 	export_url_redact(ret->server); /* the stats file is world-readable */
 }
 
-bool nats_target_has_room(NatsTarget *e) {
+static bool nats_target_has_room(NatsTarget *e) {
 	return e->queued_events < e->cfg->queue_events;
 }
+
+/* ---- the target's operations (export/target.h) ---- */
+
+static int target_open(const ExportContext *ctx, void **ret) {
+	NatsTarget *t = NULL;
+	int r = nats_target_new(ctx->cfg, ctx->host, ctx->boot_id, 1, &t);
+
+	if (r < 0)
+		fprintf(stderr, "perfrelay-export: cannot set up the NATS connection: %s\n", strerror(-r));
+	else
+		*ret = t;
+	return r;
+}
+
+static void target_offer(void *t, const ExportEvent *ev, uint64_t now) {
+	nats_target_offer(t, ev->hdr, ev->rec, ev->size, ev->unit, now);
+}
+
+static void target_poll(void *t, uint64_t now) {
+	nats_target_run(t, now);
+}
+
+static void target_flush(void *t) {
+	nats_target_flush(t);
+}
+
+static void target_unstick(void *t) {
+	nats_target_seal_if_stuck(t);
+}
+
+static bool target_idle(void *t) {
+	return nats_target_idle(t);
+}
+
+static bool target_has_room(void *t) {
+	return nats_target_has_room(t);
+}
+
+static void target_abandon(void *t) {
+	nats_target_abandon(t);
+}
+
+static void target_figures(void *t, ExportStats *ret) {
+	nats_target_get_stats(t, ret);
+}
+
+static void target_close(void *t) {
+	nats_target_free(t);
+}
+
+const ExportTargetType export_target_nats = {
+	.name = "nats",
+	.open = target_open,
+	.offer = target_offer,
+	.poll = target_poll,
+	.flush = target_flush,
+	.unstick = target_unstick,
+	.idle = target_idle,
+	.has_room = target_has_room,
+	.abandon = target_abandon,
+	.figures = target_figures,
+	.close = target_close,
+};

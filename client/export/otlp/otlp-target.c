@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* OTLP/HTTP logs export: batches, libcurl multi, retries and counters. */
-#include "export/otlp.h"
+#include "export/otlp/otlp-target.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -10,9 +10,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "decode/decode.h"
-#include "hub/encode.h"
-#include "json-util.h"
+#include "export/fields.h"
+#include "export/otlp/otlp-encode.h"
+#include "export/target.h"
 #include "macro.h"
 #include "time-util.h"
 
@@ -39,13 +39,14 @@ struct OtlpTarget {
 	const OtlpResource *res;
 	char url[1024];
 	CURLM *multi;
-	json_tokener *tok;
-	char *line; /* ENCODE_JSON_MAX: one event's JSON line */
+	OtlpResource res_storage;
 
-	/* The batch being filled: events as JSON objects (owned), waiting to be encoded. */
-	OtlpEvent *batch;
-	size_t batch_n;
+	/* The batch being filled: its LogRecords, encoded as they came. */
+	ExportFields fields;
+	OtlpBatch *batch;
 	uint64_t batch_opened_ms;
+	/* When events were observed: the wall clock, read once per millisecond of the loop's. */
+	uint64_t observed_at_ms, observed_ns;
 
 	/* Encoded requests waiting for a slot: a FIFO (retries go to the front). */
 	Request *queue_head, *queue_tail;
@@ -71,16 +72,11 @@ static void request_free(Request *r) {
 	free(r);
 }
 
-static void batch_clear(OtlpTarget *t) {
-	for (size_t i = 0; i < t->batch_n; i++)
-		json_object_put(t->batch[i].fields);
-	t->batch_n = 0;
-}
+static void target_close(void *userdata) {
+	OtlpTarget *t = userdata;
 
-OtlpTarget *otlp_target_free(OtlpTarget *t) {
 	if (!t)
-		return NULL;
-	batch_clear(t);
+		return;
 	for (size_t i = 0; i < t->n_in_flight; i++) {
 		curl_multi_remove_handle(t->multi, t->in_flight[i]->easy);
 		request_free(t->in_flight[i]);
@@ -93,22 +89,22 @@ OtlpTarget *otlp_target_free(OtlpTarget *t) {
 	}
 	if (t->multi)
 		curl_multi_cleanup(t->multi);
-	json_tokener_free(t->tok);
+	otlp_batch_free(t->batch);
+	export_fields_done(&t->fields);
 	free(t->in_flight);
-	free(t->batch);
-	free(t->line);
 	free(t);
-	return NULL;
 }
 
-int otlp_target_new(const ExportConfig *cfg, const OtlpResource *res, OtlpTarget **ret) {
+static int target_open(const ExportContext *ctx, void **ret) {
+	const ExportConfig *cfg = ctx->cfg;
 	OtlpTarget *t = calloc(1, sizeof(*t));
 	size_t n;
 
 	if (!t)
 		return -ENOMEM;
 	t->cfg = cfg;
-	t->res = res;
+	t->res_storage = (OtlpResource){ .host = ctx->host, .boot_id = ctx->boot_id, .version = ctx->version };
+	t->res = &t->res_storage;
 	n = strlen(cfg->otlp_endpoint);
 	while (n > 0 && cfg->otlp_endpoint[n - 1] == '/')
 		n--;
@@ -118,12 +114,10 @@ int otlp_target_new(const ExportConfig *cfg, const OtlpResource *res, OtlpTarget
 	}
 	snprintf(t->url, sizeof(t->url), "%.*s/v1/logs", (int) n, cfg->otlp_endpoint);
 	t->multi = curl_multi_init();
-	t->tok = json_tokener_new();
-	t->line = malloc(ENCODE_JSON_MAX);
-	t->batch = calloc(cfg->otlp_batch_events, sizeof(OtlpEvent));
 	t->in_flight = calloc(cfg->otlp_max_in_flight, sizeof(Request *));
-	if (!t->multi || !t->tok || !t->line || !t->batch || !t->in_flight) {
-		otlp_target_free(t);
+	if (!t->multi || !t->in_flight ||
+	    otlp_batch_new(cfg->otlp_protocol, cfg->otlp_compression, t->res, &t->batch) < 0) {
+		target_close(t);
 		return -ENOMEM;
 	}
 	t->s.stream_ready = true;
@@ -170,79 +164,52 @@ static Request *queue_pop(OtlpTarget *t) {
 	return r;
 }
 
-/* Encodes the open batch into a request on the queue. Its events stay counted as queued. */
+/* Makes the open batch a request on the queue. Its events stay counted as queued. */
 static void batch_seal(OtlpTarget *t) {
+	size_t n = otlp_batch_count(t->batch);
 	Request *r;
 	int k;
 
-	if (t->batch_n == 0)
+	if (n == 0)
 		return;
 	r = calloc(1, sizeof(*r));
-	k = r ? otlp_encode_request(
-			t->cfg->otlp_protocol,
-			t->res,
-			t->batch,
-			t->batch_n,
-			now_nsec(CLOCK_REALTIME),
-			&r->body,
-			&r->len) :
-		-ENOMEM;
+	k = r ? otlp_batch_seal(t->batch, &r->body, &r->len) : -ENOMEM;
 	/* The batch's events were counted in queued_events as they came: the request takes them. */
-	t->queued_events -= t->batch_n;
+	t->queued_events -= n;
 	if (k < 0) {
-		t->s.dropped_queue_full += t->batch_n; /* out of memory: counted like a full queue */
+		t->s.dropped_queue_full += n; /* out of memory: counted like a full queue */
+		otlp_batch_clear(t->batch);
 		free(r);
 	} else {
-		r->count = t->batch_n;
+		r->count = n;
 		r->attempt = 1;
 		queue_push(t, r, false);
 	}
-	batch_clear(t);
 }
 
-void otlp_target_offer(
-	OtlpTarget *t,
-	const struct perfrelay_hdr *hdr,
-	const void *rec,
-	size_t size,
-	const char *unit,
-	uint64_t now) {
-	DecodedEvent ev;
-	json_object *o;
-	ssize_t n;
+static void target_offer(void *userdata, const ExportEvent *ev, uint64_t now) {
+	OtlpTarget *t = userdata;
 
 	t->s.offered++;
 	if (t->queued_events >= t->cfg->queue_events) {
 		t->s.dropped_queue_full++;
 		return;
 	}
-	/* The body is the event's JSON line, as the socket's JSON clients get it. */
-	if (decode_event(rec, size, &ev) != DECODE_OK ||
-	    (n = encode_json(&ev, unit, t->line, ENCODE_JSON_MAX)) <= 0) {
-		t->s.dropped_refused++; /* cannot happen for what the daemon sent; counted if it did */
-		return;
+	if (now != t->observed_at_ms || t->observed_ns == 0) {
+		t->observed_ns = now_nsec(CLOCK_REALTIME);
+		t->observed_at_ms = now;
 	}
-	json_tokener_reset(t->tok);
-	o = json_tokener_parse_ex(t->tok, t->line, (int) n);
-	if (!o) {
+	/* The body is the event's fields as the socket's JSON line has them, read from the
+	 * record; a record the daemon would not have sent is counted, not exported. */
+	if (export_fields_walk(&t->fields, ev->rec, ev->size, ev->unit, ev->client) < 0 ||
+	    otlp_batch_add(t->batch, &t->fields, wall_ns(t, ev->hdr->ts_ns, now), t->observed_ns) < 0) {
 		t->s.dropped_refused++;
 		return;
 	}
-	if (t->batch_n == 0)
+	if (otlp_batch_count(t->batch) == 1)
 		t->batch_opened_ms = now;
-	t->batch[t->batch_n++] = (OtlpEvent){
-		.fields = o,
-		.time_unix_nano = wall_ns(t, hdr->ts_ns, now),
-	};
-	/* The unit string must live as long as the batch: the JSON object holds it. */
-	if (unit) {
-		json_object *u;
-
-		if (json_object_object_get_ex(o, "unit", &u))
-			t->batch[t->batch_n - 1].unit = json_object_get_string(u);
-	}
 	t->queued_events++;
-	if (t->batch_n >= t->cfg->otlp_batch_events)
+	if (otlp_batch_count(t->batch) >= t->cfg->otlp_batch_events)
 		batch_seal(t);
 }
 
@@ -267,6 +234,8 @@ static int request_start(OtlpTarget *t, Request *r) {
 			NULL,
 			c->otlp_protocol == OTLP_PROTOCOL_JSON ? "Content-Type: application/json" :
 								 "Content-Type: application/x-protobuf");
+		if (h && c->otlp_compression == OTLP_COMPRESSION_GZIP)
+			h = curl_slist_append(h, "Content-Encoding: gzip");
 		for (size_t i = 0; h && i < c->n_otlp_headers; i++)
 			h = curl_slist_append(h, c->otlp_headers[i]);
 		if (!h) {
@@ -375,15 +344,18 @@ static void request_done(OtlpTarget *t, Request *r, CURLcode result, uint64_t no
 	request_free(r);
 }
 
-void otlp_target_flush(OtlpTarget *t) {
+static void target_flush(void *userdata) {
+	OtlpTarget *t = userdata;
+
 	batch_seal(t);
 }
 
-void otlp_target_run(OtlpTarget *t, uint64_t now) {
+static void target_poll(void *userdata, uint64_t now) {
+	OtlpTarget *t = userdata;
 	CURLMsg *m;
 	int running, left;
 
-	if (t->batch_n > 0 &&
+	if (otlp_batch_count(t->batch) > 0 &&
 	    (now - t->batch_opened_ms >= t->cfg->batch_delay_ms ||
 	     (!t->queue_head && t->n_in_flight == 0 && t->queued_events >= t->cfg->queue_events)))
 		batch_seal(t); /* waited long enough, or it alone fills the queue */
@@ -415,20 +387,25 @@ void otlp_target_run(OtlpTarget *t, uint64_t now) {
 	}
 }
 
-bool otlp_target_idle(OtlpTarget *t) {
-	return t->batch_n == 0 && !t->queue_head && t->n_in_flight == 0;
+static bool target_idle(void *userdata) {
+	OtlpTarget *t = userdata;
+
+	return otlp_batch_count(t->batch) == 0 && !t->queue_head && t->n_in_flight == 0;
 }
 
-bool otlp_target_has_room(OtlpTarget *t) {
+static bool target_has_room(void *userdata) {
+	OtlpTarget *t = userdata;
+
 	return t->queued_events < t->cfg->queue_events;
 }
 
-void otlp_target_abandon(OtlpTarget *t) {
+static void target_abandon(void *userdata) {
+	OtlpTarget *t = userdata;
 	Request *r;
 
-	t->s.dropped_shutdown += t->batch_n;
-	t->queued_events -= t->batch_n;
-	batch_clear(t);
+	t->s.dropped_shutdown += otlp_batch_count(t->batch);
+	t->queued_events -= otlp_batch_count(t->batch);
+	otlp_batch_clear(t->batch);
 	while ((r = queue_pop(t))) {
 		t->s.dropped_shutdown += r->count;
 		request_free(r);
@@ -443,7 +420,9 @@ void otlp_target_abandon(OtlpTarget *t) {
 	t->n_in_flight = 0;
 }
 
-void otlp_target_get_stats(OtlpTarget *t, ExportStats *ret) {
+static void target_figures(void *userdata, ExportStats *ret) {
+	OtlpTarget *t = userdata;
+
 	*ret = t->s;
 	ret->dropped = t->s.dropped_queue_full + t->s.dropped_retries + t->s.dropped_refused +
 		t->s.dropped_shutdown;
@@ -451,3 +430,16 @@ void otlp_target_get_stats(OtlpTarget *t, ExportStats *ret) {
 	ret->in_flight = t->in_flight_events;
 	ret->in_flight_messages = t->n_in_flight;
 }
+
+const ExportTargetType export_target_otlp = {
+	.name = "otlp",
+	.open = target_open,
+	.offer = target_offer,
+	.poll = target_poll,
+	.flush = target_flush,
+	.idle = target_idle,
+	.has_room = target_has_room,
+	.abandon = target_abandon,
+	.figures = target_figures,
+	.close = target_close,
+};
