@@ -350,18 +350,20 @@ class Bench:
     def export_row(self, duration, rate, target="nats"):
         """(x) perfrelay-export: the daemon's binary stream published to a local nats-server -js
         with acks, the producer at `rate` (0: as fast as it goes); (o) with target "otlp": posted
-        as OTLP/HTTP logs (protobuf) to a local receiver that decodes every request with the
-        OpenTelemetry project's code (tests/lib/prtest/otlp-receiver.js). The exporter's rate is what it
+        as OTLP/HTTP logs (protobuf) to a local receiver that unpacks every request with
+        protobuf-c (bench/otlp-receiver.c, its own CPU per record measured: its capacity); (g)
+        the same with Compression=gzip. The exporter's rate is what it
         had acknowledged by the time it was idle again, over the time from the producer's start;
         its CPU per acknowledged event comes from /proc (utime + stime). Checks the exporter's
         accounting on the way: offered + daemon_lost = what the daemon received, exported +
         export_dropped = offered."""
-        row = "x" if target == "nats" else "o"
+        row = {"nats": "x", "otlp": "o", "otlp-gzip": "g"}[target]
         exporter = os.path.join(self.args.build, "client", "export", "perfrelay-export")
+        receiver_bin = os.path.join(self.args.build, "bench", "otlp-receiver")
         nats = shutil.which("nats-server")
         if not os.access(exporter, os.X_OK) or (target == "nats" and not nats) or \
-                (target == "otlp" and not shutil.which("node")):
-            log(f"row {row} skipped: perfrelay-export was not built, or nats-server or node is missing")
+                (target != "nats" and not os.access(receiver_bin, os.X_OK)):
+            log(f"row {row} skipped: perfrelay-export or bench/otlp-receiver was not built, or nats-server is missing")
             return None
         work = tempfile.mkdtemp(prefix="perfrelay-bench-export-", dir=self.workdir)
         with socket.socket() as s:
@@ -375,10 +377,10 @@ class Bench:
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             out = f"[NATS]\nServers=nats://127.0.0.1:{port}\n[Export]\n"
         else:
-            from prtest import otlpreceiver
-            otlpreceiver.ensure_node_modules()
-            receiver = otlpreceiver.Receiver(count_only=True)
-            out = f"[OTLP]\nEndpoint={receiver.endpoint}\n[Export]\nTargets=otlp\n"
+            receiver = subprocess.Popen([receiver_bin], stdout=subprocess.PIPE, text=True)
+            port = int(receiver.stdout.readline())
+            out = (f"[OTLP]\nEndpoint=http://127.0.0.1:{port}\n"
+                   f"Compression={'gzip' if target == 'otlp-gzip' else 'none'}\n[Export]\nTargets=otlp\n")
         with open(conf, "w") as f:
             f.write(out + f"Socket={self.daemon.socket_path}\nTypes=bench\nStatsFile={stats_file}\nQueueEvents=200000\n")
 
@@ -431,10 +433,23 @@ class Bench:
             exp.wait(60)
             exp = None
             self.daemon.stop()
-            return {"events_per_s": st["exported"] / (t1 - t0), "exported": st["exported"],
-                    "daemon_lost": st["daemon_lost"], "export_dropped": st["export_dropped"],
-                    "cpu_ns_per_event": (cpu1 - cpu0) / st["exported"] if st["exported"] else None,
-                    "seconds": round(t1 - t0, 2)}
+            res = {"events_per_s": st["exported"] / (t1 - t0), "exported": st["exported"],
+                   "daemon_lost": st["daemon_lost"], "export_dropped": st["export_dropped"],
+                   "cpu_ns_per_event": (cpu1 - cpu0) / st["exported"] if st["exported"] else None,
+                   "seconds": round(t1 - t0, 2)}
+            if receiver:
+                receiver.send_signal(signal.SIGTERM)
+                counts = json.loads(receiver.stdout.readline())
+                receiver.wait(30)
+                receiver = None
+                if counts["records"] != st["exported"] or counts["refused"]:
+                    raise BenchError(f"row {row}: the receiver unpacked {counts['records']} records "
+                                     f"({counts['refused']} requests refused), the exporter counted "
+                                     f"{st['exported']} acknowledged")
+                per = counts["cpu_ns"] / counts["records"] if counts["records"] else None
+                res.update(receiver_cpu_ns_per_record=per,
+                           receiver_capacity_per_s=1e9 / per if per else None)
+            return res
         finally:
             if exp and exp.poll() is None:
                 exp.kill()
@@ -444,7 +459,8 @@ class Bench:
                 server.terminate()
                 server.wait(30)
             if receiver:
-                receiver.cleanup()
+                receiver.kill()
+                receiver.wait()
             shutil.rmtree(work, ignore_errors=True)
 
     def cleanup(self):
@@ -643,7 +659,7 @@ def main():
         # then at half that rate, which it sustains without loss (its CPU per event, not
         # inflated by dropping).
         exports = {}
-        for row, target in (("x", "nats"), ("o", "otlp")):
+        for row, target in (("x", "nats"), ("o", "otlp"), ("g", "otlp-gzip")):
             runs_max, runs_half = [], []
             for i in range(2 * args.export_repeat if "e" in summary else 0):
                 half = i >= args.export_repeat
@@ -710,7 +726,8 @@ def main():
         configurations[name] = s
 
     descriptions = {"x": "perfrelay-export: binary stream to a local nats-server -js, acknowledged",
-                    "o": "perfrelay-export: OTLP/HTTP logs (protobuf) to a local receiver decoding them, answered"}
+                    "o": "perfrelay-export: OTLP/HTTP logs (protobuf) to a local receiver unpacking them, answered",
+                    "g": "perfrelay-export: the same with Compression=gzip"}
     export_rows = {}
     for row, (runs_max, runs_half) in exports.items():
         if not runs_max or not runs_half:
@@ -724,6 +741,9 @@ def main():
                             "ratio_to_e_events_per_s": round(rate / e["events_per_s"], 4),
                             "e_client_cpu_ns_per_event": round(e_client_ns, 1),
                             "ratio_to_e_client_cpu_per_event": round(cpu / e_client_ns, 2) if e_client_ns else None,
+                            "receiver_capacity_per_s": statistics.median(
+                                r["receiver_capacity_per_s"] for r in runs_max)
+                            if all(r.get("receiver_capacity_per_s") for r in runs_max) else None,
                             "runs_max_rate": runs_max, "runs_half_rate": runs_half}
     export = export_rows.get("x")
 
@@ -758,6 +778,11 @@ def main():
         x = flood["marked_execs_delivered_ratio"]
         targets["l_flood_execs_delivered"] = t("l", x, "== 1.0", x == 1.0)
         targets["l_flood_attributed"] = t("l", flood["all_attributed"], "true", flood["all_attributed"])
+    if "o" in export_rows:
+        o = export_rows["o"]
+        targets["o_ratio_to_e"] = t("o", o["ratio_to_e_events_per_s"], ">= 0.25", o["ratio_to_e_events_per_s"] >= 0.25)
+        targets["o_cpu_ns_per_event_at_half_rate"] = t("o", o["cpu_ns_per_event_at_half_rate"], "<= 400",
+                                                       o["cpu_ns_per_event_at_half_rate"] <= 400)
     c_cpu = configurations.get("c", {}).get("cpu_ns_per_event")
     targets["c_cpu_ns_per_event"] = t("c", c_cpu, "<= 250", c_cpu is not None and c_cpu <= 250)
     if "c" in half:
@@ -827,7 +852,9 @@ def main():
         print(f"{row}    {ex['events_per_s'] / 1e6:9.3f}M  {ex['ratio_to_e_events_per_s']:.4f} of (e); "
               f"{ex['cpu_ns_per_event_at_half_rate']:.0f} CPU ns/event at half that rate = "
               f"{ex['ratio_to_e_client_cpu_per_event']}x "
-              f"(e)'s binary client ({ex['e_client_cpu_ns_per_event']:.0f})  {ex['description']}")
+              f"(e)'s binary client ({ex['e_client_cpu_ns_per_event']:.0f})  {ex['description']}"
+              + (f"; the receiver's capacity {ex['receiver_capacity_per_s'] / 1e6:.2f} M/s"
+                 if ex.get("receiver_capacity_per_s") else ""))
     for c in burst or ():
         print(f"burst (k) at {c['pages_per_cpu']} pages per CPU, ReaderNice={c['reader_nice']}: "
               f"{c['failures']} of {c['attempts']} records lost ({100 * c['failures'] / max(c['attempts'], 1):.2f} %)")
