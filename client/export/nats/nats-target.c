@@ -15,6 +15,7 @@
 
 #include "decode/decode.h"
 #include "common/export-frame.h"
+#include "export/retry.h"
 #include "export/target.h"
 #include "macro.h"
 #include "time-util.h"
@@ -88,10 +89,10 @@ struct NatsTarget {
 	bool stream_ready;
 	uint64_t next_stream_try_ms;
 	uint64_t next_connect_ms; /* while nc is NULL: the first connection failed for good */
-	/* After a refusal or a timeout nothing is published for backoff_ms (doubling up to
-	 * AckTimeoutMSec, reset by the next ack): a cluster electing a stream leader refuses at
-	 * once, and retrying at once would only burn every message's attempts. */
-	uint64_t backoff_ms, pause_until_ms, acks_seen;
+	/* After a refusal or a timeout nothing is published for a while (export/retry.h), reset
+	 * by the next ack. */
+	ExportBackoff backoff;
+	uint64_t acks_seen;
 };
 
 static uint64_t msg_count(natsMsg *m) {
@@ -508,7 +509,7 @@ static void retry_or_drop(NatsTarget *e, natsMsg *m, uint64_t n) {
 
 	if (natsMsgHeader_Get(m, HDR_ATTEMPT, &v) == NATS_OK && v)
 		attempt = strtoul(v, NULL, 10);
-	if (attempt > e->cfg->max_retries) {
+	if (!export_retry_allowed(e->cfg, attempt)) {
 		e->dropped_retries += n;
 		natsMsg_Destroy(m);
 		return;
@@ -608,11 +609,6 @@ static void stream_setup(NatsTarget *e, uint64_t now) {
 	}
 }
 
-static void back_off(NatsTarget *e, uint64_t now) {
-	e->backoff_ms = e->backoff_ms ? MIN(e->backoff_ms * 2, e->cfg->ack_timeout_ms) : 100;
-	e->pause_until_ms = now + e->backoff_ms;
-}
-
 static void nats_target_run(NatsTarget *e, uint64_t now) {
 	natsMsg *failed[256];
 	uint64_t acks;
@@ -637,9 +633,9 @@ static void nats_target_run(NatsTarget *e, uint64_t now) {
 	} while (n > 0);
 	acks = atomic_load(&e->acks);
 	if (refused)
-		back_off(e, now);
+		export_backoff_fail(&e->backoff, e->cfg, now, 0);
 	else if (acks != e->acks_seen)
-		e->backoff_ms = 0;
+		export_backoff_ok(&e->backoff);
 	e->acks_seen = acks;
 
 	if (e->nc && natsConnection_Status(e->nc) == NATS_CONN_STATUS_CLOSED)
@@ -657,9 +653,9 @@ static void nats_target_run(NatsTarget *e, uint64_t now) {
 
 	if (atomic_exchange(&e->reclaim, false)) {
 		reclaim_in_flight(e);
-		back_off(e, now);
+		export_backoff_fail(&e->backoff, e->cfg, now, 0);
 	}
-	if (now < e->pause_until_ms)
+	if (export_backoff_paused(&e->backoff, now))
 		return;
 
 	while (e->queue_len > 0 && atomic_load(&e->in_flight) < e->cfg->max_in_flight) {

@@ -12,13 +12,13 @@
 
 #include "export/fields.h"
 #include "export/otlp/otlp-encode.h"
+#include "export/retry.h"
 #include "export/target.h"
 #include "macro.h"
 #include "time-util.h"
 
 /* A collector's answer is read up to this much (a partial-success message at most). */
 #define RESPONSE_MAX           (64u * 1024u)
-#define BACKOFF_FIRST_MS       100u
 /* The longest Retry-After obeyed, in seconds. */
 #define OTLP_RETRY_AFTER_MAX_S 300
 
@@ -58,7 +58,7 @@ struct OtlpTarget {
 	int64_t wall_offset_ns;
 	uint64_t wall_offset_at_ms;
 
-	uint64_t backoff_ms, pause_until_ms;
+	ExportBackoff backoff;
 	ExportStats s; /* counters; queued and in_flight are filled in by get_stats */
 };
 
@@ -269,14 +269,8 @@ static int request_start(OtlpTarget *t, Request *r) {
 	return 0;
 }
 
-static void back_off(OtlpTarget *t, uint64_t now, uint64_t retry_after_ms) {
-	t->backoff_ms = t->backoff_ms ? MIN(t->backoff_ms * 2, t->cfg->ack_timeout_ms) : BACKOFF_FIRST_MS;
-	/* A server's Retry-After is the floor: it said when it wants us back. */
-	t->pause_until_ms = MAX(t->pause_until_ms, now + MAX(t->backoff_ms, retry_after_ms));
-}
-
 static void retry_or_drop(OtlpTarget *t, Request *r) {
-	if (r->attempt > t->cfg->max_retries) {
+	if (!export_retry_allowed(t->cfg, r->attempt)) {
 		t->s.dropped_retries += r->count;
 		request_free(r);
 		return;
@@ -301,7 +295,7 @@ static void request_done(OtlpTarget *t, Request *r, CURLcode result, uint64_t no
 	if (result != CURLE_OK) {
 		t->s.connected = false;
 		snprintf(t->s.last_error, sizeof(t->s.last_error), "%s", curl_easy_strerror(result));
-		back_off(t, now, 0);
+		export_backoff_fail(&t->backoff, t->cfg, now, 0);
 		retry_or_drop(t, r);
 		return;
 	}
@@ -323,7 +317,7 @@ static void request_done(OtlpTarget *t, Request *r, CURLcode result, uint64_t no
 		t->s.dropped_refused += rejected;
 		if (rejected > 0)
 			snprintf(t->s.last_error, sizeof(t->s.last_error), "%s", msg[0] ? msg : "partial success");
-		t->backoff_ms = 0;
+		export_backoff_ok(&t->backoff);
 		request_free(r);
 		return;
 	}
@@ -332,8 +326,9 @@ static void request_done(OtlpTarget *t, Request *r, CURLcode result, uint64_t no
 	if (status == 429 || status == 502 || status == 503 || status == 504) {
 		/* The server's word, bounded: a huge or hostile value would stop the target for
 		 * good (or overflow the pause), and the queue behind it fills and drops. */
-		back_off(
-			t,
+		export_backoff_fail(
+			&t->backoff,
+			t->cfg,
 			now,
 			(uint64_t) MIN(MAX(retry_after, (curl_off_t) 0), (curl_off_t) OTLP_RETRY_AFTER_MAX_S) *
 				1000);
@@ -359,7 +354,8 @@ static void target_poll(void *userdata, uint64_t now) {
 	    (now - t->batch_opened_ms >= t->cfg->batch_delay_ms ||
 	     (!t->queue_head && t->n_in_flight == 0 && t->queued_events >= t->cfg->queue_events)))
 		batch_seal(t); /* waited long enough, or it alone fills the queue */
-	while (now >= t->pause_until_ms && t->queue_head && t->n_in_flight < t->cfg->otlp_max_in_flight) {
+	while (!export_backoff_paused(&t->backoff, now) && t->queue_head &&
+	       t->n_in_flight < t->cfg->otlp_max_in_flight) {
 		Request *r = queue_pop(t);
 
 		if (request_start(t, r) < 0) {
