@@ -74,50 +74,50 @@ static void targets_offer(Targets *e, const ExportEvent *ev) {
 
 	e->offered++;
 	FOREACH_TARGET(e, i)
-	e->type[i]->offer(e->t[i], ev, now);
+		e->type[i]->offer(e->t[i], ev, now);
 }
 
 static void targets_poll(Targets *e) {
 	uint64_t now = now_msec(CLOCK_MONOTONIC);
 
 	FOREACH_TARGET(e, i)
-	e->type[i]->poll(e->t[i], now);
+		e->type[i]->poll(e->t[i], now);
 }
 
 static bool targets_idle(Targets *e) {
 	FOREACH_TARGET(e, i)
-	if (!e->type[i]->idle(e->t[i]))
-		return false;
+		if (!e->type[i]->idle(e->t[i]))
+			return false;
 	return true;
 }
 
 static bool targets_have_room(Targets *e) {
 	FOREACH_TARGET(e, i)
-	if (!e->type[i]->has_room(e->t[i]))
-		return false;
+		if (!e->type[i]->has_room(e->t[i]))
+			return false;
 	return true;
 }
 
 static void targets_unstick(Targets *e) {
 	FOREACH_TARGET(e, i)
-	if (e->type[i]->unstick)
-		e->type[i]->unstick(e->t[i]);
+		if (e->type[i]->unstick)
+			e->type[i]->unstick(e->t[i]);
 }
 
 static void targets_reopen(Targets *e) {
 	FOREACH_TARGET(e, i)
-	if (e->type[i]->reopen)
-		e->type[i]->reopen(e->t[i]);
+		if (e->type[i]->reopen)
+			e->type[i]->reopen(e->t[i]);
 }
 
 static void targets_flush(Targets *e) {
 	FOREACH_TARGET(e, i)
-	e->type[i]->flush(e->t[i]);
+		e->type[i]->flush(e->t[i]);
 }
 
 static void targets_abandon(Targets *e) {
 	FOREACH_TARGET(e, i)
-	e->type[i]->abandon(e->t[i]);
+		e->type[i]->abandon(e->t[i]);
 }
 
 static void targets_figures(Targets *e, ExportStats *stats, const char **names) {
@@ -144,7 +144,7 @@ static int targets_open(Targets *e, const ExportContext *ctx) {
 
 static void targets_close(Targets *e) {
 	FOREACH_TARGET(e, i)
-	e->type[i]->close(e->t[i]);
+		e->type[i]->close(e->t[i]);
 	e->n = 0;
 }
 
@@ -178,16 +178,16 @@ static void report(Targets *e) {
 
 	targets_figures(e, s, names);
 	FOREACH_TARGET(e, i)
-	fprintf(stderr,
-		"%s: %s: offered %" PRIu64 ", exported %" PRIu64 " (%" PRIu64
-		" duplicates), dropped %" PRIu64 ", retried %" PRIu64 "\n",
-		program,
-		names[i],
-		s[i].offered,
-		s[i].exported,
-		s[i].duplicates,
-		s[i].dropped,
-		s[i].retried);
+		fprintf(stderr,
+			"%s: %s: offered %" PRIu64 ", exported %" PRIu64 " (%" PRIu64
+			" duplicates), dropped %" PRIu64 ", retried %" PRIu64 "\n",
+			program,
+			names[i],
+			s[i].offered,
+			s[i].exported,
+			s[i].duplicates,
+			s[i].dropped,
+			s[i].retried);
 }
 
 static int read_boot_id(char *buf, size_t size) {

@@ -19,12 +19,12 @@
 #include "hub/encode.h"
 #include "logs_service.pb-c.h"
 
-#define CHECK(x)                                                           \
-	do {                                                               \
-		if (!(x)) {                                                \
+#define CHECK(x)                                                                \
+	do {                                                                    \
+		if (!(x)) {                                                     \
 			fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #x); \
-			abort();                                           \
-		}                                                          \
+			abort();                                                \
+		}                                                               \
 	} while (0)
 
 /* libperfrelay's schema lookups: no client here, so no third-party schema. */
@@ -78,8 +78,11 @@ static void check_record(const uint8_t *rec, size_t size) {
 		const Opentelemetry__Proto__Logs__V1__LogRecord *lr;
 		size_t top = 0, depth = 0;
 
-		CHECK(otlp_batch_new(OTLP_PROTOCOL_PROTOBUF, gz ? OTLP_COMPRESSION_GZIP : OTLP_COMPRESSION_NONE, &res, &b) ==
-		      0);
+		CHECK(otlp_batch_new(
+			      OTLP_PROTOCOL_PROTOBUF,
+			      gz ? OTLP_COMPRESSION_GZIP : OTLP_COMPRESSION_NONE,
+			      &res,
+			      &b) == 0);
 		CHECK(otlp_batch_add(b, &fields, 1, 2) == 0);
 		CHECK(otlp_batch_seal(b, &req, &len) == 0);
 		otlp_batch_free(b);
@@ -87,7 +90,8 @@ static void check_record(const uint8_t *rec, size_t size) {
 			free(req); /* inflating is zlib's business, tested by test-otlp-encode */
 			continue;
 		}
-		r = opentelemetry__proto__collector__logs__v1__export_logs_service_request__unpack(NULL, len, req);
+		r = opentelemetry__proto__collector__logs__v1__export_logs_service_request__unpack(
+			NULL, len, req);
 		CHECK(r && r->n_resource_logs == 1 && r->resource_logs[0]->n_scope_logs == 1 &&
 		      r->resource_logs[0]->scope_logs[0]->n_log_records == 1);
 		lr = r->resource_logs[0]->scope_logs[0]->log_records[0];
@@ -110,13 +114,16 @@ static void check_record(const uint8_t *rec, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-	static const uint16_t types[] = { PERFRELAY_TYPE_EXEC, PERFRELAY_TYPE_EXIT,     PERFRELAY_TYPE_FORK,
-					  PERFRELAY_TYPE_OPEN, PERFRELAY_TYPE_CONNECT,  PERFRELAY_TYPE_COUNTERS,
-					  PERFRELAY_TYPE_BENCH, 0x9000 };
-	static const uint16_t sizes[] = { sizeof(struct perfrelay_exec),    sizeof(struct perfrelay_exit),
-					  sizeof(struct perfrelay_fork),    sizeof(struct perfrelay_open),
-					  sizeof(struct perfrelay_connect), sizeof(struct perfrelay_unit_counters),
-					  sizeof(struct perfrelay_bench),   0 };
+	static const uint16_t types[] = { PERFRELAY_TYPE_EXEC,    PERFRELAY_TYPE_EXIT,
+					  PERFRELAY_TYPE_FORK,    PERFRELAY_TYPE_OPEN,
+					  PERFRELAY_TYPE_CONNECT, PERFRELAY_TYPE_COUNTERS,
+					  PERFRELAY_TYPE_BENCH,   0x9000 };
+	static const uint16_t sizes[] = {
+		sizeof(struct perfrelay_exec),    sizeof(struct perfrelay_exit),
+		sizeof(struct perfrelay_fork),    sizeof(struct perfrelay_open),
+		sizeof(struct perfrelay_connect), sizeof(struct perfrelay_unit_counters),
+		sizeof(struct perfrelay_bench),   0
+	};
 	static _Alignas(8) uint8_t rec[2048];
 	struct perfrelay_hdr h = { .magic = PERFRELAY_MAGIC, .version = PERFRELAY_VERSION, .producer = 300 };
 	unsigned k;
@@ -139,7 +146,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 	case PERFRELAY_TYPE_EXEC: {
 		struct perfrelay_exec *e = (struct perfrelay_exec *) rec;
 
-		e->comm[sizeof(e->comm) - 1] = e->filename[sizeof(e->filename) - 1] = e->argv[sizeof(e->argv) - 1] = 0;
+		e->comm[sizeof(e->comm) - 1] = e->filename[sizeof(e->filename) - 1] =
+			e->argv[sizeof(e->argv) - 1] = 0;
 		e->argv_len %= PERFRELAY_ARGV_LEN + 1;
 		if (e->argv_len)
 			e->argv[e->argv_len - 1] = 0;
