@@ -14,6 +14,7 @@
 #include "decode/decode.h"
 #include "hub/encode.h"
 #include "event.h"
+#include "fuzz-record.h"
 
 static char line[ENCODE_JSON_MAX];
 
@@ -160,37 +161,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 	       (size < (size_t) h.size - sizeof(h) ? size : (size_t) h.size - sizeof(h)));
 	memcpy(rec, &h, sizeof(h));
 
-	/* Make the record valid where the decoder insists (strings terminated, argv bounds): the
-	 * target is the encoder, the decoder has its own fuzzer. */
-	switch (h.type) {
-	case PERFRELAY_TYPE_EXEC: {
-		struct perfrelay_exec *e = (struct perfrelay_exec *) rec;
-		e->comm[sizeof(e->comm) - 1] = e->filename[sizeof(e->filename) - 1] =
-			e->argv[sizeof(e->argv) - 1] = 0;
-		e->argv_len %= PERFRELAY_ARGV_LEN + 1;
-		if (e->argv_len)
-			e->argv[e->argv_len - 1] = 0;
-		e->n_ancestors %= PERFRELAY_ANCESTORS_MAX + 1;
-		for (unsigned i = 0; i < PERFRELAY_ANCESTORS_MAX; i++)
-			e->ancestors[i].comm[PERFRELAY_COMM_LEN - 1] = 0;
-		e->exe[sizeof(e->exe) - 1] = e->cwd[sizeof(e->cwd) - 1] = 0;
-		break;
-	}
-	case PERFRELAY_TYPE_EXIT:
-		((struct perfrelay_exit *) rec)->comm[PERFRELAY_COMM_LEN - 1] = 0;
-		break;
-	case PERFRELAY_TYPE_FORK:
-		((struct perfrelay_fork *) rec)->comm[PERFRELAY_COMM_LEN - 1] = 0;
-		break;
-	case PERFRELAY_TYPE_OPEN: {
-		struct perfrelay_open *e = (struct perfrelay_open *) rec;
-		e->comm[sizeof(e->comm) - 1] = e->path[sizeof(e->path) - 1] = 0;
-		break;
-	}
-	case PERFRELAY_TYPE_CONNECT:
-		((struct perfrelay_connect *) rec)->comm[PERFRELAY_COMM_LEN - 1] = 0;
-		break;
-	}
+	fuzz_record_make_valid(rec, h.type);
 	CHECK(decode_event(rec, h.size, &ev) == DECODE_OK);
 
 	n = encode_json(&ev, NULL, line, sizeof(line));

@@ -16,6 +16,7 @@
 #include "decode/decode.h"
 #include "export/fields.h"
 #include "export/otlp/otlp-encode.h"
+#include "fuzz-record.h"
 #include "hub/encode.h"
 #include "logs_service.pb-c.h"
 
@@ -140,39 +141,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 	memset(rec, 0, sizeof(rec));
 	memcpy(rec + sizeof(h), data, size < (size_t) h.size - sizeof(h) ? size : (size_t) h.size - sizeof(h));
 	memcpy(rec, &h, sizeof(h));
-	/* Valid where the decoder insists (strings terminated, argv bounds): the target is the walk
-	 * and the encoder, the decoder has its own fuzzer. */
-	switch (h.type) {
-	case PERFRELAY_TYPE_EXEC: {
-		struct perfrelay_exec *e = (struct perfrelay_exec *) rec;
-
-		e->comm[sizeof(e->comm) - 1] = e->filename[sizeof(e->filename) - 1] =
-			e->argv[sizeof(e->argv) - 1] = 0;
-		e->argv_len %= PERFRELAY_ARGV_LEN + 1;
-		if (e->argv_len)
-			e->argv[e->argv_len - 1] = 0;
-		e->n_ancestors %= PERFRELAY_ANCESTORS_MAX + 1;
-		for (unsigned i = 0; i < PERFRELAY_ANCESTORS_MAX; i++)
-			e->ancestors[i].comm[PERFRELAY_COMM_LEN - 1] = 0;
-		e->exe[sizeof(e->exe) - 1] = e->cwd[sizeof(e->cwd) - 1] = 0;
-		break;
-	}
-	case PERFRELAY_TYPE_EXIT:
-		((struct perfrelay_exit *) rec)->comm[PERFRELAY_COMM_LEN - 1] = 0;
-		break;
-	case PERFRELAY_TYPE_FORK:
-		((struct perfrelay_fork *) rec)->comm[PERFRELAY_COMM_LEN - 1] = 0;
-		break;
-	case PERFRELAY_TYPE_OPEN: {
-		struct perfrelay_open *e = (struct perfrelay_open *) rec;
-
-		e->comm[sizeof(e->comm) - 1] = e->path[sizeof(e->path) - 1] = 0;
-		break;
-	}
-	case PERFRELAY_TYPE_CONNECT:
-		((struct perfrelay_connect *) rec)->comm[PERFRELAY_COMM_LEN - 1] = 0;
-		break;
-	}
+	fuzz_record_make_valid(rec, h.type);
 	check_record(rec, h.size);
 	return 0;
 }
