@@ -377,7 +377,8 @@ class Bench:
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             out = f"[NATS]\nServers=nats://127.0.0.1:{port}\n[Export]\n"
         else:
-            receiver = subprocess.Popen([receiver_bin], stdout=subprocess.PIPE, text=True)
+            receiver = subprocess.Popen([receiver_bin], stdout=subprocess.PIPE, text=True,
+                                        preexec_fn=lambda: os.nice(-15))
             port = int(receiver.stdout.readline())
             out = (f"[OTLP]\nEndpoint=http://127.0.0.1:{port}\n"
                    f"Compression={'gzip' if target == 'otlp-gzip' else 'none'}\n[Export]\nTargets=otlp\n")

@@ -21,20 +21,28 @@
 /* An invalid byte becomes U+FFFD, three bytes. */
 #define MENDED_MAX(n)     (3u * (size_t) (n))
 
-static ExportField *next(ExportFields *o, const char *key, ExportFieldKind kind) {
+/* The putters are inlined into the walk, so that a literal key's length is a constant. */
+#define _always_inline_ inline __attribute__((always_inline))
+
+static int grow(ExportFields *o) {
+	size_t n = MAX(o->allocated * 2, (size_t) 64);
+	ExportField *p = realloc(o->f, n * sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	o->f = p;
+	o->allocated = n;
+	return 0;
+}
+
+static _always_inline_ ExportField *next(ExportFields *o, const char *key, ExportFieldKind kind) {
 	ExportField *f;
 
-	if (o->n == o->allocated) {
-		size_t n = MAX(o->allocated * 2, (size_t) 64);
-		ExportField *p = realloc(o->f, n * sizeof(*p));
-
-		if (!p)
-			return NULL;
-		o->f = p;
-		o->allocated = n;
-	}
+	if (_unlikely_(o->n == o->allocated) && grow(o) < 0)
+		return NULL;
 	f = &o->f[o->n++];
 	f->key = key;
+	f->klen = key ? (uint32_t) strlen(key) : 0;
 	f->kind = kind;
 	f->len = 0;
 	f->u = 0;
@@ -49,32 +57,32 @@ static ExportField *next(ExportFields *o, const char *key, ExportFieldKind kind)
 		_f;                                         \
 	})
 
-static int put_u(ExportFields *o, const char *key, uint64_t v) {
+static _always_inline_ int put_u(ExportFields *o, const char *key, uint64_t v) {
 	TRY_FIELD(o, key, EXPORT_FIELD_UINT)->u = v;
 	return 0;
 }
 
-static int put_i(ExportFields *o, const char *key, int64_t v) {
+static _always_inline_ int put_i(ExportFields *o, const char *key, int64_t v) {
 	TRY_FIELD(o, key, EXPORT_FIELD_INT)->i = v;
 	return 0;
 }
 
-static int put_b(ExportFields *o, const char *key, bool v) {
+static _always_inline_ int put_b(ExportFields *o, const char *key, bool v) {
 	TRY_FIELD(o, key, EXPORT_FIELD_BOOL)->b = v;
 	return 0;
 }
 
-static int put_open(ExportFields *o, const char *key, ExportFieldKind kind) {
+static _always_inline_ int put_open(ExportFields *o, const char *key, ExportFieldKind kind) {
 	TRY_FIELD(o, key, kind);
 	return 0;
 }
 
-static int put_end(ExportFields *o) {
+static _always_inline_ int put_end(ExportFields *o) {
 	TRY_FIELD(o, NULL, EXPORT_FIELD_END);
 	return 0;
 }
 
-static int put_bytes(ExportFields *o, const char *key, const void *s, size_t len) {
+static _always_inline_ int put_bytes(ExportFields *o, const char *key, const void *s, size_t len) {
 	ExportField *f = TRY_FIELD(o, key, EXPORT_FIELD_BYTES);
 
 	f->s = s;
@@ -112,17 +120,11 @@ static bool utf8_valid(const uint8_t *s, size_t len) {
 /* A string of len bytes (no NUL among them): as it is when valid UTF-8, else a copy in the
  * scratch with each invalid byte replaced by U+FFFD, as the JSON line has it. The scratch has
  * room: the walk reserved MENDED_MAX of the record's size. */
-static int put_string(ExportFields *o, const char *key, const char *s, size_t len) {
-	ExportField *f = TRY_FIELD(o, key, EXPORT_FIELD_STRING);
+/* The string, each invalid byte replaced by U+FFFD, in the scratch. */
+static void mend(ExportFields *o, ExportField *f, const char *s, size_t len) {
 	const uint8_t *u = (const uint8_t *) s;
-	char *p;
+	char *p = o->scratch + o->scratch_used;
 
-	if (utf8_valid(u, len)) {
-		f->s = s;
-		f->len = (uint32_t) len;
-		return 0;
-	}
-	p = o->scratch + o->scratch_used;
 	f->s = p;
 	for (size_t i = 0; i < len;) {
 		size_t k = u[i] < 0x80 ? 1 : encode_utf8_sequence_len(u + i, len - i);
@@ -139,11 +141,21 @@ static int put_string(ExportFields *o, const char *key, const char *s, size_t le
 	}
 	f->len = (uint32_t) (p - f->s);
 	o->scratch_used += f->len;
+}
+
+static _always_inline_ int put_string(ExportFields *o, const char *key, const char *s, size_t len) {
+	ExportField *f = TRY_FIELD(o, key, EXPORT_FIELD_STRING);
+
+	if (_likely_(utf8_valid((const uint8_t *) s, len))) {
+		f->s = s;
+		f->len = (uint32_t) len;
+	} else
+		mend(o, f, s, len);
 	return 0;
 }
 
 /* A char array of `size` bytes holding a NUL (decode_event() checked that). */
-static int put_array_string(ExportFields *o, const char *key, const char *s, size_t size) {
+static _always_inline_ int put_array_string(ExportFields *o, const char *key, const char *s, size_t size) {
 	return put_string(o, key, s, strnlen(s, size));
 }
 #define PUT_ARRAY(o, key, rec, type, member) \
@@ -168,8 +180,17 @@ static int put_formatted(ExportFields *o, const char *key, const char *fmt, ...)
 	return 0;
 }
 
+/* A 64-bit id as 16 hex digits, as the JSON line has exec ids. */
 static int put_hex64(ExportFields *o, const char *key, uint64_t v) {
-	return put_formatted(o, key, "%016" PRIx64, v);
+	ExportField *f = TRY_FIELD(o, key, EXPORT_FIELD_STRING);
+	char *p = o->scratch + o->scratch_used;
+
+	for (int i = 15; i >= 0; i--, v >>= 4)
+		p[i] = "0123456789abcdef"[v & 15];
+	f->s = p;
+	f->len = 16;
+	o->scratch_used += 16;
+	return 0;
 }
 
 #define TRY(expr)                       \
@@ -503,7 +524,7 @@ ssize_t export_fields_json(const ExportFields *o, char *buf, size_t size) {
 	array[0] = false;
 	for (size_t i = 0; i < o->n; i++) {
 		const ExportField *x = &o->f[i];
-		size_t klen = x->key ? strlen(x->key) : 0, need = JSON_FIELD_FIXED + 6 * klen;
+		size_t klen = x->klen, need = JSON_FIELD_FIXED + 6 * klen;
 		ssize_t k;
 
 		if (x->kind == EXPORT_FIELD_STRING)

@@ -30,6 +30,7 @@ typedef enum ExportFieldKind {
 
 typedef struct ExportField {
 	const char *key; /* NULL for array elements and END */
+	uint32_t klen;   /* strlen(key), 0 without one */
 	ExportFieldKind kind;
 	uint32_t len; /* STRING, BYTES */
 	union {

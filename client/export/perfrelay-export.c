@@ -29,6 +29,13 @@
 
 #define CONFIG_DEFAULT    "/etc/perfrelay/export.conf"
 #define STATS_INTERVAL_MS 1000
+/* --input: records offered between two rounds of the targets' work. */
+#define INPUT_ROUND       256u
+/* How long events gather between two reads of the socket while they flow, in ms: a round per
+ * millisecond at most, however the daemon's writes fall. */
+#define GATHER_MS         4
+/* Descriptors the targets may ask the loop to wait on. */
+#define WAIT_FDS_MAX      64u
 
 
 static const char *program = "perfrelay-export";
@@ -69,9 +76,8 @@ typedef struct Targets {
 
 #define FOREACH_TARGET(e, i) for (size_t i = 0; i < (e)->n; i++)
 
-static void targets_offer(Targets *e, const ExportEvent *ev) {
-	uint64_t now = now_msec(CLOCK_MONOTONIC);
-
+/* now: CLOCK_MONOTONIC ms, read once per round of records by the caller. */
+static void targets_offer(Targets *e, const ExportEvent *ev, uint64_t now) {
 	e->offered++;
 	FOREACH_TARGET(e, i)
 		e->type[i]->offer(e->t[i], ev, now);
@@ -96,6 +102,15 @@ static bool targets_have_room(Targets *e) {
 		if (!e->type[i]->has_room(e->t[i]))
 			return false;
 	return true;
+}
+
+/* The targets' descriptors after fds[0..n), and the poll's timeout lowered to when one of them is
+ * due; returns the new count. */
+static size_t targets_wait_fds(Targets *e, struct pollfd *fds, size_t n, size_t max, int *timeout_ms) {
+	FOREACH_TARGET(e, i)
+		if (e->type[i]->wait_fds)
+			n += e->type[i]->wait_fds(e->t[i], fds + n, max - n, timeout_ms);
+	return n;
 }
 
 static void targets_unstick(Targets *e) {
@@ -245,8 +260,8 @@ static int run_input(Targets *e, const char *input, const char *stats_file, int 
 	_cleanup_close_ int fd = -EBADF;
 	struct stat st;
 	const uint8_t *map;
-	size_t pos = 0, at = 0;
-	uint64_t last = 0;
+	size_t pos = 0, at = 0, n = 0;
+	uint64_t last = 0, now = 0;
 	ExportRecord rec;
 	int k, r = 0;
 
@@ -264,14 +279,20 @@ static int run_input(Targets *e, const char *input, const char *stats_file, int 
 	while ((k = export_batch_next(map, (size_t) st.st_size, &pos, &rec)) > 0) {
 		/* Waits for room instead of dropping: a file can wait, unlike the daemon. */
 		while (!targets_have_room(e)) {
+			struct pollfd p[1 + WAIT_FDS_MAX] = { { .fd = signal_fd, .events = POLLIN } };
+			int timeout = 1;
+			size_t n_fds;
+
 			targets_unstick(e);
 			targets_poll(e);
-			if (poll(&(struct pollfd){ .fd = signal_fd, .events = POLLIN }, 1, 1) > 0 &&
-			    signal_pending(signal_fd, e)) {
+			n_fds = targets_wait_fds(e, p, 1, ELEMENTSOF(p), &timeout);
+			if (poll(p, n_fds, timeout) > 0 && p[0].revents && signal_pending(signal_fd, e)) {
 				munmap((void *) map, (size_t) st.st_size);
 				return 0;
 			}
 		}
+		if (n % INPUT_ROUND == 0)
+			now = now_msec(CLOCK_MONOTONIC);
 		targets_offer(
 			e,
 			&(ExportEvent){
@@ -279,9 +300,13 @@ static int run_input(Targets *e, const char *input, const char *stats_file, int 
 				.rec = rec.rec,
 				.size = rec.size,
 				.unit = rec.unit[0] ? rec.unit : NULL,
-			});
+			},
+			now);
 		at = pos;
-		targets_poll(e);
+		/* The targets' work once per round of records, as for the socket: polling their
+		 * connections per record would cost a system call each. */
+		if (++n % INPUT_ROUND == 0)
+			targets_poll(e);
 		if (now_msec(CLOCK_MONOTONIC) >= last + STATS_INTERVAL_MS) {
 			stats_save(e, stats_file);
 			last = now_msec(CLOCK_MONOTONIC);
@@ -337,14 +362,16 @@ static int run_socket(
 		return r;
 	}
 	for (;;) {
-		struct pollfd p[2] = {
+		struct pollfd p[2 + WAIT_FDS_MAX] = {
 			{ .fd = perfrelay_fd(c), .events = POLLIN },
 			{ .fd = signal_fd, .events = POLLIN },
 		};
 		const struct perfrelay_hdr *hdr;
 		const void *payload;
-		size_t psize;
+		uint64_t now = now_msec(CLOCK_MONOTONIC);
+		size_t psize, n_fds;
 		unsigned n = 0;
+		int timeout;
 
 		/* Whatever is readable now, then the publishing work; the daemon's queue for us
 		 * absorbs bursts, and our own queue bounds what waits for JetStream. */
@@ -366,7 +393,8 @@ static int run_socket(
 					.size = sizeof(*hdr) + psize,
 					.unit = perfrelay_record_unit(c),
 					.client = c,
-				});
+				},
+				now);
 		}
 		if (r < 0 && r != -EINTR) {
 			fprintf(stderr, "%s: the event stream ended: %s\n", program, strerror(-r));
@@ -379,9 +407,19 @@ static int run_socket(
 		}
 		if (r > 0)
 			continue; /* more was buffered than one round takes */
-		/* Acks arrive on nats.c's thread and curl's sockets are not polled here: with work
-		 * waiting, look again soon; idle, only the timers (stats) need a wakeup. */
-		if (poll(p, 2, targets_idle(e) ? 100 : 2) < 0 && errno != EINTR)
+		/* The targets' connections wake us (a request to write on, an answer); acks arrive
+		 * on nats.c's thread, and batches wait a few ms: with work waiting, look again
+		 * soon; idle, only the timers (stats) need a wakeup. */
+		timeout = targets_idle(e) ? 100 : 2;
+		if (n > 1) {
+			/* The round found records: more gather for GATHER_MS before the next read
+			 * (each round costs system calls, a few µs; the daemon's queue for us holds
+			 * them meanwhile). A round that found none waits for the socket. */
+			p[0].fd = -1;
+			timeout = MIN(timeout, GATHER_MS);
+		}
+		n_fds = targets_wait_fds(e, p, 2, ELEMENTSOF(p), &timeout);
+		if (poll(p, n_fds, timeout) < 0 && errno != EINTR)
 			return -errno;
 		if (p[1].revents && signal_pending(signal_fd, e))
 			return 0;

@@ -7,6 +7,7 @@
  * in EXPORT_TARGETS (export-config.h). Main thread only. */
 #pragma once
 
+#include <poll.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -52,6 +53,10 @@ typedef struct ExportTargetType {
 	/* Gives up on everything still held, counted as dropped_shutdown. */
 	void (*abandon)(void *t);
 	void (*figures)(void *t, ExportStats *ret);
+	/* The descriptors the target waits on (a connection to write a request to or read an
+	 * answer from) into fds, at most max of them; returns how many, and lowers *timeout_ms to
+	 * when its poll is due next. Optional: a target without it is polled each round. */
+	size_t (*wait_fds)(void *t, struct pollfd *fds, size_t max, int *timeout_ms);
 	/* SIGHUP: reopen what an administrator may have moved (a file): optional. */
 	void (*reopen)(void *t);
 	void (*close)(void *t);

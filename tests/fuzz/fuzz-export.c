@@ -85,7 +85,7 @@ static void check_record(const uint8_t *rec, size_t size) {
 			      &res,
 			      &b) == 0);
 		CHECK(otlp_batch_add(b, &fields, 1, 2) == 0);
-		CHECK(otlp_batch_seal(b, &req, &len) == 0);
+		CHECK(otlp_batch_seal(b, &req, &len, NULL) == 0);
 		otlp_batch_free(b);
 		if (gz) {
 			free(req); /* inflating is zlib's business, tested by test-otlp-encode */

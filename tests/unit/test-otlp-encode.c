@@ -358,12 +358,12 @@ static void test_protobuf(void) {
 	uLongf ilen;
 
 	ASSERT(otlp_batch_new(OTLP_PROTOCOL_PROTOBUF, OTLP_COMPRESSION_NONE, &res, &b) == 0);
-	ASSERT(otlp_batch_seal(b, &data, &len) == -EINVAL); /* empty */
+	ASSERT(otlp_batch_seal(b, &data, &len, NULL) == -EINVAL); /* empty */
 	/* Twice: a sealed batch starts over. */
 	for (unsigned round = 0; round < 2; round++) {
 		n = fill(b, &f);
 		ASSERT(otlp_batch_count(b) == n);
-		ASSERT(otlp_batch_seal(b, &data, &len) == 0);
+		ASSERT(otlp_batch_seal(b, &data, &len, NULL) == 0);
 		ASSERT(otlp_batch_count(b) == 0);
 		check_request(data, len, (unsigned) n);
 		if (round == 0)
@@ -373,7 +373,7 @@ static void test_protobuf(void) {
 	/* gzip: the same request, deflated. */
 	ASSERT(otlp_batch_new(OTLP_PROTOCOL_PROTOBUF, OTLP_COMPRESSION_GZIP, &res, &z) == 0);
 	fill(z, &f);
-	ASSERT(otlp_batch_seal(z, &zdata, &zlen) == 0);
+	ASSERT(otlp_batch_seal(z, &zdata, &zlen, NULL) == 0);
 	ASSERT(zlen > 18 && zdata[0] == 0x1f && zdata[1] == 0x8b); /* RFC 1952's magic */
 	{
 		z_stream s = { .next_in = zdata, .avail_in = (uInt) zlen };
@@ -404,7 +404,7 @@ static void test_json(void) {
 
 	ASSERT(otlp_batch_new(OTLP_PROTOCOL_JSON, OTLP_COMPRESSION_NONE, &res, &b) == 0);
 	n = fill(b, &f);
-	ASSERT(otlp_batch_seal(b, &data, &len) == 0);
+	ASSERT(otlp_batch_seal(b, &data, &len, NULL) == 0);
 	root = parse((const char *) data, len);
 	ASSERT(root != NULL);
 	json_object_object_get_ex(

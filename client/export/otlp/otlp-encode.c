@@ -64,6 +64,10 @@ struct OtlpBatch {
 	size_t resource_len, scope_len, gap;
 	uint8_t *buf;
 	size_t used, allocated, hint;
+	/* Buffers of requests that are done, for the next batches: fresh memory costs a page
+	 * fault a page. */
+	uint8_t *spare[OTLP_SPARE_MAX];
+	size_t spare_size[OTLP_SPARE_MAX], n_spare;
 	FieldSize *sizes;
 	size_t n_sizes;
 
@@ -162,7 +166,7 @@ static int body_sizes(OtlpBatch *b, const ExportFields *f, size_t *ret) {
 			acc[d] += child_size(c, array[d]);
 			continue;
 		}
-		s->klen = array[d] ? 0 : (uint32_t) strlen(x->key ?: "");
+		s->klen = array[d] ? 0 : x->klen;
 		if (x->kind == EXPORT_FIELD_OBJECT || x->kind == EXPORT_FIELD_ARRAY) {
 			if (d == OTLP_DEPTH_MAX)
 				return -EBADMSG;
@@ -596,7 +600,6 @@ static int gzip(uint8_t **data, size_t *len) {
 		free(out);
 		return -EIO;
 	}
-	free(*data);
 	*data = out;
 	*len = z.total_out;
 	return 0;
@@ -634,6 +637,8 @@ OtlpBatch *otlp_batch_free(OtlpBatch *b) {
 	free(b->scope);
 	free(b->buf);
 	free(b->sizes);
+	for (size_t i = 0; i < b->n_spare; i++)
+		free(b->spare[i]);
 	free(b);
 	return NULL;
 }
@@ -649,6 +654,15 @@ int otlp_batch_add(OtlpBatch *b, const ExportFields *f, uint64_t time_ns, uint64
 	return r;
 }
 
+void otlp_batch_recycle(OtlpBatch *b, uint8_t *buf, size_t size) {
+	if (size == 0 || b->n_spare == OTLP_SPARE_MAX) {
+		free(buf);
+		return;
+	}
+	b->spare[b->n_spare] = buf;
+	b->spare_size[b->n_spare++] = size;
+}
+
 size_t otlp_batch_count(const OtlpBatch *b) {
 	return b->count;
 }
@@ -660,9 +674,9 @@ void otlp_batch_clear(OtlpBatch *b) {
 		json_object_array_del_idx(b->records, 0, json_object_array_length(b->records));
 }
 
-int otlp_batch_seal(OtlpBatch *b, uint8_t **ret, size_t *ret_len) {
+int otlp_batch_seal(OtlpBatch *b, uint8_t **ret, size_t *ret_len, size_t *ret_size) {
 	uint8_t *data;
-	size_t len;
+	size_t len, size = 0;
 	int r;
 
 	if (b->count == 0)
@@ -677,9 +691,15 @@ int otlp_batch_seal(OtlpBatch *b, uint8_t **ret, size_t *ret_len) {
 		len = b->used - (size_t) (start - b->buf);
 		memmove(b->buf, start, len);
 		data = b->buf;
+		size = b->allocated;
 		b->hint = b->allocated; /* the next batch starts as large */
 		b->buf = NULL;
 		b->used = b->allocated = 0;
+		if (b->n_spare > 0) {
+			b->n_spare--;
+			b->buf = b->spare[b->n_spare];
+			b->allocated = b->spare_size[b->n_spare];
+		}
 		r = buf_reserve(b, b->gap);
 		if (r < 0) {
 			free(data);
@@ -691,14 +711,20 @@ int otlp_batch_seal(OtlpBatch *b, uint8_t **ret, size_t *ret_len) {
 	if (r < 0)
 		return r;
 	if (b->compression == OTLP_COMPRESSION_GZIP) {
+		uint8_t *plain = data;
+
 		r = gzip(&data, &len);
 		if (r < 0) {
 			free(data);
 			return r;
 		}
+		otlp_batch_recycle(b, plain, size);
+		size = 0; /* deflate's buffer: not one to reuse */
 	}
 	*ret = data;
 	*ret_len = len;
+	if (ret_size)
+		*ret_size = size;
 	return 0;
 }
 

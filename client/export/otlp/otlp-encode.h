@@ -35,9 +35,14 @@ OtlpBatch *otlp_batch_free(OtlpBatch *b);
 int otlp_batch_add(OtlpBatch *b, const ExportFields *f, uint64_t time_ns, uint64_t observed_ns);
 size_t otlp_batch_count(const OtlpBatch *b);
 
-/* The request of the batch's records: *ret (malloc'd, *ret_len bytes); the batch is empty again.
- * Returns 0, -ENOMEM, or -EINVAL when it is empty. */
-int otlp_batch_seal(OtlpBatch *b, uint8_t **ret, size_t *ret_len);
+/* The request of the batch's records: *ret (malloc'd, *ret_len bytes, in an allocation of
+ * *ret_size bytes that otlp_batch_recycle() may take back; 0: free() it); the batch is empty
+ * again. Returns 0, -ENOMEM, or -EINVAL when it is empty. */
+int otlp_batch_seal(OtlpBatch *b, uint8_t **ret, size_t *ret_len, size_t *ret_size);
+/* Takes back the buffer of a request that is done (its size as seal said), for a next batch;
+ * frees it when enough are kept. */
+#define OTLP_SPARE_MAX 8u
+void otlp_batch_recycle(OtlpBatch *b, uint8_t *buf, size_t size);
 /* Forgets the batch's records. */
 void otlp_batch_clear(OtlpBatch *b);
 

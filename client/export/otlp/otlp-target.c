@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/select.h>
 #include <time.h>
 
 #include "export/fields.h"
@@ -25,10 +26,10 @@
 typedef struct Request {
 	struct Request *next;
 	uint8_t *body;
-	size_t len;
-	uint64_t count;   /* events in it */
-	unsigned attempt; /* 1 for the first post */
-	CURL *easy;       /* while in flight */
+	size_t len, body_size; /* the body's bytes, and its buffer's (otlp_batch_seal()) */
+	uint64_t count;        /* events in it */
+	unsigned attempt;      /* 1 for the first post */
+	CURL *easy;            /* while in flight */
 	struct curl_slist *headers;
 	char response[RESPONSE_MAX];
 	size_t response_len;
@@ -62,13 +63,17 @@ struct OtlpTarget {
 	ExportStats s; /* counters; queued and in_flight are filled in by get_stats */
 };
 
-static void request_free(Request *r) {
+/* Frees a request; its body's buffer goes back to the batch for the next requests. */
+static void request_free(OtlpTarget *t, Request *r) {
 	if (!r)
 		return;
 	if (r->easy)
 		curl_easy_cleanup(r->easy);
 	curl_slist_free_all(r->headers);
-	free(r->body);
+	if (t->batch)
+		otlp_batch_recycle(t->batch, r->body, r->body_size);
+	else
+		free(r->body);
 	free(r);
 }
 
@@ -79,13 +84,13 @@ static void target_close(void *userdata) {
 		return;
 	for (size_t i = 0; i < t->n_in_flight; i++) {
 		curl_multi_remove_handle(t->multi, t->in_flight[i]->easy);
-		request_free(t->in_flight[i]);
+		request_free(t, t->in_flight[i]);
 	}
 	while (t->queue_head) {
 		Request *r = t->queue_head;
 
 		t->queue_head = r->next;
-		request_free(r);
+		request_free(t, r);
 	}
 	if (t->multi)
 		curl_multi_cleanup(t->multi);
@@ -173,7 +178,7 @@ static void batch_seal(OtlpTarget *t) {
 	if (n == 0)
 		return;
 	r = calloc(1, sizeof(*r));
-	k = r ? otlp_batch_seal(t->batch, &r->body, &r->len) : -ENOMEM;
+	k = r ? otlp_batch_seal(t->batch, &r->body, &r->len, &r->body_size) : -ENOMEM;
 	/* The batch's events were counted in queued_events as they came: the request takes them. */
 	t->queued_events -= n;
 	if (k < 0) {
@@ -234,6 +239,9 @@ static int request_start(OtlpTarget *t, Request *r) {
 			NULL,
 			c->otlp_protocol == OTLP_PROTOCOL_JSON ? "Content-Type: application/json" :
 								 "Content-Type: application/x-protobuf");
+		/* No "Expect: 100-continue" round trip before each body: the collector takes it. */
+		if (h)
+			h = curl_slist_append(h, "Expect:");
 		if (h && c->otlp_compression == OTLP_COMPRESSION_GZIP)
 			h = curl_slist_append(h, "Content-Encoding: gzip");
 		for (size_t i = 0; h && i < c->n_otlp_headers; i++)
@@ -272,7 +280,7 @@ static int request_start(OtlpTarget *t, Request *r) {
 static void retry_or_drop(OtlpTarget *t, Request *r) {
 	if (!export_retry_allowed(t->cfg, r->attempt)) {
 		t->s.dropped_retries += r->count;
-		request_free(r);
+		request_free(t, r);
 		return;
 	}
 	r->attempt++;
@@ -318,7 +326,7 @@ static void request_done(OtlpTarget *t, Request *r, CURLcode result, uint64_t no
 		if (rejected > 0)
 			snprintf(t->s.last_error, sizeof(t->s.last_error), "%s", msg[0] ? msg : "partial success");
 		export_backoff_ok(&t->backoff);
-		request_free(r);
+		request_free(t, r);
 		return;
 	}
 	snprintf(t->s.last_error, sizeof(t->s.last_error), "HTTP status %ld", status);
@@ -336,7 +344,7 @@ static void request_done(OtlpTarget *t, Request *r, CURLcode result, uint64_t no
 		return;
 	}
 	t->s.dropped_refused += r->count;
-	request_free(r);
+	request_free(t, r);
 }
 
 static void target_flush(void *userdata) {
@@ -383,6 +391,30 @@ static void target_poll(void *userdata, uint64_t now) {
 	}
 }
 
+/* curl's connections: writable while a request goes out, readable for its answer. */
+static size_t target_wait_fds(void *userdata, struct pollfd *fds, size_t max, int *timeout_ms) {
+	OtlpTarget *t = userdata;
+	fd_set r, w, x;
+	int max_fd = -1;
+	long due = -1;
+	size_t n = 0;
+
+	FD_ZERO(&r);
+	FD_ZERO(&w);
+	FD_ZERO(&x);
+	if (curl_multi_fdset(t->multi, &r, &w, &x, &max_fd) != CURLM_OK)
+		return 0;
+	for (int fd = 0; fd <= max_fd && n < max; fd++)
+		if (FD_ISSET(fd, &r) || FD_ISSET(fd, &w))
+			fds[n++] = (struct pollfd){
+				.fd = fd,
+				.events = (short) ((FD_ISSET(fd, &r) ? POLLIN : 0) | (FD_ISSET(fd, &w) ? POLLOUT : 0)),
+			};
+	if (curl_multi_timeout(t->multi, &due) == CURLM_OK && due >= 0 && due < *timeout_ms)
+		*timeout_ms = (int) due;
+	return n;
+}
+
 static bool target_idle(void *userdata) {
 	OtlpTarget *t = userdata;
 
@@ -404,14 +436,14 @@ static void target_abandon(void *userdata) {
 	otlp_batch_clear(t->batch);
 	while ((r = queue_pop(t))) {
 		t->s.dropped_shutdown += r->count;
-		request_free(r);
+		request_free(t, r);
 	}
 	for (size_t i = 0; i < t->n_in_flight; i++) {
 		r = t->in_flight[i];
 		curl_multi_remove_handle(t->multi, r->easy);
 		t->s.dropped_shutdown += r->count;
 		t->in_flight_events -= r->count;
-		request_free(r);
+		request_free(t, r);
 	}
 	t->n_in_flight = 0;
 }
@@ -433,6 +465,7 @@ const ExportTargetType export_target_otlp = {
 	.offer = target_offer,
 	.poll = target_poll,
 	.flush = target_flush,
+	.wait_fds = target_wait_fds,
 	.idle = target_idle,
 	.has_room = target_has_room,
 	.abandon = target_abandon,
