@@ -381,7 +381,7 @@ class Bench:
                                         preexec_fn=lambda: os.nice(-15))
             port = int(receiver.stdout.readline())
             out = (f"[OTLP]\nEndpoint=http://127.0.0.1:{port}\n"
-                   f"Compression={'gzip' if target == 'otlp-gzip' else 'none'}\n[Export]\nTargets=otlp\n")
+                   + ("Compression=gzip\n" if target == "otlp-gzip" else "") + "[Export]\nTargets=otlp\n")
         with open(conf, "w") as f:
             f.write(out + f"Socket={self.daemon.socket_path}\nTypes=bench\nStatsFile={stats_file}\nQueueEvents=200000\n")
 
@@ -583,6 +583,7 @@ def main():
                     help="CPU of the consumer threads and of perfrelayd, -1 = any (default 1)")
     ap.add_argument("--pages", type=int, default=64, help="ring pages per CPU, libbpf and perfrelayd (default 64)")
     ap.add_argument("--rows", default=",".join(n for n, _, _ in ROWS), help="max-rate rows to run")
+    ap.add_argument("--export-rows", default="x,o,g", help="exporter rows to run (default x,o,g)")
     ap.add_argument("--export-repeat", type=int, default=2,
                     help="runs of rows x and o (perfrelay-export to a local nats-server, to a local OTLP receiver) at the maximum rate, and as many "
                          "at half of it (default 2; 0 = none; needs row e)")
@@ -660,7 +661,8 @@ def main():
         # then at half that rate, which it sustains without loss (its CPU per event, not
         # inflated by dropping).
         exports = {}
-        for row, target in (("x", "nats"), ("o", "otlp"), ("g", "otlp-gzip")):
+        for row, target in [(r, t) for r, t in (("x", "nats"), ("o", "otlp"), ("g", "otlp-gzip"))
+                            if r in args.export_rows.split(",")]:
             runs_max, runs_half = [], []
             for i in range(2 * args.export_repeat if "e" in summary else 0):
                 half = i >= args.export_repeat
@@ -815,6 +817,7 @@ def main():
         "half_zero_loss": half,
         "export": export,
         "export_otlp": export_rows.get("o"),
+        "export_otlp_gzip": export_rows.get("g"),
         "recorder": recorder,
         "counters": counters,
         "capture": capture,

@@ -40,7 +40,7 @@ int export_config_new(ExportConfig **ret) {
 	c->max_in_flight = 256;
 	c->otlp_endpoint = strdup("http://127.0.0.1:4318");
 	c->otlp_protocol = OTLP_PROTOCOL_PROTOBUF;
-	c->otlp_max_in_flight = 4;
+	c->otlp_max_in_flight = 16;
 	c->otlp_batch_events = 2048;
 	c->otlp_timeout_ms = 10000;
 	c->file_max_bytes = 100 * 1024 * 1024;
