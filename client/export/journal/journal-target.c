@@ -118,6 +118,8 @@ static ssize_t entry(JournalTarget *t) {
 #define ADD(...)                                                                              \
 	do {                                                                                  \
 		int _n = snprintf(p + used, size - used, __VA_ARGS__);                        \
+		/* cut, never past the text, if the estimate above were ever short */         \
+		_n = (int) MIN((size_t) MAX(_n, 0), size - used - 1);                         \
 		t->iov[k++] = (struct iovec){ .iov_base = p + used, .iov_len = (size_t) _n }; \
 		used += (size_t) _n + 1;                                                      \
 	} while (0)
