@@ -379,7 +379,13 @@ class Bench:
         else:
             receiver = subprocess.Popen([receiver_bin], stdout=subprocess.PIPE, text=True,
                                         preexec_fn=lambda: os.nice(-15))
-            port = int(receiver.stdout.readline())
+            line = receiver.stdout.readline()
+            if not line.strip().isdigit():
+                receiver.kill()
+                receiver.wait()
+                shutil.rmtree(work, ignore_errors=True)
+                raise BenchError(f"row {row}: bench/otlp-receiver did not start (said {line!r})")
+            port = int(line)
             out = (f"[OTLP]\nEndpoint=http://127.0.0.1:{port}\n"
                    + ("Compression=gzip\n" if target == "otlp-gzip" else "") + "[Export]\nTargets=otlp\n")
         with open(conf, "w") as f:

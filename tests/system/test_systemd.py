@@ -44,6 +44,7 @@ def prepare_root(c):
 
 def test_units_under_systemd(container):
     build_for_usr()
+    c = None
     try:
         c = container("system")
         prepare_root(c)
@@ -61,7 +62,11 @@ def test_units_under_systemd(container):
         if r.returncode != 0:
             raise Failure(f"inside.py exited with {r.returncode}: {r.stdout.strip().splitlines()[-1:]}")
     finally:
-        # The links and maps the container's daemon pinned on the host's bpffs.
+        # The links and maps the container's daemon pinned on the host's bpffs, once it is
+        # down: a step that failed may have left it running, and --cleanup leaves the pins of
+        # a live daemon alone (ci16 left them so).
+        if c:
+            c.__exit__(None, None, None)
         build_daemon = os.path.join(BUILD, "daemon", "perfrelayd")
         subprocess.run([build_daemon, "--pin-path", PIN, "--config", "/nonexistent/perfrelay.conf", "--cleanup"],
                        capture_output=True)
