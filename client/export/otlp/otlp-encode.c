@@ -279,6 +279,14 @@ static int add_protobuf(OtlpBatch *b, const ExportFields *f, uint64_t time_ns, u
 	uint8_t *p;
 	int r;
 
+	if (!b->buf) {
+		/* A seal that could not get the next buffer: the room for the envelope first. */
+		b->used = 0;
+		r = buf_reserve(b, b->gap);
+		if (r < 0)
+			return r;
+		b->used = b->gap;
+	}
 	r = body_sizes(b, f, &inner);
 	if (r < 0)
 		return r;
@@ -702,10 +710,15 @@ int otlp_batch_seal(OtlpBatch *b, uint8_t **ret, size_t *ret_len, size_t *ret_si
 		}
 		r = buf_reserve(b, b->gap);
 		if (r < 0) {
+			/* The request is lost (the caller counts its events); the next add makes
+			 * the buffer again. */
 			free(data);
+			free(b->buf);
+			b->buf = NULL;
+			b->allocated = 0;
+			otlp_batch_clear(b);
 			return r;
 		}
-		r = 0;
 	}
 	otlp_batch_clear(b);
 	if (r < 0)
