@@ -307,9 +307,9 @@ static int run_input(Targets *e, const char *input, const char *stats_file, int 
 		 * connections per record would cost a system call each. */
 		if (++n % INPUT_ROUND == 0)
 			targets_poll(e);
-		if (now_msec(CLOCK_MONOTONIC) >= last + STATS_INTERVAL_MS) {
+		if (now >= last + STATS_INTERVAL_MS) {
 			stats_save(e, stats_file);
-			last = now_msec(CLOCK_MONOTONIC);
+			last = now;
 			/* A replay that never waits for room still stops at a signal (the drain
 			 * then gives up at once, as after a signal while waiting). */
 			if (poll(&(struct pollfd){ .fd = signal_fd, .events = POLLIN }, 1, 0) > 0 &&

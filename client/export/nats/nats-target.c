@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* JetStream publishing for perfrelay-export: batches → queue → async publish → ack, retry or counted drop. */
-#include "export/nats/nats-target.h"
+/* The JetStream target of perfrelay-export (docs/export.md, "Batches"), export_target_nats:
+ * records batched per type into messages, a bounded queue, asynchronous publishes with
+ * acknowledgements, retries and counted drops. Owned by the main thread; nats.c's threads only
+ * run the ack/connection callbacks, which touch the atomics and the retry list below. */
 
 #include <endian.h>
 #include <errno.h>
@@ -48,7 +50,7 @@ typedef struct Batch {
 	size_t len;
 } Batch;
 
-struct NatsTarget {
+typedef struct NatsTarget {
 	const ExportConfig *cfg;
 	char host[256];
 	char boot_id[64];
@@ -93,7 +95,7 @@ struct NatsTarget {
 	 * by the next ack. */
 	ExportBackoff backoff;
 	uint64_t acks_seen;
-};
+} NatsTarget;
 
 static uint64_t msg_count(natsMsg *m) {
 	const char *v = NULL;

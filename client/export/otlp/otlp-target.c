@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* OTLP/HTTP logs export: batches, libcurl multi, retries and counters. */
-#include "export/otlp/otlp-target.h"
-
+/* The OTLP target of perfrelay-export (docs/export.md, "OTLP"), export_target_otlp: events
+ * encoded as they come into OTLP/HTTP logs requests (otlp-encode.c), posted with libcurl's
+ * multi interface from the main loop, retried with back-off on 429, 502, 503, 504 and transport
+ * errors (honouring Retry-After), a bounded queue, every event counted (export-stats.h). Main
+ * thread only. */
 #include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -35,7 +37,7 @@ typedef struct Request {
 	size_t response_len;
 } Request;
 
-struct OtlpTarget {
+typedef struct OtlpTarget {
 	const ExportConfig *cfg;
 	const OtlpResource *res;
 	char url[1024];
@@ -61,7 +63,7 @@ struct OtlpTarget {
 
 	ExportBackoff backoff;
 	ExportStats s; /* counters; queued and in_flight are filled in by get_stats */
-};
+} OtlpTarget;
 
 /* Frees a request; its body's buffer goes back to the batch for the next requests. */
 static void request_free(OtlpTarget *t, Request *r) {
