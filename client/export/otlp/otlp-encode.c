@@ -244,18 +244,27 @@ static uint8_t *put_body_fields(uint8_t *p, const ExportFields *f, const FieldSi
 #define ATTR_PID  "process.pid"
 #define ATTR_UNIT "systemd.unit"
 
-static size_t attr_string_size(size_t klen, const char *s) {
-	return len_field(kv_size(klen, len_field(strlen(s))));
+/* A LogRecord attribute whose AnyValue takes `any` bytes: its size, all told. */
+static size_t attr_size(const char *key, size_t any) {
+	return len_field(kv_size(strlen(key), any));
 }
 
-static uint8_t *put_attr_string(uint8_t *p, const char *key, size_t klen, const char *s) {
-	size_t len = strlen(s), any = len_field(len);
+/* A LogRecord attribute's tag and length, key, and its value's tag and length: the AnyValue of
+ * `any` bytes follows. */
+static uint8_t *put_attr_head(uint8_t *p, const char *key, size_t any) {
+	size_t klen = strlen(key);
 
 	*p++ = LR_ATTRIBUTES;
 	p = put_varint(p, kv_size(klen, any));
 	p = put_len(p, KV_KEY, key, klen);
 	*p++ = KV_VALUE;
-	p = put_varint(p, any);
+	return put_varint(p, any);
+}
+
+static uint8_t *put_attr_string(uint8_t *p, const char *key, const char *s) {
+	size_t len = strlen(s);
+
+	p = put_attr_head(p, key, len_field(len));
 	return put_len(p, ANY_STRING, s, len);
 }
 
@@ -291,11 +300,11 @@ static int add_protobuf(OtlpBatch *b, const ExportFields *f, uint64_t time_ns, u
 	if (r < 0)
 		return r;
 	body = len_field(inner);
-	lr = LR_FIXED + len_field(body) + attr_string_size(strlen(ATTR_TYPE), f->type);
+	lr = LR_FIXED + len_field(body) + attr_size(ATTR_TYPE, len_field(strlen(f->type)));
 	if (f->has_pid)
-		lr += len_field(kv_size(strlen(ATTR_PID), pid_any));
+		lr += attr_size(ATTR_PID, pid_any);
 	if (f->unit)
-		lr += attr_string_size(strlen(ATTR_UNIT), f->unit);
+		lr += attr_size(ATTR_UNIT, len_field(strlen(f->unit)));
 	r = buf_reserve(b, 1 + VARINT_MAX + lr);
 	if (r < 0)
 		return r;
@@ -312,18 +321,14 @@ static int add_protobuf(OtlpBatch *b, const ExportFields *f, uint64_t time_ns, u
 	*p++ = ANY_KVLIST;
 	p = put_varint(p, inner);
 	p = put_body_fields(p, f, b->sizes);
-	p = put_attr_string(p, ATTR_TYPE, strlen(ATTR_TYPE), f->type);
+	p = put_attr_string(p, ATTR_TYPE, f->type);
 	if (f->has_pid) {
-		*p++ = LR_ATTRIBUTES;
-		p = put_varint(p, kv_size(strlen(ATTR_PID), pid_any));
-		p = put_len(p, KV_KEY, ATTR_PID, strlen(ATTR_PID));
-		*p++ = KV_VALUE;
-		p = put_varint(p, pid_any);
+		p = put_attr_head(p, ATTR_PID, pid_any);
 		*p++ = ANY_INT;
 		p = put_varint(p, f->pid);
 	}
 	if (f->unit)
-		p = put_attr_string(p, ATTR_UNIT, strlen(ATTR_UNIT), f->unit);
+		p = put_attr_string(p, ATTR_UNIT, f->unit);
 	*p++ = LR_OBSERVED;
 	p = put_fixed64(p, observed_ns);
 	b->used = (size_t) (p - b->buf);
