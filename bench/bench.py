@@ -77,6 +77,7 @@ class Daemon:
             f.write(f"[Daemon]\nPinPath={self.pin_root}\n[Ring]\nPagesPerCpu={self.pages}\n[Probes]\nProbes=none\n"
                     f"[Socket]\nSocketPath={self.socket_path}\n[Recorder]\nRecorder={'yes' if on else 'no'}\n"
                     f"[Counters]\nCounters={'default' if counters else 'none'}\n"
+                    f"[History]\nHistoryPath={self.dir}/history\n"
                     + (f"[Readers]\nReaderPriority={self.reader_priority}\n"
                        f"ReaderPriorityBudget={self.reader_budget}\n" if self.reader_priority else ""))
 

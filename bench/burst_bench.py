@@ -69,7 +69,7 @@ def run_one(Daemon, binary, src, build, pages, nice, log):
     # The defaults but for where it lives, the ring size and the readers' nice value.
     with open(d.config_path, "w") as f:
         f.write(f"[Daemon]\nPinPath={pin}\n[Ring]\nPagesPerCpu={pages}\n[Readers]\nReaderNice={nice}\n"
-                f"[Socket]\nSocketPath={d.socket_path}\n")
+                f"[Socket]\nSocketPath={d.socket_path}\n[History]\nHistoryPath={work}/history\n")
     ctl = os.path.join(build, "client", "perfrelayctl")
     client = None
     try:

@@ -11,7 +11,7 @@ export PERFRELAY_ROOT
 # libraries of the daemon and perfrelayctl. libc6-dev is listed explicitly because gcc only
 # recommends it, and images that disable recommends would otherwise lack the C headers.
 PERFRELAY_RUN_PACKAGES=(
-	libbpf-dev bpftool clang llvm libsystemd-dev libjson-c-dev libelf-dev zlib1g-dev
+	libbpf-dev bpftool clang llvm libsystemd-dev libjson-c-dev libelf-dev zlib1g-dev libzstd-dev
 	meson ninja-build pkg-config python3 gcc libc6-dev
 )
 # What the tests, the benchmark and the packages add (scripts/test, bench/run, scripts/build-debs).

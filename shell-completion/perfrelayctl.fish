@@ -18,11 +18,12 @@ function __perfrelayctl_units
     systemctl list-units --all --full --plain --no-legend --type=service,scope,slice,socket 2>/dev/null | string replace -r '\s.*' ''
 end
 
-set -l verbs monitor status stats snapshot snapshots capture top producers probes clients tree probe help
+set -l verbs monitor query status stats snapshot snapshots capture top producers probes clients tree probe help
 complete -c perfrelayctl -f
 complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -s h -l help -d 'Show this help'
 complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -l version -d 'Show the version'
 complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -a monitor -d 'Show events as they happen'
+complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -a query -d "Show the events of the daemon's history"
 complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -a status -d "Show the daemon's state, rates and loss"
 complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -a stats -d 'Show every counter'
 complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -a snapshot -d "Show the flight recorder's latest events"
@@ -36,7 +37,7 @@ complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -a tree -d 
 complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -a probe -d 'Attach or detach a probe'
 complete -c perfrelayctl -n "not __fish_seen_subcommand_from $verbs" -a help -d 'Show the commands'
 
-for verb in monitor status stats snapshot snapshots capture top producers probes clients tree probe
+for verb in monitor query status stats snapshot snapshots capture top producers probes clients tree probe
     complete -c perfrelayctl -n "__fish_seen_subcommand_from $verb" -s h -l help -d 'Show this help'
 end
 
@@ -53,6 +54,22 @@ complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -l stream -x -
 complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -l host -x -d 'Only events of this host'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -l since -x -d 'From this long ago'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -l no-follow -d 'Stop at the end of the stream'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -l cursors -d 'Read through the history, each line with its cursor'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor query' -l after-cursor -x -d 'After this cursor'
+
+complete -c perfrelayctl -n '__fish_seen_subcommand_from query' -s S -l since -x -d 'Events since this long ago'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from query' -s U -l until -x -d 'Events until this long ago'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from query' -s t -l type -x -a '(__perfrelayctl_types)' -d 'Only events of this type'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from query' -s p -l pid -x -a '(__fish_complete_pids)' -d 'Only events of this process'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from query' -s u -l uid -x -a '(__fish_complete_users)' -d 'Only events of this user'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from query' -s c -l comm -x -d 'Only events of this task name'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from query' -l unit -x -a '(__perfrelayctl_units)' -d 'Only events from this unit'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from query' -l ancestor -x -d 'Only events of descendants of this process, unit or exec id'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from query' -s o -l output -x -a 'short json' -d 'Output mode'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from query' -s n -l lines -x -d 'Only the last N events'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from query' -s r -l reverse -d 'Newest first'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from query' -l cursors -d 'Lines carry their cursor'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from query' -l socket -r -F -d 'The event socket'
 
 complete -c perfrelayctl -n '__fish_seen_subcommand_from status stats' -s j -l json -d 'One JSON object'
 

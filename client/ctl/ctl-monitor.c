@@ -61,9 +61,40 @@ static void monitor_help(void) {
 	       "                      name; repeatable\n"
 	       "  -j --json           Print the daemon's JSON lines unchanged\n"
 	       "     --socket=PATH    The event socket (default $PERFRELAY_SOCKET or %s)\n"
+	       "     --cursors        Read through the daemon's history (docs/history.md):\n"
+	       "                      each JSON line carries its \"cursor\"\n"
+	       "     --after-cursor=C Resume from the history after the event of cursor C,\n"
+	       "                      then follow it\n"
+	       "     --since=WHEN     From the history since WHEN (10m, 2h: that long ago;\n"
+	       "                      @SECONDS: since the epoch), then follow it\n"
 	       "     --nats=URL       Read the fleet's events from NATS JetStream instead\n"
 	       "                      (docs/fleet.md); with --stream=NAME, --host=HOST,\n"
 	       "                      --since=10m, --no-follow (stop at the stream's end)\n"
+	       "  -h --help           Show this help\n",
+	       program,
+	       PERFRELAY_SOCKET_DEFAULT);
+}
+
+static void query_help(void) {
+	printf("%s query [OPTIONS...]\n\n"
+	       "Show the events of perfrelayd's history (docs/history.md), oldest first, and\n"
+	       "exit: as journalctl shows the journal. The daemon applies the same visibility\n"
+	       "as to a live subscriber (a user sees their own uid's events).\n\n"
+	       "  -S --since=WHEN     Events since WHEN (10m, 2h: that long ago; @SECONDS:\n"
+	       "                      since the epoch)\n"
+	       "  -U --until=WHEN     Events until WHEN\n"
+	       "     --after-cursor=C Events after the event of cursor C\n"
+	       "  -t --type=TYPE      Only events of this type; repeatable\n"
+	       "  -p --pid=PID        Only events of this process; repeatable\n"
+	       "  -u --uid=UID        Only events of this user; repeatable\n"
+	       "  -c --comm=COMM      Only events whose task name is COMM; repeatable\n"
+	       "     --unit=UNIT      Only events from this systemd unit; repeatable\n"
+	       "     --ancestor=WHO   Only events of descendants of WHO (see monitor)\n"
+	       "  -o --output=MODE    short (columns, the default) or json\n"
+	       "  -n --lines=N        Only the last N events\n"
+	       "  -r --reverse        Newest first\n"
+	       "     --cursors        JSON lines carry each event's \"cursor\"\n"
+	       "     --socket=PATH    The event socket (default $PERFRELAY_SOCKET or %s)\n"
 	       "  -h --help           Show this help\n",
 	       program,
 	       PERFRELAY_SOCKET_DEFAULT);
@@ -111,7 +142,64 @@ static int exit_signals_fd(void) {
 	return fd;
 }
 
-static int monitor_run(perfrelay_client *c, bool json, int signal_fd) {
+/* A query's lines, kept for --lines and --reverse: the last `max` (all with max 0). */
+typedef struct QueryLines {
+	char **lines;
+	size_t n, max, first, alloc;
+} QueryLines;
+
+static int query_keep(QueryLines *q, const char *line, size_t len) {
+	char *copy = strndup(line, len);
+
+	if (!copy)
+		return -ENOMEM;
+	if (q->max > 0 && q->n == q->max) {
+		free(q->lines[q->first]);
+		q->lines[q->first] = copy;
+		q->first = (q->first + 1) % q->max;
+		return 0;
+	}
+	if (q->n == q->alloc) {
+		size_t a = MAX(q->alloc * 2, (size_t) 1024);
+		char **p;
+
+		if (q->max > 0)
+			a = MIN(a, q->max);
+		p = reallocarray(q->lines, a, sizeof(char *));
+		if (!p) {
+			free(copy);
+			return -ENOMEM;
+		}
+		q->lines = p;
+		q->alloc = a;
+	}
+	q->lines[q->n++] = copy;
+	return 0;
+}
+
+static void print_line(bool json, json_tokener *tok, const char *line, size_t len, int64_t offset) {
+	if (json) {
+		fwrite(line, 1, len, stdout);
+		fputc('\n', stdout);
+	} else if (format_event(stdout, tok, line, len, offset) < 0) {
+		fprintf(stderr, "%s: ignoring a line that is not a JSON event: ", program);
+		format_escaped(stderr, line, false);
+		fputc('\n', stderr);
+	}
+}
+
+static void query_print(QueryLines *q, bool json, json_tokener *tok, bool reverse, int64_t offset) {
+	for (size_t i = 0; i < q->n; i++) {
+		size_t k = (q->first + (reverse ? q->n - 1 - i : i)) % q->n;
+
+		print_line(json, tok, q->lines[k], strlen(q->lines[k]), offset);
+	}
+	for (size_t i = 0; i < q->n; i++)
+		free(q->lines[i]);
+	free(q->lines);
+}
+
+static int monitor_run(perfrelay_client *c, bool json, int signal_fd, QueryLines *q, bool reverse) {
 	_cleanup_(json_tokener_freep) json_tokener *tok = NULL;
 	int64_t offset = boot_to_realtime();
 	unsigned n = 0;
@@ -130,17 +218,18 @@ static int monitor_run(perfrelay_client *c, bool json, int signal_fd) {
 
 		r = perfrelay_next_json(c, &line, &len, 0);
 		if (r > 0) {
-			if (json) {
-				fwrite(line, 1, len, stdout);
-				fputc('\n', stdout);
-			} else if (format_event(stdout, tok, line, len, offset) < 0) {
-				fprintf(stderr, "%s: ignoring a line that is not a JSON event: ", program);
-				format_escaped(stderr, line, false);
-				fputc('\n', stderr);
-			}
+			if (!q)
+				print_line(json, tok, line, len, offset);
+			else if (query_keep(q, line, len) < 0)
+				return error_errno(-ENOMEM, "Failed to keep the query's lines");
 			if (++n % SIGNAL_CHECK_EVERY == 0 && signal_pending(signal_fd))
 				return 0;
 			continue;
+		}
+		if (r == -ECONNRESET && q) {
+			/* The query's end: the daemon closes the stream where the history ends. */
+			query_print(q, json, tok, reverse, offset);
+			return 0;
 		}
 		if (r == 0) {
 			if (fflush(stdout) != 0)
@@ -201,6 +290,11 @@ typedef struct MonitorArgs {
 	const char *nats_url, *nats_stream, *nats_host;
 	int64_t nats_since;
 	bool nats_no_follow;
+	/* The history (docs/history.md). */
+	bool query, cursors, reverse, history;
+	const char *since, *until;
+	size_t lines;
+	struct perfrelay_history h;
 } MonitorArgs;
 
 static void monitor_args_done(MonitorArgs *a) {
@@ -231,6 +325,34 @@ static int monitor_args_alloc(MonitorArgs *a, int argc) {
 	return 0;
 }
 
+/* WHEN of --since and --until: a span ago (10m) or @SECONDS since the epoch, into CLOCK_REALTIME ns. */
+static int parse_when(const char *s, uint64_t *ret) {
+	int64_t span;
+
+	if (s[0] == '@') {
+		char *end;
+		double d;
+
+		errno = 0;
+		d = strtod(s + 1, &end);
+		if (errno || end == s + 1 || *end || !(d >= 0) || d > 17179869184.0)
+			return -EINVAL;
+		*ret = (uint64_t) (d * 1e9);
+		return 0;
+	}
+	if (parse_span(s, &span) < 0 || span < 0)
+		return -EINVAL;
+	{
+		struct timespec ts;
+		uint64_t now;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		now = (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+		*ret = now > (uint64_t) span ? now - (uint64_t) span : 1;
+	}
+	return 0;
+}
+
 /* Returns 0 to go on, 1 when --help was shown, or a negative errno (the message written). */
 static int monitor_parse_args(int argc, char *argv[], MonitorArgs *a) {
 	enum {
@@ -241,7 +363,9 @@ static int monitor_parse_args(int argc, char *argv[], MonitorArgs *a) {
 		ARG_STREAM,
 		ARG_HOST,
 		ARG_SINCE,
-		ARG_NO_FOLLOW
+		ARG_NO_FOLLOW,
+		ARG_CURSORS,
+		ARG_AFTER_CURSOR,
 	};
 	static const struct option options[] = { { "help", no_argument, NULL, 'h' },
 						 { "type", required_argument, NULL, 't' },
@@ -257,6 +381,12 @@ static int monitor_parse_args(int argc, char *argv[], MonitorArgs *a) {
 						 { "host", required_argument, NULL, ARG_HOST },
 						 { "since", required_argument, NULL, ARG_SINCE },
 						 { "no-follow", no_argument, NULL, ARG_NO_FOLLOW },
+						 { "cursors", no_argument, NULL, ARG_CURSORS },
+						 { "after-cursor", required_argument, NULL, ARG_AFTER_CURSOR },
+						 { "until", required_argument, NULL, 'U' },
+						 { "output", required_argument, NULL, 'o' },
+						 { "lines", required_argument, NULL, 'n' },
+						 { "reverse", no_argument, NULL, 'r' },
 						 {} };
 	struct perfrelay_subscription *sub = &a->sub;
 	int opt, r;
@@ -265,11 +395,54 @@ static int monitor_parse_args(int argc, char *argv[], MonitorArgs *a) {
 	if (r < 0)
 		return r;
 	optind = 0;
-	while ((opt = getopt_long(argc, argv, "ht:p:u:c:j", options, NULL)) >= 0)
+	while ((opt = getopt_long(
+			argc, argv, a->query ? "ht:p:u:c:jS:U:o:n:r" : "ht:p:u:c:j", options, NULL)) >= 0)
 		switch (opt) {
 		case 'h':
-			monitor_help();
+			if (a->query)
+				query_help();
+			else
+				monitor_help();
 			return 1;
+		case 'S':
+			a->since = optarg;
+			break;
+		case 'U':
+			if (!a->query)
+				return error_msg("monitor: --until is query's (perfrelayctl query)");
+			a->until = optarg;
+			break;
+		case 'o':
+			if (!a->query)
+				return error_msg("monitor: --output is query's; monitor has --json");
+			if (streq(optarg, "json"))
+				a->json = true;
+			else if (!streq(optarg, "short"))
+				return error_msg("--output=%s: expected short or json", optarg);
+			break;
+		case 'n':
+			if (!a->query)
+				return error_msg("monitor: --lines is query's (perfrelayctl query)");
+			{
+				uint32_t n;
+
+				if (parse_u32(optarg, &n) < 0 || n == 0)
+					return error_msg(
+						"--lines=%s: expected a number of events above 0", optarg);
+				a->lines = n;
+			}
+			break;
+		case 'r':
+			if (!a->query)
+				return error_msg("monitor: --reverse is query's (perfrelayctl query)");
+			a->reverse = true;
+			break;
+		case ARG_CURSORS:
+			a->cursors = true;
+			break;
+		case ARG_AFTER_CURSOR:
+			a->h.after_cursor = optarg;
+			break;
 		case 't':
 			a->types[sub->n_types++] = optarg;
 			break;
@@ -309,12 +482,7 @@ static int monitor_parse_args(int argc, char *argv[], MonitorArgs *a) {
 			a->nats_host = optarg;
 			break;
 		case ARG_SINCE:
-			a->nats_since = -1;
-#if HAVE_NATS
-			if (parse_span(optarg, &a->nats_since) < 0)
-				return error_msg(
-					"--since=%s: expected a number followed by s, m, h or d", optarg);
-#endif
+			a->since = optarg;
 			break;
 		case ARG_NO_FOLLOW:
 			a->nats_no_follow = true;
@@ -323,9 +491,34 @@ static int monitor_parse_args(int argc, char *argv[], MonitorArgs *a) {
 			return -EINVAL; /* getopt printed why */
 		}
 	if (optind < argc)
-		return error_msg("monitor: unexpected argument '%s'", argv[optind]);
-	if (!a->nats_url && (a->nats_stream || a->nats_host || a->nats_since || a->nats_no_follow))
-		return error_msg("monitor: --stream, --host, --since and --no-follow need --nats");
+		return error_msg("%s: unexpected argument '%s'", a->query ? "query" : "monitor", argv[optind]);
+	if (a->nats_url && a->since) {
+		a->nats_since = -1;
+#if HAVE_NATS
+		if (parse_span(a->since, &a->nats_since) < 0)
+			return error_msg("--since=%s: expected a number followed by s, m, h or d", a->since);
+#endif
+		a->since = NULL;
+	}
+	if (!a->nats_url && (a->nats_stream || a->nats_host || a->nats_no_follow))
+		return error_msg("monitor: --stream, --host and --no-follow need --nats");
+	if (a->nats_url && (a->cursors || a->h.after_cursor))
+		return error_msg("monitor: --cursors and --after-cursor read the daemon's history, not --nats");
+	if (a->since && parse_when(a->since, &a->h.since_ns) < 0)
+		return error_msg(
+			"--since=%s: expected a span ago (10m, 2h, 1d) or @SECONDS since the epoch", a->since);
+	if (a->until && parse_when(a->until, &a->h.until_ns) < 0)
+		return error_msg(
+			"--until=%s: expected a span ago (10m, 2h, 1d) or @SECONDS since the epoch", a->until);
+	if (a->h.since_ns && a->h.after_cursor)
+		return error_msg(
+			"%s: --since and --after-cursor both say where to begin: give one",
+			a->query ? "query" : "monitor");
+	if (a->cursors)
+		a->h.flags |= PERFRELAY_HISTORY_CURSORS;
+	if (a->query)
+		a->h.flags |= PERFRELAY_HISTORY_NO_FOLLOW;
+	a->history = a->query || a->cursors || a->h.after_cursor || a->h.since_ns;
 	return 0;
 }
 
@@ -380,6 +573,8 @@ static int monitor_from_socket(MonitorArgs *a) {
 	sub->ancestor_units = a->anc_units;
 	sub->format = PERFRELAY_FORMAT_JSON;
 	sub->on_overflow = PERFRELAY_OVERFLOW_DROP;
+	if (a->history)
+		sub->history = &a->h;
 
 	r = perfrelay_client_new(&c);
 	if (r < 0)
@@ -402,10 +597,25 @@ static int monitor_from_socket(MonitorArgs *a) {
 	if (signal_fd < 0)
 		return signal_fd;
 
-	r = monitor_run(c, a->json, signal_fd);
+	{
+		QueryLines q = { .max = a->lines };
+
+		r = monitor_run(c, a->json, signal_fd, a->query ? &q : NULL, a->reverse);
+	}
 	if (fflush(stdout) != 0 && r >= 0)
 		r = error_errno(-errno, "Failed to write to standard output");
 	return r;
+}
+
+int verb_query(int argc, char *argv[]) {
+	MonitorArgs a = { .query = true };
+	int r;
+
+	r = monitor_parse_args(argc, argv, &a);
+	if (r == 0)
+		r = monitor_from_socket(&a);
+	monitor_args_done(&a);
+	return r > 0 ? 0 : r;
 }
 
 int verb_monitor(int argc, char *argv[]) {

@@ -41,6 +41,7 @@ int parse_json_options(int argc, char *argv[], const char *verb, void (*help)(vo
 int parse_help_option(int argc, char *argv[], const char *verb, void (*help)(void));
 
 int verb_monitor(int argc, char *argv[]);   /* ctl-monitor.c */
+int verb_query(int argc, char *argv[]);     /* ctl-monitor.c */
 int verb_status(int argc, char *argv[]);    /* ctl-status.c */
 int verb_probes(int argc, char *argv[]);    /* ctl-probes.c */
 int verb_clients(int argc, char *argv[]);   /* ctl-clients.c */

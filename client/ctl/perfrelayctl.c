@@ -25,6 +25,7 @@ typedef struct Verb {
 
 static const Verb verbs[] = {
 	{ "monitor", verb_monitor, "Show events as they happen" },
+	{ "query", verb_query, "Show the events of the daemon's history" },
 	{ "status", verb_status, "Show the daemon's state, rates and loss (D-Bus)" },
 	{ "stats", verb_stats, "Show every counter: producers, CPUs, readers, clients (D-Bus)" },
 	{ "snapshot", verb_snapshot, "Show the flight recorder's latest events (root, D-Bus)" },

@@ -47,6 +47,24 @@ extern "C" {
  * "ancestor": {"incomplete": true}, docs/protocol.md). For consumers that must fail closed. */
 #define PERFRELAY_SUBSCRIBE_ANCESTOR_INCOMPLETE 0x4u
 
+/* perfrelay_history.flags */
+/* Each event line carries its "cursor" (docs/history.md): the place to resume after. */
+#define PERFRELAY_HISTORY_CURSORS   0x1u
+/* The stream ends where the history ends (a query), instead of following it. */
+#define PERFRELAY_HISTORY_NO_FOLLOW 0x2u
+
+/* A subscription served from the daemon's history (docs/history.md): JSON lines from after a
+ * cursor, from a time, or from the history's end, then what it records next. The daemon's
+ * HistoryTypes= bound what it holds. since_ns and until_ns are CLOCK_REALTIME nanoseconds, 0
+ * when not given; after_cursor (an event's "cursor") and since_ns exclude each other. */
+struct perfrelay_history {
+	const char *after_cursor;
+	uint64_t since_ns;
+	uint64_t until_ns;
+	uint64_t flags;       /* PERFRELAY_HISTORY_*; other bits must be zero */
+	uint64_t reserved[4]; /* must be zero */
+};
+
 /* Used when perfrelay_connect() gets no path and $PERFRELAY_SOCKET is unset or empty. */
 #define PERFRELAY_SOCKET_DEFAULT "/run/perfrelay/events.sock"
 
@@ -96,7 +114,11 @@ struct perfrelay_subscription {
 	size_t n_ancestor_exec_ids;
 	const char *const *ancestor_units;
 	size_t n_ancestor_units;
-	uint64_t reserved[1]; /* must be zero: room for new fields without an ABI break */
+	/* Taken from reserved[]: the history (NULL: the live stream; JSON only, not shared). */
+	union {
+		const struct perfrelay_history *history;
+		uint64_t reserved[1]; /* room for new fields without an ABI break */
+	};
 };
 
 /* The daemon's hello, valid while the client lives. */

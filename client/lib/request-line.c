@@ -91,11 +91,27 @@ static int add_string(json_object *obj, const char *key, const char *value) {
 	return 0;
 }
 
-static int add_true(json_object *obj, const char *key) {
-	json_object *b = json_object_new_boolean(1);
+static int add_bool(json_object *obj, const char *key, bool value) {
+	json_object *b = json_object_new_boolean(value);
 
 	if (!b || json_object_object_add(obj, key, b) < 0) {
 		json_object_put(b);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static int add_true(json_object *obj, const char *key) {
+	return add_bool(obj, key, true);
+}
+
+/* Seconds with their fraction, as "since" and "until" take them: json-c writes 17 significant
+ * digits, microseconds of a date in this century. */
+static int add_double(json_object *obj, const char *key, double value) {
+	json_object *d = json_object_new_double(value);
+
+	if (!d || json_object_object_add(obj, key, d) < 0) {
+		json_object_put(d);
 		return -ENOMEM;
 	}
 	return 0;
@@ -156,9 +172,24 @@ int request_line_build(const struct perfrelay_subscription *sub, char **ret, siz
 		return r;
 	if ((sub->flags & PERFRELAY_SUBSCRIBE_UNITS) && (r = add_true(req, "units")) < 0)
 		return r;
+	if (sub->history) {
+		const struct perfrelay_history *h = sub->history;
+
+		if (h->after_cursor && (r = add_string(req, "after_cursor", h->after_cursor)) < 0)
+			return r;
+		if (h->since_ns && (r = add_double(req, "since", (double) h->since_ns / 1e9)) < 0)
+			return r;
+		if (h->until_ns && (r = add_double(req, "until", (double) h->until_ns / 1e9)) < 0)
+			return r;
+		if ((h->flags & PERFRELAY_HISTORY_CURSORS) && (r = add_true(req, "cursors")) < 0)
+			return r;
+		if ((r = add_bool(req, "follow", !(h->flags & PERFRELAY_HISTORY_NO_FOLLOW))) < 0)
+			return r;
+	}
 	/* The shared path suits clients that lose their own events when slow; one that asked
-	 * to be disconnected instead is served by the socket anyway. */
-	if (!(sub->flags & PERFRELAY_SUBSCRIBE_STREAM) && sub->on_overflow == PERFRELAY_OVERFLOW_DROP &&
+	 * to be disconnected instead is served by the socket anyway. The history is not shared. */
+	if (!sub->history && !(sub->flags & PERFRELAY_SUBSCRIBE_STREAM) &&
+	    sub->on_overflow == PERFRELAY_OVERFLOW_DROP &&
 	    ((r = add_true(req, "shared")) < 0 || (r = add_true(req, "notices")) < 0))
 		return r;
 
@@ -185,8 +216,16 @@ int request_line_check(const struct perfrelay_subscription *sub) {
 	if (sub->flags &
 	    ~(uint64_t) (PERFRELAY_SUBSCRIBE_UNITS | PERFRELAY_SUBSCRIBE_STREAM | PERFRELAY_SUBSCRIBE_ANCESTOR_INCOMPLETE))
 		return -EINVAL;
-	for (size_t i = 0; i < ELEMENTSOF(sub->reserved); i++)
-		if (sub->reserved[i] != 0)
+	if (sub->history) {
+		const struct perfrelay_history *h = sub->history;
+
+		if (sub->format != PERFRELAY_FORMAT_JSON ||
+		    (h->flags & ~(uint64_t) (PERFRELAY_HISTORY_CURSORS | PERFRELAY_HISTORY_NO_FOLLOW)) ||
+		    (h->after_cursor && h->since_ns))
 			return -EINVAL;
+		for (size_t i = 0; i < ELEMENTSOF(h->reserved); i++)
+			if (h->reserved[i] != 0)
+				return -EINVAL;
+	}
 	return 0;
 }

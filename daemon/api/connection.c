@@ -99,6 +99,8 @@ void connection_free(Connection *c) {
 		s->stats.clients--;
 	} else if (c->shared)
 		connection_leave_shared(c, NULL);
+	else if (c->history)
+		connection_history_close(c);
 	else if (!c->left_shared)
 		s->stats.pending--;
 	if (c->charged)
@@ -153,6 +155,8 @@ static int connection_update_events(Connection *c) {
 	if (sd_event_get_state(c->server->event) == SD_EVENT_FINISHED)
 		return 0;
 	if (c->client && hub_client_blocked(c->client))
+		events |= EPOLLOUT;
+	if (c->history && (c->hoff < c->hlen || !c->hwait))
 		events |= EPOLLOUT;
 	r = sd_event_source_set_io_events(c->io, events);
 	if (r < 0)
@@ -356,6 +360,38 @@ static void connection_shared_flush(HubClient *hc, void *userdata) {
 	}
 }
 
+/* Writes what c's history stream has; frees c when it ended or the client went. */
+static void connection_history_run(Connection *c) {
+	int r = connection_history_pump(c);
+
+	if (r != 0 || connection_update_events(c) < 0)
+		connection_free(c);
+}
+
+/* Serves c from the history (docs/history.md): its first lines go out at the first EPOLLOUT. */
+static void connection_subscribe_history(Connection *c, Subscription *sub) {
+	char err[REQUEST_MESSAGE_MAX];
+	int r;
+
+	r = connection_history_open(c, sub, err, sizeof(err));
+	if (r == -ENOMEM) {
+		log_warning("Client %" PRIu64 ": out of memory opening its history stream, closing", c->id);
+		connection_free(c);
+		return;
+	}
+	if (r < 0) {
+		connection_refuse(c, PROTOCOL_BAD_REQUEST, err);
+		return;
+	}
+	r = connection_send_hello(c, NULL, 0, NULL);
+	if (r < 0) {
+		log_debug_errno(r, "Client %" PRIu64 ": could not send the hello line: %m", c->id);
+		connection_free(c);
+		return;
+	}
+	connection_subscribed(c);
+}
+
 static void connection_subscribe(Connection *c, Subscription *sub_in) {
 	_cleanup_(subscription_freep) Subscription *sub = sub_in;
 	Server *s = c->server;
@@ -382,6 +418,10 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 		return;
 	}
 	sub->access_uid = c->cred.uid;
+	if (sub->history) {
+		connection_subscribe_history(c, TAKE_PTR(sub));
+		return;
+	}
 	o.redact = sub->access != SUBSCRIPTION_ACCESS_ALL;
 	o.redact_uid = c->cred.uid;
 
@@ -573,7 +613,7 @@ static int on_connection_io(sd_event_source *es, int fd, uint32_t revents, void 
 	Connection *c = userdata;
 	Server *s = c->server;
 
-	if (!c->client && !c->shared) {
+	if (!c->client && !c->shared && !c->history) {
 		/* Reading first: a request followed by a close is still answered. */
 		connection_read_request(c);
 		return 0;
@@ -585,6 +625,11 @@ static int on_connection_io(sd_event_source *es, int fd, uint32_t revents, void 
 	}
 	if ((revents & EPOLLIN) && !connection_discard_input(c))
 		return 0;
+	if (c->history) {
+		if (revents & EPOLLOUT)
+			connection_history_run(c);
+		return 0;
+	}
 	if (revents & EPOLLOUT) {
 		server_flush_client(s, c->client);
 		/* Other clients and the hub's notification: the manager's flush loop. */
@@ -859,5 +904,36 @@ void server_publish_notice(Server *s, const HubNotice *n, HubNoticeStats *st) {
 			st->dropped++; /* with NOTICE_SOCKET_BACKLOG of a larger buffer free, nothing */
 		else
 			st->delivered++;
+	}
+}
+
+/* The first connection with a history stream (and, with `waking`, marked to wake), or NULL. */
+static Connection *first_stream(Server *s, bool waking) {
+	LIST_FOREACH(connections, c, s->connections)
+		if (c->history && (!waking || c->hwake))
+			return c;
+	return NULL;
+}
+
+void server_set_history(Server *s, const ServerHistoryOps *ops, void *userdata) {
+	Connection *c;
+
+	/* Without the history, its streams end. */
+	while (!ops && (c = first_stream(s, false)))
+		connection_free(c);
+	s->history = ops;
+	s->history_userdata = userdata;
+}
+
+void server_history_wake(Server *s) {
+	Connection *c;
+
+	LIST_FOREACH(connections, i, s->connections)
+		i->hwake = i->history && i->hwait;
+	/* A stream may end and free its connection, which the list walk would not survive: each
+	 * round takes the first one still marked. */
+	while ((c = first_stream(s, true))) {
+		c->hwake = false;
+		connection_history_run(c);
 	}
 }

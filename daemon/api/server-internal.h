@@ -76,6 +76,13 @@ struct Connection {
 	bool notices;                 /* a shared member that takes notices on its socket */
 	uint64_t charged_bytes;       /* its queues' bytes, charged to its uid */
 	ProtocolError drain_error;    /* why it is draining: the error line it gets at the end */
+	/* Served from the history (Subscription.history): its stream and the lines read from it
+	 * and not yet written. */
+	void *history;
+	char *hbuf;
+	size_t hlen, hoff;
+	bool hwait; /* the stream had nothing: waiting for server_history_wake() */
+	bool hwake; /* server_history_wake()'s mark */
 };
 
 struct Server {
@@ -98,6 +105,8 @@ struct Server {
 	uint64_t next_id;
 	ServerStats stats;
 	bool shutting_down; /* no reader writes again: what shared clients have not read is theirs */
+	const ServerHistoryOps *history;
+	void *history_userdata;
 };
 
 /* connection.c */
@@ -113,6 +122,7 @@ void connection_close_for_shutdown(Connection *c); /* frees c */
  * mapping it keeps. c stays a member of the old set until it is freed. */
 void connection_retire_shared(Connection *c);
 void connection_subscribed(Connection *c); /* may free c */
+
 /* Writes a short line outside the hub; never blocks. */
 int send_line(int fd, const char *line, size_t len);
 /* The same with descriptors, which arrive with the line's first byte. -EAGAIN if it did not go
@@ -122,6 +132,17 @@ int send_line_fds(int fd, const char *line, size_t len, const int *fds, size_t n
 void server_flush_client(Server *s, HubClient *hc);
 /* Answers with the hello line (and the given descriptors); never blocks. */
 int connection_send_hello(Connection *c, const int *fds, size_t n_fds, const char *extra);
+
+/* connection-history.c */
+/* Opens c's stream out of the history (Subscription.history; c->sub takes sub in any case).
+ * 0; -EINVAL with the client's message in err; -ENOMEM. */
+int connection_history_open(Connection *c, Subscription *sub, char *err, size_t err_size);
+/* Writes what the stream has, as far as the socket takes it: 0 (then the caller updates c's
+ * events), 1 at the end of a stream that does not follow, a negative errno when the client is
+ * gone. The caller frees c on anything but 0. */
+int connection_history_pump(Connection *c);
+/* Ends the stream and frees its buffer (connection_free()). */
+void connection_history_close(Connection *c);
 
 /* connection-shared.c */
 /* Joins c to the shared ring of its subscription (made if none serves it yet, with `flush` as

@@ -45,6 +45,9 @@ typedef struct ServerStats {
 	uint64_t shared_fallbacks; /* clients that asked and got the socket stream (limits) */
 	uint64_t shared_hostile;   /* members closed for fighting the writer over their position */
 	uint64_t shared_moved;     /* members moved to a fresh ring set (another member's access revoked) */
+	/* The history's streams (docs/history.md; also in `clients`). */
+	uint64_t history_clients; /* now */
+	uint64_t history_events;  /* event lines written by streams that have ended */
 } ServerStats;
 
 /* Runs the manager's flush loop: called after the server wrote to a client outside of it (on
@@ -93,6 +96,26 @@ int server_foreach_client(Server *s, int (*fn)(const ServerClientInfo *info, voi
  * DisconnectClient). Returns 0, or -ESRCH if there is no such connection. */
 int server_disconnect_client(Server *s, uint64_t id);
 const char *server_socket_path(const Server *s);
+
+/* The history (docs/history.md), offered by the history feature (features/history/): a
+ * subscription with any of its keys (Subscription.history) is served from it, as JSON lines
+ * the feature makes; the connection writes them at the client's pace. Main thread. */
+typedef struct ServerHistoryOps {
+	/* Opens the stream for sub (its filters and access already decided; valid until close).
+	 * 0, or a negative errno and the client's error message in err. */
+	int (*open)(void *userdata, const Subscription *sub, void **ret, char *err, size_t err_size);
+	/* Whole lines of the stream into buf (size >= SERVER_HISTORY_BUFFER): bytes, 0 at its end
+	 * (the connection is then closed), -EAGAIN when nothing is there yet (until
+	 * server_history_wake()), another negative errno to close it. */
+	ssize_t (*read)(void *stream, char *buf, size_t size);
+	/* Its figures: events written into lines, gaps reported. */
+	void (*close)(void *stream, uint64_t *ret_events);
+} ServerHistoryOps;
+#define SERVER_HISTORY_BUFFER (128u * 1024u)
+/* NULL ops: no history (a request for it is refused with a message saying so). */
+void server_set_history(Server *s, const ServerHistoryOps *ops, void *userdata);
+/* New blocks are in the history: the streams waiting for them read again. */
+void server_history_wake(Server *s);
 
 /* The notice of records lost upstream (hub.h, HubNotice) for the members of shared ring sets
  * that asked for notices and whose subscription takes one of its types: a line on their

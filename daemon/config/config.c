@@ -26,8 +26,9 @@
 #include "macro.h"
 #include "kernel/counter-names.h"
 
-#define DEFAULT_PIN_PATH    "/sys/fs/bpf/perfrelay"
-#define DEFAULT_SOCKET_PATH "/run/perfrelay/events.sock"
+#define DEFAULT_PIN_PATH     "/sys/fs/bpf/perfrelay"
+#define DEFAULT_SOCKET_PATH  "/run/perfrelay/events.sock"
+#define DEFAULT_HISTORY_PATH "/var/lib/perfrelay/history"
 
 /* Pins live below PinPath= ("events", "links/<probe>"): keep room for their names. */
 #define PIN_PATH_MAX    (PATH_MAX - 64)
@@ -117,6 +118,9 @@ static const ConfigKey config_keys[] = {
 	{ "Socket", "AllowGroups", VALUE_GROUPS, FIELD(allow_groups), 0, 0, NULL, true },
 	{ "Socket", "ControlGroups", VALUE_GROUPS, FIELD(control_groups), 0, 0, NULL, true },
 
+	/* History= and its other keys are the history feature's (features/history/history-config.c). */
+	{ "History", "HistoryPath", VALUE_PATH, FIELD(history_path), 0, PATH_MAX - 32, DEFAULT_HISTORY_PATH, false },
+
 	{ "Bus", "BusEventsPerSecond", VALUE_UINT, FIELD(bus_events_per_second), 1, 100000, NULL, true },
 
 	/* The sizes of the counters' pinned tables, which the core's probes make (probes_new()); the
@@ -134,8 +138,8 @@ size_t config_n_keys(const Config *c) {
 }
 
 /* The core's sections; the parts add theirs (a part may share one with the core). */
-static const char *const core_sections[] = { "Daemon", "Ring", "Readers", "Probes",
-					     "Socket", "Bus",  "Counters" };
+static const char *const core_sections[] = { "Daemon", "Ring", "Readers",  "Probes",
+					     "Socket", "Bus",  "Counters", "History" };
 
 static void store_uint(void *field, size_t width, uint64_t v) {
 	switch (width) {
@@ -670,6 +674,7 @@ static ConfSchema config_schema(const Config *c) {
 static void config_clear(Config *c) {
 	free(c->pin_path);
 	free(c->socket_path);
+	free(c->history_path);
 	free(c->cpu_groups);
 	free(c->allow_groups.gids);
 	free(c->control_groups.gids);
@@ -726,8 +731,9 @@ int config_new(const ConfigPart *const *parts, size_t n_parts, Config **ret) {
 	c->n_parts = n_parts;
 	c->pin_path = strdup(DEFAULT_PIN_PATH);
 	c->socket_path = strdup(DEFAULT_SOCKET_PATH);
+	c->history_path = strdup(DEFAULT_HISTORY_PATH);
 	c->part_data = calloc(n_parts ?: 1, sizeof(void *));
-	if (!c->pin_path || !c->socket_path || !c->part_data)
+	if (!c->pin_path || !c->socket_path || !c->history_path || !c->part_data)
 		return -ENOMEM;
 	for (size_t i = 0; i < n_parts; i++) {
 		c->part_data[i] = memdup_array(parts[i]->defaults, 1, parts[i]->size);
@@ -767,6 +773,7 @@ static int config_dup(const Config *c, Config **ret) {
 	*d = *c;
 	d->pin_path = c->pin_path ? strdup(c->pin_path) : NULL;
 	d->socket_path = c->socket_path ? strdup(c->socket_path) : NULL;
+	d->history_path = c->history_path ? strdup(c->history_path) : NULL;
 	d->cpu_groups = memdup_array(c->cpu_groups, c->n_cpu_groups, sizeof(CpuSet));
 	d->allow_groups.gids = memdup_array(c->allow_groups.gids, c->allow_groups.n, sizeof(gid_t));
 	d->control_groups.gids = memdup_array(c->control_groups.gids, c->control_groups.n, sizeof(gid_t));
@@ -780,7 +787,7 @@ static int config_dup(const Config *c, Config **ret) {
 	if (!d->sections || !d->part_data)
 		return -ENOMEM;
 	if ((c->pin_path && !d->pin_path) || (c->socket_path && !d->socket_path) ||
-	    (c->cpu_groups && c->n_cpu_groups > 0 && !d->cpu_groups) ||
+	    (c->history_path && !d->history_path) || (c->cpu_groups && c->n_cpu_groups > 0 && !d->cpu_groups) ||
 	    (c->allow_groups.gids && c->allow_groups.n > 0 && !d->allow_groups.gids) ||
 	    (c->control_groups.gids && c->control_groups.n > 0 && !d->control_groups.gids))
 		return -ENOMEM;

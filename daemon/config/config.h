@@ -100,6 +100,7 @@ typedef struct Config {
 
 	/* [Socket] */
 	char *socket_path;                 /* SocketPath=, default /run/perfrelay/events.sock */
+	char *history_path;                /* [History] HistoryPath=, default /var/lib/perfrelay/history */
 	uint64_t client_queue_bytes;       /* ClientQueueBytes=, default 4M, 64K..1G */
 	uint64_t shared_ring_bytes;        /* SharedRingBytes=, default 32M, 0 (off) or up to 1G */
 	unsigned max_shared_rings;         /* MaxSharedRings=, default 64, 1..4096 */

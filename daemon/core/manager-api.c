@@ -51,6 +51,16 @@ void manager_publish_notice(Manager *m, unsigned slot, const HubNotice *n, HubNo
 		server_publish_notice(m->server, n, st);
 }
 
+void manager_set_history(Manager *m, const ServerHistoryOps *ops, void *userdata) {
+	if (m->server)
+		server_set_history(m->server, ops, userdata);
+}
+
+void manager_history_wake(Manager *m) {
+	if (m->server)
+		server_history_wake(m->server);
+}
+
 Probes *manager_probes(const Manager *m) {
 	return m->probes;
 }

@@ -10,6 +10,7 @@
 #include <systemd/sd-event.h>
 
 #include "api/bus.h"
+#include "api/server.h"
 #include "kernel/cgroup.h"
 #include "kernel/cgroupwatch.h"
 #include "config/config.h"
@@ -73,6 +74,10 @@ const char *manager_cgroup_unit(Manager *m, uint64_t id, char *buf, size_t size,
 /* A notice of records lost upstream (hub.h, HubNotice) to every stream that takes it: the
  * clients of the main thread's hub slot `slot`, and the shared members that asked. */
 void manager_publish_notice(Manager *m, unsigned slot, const HubNotice *n, HubNoticeStats *st);
+/* The history's streams (api/server.h, ServerHistoryOps), from start() on: a feature offers
+ * them (NULL ops: withdraws them, ending every stream), and says when new blocks are there. */
+void manager_set_history(Manager *m, const ServerHistoryOps *ops, void *userdata);
+void manager_history_wake(Manager *m);
 /* The flush loop: every client's consumer, until nothing is left. */
 void manager_flush(Manager *m);
 /* Kernel-side demand (docs/pipeline.md, "Demand"): the record types (bit t: type t < 64) some

@@ -23,7 +23,8 @@
 	X(recorder)  /* the flight recorder */ \
 	X(probes)    /* Probes=, ListProbes(), SetProbeEnabled() */ \
 	X(counters)  /* perf counters per cgroup */ \
-	X(capture)   /* packet captures */
+	X(capture)   /* packet captures */ \
+	X(history)   /* the event history */
 /* clang-format on */
 
 #define FEATURE_DECLARE(name) extern const FeatureVtable name##_feature;

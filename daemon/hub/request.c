@@ -307,6 +307,35 @@ static int parse_bool(json_object *v, const char *message, RequestError *e, bool
 	return 0;
 }
 
+/* A time of "since" or "until": seconds since the epoch, a fraction allowed, into ns. */
+static int parse_time(json_object *v, const char *key, RequestError *e, uint64_t *ret) {
+	double d;
+
+	if (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double))
+		return fail(e, PROTOCOL_BAD_REQUEST, "\"%s\" must be a number of seconds since the epoch", key);
+	d = json_object_get_double(v);
+	if (!(d >= 0) || d > 17179869184.0) /* 2514 */
+		return fail(e, PROTOCOL_BAD_REQUEST, "\"%s\" is out of range (seconds since the epoch)", key);
+	*ret = (uint64_t) (d * 1e9);
+	return 0;
+}
+
+static int parse_cursor(json_object *v, Subscription *s, RequestError *e) {
+	const char *c;
+	size_t n;
+
+	if (!json_object_is_type(v, json_type_string))
+		return fail(
+			e, PROTOCOL_BAD_REQUEST, "\"after_cursor\" must be a string (a cursor the daemon gave)");
+	c = json_object_get_string(v);
+	n = (size_t) json_object_get_string_len(v);
+	if (n == 0 || n >= sizeof(s->after_cursor) || memchr(c, '\0', n))
+		return fail(e, PROTOCOL_BAD_REQUEST, "\"after_cursor\" is not a cursor (its length)");
+	memcpy(s->after_cursor, c, n + 1);
+	s->has_after_cursor = true;
+	return 0;
+}
+
 static int parse_comms(
 	json_object *v,
 	const char *key,
@@ -686,6 +715,7 @@ int request_parse(
 	if (!s)
 		return -ENOMEM;
 	s->access = SUBSCRIPTION_ACCESS_NONE;
+	s->follow = true;
 
 	json_object_object_foreach(root, key, v) {
 		int x;
@@ -707,11 +737,27 @@ int request_parse(
 			r = parse_bool(v, "\"shared\" must be true or false", &e, &s->shared);
 		else if (streq(key, "notices"))
 			r = parse_bool(v, "\"notices\" must be true or false", &e, &s->notices);
-		else
+		else if (streq(key, "cursors")) {
+			r = parse_bool(v, "\"cursors\" must be true or false", &e, &s->cursors);
+			s->history = true;
+		} else if (streq(key, "follow")) {
+			r = parse_bool(v, "\"follow\" must be true or false", &e, &s->follow);
+			s->history = true;
+		} else if (streq(key, "after_cursor")) {
+			r = parse_cursor(v, s, &e);
+			s->history = true;
+		} else if (streq(key, "since")) {
+			r = parse_time(v, "since", &e, &s->since_ns);
+			s->has_since = s->history = true;
+		} else if (streq(key, "until")) {
+			r = parse_time(v, "until", &e, &s->until_ns);
+			s->has_until = s->history = true;
+		} else
 			r = fail(
 				&e,
 				PROTOCOL_BAD_REQUEST,
-				"unknown key \"%.*s\" (known: subscribe, format, on_overflow, units, shared, notices)",
+				"unknown key \"%.*s\" (known: subscribe, format, on_overflow, units, shared, notices, "
+				"after_cursor, since, until, cursors, follow)",
 				QUOTE_MAX,
 				key);
 		if (r == -ENOMEM)
@@ -722,6 +768,21 @@ int request_parse(
 		}
 	}
 
+	if (s->history && (s->format != SUBSCRIPTION_FORMAT_JSON || s->shared)) {
+		fail(&e,
+		     PROTOCOL_BAD_REQUEST,
+		     "the history (after_cursor, since, until, cursors, follow) is served as JSON lines on the socket: "
+		     "not with \"format\": \"binary\" or \"shared\"");
+		*ret_error = e;
+		return -EINVAL;
+	}
+	if (s->has_after_cursor && s->has_since) {
+		fail(&e,
+		     PROTOCOL_BAD_REQUEST,
+		     "\"after_cursor\" and \"since\" both say where to begin: give one");
+		*ret_error = e;
+		return -EINVAL;
+	}
 	*ret = TAKE_PTR(s);
 	return 0;
 }

@@ -20,6 +20,8 @@
 #define SUBSCRIPTION_NAME_MAX         63u
 #define SUBSCRIPTION_MAX_WHERE        8u   /* conditions of one "where" */
 #define SUBSCRIPTION_WHERE_STRING_MAX 255u /* bytes of a string a condition compares with */
+/* A history cursor's text, its NUL included (features/history/history-store.h checks it). */
+#define SUBSCRIPTION_CURSOR_MAX       96u
 /* Whether the subscription filters by ancestor (it then needs the event's lineage). */
 #define subscription_has_ancestor(s)  ((s)->ancestor != NULL)
 
@@ -108,6 +110,15 @@ typedef struct Subscription {
 	/* "notices": true: as a member of a shared ring set, the client takes the notices of records
 	 * lost upstream on its socket (hub.h, HubNotice; libperfrelay asks for them). */
 	bool notices;
+	/* The history (docs/history.md): a subscription with any of "after_cursor", "since",
+	 * "until", "cursors" or "follow" is served from it (history is then true). Times are
+	 * CLOCK_REALTIME nanoseconds. */
+	bool history;
+	bool cursors; /* each event line carries its "cursor" */
+	bool follow;  /* false: the stream ends where the history ends (perfrelayctl query) */
+	bool has_after_cursor, has_since, has_until;
+	char after_cursor[SUBSCRIPTION_CURSOR_MAX];
+	uint64_t since_ns, until_ns;
 } Subscription;
 
 Subscription *subscription_free(Subscription *s); /* accepts NULL; returns NULL */

@@ -252,7 +252,7 @@ def test_failed_start_loses_nothing():
     bad_conf = os.path.join(bad, "perfrelay.conf")
     with open(bad_conf, "w") as f:
         f.write(f"[Daemon]\nPinPath={d.pin_path}\n[Socket]\nSocketPath={bad}/file/events.sock\n"
-                "[Probes]\nProbes=none\n")
+                "[Probes]\nProbes=none\n[History]\nHistory=no\n")
     prod = None
     try:
         d.start()

@@ -714,11 +714,27 @@ static void test_arguments(void) {
 	ASSERT(perfrelay_client_error(NULL) == NULL);
 	ASSERT_EQ_INT(perfrelay_fd(NULL), -ENOTCONN);
 
-	/* Checked before anything is sent: the socket does not even exist. */
-	sub.reserved[0] = 1;
-	ASSERT_EQ_INT(perfrelay_client_new(&c), 0);
-	ASSERT_EQ_INT(perfrelay_connect(c, "/nonexistent/events.sock", &sub), -EINVAL);
-	c = perfrelay_close(c);
+	/* Checked before anything is sent: the socket does not even exist. A history's unknown
+	 * flag, its reserved fields, a binary history, after_cursor with since_ns: */
+	{
+		struct perfrelay_history bad[] = {
+			{ .flags = 0x80 },
+			{ .reserved = { 1 } },
+			{ .after_cursor = "h=0", .since_ns = 1 },
+		};
+
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			sub = (struct perfrelay_subscription){ .history = &bad[i] };
+			ASSERT_EQ_INT(perfrelay_client_new(&c), 0);
+			ASSERT_EQ_INT(perfrelay_connect(c, "/nonexistent/events.sock", &sub), -EINVAL);
+			c = perfrelay_close(c);
+		}
+		sub = (struct perfrelay_subscription){ .history = &(struct perfrelay_history){},
+						       .format = PERFRELAY_FORMAT_BINARY };
+		ASSERT_EQ_INT(perfrelay_client_new(&c), 0);
+		ASSERT_EQ_INT(perfrelay_connect(c, "/nonexistent/events.sock", &sub), -EINVAL);
+		c = perfrelay_close(c);
+	}
 
 	sub = (struct perfrelay_subscription){ .n_pids = 1 }; /* count without an array */
 	ASSERT_EQ_INT(perfrelay_client_new(&c), 0);

@@ -416,7 +416,8 @@ static void test_structure(void) {
 	PARSE_FAIL(
 		"{\"subscribe\":{\"types\":[\"exec\"]},\"extra\":1}",
 		PROTOCOL_BAD_REQUEST,
-		"unknown key \"extra\" (known: subscribe, format, on_overflow, units, shared, notices)");
+		"unknown key \"extra\" (known: subscribe, format, on_overflow, units, shared, notices, after_cursor, since, "
+		"until, cursors, follow)");
 	PARSE_FAIL(
 		"{\"subscribe\":{\"pids\":[1]}}",
 		PROTOCOL_BAD_REQUEST,
@@ -642,7 +643,49 @@ static void test_to_json(void) {
 	}
 }
 
+/* The history's keys (docs/history.md). */
+static void test_history(void) {
+	Subscription *s;
+
+	s = PARSE_OK("{}");
+	if (s && (s->history || !s->follow)) {
+		fprintf(stderr, "%s:%d: a live request is not the history's, and follows\n", __FILE__, __LINE__);
+		failures++;
+	}
+	subscription_free(s);
+	s = PARSE_OK("{\"cursors\":true,\"after_cursor\":\"h=00;s=1\",\"until\":1.5,\"follow\":false}");
+	if (s &&
+	    (!s->history || !s->cursors || s->follow || !s->has_after_cursor ||
+	     strcmp(s->after_cursor, "h=00;s=1") || !s->has_until || s->until_ns != 1500000000 ||
+	     s->has_since)) {
+		fprintf(stderr, "%s:%d: the history's keys as given\n", __FILE__, __LINE__);
+		failures++;
+	}
+	subscription_free(s);
+	s = PARSE_OK("{\"since\":1700000000}");
+	if (s && (!s->history || !s->follow || s->since_ns != 1700000000ull * 1000000000ull)) {
+		fprintf(stderr, "%s:%d: since in ns\n", __FILE__, __LINE__);
+		failures++;
+	}
+	subscription_free(s);
+	PARSE_FAIL("{\"since\":1,\"after_cursor\":\"x\"}", PROTOCOL_BAD_REQUEST, "both say where to begin");
+	PARSE_FAIL("{\"since\":-1}", PROTOCOL_BAD_REQUEST, "\"since\" is out of range");
+	PARSE_FAIL("{\"until\":\"now\"}", PROTOCOL_BAD_REQUEST, "\"until\" must be a number");
+	PARSE_FAIL("{\"after_cursor\":\"\"}", PROTOCOL_BAD_REQUEST, "is not a cursor");
+	PARSE_FAIL("{\"after_cursor\":1}", PROTOCOL_BAD_REQUEST, "must be a string");
+	PARSE_FAIL("{\"cursors\":1}", PROTOCOL_BAD_REQUEST, "\"cursors\" must be true or false");
+	PARSE_FAIL("{\"cursors\":true,\"format\":\"binary\"}", PROTOCOL_BAD_REQUEST, "served as JSON lines");
+	PARSE_FAIL("{\"follow\":false,\"shared\":true}", PROTOCOL_BAD_REQUEST, "served as JSON lines");
+	{
+		char big[SUBSCRIPTION_CURSOR_MAX + 40];
+
+		snprintf(big, sizeof(big), "{\"after_cursor\":\"%0*d\"}", (int) SUBSCRIPTION_CURSOR_MAX, 0);
+		PARSE_FAIL(big, PROTOCOL_BAD_REQUEST, "is not a cursor");
+	}
+}
+
 int main(void) {
+	test_history();
 	test_to_json();
 	test_error_names();
 	test_empty();

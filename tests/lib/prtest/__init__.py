@@ -127,7 +127,9 @@ class Daemon:
             if line.strip().startswith("SocketPath="):
                 self.socket_path = line.split("=", 1)[1].strip()
         with open(self.config_path, "w") as f:
-            f.write(f"[Socket]\nSocketPath={self.dir}/events.sock\n[Daemon]\nPinPath={self.pin_path}\n{config}\n")
+            # The history in the test's directory too: never /var/lib/perfrelay.
+            f.write(f"[Socket]\nSocketPath={self.dir}/events.sock\n[History]\nHistoryPath={self.dir}/history\n"
+                    f"[Daemon]\nPinPath={self.pin_path}\n{config}\n")
 
     def start(self, timeout=30):
         # A test that failed with its daemon running must not leave it orphaned: the next

@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The event history (docs/history.md). A monitor that reads with cursors is closed while a
+marker workload runs for 10 s and resumes after its last cursor: it gets every marker of the gap
+exactly once, then the live ones. A query of a user who sees their own uid only returns that
+uid's events. A segment whose last block is torn (truncated mid-block) is cut there at start,
+counted, and every event of the blocks before it is still read. Retention removes whole
+segments, counts them, and a reader whose cursor was in one gets a gap of exactly the events
+removed after it. A full filesystem (a small tmpfs) turns blocks into drops, counted, and the
+history records them as a gap: dropped_disk = the gaps' counts + what waits for the next block."""
+import glob
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+
+import pytest
+
+from prtest import check, check_eq, daemon_binary, main, run_true, wait_for
+
+BINARY = daemon_binary()
+BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
+CTL = os.path.join(BUILDDIR, "client", "perfrelayctl")
+PYTHON = "/usr/bin/python3"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(root_and_bpf):
+    pass
+
+
+def query(socket_path, request, timeout=30):
+    """The lines of a history stream that ends (follow false), the hello line left out."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(socket_path)
+    s.sendall(json.dumps(dict(request, follow=False)).encode() + b"\n")
+    data = b""
+    while True:
+        chunk = s.recv(1 << 20)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    lines = [json.loads(line) for line in data.decode().splitlines()]
+    check(lines and lines[0]["type"] == "hello", f"a hello line first: {lines[:1]}")
+    return lines[1:]
+
+
+def markers(msgs, tag):
+    """The marker numbers of the exec events of /bin/true <tag> <n> among msgs."""
+    return [int(m["argv"][2]) for m in msgs
+            if m.get("type") == "exec" and len(m.get("argv", [])) == 3 and m["argv"][1] == tag]
+
+
+def history(stats):
+    return stats["history"]
+
+
+def quiet(stats_bus):
+    """The history's figures once what it was offered is written or counted."""
+    h = history(stats_bus.stats())
+    return h if h["pending"] == 0 else None
+
+
+def test_monitor_resumes_after_its_cursor_exactly(make_daemon, socket_client):
+    d = make_daemon("hist-resume", "[Probes]\nProbes=exec\n", stdout=False)
+    tag = f"hist-{uuid.uuid4().hex[:8]}"
+    request = {"cursors": True, "subscribe": {"types": ["exec"], "comm": ["true"]}}
+
+    first = socket_client(d.socket_path, request)
+    first.hello()
+    for i in range(50):
+        run_true(tag, str(i))
+    got = wait_for(lambda: (lambda m: m if len(markers(m, tag)) == 50 else None)(first.messages()),
+                   "the first 50 markers with cursors")
+    check(all("cursor" in m for m in got if m["type"] == "exec"), "every event line carries its cursor")
+    last = [m for m in got if m["type"] == "exec" and markers([m], tag) == [49]][0]["cursor"]
+    first.close()
+
+    # The monitor is gone for 10 s while the workload goes on.
+    deadline = time.monotonic() + 10
+    n = 50
+    while time.monotonic() < deadline:
+        run_true(tag, str(n))
+        n += 1
+        time.sleep(0.02)  # paces the workload; nothing waits on it
+    gap_end = n
+
+    second = socket_client(d.socket_path, dict(request, after_cursor=last))
+    second.hello()
+    for i in range(gap_end, gap_end + 20):
+        run_true(tag, str(i))
+    wait_for(lambda: gap_end + 19 in markers(second.messages(), tag), "the live markers after the gap")
+    seen = markers(second.messages(), tag)
+    # Each once; the order is the readers' (events of different CPUs may pass each other).
+    check_eq(sorted(seen), list(range(50, gap_end + 20)), "the gap's markers, each once, then the live ones")
+    check_eq([m for m in second.messages() if m["type"] == "lost"], [], "no gap")
+
+
+def test_query_is_scoped_to_the_users_uid(make_daemon):
+    d = make_daemon("hist-uid", "[Probes]\nProbes=exec\n", stdout=False)
+    os.chmod(d.dir, 0o755)
+    os.chmod(d.socket_path, 0o666)  # every uid may connect; the daemon decides what it sees
+    tag = f"hist-{uuid.uuid4().hex[:8]}"
+    run_true(tag, "0")
+    subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/true", tag, "1"], check=True)
+    wait_for(lambda: sorted(markers(query(d.socket_path, {"subscribe": {"types": ["exec"]}}), tag)) == [0, 1],
+             "both markers in the history (root's query)")
+
+    code = ("import json,socket,sys\n"
+            "s=socket.socket(socket.AF_UNIX);s.connect(sys.argv[1])\n"
+            "s.sendall(b'{\"follow\":false,\"cursors\":true}\\n')\n"
+            "d=b''\n"
+            "while True:\n"
+            "    c=s.recv(1<<20)\n"
+            "    if not c: break\n"
+            "    d+=c\n"
+            "sys.stdout.write(d.decode())\n")
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", PYTHON, "-c", code,
+                        d.socket_path], capture_output=True, text=True, timeout=60, check=True)
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    check_eq(lines[0]["access"], "uid", "nobody sees its own uid's events")
+    events = [m for m in lines[1:] if m["type"] != "lost"]
+    check_eq(sorted({m["uid"] for m in events}), [65534], "only uid 65534's events")
+    check_eq(markers(events, tag), [1], "nobody's marker, not root's")
+    check(all(m.get("ancestors", []) == [] for m in events), "no ancestors (they may be other users')")
+
+
+def test_torn_tail_is_cut_counted_and_the_rest_kept(make_daemon, stats_bus):
+    d = make_daemon("hist-torn", "[Probes]\nProbes=exec\n", stdout=False)
+    tag = f"hist-{uuid.uuid4().hex[:8]}"
+    for group in range(3):
+        for i in range(10):
+            run_true(tag, str(group * 10 + i))
+        # Each group in blocks of its own: the writer cuts a block after a quarter second.
+        wait_for(lambda: len(markers(query(d.socket_path, {}), tag)) == 10 * (group + 1), f"group {group} written")
+    wait_for(lambda: quiet(stats_bus), "everything offered written")
+    before = [m for m in query(d.socket_path, {"cursors": True}) if "cursor" in m]
+    d.stop()
+
+    cur = dict(kv.split("=") for kv in before[-1]["cursor"].split(";"))
+    segment = int(cur["s"], 16)
+    cut = int(cur["o"], 16)
+    path = os.path.join(d.dir, "history", f"{segment:016x}.seg")
+    size = os.path.getsize(path)
+    os.truncate(path, cut + 60)  # the block's header (48 bytes) and a little of its frame
+
+    d.start()
+    h = history(stats_bus.stats())
+    check_eq((h["torn_cuts"], h["torn_bytes"]), (1, cut + 60 - cut), "one torn tail cut, its bytes counted")
+    check_eq(os.path.getsize(path), cut, "the segment ends at its last whole block")
+    kept = [m["cursor"] for m in before
+            if int(dict(kv.split("=") for kv in m["cursor"].split(";"))["s"], 16) == segment
+            and int(dict(kv.split("=") for kv in m["cursor"].split(";"))["o"], 16) < cut]
+    after = [m["cursor"] for m in query(d.socket_path, {"cursors": True}) if "cursor" in m
+             and int(dict(kv.split("=") for kv in m["cursor"].split(";"))["s"], 16) == segment]
+    check(len(kept) > 0 and size > cut, "there was something before the torn block")
+    check_eq(after, kept, "every event of the blocks before the torn one, and nothing else")
+    d.stop()  # the module's bus is the next test's daemon's
+
+
+def open_load(n):
+    """n opens of paths that compress poorly (the open probe records each path)."""
+    for _ in range(n):
+        try:
+            os.open(f"/nonexistent-{uuid.uuid4().hex}", os.O_RDONLY)
+        except FileNotFoundError:
+            pass
+
+
+def test_retention_removes_whole_segments(make_daemon, stats_bus):
+    d = make_daemon("hist-ret", "[Probes]\nProbes=open\n[History]\nHistoryTypes=open\nHistoryMaxUse=4M\n",
+                    stdout=False)
+    open_load(100)
+    wait_for(lambda: history(stats_bus.stats())["events"] > 0, "the first events written")
+    early = [m for m in query(d.socket_path, {"cursors": True}) if "cursor" in m][0]["cursor"]
+    deadline = time.monotonic() + 180
+    while history(stats_bus.stats())["removed_segments"] < 2:
+        check(time.monotonic() < deadline, "retention removed two segments within 180s")
+        open_load(5000)
+    subprocess.run([CTL, "probe", "disable", "open"], check=True, capture_output=True, timeout=30)
+    h = wait_for(lambda: quiet(stats_bus), "everything offered written")
+    files = glob.glob(os.path.join(d.dir, "history", "*.seg"))
+    check_eq(h["segments"], len(files), "the segments counted are the files")
+    check_eq(h["bytes"], sum(os.path.getsize(f) for f in files), "their bytes")
+    check(h["bytes"] <= 4 << 20, f"within HistoryMaxUse=4M: {h['bytes']}")
+    check_eq(h["events"] + h["removed_events"], h["written"], "held + removed = written")
+
+    lines = query(d.socket_path, {"after_cursor": early})
+    n = int(dict(kv.split("=") for kv in early.split(";"))["n"], 16)
+    check_eq(lines[0], {"type": "lost", "count": h["first_ordinal"] - (n + 1), "reason": "history-retention"},
+             "the reader of a removed segment's cursor first gets the removed events as a gap")
+    d.stop()  # the module's bus is the next test's daemon's
+
+
+def test_full_disk_is_counted_and_recorded_as_a_gap(make_daemon, stats_bus):
+    mnt = tempfile.mkdtemp(prefix="perfrelay-hist-full-")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "tmpfs", mnt], check=True)
+    try:
+        filler = os.path.join(mnt, "filler")
+        with open(filler, "wb") as f:
+            f.write(b"\0" * (1 << 20))
+        d = make_daemon("hist-full", f"[Probes]\nProbes=open\n[History]\nHistoryTypes=open\nHistoryPath={mnt}/h\n",
+                        stdout=False)
+        deadline = time.monotonic() + 180
+        while history(stats_bus.stats())["dropped_disk"] == 0:
+            check(time.monotonic() < deadline, "ENOSPC within 180s")
+            open_load(5000)
+        os.unlink(filler)  # room again: the next block carries the gap record
+        while history(stats_bus.stats())["disk_gap_pending"] > 0:
+            check(time.monotonic() < deadline, "a gap record written within 180s")
+            open_load(200)
+        subprocess.run([CTL, "probe", "disable", "open"], check=True, capture_output=True, timeout=30)
+        h = wait_for(lambda: quiet(stats_bus), "everything offered written or counted")
+        check_eq(h["offered"], h["written"] + h["dropped_behind"] + h["dropped_disk"], "offered = written + dropped")
+        gaps = sum(m["count"] for m in query(d.socket_path, {}) if m["type"] == "lost"
+                   and m.get("reason") == "history-disk")
+        check(gaps > 0, "the history holds the gap")
+        check_eq(gaps + h["disk_gap_pending"], h["dropped_disk"], "every event the disk refused is in a gap")
+        d.stop()
+    finally:
+        subprocess.run(["umount", "-l", mnt])
+        os.rmdir(mnt)
+
+
+if __name__ == "__main__":
+    main(__file__)
