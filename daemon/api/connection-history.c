@@ -59,6 +59,8 @@ int connection_history_pump(Connection *c) {
 			c->hwait = true;
 			break;
 		}
+		if (n == -EINPROGRESS)
+			break; /* EPOLLOUT stays on: the next turn of the loop goes on */
 		if (n < 0)
 			return log_debug_errno(
 				(int) n, "Client %" PRIu64 ": its history stream failed: %m", c->id);

@@ -311,10 +311,10 @@ static void connection_refuse_over(Connection *c, UsersRefusal refusal) {
 }
 
 /* The queues a subscriber gets are memory the daemon holds for its uid: charged, or refused. */
-static int charge_queues(Connection *c) {
+/* Charges c's uid for `bytes` of queues (or a history stream's buffers); frees c if over. */
+static int charge_queues(Connection *c, uint64_t bytes) {
 	Server *s = c->server;
 	UsersLimits limits = s->o.users;
-	uint64_t bytes = hub_client_capacity(c->client);
 	UsersRefusal refusal;
 	int r;
 
@@ -373,6 +373,12 @@ static void connection_subscribe_history(Connection *c, Subscription *sub) {
 	char err[REQUEST_MESSAGE_MAX];
 	int r;
 
+	/* Its buffers count as a queue would, against MaxQueueBytes= and MaxQueueBytesPerUid=. */
+	if (c->server->history &&
+	    charge_queues(c, SERVER_HISTORY_BUFFER + c->server->history->stream_bytes) < 0) {
+		subscription_free(sub);
+		return; /* c is gone */
+	}
 	r = connection_history_open(c, sub, err, sizeof(err));
 	if (r == -ENOMEM) {
 		log_warning("Client %" PRIu64 ": out of memory opening its history stream, closing", c->id);
@@ -455,7 +461,7 @@ static void connection_subscribe(Connection *c, Subscription *sub_in) {
 	}
 	s->stats.pending--;
 	s->stats.clients++;
-	r = charge_queues(c);
+	r = charge_queues(c, hub_client_capacity(c->client));
 	if (r < 0)
 		return; /* c is gone */
 

@@ -106,10 +106,14 @@ typedef struct ServerHistoryOps {
 	int (*open)(void *userdata, const Subscription *sub, void **ret, char *err, size_t err_size);
 	/* Whole lines of the stream into buf (size >= SERVER_HISTORY_BUFFER): bytes, 0 at its end
 	 * (the connection is then closed), -EAGAIN when nothing is there yet (until
-	 * server_history_wake()), another negative errno to close it. */
+	 * server_history_wake()), -EINPROGRESS when it read its share of blocks for one call
+	 * without a line (ask again on the next turn of the loop), another negative errno to
+	 * close it. */
 	ssize_t (*read)(void *stream, char *buf, size_t size);
-	/* Its figures: events written into lines, gaps reported. */
+	/* Its figures: events written into lines. */
 	void (*close)(void *stream, uint64_t *ret_events);
+	/* What a stream holds in memory, charged to its user with the connection's buffer. */
+	uint64_t stream_bytes;
 } ServerHistoryOps;
 #define SERVER_HISTORY_BUFFER (128u * 1024u)
 /* NULL ops: no history (a request for it is refused with a message saying so). */

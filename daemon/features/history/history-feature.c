@@ -127,7 +127,7 @@ static void ops_close(void *stream, uint64_t *ret_events) {
 	history_stream_free(stream);
 }
 
-static const ServerHistoryOps history_ops = {
+static ServerHistoryOps history_ops = {
 	.open = ops_open,
 	.read = ops_read,
 	.close = ops_close,
@@ -201,6 +201,7 @@ static int history_setup(Feature *f) {
 }
 
 static int history_start(Feature *f) {
+	history_ops.stream_bytes = history_stream_bytes();
 	manager_set_history(f->manager, &history_ops, f);
 	return 0;
 }

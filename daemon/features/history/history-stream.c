@@ -20,6 +20,9 @@
  * "until" stops at the first block that begins this much after it. */
 #define HISTORY_REORDER_NS (2 * NSEC_PER_SEC)
 #define HISTORY_LINE_MAX   (ENCODE_JSON_MAX + 32u + HISTORY_CURSOR_MAX)
+/* A generous bound of a zstd decompression context (ZSTD_estimateDCtxSize() is not in the
+ * library's stable API): about 160 KiB for zstd 1.5. */
+#define ZSTD_DCTX_BYTES    (256u * 1024u)
 /* The hub's lost record (hub-internal.h): a header and the count. */
 #define HUB_LOST_SIZE      (sizeof(struct perfrelay_hdr) + sizeof(uint64_t))
 
@@ -228,8 +231,14 @@ static size_t lost_line(HistoryStream *h, const uint8_t *rec, uint32_t len) {
 	return 0;
 }
 
+uint64_t history_stream_bytes(void) {
+	return sizeof(HistoryStream) + HISTORY_BLOCK_COMP_MAX + HISTORY_BLOCK_RAW_MAX +
+		PERFRELAY_RECORD_MAX + HISTORY_LINE_MAX + ZSTD_DCTX_BYTES;
+}
+
 ssize_t history_stream_read(HistoryStream *h, char *buf, size_t size) {
 	size_t out = 0;
+	unsigned blocks = 0;
 
 	for (;;) {
 		if (h->gap_len > 0) {
@@ -243,11 +252,14 @@ ssize_t history_stream_read(HistoryStream *h, char *buf, size_t size) {
 			HistoryBlock b;
 			int r;
 
+			if (out == 0 && h->gap_len == 0 && blocks >= HISTORY_READ_BLOCKS)
+				return -EINPROGRESS;
 			if (!next_block(h, &b)) {
 				if (out > 0)
 					break;
 				return h->sub->follow ? -EAGAIN : 0;
 			}
+			blocks++;
 			if (h->sub->has_until && b.n_events > 0 &&
 			    (uint64_t) ((int64_t) b.ts_min + h->realtime_offset_ns) >
 				    h->sub->until_ns + HISTORY_REORDER_NS) {
