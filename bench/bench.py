@@ -36,7 +36,14 @@ ROWS = [
     # daemon rows run with Recorder=no so that they keep measuring the live path alone.
     ("r", "perfrelayd, 1 binary client, flight recorder on",
      ["--mode", "daemon", "--clients", "1", "--format", "binary"]),
+    # The event history (docs/history.md): every daemon row runs with it at its defaults (which
+    # do not record the benchmark's type); b0 with it off, y with it recording every record.
+    ("b0", "perfrelayd, no client, history off", ["--mode", "daemon", "--clients", "0"]),
+    ("y", "perfrelayd, no client, history recording the benchmark's records",
+     ["--mode", "daemon", "--clients", "0"]),
 ]
+# Each row's [History] (docs/history.md): the defaults but for b0 and y.
+ROW_HISTORY = {"b0": "History=no\n", "y": "HistoryRecordBench=yes\nHistoryMaxUse=8G\n"}
 ROW_ARGS = {name: args for name, _, args in ROWS}
 # Row k (bench/burst_bench.py): ring pages per CPU and reader nice value. The old defaults, the
 # old ring with the new nice value, the smallest ring that nearly held, the new defaults.
@@ -70,14 +77,14 @@ class Daemon:
         self.set_recorder(False)
         self.proc = None
 
-    def set_recorder(self, on, counters=False):
+    def set_recorder(self, on, counters=False, history=""):
         # Counters off but where a row measures them (docs/counters.md): the other rows keep
         # measuring the live path alone.
         with open(self.config_path, "w") as f:
             f.write(f"[Daemon]\nPinPath={self.pin_root}\n[Ring]\nPagesPerCpu={self.pages}\n[Probes]\nProbes=none\n"
                     f"[Socket]\nSocketPath={self.socket_path}\n[Recorder]\nRecorder={'yes' if on else 'no'}\n"
                     f"[Counters]\nCounters={'default' if counters else 'none'}\n"
-                    f"[History]\nHistoryPath={self.dir}/history\n"
+                    f"[History]\nHistoryPath={self.dir}/history\n{history}"
                     + (f"[Readers]\nReaderPriority={self.reader_priority}\n"
                        f"ReaderPriorityBudget={self.reader_budget}\n" if self.reader_priority else ""))
 
@@ -134,6 +141,17 @@ class Daemon:
                 stats["malformed"] = int(session[session.index("malformed") - 1])
             elif "CPU" in words and "lost" in words and "received" in words:
                 stats["ring_lost"] += int(words[words.index("lost") - 1])
+            elif "History:" in words and "offered" in words:
+                # "History: O offered, W written, B dropped (writer behind), D dropped (disk); S
+                # segments, N bytes; R bytes of frames in K bytes of blocks; writer C ns of CPU"
+                stats["history"] = {
+                    "offered": int(words[words.index("offered") - 1]),
+                    "written": int(words[words.index("written") - 1]),
+                    "dropped": int(words[words.index("behind)") - 3]) + int(words[words.index("(disk)") - 2]),
+                    "frame_bytes": int(words[words.index("frames") - 3]),
+                    "block_bytes": int(words[words.index("blocks") - 3]),
+                    "writer_cpu_ns": int(words[words.index("CPU") - 3]),
+                }
             elif "Socket" in words and "clients:" in words:
                 stats["offered"] = int(words[words.index("offered") - 2])
                 stats["sent"] = int(words[words.index("sent") - 1])
@@ -180,7 +198,7 @@ class Bench:
                                                                     "--duration", str(duration)]
         daemon = ROW_ARGS[row][1] == "daemon"
         if daemon:
-            self.daemon.set_recorder(row == "r")
+            self.daemon.set_recorder(row == "r", history=ROW_HISTORY.get(row, ""))
             self.daemon.start()
             args += ["--pin-root", self.pin_root, "--socket", self.daemon.socket_path,
                      "--daemon-pid", str(self.daemon.proc.pid)]
@@ -234,6 +252,40 @@ class Bench:
             raise BenchError(f"row {row}: a client did not account for every event")
 
     # ---- the parts of a run ----
+
+    def history_read(self):
+        """Reads back the history rows y wrote, through the socket as a user would: a query whose
+        filter matches nothing (every block read, decompressed, each record decoded and
+        matched: the scan), and the JSON replay of every record."""
+        self.daemon.set_recorder(False, history=ROW_HISTORY["y"])
+        self.daemon.start()
+        out = {}
+        try:
+            for name, req in (("scan", {"follow": False, "subscribe": {"pid": [2 ** 31]}}),
+                              ("replay_json", {"follow": False, "subscribe": {"types": ["bench"]}})):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect(self.daemon.socket_path)
+                t0 = time.monotonic()
+                s.sendall(json.dumps(req).encode() + b"\n")
+                lines = nbytes = 0
+                while True:
+                    chunk = s.recv(1 << 22)
+                    if not chunk:
+                        break
+                    lines += chunk.count(b"\n")
+                    nbytes += len(chunk)
+                seconds = time.monotonic() - t0
+                s.close()
+                out[name] = {"seconds": round(seconds, 3), "lines": lines - 1, "bytes": nbytes}
+            events = out["replay_json"]["lines"]
+            for name in out:
+                out[name]["events_per_s"] = round(events / out[name]["seconds"]) if out[name]["seconds"] else None
+            out["events"] = events
+            log(f"history read: {events} events, scan {out['scan']['events_per_s'] / 1e6:.2f} M/s, "
+                f"JSON replay {out['replay_json']['events_per_s'] / 1e6:.2f} M/s")
+        finally:
+            self.daemon.stop()
+        return out
 
     def pingpong(self, repeat, duration, mode):
         """The counters' cost: context switches per second of a ping-pong pair (mode: threads or
@@ -663,6 +715,8 @@ def main():
             flood = flood_bench.run(args.build, args.flood_repeat, log)
         max_rows, baselines = b.max_rate_rows() if ROWS else ({}, [])
         summary = {name: summarize(res) for name, res in max_rows.items()}
+        # The history's reading (docs/history.md): what rows y wrote, read back.
+        history_read = b.history_read() if "y" in max_rows else None
 
         # Rows x (NATS) and o (OTLP): as fast as the producer goes (the exporter's throughput),
         # then at half that rate, which it sustains without loss (its CPU per event, not
@@ -777,6 +831,38 @@ def main():
                     "cpu_ns_per_event_r": r_.get("cpu_ns_per_event"), "cpu_ns_per_event_e": e_.get("cpu_ns_per_event")}
         log(f"recorder: producer rate on/off {recorder['events_per_s_r_to_e']}x, daemon CPU per event "
             f"{recorder['cpu_ns_per_event_r']} ns on, {recorder['cpu_ns_per_event_e']} ns off")
+    # The history (docs/history.md): its cost at its defaults (b, against b0 with it off), and
+    # the writer recording every record (y): its CPU, the bytes on disk, what it dropped.
+    history = None
+    if "y" in max_rows:
+        runs = [r["daemon"]["history"] for r in max_rows["y"]]
+        for h in runs:
+            if h["offered"] != h["written"] + h["dropped"]:
+                raise BenchError(f"row y: the history was offered {h['offered']}, wrote {h['written']} and "
+                                 f"dropped {h['dropped']}")
+        history = {
+            "writer_cpu_ns_per_event": round(statistics.median(h["writer_cpu_ns"] / h["written"] for h in runs), 1),
+            "disk_bytes_per_event": round(statistics.median(h["block_bytes"] / h["written"] for h in runs), 2),
+            "frame_bytes_per_event": round(statistics.median(h["frame_bytes"] / h["written"] for h in runs), 2),
+            "dropped_fraction": statistics.median(h["dropped"] / h["offered"] for h in runs),
+            "runs": runs,
+            "read": history_read,
+        }
+        history["disk_to_frame"] = round(history["disk_bytes_per_event"] / history["frame_bytes_per_event"], 3)
+        targets["y_writer_cpu_ns_per_event"] = t("y", history["writer_cpu_ns_per_event"], "<= 200",
+                                                 history["writer_cpu_ns_per_event"] <= 200)
+        targets["y_disk_to_frame"] = t("y", history["disk_to_frame"], "<= 0.25", history["disk_to_frame"] <= 0.25)
+        if history_read:
+            x = history_read["scan"]["events_per_s"]
+            targets["y_scan_events_per_s"] = t("y", x, ">= 5e6", x >= 5e6)
+        log(f"history: writer {history['writer_cpu_ns_per_event']} ns/event, "
+            f"{history['disk_bytes_per_event']} bytes on disk per event of {history['frame_bytes_per_event']}, "
+            f"dropped {100 * history['dropped_fraction']:.2f} %")
+    if "b" in configurations and "b0" in configurations:
+        on, off = configurations["b"]["cpu_ns_per_event"], configurations["b0"]["cpu_ns_per_event"]
+        if on is not None and off is not None:
+            targets["b_history_default_cost_ns"] = t("b", round(on - off, 1), "<= 15", on - off <= 15)
+            history = dict(history or {}, default_cost_ns_per_event=round(on - off, 1))
     if counters:
         r = counters["threads"]["switches_per_s_on_to_off"]
         targets["counters_pingpong_ratio"] = t("counters", r, ">= 0.9", r >= 0.9)
@@ -826,6 +912,7 @@ def main():
         "export_otlp": export_rows.get("o"),
         "export_otlp_gzip": export_rows.get("g"),
         "recorder": recorder,
+        "history": history,
         "counters": counters,
         "capture": capture,
         "burst": burst,

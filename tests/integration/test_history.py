@@ -130,6 +130,20 @@ def test_query_is_scoped_to_the_users_uid(make_daemon):
     check(all(m.get("ancestors", []) == [] for m in events), "no ancestors (they may be other users')")
 
 
+def test_unit_query_reads_the_units_blocks(make_daemon, unit_cgroup):
+    d = make_daemon("hist-unit", "[Probes]\nProbes=exec\n", stdout=False)
+    tag = f"hist-{uuid.uuid4().hex[:8]}"
+    unit = unit_cgroup("hist-unit")
+    for i in range(5):
+        run_true(tag, str(i))  # outside the unit
+    for i in range(5, 10):
+        unit.popen(["/bin/true", tag, str(i)]).wait()
+    wait_for(lambda: len(markers(query(d.socket_path, {}), tag)) == 10, "every marker written")
+    got = query(d.socket_path, {"subscribe": {"unit": [unit.name]}})
+    check_eq(sorted(markers(got, tag)), list(range(5, 10)), "the unit's markers, none other")
+    check(all(m.get("unit") == unit.name for m in got if m["type"] == "exec"), "each of the unit")
+
+
 def test_torn_tail_is_cut_counted_and_the_rest_kept(make_daemon, stats_bus):
     d = make_daemon("hist-torn", "[Probes]\nProbes=exec\n", stdout=False)
     tag = f"hist-{uuid.uuid4().hex[:8]}"

@@ -15,6 +15,7 @@ static const HistoryConfig defaults = {
 static const ConfigKey keys[] = {
 	{ "History", "History", VALUE_BOOL, CONFIG_FIELD(HistoryConfig, history), 0, 0, NULL, false },
 	{ "History", "HistoryTypes", VALUE_PROBES, CONFIG_FIELD(HistoryConfig, types), 0, 0, NULL, false },
+	{ "History", "HistoryRecordBench", VALUE_BOOL, CONFIG_FIELD(HistoryConfig, record_bench), 0, 0, NULL, false },
 	{ "History", "HistoryMaxUse", VALUE_SIZE, CONFIG_FIELD(HistoryConfig, max_use), 4ull << 20, 1ull << 50, NULL, true },
 	{ "History", "HistoryMaxAgeSec", VALUE_UINT, CONFIG_FIELD(HistoryConfig, max_age_sec), 0, 100u * 365 * 86400, NULL, true },
 	{ "History", "HistorySyncIntervalSec", VALUE_UINT, CONFIG_FIELD(HistoryConfig, sync_interval_sec), 1, 3600, NULL, true },

@@ -14,8 +14,9 @@ typedef struct HistoryConfig {
 	/* HistoryTypes=: the built-in types it records (bits PROBE_*, the probes' names), default
 	 * exec exit fork connect (docs/history.md, "Sizing": open is the type a host makes most). */
 	uint32_t types;
-	uint64_t max_use;           /* HistoryMaxUse=, bytes of segments, default 1G, at least 4M */
-	unsigned max_age_sec;       /* HistoryMaxAgeSec=, 0: no age limit (default) */
+	bool record_bench;    /* HistoryRecordBench=, default no: the benchmark producer's records too */
+	uint64_t max_use;     /* HistoryMaxUse=, bytes of segments, default 1G, at least 4M */
+	unsigned max_age_sec; /* HistoryMaxAgeSec=, 0: no age limit (default) */
 	unsigned sync_interval_sec; /* HistorySyncIntervalSec=, default 5 */
 } HistoryConfig;
 

@@ -171,7 +171,7 @@ static int history_setup(Feature *f) {
 		return log_error_errno(r, "History: cannot watch the writer: %m");
 	sd_event_source_set_enabled(hf->pipe_source, SD_EVENT_OFF);
 
-	hf->types = probes_type_mask(hc->types);
+	hf->types = probes_type_mask(hc->types) | (hc->record_bench ? UINT64_C(1) << PERFRELAY_TYPE_BENCH : 0);
 	{
 		HubClientOptions o = {
 			.format = HUB_FORMAT_BINARY,

@@ -31,6 +31,30 @@ uint32_t history_crc(uint32_t crc, const void *p, size_t n) {
 	return crc;
 }
 
+/* FNV-1a: the filter only decides which blocks are read, never what a reader may see. */
+static uint64_t unit_hash(const char *unit) {
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (; *unit; unit++)
+		h = (h ^ (uint8_t) *unit) * 0x100000001b3ull;
+	return h;
+}
+
+void history_unit_bloom_add(uint64_t bloom[static HISTORY_UNIT_BLOOM_WORDS], const char *unit) {
+	uint64_t h = unit_hash(unit);
+	unsigned a = h % (64 * HISTORY_UNIT_BLOOM_WORDS), b = (h >> 32) % (64 * HISTORY_UNIT_BLOOM_WORDS);
+
+	bloom[a / 64] |= UINT64_C(1) << (a % 64);
+	bloom[b / 64] |= UINT64_C(1) << (b % 64);
+}
+
+bool history_unit_bloom_has(const uint64_t bloom[static HISTORY_UNIT_BLOOM_WORDS], const char *unit) {
+	uint64_t h = unit_hash(unit);
+	unsigned a = h % (64 * HISTORY_UNIT_BLOOM_WORDS), b = (h >> 32) % (64 * HISTORY_UNIT_BLOOM_WORDS);
+
+	return (bloom[a / 64] & (UINT64_C(1) << (a % 64))) && (bloom[b / 64] & (UINT64_C(1) << (b % 64)));
+}
+
 uint32_t history_segment_header_crc(const struct history_segment_header *h) {
 	struct history_segment_header c = *h;
 
@@ -258,6 +282,7 @@ static int scan_segment(HistoryStore *s, const char *name, uint64_t id, bool *re
 			.ts_min = b.ts_min,
 			.ts_max = b.ts_max,
 		};
+		memcpy(hb.units, b.units, sizeof(hb.units));
 		if (history_segment_add_block(&g, &hb) < 0) {
 			free(g.blocks);
 			return log_oom();

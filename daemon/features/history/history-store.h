@@ -17,19 +17,21 @@
 
 #include "macro.h"
 
-#define HISTORY_SEGMENT_MAGIC  "PRHIST01"
-#define HISTORY_BLOCK_MAGIC    0x4b425250u /* "PRBK" */
-#define HISTORY_SEGMENT_CLOSED 0x1u        /* the header's end fields are final */
+#define HISTORY_SEGMENT_MAGIC    "PRHIST01"
+#define HISTORY_BLOCK_MAGIC      0x4b425250u /* "PRBK" */
+#define HISTORY_SEGMENT_CLOSED   0x1u        /* the header's end fields are final */
 /* What a block holds before it is compressed: the writer cuts it at this size, or when its
  * first event waited HISTORY_CUT_USEC. */
-#define HISTORY_BLOCK_RAW_MAX  (256u * 1024u)
-#define HISTORY_BLOCK_COMP_MAX (HISTORY_BLOCK_RAW_MAX + HISTORY_BLOCK_RAW_MAX / 128u + 1024u)
-#define HISTORY_CUT_USEC       (250u * 1000u)
+#define HISTORY_BLOCK_RAW_MAX    (256u * 1024u)
+#define HISTORY_BLOCK_COMP_MAX   (HISTORY_BLOCK_RAW_MAX + HISTORY_BLOCK_RAW_MAX / 128u + 1024u)
+#define HISTORY_CUT_USEC         (250u * 1000u)
 /* A cursor string is at most this long, its NUL included. */
-#define HISTORY_CURSOR_MAX     96u
+#define HISTORY_CURSOR_MAX       96u
+/* A block's filter of its units: 256 bits, two per unit. */
+#define HISTORY_UNIT_BLOOM_WORDS 4u
 /* A gap record (struct history_gap): what the history does not hold, and why. */
-#define HISTORY_GAP_BEHIND     1u /* the writer's queue was full (the hub's lost record) */
-#define HISTORY_GAP_DISK       2u /* a block could not be written (ENOSPC, EIO) */
+#define HISTORY_GAP_BEHIND       1u /* the writer's queue was full (the hub's lost record) */
+#define HISTORY_GAP_DISK         2u /* a block could not be written (ENOSPC, EIO) */
 
 struct history_segment_header {
 	char magic[8];        /* HISTORY_SEGMENT_MAGIC */
@@ -58,10 +60,13 @@ struct history_block_header {
 	uint32_t n_events;        /* event records (not units, not gaps) */
 	uint64_t first_ordinal;   /* of its first event */
 	uint64_t ts_min, ts_max;  /* CLOCK_BOOTTIME ns of its events */
-	uint32_t crc;             /* CRC-32 of this header (crc 0) and the zstd frame */
+	/* A Bloom filter of the units of its unit frames (history_unit_bloom_add()): a query for
+	 * a unit reads only the blocks whose filter may hold it. */
+	uint64_t units[HISTORY_UNIT_BLOOM_WORDS];
+	uint32_t crc; /* CRC-32 of this header (crc 0) and the zstd frame */
 	uint32_t reserved;
 };
-_Static_assert(sizeof(struct history_block_header) == 48, "no implicit padding");
+_Static_assert(sizeof(struct history_block_header) == 80, "no implicit padding");
 
 /* A gap record: a PERFRELAY_TYPE_LOST record of this size (the hub's lost record is a header and
  * the count: HISTORY_GAP_BEHIND). */
@@ -80,6 +85,7 @@ typedef struct HistoryBlock {
 	uint32_t n_events;
 	uint64_t first_ordinal;
 	uint64_t ts_min, ts_max;
+	uint64_t units[HISTORY_UNIT_BLOOM_WORDS];
 } HistoryBlock;
 
 typedef struct HistorySegment {
@@ -147,6 +153,11 @@ void history_segment_name(uint64_t id, char *buf, size_t size);
 /* Cursors as strings: "h=<id>;s=<segment>;o=<offset>;i=<index>;n=<ordinal>", hex. */
 void history_cursor_format(const HistoryCursor *c, char buf[static HISTORY_CURSOR_MAX]);
 int history_cursor_parse(const char *s, HistoryCursor *ret); /* -EINVAL */
+
+/* A block's filter of units: no false negatives (a block with the unit always says it may hold
+ * it), false positives only cost reading a block. */
+void history_unit_bloom_add(uint64_t bloom[static HISTORY_UNIT_BLOOM_WORDS], const char *unit);
+bool history_unit_bloom_has(const uint64_t bloom[static HISTORY_UNIT_BLOOM_WORDS], const char *unit);
 
 uint32_t history_crc(uint32_t crc, const void *p, size_t n);
 uint32_t history_segment_header_crc(const struct history_segment_header *h);

@@ -106,6 +106,16 @@ static int next_block(HistoryStream *h, HistoryBlock *ret) {
 	return found;
 }
 
+/* Whether a block may hold an event of the subscription's units (true without a unit filter). */
+static bool may_hold_units(const Subscription *sub, const HistoryBlock *b) {
+	if (sub->n_units == 0)
+		return true;
+	for (size_t i = 0; i < sub->n_units; i++)
+		if (history_unit_bloom_has(b->units, sub->units[i]))
+			return true;
+	return false;
+}
+
 static void gap_line(HistoryStream *h, uint64_t count, const char *reason) {
 	int n;
 
@@ -266,6 +276,19 @@ ssize_t history_stream_read(HistoryStream *h, char *buf, size_t size) {
 				if (out > 0)
 					break;
 				return 0;
+			}
+			if (!may_hold_units(h->sub, &b)) {
+				/* None of its units is one the subscription names: not read. */
+				if (h->have_next && b.first_ordinal + h->pos.skip > h->next_ordinal)
+					gap_line(
+						h,
+						b.first_ordinal + h->pos.skip - h->next_ordinal,
+						"history-retention");
+				h->next_ordinal = b.first_ordinal + b.n_events;
+				h->have_next = true;
+				h->pos.offset += b.size;
+				h->pos.skip = 0;
+				continue;
 			}
 			r = load_block(h, &b);
 			if (h->have_next && b.first_ordinal + h->pos.skip > h->next_ordinal)

@@ -19,6 +19,7 @@
 #include "event.h"
 #include "features/history/history-writer.h"
 #include "time-util.h"
+#include "unit-frame.h"
 
 /* zstd's fastest regular level: docs/history.md, "Sizing", has the figures. */
 #define HISTORY_ZSTD_LEVEL   1
@@ -50,6 +51,7 @@ struct HistoryWriter {
 	 * "history-disk" one (first in the block, if any) and the hub's lost records. */
 	uint64_t raw_disk_gap, raw_behind;
 	unsigned raw_gaps; /* its gap records */
+	uint64_t raw_units[HISTORY_UNIT_BLOOM_WORDS];
 	uint8_t *comp;
 
 	int seg_fd; /* the segment written, -EBADF before the first block */
@@ -249,6 +251,7 @@ static void block_cut(HistoryWriter *w) {
 		.ts_min = w->raw_events ? w->raw_ts_min : 0,
 		.ts_max = w->raw_events ? w->raw_ts_max : 0,
 	};
+	memcpy(b.units, w->raw_units, sizeof(b.units));
 	b.crc = history_crc(history_crc(0, &b, sizeof(b)), w->comp, comp);
 	iov[0] = (struct iovec){ &b, sizeof(b) };
 	iov[1] = (struct iovec){ w->comp, comp };
@@ -269,9 +272,9 @@ static void block_cut(HistoryWriter *w) {
 			.ts_min = b.ts_min,
 			.ts_max = b.ts_max,
 		};
-
 		struct timespec cpu = {};
 
+		memcpy(hb.units, b.units, sizeof(hb.units));
 		(void) clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu); /* a syscall, once a block */
 		pthread_mutex_lock(&s->lock);
 		w->stats.cpu_ns = timespec_nsec(&cpu);
@@ -310,6 +313,7 @@ static void block_cut(HistoryWriter *w) {
 	w->raw_events = 0;
 	w->raw_disk_gap = w->raw_behind = 0;
 	w->raw_gaps = 0;
+	memset(w->raw_units, 0, sizeof(w->raw_units));
 	notify(w);
 	if (w->seg_end >= segment_max(w))
 		segment_close(w);
@@ -333,6 +337,7 @@ fail:
 	w->raw_events = 0;
 	w->raw_disk_gap = w->raw_behind = 0;
 	w->raw_gaps = 0;
+	memset(w->raw_units, 0, sizeof(w->raw_units));
 }
 
 static void raw_put(HistoryWriter *w, const void *frame, size_t len) {
@@ -406,7 +411,12 @@ static bool take_frames(HistoryWriter *w) {
 				w->raw_behind += count;
 				w->raw_gaps++;
 			}
-		} else if (hdr.type != PERFRELAY_TYPE_UNIT) {
+		} else if (hdr.type == PERFRELAY_TYPE_UNIT) {
+			char unit[PERFRELAY_UNIT_NAME_MAX];
+
+			if (unit_frame_name(w->in + p + sizeof(len) + sizeof(hdr), len - sizeof(hdr), unit))
+				history_unit_bloom_add(w->raw_units, unit);
+		} else {
 			if (w->raw_events == 0 || hdr.ts_ns < w->raw_ts_min)
 				w->raw_ts_min = hdr.ts_ns;
 			if (w->raw_events == 0 || hdr.ts_ns > w->raw_ts_max)
