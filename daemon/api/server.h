@@ -114,6 +114,8 @@ typedef struct ServerHistoryOps {
 	void (*close)(void *stream, uint64_t *ret_events);
 	/* What a stream holds in memory, charged to its user with the connection's buffer. */
 	uint64_t stream_bytes;
+	/* The record types the history holds (bit t: type t). */
+	uint64_t types;
 } ServerHistoryOps;
 #define SERVER_HISTORY_BUFFER (128u * 1024u)
 /* NULL ops: no history (a request for it is refused with a message saying so). */

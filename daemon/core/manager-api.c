@@ -52,8 +52,15 @@ void manager_publish_notice(Manager *m, unsigned slot, const HubNotice *n, HubNo
 }
 
 void manager_set_history(Manager *m, const ServerHistoryOps *ops, void *userdata) {
+	m->history_ops = ops;
+	m->history_userdata = ops ? userdata : NULL;
 	if (m->server)
 		server_set_history(m->server, ops, userdata);
+}
+
+const ServerHistoryOps *manager_history(const Manager *m, void **ret_userdata) {
+	*ret_userdata = m->history_userdata;
+	return m->history_ops;
 }
 
 void manager_history_wake(Manager *m) {

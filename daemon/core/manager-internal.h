@@ -59,7 +59,10 @@ struct Manager {
 	CgroupWatch *cgroup_watch; /* the units of removed cgroups; NULL: none */
 	Decoders *decoders;        /* the scans the readers decode third-party records with */
 	Server *server;            /* the event socket and its subscribers */
-	Bus *bus;                  /* NULL without a system bus */
+	/* The history's streams, offered by a feature (manager_set_history()); NULL: none. */
+	const ServerHistoryOps *history_ops;
+	void *history_userdata;
+	Bus *bus; /* NULL without a system bus */
 	sd_event_source *notify_source;
 
 	/* The features (feature.h), in the order of the table main() gave. */

@@ -78,6 +78,9 @@ void manager_publish_notice(Manager *m, unsigned slot, const HubNotice *n, HubNo
  * them (NULL ops: withdraws them, ending every stream), and says when new blocks are there. */
 void manager_set_history(Manager *m, const ServerHistoryOps *ops, void *userdata);
 void manager_history_wake(Manager *m);
+/* The history's streams as offered (NULL: none), for a feature that reads it (the recorder's
+ * snapshots); *ret_userdata is the ops' userdata. */
+const ServerHistoryOps *manager_history(const Manager *m, void **ret_userdata);
 /* The flush loop: every client's consumer, until nothing is left. */
 void manager_flush(Manager *m);
 /* Kernel-side demand (docs/pipeline.md, "Demand"): the record types (bit t: type t < 64) some

@@ -100,7 +100,9 @@ typedef struct DrainCtx {
 	Reader *reader;
 	CpuStats *cpu;
 	RingSeq *seq;
-	bool has_clients;    /* the hub slot's, fixed for the batch (its lock is held) */
+	bool has_clients; /* the hub slot's, fixed for the batch (its lock is held) */
+	bool wants_all;   /* likewise: else its clients take only the types of want_types */
+	uint64_t want_types;
 	uint64_t *held_usec; /* the ring's */
 	uint64_t now;        /* CLOCK_MONOTONIC µs of the batch */
 	bool held;           /* the drain stopped at a record held for its decoder */
@@ -334,7 +336,7 @@ static void seq_flush(RingSeq *rs, ReaderStats *st) {
 static bool reader_hold_done(DrainCtx *d, const DecodedEvent *ev) {
 	Reader *r = d->reader;
 
-	if (!d->has_clients || !r->hold_ok ||
+	if (!d->has_clients || !d->wants_all || !r->hold_ok ||
 	    decoders_missing(r->decoders, r->id, ev->hdr.type, ev->hdr.ts_ns) == DECODER_UNKNOWN)
 		return true;
 	if (*d->held_usec == 0) {
@@ -404,6 +406,10 @@ static bool on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 			/* Filters and JSON lines need the unit; a cache hit is a hash and a compare,
 			 * a miss a syscall pair once per cgroup. Not worth it without clients. */
 			if (!d->has_clients)
+				return true;
+			/* Nobody attached takes this type (the history's client alone, say). */
+			if (!d->wants_all &&
+			    (ev.hdr.type >= 64 || !(d->want_types & (UINT64_C(1) << ev.hdr.type))))
 				return true;
 			if (ev.cgroup_id != 0 && r->units)
 				unit = cgroup_cache_lookup(r->units, ev.cgroup_id);
@@ -481,6 +487,7 @@ static void drain_ring(Reader *r, size_t i, Ring *ring, bool lane, uint64_t budg
 
 	if (!ring_pending(ring))
 		return;
+	d.wants_all = hub_reader_wants_all(r->hub, r->id, &d.want_types);
 	ring_view(ring, &view);
 	n = ring_view_drain(&view, budget, on_record, &d, &skipped);
 	if (_unlikely_(d.held))

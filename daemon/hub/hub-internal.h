@@ -107,6 +107,10 @@ typedef struct HubSlot {
 	uint8_t *flagged;
 	char *json_flagged;
 	bool wrote; /* reader-private: this batch queued output */
+	/* Guarded by lock, set with the client list: the union of its clients' demand, and
+	 * whether any of them may want more than that (HubClientOptions.only_demand). */
+	uint64_t want_types;
+	bool want_all;
 } HubSlot;
 
 struct Hub {

@@ -240,6 +240,17 @@ static void demand_add(Hub *h, uint64_t types, int delta) {
 		h->demand_fn(h->demand_userdata);
 }
 
+/* What the slot's clients may want (HubSlot.want_types, want_all), after its list changed.
+ * Under the slot's lock. */
+static void slot_wants(HubSlot *s) {
+	s->want_types = 0;
+	s->want_all = false;
+	for (size_t i = 0; i < s->n_clients; i++) {
+		s->want_types |= s->clients[i]->o.demand;
+		s->want_all |= !s->clients[i]->o.only_demand;
+	}
+}
+
 int hub_client_attach(Hub *h, HubClient *c) {
 	/* On allocation failure the client ends up attached nowhere (never half-attached) and
 	 * the caller learns it from the return value. */
@@ -251,6 +262,7 @@ int hub_client_attach(Hub *h, HubClient *c) {
 
 		pthread_mutex_lock(&s->lock);
 		r = clients_append(&s->clients, &s->n_clients, c);
+		slot_wants(s);
 		pthread_mutex_unlock(&s->lock);
 		if (r < 0) {
 			hub_client_detach(h, c);
@@ -270,6 +282,7 @@ void hub_client_detach(Hub *h, HubClient *c) {
 
 		pthread_mutex_lock(&s->lock);
 		clients_remove(s->clients, &s->n_clients, c);
+		slot_wants(s);
 		pthread_mutex_unlock(&s->lock);
 	}
 	clients_remove(h->clients, &h->n_clients, c);
@@ -388,6 +401,11 @@ void hub_reader_begin(Hub *h, unsigned reader) {
 
 bool hub_reader_has_clients(const Hub *h, unsigned reader) {
 	return h->slots[reader].n_clients > 0;
+}
+
+bool hub_reader_wants_all(const Hub *h, unsigned reader, uint64_t *ret_types) {
+	*ret_types = h->slots[reader].want_types;
+	return h->slots[reader].want_all;
 }
 
 /* The notice of `count` lost events in the client's format; returns its length. */

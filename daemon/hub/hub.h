@@ -83,6 +83,11 @@ typedef struct HubClientOptions {
 	/* The record types it may want (bit t: type t < 64; subscription_demand()): while it is
 	 * attached the kernel makes them (hub_demand()). */
 	uint64_t demand;
+	/* It never wants a record of a type outside `demand` (nor any of a type >= 64): while the
+	 * clients of a reader are all such, the reader publishes nothing else (the history's
+	 * client, which would otherwise make every reader do per-event work for records it does
+	 * not take: hub_reader_wants_all()). */
+	bool only_demand;
 } HubClientOptions;
 
 /* One whole frame of a HUB_FORMAT_JSON_TAGGED client, as hub_client_consume() hands it over. */
@@ -178,6 +183,10 @@ void hub_reader_begin(Hub *h, unsigned reader);
 /* True if any client is attached to this reader (between begin and end): without clients the
  * reader skips per-event work such as resolving the unit. */
 bool hub_reader_has_clients(const Hub *h, unsigned reader);
+/* Between begin and end: false when every client of the reader wants only the types of
+ * *ret_types (HubClientOptions.only_demand), so that a record of another type need not be
+ * published at all. */
+bool hub_reader_wants_all(const Hub *h, unsigned reader, uint64_t *ret_types);
 /* Offers ev to every client of the reader; `unit` (or NULL) is matched by filters and written
  * into JSON lines. The event is encoded at most once per format. */
 void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *unit, Lineage *lineage);

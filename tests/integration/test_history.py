@@ -144,6 +144,26 @@ def test_unit_query_reads_the_units_blocks(make_daemon, unit_cgroup):
     check(all(m.get("unit") == unit.name for m in got if m["type"] == "exec"), "each of the unit")
 
 
+def test_snapshot_reaches_back_into_the_history(make_daemon, stats_bus, unit_cgroup):
+    # Rings of one page: a few execs push the unit's out of the recorder, not out of the history.
+    d = make_daemon("hist-snap", "[Probes]\nProbes=exec\n[Recorder]\nRecorderPagesPerCpu=1\n", stdout=False)
+    tag = f"hist-{uuid.uuid4().hex[:8]}"
+    unit = unit_cgroup("hist-snap")
+    for i in range(10):
+        unit.popen(["/bin/true", tag, str(i)]).wait()
+    wait_for(lambda: len(markers(query(d.socket_path, {}), tag)) == 10, "the unit's markers written")
+    for i in range(100):
+        run_true(tag + "-push", str(i))
+    r = subprocess.run([CTL, "snapshot", "--unit", unit.name, "--json"], capture_output=True, text=True,
+                       timeout=60, check=True)
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    summary = lines[-1]
+    check_eq(summary["type"], "snapshot", "the summary line last")
+    check(summary["history"] > 0, f"the history's part has lines: {summary}")
+    check_eq(sorted(markers(lines, tag)), list(range(10)), "every marker of the unit, once")
+    d.stop()  # the module's bus is the next test's daemon's
+
+
 def test_torn_tail_is_cut_counted_and_the_rest_kept(make_daemon, stats_bus):
     d = make_daemon("hist-torn", "[Probes]\nProbes=exec\n", stdout=False)
     tag = f"hist-{uuid.uuid4().hex[:8]}"

@@ -183,6 +183,7 @@ static int history_setup(Feature *f) {
 			.userdata = hf,
 			.flush = history_flush,
 			.demand = hf->types,
+			.only_demand = true,
 		};
 
 		r = hub_client_new(manager_hub(m), hf->pipe_fd, &o, &hf->client);
@@ -202,6 +203,7 @@ static int history_setup(Feature *f) {
 
 static int history_start(Feature *f) {
 	history_ops.stream_bytes = history_stream_bytes();
+	history_ops.types = ((HistoryFeature *) f)->types;
 	manager_set_history(f->manager, &history_ops, f);
 	return 0;
 }
@@ -321,13 +323,17 @@ static void history_log_stats(Feature *f) {
 	log_info(
 		"History: %" PRIu64 " offered, %" PRIu64 " written, %" PRIu64
 		" dropped (writer behind), %" PRIu64 " dropped (disk); %" PRIu64 " segments, %" PRIu64
-		" bytes",
+		" bytes; %" PRIu64 " bytes of frames in %" PRIu64 " bytes of blocks; writer %" PRIu64
+		" ns of CPU",
 		cs.offered,
 		ws.written,
 		cs.dropped,
 		ws.dropped_disk,
 		ss.segments,
-		ss.bytes);
+		ss.bytes,
+		ws.raw_bytes,
+		ws.disk_bytes,
+		ws.cpu_ns);
 }
 
 const FeatureVtable history_feature = {

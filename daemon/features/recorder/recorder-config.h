@@ -14,6 +14,9 @@ typedef struct RecorderConfig {
 	/* RecorderTypes=: the built-in types it records (bits PROBE_*, the probes' names), default
 	 * exec exit fork connect; third-party producers' records always. */
 	uint32_t types;
+	/* SnapshotHistorySec=: a snapshot of a unit reaches this far back into the event history
+	 * (docs/history.md) for what the rings no longer hold; 0: not at all. Default 300. */
+	unsigned snapshot_history_sec;
 } RecorderConfig;
 
 extern const ConfigPart recorder_config;

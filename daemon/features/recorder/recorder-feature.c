@@ -5,9 +5,13 @@
  * "recorder" section. */
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include <json-c/json.h>
 
 #include "perfrelay-config.h"
 
@@ -18,6 +22,7 @@
 #include "features/recorder/recorder-config.h"
 #include "features/recorder/recorder.h"
 #include "features/recorder/snapshot.h"
+#include "json-util.h"
 #include "time-util.h"
 
 /* A Snapshot() memfd's pages are the daemon's (its memory cgroup pays for what it wrote), for as
@@ -169,17 +174,127 @@ static int recorder_setup(Feature *f) {
 	return 0;
 }
 
+/* What a snapshot's callbacks need (SnapshotOptions.userdata). */
+typedef struct SnapshotCtx {
+	Manager *m;
+	const Subscription *filter;
+	unsigned history_sec;
+} SnapshotCtx;
+
 static const char *snapshot_unit(uint64_t cgroup_id, void *userdata) {
 	static char unit[256];
+	SnapshotCtx *ctx = userdata;
 
-	return manager_cgroup_unit(userdata, cgroup_id, unit, sizeof(unit), NULL, NULL);
+	return manager_cgroup_unit(ctx->m, cgroup_id, unit, sizeof(unit), NULL, NULL);
 }
 
 static const ProducerType *snapshot_decoder(uint16_t type, void *userdata) {
-	Manager *m = userdata;
-	const ProducerScan *scan = decoders_current(manager_decoders(m));
+	SnapshotCtx *ctx = userdata;
+	const ProducerScan *scan = decoders_current(manager_decoders(ctx->m));
 
 	return scan ? producers_scan_find(scan, type) : NULL;
+}
+
+/* The events of the history's lines in buf (n bytes of whole lines), added to *seen. */
+static int note_seen(const char *buf, size_t n, SnapshotSeen **seen, size_t *n_seen, size_t *n_alloc) {
+	_cleanup_(json_tokener_freep) json_tokener *tok = json_tokener_new();
+
+	if (!tok)
+		return -ENOMEM;
+	for (const char *p = buf, *end; p < buf + n; p = end + 1) {
+		_cleanup_(json_object_putp) json_object *o = NULL;
+		json_object *producer, *cpu, *seq;
+
+		end = memchr(p, '\n', (size_t) (buf + n - p));
+		if (!end)
+			break;
+		json_tokener_reset(tok);
+		o = json_tokener_parse_ex(tok, p, (int) (end - p));
+		if (!o || !json_object_object_get_ex(o, "producer", &producer) ||
+		    !json_object_object_get_ex(o, "cpu", &cpu) || !json_object_object_get_ex(o, "seq", &seq))
+			continue; /* a gap line */
+		if (*n_seen == *n_alloc) {
+			size_t a = MAX(*n_alloc * 2, (size_t) 256);
+			SnapshotSeen *x = reallocarray(*seen, a, sizeof(*x));
+
+			if (!x)
+				return -ENOMEM;
+			*seen = x;
+			*n_alloc = a;
+		}
+		(*seen)[(*n_seen)++] = (SnapshotSeen){
+			.producer = (uint32_t) json_object_get_uint64(producer),
+			.cpu = (uint32_t) json_object_get_uint64(cpu),
+			.seq = json_object_get_uint64(seq),
+		};
+	}
+	return 0;
+}
+
+/* The history's part of a unit's snapshot (SnapshotOptions.history): its lines of the unit from
+ * SnapshotHistorySec= ago until until_ts (CLOCK_BOOTTIME ns, excluded; UINT64_MAX: now), read
+ * here on the main thread (the unit's blocks only: docs/history.md, "Format"). */
+static int64_t snapshot_history(
+	FILE *f, uint64_t until_ts, void *userdata, SnapshotSeen **ret_seen, size_t *ret_n_seen) {
+	SnapshotCtx *ctx = userdata;
+	_cleanup_(subscription_freep) Subscription *sub = NULL;
+	_cleanup_free_ char *buf = malloc(SERVER_HISTORY_BUFFER);
+	uint64_t rt_now = now_nsec(CLOCK_REALTIME), offset = rt_now - now_nsec(CLOCK_BOOTTIME);
+	SnapshotSeen *seen = NULL;
+	size_t n_seen = 0, n_alloc = 0;
+	const ServerHistoryOps *ops;
+	void *hu, *stream = NULL;
+	char err[REQUEST_MESSAGE_MAX];
+	int64_t lines = 0;
+	uint64_t events;
+	ssize_t n;
+	int r;
+
+	ops = manager_history(ctx->m, &hu);
+	if (!ops)
+		return 0;
+	if (!buf)
+		return -ENOMEM;
+	r = subscription_dup(ctx->filter, &sub);
+	if (r < 0)
+		return r;
+	sub->access = SUBSCRIPTION_ACCESS_ALL;
+	sub->history = true;
+	sub->follow = false;
+	sub->cursors = false;
+	sub->has_since = true;
+	sub->since_ns = rt_now - MIN(rt_now, (uint64_t) ctx->history_sec * NSEC_PER_SEC);
+	if (until_ts != UINT64_MAX) {
+		if (until_ts + offset == 0)
+			return 0;
+		sub->has_until = true;
+		sub->until_ns = until_ts + offset - 1;
+	}
+	r = ops->open(hu, sub, &stream, err, sizeof(err));
+	if (r < 0)
+		return log_warning_errno(r, "Snapshot: cannot read the history (%s): %m", err);
+	while ((n = ops->read(stream, buf, SERVER_HISTORY_BUFFER)) != 0) {
+		if (n == -EINPROGRESS)
+			continue;
+		if (n < 0) {
+			r = (int) n;
+			break;
+		}
+		fwrite(buf, 1, (size_t) n, f);
+		for (ssize_t i = 0; i < n; i++)
+			lines += buf[i] == '\n';
+		r = note_seen(buf, (size_t) n, &seen, &n_seen, &n_alloc);
+		if (r < 0)
+			break;
+	}
+	ops->close(stream, &events);
+	if (r < 0) {
+		free(seen);
+		return r;
+	}
+	*ret_seen = seen;
+	*ret_n_seen = n_seen;
+	return lines;
 }
 
 /* The recorder's window, filtered, as JSON lines in a new file (*ret_fd, at offset 0); -ENODEV
@@ -189,6 +304,8 @@ static int recorder_take_snapshot(
 	Manager *m = rf->feature.manager;
 	_cleanup_close_ int fd = -EBADF;
 	RecorderCopy *copies = NULL;
+	const RecorderConfig *rc = config_part(manager_config(m), &recorder_config);
+	SnapshotCtx ctx = { .m = m, .filter = filter, .history_sec = rc->snapshot_history_sec };
 	SnapshotOptions o = {
 		.since_ns = since_ns,
 		.until_ns = until_ns,
@@ -196,8 +313,16 @@ static int recorder_take_snapshot(
 		.unit = snapshot_unit,
 		.procs = hub_procs(manager_hub(m)),
 		.decoder = snapshot_decoder,
-		.userdata = m,
+		.userdata = &ctx,
 	};
+	void *hu;
+
+	/* A unit's snapshot reaches back into the history (docs/recorder.md, "History"), unless
+	 * the caller bounded its time itself. */
+	if (filter && filter->n_units > 0 && ctx.history_sec > 0 && !since_ns && !until_ns &&
+	    manager_history(m, &hu)) {
+		o.history = snapshot_history;
+	}
 	SnapshotSummary sum;
 	size_t n = 0;
 	FILE *f;

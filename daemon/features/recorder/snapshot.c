@@ -72,6 +72,16 @@ static int entry_compare(const void *a, const void *b) {
 	return (x->hdr.seq > y->hdr.seq) - (x->hdr.seq < y->hdr.seq);
 }
 
+static int seen_compare(const void *a, const void *b) {
+	const SnapshotSeen *x = a, *y = b;
+
+	if (x->producer != y->producer)
+		return x->producer < y->producer ? -1 : 1;
+	if (x->cpu != y->cpu)
+		return x->cpu < y->cpu ? -1 : 1;
+	return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
 /* LineageUnitFn over the options' unit resolver. */
 static const char *snapshot_lineage_unit(void *userdata, uint64_t cgroup_id) {
 	const SnapshotOptions *o = userdata;
@@ -84,6 +94,8 @@ int snapshot_write(const RecorderCopy *copies, size_t n, const SnapshotOptions *
 	_cleanup_free_ char *buf = malloc(ENCODE_JSON_MAX);
 	Collect c = { .stats = stats };
 	SnapshotSummary sum = {};
+	_cleanup_free_ SnapshotSeen *seen = NULL;
+	size_t n_seen = 0;
 
 	if (!stats || !buf)
 		return -ENOMEM;
@@ -99,6 +111,24 @@ int snapshot_write(const RecorderCopy *copies, size_t n, const SnapshotOptions *
 	sum.malformed = c.malformed;
 	if (c.n > 0) /* qsort() wants a non-NULL array even for none */
 		qsort(c.entries, c.n, sizeof(Entry), entry_compare);
+	if (o->history) {
+		/* Complete from the latest of the rings' oldest records on (each ring lost what
+		 * came before its own oldest); the history tells what came before. */
+		uint64_t window = c.n > 0 ? 0 : UINT64_MAX;
+		int64_t k;
+
+		for (size_t i = 0; i < n; i++)
+			if (stats[i].events > 0)
+				window = MAX(window, stats[i].first_ts);
+		k = o->history(f, window, o->userdata, &seen, &n_seen);
+		if (k < 0) {
+			free(c.entries);
+			return (int) k;
+		}
+		sum.history = (uint64_t) k;
+		if (n_seen > 0)
+			qsort(seen, n_seen, sizeof(*seen), seen_compare);
+	}
 
 	for (size_t i = 0; i < c.n; i++) {
 		DecodedEvent *ev = &c.entries[i].ev;
@@ -108,6 +138,12 @@ int snapshot_write(const RecorderCopy *copies, size_t n, const SnapshotOptions *
 		if ((o->since_ns && ev->hdr.ts_ns < o->since_ns) ||
 		    (o->until_ns && ev->hdr.ts_ns > o->until_ns))
 			continue;
+		if (n_seen > 0) {
+			SnapshotSeen key = { ev->hdr.producer, ev->hdr.cpu, ev->hdr.seq };
+
+			if (bsearch(&key, seen, n_seen, sizeof(key), seen_compare))
+				continue; /* in the history's part */
+		}
 		if (ev->cgroup_id != 0 && o->unit)
 			unit = o->unit(ev->cgroup_id, o->userdata);
 		if (!ev->known && o->decoder) {
@@ -137,10 +173,11 @@ int snapshot_write(const RecorderCopy *copies, size_t n, const SnapshotOptions *
 
 	fprintf(f,
 		"{\"type\":\"snapshot\",\"events\":%" PRIu64 ",\"records\":%" PRIu64
-		",\"malformed\":%" PRIu64 ",\"cpus\":[",
+		",\"malformed\":%" PRIu64 ",\"history\":%" PRIu64 ",\"cpus\":[",
 		sum.events,
 		sum.records,
-		sum.malformed);
+		sum.malformed,
+		sum.history);
 	for (size_t i = 0; i < n; i++)
 		fprintf(f,
 			"%s{\"cpu\":%u,\"records\":%" PRIu64 ",\"from_ns\":%" PRIu64 ",\"to_ns\":%" PRIu64
