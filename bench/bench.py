@@ -285,6 +285,70 @@ class Bench:
                 f"JSON replay {out['replay_json']['events_per_s'] / 1e6:.2f} M/s")
         finally:
             self.daemon.stop()
+        if self.args.history_gib > 0:
+            out["unit_query"] = self.history_unit_query()
+        return out
+
+    def history_bytes(self):
+        d = os.path.join(self.daemon.dir, "history")
+        return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".seg"))
+
+    @staticmethod
+    def query_seconds(path, req):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        t0 = time.monotonic()
+        s.sendall(json.dumps(req).encode() + b"\n")
+        data = b""
+        while True:
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+        seconds = time.monotonic() - t0
+        s.close()
+        return seconds, [json.loads(line) for line in data.decode().splitlines()[1:]]
+
+    def history_unit_query(self):
+        """A unit's last hour in a history of --history-gib GiB: the benchmark's records fill it
+        (no unit), ten execs of a unit come last; the query reads the blocks that may hold the
+        unit (the blocks' unit filters, docs/history.md)."""
+        from prtest import UnitCgroup
+
+        target = self.args.history_gib * (1 << 30)
+        while self.history_bytes() < target:
+            self.daemon.set_recorder(False, history=ROW_HISTORY["y"])
+            self.daemon.start()
+            r = subprocess.run([self.bench] + ROW_ARGS["y"] + self.common_args() +
+                               ["--rate", "0", "--duration", "10", "--pin-root", self.pin_root,
+                                "--socket", self.daemon.socket_path, "--daemon-pid", str(self.daemon.proc.pid)],
+                               capture_output=True, text=True, timeout=120)
+            self.daemon.stop()
+            if r.returncode != 0:
+                raise BenchError(f"filling the history failed:\n{r.stderr}")
+            log(f"history: {self.history_bytes() / (1 << 30):.2f} GiB of {self.args.history_gib}")
+        self.daemon.set_recorder(False, history=ROW_HISTORY["y"] + "[Probes]\nProbes=exec\n")
+        self.daemon.start()
+        unit = UnitCgroup("bench-history")
+        try:
+            for i in range(10):
+                subprocess.run(["/bin/true", "perfrelay-bench-unit", str(i)], preexec_fn=unit.enter, check=True)
+            req = {"follow": False, "since": time.time() - 3600, "subscribe": {"unit": [unit.name]}}
+            deadline = time.monotonic() + 30
+            while True:
+                seconds, lines = self.query_seconds(self.daemon.socket_path, req)
+                found = [m for m in lines if m.get("type") == "exec"]
+                if len(found) == 10 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)  # the writer cuts the unit's block within a quarter second
+            runs = [self.query_seconds(self.daemon.socket_path, req)[0] for _ in range(5)]
+        finally:
+            self.daemon.stop()
+            unit.remove()
+        out = {"history_bytes": self.history_bytes(), "events_found": len(found),
+               "seconds_median": round(statistics.median(runs), 4), "seconds": [round(x, 4) for x in runs]}
+        log(f"history: one unit's last hour in {out['history_bytes'] / (1 << 30):.2f} GiB: "
+            f"{1000 * out['seconds_median']:.1f} ms, {len(found)} events")
         return out
 
     def pingpong(self, repeat, duration, mode):
@@ -643,6 +707,8 @@ def main():
     ap.add_argument("--pages", type=int, default=64, help="ring pages per CPU, libbpf and perfrelayd (default 64)")
     ap.add_argument("--rows", default=",".join(n for n, _, _ in ROWS), help="max-rate rows to run")
     ap.add_argument("--export-rows", default="x,o,g", help="exporter rows to run (default x,o,g)")
+    ap.add_argument("--history-gib", type=float, default=1.0,
+                    help="with row y: fill the history to this size and time a unit's last hour in it (0: no)")
     ap.add_argument("--export-repeat", type=int, default=2,
                     help="runs of rows x and o (perfrelay-export to a local nats-server, to a local OTLP receiver) at the maximum rate, and as many "
                          "at half of it (default 2; 0 = none; needs row e)")
@@ -855,6 +921,10 @@ def main():
         if history_read:
             x = history_read["scan"]["events_per_s"]
             targets["y_scan_events_per_s"] = t("y", x, ">= 5e6", x >= 5e6)
+            q = history_read.get("unit_query")
+            if q:
+                ms = round(1000 * q["seconds_median"], 1)
+                targets["y_unit_hour_query_ms"] = t("y", ms, "<= 200 (1 GiB)", ms <= 200 and q["events_found"] == 10)
         log(f"history: writer {history['writer_cpu_ns_per_event']} ns/event, "
             f"{history['disk_bytes_per_event']} bytes on disk per event of {history['frame_bytes_per_event']}, "
             f"dropped {100 * history['dropped_fraction']:.2f} %")
