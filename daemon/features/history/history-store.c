@@ -198,6 +198,25 @@ HistorySegment *history_store_find(HistoryStore *s, uint64_t id) {
 	return NULL;
 }
 
+int history_store_add_segment(HistoryStore *s, const HistorySegment *g) {
+	if (s->n_segs == s->n_alloc) {
+		size_t n = MAX(s->n_alloc * 2, (size_t) 16);
+		HistorySegment *p = reallocarray(s->segs, n, sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		s->segs = p;
+		s->n_alloc = n;
+	}
+	s->segs[s->n_segs++] = *g;
+	s->stats.segments++;
+	s->stats.bytes += g->end;
+	s->stats.events += g->n_events;
+	if (s->n_segs == 1)
+		s->stats.first_ordinal = g->first_ordinal;
+	return 0;
+}
+
 int history_segment_add_block(HistorySegment *g, const HistoryBlock *b) {
 	if (g->n_blocks == g->n_alloc) {
 		size_t n = MAX(g->n_alloc * 2, (size_t) 64);
@@ -323,21 +342,10 @@ static int scan_segment(HistoryStore *s, const char *name, uint64_t id, bool *re
 			return log_error_errno(-errno, "History: cannot close %s/%s: %m", s->path, name);
 		}
 	}
-	if (s->n_segs == s->n_alloc) {
-		size_t n = MAX(s->n_alloc * 2, (size_t) 16);
-		HistorySegment *p = reallocarray(s->segs, n, sizeof(*p));
-
-		if (!p) {
-			free(g.blocks);
-			return log_oom();
-		}
-		s->segs = p;
-		s->n_alloc = n;
+	if (history_store_add_segment(s, &g) < 0) {
+		free(g.blocks);
+		return log_oom();
 	}
-	s->segs[s->n_segs++] = g;
-	s->stats.segments++;
-	s->stats.bytes += g.end;
-	s->stats.events += g.n_events;
 	*ret_added = true;
 	return 0;
 }

@@ -146,6 +146,8 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(HistoryStore *, history_store_free);
 /* The store's lock held: */
 HistorySegment *history_store_find(HistoryStore *s, uint64_t id); /* NULL: not held */
 int history_segment_add_block(HistorySegment *g, const HistoryBlock *b);
+/* Appends a segment newer than every one held (taking its blocks), counted; -ENOMEM. */
+int history_store_add_segment(HistoryStore *s, const HistorySegment *g);
 
 /* A segment's file name in buf (at least 32 bytes). */
 void history_segment_name(uint64_t id, char *buf, size_t size);

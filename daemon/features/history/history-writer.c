@@ -141,24 +141,13 @@ static int segment_open(HistoryWriter *w) {
 	memcpy(g.boot_id, h->boot_id, 16);
 	g.end = sizeof(*h);
 	pthread_mutex_lock(&s->lock);
-	if (s->n_segs == s->n_alloc) {
-		size_t n = MAX(s->n_alloc * 2, (size_t) 16);
-		HistorySegment *p = reallocarray(s->segs, n, sizeof(*p));
-
-		if (!p) {
-			pthread_mutex_unlock(&s->lock);
-			(void) unlinkat(s->dir_fd, name, 0);
-			safe_close(fd);
-			return -ENOMEM;
-		}
-		s->segs = p;
-		s->n_alloc = n;
+	r = history_store_add_segment(s, &g);
+	if (r < 0) {
+		pthread_mutex_unlock(&s->lock);
+		(void) unlinkat(s->dir_fd, name, 0);
+		safe_close(fd);
+		return r;
 	}
-	s->segs[s->n_segs++] = g;
-	s->stats.segments++;
-	s->stats.bytes += g.end;
-	if (s->n_segs == 1)
-		s->stats.first_ordinal = g.first_ordinal;
 	w->stats.rotations++;
 	pthread_mutex_unlock(&s->lock);
 
