@@ -6,7 +6,7 @@ exactly once, then the live ones. A query of a user who sees their own uid only 
 uid's events. A segment whose last block is torn (truncated mid-block) is cut there at start,
 counted, and every event of the blocks before it is still read. Retention removes whole
 segments, counts them, and a reader whose cursor was in one gets a gap of exactly the events
-removed after it. A full filesystem (a small tmpfs) turns blocks into drops, counted, and the
+removed after it. A full filesystem (a small ext4 on a loop device) turns blocks into drops, counted, and the
 history records them as a gap: dropped_disk = the gaps' counts + what waits for the next block."""
 import glob
 import json
@@ -234,13 +234,54 @@ def test_retention_removes_whole_segments(make_daemon, stats_bus):
     d.stop()  # the module's bus is the next test's daemon's
 
 
+def test_a_directory_others_may_write_is_refused(make_daemon, stats_bus):
+    work = tempfile.mkdtemp(prefix="perfrelay-hist-perm-")
+    path = os.path.join(work, "h")
+    os.mkdir(path)
+    os.chmod(path, 0o777)  # anyone could plant or replace segments
+    try:
+        d = make_daemon("hist-perm", f"[Probes]\nProbes=exec\n[History]\nHistoryPath={path}\n", stdout=False)
+        h = history(stats_bus.stats())
+        check_eq((h["on"], h["off_reason"]), (False, "HistoryPath= is another user's or writable by others"),
+                 "the history is off, and GetStats() says why")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(30)
+        s.connect(d.socket_path)
+        s.sendall(b'{"follow":false}\n')
+        line = json.loads(s.makefile().readline())
+        s.close()
+        check_eq((line["type"], line["error"]), ("error", "bad-request"), "a request for it is refused")
+        check("writable by others" in line["message"], f"saying why: {line['message']}")
+        check_eq(os.listdir(path), [], "nothing was written into it")
+        d.stop()  # the module's bus is the next test's daemon's
+    finally:
+        subprocess.run(["rm", "-rf", work])
+
+
+def loop_filesystem(size_mib):
+    """A small ext4 on a loop device, mounted on a new directory (removed by the caller's
+    unmount_loop()); a skip where loop devices cannot be had."""
+    if not os.path.exists("/dev/loop-control"):
+        pytest.skip("no loop devices (/dev/loop-control) for a small filesystem")
+    work = tempfile.mkdtemp(prefix="perfrelay-hist-full-")
+    image, mnt = os.path.join(work, "fs.img"), os.path.join(work, "mnt")
+    os.mkdir(mnt)
+    with open(image, "wb") as f:
+        f.truncate(size_mib << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", image], check=True, capture_output=True)
+    r = subprocess.run(["mount", "-o", "loop", image, mnt], capture_output=True, text=True)
+    if r.returncode != 0:
+        subprocess.run(["rm", "-rf", work])
+        pytest.skip(f"cannot loop-mount a filesystem: {r.stderr.strip()}")
+    return work, mnt
+
+
 def test_full_disk_is_counted_and_recorded_as_a_gap(make_daemon, stats_bus):
-    mnt = tempfile.mkdtemp(prefix="perfrelay-hist-full-")
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "tmpfs", mnt], check=True)
+    work, mnt = loop_filesystem(8)
     try:
         filler = os.path.join(mnt, "filler")
         with open(filler, "wb") as f:
-            f.write(b"\0" * (1 << 20))
+            f.write(b"\0" * (2 << 20))
         d = make_daemon("hist-full", f"[Probes]\nProbes=open\n[History]\nHistoryTypes=open\nHistoryPath={mnt}/h\n",
                         stdout=False)
         deadline = time.monotonic() + 180
@@ -254,6 +295,7 @@ def test_full_disk_is_counted_and_recorded_as_a_gap(make_daemon, stats_bus):
         subprocess.run([CTL, "probe", "disable", "open"], check=True, capture_output=True, timeout=30)
         h = wait_for(lambda: quiet(stats_bus), "everything offered written or counted")
         check_eq(h["offered"], h["written"] + h["dropped_behind"] + h["dropped_disk"], "offered = written + dropped")
+        check(h["write_errors"] > 0, "blocks the disk refused, counted")
         gaps = sum(m["count"] for m in query(d.socket_path, {}) if m["type"] == "lost"
                    and m.get("reason") == "history-disk")
         check(gaps > 0, "the history holds the gap")
@@ -261,7 +303,7 @@ def test_full_disk_is_counted_and_recorded_as_a_gap(make_daemon, stats_bus):
         d.stop()
     finally:
         subprocess.run(["umount", "-l", mnt])
-        os.rmdir(mnt)
+        subprocess.run(["rm", "-rf", work])
 
 
 if __name__ == "__main__":

@@ -147,6 +147,7 @@ static int history_setup(Feature *f) {
 	if (r < 0) {
 		/* The daemon runs on without it: GetStats() says why. */
 		hf->off = r == -EBUSY ? "HistoryPath= is in use by another perfrelayd" :
+			r == -EPERM   ? "HistoryPath= is another user's or writable by others" :
 					"HistoryPath= cannot be used";
 		log_warning("History: off (%s)", hf->off);
 		return 0;

@@ -350,6 +350,21 @@ static int scan_segment(HistoryStore *s, const char *name, uint64_t id, bool *re
 	return 0;
 }
 
+/* mkdir -p of path's parent directories (path is absolute and normalized: config.c). */
+static int mkdir_parents(const char *path) {
+	_cleanup_free_ char *p = strdup(path);
+
+	if (!p)
+		return -ENOMEM;
+	for (char *slash = strchr(p + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+		*slash = '\0';
+		if (mkdir(p, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*slash = '/';
+	}
+	return 0;
+}
+
 static int cmp_u64(const void *a, const void *b) {
 	uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
 	return x < y ? -1 : x > y;
@@ -402,12 +417,30 @@ int history_store_open(const char *path, HistoryStore **ret) {
 	s->path = strdup(path);
 	if (!s->path)
 		return log_oom();
-	/* Like systemd's StateDirectory=: made 0700, root's. */
+	/* Like systemd's StateDirectory=: made 0700, root's, its missing parents 0755. */
+	r = mkdir_parents(path);
+	if (r < 0)
+		return log_error_errno(r, "History: cannot create the parents of HistoryPath=%s: %m", path);
 	if (mkdir(path, 0700) < 0 && errno != EEXIST)
 		return log_error_errno(-errno, "History: cannot create HistoryPath=%s: %m", path);
-	s->dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	s->dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	if (s->dir_fd < 0)
 		return log_error_errno(-errno, "History: cannot open HistoryPath=%s: %m", path);
+	{
+		struct stat st;
+
+		/* Everything in it is every user's events: nobody else may own it or write into it. */
+		if (fstat(s->dir_fd, &st) < 0)
+			return log_error_errno(-errno, "History: cannot stat HistoryPath=%s: %m", path);
+		if (st.st_uid != geteuid() || (st.st_mode & 022))
+			return log_error_errno(
+				-EPERM,
+				"History: HistoryPath=%s is owned by uid %u with mode %04o: it must be this daemon's "
+				"user's and writable by nobody else",
+				path,
+				(unsigned) st.st_uid,
+				(unsigned) (st.st_mode & 07777));
+	}
 	s->lock_fd = openat(s->dir_fd, "lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (s->lock_fd < 0)
 		return log_error_errno(-errno, "History: cannot open %s/lock: %m", path);

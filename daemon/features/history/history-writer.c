@@ -136,6 +136,9 @@ static int segment_open(HistoryWriter *w) {
 		return r;
 	}
 
+	/* Its name survives a power cut as its blocks do (they are fdatasync'ed). */
+	if (fsync(s->dir_fd) < 0)
+		log_warning_errno(-errno, "History: fsync of %s failed: %m", s->path);
 	g.id = id;
 	g.realtime_offset_ns = h->realtime_offset_ns;
 	memcpy(g.boot_id, h->boot_id, 16);
@@ -377,6 +380,7 @@ static bool take_frames(HistoryWriter *w) {
 	while (w->in_len - p >= sizeof(uint32_t)) {
 		struct perfrelay_hdr hdr;
 		uint32_t len;
+		size_t need;
 
 		memcpy(&len, w->in + p, sizeof(len));
 		if (len < sizeof(hdr) || len > PERFRELAY_RECORD_MAX + 8u) {
@@ -385,11 +389,29 @@ static bool take_frames(HistoryWriter *w) {
 		}
 		if (w->in_len - p < sizeof(len) + len)
 			break;
-		if (w->raw_len + 3 * sizeof(len) + len + 2 * sizeof(struct history_gap) > HISTORY_BLOCK_RAW_MAX)
+		memcpy(&hdr, w->in + p + sizeof(len), sizeof(hdr));
+		need = sizeof(len) + len;
+		if (hdr.type == PERFRELAY_TYPE_UNIT) {
+			/* A unit frame is its record's: both in one block, or the record loses its
+			 * unit. Taken once the record is here too. */
+			uint32_t next;
+
+			if (w->in_len - p - need < sizeof(next))
+				break;
+			memcpy(&next, w->in + p + need, sizeof(next));
+			if (next < sizeof(hdr) || next > PERFRELAY_RECORD_MAX + 8u) {
+				ok = false;
+				break;
+			}
+			if (w->in_len - p - need - sizeof(next) < next)
+				break;
+			need += sizeof(next) + next;
+		}
+		if (w->raw_len + 2 * sizeof(len) + need + 2 * sizeof(struct history_gap) >
+		    HISTORY_BLOCK_RAW_MAX)
 			block_cut(w);
 		if (w->raw_len == 0)
 			raw_put_pending_gaps(w);
-		memcpy(&hdr, w->in + p + sizeof(len), sizeof(hdr));
 		raw_put(w, w->in + p, sizeof(len) + len);
 		if (hdr.type == PERFRELAY_TYPE_LOST) {
 			if (len == HUB_LOST_RECORD_SIZE) {
