@@ -262,14 +262,16 @@ ssize_t history_stream_read(HistoryStream *h, char *buf, size_t size) {
 			HistoryBlock b;
 			int r;
 
-			if (out == 0 && h->gap_len == 0 && blocks >= HISTORY_READ_BLOCKS)
-				return -EINPROGRESS;
+			/* Its share of blocks read (a block its unit filter lets it pass is a 64th of
+			 * one): what it has, or "ask again" (the gap line went out above). */
+			if (blocks >= HISTORY_READ_BLOCKS * 64u)
+				return out > 0 ? (ssize_t) out : -EINPROGRESS;
 			if (!next_block(h, &b)) {
 				if (out > 0)
 					break;
 				return h->sub->follow ? -EAGAIN : 0;
 			}
-			blocks++;
+			blocks += 64;
 			if (h->sub->has_until && b.n_events > 0 &&
 			    (uint64_t) ((int64_t) b.ts_min + h->realtime_offset_ns) >
 				    h->sub->until_ns + HISTORY_REORDER_NS) {
@@ -279,6 +281,7 @@ ssize_t history_stream_read(HistoryStream *h, char *buf, size_t size) {
 			}
 			if (!may_hold_units(h->sub, &b)) {
 				/* None of its units is one the subscription names: not read. */
+				blocks -= 63;
 				if (h->have_next && b.first_ordinal + h->pos.skip > h->next_ordinal)
 					gap_line(
 						h,

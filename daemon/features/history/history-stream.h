@@ -19,8 +19,9 @@ typedef struct HistoryStream HistoryStream;
 int history_stream_open(
 	HistoryStore *store, const Subscription *sub, HistoryStream **ret, char *err, size_t err_size);
 /* Whole lines into buf: bytes, 0 at the end (without "follow"), -EAGAIN when the history has
- * nothing more yet, -EINPROGRESS after HISTORY_READ_BLOCKS blocks without a line for this
- * subscriber (a filter that matches little must not hold the main thread: ask again). */
+ * nothing more yet, -EINPROGRESS after HISTORY_READ_BLOCKS blocks read without a line for this
+ * subscriber. A read reads at most HISTORY_READ_BLOCKS blocks (those a unit filter passes over
+ * count a 64th each): a filter that matches little must not hold the main thread. */
 #define HISTORY_READ_BLOCKS 8u
 /* What a stream holds in memory (its buffers and zstd's context). */
 uint64_t history_stream_bytes(void);
