@@ -479,7 +479,8 @@ int history_store_open(const char *path, HistoryStore **ret) {
 		ids[n_ids++] = id;
 	}
 	closedir(d);
-	qsort(ids, n_ids, sizeof(*ids), cmp_u64);
+	if (n_ids > 0) /* qsort() wants an array, even for none */
+		qsort(ids, n_ids, sizeof(*ids), cmp_u64);
 
 	for (size_t i = 0; i < n_ids; i++) {
 		char name[32];
