@@ -158,7 +158,7 @@ Manager *manager_free(Manager *m) {
 	sd_event_source_disable_unref(m->health_source);
 	/* Subscribers leave the hub before it goes; the features' bus objects with the bus. */
 	manager_free_bus(m);
-	server_free(m->server);
+	m->server = server_free(m->server); /* the features done() below may still ask for it */
 	sd_event_source_unref(m->notify_source);
 	for (size_t i = 0; i < m->n_readers; i++)
 		reader_free(m->readers[i]);
