@@ -36,7 +36,8 @@ struct HistoryStream {
 	HistoryPos pos; /* the block read now, or the next one */
 	bool loaded;
 	size_t raw_len, raw_off;
-	uint32_t index; /* events of the loaded block passed */
+	uint32_t index;      /* events of the loaded block passed */
+	uint32_t block_size; /* of the loaded block, header included */
 	uint64_t first_ordinal;
 	int64_t realtime_offset_ns;
 	uint64_t next_ordinal; /* the ordinal the next event should have: more is a gap */
@@ -114,6 +115,14 @@ static bool may_hold_units(const Subscription *sub, const HistoryBlock *b) {
 		if (history_unit_bloom_has(b->units, sub->units[i]))
 			return true;
 	return false;
+}
+
+/* Past block b without reading it further: its events are behind the position. */
+static void pass_block(HistoryStream *h, const HistoryBlock *b) {
+	h->next_ordinal = b->first_ordinal + b->n_events;
+	h->have_next = true;
+	h->pos.offset += b->size;
+	h->pos.skip = 0;
 }
 
 static void gap_line(HistoryStream *h, uint64_t count, const char *reason) {
@@ -279,32 +288,22 @@ ssize_t history_stream_read(HistoryStream *h, char *buf, size_t size) {
 					break;
 				return 0;
 			}
+			if (h->have_next && b.first_ordinal + h->pos.skip > h->next_ordinal)
+				gap_line(h, b.first_ordinal + h->pos.skip - h->next_ordinal, "history-retention");
 			if (!may_hold_units(h->sub, &b)) {
 				/* None of its units is one the subscription names: not read. */
 				blocks -= 63;
-				if (h->have_next && b.first_ordinal + h->pos.skip > h->next_ordinal)
-					gap_line(
-						h,
-						b.first_ordinal + h->pos.skip - h->next_ordinal,
-						"history-retention");
-				h->next_ordinal = b.first_ordinal + b.n_events;
-				h->have_next = true;
-				h->pos.offset += b.size;
-				h->pos.skip = 0;
+				pass_block(h, &b);
 				continue;
 			}
 			r = load_block(h, &b);
-			if (h->have_next && b.first_ordinal + h->pos.skip > h->next_ordinal)
-				gap_line(h, b.first_ordinal + h->pos.skip - h->next_ordinal, "history-retention");
 			if (r < 0) {
 				/* A damaged block (or one that cannot be read): its events are a gap. */
 				gap_line(h, b.n_events - MIN(h->pos.skip, b.n_events), "history-damaged");
-				h->next_ordinal = b.first_ordinal + b.n_events;
-				h->have_next = true;
-				h->pos.offset += b.size;
-				h->pos.skip = 0;
+				pass_block(h, &b);
 				continue;
 			}
+			h->block_size = b.size;
 			h->loaded = true;
 			h->raw_off = 0;
 			h->index = 0;
@@ -351,18 +350,8 @@ ssize_t history_stream_read(HistoryStream *h, char *buf, size_t size) {
 			h->has_unit = false;
 			h->raw_off += sizeof(len) + len;
 		}
-		/* The block is done. */
-		pthread_mutex_lock(&h->store->lock);
-		{
-			HistorySegment *g = history_store_find(h->store, h->pos.segment);
-			size_t i = g ? block_find(g, h->pos.offset) : SIZE_MAX;
-
-			h->pos.offset = i != SIZE_MAX ? g->blocks[i].offset + g->blocks[i].size : UINT64_MAX;
-		}
-		pthread_mutex_unlock(&h->store->lock);
-		if (h->pos.offset == UINT64_MAX)
-			/* Its segment went (retention): next_block() moves on to the oldest one held. */
-			h->pos.offset = sizeof(struct history_segment_header);
+		/* The block is done (a segment retention removed meanwhile: next_block() moves on). */
+		h->pos.offset += h->block_size;
 		h->pos.skip = 0;
 		h->loaded = false;
 	}
