@@ -60,6 +60,13 @@
  * that one (docs/protocol.md, "Unit frames"). perfrelay-export's batches carry it the same way.
  * The decoder rejects it from producers. */
 #define PERFRELAY_TYPE_UNIT            0x7ffdu
+/* Reserved: made only by perfrelayd, in binary streams served from the history with
+ * "cursors": true, right before each event record: hdr (producer, cpu, seq and ts_ns of the
+ * record that follows) and the event's cursor, a NUL-terminated string of at most
+ * PERFRELAY_CURSOR_MAX bytes with its NUL (docs/history.md, "Cursors"). It applies to the
+ * record that follows it, and only to that one. The decoder rejects it from producers. */
+#define PERFRELAY_TYPE_CURSOR          0x7ffcu
+#define PERFRELAY_CURSOR_MAX           96u
 #define PERFRELAY_TYPE_THIRD_PARTY_MIN 0x8000u
 
 /* perf_event_header.size is a __u16, so no record can be larger than this. */

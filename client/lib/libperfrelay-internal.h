@@ -110,6 +110,8 @@ struct perfrelay_client {
 	char unit[PERFRELAY_UNIT_NAME_MAX];
 	bool unit_pending; /* a unit frame came and its record has not yet */
 	bool unit_current; /* the record returned last had one */
+	char cursor[PERFRELAY_CURSOR_MAX];
+	bool cursor_pending, cursor_current; /* as unit_*, for cursor frames */
 };
 
 /* Hidden: calls between the library's files are direct (no PLT, no interposition), and the

@@ -695,9 +695,20 @@ int perfrelay_next_record(
 			c->unit_pending = unit_frame_name(*payload, *payload_size, c->unit);
 			continue;
 		}
+		if ((*hdr)->type == PERFRELAY_TYPE_CURSOR) {
+			/* The same, for the record's cursor: a NUL-terminated string. */
+			size_t n = strnlen(*payload, *payload_size);
+
+			c->cursor_pending = n > 0 && n < *payload_size && n < sizeof(c->cursor);
+			if (c->cursor_pending)
+				memcpy(c->cursor, *payload, n + 1);
+			continue;
+		}
 		if ((*hdr)->type != PERFRELAY_TYPE_SCHEMA) {
 			c->unit_current = c->unit_pending;
 			c->unit_pending = false;
+			c->cursor_current = c->cursor_pending;
+			c->cursor_pending = false;
 			return r;
 		}
 		r = take_schema(c, *payload, *payload_size);
@@ -708,4 +719,8 @@ int perfrelay_next_record(
 
 const char *perfrelay_record_unit(const perfrelay_client *c) {
 	return c && c->unit_current ? c->unit : NULL;
+}
+
+const char *perfrelay_record_cursor(const perfrelay_client *c) {
+	return c && c->cursor_current ? c->cursor : NULL;
 }

@@ -30,6 +30,10 @@ extern "C" {
 #ifndef PERFRELAY_TYPE_UNIT
 #define PERFRELAY_TYPE_UNIT 0x7ffdu
 #endif
+#ifndef PERFRELAY_TYPE_CURSOR
+#define PERFRELAY_TYPE_CURSOR 0x7ffcu
+#define PERFRELAY_CURSOR_MAX  96u
+#endif
 
 /* perfrelay_subscription.flags */
 /* Binary format: the daemon sends each record's systemd unit (a unit frame before every record
@@ -53,8 +57,9 @@ extern "C" {
 /* The stream ends where the history ends (a query), instead of following it. */
 #define PERFRELAY_HISTORY_NO_FOLLOW 0x2u
 
-/* A subscription served from the daemon's history (docs/history.md): JSON lines from after a
- * cursor, from a time, or from the history's end, then what it records next. The daemon's
+/* A subscription served from the daemon's history (docs/history.md): events from after a
+ * cursor, from a time, or from the history's end, then what it records next (JSON lines, or
+ * binary records with perfrelay_record_cursor()). The daemon's
  * HistoryTypes= bound what it holds. since_ns and until_ns are CLOCK_REALTIME nanoseconds, 0
  * when not given; after_cursor (an event's "cursor") and since_ns exclude each other. */
 struct perfrelay_history {
@@ -114,7 +119,7 @@ struct perfrelay_subscription {
 	size_t n_ancestor_exec_ids;
 	const char *const *ancestor_units;
 	size_t n_ancestor_units;
-	/* Taken from reserved[]: the history (NULL: the live stream; JSON only, not shared). */
+	/* Taken from reserved[]: the history (NULL: the live stream; never the shared path). */
 	union {
 		const struct perfrelay_history *history;
 		uint64_t reserved[1]; /* room for new fields without an ABI break */
@@ -186,6 +191,12 @@ int perfrelay_next_record(
  * else NULL. Unit frames (PERFRELAY_TYPE_UNIT) are the library's: perfrelay_next_record() takes
  * them and never returns them. Valid until the next perfrelay_next_record() on c. */
 const char *perfrelay_record_unit(const perfrelay_client *c);
+
+/* The history cursor of the record perfrelay_next_record() returned last (docs/history.md,
+ * "Cursors"), if the subscription is served from the history with PERFRELAY_HISTORY_CURSORS;
+ * else NULL. Cursor frames (PERFRELAY_TYPE_CURSOR) are the library's, like unit frames. Valid
+ * until the next perfrelay_next_record() on c. */
+const char *perfrelay_record_cursor(const perfrelay_client *c);
 
 /* The connected socket, for poll()/epoll (POLLIN). Events may already be buffered in the
  * client when the socket is not readable, so after a wakeup call perfrelay_next_json() or

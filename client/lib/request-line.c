@@ -219,8 +219,7 @@ int request_line_check(const struct perfrelay_subscription *sub) {
 	if (sub->history) {
 		const struct perfrelay_history *h = sub->history;
 
-		if (sub->format != PERFRELAY_FORMAT_JSON ||
-		    (h->flags & ~(uint64_t) (PERFRELAY_HISTORY_CURSORS | PERFRELAY_HISTORY_NO_FOLLOW)) ||
+		if ((h->flags & ~(uint64_t) (PERFRELAY_HISTORY_CURSORS | PERFRELAY_HISTORY_NO_FOLLOW)) ||
 		    (h->after_cursor && h->since_ns))
 			return -EINVAL;
 		for (size_t i = 0; i < ELEMENTSOF(h->reserved); i++)

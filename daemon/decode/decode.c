@@ -293,7 +293,8 @@ DecodeError decode_event(const void *raw, size_t raw_size, DecodedEvent *ret) {
 	/* Binary clients read this type as the daemon's own loss report: a producer that could
 	 * emit it would forge one. */
 	if (hdr.type == PERFRELAY_TYPE_LOST || hdr.type == PERFRELAY_TYPE_SCHEMA ||
-	    hdr.type == PERFRELAY_TYPE_UNIT || hdr.type == PERFRELAY_TYPE_COUNTERS)
+	    hdr.type == PERFRELAY_TYPE_UNIT || hdr.type == PERFRELAY_TYPE_CURSOR ||
+	    hdr.type == PERFRELAY_TYPE_COUNTERS)
 		return DECODE_RESERVED_TYPE;
 	if (hdr.size < sizeof(hdr))
 		return DECODE_BAD_SIZE;

@@ -768,11 +768,11 @@ int request_parse(
 		}
 	}
 
-	if (s->history && (s->format != SUBSCRIPTION_FORMAT_JSON || s->shared)) {
+	if (s->history && s->shared) {
 		fail(&e,
 		     PROTOCOL_BAD_REQUEST,
-		     "the history (after_cursor, since, until, cursors, follow) is served as JSON lines on the socket: "
-		     "not with \"format\": \"binary\" or \"shared\"");
+		     "the history (after_cursor, since, until, cursors, follow) is served on the socket: "
+		     "not with \"shared\"");
 		*ret_error = e;
 		return -EINVAL;
 	}

@@ -5,7 +5,8 @@
  *   the same text;
  * - 1: the frames of a block: the rest is compressed into an intact block of a segment (so the
  *   CRC holds and the frame walker, the decoder and the encoder see the bytes), and a stream
- *   reads it all, as root and as a user who sees their own uid (redaction), every line JSON;
+ *   reads it all, as root and as a user who sees their own uid (redaction), every line JSON,
+ *   and as binary frames (with cursor and unit frames), every frame whole and a record;
  * - 2: a segment file as the disk has it: the store scans it (torn tails, bad headers) and a
  *   stream reads what it kept. */
 #include <errno.h>
@@ -20,6 +21,7 @@
 
 #include <json-c/json.h>
 
+#include "event.h"
 #include "features/history/history-store.h"
 #include "features/history/history-stream.h"
 
@@ -98,6 +100,51 @@ static void read_all(HistoryStore *s, SubscriptionAccess access) {
 				abort();
 			json_object_put(o);
 			free(line);
+		}
+	}
+	history_stream_free(h);
+}
+
+/* Every frame a binary stream of sub gives: a u32 length and a record of that size, a cursor
+ * frame's payload one NUL-terminated string, nothing cut between two reads. */
+static void read_all_binary(HistoryStore *s, SubscriptionAccess access) {
+	Subscription sub = { .access = access,
+			     .access_uid = 1000,
+			     .history = true,
+			     .cursors = true,
+			     .unit_frames = true,
+			     .format = SUBSCRIPTION_FORMAT_BINARY };
+	static uint8_t buf[LINES];
+	HistoryStream *h;
+	char err[256];
+	ssize_t n;
+
+	if (history_stream_open(s, &sub, &h, err, sizeof(err)) < 0)
+		abort();
+	while ((n = history_stream_read(h, (char *) buf, sizeof(buf))) != 0) {
+		size_t pos = 0;
+
+		if (n == -EINPROGRESS)
+			continue;
+		if (n < 0 || (size_t) n > sizeof(buf))
+			abort();
+		while (pos < (size_t) n) {
+			struct perfrelay_hdr hdr;
+			uint32_t len;
+
+			if ((size_t) n - pos < sizeof(len) + sizeof(hdr))
+				abort();
+			memcpy(&len, buf + pos, sizeof(len));
+			memcpy(&hdr, buf + pos + sizeof(len), sizeof(hdr));
+			if (len < sizeof(hdr) || len > PERFRELAY_RECORD_MAX ||
+			    len > (size_t) n - pos - sizeof(len) || hdr.magic != PERFRELAY_MAGIC)
+				abort();
+			if (hdr.type == PERFRELAY_TYPE_CURSOR &&
+			    (hdr.size != len || len - sizeof(hdr) > PERFRELAY_CURSOR_MAX ||
+			     strnlen((const char *) buf + pos + sizeof(len) + sizeof(hdr),
+				     len - sizeof(hdr)) != len - sizeof(hdr) - 1))
+				abort();
+			pos += sizeof(len) + len;
 		}
 	}
 	history_stream_free(h);
@@ -185,6 +232,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 		return 0;
 	read_all(s, SUBSCRIPTION_ACCESS_ALL);
 	read_all(s, SUBSCRIPTION_ACCESS_UID);
+	read_all_binary(s, SUBSCRIPTION_ACCESS_ALL);
+	read_all_binary(s, SUBSCRIPTION_ACCESS_UID);
 	history_store_free(s);
 	return 0;
 }

@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -25,6 +26,9 @@ BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
 CTL = os.path.join(BUILDDIR, "client", "perfrelayctl")
 PYTHON = "/usr/bin/python3"
+HDR = struct.Struct("<HBBHHIIQQ")  # struct perfrelay_hdr (bpf/event.h)
+UNIT_TYPE = 0x7ffd  # PERFRELAY_TYPE_UNIT
+CURSOR_TYPE = 0x7ffc  # PERFRELAY_TYPE_CURSOR
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -145,6 +149,72 @@ def test_unit_query_reads_the_units_blocks(make_daemon, unit_cgroup):
     got = query(d.socket_path, {"subscribe": {"unit": [unit.name]}})
     check_eq(sorted(markers(got, tag)), list(range(5, 10)), "the unit's markers, none other")
     check(all(m.get("unit") == unit.name for m in got if m["type"] == "exec"), "each of the unit")
+
+
+def binary_query(socket_path, request, timeout=30):
+    """The frames of a binary history stream that ends: [(hdr tuple, payload bytes)], after the
+    hello line."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(socket_path)
+    s.sendall(json.dumps(dict(request, follow=False, format="binary")).encode() + b"\n")
+    data = b""
+    while True:
+        chunk = s.recv(1 << 20)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    hello, _, data = data.partition(b"\n")
+    check_eq(json.loads(hello)["type"], "hello", "a hello line first")
+    frames, pos = [], 0
+    while pos < len(data):
+        (n,) = struct.unpack_from("<I", data, pos)
+        rec = data[pos + 4:pos + 4 + n]
+        check(len(rec) == n and n >= HDR.size, f"a whole frame at {pos}")
+        frames.append((HDR.unpack_from(rec), rec[HDR.size:]))
+        pos += 4 + n
+    return frames
+
+
+def test_binary_stream_has_cursor_and_unit_frames(make_daemon, unit_cgroup):
+    """A binary history stream: a cursor frame before each event record (the record's
+    producer, cpu, seq and ts, and the same cursor as the JSON stream's line), a unit frame
+    for a unit's records; a type the history does not record is refused, named."""
+    d = make_daemon("hist-binary", "[Probes]\nProbes=exec\n", stdout=False)
+    tag = f"hist-{uuid.uuid4().hex[:8]}"
+    unit = unit_cgroup("hist-binary")
+    run_true(tag, "0")
+    unit.popen(["/bin/true", tag, "1"]).wait()
+    wait_for(lambda: len(markers(query(d.socket_path, {}), tag)) == 2, "both markers written")
+    request = {"cursors": True, "units": True, "subscribe": {"types": ["exec"]}}
+    lines = [m for m in query(d.socket_path, request) if m["type"] == "exec"]
+    frames = binary_query(d.socket_path, request)
+    records, cursor, unit_name = [], None, None
+    for hdr, payload in frames:
+        typ = hdr[3]
+        if typ == CURSOR_TYPE:
+            check(cursor is None, "one cursor frame per record")
+            cursor = (hdr[5:], payload.rstrip(b"\0").decode())
+            check_eq(payload[-1:], b"\0", "the cursor ends with its NUL")
+        elif typ == UNIT_TYPE:
+            unit_name = payload[8:].split(b"\0", 1)[0].decode()
+        elif typ == 1:
+            check(cursor is not None and cursor[0] == hdr[5:], f"a cursor frame of this record before it: {cursor}")
+            records.append((cursor[1], unit_name))
+            cursor = unit_name = None
+    check_eq([c for c, _ in records], [m["cursor"] for m in lines], "the JSON stream's cursors, in its order")
+    check_eq([u for _, u in records], [m.get("unit") for m in lines], "the unit frames say the lines' units")
+    check(unit.name in [u for _, u in records], "the unit's marker came with its unit frame")
+
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    s.connect(d.socket_path)
+    s.sendall(b'{"follow":false,"subscribe":{"types":["open"]}}\n')
+    got = json.loads(s.makefile().readline())
+    s.close()
+    check_eq((got["type"], got["error"]), ("error", "bad-request"), "a type not recorded is refused")
+    check('"open"' in got["message"] and "HistoryTypes=" in got["message"], f"and named: {got}")
 
 
 def test_snapshot_reaches_back_into_the_history(make_daemon, stats_bus, unit_cgroup):

@@ -331,6 +331,9 @@ static void test_bad_header(void) {
 	/* Nor its unit frames. */
 	r.hdr.type = PERFRELAY_TYPE_UNIT;
 	ASSERT_DECODE(&r, sizeof(r), DECODE_RESERVED_TYPE);
+	/* Nor the history's cursor frames. */
+	r.hdr.type = PERFRELAY_TYPE_CURSOR;
+	ASSERT_DECODE(&r, sizeof(r), DECODE_RESERVED_TYPE);
 	/* Nor a unit's counters. */
 	r.hdr.type = PERFRELAY_TYPE_COUNTERS;
 	ASSERT_DECODE(&r, sizeof(r), DECODE_RESERVED_TYPE);
@@ -577,7 +580,7 @@ static void test_unknown_types(void) {
 	uint8_t buf[64];
 	struct perfrelay_hdr h;
 	DecodedEvent ev;
-	static const uint16_t types[] = { 0, 7, 15, 17, 31, 0x7ffc, PERFRELAY_TYPE_THIRD_PARTY_MIN, 0xffff };
+	static const uint16_t types[] = { 0, 7, 15, 17, 31, 0x7ffb, PERFRELAY_TYPE_THIRD_PARTY_MIN, 0xffff };
 
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
 		h = make_hdr(types[i], 50, PERFRELAY_PRODUCER_THIRD_PARTY_MIN);

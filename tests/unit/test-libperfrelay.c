@@ -702,6 +702,55 @@ static void test_binary_malformed(void) {
 	}
 }
 
+/* A history's binary stream: a cursor frame before a record is that record's cursor, and only
+ * its; a record without one has none, and a cursor frame without its NUL is none. */
+static void script_cursors(Server *s, int fd) {
+	static uint8_t buf[8192];
+	struct perfrelay_exec ex = { .hdr = make_hdr(PERFRELAY_TYPE_EXEC, sizeof(ex), 1), .pid = 42 };
+	uint8_t cur[32 + 8];
+	struct perfrelay_hdr h = make_hdr(PERFRELAY_TYPE_CURSOR, sizeof(cur), 1);
+	size_t n = 0;
+
+	memcpy(cur, &h, sizeof(h));
+	memcpy(cur + sizeof(h), "h=1;n=2", 8);
+	send_str(fd, HELLO_BINARY);
+	n += put_frame(buf + n, sizeof(cur), cur, sizeof(cur));
+	n += put_frame(buf + n, sizeof(ex), &ex, sizeof(ex));
+	n += put_frame(buf + n, sizeof(ex), &ex, sizeof(ex)); /* no cursor frame */
+	cur[sizeof(cur) - 1] = 'x';                           /* no NUL: not a cursor */
+	n += put_frame(buf + n, sizeof(cur), cur, sizeof(cur));
+	n += put_frame(buf + n, sizeof(ex), &ex, sizeof(ex));
+	send_all(fd, buf, n);
+}
+
+static void test_binary_cursors(void) {
+	struct perfrelay_history history = { .flags = PERFRELAY_HISTORY_CURSORS };
+	struct perfrelay_subscription sub = { .format = PERFRELAY_FORMAT_BINARY, .history = &history };
+	const struct perfrelay_hdr *hdr;
+	const void *payload;
+	size_t size;
+	perfrelay_client *c;
+	Server s;
+
+	server_start(&s, script_cursors, NULL);
+	c = connect_to(&s, &sub, 0);
+	ASSERT(strstr(s.request, "\"cursors\":true"));
+	ASSERT(strstr(s.request, "\"format\":\"binary\""));
+	ASSERT(perfrelay_record_cursor(c) == NULL);
+	ASSERT_EQ_INT(perfrelay_next_record(c, &hdr, &payload, &size, 5000), 1);
+	ASSERT_EQ_INT(hdr->type, PERFRELAY_TYPE_EXEC);
+	ASSERT(streq_safe(perfrelay_record_cursor(c), "h=1;n=2"));
+	ASSERT_EQ_INT(perfrelay_next_record(c, &hdr, &payload, &size, 5000), 1);
+	ASSERT_EQ_INT(hdr->type, PERFRELAY_TYPE_EXEC);
+	ASSERT(perfrelay_record_cursor(c) == NULL);
+	ASSERT_EQ_INT(perfrelay_next_record(c, &hdr, &payload, &size, 5000), 1);
+	ASSERT_EQ_INT(hdr->type, PERFRELAY_TYPE_EXEC);
+	ASSERT(perfrelay_record_cursor(c) == NULL);
+	ASSERT_EQ_INT(perfrelay_next_record(c, &hdr, &payload, &size, 5000), -ECONNRESET);
+	perfrelay_close(c);
+	server_stop(&s);
+}
+
 static void test_arguments(void) {
 	static const char *const comms[] = { "x" };
 	struct perfrelay_subscription sub = {};
@@ -715,7 +764,7 @@ static void test_arguments(void) {
 	ASSERT_EQ_INT(perfrelay_fd(NULL), -ENOTCONN);
 
 	/* Checked before anything is sent: the socket does not even exist. A history's unknown
-	 * flag, its reserved fields, a binary history, after_cursor with since_ns: */
+	 * flag, its reserved fields, after_cursor with since_ns: */
 	{
 		struct perfrelay_history bad[] = {
 			{ .flags = 0x80 },
@@ -729,10 +778,11 @@ static void test_arguments(void) {
 			ASSERT_EQ_INT(perfrelay_connect(c, "/nonexistent/events.sock", &sub), -EINVAL);
 			c = perfrelay_close(c);
 		}
+		/* A binary history is one (it gets cursor frames): it goes as far as the socket. */
 		sub = (struct perfrelay_subscription){ .history = &(struct perfrelay_history){},
 						       .format = PERFRELAY_FORMAT_BINARY };
 		ASSERT_EQ_INT(perfrelay_client_new(&c), 0);
-		ASSERT_EQ_INT(perfrelay_connect(c, "/nonexistent/events.sock", &sub), -EINVAL);
+		ASSERT_EQ_INT(perfrelay_connect(c, "/nonexistent/events.sock", &sub), -ENOENT);
 		c = perfrelay_close(c);
 	}
 
@@ -769,6 +819,7 @@ int main(void) {
 	test_goodbye_and_overflow();
 	test_binary();
 	test_binary_malformed();
+	test_binary_cursors();
 	if (failures) {
 		fprintf(stderr, "%d assertion(s) failed\n", failures);
 		return EXIT_FAILURE;

@@ -674,8 +674,11 @@ static void test_history(void) {
 	PARSE_FAIL("{\"after_cursor\":\"\"}", PROTOCOL_BAD_REQUEST, "is not a cursor");
 	PARSE_FAIL("{\"after_cursor\":1}", PROTOCOL_BAD_REQUEST, "must be a string");
 	PARSE_FAIL("{\"cursors\":1}", PROTOCOL_BAD_REQUEST, "\"cursors\" must be true or false");
-	PARSE_FAIL("{\"cursors\":true,\"format\":\"binary\"}", PROTOCOL_BAD_REQUEST, "served as JSON lines");
-	PARSE_FAIL("{\"follow\":false,\"shared\":true}", PROTOCOL_BAD_REQUEST, "served as JSON lines");
+	PARSE_FAIL("{\"follow\":false,\"shared\":true}", PROTOCOL_BAD_REQUEST, "not with");
+	/* Binary history streams are served (with cursor frames). */
+	s = PARSE_OK("{\"cursors\":true,\"format\":\"binary\"}");
+	ASSERT(s->history && s->cursors && s->format == SUBSCRIPTION_FORMAT_BINARY);
+	subscription_free(s);
 	{
 		char big[SUBSCRIPTION_CURSOR_MAX + 40];
 

@@ -18,6 +18,7 @@
 #include "api/bus-figures.h"
 #include "base/log.h"
 #include "core/manager.h"
+#include "decode/decode.h"
 #include "features/feature-table.h"
 #include "features/history/history-config.h"
 #include "features/history/history-stream.h"
@@ -109,6 +110,20 @@ static int ops_open(void *userdata, const Subscription *sub, void **ret, char *e
 
 	if (!hf->store) {
 		snprintf(err, err_size, "the history is off: %s", hf->off ?: "History=no");
+		return -EINVAL;
+	}
+	/* A type it does not record would make a stream that is silently empty of it. */
+	if ((sub->type_mask & ~hf->types) || sub->n_types > 0 || sub->n_type_names > 0) {
+		uint64_t other = sub->type_mask & ~hf->types;
+		const char *name = other ? event_type_to_string((uint16_t) __builtin_ctzll(other)) : NULL;
+
+		snprintf(
+			err,
+			err_size,
+			"the history does not record %s%s%s (HistoryTypes=)",
+			name ? "\"" : "",
+			name ?: "third-party types",
+			name ? "\"" : "");
 		return -EINVAL;
 	}
 	r = history_stream_open(hf->store, sub, &h, err, err_size);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* A subscriber's stream out of the history (history-stream.h). */
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -45,9 +46,10 @@ struct HistoryStream {
 	int fd;
 	uint64_t fd_segment;
 	char unit[PERFRELAY_UNIT_NAME_MAX];
-	bool has_unit; /* a unit frame for the record that follows */
+	bool has_unit;             /* a unit frame for the record that follows */
+	size_t unit_off, unit_len; /* that frame's record in raw (binary streams re-send it) */
 	uint64_t events;
-	char gap[160]; /* a gap line waiting for room */
+	char gap[320]; /* gap lines (or frames) waiting for room */
 	size_t gap_len;
 };
 
@@ -125,19 +127,54 @@ static void pass_block(HistoryStream *h, const HistoryBlock *b) {
 	h->pos.skip = 0;
 }
 
-static void gap_line(HistoryStream *h, uint64_t count, const char *reason) {
-	int n;
+_Static_assert(
+	3 * sizeof(uint32_t) + 2 * sizeof(struct perfrelay_hdr) + HISTORY_CURSOR_MAX +
+			sizeof(struct perfrelay_unit) + PERFRELAY_UNIT_NAME_MAX + PERFRELAY_RECORD_MAX <=
+		HISTORY_LINE_MAX,
+	"an event's frames fit in a line's room");
+_Static_assert(HISTORY_CURSOR_MAX == PERFRELAY_CURSOR_MAX, "a cursor frame holds a cursor");
 
-	if (count == 0)
-		return;
-	n = snprintf(
-		h->gap + h->gap_len,
-		sizeof(h->gap) - h->gap_len,
-		"{\"type\":\"lost\",\"count\":%" PRIu64 ",\"reason\":\"%s\"}\n",
-		count,
-		reason);
-	if (n > 0 && (size_t) n < sizeof(h->gap) - h->gap_len)
-		h->gap_len += (size_t) n;
+/* A "lost" line of `count` events (its JSON, json_len bytes) in the subscriber's format into buf
+ * (room bytes): the line, or a binary stream's PERFRELAY_TYPE_LOST record with the count and the
+ * JSON behind it, as a live stream's notices (docs/protocol.md). Its length, 0 if no room. */
+static size_t lost_put(
+	const HistoryStream *h, uint64_t count, const char *json, size_t json_len, char *buf, size_t room) {
+	struct perfrelay_hdr hdr = {
+		.magic = PERFRELAY_MAGIC,
+		.version = PERFRELAY_VERSION,
+		.type = PERFRELAY_TYPE_LOST,
+		.size = (uint16_t) (sizeof(hdr) + sizeof(count) + json_len),
+	};
+	uint32_t le = htole32(hdr.size);
+
+	if (h->sub->format != SUBSCRIPTION_FORMAT_BINARY) {
+		if (json_len + 1 > room)
+			return 0;
+		memcpy(buf, json, json_len);
+		buf[json_len] = '\n';
+		return json_len + 1;
+	}
+	if (sizeof(le) + hdr.size > room)
+		return 0;
+	memcpy(buf, &le, sizeof(le));
+	memcpy(buf + sizeof(le), &hdr, sizeof(hdr));
+	memcpy(buf + sizeof(le) + sizeof(hdr), &count, sizeof(count));
+	memcpy(buf + sizeof(le) + sizeof(hdr) + sizeof(count), json, json_len);
+	return sizeof(le) + hdr.size;
+}
+
+/* The "lost" line of a gap with its reason into buf; its length. */
+static size_t gap_put(const HistoryStream *h, uint64_t count, const char *reason, char *buf, size_t room) {
+	char json[128];
+	int n = snprintf(
+		json, sizeof(json), "{\"type\":\"lost\",\"count\":%" PRIu64 ",\"reason\":\"%s\"}", count, reason);
+
+	return lost_put(h, count, json, (size_t) n, buf, room);
+}
+
+static void gap_line(HistoryStream *h, uint64_t count, const char *reason) {
+	if (count > 0)
+		h->gap_len += gap_put(h, count, reason, h->gap + h->gap_len, sizeof(h->gap) - h->gap_len);
 }
 
 static int load_block(HistoryStream *h, const HistoryBlock *b) {
@@ -163,7 +200,61 @@ static int load_block(HistoryStream *h, const HistoryBlock *b) {
 	return 0;
 }
 
-/* One event's line into h->line: 0 if it is not for this subscriber, else its length. */
+/* The cursor of the event read now (the ordinal-th), into text. */
+static void cursor_text(const HistoryStream *h, uint64_t ordinal, char text[static HISTORY_CURSOR_MAX]) {
+	HistoryCursor c = {
+		.segment = h->pos.segment,
+		.offset = h->pos.offset,
+		.index = h->index,
+		.ordinal = ordinal,
+	};
+
+	memcpy(c.history_id, h->store->id, 16);
+	history_cursor_format(&c, text);
+}
+
+/* A binary stream's frames for one event into h->line: its cursor frame (with "cursors"), its
+ * unit frame (with "units", as the history holds it), then the record (docs/protocol.md,
+ * "Binary format"). Their length, 0 for a record too long to be one. */
+static size_t event_frames(HistoryStream *h, const uint8_t *rec, uint32_t len, uint64_t ordinal) {
+	uint8_t *p = (uint8_t *) h->line;
+	struct perfrelay_hdr hdr;
+	size_t n = 0;
+	uint32_t le;
+
+	if (len > PERFRELAY_RECORD_MAX)
+		return 0;
+	memcpy(&hdr, rec, sizeof(hdr));
+	if (h->sub->cursors) {
+		char text[HISTORY_CURSOR_MAX];
+		struct perfrelay_hdr c = hdr;
+		size_t t;
+
+		cursor_text(h, ordinal, text);
+		t = strlen(text) + 1;
+		c.type = PERFRELAY_TYPE_CURSOR;
+		c.flags = 0;
+		c.size = (uint16_t) (sizeof(c) + t);
+		le = htole32(c.size);
+		memcpy(p + n, &le, sizeof(le));
+		memcpy(p + n + sizeof(le), &c, sizeof(c));
+		memcpy(p + n + sizeof(le) + sizeof(c), text, t);
+		n += sizeof(le) + c.size;
+	}
+	if (h->sub->unit_frames && h->has_unit) {
+		le = htole32((uint32_t) h->unit_len);
+		memcpy(p + n, &le, sizeof(le));
+		memcpy(p + n + sizeof(le), h->raw + h->unit_off, h->unit_len);
+		n += sizeof(le) + h->unit_len;
+	}
+	le = htole32(len);
+	memcpy(p + n, &le, sizeof(le));
+	memcpy(p + n + sizeof(le), rec, len);
+	return n + sizeof(le) + len;
+}
+
+/* One event's line (or frames) into h->line: 0 if it is not for this subscriber, else its
+ * length. */
 static size_t event_line(HistoryStream *h, const uint8_t *rec, uint32_t len, uint64_t ordinal) {
 	const Subscription *sub = h->sub;
 	DecodedEvent ev;
@@ -178,32 +269,28 @@ static size_t event_line(HistoryStream *h, const uint8_t *rec, uint32_t len, uin
 	if (!filter_match(sub, &ev, h->has_unit ? h->unit : NULL, NULL))
 		return 0;
 	if (sub->access != SUBSCRIPTION_ACCESS_ALL && ev.hdr.type == PERFRELAY_TYPE_EXEC &&
-	    ev.record_size == sizeof(struct perfrelay_exec)) {
+	    ev.record_size == sizeof(struct perfrelay_exec) && len <= PERFRELAY_RECORD_MAX) {
 		/* Its ancestors may have run as others: a subscriber who sees its own uid's events
 		 * gets none of them (the live stream keeps those the process table says are its
 		 * own; the history cannot ask a table that has moved on). */
 		uint32_t zero = 0;
 
-		memcpy(h->copy, rec, ev.record_size);
+		memcpy(h->copy, rec, len);
 		memcpy(h->copy + offsetof(struct perfrelay_exec, n_ancestors), &zero, sizeof(zero));
 		if (decode_event(h->copy, ev.record_size, &ev) != DECODE_OK)
 			return 0;
+		rec = h->copy;
 	}
+	if (sub->format == SUBSCRIPTION_FORMAT_BINARY)
+		return event_frames(h, rec, len, ordinal);
 	n = encode_json(&ev, h->has_unit ? h->unit : NULL, h->line, ENCODE_JSON_MAX);
 	if (n < 2)
 		return 0;
 	if (sub->cursors) {
-		HistoryCursor c = {
-			.segment = h->pos.segment,
-			.offset = h->pos.offset,
-			.index = h->index,
-			.ordinal = ordinal,
-		};
 		char text[HISTORY_CURSOR_MAX];
 		int k;
 
-		memcpy(c.history_id, h->store->id, 16);
-		history_cursor_format(&c, text);
+		cursor_text(h, ordinal, text);
 		/* In place of the closing "}\n". */
 		k = snprintf(h->line + n - 2, HISTORY_LINE_MAX - (size_t) n + 2, ",\"cursor\":\"%s\"}\n", text);
 		n += k - 2;
@@ -217,22 +304,18 @@ static size_t lost_line(HistoryStream *h, const uint8_t *rec, uint32_t len) {
 
 	if (len == HUB_LOST_SIZE) {
 		memcpy(&count, rec + sizeof(struct perfrelay_hdr), sizeof(count));
-		return (size_t) snprintf(
-			h->line,
-			HISTORY_LINE_MAX,
-			"{\"type\":\"lost\",\"count\":%" PRIu64 ",\"reason\":\"history-behind\"}\n",
-			count);
+		return gap_put(h, count, "history-behind", h->line, HISTORY_LINE_MAX);
 	}
 	if (len == sizeof(struct history_gap)) {
 		struct history_gap g;
 
 		memcpy(&g, rec, sizeof(g));
-		return (size_t) snprintf(
-			h->line,
-			HISTORY_LINE_MAX,
-			"{\"type\":\"lost\",\"count\":%" PRIu64 ",\"reason\":\"%s\"}\n",
+		return gap_put(
+			h,
 			g.count,
-			g.reason == HISTORY_GAP_DISK ? "history-disk" : "history-behind");
+			g.reason == HISTORY_GAP_DISK ? "history-disk" : "history-behind",
+			h->line,
+			HISTORY_LINE_MAX);
 	}
 	if (len > HUB_LOST_SIZE + 1 && h->sub->access == SUBSCRIPTION_ACCESS_ALL) {
 		/* A notice: its JSON follows the count. It may name other users' units: for those
@@ -240,12 +323,11 @@ static size_t lost_line(HistoryStream *h, const uint8_t *rec, uint32_t len) {
 		const char *json = (const char *) rec + HUB_LOST_SIZE;
 		size_t n = len - HUB_LOST_SIZE;
 
+		memcpy(&count, rec + sizeof(struct perfrelay_hdr), sizeof(count));
 		if (json[0] != '{' || memchr(json, '\n', n) || memchr(json, '\0', n) ||
-		    n + 1 > HISTORY_LINE_MAX)
+		    n + 1 > HISTORY_LINE_MAX - HUB_LOST_SIZE)
 			return 0;
-		memcpy(h->line, json, n);
-		h->line[n] = '\n';
-		return n + 1;
+		return lost_put(h, count, json, n, h->line, HISTORY_LINE_MAX);
 	}
 	return 0;
 }
@@ -326,6 +408,8 @@ ssize_t history_stream_read(HistoryStream *h, char *buf, size_t size) {
 			memcpy(&hdr, rec, sizeof(hdr));
 			if (hdr.type == PERFRELAY_TYPE_UNIT) {
 				h->has_unit = unit_frame_name(rec + sizeof(hdr), len - sizeof(hdr), h->unit);
+				h->unit_off = h->raw_off + sizeof(len);
+				h->unit_len = len;
 				h->raw_off += sizeof(len) + len;
 				continue;
 			}
