@@ -90,6 +90,7 @@ ExportConfig *export_config_free(ExportConfig *c) {
 	free(c->socket_path);
 	free(c->hostname);
 	free(c->stats_file);
+	free(c->cursor_file);
 	free(c);
 	return NULL;
 }
@@ -338,6 +339,10 @@ static int set_key(ExportConfig *c, const char *section, const char *k, const ch
 			return set_string(&c->hostname, v);
 		if (streq(k, "StatsFile"))
 			return set_string(&c->stats_file, v);
+		if (streq(k, "Resume"))
+			return set_bool(&c->resume, v);
+		if (streq(k, "CursorFile"))
+			return set_string(&c->cursor_file, v);
 	}
 	/* conf-parser.c refuses unknown sections before calling here. */
 	return -ENOKEY;
@@ -502,6 +507,10 @@ int export_config_check(ExportConfig *c, char **ret_error) {
 		why = buf;
 	} else if ((c->targets & EXPORT_TARGET_FILE) && !c->file_path)
 		why = "Targets=file needs [File] Path=";
+	else if (c->resume && c->n_ancestors > 0)
+		why = "[Export] Resume=yes cannot take Ancestors=: the history keeps no process lineage";
+	else if (c->resume && !c->cursor_file)
+		why = "[Export] Resume=yes needs CursorFile= (or the unit's StateDirectory=, $STATE_DIRECTORY)";
 	else if (c->targets & EXPORT_TARGET_NATS)
 		why = check_nats_tls(c, buf, sizeof(buf));
 	if (!why)

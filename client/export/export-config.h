@@ -92,6 +92,10 @@ typedef struct ExportConfig {
 	uint64_t drain_timeout_ms; /* [Export] DrainTimeoutMSec=: at exit */
 	char *hostname;            /* [Export] Hostname=, default gethostname() */
 	char *stats_file;          /* [Export] StatsFile= */
+	/* [Export] Resume=: events come from the daemon's history, after the cursor of the last
+	 * one every target acknowledged, kept in CursorFile= (docs/export.md, "Resuming"). */
+	bool resume;
+	char *cursor_file; /* [Export] CursorFile=; export_config_check() sets the default */
 
 	char *otlp_endpoint;                 /* [OTLP] Endpoint=: base URL; /v1/logs is added */
 	OtlpProtocol otlp_protocol;          /* [OTLP] Protocol= */

@@ -4,7 +4,9 @@
 
 #include <errno.h>
 #include <json-c/json.h>
+#include <string.h>
 
+#include "export/export-resume.h"
 #include "json-util.h"
 #include "macro.h"
 
@@ -84,9 +86,38 @@ static int add_named_target(json_object *root, const char *name, const ExportSta
 	return add_value(root, name, t);
 }
 
+/* "resume": where a restart begins and what the history lost before it reached us. */
+static int add_resume(json_object *root, const ExportResume *r) {
+	json_object *o = json_object_new_object(), *lost;
+	int k;
+
+	if (!o || json_object_object_add(root, "resume", o) < 0) {
+		json_object_put(o);
+		return -ENOMEM;
+	}
+	if ((k = add_value(o, "cursor_file", json_object_new_string(r->path))) < 0 ||
+	    (k = add_value(o, "cursor", json_object_new_string(r->saved))) < 0 ||
+	    (k = add_u64(o, "saves", r->saves)) < 0 || (k = add_u64(o, "save_errors", r->save_errors)) < 0 ||
+	    (k = add_value(
+		     o, "last_error", json_object_new_string(r->last_error ? strerror(r->last_error) : ""))) <
+		    0 ||
+	    (k = add_value(o, "cursor_refused", json_object_new_string(r->refused))) < 0)
+		return k;
+	lost = json_object_new_object();
+	if ((k = add_value(o, "history_lost", lost)) < 0)
+		return k;
+#define ADD_LOST(name, text)                               \
+	if ((k = add_u64(lost, text, r->lost_##name)) < 0) \
+		return k;
+	EXPORT_RESUME_REASONS(ADD_LOST)
+#undef ADD_LOST
+	return add_u64(lost, "other", r->lost_other);
+}
+
 int export_stats_write_json(
 	uint64_t offered,
 	uint64_t daemon_lost,
+	const ExportResume *resume,
 	const char *const *names,
 	const ExportStats *stats,
 	size_t n,
@@ -98,6 +129,8 @@ int export_stats_write_json(
 	if (!root)
 		return -ENOMEM;
 	if ((r = add_u64(root, "offered", offered)) < 0 || (r = add_u64(root, "daemon_lost", daemon_lost)) < 0)
+		return r;
+	if (resume && (r = add_resume(root, resume)) < 0)
 		return r;
 	if (n > 0 && (r = add_target(root, &stats[0])) < 0)
 		return r;

@@ -35,12 +35,15 @@ typedef struct ExportStats {
 	char last_error[128]; /* the last refusal's reason, "" if none */
 } ExportStats;
 
-/* Writes the stats file's JSON object: offered and daemon_lost (the socket's), the first
- * target's figures at the top level (as before targets existed), and each of the n targets'
- * under its name. */
+struct ExportResume;
+
+/* Writes the stats file's JSON object: offered and daemon_lost (the socket's), with Resume=yes
+ * the cursor's figures under "resume" (resume NULL: none), the first target's figures at the top
+ * level (as before targets existed), and each of the n targets' under its name. */
 int export_stats_write_json(
 	uint64_t offered,
 	uint64_t daemon_lost,
+	const struct ExportResume *resume,
 	const char *const *names,
 	const ExportStats *stats,
 	size_t n,

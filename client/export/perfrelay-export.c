@@ -20,6 +20,7 @@
 #include <curl/curl.h>
 
 #include "export/export-config.h"
+#include "export/export-resume.h"
 #include "common/export-frame.h"
 #include "macro.h"
 #include "export/target.h"
@@ -72,15 +73,37 @@ typedef struct Targets {
 	uint64_t offered;     /* records read from the socket or --input */
 	uint64_t daemon_lost; /* events the daemon dropped for this client (its lost notices) */
 	bool signalled;       /* SIGTERM or SIGINT came */
+	ExportResume *resume; /* Resume=yes: the cursor, else NULL */
 } Targets;
 
 #define FOREACH_TARGET(e, i) for (size_t i = 0; i < (e)->n; i++)
 
 /* now: CLOCK_MONOTONIC ms, read once per round of records by the caller. */
-static void targets_offer(Targets *e, const ExportEvent *ev, uint64_t now) {
-	e->offered++;
+static void targets_offer(Targets *e, ExportEvent *ev, uint64_t now) {
+	ev->seq = ++e->offered;
 	FOREACH_TARGET(e, i)
 		e->type[i]->offer(e->t[i], ev, now);
+}
+
+/* The seq of the oldest event a target still holds, UINT64_MAX when none does. */
+static uint64_t targets_oldest_held(Targets *e) {
+	uint64_t low = UINT64_MAX;
+
+	FOREACH_TARGET(e, i)
+		if (e->type[i]->oldest_held)
+			low = MIN(low, e->type[i]->oldest_held(e->t[i]));
+	return low;
+}
+
+/* Resume=yes: the cursor of what every target is done with goes to CursorFile=. */
+static void resume_save(Targets *e) {
+	int r;
+
+	if (!e->resume)
+		return;
+	r = export_resume_save(e->resume, targets_oldest_held(e));
+	if (r < 0 && e->resume->save_errors == 1)
+		fprintf(stderr, "%s: cannot write CursorFile= %s: %s\n", program, e->resume->path, strerror(-r));
 }
 
 static void targets_poll(Targets *e) {
@@ -171,6 +194,7 @@ static int stats_save(Targets *e, const char *path) {
 	FILE *f;
 	int r;
 
+	resume_save(e);
 	if (!path)
 		return 0;
 	targets_figures(e, stats, names);
@@ -178,7 +202,7 @@ static int stats_save(Targets *e, const char *path) {
 	f = fopen(tmp, "we");
 	if (!f)
 		return -errno;
-	r = export_stats_write_json(e->offered, e->daemon_lost, names, stats, e->n, f);
+	r = export_stats_write_json(e->offered, e->daemon_lost, e->resume, names, stats, e->n, f);
 	if (fclose(f) != 0 && r >= 0)
 		r = -errno;
 	if (r >= 0 && rename(tmp, path) < 0)
@@ -341,7 +365,9 @@ static int run_socket(
 		.flags = PERFRELAY_SUBSCRIBE_UNITS | PERFRELAY_SUBSCRIBE_ANCESTOR_INCOMPLETE,
 	};
 	const char *anc_comms[EXPORT_LIST_MAX], *anc_ids[EXPORT_LIST_MAX], *anc_units[EXPORT_LIST_MAX];
-	uint64_t last = 0;
+	struct perfrelay_history history = { .flags = PERFRELAY_HISTORY_CURSORS };
+	char cursor[PERFRELAY_CURSOR_MAX] = "";
+	uint64_t last = 0, cursor_seq = 0;
 	int r;
 
 	for (size_t i = 0; i < cfg->n_ancestors; i++)
@@ -349,10 +375,34 @@ static int run_socket(
 	sub.ancestor_comms = anc_comms;
 	sub.ancestor_exec_ids = anc_ids;
 	sub.ancestor_units = anc_units;
+	if (e->resume) {
+		/* From the history: after the saved cursor, or from the first start's time. */
+		if (export_resume_since_ns(e->resume, &history.since_ns) <= 0)
+			history.after_cursor = e->resume->saved[0] ? e->resume->saved : NULL;
+		sub.history = &history;
+	}
 	r = perfrelay_client_new(&c);
 	if (r < 0)
 		return r;
 	r = perfrelay_connect(c, socket_path, &sub);
+	if (r < 0 && history.after_cursor && perfrelay_client_error(c) &&
+	    strstr(perfrelay_client_error(c), "after_cursor")) {
+		/* A cursor of a history that is no more (HistoryPath= replaced) or that never
+		 * held it: nothing after it can be found, so on from the history's end, said. */
+		snprintf(e->resume->refused, sizeof(e->resume->refused), "%s", perfrelay_client_error(c));
+		fprintf(stderr,
+			"%s: the daemon refused CursorFile= %s (%s): going on from the history's end\n",
+			program,
+			e->resume->path,
+			e->resume->refused);
+		e->resume->saved[0] = 0;
+		history.after_cursor = NULL;
+		c = perfrelay_close(c);
+		r = perfrelay_client_new(&c);
+		if (r < 0)
+			return r;
+		r = perfrelay_connect(c, socket_path, &sub);
+	}
 	if (r < 0) {
 		fprintf(stderr,
 			"%s: cannot subscribe on %s: %s\n",
@@ -380,7 +430,15 @@ static int run_socket(
 				uint64_t count;
 
 				memcpy(&count, payload, sizeof(count));
-				e->daemon_lost += count;
+				if (e->resume && psize > sizeof(count))
+					/* The history's gap, its reason behind the count. */
+					export_resume_lost(
+						e->resume,
+						count,
+						(const char *) payload + sizeof(count),
+						psize - sizeof(count));
+				else
+					e->daemon_lost += count;
 				continue;
 			}
 			/* libperfrelay hands out the record whole (header, payload, a packet's
@@ -395,6 +453,15 @@ static int run_socket(
 					.client = c,
 				},
 				now);
+			if (e->resume && perfrelay_record_cursor(c)) {
+				snprintf(cursor, sizeof(cursor), "%s", perfrelay_record_cursor(c));
+				cursor_seq = e->offered;
+			}
+		}
+		/* The round's last event marks where a restart may begin once it is done. */
+		if (cursor_seq > 0) {
+			export_resume_mark(e->resume, cursor_seq, cursor);
+			cursor_seq = 0;
 		}
 		if (r < 0 && r != -EINTR) {
 			fprintf(stderr, "%s: the event stream ended: %s\n", program, strerror(-r));
@@ -440,6 +507,7 @@ int main(int argc, char *argv[]) {
 	_cleanup_close_ int signal_fd = -EBADF;
 	ExportConfig *cfg = NULL;
 	Targets t = {};
+	ExportResume *resume = NULL;
 	ExportContext ctx;
 	char host[256], boot_id[64];
 	bool stats_json = false;
@@ -480,6 +548,14 @@ int main(int argc, char *argv[]) {
 		return 1;
 	}
 	r = export_config_load(cfg, config_path, dropin, &error);
+	/* The unit's StateDirectory= is where the cursor lives unless CursorFile= says. */
+	if (r >= 0 && cfg->resume && !cfg->cursor_file && getenv("STATE_DIRECTORY") &&
+	    asprintf(
+		    &cfg->cursor_file,
+		    "%.*s/cursor",
+		    (int) strcspn(getenv("STATE_DIRECTORY"), ":"),
+		    getenv("STATE_DIRECTORY")) < 0)
+		r = -ENOMEM;
 	if (r >= 0)
 		r = export_config_check(cfg, &error);
 	/* Relative names of secrets are credentials: LoadCredential= puts them in
@@ -545,6 +621,18 @@ int main(int argc, char *argv[]) {
 	ctx = (ExportContext){
 		.cfg = cfg, .host = host, .boot_id = boot_id, .version = PERFRELAY_VERSION_STRING
 	};
+	if (cfg->resume && !input) {
+		resume = calloc(1, sizeof(*resume));
+		r = resume ? export_resume_load(resume, cfg->cursor_file, &error) : -ENOMEM;
+		if (r < 0) {
+			fprintf(stderr, "%s: %s\n", program, error ?: strerror(-r));
+			free(resume);
+			curl_global_cleanup();
+			export_config_free(cfg);
+			return 1;
+		}
+		t.resume = resume;
+	}
 	r = targets_open(&t, &ctx);
 	if (r >= 0) {
 		r = input ? run_input(&t, input, stats_file, signal_fd) :
@@ -557,6 +645,7 @@ int main(int argc, char *argv[]) {
 		report(&t);
 	}
 	targets_close(&t);
+	free(resume);
 	curl_global_cleanup();
 	export_config_free(cfg);
 	return r < 0 ? 1 : 0;

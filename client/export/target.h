@@ -24,6 +24,7 @@ typedef struct ExportEvent {
 	size_t size;
 	const char *unit;               /* its systemd unit, or NULL */
 	const perfrelay_client *client; /* the socket's, for third-party schemas; NULL with --input */
+	uint64_t seq;                   /* the loop's number for it: 1, 2, ... in the order offered */
 } ExportEvent;
 
 /* What every target may know. */
@@ -53,6 +54,11 @@ typedef struct ExportTargetType {
 	/* Gives up on everything still held, counted as dropped_shutdown. */
 	void (*abandon)(void *t);
 	void (*figures)(void *t, ExportStats *ret);
+	/* The seq of the oldest event it still holds (batched, queued, in flight, waiting for a
+	 * retry), UINT64_MAX when none: every event before it was exported or dropped for good,
+	 * so the exporter's cursor may move past it (export-resume.h). An event abandon() gave up
+	 * on stays held. Optional: a target without it holds nothing once offer() returned. */
+	uint64_t (*oldest_held)(void *t);
 	/* The descriptors the target waits on (a connection to write a request to or read an
 	 * answer from) into fds, at most max of them; returns how many, and lowers *timeout_ms to
 	 * when its poll is due next. Optional: a target without it is polled each round. */

@@ -11,9 +11,10 @@ import socket
 import struct
 import subprocess
 import tempfile
+import time
 
 
-from prtest import Daemon, UnitCgroup, check, check_eq, daemon_binary, main, skip, wait_for
+from prtest import Daemon, UnitCgroup, check, check_eq, daemon_binary, main, run_true, skip, wait_for
 from prtest.natstest import NatsClient, require_nats_server
 from prtest.exporttest import HDR, Exporter, batch_digest, boot_id, parse_batch, stream_events, write_frames
 
@@ -144,6 +145,120 @@ def test_replay_adds_no_duplicates(root_and_bpf, nats_server):
             if e:
                 e.cleanup()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def stream_markers(nc, stream, tag):
+    """The marker numbers of /bin/true <tag> <n> exec records stored in a stream, as often as
+    they are stored."""
+    needle = tag.encode() + b"\0"
+    out = []
+    for _, recs in stream_events(nc, stream):
+        for hdr, rec, _ in recs:
+            i = rec.find(needle)
+            if hdr[3] == 1 and i >= 0:
+                out.append(int(rec[i + len(needle):].split(b"\0", 1)[0]))
+    return out
+
+
+def test_resume_exports_the_pause_exactly_once(root_and_bpf, nats_server):
+    """Resume=yes: the exporter reads the daemon's history and keeps the cursor of what JetStream
+    acknowledged in CursorFile=. Stopped for 30 s while a marker workload runs, then started
+    again, it exports every marker of the pause: the stream holds each marker exactly once."""
+    srv = nats_server()
+    d = Daemon(BINARY, "export-resume", stdout=False, config="[Probes]\nProbes=exec\n")
+    state = tempfile.mkdtemp(prefix="perfrelay-export-state-")
+    cursor_file = os.path.join(state, "cursor")
+    tag = f"resume{os.getpid()}"
+    extra = f"Types=exec\nResume=yes\nCursorFile={cursor_file}\n[Stream]\nName=RESUME\n"
+    e1 = e2 = None
+    try:
+        d.start()
+        e1 = Exporter(EXPORT, "resume1", [srv.url], socket_path=d.socket_path, extra=extra).start()
+        nc = NatsClient(srv.url)
+        wait_for(lambda: (e1.stats() or {}).get("stream_ready"), "the exporter created its stream")
+        for i in range(20):
+            run_true(tag, str(i))
+        wait_for(lambda: len(stream_markers(nc, "RESUME", tag)) == 20, "the first 20 markers in the stream")
+        check_eq(e1.stop(), 0, f"exit status after SIGTERM: {e1.stderr()}")
+        st = e1.stats()
+        with open(cursor_file) as f:
+            saved = f.read().strip()
+        check_eq(st["resume"]["cursor"], saved, "the stats file shows the cursor saved")
+        check(saved.startswith("h="), f"a history cursor was saved: {saved!r}")
+
+        # Stopped for 30 s while the workload goes on.
+        deadline = time.monotonic() + 30
+        n = 20
+        while time.monotonic() < deadline:
+            run_true(tag, str(n))
+            n += 1
+            time.sleep(0.05)  # paces the workload; nothing waits on it
+        gap_end = n
+
+        e2 = Exporter(EXPORT, "resume2", [srv.url], socket_path=d.socket_path, extra=extra).start()
+        for i in range(gap_end, gap_end + 20):
+            run_true(tag, str(i))
+        wait_for(lambda: gap_end + 19 in stream_markers(nc, "RESUME", tag), "the live markers after the pause",
+                 timeout=120)
+        check_eq(e2.stop(), 0, f"exit status after SIGTERM: {e2.stderr()}")
+        check_eq(sorted(stream_markers(nc, "RESUME", tag)), list(range(gap_end + 20)),
+                 "every marker in the stream exactly once: before, during and after the pause")
+        st = e2.stats()
+        check_eq(st["resume"]["history_lost"],
+                 {"history-behind": 0, "history-disk": 0, "history-retention": 0, "history-damaged": 0,
+                  "other": 0}, "the history lost nothing")
+        check_eq((st["export_dropped"], st["exported"]), (0, st["offered"]), "everything offered was exported")
+        check_eq(st["resume"]["cursor_refused"], "", "the saved cursor was taken")
+        nc.close()
+    finally:
+        for e in (e1, e2):
+            if e:
+                e.cleanup()
+        d.cleanup()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def test_resume_after_a_crash_loses_nothing(root_and_bpf, nats_server):
+    """An exporter killed (SIGKILL) while markers flow and JetStream is stopped (nothing it holds
+    is acknowledged) saved no cursor past what was acknowledged: started again, with the server
+    back, every marker reaches the stream (some may be stored twice: what was acknowledged after
+    the last save is exported again). Here it is killed before any cursor was saved: the first
+    start's time, written before it read anything, is where the second begins."""
+    srv = nats_server()
+    d = Daemon(BINARY, "export-crash", stdout=False, config="[Probes]\nProbes=exec\n")
+    state = tempfile.mkdtemp(prefix="perfrelay-export-state-")
+    tag = f"crash{os.getpid()}"
+    extra = f"Types=exec\nResume=yes\nCursorFile={state}/cursor\n[Stream]\nName=CRASH\n"
+    e1 = e2 = None
+    try:
+        d.start()
+        e1 = Exporter(EXPORT, "crash1", [srv.url], socket_path=d.socket_path, extra=extra).start()
+        nc = NatsClient(srv.url)
+        wait_for(lambda: (e1.stats() or {}).get("stream_ready"), "the exporter created its stream")
+        for i in range(10):
+            run_true(tag, str(i))
+        wait_for(lambda: len(stream_markers(nc, "CRASH", tag)) == 10, "the first markers in the stream")
+        nc.close()
+        srv.kill()  # its store stays: started again below on the same port
+        for i in range(10, 60):
+            run_true(tag, str(i))
+        # The exporter has read them all from the history (offered), none acknowledged.
+        wait_for(lambda: (e1.stats() or {}).get("offered", 0) >= 60, "the markers offered to the exporter")
+        e1.proc.kill()
+        e1.wait()
+        srv.start()
+        e2 = Exporter(EXPORT, "crash2", [srv.url], socket_path=d.socket_path, extra=extra).start()
+        nc = NatsClient(srv.url)
+        wait_for(lambda: set(range(60)) <= set(stream_markers(nc, "CRASH", tag)),
+                 "every marker in the stream after the restart", timeout=120)
+        check_eq(e2.stop(), 0, f"exit status after SIGTERM: {e2.stderr()}")
+        nc.close()
+    finally:
+        for e in (e1, e2):
+            if e:
+                e.cleanup()
+        d.cleanup()
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def test_republish_after_window_counted(nats_server):

@@ -211,10 +211,32 @@ static void test_host_targets(void) {
 	export_config_free(c);
 }
 
+/* Resume=: a cursor file it needs, no Ancestors= it can take. */
+static void test_resume(void) {
+	ExportConfig *c = NULL;
+	char *err = NULL;
+
+	ASSERT(export_config_new(&c) == 0);
+	ASSERT(!c->resume && !c->cursor_file);
+	ASSERT(parse(c, "[Export]\nResume=yes\n", &err) == 0 && c->resume);
+	ASSERT(export_config_check(c, &err) == -EINVAL && err && strstr(err, "CursorFile="));
+	free(err);
+	err = NULL;
+	ASSERT(parse(c, "[Export]\nCursorFile=/var/lib/x/cursor\nAncestors=sshd\n", &err) == 0);
+	ASSERT(streq(c->cursor_file, "/var/lib/x/cursor"));
+	ASSERT(export_config_check(c, &err) == -EINVAL && err && strstr(err, "Ancestors="));
+	free(err);
+	err = NULL;
+	ASSERT(parse(c, "[Export]\nAncestors=\n", &err) == 0 && export_config_check(c, &err) == 0);
+	ASSERT(parse(c, "[Export]\nResume=maybe\n", NULL) == -EINVAL);
+	export_config_free(c);
+}
+
 int main(void) {
 	ExportConfig *c = NULL;
 	char *err = NULL;
 
+	test_resume();
 	test_url_redact();
 	test_tls_rules();
 	test_credentials();

@@ -31,8 +31,9 @@ typedef struct FileTarget {
 	uint64_t size; /* of the open file, as this target wrote it */
 	char *buf;     /* FILE_BUFFER */
 	size_t used;
-	uint64_t buffered; /* events whose lines are in buf */
-	char *line;        /* ENCODE_JSON_MAX: one event's line */
+	uint64_t buffered;  /* events whose lines are in buf */
+	uint64_t first_seq; /* the first of them */
+	char *line;         /* ENCODE_JSON_MAX: one event's line */
 	ExportFields fields;
 	uint64_t reopen_at_ms;
 	ExportStats s;
@@ -180,6 +181,8 @@ static void target_offer(void *userdata, const ExportEvent *ev, uint64_t now) {
 		t->s.dropped_refused++; /* the file could not be opened again: last_error says why */
 		return;
 	}
+	if (t->used == 0)
+		t->first_seq = ev->seq;
 	memcpy(t->buf + t->used, t->line, (size_t) n);
 	t->used += (size_t) n;
 	t->buffered++;
@@ -214,6 +217,12 @@ static bool target_has_room(void *t) {
 
 static void target_abandon(void *t) {
 	file_write(t); /* a write is never slow to give up on: nothing is left */
+}
+
+static uint64_t target_oldest_held(void *userdata) {
+	FileTarget *t = userdata;
+
+	return t->used > 0 ? t->first_seq : UINT64_MAX;
 }
 
 static void target_figures(void *userdata, ExportStats *ret) {
@@ -252,6 +261,7 @@ const ExportTargetType export_target_file = {
 	.poll = target_poll,
 	.flush = target_flush,
 	.idle = target_idle,
+	.oldest_held = target_oldest_held,
 	.has_room = target_has_room,
 	.abandon = target_abandon,
 	.figures = target_figures,

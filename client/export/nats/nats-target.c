@@ -30,6 +30,12 @@
  * than the stream's duplicate window may be stored twice, and is counted so. */
 #define HDR_FIRST   "Perfrelay-First-Published"
 
+/* The epoch (ExportEvent.seq >> HELD_SHIFT) of a message's first event, for the exporter's
+ * cursor: the ack thread takes the message off its epoch's count in held[]. */
+#define HDR_EPOCH  "Perfrelay-Export-Epoch"
+#define HELD_SHIFT 8
+#define HELD_SLOTS 4096u
+
 /* Between two rounds of connection attempts (plus up to 99 ms of jitter). */
 #define RECONNECT_WAIT_MS 250
 
@@ -46,7 +52,8 @@ typedef struct Batch {
 	uint32_t producer, cpu;
 	uint64_t seq;
 	uint64_t digest;
-	uint8_t *buf; /* BatchBytes + room for one whole record and its unit frame */
+	uint64_t first_seq; /* the first record's ExportEvent.seq */
+	uint8_t *buf;       /* BatchBytes + room for one whole record and its unit frame */
 	size_t len;
 } Batch;
 
@@ -95,6 +102,16 @@ typedef struct NatsTarget {
 	 * by the next ack. */
 	ExportBackoff backoff;
 	uint64_t acks_seen;
+
+	/* What is held, for oldest_held() (target.h): messages (queued, in flight, failed, or
+	 * abandoned at exit) counted by the epoch of their first event, slot epoch % HELD_SLOTS. A
+	 * message counts from its seal until it is acknowledged or dropped for good; the ack thread
+	 * takes it off. held_low: no message of an earlier epoch is held; every held one's epoch
+	 * is below held_low + HELD_SLOTS (one further is counted in the last slot: an older epoch
+	 * than its own only holds the cursor back further). Main thread, but held[]. */
+	atomic_uint_fast32_t held[HELD_SLOTS];
+	uint64_t held_low;
+	uint64_t last_seq; /* the newest event offered */
 } NatsTarget;
 
 static uint64_t msg_count(natsMsg *m) {
@@ -105,6 +122,17 @@ static uint64_t msg_count(natsMsg *m) {
 	return strtoull(v, NULL, 10);
 }
 
+/* A message is no longer held: acknowledged or dropped for good. Any thread. */
+static void held_release(NatsTarget *e, natsMsg *m) {
+	const char *v = NULL;
+
+	if (natsMsgHeader_Get(m, HDR_EPOCH, &v) == NATS_OK && v)
+		/* Release: the main thread that sees the slot's count fall to 0 moves the cursor
+		 * past events this message carried. */
+		atomic_fetch_sub_explicit(
+			&e->held[strtoull(v, NULL, 10) % HELD_SLOTS], 1, memory_order_release);
+}
+
 static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *userdata) {
 	NatsTarget *e = userdata;
 	uint64_t n = msg_count(msg);
@@ -113,6 +141,7 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
 		atomic_fetch_add(&e->exported, n);
 		if (pa->Duplicate)
 			atomic_fetch_add(&e->duplicates, n);
+		held_release(e, msg);
 		natsMsg_Destroy(msg);
 		atomic_fetch_sub(&e->in_flight_events, n);
 		atomic_fetch_sub(&e->in_flight, 1);
@@ -373,7 +402,8 @@ static uint64_t digest_add(uint64_t d, const struct perfrelay_hdr *h) {
 
 /* Turns a batch into a message on the queue (its events stay counted in queued_events). */
 static void batch_seal(NatsTarget *e, Batch *b) {
-	char subject[512], id[160], tbuf[16], count[24];
+	char subject[512], id[160], tbuf[16], count[24], epoch_text[24];
+	uint64_t epoch = MIN(b->first_seq >> HELD_SHIFT, e->held_low + HELD_SLOTS - 1);
 	const char *type;
 	natsMsg *m = NULL;
 	natsStatus s;
@@ -400,6 +430,7 @@ static void batch_seal(NatsTarget *e, Batch *b) {
 		b->count,
 		b->digest);
 	snprintf(count, sizeof(count), "%" PRIu32, b->count);
+	snprintf(epoch_text, sizeof(epoch_text), "%" PRIu64, epoch);
 	s = natsMsg_Create(&m, subject, NULL, (const char *) b->buf, (int) b->len);
 	if (s == NATS_OK)
 		s = natsMsgHeader_Set(m, "Nats-Msg-Id", id);
@@ -415,12 +446,15 @@ static void batch_seal(NatsTarget *e, Batch *b) {
 		s = natsMsgHeader_Set(m, "Perfrelay-Batch", EXPORT_BATCH_FORMAT);
 	if (s == NATS_OK)
 		s = natsMsgHeader_Set(m, HDR_COUNT, count);
+	if (s == NATS_OK)
+		s = natsMsgHeader_Set(m, HDR_EPOCH, epoch_text);
 	if (s != NATS_OK || !queue_push(e, m, false)) {
 		/* Out of memory: nothing else can be done with these events, and they are counted. */
 		natsMsg_Destroy(m);
 		e->dropped_queue_full += b->count;
 		e->queued_events -= b->count;
-	}
+	} else
+		atomic_fetch_add_explicit(&e->held[epoch % HELD_SLOTS], 1, memory_order_relaxed);
 	b->count = 0;
 	b->len = 0;
 }
@@ -463,6 +497,7 @@ static void nats_target_offer(
 	const void *rec,
 	size_t rec_size,
 	const char *unit,
+	uint64_t loop_seq,
 	uint64_t now) {
 	uint8_t frame[EXPORT_UNIT_FRAME_MAX];
 	size_t frame_len = export_unit_frame(hdr, rec, rec_size, unit, frame);
@@ -470,6 +505,7 @@ static void nats_target_offer(
 	Batch *b;
 
 	e->offered++;
+	e->last_seq = loop_seq;
 	if (e->queued_events >= e->cfg->queue_events) {
 		e->dropped_queue_full++;
 		return;
@@ -490,6 +526,7 @@ static void nats_target_offer(
 		b->producer = hdr->producer;
 		b->cpu = hdr->cpu;
 		b->seq = hdr->seq;
+		b->first_seq = loop_seq;
 		b->digest = 0;
 	}
 	b->digest = digest_add(b->digest, hdr);
@@ -513,12 +550,14 @@ static void retry_or_drop(NatsTarget *e, natsMsg *m, uint64_t n) {
 		attempt = strtoul(v, NULL, 10);
 	if (!export_retry_allowed(e->cfg, attempt)) {
 		e->dropped_retries += n;
+		held_release(e, m);
 		natsMsg_Destroy(m);
 		return;
 	}
 	snprintf(buf, sizeof(buf), "%lu", attempt + 1);
 	if (natsMsgHeader_Set(m, HDR_ATTEMPT, buf) != NATS_OK || !queue_push(e, m, true)) {
 		e->dropped_queue_full += n;
+		held_release(e, m);
 		natsMsg_Destroy(m);
 		return;
 	}
@@ -778,6 +817,23 @@ static void nats_target_get_stats(NatsTarget *e, ExportStats *ret) {
 	export_url_redact(ret->server); /* the stats file is world-readable */
 }
 
+static uint64_t nats_target_oldest_held(NatsTarget *e) {
+	uint64_t low = UINT64_MAX, open_epoch;
+
+	for (size_t i = 0; i < ELEMENTSOF(e->batches); i++)
+		if (e->batches[i].open)
+			low = MIN(low, e->batches[i].first_seq);
+	/* held_low never passes an open batch: its message will be counted in its epoch. */
+	open_epoch = low == UINT64_MAX ? UINT64_MAX : low >> HELD_SHIFT;
+	/* Acquire: pairs with held_release(), so the events before an epoch seen empty are done. */
+	while (e->held_low < (e->last_seq >> HELD_SHIFT) && e->held_low < open_epoch &&
+	       atomic_load_explicit(&e->held[e->held_low % HELD_SLOTS], memory_order_acquire) == 0)
+		e->held_low++;
+	if (atomic_load_explicit(&e->held[e->held_low % HELD_SLOTS], memory_order_acquire) != 0)
+		low = MIN(low, e->held_low << HELD_SHIFT);
+	return low;
+}
+
 static bool nats_target_has_room(NatsTarget *e) {
 	return e->queued_events < e->cfg->queue_events;
 }
@@ -796,7 +852,7 @@ static int target_open(const ExportContext *ctx, void **ret) {
 }
 
 static void target_offer(void *t, const ExportEvent *ev, uint64_t now) {
-	nats_target_offer(t, ev->hdr, ev->rec, ev->size, ev->unit, now);
+	nats_target_offer(t, ev->hdr, ev->rec, ev->size, ev->unit, ev->seq, now);
 }
 
 static void target_poll(void *t, uint64_t now) {
@@ -827,6 +883,10 @@ static void target_figures(void *t, ExportStats *ret) {
 	nats_target_get_stats(t, ret);
 }
 
+static uint64_t target_oldest_held(void *t) {
+	return nats_target_oldest_held(t);
+}
+
 static void target_close(void *t) {
 	nats_target_free(t);
 }
@@ -842,5 +902,6 @@ const ExportTargetType export_target_nats = {
 	.has_room = target_has_room,
 	.abandon = target_abandon,
 	.figures = target_figures,
+	.oldest_held = target_oldest_held,
 	.close = target_close,
 };

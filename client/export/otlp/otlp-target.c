@@ -30,6 +30,7 @@ typedef struct Request {
 	uint8_t *body;
 	size_t len, body_size; /* the body's bytes, and its buffer's (otlp_batch_seal()) */
 	uint64_t count;        /* events in it */
+	uint64_t first_seq;    /* the first one's ExportEvent.seq */
 	unsigned attempt;      /* 1 for the first post */
 	CURL *easy;            /* while in flight */
 	struct curl_slist *headers;
@@ -48,6 +49,8 @@ typedef struct OtlpTarget {
 	ExportFields fields;
 	OtlpBatch *batch;
 	uint64_t batch_opened_ms;
+	uint64_t batch_first_seq;
+	uint64_t abandoned_seq; /* the oldest event abandon() gave up on: held still */
 	/* When events were observed: the wall clock, read once per millisecond of the loop's. */
 	uint64_t observed_at_ms, observed_ns;
 
@@ -110,6 +113,7 @@ static int target_open(const ExportContext *ctx, void **ret) {
 	if (!t)
 		return -ENOMEM;
 	t->cfg = cfg;
+	t->abandoned_seq = UINT64_MAX;
 	t->res_storage = (OtlpResource){ .host = ctx->host, .boot_id = ctx->boot_id, .version = ctx->version };
 	t->res = &t->res_storage;
 	n = strlen(cfg->otlp_endpoint);
@@ -189,6 +193,7 @@ static void batch_seal(OtlpTarget *t) {
 		free(r);
 	} else {
 		r->count = n;
+		r->first_seq = t->batch_first_seq;
 		r->attempt = 1;
 		queue_push(t, r, false);
 	}
@@ -213,8 +218,10 @@ static void target_offer(void *userdata, const ExportEvent *ev, uint64_t now) {
 		t->s.dropped_refused++;
 		return;
 	}
-	if (otlp_batch_count(t->batch) == 1)
+	if (otlp_batch_count(t->batch) == 1) {
 		t->batch_opened_ms = now;
+		t->batch_first_seq = ev->seq;
+	}
 	t->queued_events++;
 	if (otlp_batch_count(t->batch) >= t->cfg->otlp_batch_events)
 		batch_seal(t);
@@ -429,10 +436,24 @@ static bool target_has_room(void *userdata) {
 	return t->queued_events < t->cfg->queue_events;
 }
 
+static uint64_t target_oldest_held(void *userdata) {
+	OtlpTarget *t = userdata;
+	uint64_t low = t->abandoned_seq;
+
+	if (otlp_batch_count(t->batch) > 0)
+		low = MIN(low, t->batch_first_seq);
+	for (const Request *r = t->queue_head; r; r = r->next)
+		low = MIN(low, r->first_seq);
+	for (size_t i = 0; i < t->n_in_flight; i++)
+		low = MIN(low, t->in_flight[i]->first_seq);
+	return low;
+}
+
 static void target_abandon(void *userdata) {
 	OtlpTarget *t = userdata;
 	Request *r;
 
+	t->abandoned_seq = target_oldest_held(t);
 	t->s.dropped_shutdown += otlp_batch_count(t->batch);
 	t->queued_events -= otlp_batch_count(t->batch);
 	otlp_batch_clear(t->batch);
@@ -469,6 +490,7 @@ const ExportTargetType export_target_otlp = {
 	.flush = target_flush,
 	.wait_fds = target_wait_fds,
 	.idle = target_idle,
+	.oldest_held = target_oldest_held,
 	.has_room = target_has_room,
 	.abandon = target_abandon,
 	.figures = target_figures,
