@@ -591,6 +591,43 @@ static void collect_export_targets(Out *o, json_object *j) {
 	}
 }
 
+/* Resume=yes (docs/export.md, "Resuming"): what the history lost before it reached the
+ * exporter, by reason, and the cursor file's writes that failed. */
+static void collect_export_resume(Out *o, json_object *j) {
+	json_object *r, *lost, *v;
+	char labels[96];
+	bool any = false;
+
+	if (!json_object_object_get_ex(j, "resume", &r))
+		return;
+	if (json_object_object_get_ex(r, "history_lost", &lost) &&
+	    json_object_is_type(lost, json_type_object)) {
+		json_object_object_foreach(lost, reason, count) {
+			if (reason[strspn(reason, "abcdefghijklmnopqrstuvwxyz-")] != 0)
+				continue; /* not one the exporter writes: nothing to quote in a label */
+			if (!any)
+				family(o,
+				       "perfrelay_export_history_lost",
+				       "counter",
+				       "Events the history lost before the resuming exporter read them, by reason.");
+			any = true;
+			snprintf(labels, sizeof(labels), "{reason=\"%.64s\"}", reason);
+			sample(o,
+			       "perfrelay_export_history_lost",
+			       true,
+			       labels,
+			       (uint64_t) json_object_get_int64(count));
+		}
+	}
+	if (json_object_object_get_ex(r, "save_errors", &v)) {
+		family(o,
+		       "perfrelay_export_cursor_save_errors",
+		       "counter",
+		       "Writes of the exporter's CursorFile= that failed.");
+		sample(o, "perfrelay_export_cursor_save_errors", true, NULL, (uint64_t) json_object_get_int64(v));
+	}
+}
+
 /* perfrelay-export's counters from its stats file; absent file: no export samples. */
 static void collect_export(Out *o) {
 	static const struct {
@@ -622,6 +659,7 @@ static void collect_export(Out *o) {
 		sample(o, "perfrelay_export_connected", false, NULL, json_object_get_boolean(v) ? 1 : 0);
 	}
 	collect_export_targets(o, j);
+	collect_export_resume(o, j);
 	json_object_put(j);
 }
 

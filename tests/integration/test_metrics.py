@@ -88,7 +88,9 @@ def test_prometheus_scrapes_socket_activated_metrics():
             f.write('{"offered":7,"exported":5,"duplicates":0,"export_dropped":2,"export_retried":3,'
                     '"daemon_lost":0,"connected":true,'
                     '"nats":{"offered":7,"exported":5,"export_dropped":2,"export_retried":3,"queued":0},'
-                    '"file":{"offered":7,"exported":6,"export_dropped":1,"dropped_refused":1,"rotations":4}}\n')
+                    '"file":{"offered":7,"exported":6,"export_dropped":1,"dropped_refused":1,"rotations":4},'
+                    '"resume":{"save_errors":1,"history_lost":{"history-behind":0,"history-retention":9,'
+                    '"bad\\"key":5}}}\n')
         # Accept=yes, as perfrelay-metrics.socket: systemd passes each connection.
         activate = subprocess.Popen(["systemd-socket-activate", "-a", "-E", "DBUS_SYSTEM_BUS_ADDRESS", "-l", f"127.0.0.1:{port}", METRICS,
                                      f"--export-stats={stats}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -157,6 +159,11 @@ def test_prometheus_scrapes_socket_activated_metrics():
                   s['perfrelay_export_target_rotations_total{target="file"}'],
                   s['perfrelay_export_target_queued{target="nats"}']), (5, 6, 1, 4, 0),
                  "each target's figures, labelled with its name")
+        check_eq((s['perfrelay_export_history_lost_total{reason="history-retention"}'],
+                  s['perfrelay_export_history_lost_total{reason="history-behind"}'],
+                  s["perfrelay_export_cursor_save_errors_total"]), (9, 0, 1),
+                 "a resuming exporter's history gaps by reason, and its failed cursor writes")
+        check(not any('reason="bad' in k for k in s), "a key the exporter never writes is no label")
 
         r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True)
         check_eq(r.returncode, 0, f"promtool check metrics: {r.stdout}{r.stderr}")
