@@ -7,7 +7,7 @@
 PERFRELAY_ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)"
 export PERFRELAY_ROOT
 
-# What building and running perfrelayd needs on Debian 12 (scripts/run): the compilers and the
+# What building and running perfrelayd needs on Debian 12 and 13 (scripts/run): the compilers and the
 # libraries of the daemon and perfrelayctl. libc6-dev is listed explicitly because gcc only
 # recommends it, and images that disable recommends would otherwise lack the C headers.
 PERFRELAY_RUN_PACKAGES=(
@@ -15,8 +15,8 @@ PERFRELAY_RUN_PACKAGES=(
 	meson ninja-build pkg-config python3 gcc libc6-dev
 )
 # What the tests, the benchmark and the packages add (scripts/test, bench/run, scripts/build-debs).
-# libclang-rt-14-dev is the libFuzzer and sanitizer runtime of the fuzz suite (clang only
-# recommends it); libdbus-1-dev gives dbus-1.pc (where the bus policy goes), dbus the private
+# libclang-rt-N-dev is the libFuzzer and sanitizer runtime of the fuzz suite (clang only
+# recommends it; N is the release's default clang, see perfrelay_clang_rt below); libdbus-1-dev gives dbus-1.pc (where the bus policy goes), dbus the private
 # buses of the tests; systemd-container (systemd-nspawn) and debootstrap run the system suite
 # under a real systemd. libnats-dev builds perfrelay-export; nats-server and prometheus (with
 # promtool) run in the export/metrics tests; qemu-system-x86 and busybox-static boot Debian's
@@ -31,9 +31,28 @@ PERFRELAY_RUN_PACKAGES=(
 # build and check the Debian packages (scripts/build-debs, tests/system/test_package.py);
 # bash-completion (its completionsdir, and the completion test), zsh and fish check the
 # completions. python3-pytest runs the python suites (tests/pytest.ini).
+# The runtime package of the release's default clang: that of the installed clang, else Debian 12's
+# (clang 14) or 13's (clang 19) by the release's codename. Package names that differ between the
+# releases are chosen here, once.
+perfrelay_clang_rt() {
+	local v="" codename=""
+
+	# /usr/bin/clang -> clang-N -> /usr/lib/llvm-N/bin/clang
+	if [[ "$(readlink -f /usr/bin/clang 2>/dev/null)" =~ llvm-([0-9]+)/ ]]; then
+		v="${BASH_REMATCH[1]}"
+	else
+		codename="$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")"
+		case "$codename" in
+		trixie) v=19 ;;
+		*) v=14 ;;
+		esac
+	fi
+	echo "libclang-rt-$v-dev"
+}
+
 PERFRELAY_TEST_PACKAGES=(
 	dbus python3-pytest
-	libclang-rt-14-dev libdbus-1-dev systemd-container debootstrap
+	"$(perfrelay_clang_rt)" libdbus-1-dev systemd-container debootstrap
 	libnats-dev nats-server prometheus
 	qemu-system-x86 busybox-static
 	clang-format git
@@ -69,7 +88,7 @@ package_installed() {
 ensure_packages() {
 	local missing=() p wanted=("${PERFRELAY_RUN_PACKAGES[@]}")
 
-	command -v dpkg-query >/dev/null 2>&1 || die "dpkg-query not found: these scripts expect Debian 12"
+	command -v dpkg-query >/dev/null 2>&1 || die "dpkg-query not found: these scripts expect Debian 12 or 13"
 
 	[[ "${1:-all}" == run ]] || wanted+=("${PERFRELAY_TEST_PACKAGES[@]}")
 	for p in "${wanted[@]}"; do

@@ -68,9 +68,10 @@ int export_resume_load(ExportResume *r, const char *path, char **ret_error) {
 	if (n > 0 && buf[n - 1] == '\n')
 		n--;
 	if (!cursor_valid(buf, (size_t) n)) {
-		if (asprintf(ret_error,
-			     "CursorFile= %s holds no cursor (remove it to begin at the history's end)",
-			     path) < 0)
+		if (asprintf(
+			    ret_error,
+			    "CursorFile= %s holds no cursor (remove it to begin at the history's end)",
+			    path) < 0)
 			*ret_error = NULL;
 		return -EBADMSG;
 	}
@@ -171,10 +172,10 @@ void export_resume_lost(ExportResume *r, uint64_t count, const char *json, size_
 		memcpy(reason, json + off, n);
 		reason[n] = 0;
 	}
-#define EXPORT_RESUME_COUNT(name, text)         \
-	if (streq(reason, text)) {              \
-		r->lost_##name += count;        \
-		return;                         \
+#define EXPORT_RESUME_COUNT(name, text)  \
+	if (streq(reason, text)) {       \
+		r->lost_##name += count; \
+		return;                  \
 	}
 	EXPORT_RESUME_REASONS(EXPORT_RESUME_COUNT)
 #undef EXPORT_RESUME_COUNT

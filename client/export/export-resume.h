@@ -28,16 +28,16 @@ typedef struct ExportResumeMark {
 } ExportResumeMark;
 
 typedef struct ExportResume {
-	char *path;                        /* CursorFile= (not owned) */
+	char *path; /* CursorFile= (not owned) */
 	/* In the file: where the next start begins, a cursor or "since=<CLOCK_REALTIME ns>" (a
 	 * first start's time, until its first cursor is saved). */
 	char saved[PERFRELAY_CURSOR_MAX];
-	char refused[160];                 /* the daemon's reason when it refused the saved cursor */
+	char refused[160]; /* the daemon's reason when it refused the saved cursor */
 	ExportResumeMark marks[EXPORT_RESUME_MARKS]; /* oldest first, from `first`, `n` of them */
 	size_t first, n;
 	uint64_t saves, save_errors;
 	int last_error; /* errno of the last failed save, 0 */
-	/* Events the history lost before they reached us (its "lost" records), by reason. */
+			/* Events the history lost before they reached us (its "lost" records), by reason. */
 #define EXPORT_RESUME_FIELD(name, text) uint64_t lost_##name;
 	EXPORT_RESUME_REASONS(EXPORT_RESUME_FIELD)
 #undef EXPORT_RESUME_FIELD

@@ -14,6 +14,7 @@
 #include "decode/decode.h"
 #include "json-util.h"
 #include "macro.h"
+#include "hub/encode.h"
 #include "hub/request.h"
 #include "kernel/unitname.h"
 
@@ -640,8 +641,63 @@ static bool only_whitespace(const char *s, size_t n) {
 	return true;
 }
 
+/* json-c 0.18 (Debian 13) takes a byte >= 0x80 in a string for a control character under
+ * JSON_TOKENER_STRICT and refuses valid UTF-8 (json-c#892). A line with such bytes is checked
+ * here as UTF-8 and handed to json-c with each sequence as a \u escape (a surrogate pair above
+ * U+FFFF), which every json-c reads as the same string; outside a string an escape is as much
+ * a syntax error as the byte was. *ret: NULL for a plain ASCII line; *ret_bad: where the UTF-8
+ * is not valid (-EILSEQ). */
+static int ascii_line(const char *text, size_t len, char **ret, size_t *ret_len, size_t *ret_bad) {
+	const uint8_t *t = (const uint8_t *) text;
+	size_t n = 0, k;
+	char *out;
+
+	*ret = NULL;
+	for (size_t i = 0; i < len; i++)
+		if (t[i] >= 0x80)
+			break;
+		else if (i + 1 == len)
+			return 0;
+	if (len == 0)
+		return 0;
+	/* At most 12 bytes of escapes (a surrogate pair) for 4 bytes of UTF-8, 6 for 2 or 3. */
+	out = malloc(len * 3 + 1);
+	if (!out)
+		return -ENOMEM;
+	for (size_t i = 0; i < len; i += k) {
+		uint32_t cp;
+
+		if (t[i] < 0x80) {
+			out[n++] = (char) t[i];
+			k = 1;
+			continue;
+		}
+		k = encode_utf8_sequence_len(t + i, len - i);
+		if (k == 0) {
+			free(out);
+			*ret_bad = i;
+			return -EILSEQ;
+		}
+		cp = k == 2 ? (t[i] & 0x1fu) : k == 3 ? (t[i] & 0x0fu) : (t[i] & 0x07u);
+		for (size_t j = 1; j < k; j++)
+			cp = cp << 6 | (t[i + j] & 0x3fu);
+		if (cp >= 0x10000) {
+			cp -= 0x10000;
+			n += (size_t) sprintf(
+				out + n, "\\u%04x\\u%04x", 0xd800u + (cp >> 10), 0xdc00u + (cp & 0x3ffu));
+		} else
+			n += (size_t) sprintf(out + n, "\\u%04x", cp);
+	}
+	out[n] = 0;
+	*ret = out;
+	*ret_len = n;
+	return 0;
+}
+
 int request_parse(
 	const char *text, size_t len, const RequestLimits *limits, Subscription **ret, RequestError *ret_error) {
+	_cleanup_free_ char *ascii = NULL;
+	size_t ascii_len = 0, bad = 0;
 	_cleanup_(json_tokener_freep) struct json_tokener *tok = NULL;
 	_cleanup_(json_object_putp) json_object *root = NULL;
 	_cleanup_(subscription_freep) Subscription *s = NULL;
@@ -671,6 +727,18 @@ int request_parse(
 		     limits->max_depth);
 		*ret_error = e;
 		return -EINVAL;
+	}
+	r = ascii_line(text, len, &ascii, &ascii_len, &bad);
+	if (r == -EILSEQ) {
+		fail(&e, PROTOCOL_BAD_REQUEST, "malformed JSON at byte %zu: invalid utf-8 string", bad);
+		*ret_error = e;
+		return -EINVAL;
+	}
+	if (r < 0)
+		return r;
+	if (ascii) {
+		text = ascii;
+		len = ascii_len;
 	}
 	tok = json_tokener_new_ex((int) limits->max_depth + 1);
 	if (!tok)

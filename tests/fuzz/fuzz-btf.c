@@ -12,6 +12,8 @@
 #include <bpf/btf.h>
 #include <json-c/json.h>
 
+#include "json-util.h"
+
 #include "decode/btfrec.h"
 #include "hub/encode.h"
 
@@ -57,7 +59,7 @@ static void exercise(const struct btf *btf, uint32_t id, const uint8_t *data, si
 
 	int len = snprintf(line, sizeof(line), "{\"t\":0%.*s}", (int) n, json);
 	struct json_tokener *tok = json_tokener_new_ex(BTFREC_MAX_DEPTH * 2 + 8);
-	json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+	json_tokener_set_flags(tok, json_strict_flags());
 	struct json_object *o = json_tokener_parse_ex(tok, line, len);
 	if (!o)
 		fprintf(stderr, "bad JSON: %.*s\n", 2000, line);

@@ -11,6 +11,8 @@
 
 #include <json-c/json.h>
 
+#include "json-util.h"
+
 #include "decode/decode.h"
 #include "hub/encode.h"
 #include "event.h"
@@ -167,7 +169,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 	n = encode_json(&ev, NULL, line, sizeof(line));
 	CHECK(n > 0 && line[n - 1] == '\n');
 	tok = json_tokener_new();
-	json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+	json_tokener_set_flags(tok, json_strict_flags());
 	o = json_tokener_parse_ex(tok, line, (int) n - 1);
 	CHECK(o && json_tokener_get_error(tok) == json_tokener_success &&
 	      json_object_is_type(o, json_type_object));

@@ -13,6 +13,8 @@
 
 #include <json-c/json.h>
 
+#include "json-util.h"
+
 #include "decode/decode.h"
 #include "export/fields.h"
 #include "export/otlp/otlp-encode.h"
@@ -47,7 +49,7 @@ static json_object *parse(const char *s, size_t n) {
 	json_tokener *tok = json_tokener_new_ex(JSON_TOKENER_DEFAULT_DEPTH);
 	json_object *o;
 
-	json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+	json_tokener_set_flags(tok, json_strict_flags());
 	o = json_tokener_parse_ex(tok, s, (int) n);
 	json_tokener_free(tok);
 	return o;

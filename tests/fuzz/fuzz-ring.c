@@ -9,6 +9,8 @@
 
 #include <json-c/json.h>
 
+#include "json-util.h"
+
 #include "decode/decode.h"
 #include "hub/encode.h"
 #include "kernel/perfring.h"
@@ -69,7 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 			if (n <= 0 || line[n - 1] != '\n')
 				abort();
 			tok = json_tokener_new();
-			json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+			json_tokener_set_flags(tok, json_strict_flags());
 			o = json_tokener_parse_ex(tok, line, (int) n - 1);
 			if (!o || json_tokener_get_error(tok) != json_tokener_success ||
 			    !json_object_is_type(o, json_type_object))

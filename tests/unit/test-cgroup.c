@@ -383,6 +383,14 @@ static void test_quota_and_rescan(void) {
 		unsigned saved = 0;
 		struct stat made[20];
 
+		if (!f && (errno == EROFS || errno == EACCES)) {
+			/* A container's /proc/sys (systemd-nspawn's is read-only): nothing to shrink. */
+			printf("test-cgroup: the lost-events part skipped: /proc/sys/fs/inotify/max_queued_events "
+			       "is not writable here (%m)\n");
+			snprintf(path, sizeof(path), "%s/sys-after.service", root);
+			ASSERT(rmdir(path) == 0);
+			goto out;
+		}
 		ASSERT(f && fscanf(f, "%u", &saved) == 1);
 		if (!f)
 			goto out;

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <json-c/json.h>
+
+#include "json-util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,7 +229,7 @@ static json_object *parse_line_at(const char *buf, ssize_t n, const char *file, 
 	tok = json_tokener_new();
 	if (!tok)
 		abort();
-	json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+	json_tokener_set_flags(tok, json_strict_flags());
 	obj = json_tokener_parse_ex(tok, buf, (int) (n - 1));
 	if (!obj || json_tokener_get_error(tok) != json_tokener_success ||
 	    json_tokener_get_parse_end(tok) != (size_t) (n - 1) ||

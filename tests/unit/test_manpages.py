@@ -33,7 +33,10 @@ def render(page):
         fail(f"man -l {page} at 80 columns: exit {narrow.returncode}, {narrow.stderr.strip()!r}")
     r = subprocess.run(["man", "--warnings", "-l", os.path.join(MAN, page)], capture_output=True, text=True,
                        env=env)
-    if r.returncode != 0 or r.stderr.strip():
+    # groff 1.23 (Debian 13) also says when a line of a wide table cell cannot be justified:
+    # the text is whole, only its spacing is left ragged. Every other warning fails.
+    warnings = [w for w in r.stderr.strip().splitlines() if not w.endswith(": cannot adjust line")]
+    if r.returncode != 0 or warnings:
         fail(f"man -l {page}: exit {r.returncode}, stderr {r.stderr.strip()!r}")
     if len(r.stdout.splitlines()) < 20:
         fail(f"man -l {page}: only {len(r.stdout.splitlines())} lines")
@@ -121,10 +124,11 @@ def check_config(text):
         if not part:
             fail(f"perfrelay.conf.5: no subsection [{sec}]")
             continue
-        if not re.search(rf"│{key}=", part.group(1)):
+        # groff 1.23 (Debian 13) pads a cell with a space after its rule, 1.22 does not.
+        if not re.search(rf"│ ?{key}=", part.group(1)):
             fail(f"perfrelay.conf.5: [{sec}] has no table row for {key}=")
         named.add(key)
-    rows = set(re.findall(r"^\s*│(\w+)=", text, re.M))
+    rows = set(re.findall(r"^\s*│ ?(\w+)=", text, re.M))
     if rows - named:
         fail(f"perfrelay.conf.5: table rows for keys the daemon does not have: {sorted(rows - named)}")
     with open(os.path.join(SOURCE, "config", "perfrelay.conf")) as f:
