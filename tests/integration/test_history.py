@@ -11,6 +11,7 @@ history records them as a gap: dropped_disk = the gaps' counts + what waits for 
 import glob
 import json
 import os
+import shutil
 import socket
 import struct
 import subprocess
@@ -306,6 +307,100 @@ def test_retention_removes_whole_segments(make_daemon, stats_bus):
     n = int(dict(kv.split("=") for kv in early.split(";"))["n"], 16)
     check_eq(lines[0], {"type": "lost", "count": h["first_ordinal"] - (n + 1), "reason": "history-retention"},
              "the reader of a removed segment's cursor first gets the removed events as a gap")
+    d.stop()  # the module's bus is the next test's daemon's
+
+
+EXPORT = os.path.join(BUILDDIR, "client", "export", "perfrelay-export")
+
+
+def resuming_exporter(tag, d, cursor_file, out, types):
+    """perfrelay-export with Resume=yes into a JSON-lines file (its file target), started."""
+    from prtest.exporttest import Exporter
+    return Exporter(EXPORT, tag, ["nats://127.0.0.1:1"], socket_path=d.socket_path,
+                    extra=f"Targets=file\nTypes={types}\nResume=yes\nCursorFile={cursor_file}\n"
+                          f"[File]\nPath={out}\n").start()
+
+
+def file_markers(path, tag):
+    with open(path) as f:
+        return markers([json.loads(line) for line in f], tag)
+
+
+@pytest.mark.skipif(not os.access(EXPORT, os.X_OK), reason="perfrelay-export was not built")
+def test_exporter_resumes_across_a_daemon_restart(make_daemon):
+    """The exporter's stream ends with the daemon; started again after the daemon is back, it
+    goes on from its cursor in the same history: the markers of before, of the daemon's restart
+    and of after are each exported once."""
+    d = make_daemon("hist-exp-restart", "[Probes]\nProbes=exec\n", stdout=False)
+    work = tempfile.mkdtemp(prefix="perfrelay-hist-exp-")
+    out, cursor_file, tag = os.path.join(work, "events.json"), os.path.join(work, "cursor"), f"hist-{uuid.uuid4().hex[:8]}"
+    e1 = e2 = None
+    try:
+        e1 = resuming_exporter("restart1", d, cursor_file, out, "exec")
+        wait_for(lambda: (e1.stats() or {}).get("resume"), "the exporter running")
+        for i in range(10):
+            run_true(tag, str(i))
+        wait_for(lambda: len(file_markers(out, tag)) == 10, "the first markers exported")
+        for i in range(10, 20):
+            run_true(tag, str(i))  # perhaps written by the history, perhaps not yet exported
+        d.stop()
+        check_eq(e1.wait(), 1, "the exporter ends with an error when the daemon's stream ends")
+        d.start()
+        for i in range(20, 30):
+            run_true(tag, str(i))
+        e2 = resuming_exporter("restart2", d, cursor_file, out, "exec")
+        wait_for(lambda: set(range(10)) | set(range(20, 30)) <= set(file_markers(out, tag)),
+                 "the markers of after the restart exported")
+        check_eq(e2.stop(), 0, "exit status after SIGTERM")
+        got = file_markers(out, tag)
+        # 10..19 ran before the daemon stopped: exported by the first exporter if the history
+        # wrote them before it stopped (it does, at exit), else never recorded; never twice.
+        check_eq(sorted(got), sorted(set(got)), "no marker twice")
+        check(set(range(10)) | set(range(20, 30)) <= set(got), f"every marker of before and after: {sorted(got)}")
+        check_eq(set(range(10, 20)) & set(got), set(range(10, 20)), "those of the stop too (the history wrote them at exit)")
+    finally:
+        for e in (e1, e2):
+            if e:
+                e.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+    d.stop()  # the module's bus is the next test's daemon's
+
+
+@pytest.mark.skipif(not os.access(EXPORT, os.X_OK), reason="perfrelay-export was not built")
+def test_exporter_counts_what_retention_removed(make_daemon, stats_bus):
+    """An exporter stopped while retention removes the segment its cursor is in gets, at its next
+    start, a gap of exactly the events removed after its cursor, counted as history-retention."""
+    d = make_daemon("hist-exp-ret", "[Probes]\nProbes=open\n[History]\nHistoryTypes=open\nHistoryMaxUse=4M\n",
+                    stdout=False)
+    work = tempfile.mkdtemp(prefix="perfrelay-hist-exp-")
+    out, cursor_file = os.path.join(work, "events.json"), os.path.join(work, "cursor")
+    e1 = e2 = None
+    try:
+        e1 = resuming_exporter("ret1", d, cursor_file, out, "open")
+        wait_for(lambda: (e1.stats() or {}).get("resume"), "the exporter running")
+        open_load(100)
+        wait_for(lambda: (e1.stats() or {}).get("exported", 0) >= 100, "the first opens exported")
+        check_eq(e1.stop(), 0, "exit status after SIGTERM")
+        with open(cursor_file) as f:
+            saved = f.read().strip()
+        n = int(dict(kv.split("=") for kv in saved.split(";"))["n"], 16)
+        deadline = time.monotonic() + 180
+        while history(stats_bus.stats())["removed_segments"] < 2:
+            check(time.monotonic() < deadline, "retention removed two segments within 180s")
+            open_load(5000)
+        subprocess.run([CTL, "probe", "disable", "open"], check=True, capture_output=True, timeout=30)
+        h = wait_for(lambda: quiet(stats_bus), "everything offered written")
+        e2 = resuming_exporter("ret2", d, cursor_file, out, "open")
+        st = wait_for(lambda: (lambda s: s if s and s["offered"] == h["events"] else None)(e2.stats()),
+                      "every event the history holds offered", timeout=120)
+        check_eq(st["resume"]["history_lost"]["history-retention"], h["first_ordinal"] - (n + 1),
+                 "the gap: every event retention removed after the cursor")
+        check_eq(e2.stop(), 0, "exit status after SIGTERM")
+    finally:
+        for e in (e1, e2):
+            if e:
+                e.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
     d.stop()  # the module's bus is the next test's daemon's
 
 
