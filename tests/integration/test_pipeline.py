@@ -130,7 +130,8 @@ def test_per_cpu_sequence(d):
     # the producer's attempt counter on that CPU (tracepoint programs may be preempted, so
     # arrival order is not asserted here).
     with d.cond:
-        evs = list(d.events)
+        # A "lost" line (the stdout writer fell behind on a loaded machine) is no record.
+        evs = [e for e in d.events if e["type"] != "lost"]
     check(len(evs) > 0, "events received")
     seen = set()
     for e in evs:
