@@ -30,7 +30,8 @@ PERFRELAY_RUN_PACKAGES=(
 # manual pages and man-db renders them in their test; debhelper, dpkg-dev, fakeroot and lintian
 # build and check the Debian packages (scripts/build-debs, tests/system/test_package.py);
 # bash-completion (its completionsdir, and the completion test), zsh and fish check the
-# completions. python3-pytest runs the python suites (tests/pytest.ini).
+# completions. python3-pytest runs the python suites (tests/pytest.ini). e2fsprogs (mkfs.ext4)
+# makes the history test's small full filesystem (a minimal install lacks it).
 # The runtime package of the release's default clang: that of the installed clang, else Debian 12's
 # (clang 14) or 13's (clang 19) by the release's codename. Package names that differ between the
 # releases are chosen here, once.
@@ -58,7 +59,7 @@ PERFRELAY_TEST_PACKAGES=(
 	clang-format git
 	tshark tcpdump iproute2
 	libcurl4-openssl-dev libprotobuf-c-dev protobuf-c-compiler openssl
-	scdoc man-db debhelper dpkg-dev fakeroot lintian bash-completion zsh fish
+	scdoc man-db debhelper dpkg-dev fakeroot lintian bash-completion zsh fish e2fsprogs
 )
 command -v node >/dev/null 2>&1 || PERFRELAY_TEST_PACKAGES+=(nodejs)
 command -v npm >/dev/null 2>&1 || PERFRELAY_TEST_PACKAGES+=(npm)
