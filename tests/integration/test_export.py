@@ -160,22 +160,34 @@ def stream_markers(nc, stream, tag):
     return out
 
 
+def resume_setup(tag, stream):
+    """A daemon (not started) recording execs, a state directory, a marker tag and the
+    exporter's configuration for Resume=yes into `stream`."""
+    d = Daemon(BINARY, f"export-{tag}", stdout=False, config="[Probes]\nProbes=exec\n")
+    state = tempfile.mkdtemp(prefix="perfrelay-export-state-")
+    extra = f"Types=exec\nResume=yes\nCursorFile={state}/cursor\n[Stream]\nName={stream}\n"
+    return d, state, f"{tag}{os.getpid()}", extra
+
+
+def resume_start(name, d, srv, extra):
+    """Starts d, then an exporter of it; returns it, once its stream is ready, and a client."""
+    d.start()
+    e = Exporter(EXPORT, name, [srv.url], socket_path=d.socket_path, extra=extra).start()
+    nc = NatsClient(srv.url)
+    wait_for(lambda: (e.stats() or {}).get("stream_ready"), "the exporter created its stream")
+    return e, nc
+
+
 def test_resume_exports_the_pause_exactly_once(root_and_bpf, nats_server):
     """Resume=yes: the exporter reads the daemon's history and keeps the cursor of what JetStream
     acknowledged in CursorFile=. Stopped for 30 s while a marker workload runs, then started
     again, it exports every marker of the pause: the stream holds each marker exactly once."""
     srv = nats_server()
-    d = Daemon(BINARY, "export-resume", stdout=False, config="[Probes]\nProbes=exec\n")
-    state = tempfile.mkdtemp(prefix="perfrelay-export-state-")
+    d, state, tag, extra = resume_setup("resume", "RESUME")
     cursor_file = os.path.join(state, "cursor")
-    tag = f"resume{os.getpid()}"
-    extra = f"Types=exec\nResume=yes\nCursorFile={cursor_file}\n[Stream]\nName=RESUME\n"
     e1 = e2 = None
     try:
-        d.start()
-        e1 = Exporter(EXPORT, "resume1", [srv.url], socket_path=d.socket_path, extra=extra).start()
-        nc = NatsClient(srv.url)
-        wait_for(lambda: (e1.stats() or {}).get("stream_ready"), "the exporter created its stream")
+        e1, nc = resume_start("resume1", d, srv, extra)
         for i in range(20):
             run_true(tag, str(i))
         wait_for(lambda: len(stream_markers(nc, "RESUME", tag)) == 20, "the first 20 markers in the stream")
@@ -225,16 +237,10 @@ def test_resume_after_a_crash_loses_nothing(root_and_bpf, nats_server):
     the last save is exported again). Here it is killed before any cursor was saved: the first
     start's time, written before it read anything, is where the second begins."""
     srv = nats_server()
-    d = Daemon(BINARY, "export-crash", stdout=False, config="[Probes]\nProbes=exec\n")
-    state = tempfile.mkdtemp(prefix="perfrelay-export-state-")
-    tag = f"crash{os.getpid()}"
-    extra = f"Types=exec\nResume=yes\nCursorFile={state}/cursor\n[Stream]\nName=CRASH\n"
+    d, state, tag, extra = resume_setup("crash", "CRASH")
     e1 = e2 = None
     try:
-        d.start()
-        e1 = Exporter(EXPORT, "crash1", [srv.url], socket_path=d.socket_path, extra=extra).start()
-        nc = NatsClient(srv.url)
-        wait_for(lambda: (e1.stats() or {}).get("stream_ready"), "the exporter created its stream")
+        e1, nc = resume_start("crash1", d, srv, extra)
         for i in range(10):
             run_true(tag, str(i))
         wait_for(lambda: len(stream_markers(nc, "CRASH", tag)) == 10, "the first markers in the stream")

@@ -37,8 +37,8 @@ def _setup(root_and_bpf):
     pass
 
 
-def query(socket_path, request, timeout=30):
-    """The lines of a history stream that ends (follow false), the hello line left out."""
+def read_stream(socket_path, request, timeout=30):
+    """Every byte of a history stream that ends (follow false), the hello line included."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
     s.connect(socket_path)
@@ -50,6 +50,12 @@ def query(socket_path, request, timeout=30):
             break
         data += chunk
     s.close()
+    return data
+
+
+def query(socket_path, request, timeout=30):
+    """The lines of a history stream that ends (follow false), the hello line left out."""
+    data = read_stream(socket_path, request, timeout)
     lines = [json.loads(line) for line in data.decode().splitlines()]
     check(lines and lines[0]["type"] == "hello", f"a hello line first: {lines[:1]}")
     return lines[1:]
@@ -155,18 +161,7 @@ def test_unit_query_reads_the_units_blocks(make_daemon, unit_cgroup):
 def binary_query(socket_path, request, timeout=30):
     """The frames of a binary history stream that ends: [(hdr tuple, payload bytes)], after the
     hello line."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    s.connect(socket_path)
-    s.sendall(json.dumps(dict(request, follow=False, format="binary")).encode() + b"\n")
-    data = b""
-    while True:
-        chunk = s.recv(1 << 20)
-        if not chunk:
-            break
-        data += chunk
-    s.close()
-    hello, _, data = data.partition(b"\n")
+    hello, _, data = read_stream(socket_path, dict(request, format="binary"), timeout).partition(b"\n")
     check_eq(json.loads(hello)["type"], "hello", "a hello line first")
     frames, pos = [], 0
     while pos < len(data):
