@@ -91,7 +91,7 @@ static uint64_t targets_oldest_held(Targets *e) {
 
 	FOREACH_TARGET(e, i)
 		if (e->type[i]->oldest_held)
-			low = MIN(low, e->type[i]->oldest_held(e->t[i]));
+			low = MIN(low, e->type[i]->oldest_held(e->t[i], e->offered));
 	return low;
 }
 

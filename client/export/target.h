@@ -56,9 +56,10 @@ typedef struct ExportTargetType {
 	void (*figures)(void *t, ExportStats *ret);
 	/* The seq of the oldest event it still holds (batched, queued, in flight, waiting for a
 	 * retry), UINT64_MAX when none: every event before it was exported or dropped for good,
-	 * so the exporter's cursor may move past it (export-resume.h). An event abandon() gave up
-	 * on stays held. Optional: a target without it holds nothing once offer() returned. */
-	uint64_t (*oldest_held)(void *t);
+	 * so the exporter's cursor may move past it (export-resume.h). newest: the seq of the last
+	 * event offered. An event abandon() gave up on stays held. Optional: a target without it
+	 * holds nothing once offer() returned. */
+	uint64_t (*oldest_held)(void *t, uint64_t newest);
 	/* The descriptors the target waits on (a connection to write a request to or read an
 	 * answer from) into fds, at most max of them; returns how many, and lowers *timeout_ms to
 	 * when its poll is due next. Optional: a target without it is polled each round. */

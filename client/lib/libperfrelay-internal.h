@@ -107,11 +107,12 @@ struct perfrelay_client {
 	Shared *shared; /* NULL: the socket stream */
 
 	/* Binary format: the name of the last unit frame, for the record right after it. */
+	bool unit_pending;                   /* a unit frame came and its record has not yet */
+	bool unit_current;                   /* the record returned last had one */
+	bool cursor_pending, cursor_current; /* as unit_*, for cursor frames: beside them, as
+					      * every record writes all four */
 	char unit[PERFRELAY_UNIT_NAME_MAX];
-	bool unit_pending; /* a unit frame came and its record has not yet */
-	bool unit_current; /* the record returned last had one */
 	char cursor[PERFRELAY_CURSOR_MAX];
-	bool cursor_pending, cursor_current; /* as unit_*, for cursor frames */
 };
 
 /* Hidden: calls between the library's files are direct (no PLT, no interposition), and the

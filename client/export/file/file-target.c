@@ -219,7 +219,7 @@ static void target_abandon(void *t) {
 	file_write(t); /* a write is never slow to give up on: nothing is left */
 }
 
-static uint64_t target_oldest_held(void *userdata) {
+static uint64_t target_oldest_held(void *userdata, uint64_t newest) {
 	FileTarget *t = userdata;
 
 	return t->used > 0 ? t->first_seq : UINT64_MAX;

@@ -109,9 +109,8 @@ typedef struct NatsTarget {
 	 * takes it off. held_low: no message of an earlier epoch is held; every held one's epoch
 	 * is below held_low + HELD_SLOTS (one further is counted in the last slot: an older epoch
 	 * than its own only holds the cursor back further). Main thread, but held[]. */
-	atomic_uint_fast32_t held[HELD_SLOTS];
+	atomic_uint_fast32_t *held; /* HELD_SLOTS, apart: the offer path never touches it */
 	uint64_t held_low;
-	uint64_t last_seq; /* the newest event offered */
 } NatsTarget;
 
 static uint64_t msg_count(natsMsg *m) {
@@ -214,6 +213,7 @@ static NatsTarget *nats_target_free(NatsTarget *e) {
 		free(e->batches[i].buf);
 	free(e->queue);
 	free(e->failed);
+	free((void *) e->held);
 	pthread_mutex_destroy(&e->lock);
 	free(e);
 	return NULL;
@@ -291,7 +291,8 @@ static int nats_target_new(
 	e->pub_opts.MaxWait = (int64_t) cfg->ack_timeout_ms;
 	e->queue = calloc(e->queue_cap, sizeof(natsMsg *));
 	e->failed = calloc(cfg->max_in_flight, sizeof(natsMsg *));
-	if (!e->queue || !e->failed) {
+	e->held = calloc(HELD_SLOTS, sizeof(*e->held));
+	if (!e->queue || !e->failed || !e->held) {
 		nats_target_free(e);
 		return -ENOMEM;
 	}
@@ -505,7 +506,6 @@ static void nats_target_offer(
 	Batch *b;
 
 	e->offered++;
-	e->last_seq = loop_seq;
 	if (e->queued_events >= e->cfg->queue_events) {
 		e->dropped_queue_full++;
 		return;
@@ -817,7 +817,7 @@ static void nats_target_get_stats(NatsTarget *e, ExportStats *ret) {
 	export_url_redact(ret->server); /* the stats file is world-readable */
 }
 
-static uint64_t nats_target_oldest_held(NatsTarget *e) {
+static uint64_t nats_target_oldest_held(NatsTarget *e, uint64_t newest) {
 	uint64_t low = UINT64_MAX, open_epoch;
 
 	for (size_t i = 0; i < ELEMENTSOF(e->batches); i++)
@@ -826,7 +826,7 @@ static uint64_t nats_target_oldest_held(NatsTarget *e) {
 	/* held_low never passes an open batch: its message will be counted in its epoch. */
 	open_epoch = low == UINT64_MAX ? UINT64_MAX : low >> HELD_SHIFT;
 	/* Acquire: pairs with held_release(), so the events before an epoch seen empty are done. */
-	while (e->held_low < (e->last_seq >> HELD_SHIFT) && e->held_low < open_epoch &&
+	while (e->held_low < (newest >> HELD_SHIFT) && e->held_low < open_epoch &&
 	       atomic_load_explicit(&e->held[e->held_low % HELD_SLOTS], memory_order_acquire) == 0)
 		e->held_low++;
 	if (atomic_load_explicit(&e->held[e->held_low % HELD_SLOTS], memory_order_acquire) != 0)
@@ -883,8 +883,8 @@ static void target_figures(void *t, ExportStats *ret) {
 	nats_target_get_stats(t, ret);
 }
 
-static uint64_t target_oldest_held(void *t) {
-	return nats_target_oldest_held(t);
+static uint64_t target_oldest_held(void *t, uint64_t newest) {
+	return nats_target_oldest_held(t, newest);
 }
 
 static void target_close(void *t) {

@@ -436,7 +436,7 @@ static bool target_has_room(void *userdata) {
 	return t->queued_events < t->cfg->queue_events;
 }
 
-static uint64_t target_oldest_held(void *userdata) {
+static uint64_t target_oldest_held(void *userdata, uint64_t newest) {
 	OtlpTarget *t = userdata;
 	uint64_t low = t->abandoned_seq;
 
@@ -453,7 +453,7 @@ static void target_abandon(void *userdata) {
 	OtlpTarget *t = userdata;
 	Request *r;
 
-	t->abandoned_seq = target_oldest_held(t);
+	t->abandoned_seq = target_oldest_held(t, UINT64_MAX);
 	t->s.dropped_shutdown += otlp_batch_count(t->batch);
 	t->queued_events -= otlp_batch_count(t->batch);
 	otlp_batch_clear(t->batch);
