@@ -23,7 +23,39 @@ static bool cursor_valid(const char *s, size_t n) {
 	return true;
 }
 
-static int write_file(const char *path, const char *cursor);
+/* Writes cursor to path: a temporary file synced, renamed over it, the directory synced, so
+ * that a crash leaves the old cursor or the new one, never a part. */
+static int write_file(const char *path, const char *cursor) {
+	_cleanup_free_ char *tmp = NULL, *dir = NULL;
+	_cleanup_close_ int fd = -EBADF, dfd = -EBADF;
+	size_t len = strlen(cursor);
+	char line[PERFRELAY_CURSOR_MAX + 1];
+
+	if (asprintf(&tmp, "%s.tmp", path) < 0 || !(dir = strdup(path)))
+		return -ENOMEM;
+	memcpy(line, cursor, len);
+	line[len] = '\n';
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return -errno;
+	errno = 0; /* a short write sets none */
+	if (write(fd, line, len + 1) != (ssize_t) (len + 1) || fdatasync(fd) < 0) {
+		int r = errno ? -errno : -EIO;
+
+		(void) unlink(tmp);
+		return r;
+	}
+	if (rename(tmp, path) < 0) {
+		int r = -errno;
+
+		(void) unlink(tmp);
+		return r;
+	}
+	dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0)
+		(void) fsync(dfd);
+	return 0;
+}
 
 int export_resume_since_ns(const ExportResume *r, uint64_t *ret) {
 	char *end;
@@ -54,24 +86,17 @@ int export_resume_load(ExportResume *r, const char *path, char **ret_error) {
 			*ret_error = NULL;
 		return k;
 	}
-	if (fd < 0) {
-		if (asprintf(ret_error, "cannot read CursorFile= %s: %m", path) < 0)
-			*ret_error = NULL;
-		return -errno;
-	}
-	n = read(fd, buf, sizeof(buf) - 1);
+	n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
 	if (n < 0) {
-		if (asprintf(ret_error, "cannot read CursorFile= %s: %m", path) < 0)
+		k = -errno; /* before asprintf() may change it */
+		if (asprintf(ret_error, "cannot read CursorFile= %s: %s", path, strerror(-k)) < 0)
 			*ret_error = NULL;
-		return -errno;
+		return k;
 	}
 	if (n > 0 && buf[n - 1] == '\n')
 		n--;
 	if (!cursor_valid(buf, (size_t) n)) {
-		if (asprintf(
-			    ret_error,
-			    "CursorFile= %s holds no cursor (remove it to begin at the history's end)",
-			    path) < 0)
+		if (asprintf(ret_error, "CursorFile= %s holds no cursor (remove it to begin now)", path) < 0)
 			*ret_error = NULL;
 		return -EBADMSG;
 	}
@@ -98,39 +123,6 @@ void export_resume_mark(ExportResume *r, uint64_t seq, const char *cursor) {
 		m = &r->marks[(r->first + r->n++) % EXPORT_RESUME_MARKS];
 	m->seq = seq;
 	memcpy(m->cursor, cursor, len + 1);
-}
-
-/* Writes cursor to r->path: a temporary file synced, renamed over it, the directory synced, so
- * that a crash leaves the old cursor or the new one, never a part. */
-static int write_file(const char *path, const char *cursor) {
-	_cleanup_free_ char *tmp = NULL, *dir = NULL;
-	_cleanup_close_ int fd = -EBADF, dfd = -EBADF;
-	size_t len = strlen(cursor);
-	char line[PERFRELAY_CURSOR_MAX + 1];
-
-	if (asprintf(&tmp, "%s.tmp", path) < 0 || !(dir = strdup(path)))
-		return -ENOMEM;
-	memcpy(line, cursor, len);
-	line[len] = '\n';
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd < 0)
-		return -errno;
-	if (write(fd, line, len + 1) != (ssize_t) (len + 1) || fdatasync(fd) < 0) {
-		int r = errno ? -errno : -EIO;
-
-		(void) unlink(tmp);
-		return r;
-	}
-	if (rename(tmp, path) < 0) {
-		int r = -errno;
-
-		(void) unlink(tmp);
-		return r;
-	}
-	dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0)
-		(void) fsync(dfd);
-	return 0;
 }
 
 int export_resume_save(ExportResume *r, uint64_t oldest_held) {

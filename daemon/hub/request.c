@@ -649,16 +649,13 @@ static bool only_whitespace(const char *s, size_t n) {
  * is not valid (-EILSEQ). */
 static int ascii_line(const char *text, size_t len, char **ret, size_t *ret_len, size_t *ret_bad) {
 	const uint8_t *t = (const uint8_t *) text;
-	size_t n = 0, k;
+	size_t n = 0, k, plain = 0;
 	char *out;
 
 	*ret = NULL;
-	for (size_t i = 0; i < len; i++)
-		if (t[i] >= 0x80)
-			break;
-		else if (i + 1 == len)
-			return 0;
-	if (len == 0)
+	while (plain < len && t[plain] < 0x80)
+		plain++;
+	if (plain == len)
 		return 0;
 	/* At most 12 bytes of escapes (a surrogate pair) for 4 bytes of UTF-8, 6 for 2 or 3. */
 	out = malloc(len * 3 + 1);

@@ -178,6 +178,14 @@ def resume_start(name, d, srv, extra):
     return e, nc
 
 
+def resume_cleanup(d, state, *exporters):
+    for e in exporters:
+        if e:
+            e.cleanup()
+    d.cleanup()
+    shutil.rmtree(state, ignore_errors=True)
+
+
 def test_resume_exports_the_pause_exactly_once(root_and_bpf, nats_server):
     """Resume=yes: the exporter reads the daemon's history and keeps the cursor of what JetStream
     acknowledged in CursorFile=. Stopped for 30 s while a marker workload runs, then started
@@ -223,11 +231,7 @@ def test_resume_exports_the_pause_exactly_once(root_and_bpf, nats_server):
         check_eq(st["resume"]["cursor_refused"], "", "the saved cursor was taken")
         nc.close()
     finally:
-        for e in (e1, e2):
-            if e:
-                e.cleanup()
-        d.cleanup()
-        shutil.rmtree(state, ignore_errors=True)
+        resume_cleanup(d, state, e1, e2)
 
 
 def test_resume_after_a_crash_loses_nothing(root_and_bpf, nats_server):
@@ -260,11 +264,7 @@ def test_resume_after_a_crash_loses_nothing(root_and_bpf, nats_server):
         check_eq(e2.stop(), 0, f"exit status after SIGTERM: {e2.stderr()}")
         nc.close()
     finally:
-        for e in (e1, e2):
-            if e:
-                e.cleanup()
-        d.cleanup()
-        shutil.rmtree(state, ignore_errors=True)
+        resume_cleanup(d, state, e1, e2)
 
 
 def test_republish_after_window_counted(nats_server):

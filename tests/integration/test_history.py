@@ -53,6 +53,17 @@ def read_stream(socket_path, request, timeout=30):
     return data
 
 
+def first_line(socket_path, request, timeout=30):
+    """The first line the daemon answers a history request with (a refusal's error line)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(socket_path)
+    s.sendall(json.dumps(dict(request, follow=False)).encode() + b"\n")
+    line = json.loads(s.makefile().readline())
+    s.close()
+    return line
+
+
 def query(socket_path, request, timeout=30):
     """The lines of a history stream that ends (follow false), the hello line left out."""
     data = read_stream(socket_path, request, timeout)
@@ -203,12 +214,7 @@ def test_binary_stream_has_cursor_and_unit_frames(make_daemon, unit_cgroup):
     check_eq([u for _, u in records], [m.get("unit") for m in lines], "the unit frames say the lines' units")
     check(unit.name in [u for _, u in records], "the unit's marker came with its unit frame")
 
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(30)
-    s.connect(d.socket_path)
-    s.sendall(b'{"follow":false,"subscribe":{"types":["open"]}}\n')
-    got = json.loads(s.makefile().readline())
-    s.close()
+    got = first_line(d.socket_path, {"subscribe": {"types": ["open"]}})
     check_eq((got["type"], got["error"]), ("error", "bad-request"), "a type not recorded is refused")
     check('"open"' in got["message"] and "HistoryTypes=" in got["message"], f"and named: {got}")
 
@@ -409,12 +415,7 @@ def test_a_directory_others_may_write_is_refused(make_daemon, stats_bus):
         h = history(stats_bus.stats())
         check_eq((h["on"], h["off_reason"]), (False, "HistoryPath= is another user's or writable by others"),
                  "the history is off, and GetStats() says why")
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(30)
-        s.connect(d.socket_path)
-        s.sendall(b'{"follow":false}\n')
-        line = json.loads(s.makefile().readline())
-        s.close()
+        line = first_line(d.socket_path, {})
         check_eq((line["type"], line["error"]), ("error", "bad-request"), "a request for it is refused")
         check("writable by others" in line["message"], f"saying why: {line['message']}")
         check_eq(os.listdir(path), [], "nothing was written into it")
