@@ -86,8 +86,9 @@ def test_sigkill_at_random_moments(d):
     rng = random.Random(1234)  # reproducible moments
     for i in range(50):
         # Killed somewhere between exec and well after READY: loading, pin checks, attaching,
-        # mapping rings, or serving ...
-        proc = subprocess.Popen([BINARY, "--config", d.config_path], stdout=subprocess.DEVNULL,
+        # mapping rings, or serving ... The same command as d.start(): a start without --stdout
+        # wants no open records and rightly detaches that probe (OnDemand=), unpinning its links.
+        proc = subprocess.Popen(d.command(), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0, 0.3))  # the fault injection itself, not a wait for a condition
         proc.send_signal(signal.SIGKILL)

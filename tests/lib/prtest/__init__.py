@@ -131,6 +131,11 @@ class Daemon:
             f.write(f"[Socket]\nSocketPath={self.dir}/events.sock\n[History]\nHistoryPath={self.dir}/history\n"
                     f"[Daemon]\nPinPath={self.pin_path}\n{config}\n")
 
+    def command(self):
+        """The daemon's command line as start() runs it: the same consumers (--stdout wants every
+        type), so the same probes attached."""
+        return [self.binary, "--config", self.config_path] + (["--stdout"] if self.stdout else []) + self.extra_args
+
     def start(self, timeout=30):
         # A test that failed with its daemon running must not leave it orphaned: the next
         # start says so instead of losing track of it (cleanup() kills every one started).
@@ -146,8 +151,7 @@ class Daemon:
         notify.bind(notify_path)
         notify.settimeout(timeout)
         env = dict(os.environ, NOTIFY_SOCKET=notify_path)
-        args = [self.binary, "--config", self.config_path] + (["--stdout"] if self.stdout else []) + self.extra_args
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.started.append(self.proc)
         self.threads = [threading.Thread(target=self._read_stdout, args=(self.proc,), daemon=True),
                         threading.Thread(target=self._read_stderr, args=(self.proc,), daemon=True)]
