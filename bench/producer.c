@@ -12,6 +12,8 @@
 #include <bpf/libbpf.h>
 
 #include "bench.skel.h"
+#include "bench_compat.skel.h"
+#include "skeleton-compat.h"
 #include "event.h"
 #include "macro.h"
 #include "producer.h"
@@ -36,6 +38,10 @@ BenchProducer *bench_producer_free(BenchProducer *p) {
 }
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(BenchProducer *, bench_producer_free);
+
+/* bench_open(): the object as built, or its compat build for a kernel that refused the first
+ * (as perfrelayd's probes, without probing first). */
+SKELETON_OPEN_COMPAT(bench)
 
 int bench_producer_new(const BenchProducerOptions *o, BenchProducer **ret, bool *ret_created_pins) {
 	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = o->pin_root);
@@ -66,24 +72,30 @@ int bench_producer_new(const BenchProducerOptions *o, BenchProducer **ret, bool 
 	snprintf(path, sizeof(path), "%s/events", o->pin_root);
 	existed = access(path, F_OK) == 0;
 
-	p->skel = bench_bpf__open_opts(&opts);
-	if (!p->skel)
-		return negative_errno();
-	/* Like perfrelayd: a pinned map is reused only if its definition matches, and the daemon
-	 * makes "events" with one slot per possible CPU. */
-	r = bpf_map__set_max_entries(p->skel->maps.events, p->n_cpus);
-	if (r >= 0)
-		r = bpf_map__set_max_entries(p->skel->maps.recorder, p->n_cpus);
-	if (r < 0)
-		return r;
-	p->skel->rodata->target_tgid = o->target_tgid;
-	p->skel->rodata->records_per_call = o->records_per_call;
-	p->skel->rodata->payload_size = o->record_size;
-
 	/* libbpf creates the pin root's missing files, not the root itself. */
 	if (!existed && mkdir(o->pin_root, 0700) < 0 && errno != EEXIST)
 		return negative_errno();
-	r = bench_bpf__load(p->skel);
+	for (bool compat = false;; compat = true) {
+		p->skel = bench_open(&opts, compat);
+		if (!p->skel)
+			return negative_errno();
+		/* Like perfrelayd: a pinned map is reused only if its definition matches, and the
+		 * daemon makes "events" with one slot per possible CPU. */
+		r = bpf_map__set_max_entries(p->skel->maps.events, p->n_cpus);
+		if (r >= 0)
+			r = bpf_map__set_max_entries(p->skel->maps.recorder, p->n_cpus);
+		if (r < 0)
+			return r;
+		p->skel->rodata->target_tgid = o->target_tgid;
+		p->skel->rodata->records_per_call = o->records_per_call;
+		p->skel->rodata->payload_size = o->record_size;
+		r = bench_bpf__load(p->skel);
+		if (r != -EINVAL || compat)
+			break;
+		/* A kernel before 5.12 refuses the fetching atomic: the compat build, once. */
+		bench_bpf__destroy(p->skel);
+		p->skel = NULL;
+	}
 	if (r < 0)
 		return r;
 	p->link = bpf_program__attach(p->skel->progs.handle_getpgid);

@@ -115,6 +115,7 @@ static __always_inline int demand_throttled(const struct perfrelay_demand *d) {
 	return 1;
 }
 
+#ifndef PERFRELAY_NO_ANCESTOR_CGROUP
 /* The current task's cgroup is an ExcludeUnits= unit's directory or below it: one of its
  * ancestors (itself included), down to PERFRELAY_DEMAND_UNIT_LEVELS, is one of the ids. */
 static __always_inline int demand_unit_excluded(const struct perfrelay_demand *d) {
@@ -134,6 +135,21 @@ static __always_inline int demand_unit_excluded(const struct perfrelay_demand *d
 	}
 	return 0;
 }
+#else
+/* The compat build (bpf/meson.build): kernels before 5.12 have no ancestor helper in tracing
+ * programs, so only the task's own cgroup is compared, not the cgroups above it. */
+static __always_inline int demand_unit_excluded(const struct perfrelay_demand *d) {
+	__u64 id = bpf_get_current_cgroup_id();
+
+	for (__u32 i = 0; i < PERFRELAY_DEMAND_UNIT_IDS; i++) {
+		if (i >= d->n_unit_ids)
+			break;
+		if (d->unit_ids[i] == id)
+			return 1;
+	}
+	return 0;
+}
+#endif
 
 /* comm (16 bytes, zero-padded as bpf_get_current_comm() writes it) is one ExcludeComms= has. */
 static __always_inline int demand_comm_excluded(const struct perfrelay_demand *d, const char *comm) {

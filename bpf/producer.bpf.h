@@ -287,7 +287,15 @@ static __always_inline int perfrelay__emit_to(
 	/* Atomic although the slot is per-CPU: a tracepoint program can be preempted on a
 	 * PREEMPT kernel and another emitter can run on the same CPU in between; a plain
 	 * read-modify-write would then hand out the same seq twice or lose a count. */
+#ifdef PERFRELAY_NO_FETCH_ATOMICS
+	/* For kernels before 5.12, which refuse a fetching atomic (BPF_FETCH): the add stays
+	 * atomic (BPF_XADD), so the counts stay exact; the seq is read back after it, so an
+	 * emitter that ran on this CPU in between would give both records the same seq. */
+	__sync_fetch_and_add(&c->attempts, 1);
+	seq = *(volatile __u64 *) &c->attempts - 1;
+#else
 	seq = __sync_fetch_and_add(&c->attempts, 1);
+#endif
 
 	hdr->magic = PERFRELAY_MAGIC;
 	hdr->version = PERFRELAY_VERSION;

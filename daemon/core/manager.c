@@ -444,6 +444,7 @@ static int manager_open_probes(Manager *m) {
 			.pending_syscalls = c->pending_syscalls,
 			.counters_max_processes = c->counters_max_processes,
 			.counters_max_cgroups = c->counters_max_cgroups,
+			.compat = kernel_features_need_compat(m->kernel),
 		},
 		&m->probes);
 	if (r < 0)

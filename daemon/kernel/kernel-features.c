@@ -80,6 +80,17 @@ static const struct {
 				"program loads are not watched: a producer that loads after the start is found when "
 				"its first records arrive (held up to a second while a scan runs), and one that "
 				"unloads before that is published as \"unknown\"" },
+	[FEATURE_FETCH_ATOMICS] = { "fetch_atomics",
+				    false,
+				    "5.12",
+				    "the BPF objects' compat build is loaded: a record's seq is read back after its "
+				    "atomic add, so a program interrupting an emitter on its CPU could give two "
+				    "records the same seq (the counts stay exact)" },
+	[FEATURE_ANCESTOR_CGROUP] = { "ancestor_cgroup",
+				      false,
+				      "5.12",
+				      "the BPF objects' compat build is loaded: ExcludeUnits= filters the processes "
+				      "of a unit's own cgroup, not of the cgroups below it" },
 };
 
 const char *kernel_feature_to_string(KernelFeature x) {
@@ -211,6 +222,27 @@ static bool probe_link_pin(void) {
 	return link_fd >= 0;
 }
 
+/* Fetching atomics (BPF_FETCH, Linux 5.12): a fetch-add on the stack. Older verifiers refuse
+ * the instruction wherever it is, even in code a constant makes dead. */
+static bool probe_fetch_atomics(void) {
+	static const struct bpf_insn insns[] = {
+		{ .code = 0xb7, .dst_reg = 1, .imm = 0 },                 /* r1 = 0 */
+		{ .code = 0x7b, .dst_reg = 10, .src_reg = 1, .off = -8 }, /* *(u64 *)(r10 - 8) = r1 */
+		{ .code = 0xb7, .dst_reg = 2, .imm = 1 },                 /* r2 = 1 */
+		{ .code = 0xdb,
+		  .dst_reg = 10,
+		  .src_reg = 2,
+		  .off = -8,
+		  .imm = 1 },                             /* r2 = atomic_fetch_add(r10 - 8, r2) */
+		{ .code = 0xb7, .dst_reg = 0, .imm = 0 }, /* r0 = 0 */
+		{ .code = 0x95 },                         /* exit */
+	};
+	_cleanup_close_ int fd = bpf_prog_load(
+		BPF_PROG_TYPE_SOCKET_FILTER, "perfrelay_probe", "GPL", insns, ELEMENTSOF(insns), NULL);
+
+	return fd >= 0;
+}
+
 /* perf_event_attr.bpf_event (Linux 5.1): program loads as PERF_RECORD_BPF_EVENT records in a
  * dummy event's ring, the producers feature's load watch. CPU 0: x86 cannot take it offline, and
  * the attribute is refused or taken for all. */
@@ -251,6 +283,11 @@ int kernel_features_probe(KernelFeatures **ret) {
 	f->has[FEATURE_TASK_STORAGE] = libbpf_probe_bpf_map_type(BPF_MAP_TYPE_TASK_STORAGE, NULL) == 1;
 	f->has[FEATURE_MEMBARRIER] = probe_membarrier();
 	f->has[FEATURE_BPF_EVENT] = probe_bpf_event();
+	f->has[FEATURE_FETCH_ATOMICS] = probe_fetch_atomics();
+	f->has[FEATURE_ANCESTOR_CGROUP] = libbpf_probe_bpf_helper(
+						  BPF_PROG_TYPE_TRACEPOINT,
+						  BPF_FUNC_get_current_ancestor_cgroup_id,
+						  NULL) == 1;
 
 	/* Test-only: lets the tests see the daemon on a kernel without a feature. Unknown names
 	 * are ignored here; the manager warns about every forced feature. */
@@ -278,6 +315,11 @@ KernelFeatures *kernel_features_free(KernelFeatures *f) {
 
 bool kernel_features_has(const KernelFeatures *f, KernelFeature x) {
 	return f && (unsigned) x < _FEATURE_MAX && f->has[x];
+}
+
+bool kernel_features_need_compat(const KernelFeatures *f) {
+	return !kernel_features_has(f, FEATURE_FETCH_ATOMICS) ||
+		!kernel_features_has(f, FEATURE_ANCESTOR_CGROUP);
 }
 
 bool kernel_features_forced_off(const KernelFeatures *f, KernelFeature x) {

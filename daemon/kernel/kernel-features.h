@@ -18,6 +18,8 @@ typedef enum KernelFeature {
 	FEATURE_TASK_STORAGE,
 	FEATURE_MEMBARRIER,
 	FEATURE_BPF_EVENT,
+	FEATURE_FETCH_ATOMICS,
+	FEATURE_ANCESTOR_CGROUP,
 	_FEATURE_MAX,
 } KernelFeature;
 
@@ -30,6 +32,10 @@ int kernel_features_probe(KernelFeatures **ret);
 KernelFeatures *kernel_features_free(KernelFeatures *f);
 
 bool kernel_features_has(const KernelFeatures *f, KernelFeature x);
+/* Whether the daemon loads its BPF objects' compat build (bpf/meson.build), made for kernels
+ * without fetching atomics or bpf_get_current_ancestor_cgroup_id() in tracing programs: the
+ * verifier refuses a program with either wherever it stands, even in dead code. */
+bool kernel_features_need_compat(const KernelFeatures *f);
 /* Whether the feature was forced off by $PERFRELAY_TEST_DISABLE_FEATURES. */
 bool kernel_features_forced_off(const KernelFeatures *f, KernelFeature x);
 /* The first required feature the kernel lacks, or _FEATURE_MAX when the daemon can run. */

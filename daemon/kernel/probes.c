@@ -21,6 +21,8 @@
 #include "kernel/pins.h"
 #include "kernel/probes.h"
 #include "probes.skel.h"
+#include "probes_compat.skel.h"
+#include "skeleton-compat.h"
 #include "time-util.h"
 
 #define MAX_PROGS_PER_PROBE 3
@@ -53,6 +55,10 @@ struct Probes {
 	 * pinned: a tick needs the event, which only lives with this daemon. */
 	struct bpf_link **tick_links;
 };
+
+/* The kernel's own "operation not supported" (include/linux/errno.h), which some BPF commands
+ * return to userspace as it is; no userspace header names it. */
+#define KERNEL_ENOTSUPP 524
 
 /* The counters programs, in attach order: the reaper first, so that no process entry is made
  * that nothing removes. */
@@ -182,6 +188,9 @@ static int set_counter_pins(Probes *p) {
 	return 0;
 }
 
+/* probes_open(): the object the kernel can load (kernel_features_need_compat()). */
+SKELETON_OPEN_COMPAT(probes)
+
 int probes_new(const char *pin_path, bool replace_incompatible, const ProbesLimits *limits, Probes **ret) {
 	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = pin_path);
 	struct perfrelay_counters_config cfg = {};
@@ -222,7 +231,7 @@ int probes_new(const char *pin_path, bool replace_incompatible, const ProbesLimi
 		return log_error_errno(r ?: -EINVAL, "Failed to read the number of possible CPUs: %m");
 	p->n_cpus = r;
 
-	p->skel = probes_bpf__open_opts(&opts);
+	p->skel = probes_open(&opts, limits->compat);
 	if (!p->skel)
 		return log_error_errno(negative_errno(), "Failed to open the probes BPF object: %m");
 
@@ -457,18 +466,30 @@ static int attach_prog(Probes *p, const char *what, const struct bpf_program *pr
 	return r;
 }
 
-/* What the program behind a link has run (counted while some process holds BPF_ENABLE_STATS). */
-static int link_prog_run(int link_fd, ProbeRunStats *ret) {
-	_cleanup_close_ int fd = link_prog_fd(link_fd);
+/* What a program has run (counted while some process holds BPF_ENABLE_STATS). */
+static int prog_run(int prog_fd, ProbeRunStats *ret) {
 	struct bpf_prog_info prog = {};
 	uint32_t len = sizeof(prog);
 
-	if (fd < 0)
-		return fd;
-	if (bpf_obj_get_info_by_fd(fd, &prog, &len) < 0)
+	if (bpf_obj_get_info_by_fd(prog_fd, &prog, &len) < 0)
 		return negative_errno();
 	*ret = (ProbeRunStats){ .run_ns = prog.run_time_ns, .runs = prog.run_cnt };
 	return 0;
+}
+
+/* What a probe's i-th program has run: the program behind its link, which may be an earlier
+ * daemon's (a pinned link reused). Without pinned links (link_pin) nothing is reused, and the
+ * "link" of a tracepoint is its perf event (attached with an ioctl, no BPF link to ask): the
+ * program is this daemon's own. */
+static int probe_prog_run(const Probes *p, unsigned probe, unsigned i, ProbeRunStats *ret) {
+	_cleanup_close_ int fd = -EBADF;
+
+	if (p->no_pin_links)
+		return prog_run(bpf_program__fd(probe_prog(p, probe, i)), ret);
+	fd = link_prog_fd(p->link_fd[probe][i]);
+	if (fd < 0)
+		return fd;
+	return prog_run(fd, ret);
 }
 
 static int detach_probe(Probes *p, unsigned probe) {
@@ -493,7 +514,7 @@ static int detach_probe(Probes *p, unsigned probe) {
 			ProbeRunStats now;
 
 			/* What it ran under this daemon stays in the probe's figures. */
-			if (link_prog_run(p->link_fd[probe][i], &now) >= 0) {
+			if (probe_prog_run(p, probe, i, &now) >= 0) {
 				p->run_done[probe].run_ns += now.run_ns - p->run_base[probe][i].run_ns;
 				p->run_done[probe].runs += now.runs - p->run_base[probe][i].runs;
 			}
@@ -623,7 +644,7 @@ int probes_set_enabled(Probes *p, unsigned probe, bool enabled) {
 		}
 		all_reused &= r > 0;
 		p->run_base[probe][i] = (ProbeRunStats){};
-		(void) link_prog_run(p->link_fd[probe][i], &p->run_base[probe][i]);
+		(void) probe_prog_run(p, probe, i, &p->run_base[probe][i]);
 	}
 	p->enabled[probe] = true;
 	p->reused[probe] = all_reused;
@@ -856,13 +877,16 @@ static int read_counters_all(
 		memset(per_producer, 0, PERFRELAY_MAX_PRODUCERS * sizeof(*per_producer));
 
 	/* One syscall per 64 producer ids instead of one per id: the bus reads this every
-	 * second. Kernels without batch operations on arrays (before 5.6) get the loop below. */
+	 * second. Kernels without batch operations on per-CPU arrays get the loop below: 5.10
+	 * answers with the kernel's own ENOTSUPP (524), which no userspace header names. */
 	for (;;) {
 		uint32_t count = COUNTERS_BATCH;
 		int r = bpf_map_lookup_batch(fd, first ? NULL : &in, &out, keys, v, &count, &opts);
 
 		if (r < 0 && errno != ENOENT) {
-			if (!first || (errno != EINVAL && errno != ENOTSUP && errno != EOPNOTSUPP))
+			if (!first ||
+			    (errno != EINVAL && errno != ENOTSUP && errno != EOPNOTSUPP &&
+			     errno != KERNEL_ENOTSUPP))
 				return negative_errno();
 			batched = false; /* no batch support: fall back */
 			break;
@@ -1098,7 +1122,7 @@ int probes_read_run_stats(const Probes *p, unsigned probe, ProbeRunStats *ret) {
 
 		if (p->link_fd[probe][i] < 0)
 			continue;
-		r = link_prog_run(p->link_fd[probe][i], &now);
+		r = probe_prog_run(p, probe, i, &now);
 		if (r < 0)
 			return r;
 		sum.run_ns += now.run_ns - p->run_base[probe][i].run_ns;

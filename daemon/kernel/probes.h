@@ -34,6 +34,7 @@ typedef struct ProbesLimits {
 	uint32_t pending_syscalls;       /* open_args, connect_args (PendingSyscalls=) */
 	uint32_t counters_max_processes; /* counters_procs (CountersMaxProcesses=) */
 	uint32_t counters_max_cgroups;   /* counters_cgroups (CountersMaxCgroups=) */
+	bool compat;                     /* load the objects' compat build (kernel-features.h) */
 } ProbesLimits;
 
 /* Locks the pin root (pins_lock(): -EWOULDBLOCK if another daemon serves it, held until

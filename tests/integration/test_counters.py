@@ -18,7 +18,7 @@ import pytest
 
 from prtest import (bpftool_json, cgroup2_mount, check, check_eq, daemon_binary, delegate_cgroup, Failure, main, skip, SocketClient,
                     UnitCgroup)
-from prtest import wait_for
+from prtest import LINK_PIN, kernel_version, wait_for
 
 BINARY = daemon_binary()
 INTERVAL_MS = 200
@@ -76,7 +76,11 @@ TEARDOWN = "import os\nb = bytes(1) * {n}\nb2 = bytearray(b)\nos._exit(0)\n"
 # takes it. That is a few µs a thread here (1000 threads, 16 descriptors each: 0.7–5 ms over)
 # and 20–230 µs under an emulated CPU (the kernels suite's 6.12 guest, 100 threads: 0.4–3.2 %
 # over in 10 runs). Over stays within the 10 % that issue 24 asks for.
-TEARDOWN_SHORT = 0.02
+# On Debian 11's 5.10 (the kernels suite, emulated CPU) the thread-exits event came out 2.2 %,
+# 2.5 % and, beside a second guest, 4.9 % short, where 6.1 and 6.12 stay within 2 % beside the
+# same load: part of non-last threads' teardown is not charged there, cause not found
+# (docs/kernels.md, "Known gaps"). There the bound is issue 24's 10 %.
+TEARDOWN_SHORT = 0.02 if kernel_version() >= (6, 1) else 0.10
 TEARDOWN_OVER = 0.10
 
 
@@ -314,14 +318,19 @@ def test_restart(d):
         check(idle_before and busy_before, "both units have totals")
         check_eq(d.stop(), 0, "the daemon stopped")
         check(os.path.exists(os.path.join(d.pin_path, "perf-counters", "task-clock")), "the counter arrays stay pinned")
-        check(os.path.exists(os.path.join(d.pin_path, "links", "handle_switch")), "and the counters program")
+        check_eq(os.path.exists(os.path.join(d.pin_path, "links", "handle_switch")), LINK_PIN,
+                 "and the counters program (where the kernel pins links)")
         down_cpu = cpu_ns(busy.run(SPIN.format(secs=0.5)))  # while no daemon runs
         d.start()
         idle_after, busy_after = totals_of(idle), totals_of(busy)
         check_eq(idle_after, idle_before, "a unit that did not run has exactly the same totals after a restart")
         grown = busy_after["task_clock_ns"] - busy_before["task_clock_ns"]
-        check(abs(grown - down_cpu) <= down_cpu * 0.10,
-              f"a unit that ran while no daemon did grew by its CPU time ({grown} vs {down_cpu} ns), once")
+        if LINK_PIN:
+            check(abs(grown - down_cpu) <= down_cpu * 0.10,
+                  f"a unit that ran while no daemon did grew by its CPU time ({grown} vs {down_cpu} ns), once")
+        else:
+            # docs/kernels.md, link_pin: the program went with the daemon, so the gap is not counted.
+            check_eq(grown, 0, "without pinned links, a unit that ran while no daemon did is not charged")
         check(busy_after["context_switches"] >= busy_before["context_switches"], "every counter keeps growing")
     finally:
         busy.remove()

@@ -261,6 +261,7 @@ static int capture_start_one(CaptureFeature *cf, const CaptureRequest *req, uint
 			.direction = info.direction,
 			.bytes = info.bytes,
 			.packets_per_second = info.packets_per_second,
+			.compat = kernel_features_need_compat(manager_kernel(m)),
 		},
 		&capture,
 		&info.cgroup_id);

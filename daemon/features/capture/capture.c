@@ -12,6 +12,8 @@
 
 #include "features/capture/capture.h"
 #include "capture.skel.h"
+#include "capture_compat.skel.h"
+#include "skeleton-compat.h"
 #include "event.h"
 #include "kernel/percpu.h"
 #include "string-table.h"
@@ -76,6 +78,9 @@ static void detach_tc(Capture *c) {
 	}
 }
 
+/* capture_open(): the object the kernel can load (kernel_features_need_compat()). */
+SKELETON_OPEN_COMPAT(capture)
+
 int capture_new(const CaptureOptions *o, Capture **ret, uint64_t *ret_cgroup_id) {
 	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = o->pin_path);
 	_cleanup_(capture_freep) Capture *c = NULL;
@@ -95,7 +100,7 @@ int capture_new(const CaptureOptions *o, Capture **ret, uint64_t *ret_cgroup_id)
 	if (!c)
 		return -ENOMEM;
 	c->n_cpus = o->n_possible_cpus;
-	c->skel = capture_bpf__open_opts(&opts);
+	c->skel = capture_open(&opts, o->compat);
 	if (!c->skel)
 		return -errno;
 	/* As the probes do: the pinned arrays are reused only where the definitions match. */

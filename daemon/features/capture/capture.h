@@ -27,6 +27,7 @@ typedef struct CaptureOptions {
 	CaptureDirection direction;
 	uint32_t bytes;              /* per packet, <= PERFRELAY_CAPTURE_BYTES_MAX */
 	uint32_t packets_per_second; /* 0: no limit */
+	bool compat;                 /* load the objects' compat build (kernel-features.h) */
 } CaptureOptions;
 
 /* What a capture did, summed over CPUs: seen = captured + rate_dropped + failed. */
