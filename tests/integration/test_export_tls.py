@@ -9,7 +9,6 @@ import contextlib
 import os
 import shutil
 import struct
-import subprocess
 import tempfile
 
 from prtest import check, check_eq, daemon_binary, main, skip, wait_for

@@ -6,13 +6,12 @@ exactly for it."""
 import os
 import signal
 import platform
-import subprocess
 import threading
 import time
 
 import pytest
 
-from prtest import check, Daemon, daemon_binary, Failure, link_ids, main, producer_counters, skip
+from prtest import bpftool_json, check, Daemon, daemon_binary, Failure, link_ids, main, producer_counters, skip
 
 BINARY = daemon_binary()
 PRODUCER_OPEN = 4
@@ -35,7 +34,10 @@ def in_openat(tid):
 
 
 def link_exists(link_id):
-    return subprocess.run(["bpftool", "link", "show", "id", str(link_id)], capture_output=True).returncode == 0
+    try:
+        return bpftool_json("link", "show", "id", str(link_id))["id"] == link_id
+    except Failure:
+        return False
 
 
 def received_open(d):
