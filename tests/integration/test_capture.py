@@ -305,7 +305,7 @@ def test_stop_under_load(d):
     out = os.path.join(d.dir, "load.pcapng")
     sender = None
     try:
-        p = ctl("capture", "--unit", mine.name, "--rate", "5000", "--direction", "egress", "-w", out, daemon=d)
+        p = ctl("capture", "--unit", mine.name, "--rate", "1000", "--direction", "egress", "-w", out, daemon=d)
         cid = active_capture()
         sender = mine.popen(DATAGRAMS, 7778, 10000000)
         wait_for(lambda: captures()[cid]["rate_dropped"] >= 1000 or None, "the capture runs above its rate",
