@@ -103,7 +103,8 @@ def tshark(path, *fields, filter_=None):
         cmd += ["-Y", filter_]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     check_eq(r.returncode, 0, f"tshark reads {path} (stderr: {r.stderr.strip()})")
-    return [line.split("\t") for line in r.stdout.splitlines()]
+    # Booleans as 1/0: Wireshark 4.2 and later (Debian 13) print them True/False.
+    return [[{"True": "1", "False": "0"}.get(v, v) for v in line.split("\t")] for line in r.stdout.splitlines()]
 
 
 def pcapng_blocks(path):
