@@ -61,6 +61,11 @@ PERFRELAY_TEST_PACKAGES=(
 	libcurl4-openssl-dev libprotobuf-c-dev protobuf-c-compiler openssl
 	scdoc man-db debhelper dpkg-dev fakeroot lintian bash-completion zsh fish e2fsprogs
 )
+# systemd.pc, which names the unit directory the package installs into, is systemd's own on
+# Debian 12 and systemd-dev's from Debian 13 on (without it the build falls back to /lib, which
+# Debian 13's packages no longer use).
+[[ "$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")" == bookworm ]] ||
+	PERFRELAY_TEST_PACKAGES+=(systemd-dev)
 command -v node >/dev/null 2>&1 || PERFRELAY_TEST_PACKAGES+=(nodejs)
 command -v npm >/dev/null 2>&1 || PERFRELAY_TEST_PACKAGES+=(npm)
 
