@@ -32,18 +32,21 @@ PERFRELAY_RUN_PACKAGES=(
 # bash-completion (its completionsdir, and the completion test), zsh and fish check the
 # completions. python3-pytest runs the python suites (tests/pytest.ini). e2fsprogs (mkfs.ext4)
 # makes the history test's small full filesystem (a minimal install lacks it).
+
+# The Debian release's codename (bookworm, trixie), or empty where /etc/os-release says none.
+PERFRELAY_CODENAME="$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")"
+
 # The runtime package of the release's default clang: that of the installed clang, else Debian 12's
 # (clang 14) or 13's (clang 19) by the release's codename. Package names that differ between the
 # releases are chosen here, once.
 perfrelay_clang_rt() {
-	local v="" codename=""
+	local v=""
 
 	# /usr/bin/clang -> clang-N -> /usr/lib/llvm-N/bin/clang
 	if [[ "$(readlink -f /usr/bin/clang 2>/dev/null)" =~ llvm-([0-9]+)/ ]]; then
 		v="${BASH_REMATCH[1]}"
 	else
-		codename="$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")"
-		case "$codename" in
+		case "$PERFRELAY_CODENAME" in
 		trixie) v=19 ;;
 		*) v=14 ;;
 		esac
@@ -64,7 +67,7 @@ PERFRELAY_TEST_PACKAGES=(
 # systemd.pc, which names the unit directory the package installs into, is systemd's own on
 # Debian 12 and systemd-dev's from Debian 13 on (without it the build falls back to /lib, which
 # Debian 13's packages no longer use).
-[[ "$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")" == bookworm ]] ||
+[[ "$PERFRELAY_CODENAME" == bookworm ]] ||
 	PERFRELAY_TEST_PACKAGES+=(systemd-dev)
 command -v node >/dev/null 2>&1 || PERFRELAY_TEST_PACKAGES+=(nodejs)
 command -v npm >/dev/null 2>&1 || PERFRELAY_TEST_PACKAGES+=(npm)

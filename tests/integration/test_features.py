@@ -7,13 +7,12 @@ it pins anything; an optional one forced off leaves it running, reporting the fe
 doing what docs/kernels.md says it does without it (link_pin: probes attached, links unpinned)."""
 import json
 import os
-import re
 import shutil
 import subprocess
 
 import pytest
 
-from prtest import Failure, bpftool_json, check, check_eq, daemon_binary, main, skip, wait_for
+from prtest import Failure, bpftool_json, check, check_eq, daemon_binary, kernel_version, main, skip, wait_for
 
 BINARY = daemon_binary()
 BUILDDIR = os.path.dirname(os.path.dirname(os.path.abspath(BINARY)))
@@ -34,15 +33,9 @@ SINCE = {"perf_event_array": "4.3", "preserve_elems": "5.10", "btf": "5.4", "tra
          "mmapable": "5.5", "task_storage": "5.11", "membarrier": "4.14",
          "bpf_event": "5.1", "fetch_atomics": "5.12", "ancestor_cgroup": "5.12"}
 
-
-def version(v):
-    return tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", v).groups())
-
-
 # What this kernel has: every feature docs/kernels.md dates at or before its version (the
 # kernels suite runs this file on Debian's 5.10, 6.1 and 6.12 too).
-KERNEL = version(os.uname().release)
-HERE = {name: version(since) <= KERNEL for name, since in SINCE.items()}
+HERE = {name: kernel_version(since) <= kernel_version() for name, since in SINCE.items()}
 PRODUCER_EXEC = 1  # PERFRELAY_PRODUCER_EXEC (bpf/event.h)
 LINKS = ("handle_exec", "handle_exit", "handle_fork", "handle_open_enter", "handle_open_exit",
          "handle_connect_enter", "handle_connect_exit")

@@ -607,17 +607,15 @@ class UnitCgroup:
 
 def bpftool_json(*args):
     r = subprocess.run(["bpftool", "-j"] + list(args), capture_output=True, text=True)
-    if r.returncode != 0:
-        # Debian 13's bpftool (7.5) prints a perf_event link whole, then exits with 255 and no
-        # message: what it printed is the answer. A real failure prints {"error": ...}.
-        try:
-            out = json.loads(r.stdout)
-        except ValueError:
-            out = None
-        if out is None or (isinstance(out, dict) and "error" in out):
-            raise Failure(f"bpftool {' '.join(args)} failed: {(r.stderr or r.stdout).strip()}")
-        return out
-    return json.loads(r.stdout)
+    try:
+        out = json.loads(r.stdout)
+    except ValueError:
+        out = None
+    # Debian 13's bpftool (7.5) prints a perf_event link whole, then exits with 255 and no
+    # message: what it printed is the answer. A real failure prints {"error": ...}.
+    if out is None or (r.returncode != 0 and isinstance(out, dict) and "error" in out):
+        raise Failure(f"bpftool {' '.join(args)} failed ({r.returncode}): {(r.stderr or r.stdout).strip()}")
+    return out
 
 
 steps_passed = 0  # steps of this process that passed (step())
@@ -641,9 +639,10 @@ def step(name, on_failure=None):
     return run
 
 
-def kernel_version():
-    """The running kernel's (major, minor)."""
-    return tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", os.uname().release).groups())
+def kernel_version(release=None):
+    """(major, minor) of a kernel release such as "5.10" or "6.1.0-56-amd64": the running
+    kernel's by default."""
+    return tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", release or os.uname().release).groups())
 
 
 # Whether the daemon pins its probes' links on this kernel (docs/kernels.md, link_pin: Linux
