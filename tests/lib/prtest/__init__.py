@@ -609,11 +609,13 @@ def bpftool_json(*args):
     r = subprocess.run(["bpftool", "-j"] + list(args), capture_output=True, text=True)
     try:
         out = json.loads(r.stdout)
+        parsed = True
     except ValueError:
-        out = None
+        out, parsed = None, False  # an update's answer is a JSON null: parsed, not a failure
     # Debian 13's bpftool (7.5) prints a perf_event link whole, then exits with 255 and no
     # message: what it printed is the answer. A real failure prints {"error": ...}.
-    if out is None or (r.returncode != 0 and isinstance(out, dict) and "error" in out):
+    failed = r.returncode != 0 and (out is None or (isinstance(out, dict) and "error" in out))
+    if not parsed or failed:
         raise Failure(f"bpftool {' '.join(args)} failed ({r.returncode}): {(r.stderr or r.stdout).strip()}")
     return out
 
