@@ -69,6 +69,7 @@ static void exercise(const struct btf *btf, uint32_t id, const uint8_t *data, si
 	btfrec_free(r);
 }
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 	struct btf *btf = btf__new(data, size);
 	BtfRecDecl decls[BTFREC_MAX_DECLS];
