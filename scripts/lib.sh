@@ -120,6 +120,36 @@ ensure_packages() {
 	apt-get install -y -q "${missing[@]}"
 }
 
+# The arm64 suite (tests/arm64): the cross compilers, qemu-user (its static build, which
+# binfmt_misc can run inside any root) and binfmt-support, and through multiarch the arm64 builds
+# of the libraries perfrelay links (ensure_arm64_packages adds the architecture to dpkg).
+PERFRELAY_ARM64_PACKAGES=(crossbuild-essential-arm64 qemu-user-static binfmt-support)
+PERFRELAY_ARM64_LIBRARIES=(
+	libc6-dev libbpf-dev libsystemd-dev libjson-c-dev libelf-dev zlib1g-dev libzstd-dev
+	libnats-dev libcurl4-openssl-dev libprotobuf-c-dev libdbus-1-dev
+)
+
+ensure_arm64_packages() {
+	local missing=() p
+
+	for p in "${PERFRELAY_ARM64_PACKAGES[@]}"; do
+		package_installed "$p" || missing+=("$p")
+	done
+	for p in "${PERFRELAY_ARM64_LIBRARIES[@]}"; do
+		package_installed "$p:arm64" || missing+=("$p:arm64")
+	done
+	[[ ${#missing[@]} -eq 0 ]] && return 0
+	is_root || die "missing packages: ${missing[*]} (run as root)"
+	if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+		log "adding the arm64 architecture to dpkg (multiarch)"
+		dpkg --add-architecture arm64
+	fi
+	log "installing missing packages: ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	apt-get install -y -q "${missing[@]}"
+}
+
 # mount_fs TYPE DIR: mount a pseudo filesystem of TYPE at DIR unless DIR already is a mount point.
 mount_fs() {
 	local type="$1" dir="$2"
