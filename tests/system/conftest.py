@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
-"""The fixture of the system suite: Debian 12 containers under a real systemd (nspawn.py)."""
+"""The fixture of the system suite: Debian 12 and 13 containers under a real systemd (nspawn.py)."""
 import os
 
 import pytest
@@ -12,16 +12,16 @@ DEFAULT_PIN = "/sys/fs/bpf/perfrelay"
 
 
 @pytest.fixture
-def container(build_root):
-    """container(name): a copy of the cached Debian 12 rootfs (debootstrapped once into the build
-    tree), not booted yet, so that the test can install into it first; powered off and removed
+def container():
+    """container(name, release="bookworm"): a copy of the release's cached rootfs (debootstrapped
+    once), not booted yet, so that the test can install into it first; powered off and removed
     after the test. Skips where systemd-nspawn cannot run at all."""
     nspawn.require()
     made = []
     had_default_pin = os.path.exists(DEFAULT_PIN)
 
-    def make(name):
-        made.append(nspawn.Container(build_root, name))
+    def make(name, release="bookworm"):
+        made.append(nspawn.Container(name, release))
         return made[-1]
 
     yield make

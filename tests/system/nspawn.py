@@ -1,8 +1,11 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
-"""A Debian 12 container under a real systemd, for the system suite: the rootfs is
-debootstrapped once and cached in the build tree; each test boots a copy with systemd-nspawn,
-bpffs bound in, runs commands inside with nsenter and powers it off. Skips (77) only where
-nspawn cannot run at all. Tests take it as the `container` fixture (tests/system/conftest.py)."""
+"""Debian containers under a real systemd, for the system suite: a rootfs per release (Debian 12
+"bookworm", Debian 13 "trixie") is debootstrapped once and cached; each test boots a copy with
+systemd-nspawn, bpffs bound in, runs commands inside with nsenter and powers it off. A release
+other than the machine's own also gets a build root (BuildRoot): that release with perfrelay's
+build dependencies, in which the tree is built for it, since what this machine builds links this
+machine's libraries. Skips (77) only where nspawn cannot run at all. Tests take containers as the
+`container` fixture (tests/system/conftest.py)."""
 import hashlib
 import os
 import shutil
@@ -13,11 +16,22 @@ import time
 
 from prtest import skip
 
-# The stamp names the package list: a cached rootfs made from another list is made again.
-# bash-completion and man-db: the package test completes and reads pages as a user would.
-PACKAGES = ("systemd,systemd-sysv,dbus,libbpf1,libjson-c5,libelf1,zlib1g,bpftool,python3,libnats3.4,nats-server,libnss-systemd,"
-            "libcurl4,libprotobuf-c1,bash-completion,man-db")
-STAMP = "perfrelay-rootfs-" + hashlib.sha256(PACKAGES.encode()).hexdigest()[:12]
+MIRROR = "http://deb.debian.org/debian"
+# Each release's rootfs: the libraries perfrelay links, as the release names them (Debian 13 has
+# the t64 libraries and nats.c 3.10), and what the tests use inside. bash-completion and man-db:
+# the package test completes and reads pages as a user would.
+COMMON = ("systemd,systemd-sysv,dbus,libbpf1,libjson-c5,zlib1g,bpftool,python3,nats-server,libnss-systemd,"
+          "libprotobuf-c1,bash-completion,man-db")
+RELEASES = {
+    "bookworm": COMMON + ",libelf1,libnats3.4,libcurl4",
+    "trixie": COMMON + ",libelf1t64,libnats3.10,libcurl4t64",
+}
+# The release this machine runs: its own builds are installed into its containers directly.
+HOST_RELEASE = subprocess.run(["sh", "-c", ". /etc/os-release && echo \"$VERSION_CODENAME\""],
+                              capture_output=True, text=True).stdout.strip()
+# Rootfs and build roots are kept across runs and clones (a fresh CI clone would otherwise
+# debootstrap them every time); a stamp names what each was made from, and a stale one is made again.
+CACHE = os.environ.get("PERFRELAY_SYSTEM_CACHE", os.path.expanduser("~/.cache/perfrelay/system"))
 
 
 def run(*args, **kw):
@@ -35,26 +49,78 @@ def require():
         skip("bpffs is not mounted")
 
 
-def ensure_rootfs(build):
-    rootfs = os.path.join(build, "system-rootfs")
-    if os.path.exists(os.path.join(rootfs, "etc", STAMP)):
-        return rootfs
-    tmp = rootfs + ".tmp"
+def _stamp(what):
+    return "perfrelay-rootfs-" + hashlib.sha256(what.encode()).hexdigest()[:12]
+
+
+def _debootstrap(path, release, packages, stamp):
+    """PATH: RELEASE debootstrapped with PACKAGES, unless it is there already with STAMP."""
+    if os.path.exists(os.path.join(path, "etc", stamp)):
+        return path
+    tmp = path + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(rootfs, ignore_errors=True)
-    print("debootstrapping the Debian 12 rootfs (once; cached in the build tree)", flush=True)
-    run("debootstrap", "--variant=minbase", f"--include={PACKAGES}", "bookworm", tmp,
-        "http://deb.debian.org/debian", stdout=subprocess.DEVNULL)
-    open(os.path.join(tmp, "etc", STAMP), "w").close()
-    os.rename(tmp, rootfs)
-    return rootfs
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    print(f"debootstrapping {release} into {path} (once; cached)", flush=True)
+    run("debootstrap", "--variant=minbase", f"--include={packages}", release, tmp, MIRROR, stdout=subprocess.DEVNULL)
+    open(os.path.join(tmp, "etc", stamp), "w").close()
+    os.rename(tmp, path)
+    return path
+
+
+def ensure_rootfs(release):
+    return _debootstrap(os.path.join(CACHE, f"rootfs-{release}"), release, RELEASES[release],
+                        _stamp(release + RELEASES[release]))
+
+
+def nspawn_command(root, *cmd, binds=(), chdir=None, env=None):
+    """CMD run once in ROOT under systemd-nspawn (no init: /proc, /sys and /dev set up, the
+    machine's network), with BINDS ("HOST:INSIDE" or "HOST"), from CHDIR, with ENV added."""
+    args = ["systemd-nspawn", "-q", "-D", root, "--register=no", "--keep-unit", "--setenv=DEBIAN_FRONTEND=noninteractive"]
+    args += [f"--bind={b}" for b in binds]
+    args += [f"--setenv={k}={v}" for k, v in (env or {}).items()]
+    if chdir:
+        args.append(f"--chdir={chdir}")
+    return args + ["--"] + list(cmd)
+
+
+class BuildRoot:
+    """RELEASE with perfrelay's build dependencies (apt-get build-dep of debian/control, so the
+    list is the package's own), cached like the rootfs; the stamp covers debian/control."""
+
+    def __init__(self, release, source):
+        self.release = release
+        self.root = os.path.join(CACHE, f"buildroot-{release}")
+        with open(os.path.join(source, "debian", "control")) as f:
+            stamp = _stamp(release + f.read())
+        if not os.path.exists(os.path.join(self.root, "etc", stamp)):
+            _debootstrap(self.root + ".base", release, "dpkg-dev,debhelper,fakeroot,ca-certificates", _stamp(release))
+            shutil.rmtree(self.root, ignore_errors=True)
+            run("cp", "-a", "--reflink=auto", self.root + ".base", self.root)
+            os.unlink(os.path.join(self.root, "etc", _stamp(release)))
+            control = os.path.join(self.root, "var", "tmp", "control")
+            os.makedirs(control + "/debian", exist_ok=True)
+            shutil.copy(os.path.join(source, "debian", "control"), control + "/debian/control")
+            print(f"installing perfrelay's build dependencies into {self.root}", flush=True)
+            run(*nspawn_command(self.root, "sh", "-c", "apt-get update -q && apt-get build-dep -y -q /var/tmp/control"),
+                stdout=subprocess.DEVNULL)
+            shutil.rmtree(control)
+            open(os.path.join(self.root, "etc", stamp), "w").close()
+
+    def run(self, *cmd, **kw):
+        kw.setdefault("check", True)
+        binds = kw.pop("binds", ())
+        chdir = kw.pop("chdir", None)
+        env = kw.pop("env", None)
+        return subprocess.run(nspawn_command(self.root, *cmd, binds=binds, chdir=chdir, env=env), **kw)
 
 
 class Container:
     """A booted copy of the rootfs. Use as a context manager: the copy is removed at exit."""
 
-    def __init__(self, build, name):
-        self.rootfs = ensure_rootfs(build)
+    def __init__(self, name, release="bookworm"):
+        self.release = release
+        self.rootfs = ensure_rootfs(release)
         self.root = tempfile.mkdtemp(prefix=f"perfrelay-{name}-", dir="/var/tmp")
         self.name = f"perfrelay-{name}-{os.getpid()}"
         self.log_path = self.root + ".console.log"

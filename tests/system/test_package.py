@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: LGPL-2.1-or-later
-"""The Debian packages as a Debian user gets them. Builds them from a clean copy of the tree
-(scripts/build-debs) twice, the second time as a newer version; lintian finds no error and no
-warning in the first. Then, in a Debian 12 container under a real systemd (nspawn.py): `apt
+"""The Debian packages as a Debian user gets them, on Debian 12 and on Debian 13, each release's
+packages built on that release. Builds them from a clean copy of the tree (scripts/build-debs;
+for the release this machine does not run, in that release's build root, nspawn.BuildRoot)
+twice, the second time as a newer version; lintian (this machine's, so for its own release's
+packages) finds no error and no warning in the first. Then, in a container of the release under
+a real systemd (nspawn.py): `apt
 install ./...` of the first build enables nothing; `systemctl enable --now perfrelay.socket`;
 a member of group perfrelay runs `perfrelayctl monitor` and sees their own exec, and
 `perfrelayctl status`; bash completes `perfrelayctl probe enable <Tab>` through the installed
@@ -18,6 +21,9 @@ import shutil
 import subprocess
 import time
 
+import pytest
+
+import nspawn
 import prtest
 from prtest import Failure, build_root, check, source_root, step, wait_for
 
@@ -36,12 +42,14 @@ if not os.access(STEADY, os.X_OK):
     raise Failure(f"{STEADY} is missing (meson compile builds it)")
 
 
-def build(version):
-    out = os.path.join(BUILD, "debs", version)
+def build(version, release):
+    out = os.path.join(BUILD, "debs", release, version)
     shutil.rmtree(out, ignore_errors=True)
     env = dict(os.environ, DEB_BUILD_OPTIONS="nocheck")
     if version != FIRST:
         env["PERFRELAY_DEB_VERSION"] = version
+    if release != nspawn.HOST_RELEASE:
+        env["PERFRELAY_DEB_BUILDROOT"] = nspawn.BuildRoot(release, SOURCE).root
     r = subprocess.run([os.path.join(SOURCE, "scripts", "build-debs"), out], env=env, capture_output=True, text=True)
     if r.returncode != 0:
         raise Failure(f"scripts/build-debs {version}: exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
@@ -76,19 +84,27 @@ def apt_install(c, debs):
                      timeout=600)
 
 
-def test_package_lifecycle(container):
-    first_dir, first = build(FIRST)
-    newer_dir, newer = build(NEWER)
+def lintian(out):
+    @step("lintian: no error, no warning")
+    def _():
+        changes = glob.glob(os.path.join(out, "*.changes"))[0]
+        r = subprocess.run(["lintian", "--tag-display-limit", "0", changes], capture_output=True, text=True)
+        bad = [l for l in r.stdout.splitlines() if l.startswith(("E:", "W:"))]
+        check(r.returncode == 0 and not bad, f"lintian (exit {r.returncode}): {bad or r.stderr.strip()}")
+
+
+@pytest.mark.parametrize("release", list(nspawn.RELEASES))
+def test_package_lifecycle(container, release):
+    first_dir, first = build(FIRST, release)
+    newer_dir, newer = build(NEWER, release)
     c = None
     try:
-        @step("lintian: no error, no warning")
-        def _():
-            changes = glob.glob(os.path.join(first_dir, "*.changes"))[0]
-            r = subprocess.run(["lintian", "--tag-display-limit", "0", changes], capture_output=True, text=True)
-            bad = [l for l in r.stdout.splitlines() if l.startswith(("E:", "W:"))]
-            check(r.returncode == 0 and not bad, f"lintian (exit {r.returncode}): {bad or r.stderr.strip()}")
+        if release != nspawn.HOST_RELEASE:
+            print(f"lintian: not run on {release}'s packages (this machine's lintian is {nspawn.HOST_RELEASE}'s)")
+        else:
+            lintian(first_dir)
 
-        c = container("package")
+        c = container(f"package-{release}", release)
         # The test's own pin root, set before the first start (the prerm's --cleanup reads it too).
         c.write("etc/perfrelay/perfrelay.conf.d/50-test.conf",
                 f"# The package test's own pin root, beside any live daemon's\n[Daemon]\nPinPath={PIN}\n")

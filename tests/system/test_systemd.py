@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: LGPL-2.1-or-later
-"""perfrelay under a real systemd: a Debian 12 rootfs (debootstrapped once, cached in the build
-tree) with this build installed by `meson install --destdir`, booted with systemd-nspawn and
-bpffs bound in; inside.py then checks socket activation, the bus, reload, restart, SIGKILL,
-the watchdog, perfrelay-export.service against a nats-server in the container,
-perfrelay-metrics.socket scraped, and stop. Skips (77) only where nspawn cannot run at all."""
+"""perfrelay under a real systemd, on Debian 12 and on Debian 13: the release's rootfs
+(debootstrapped once, cached) with this tree built for that release (here, or in its build root,
+nspawn.BuildRoot) and installed by `meson install --destdir`, booted with systemd-nspawn and
+bpffs bound in; inside.py then checks the units, `systemd-analyze security`, socket activation,
+the bus, reload, restart, SIGKILL, the watchdog, perfrelay-export.service against a nats-server
+in the container, perfrelay-metrics.socket scraped, and stop. Skips (77) only where nspawn
+cannot run at all."""
 import os
 import shutil
 import subprocess
 import sys
 
+import pytest
+
+import nspawn
 from nspawn import run
 from prtest import Failure, build_root, source_root
 
@@ -19,16 +24,33 @@ SYSBUILD = os.path.join(BUILD, "system-build")
 PIN = f"/sys/fs/bpf/perfrelay-system-{os.getpid()}"
 
 
-def build_for_usr():
-    # Installed like a distribution package: /usr, /etc, units where systemd looks.
-    if not os.path.exists(os.path.join(SYSBUILD, "build.ninja")):
-        run("meson", "setup", "--prefix=/usr", "--sysconfdir=/etc", "--localstatedir=/var",
-            "--buildtype=debugoptimized", "-Dfault_injection=true", SYSBUILD, SOURCE, stdout=subprocess.DEVNULL)
-    run("meson", "compile", "-C", SYSBUILD, stdout=subprocess.DEVNULL)
+# Installed like a distribution package: /usr, /etc, units where systemd looks.
+SETUP = ["--prefix=/usr", "--sysconfdir=/etc", "--localstatedir=/var", "--buildtype=debugoptimized",
+         "-Dfault_injection=true"]
+
+
+def install_build(release, c):
+    """This tree, built for RELEASE, installed into the container's root."""
+    if release == nspawn.HOST_RELEASE:
+        if not os.path.exists(os.path.join(SYSBUILD, "build.ninja")):
+            run("meson", "setup", *SETUP, SYSBUILD, SOURCE, stdout=subprocess.DEVNULL)
+        run("meson", "compile", "-C", SYSBUILD, stdout=subprocess.DEVNULL)
+        run("meson", "install", "-C", SYSBUILD, "--no-rebuild", "--destdir", c.root, stdout=subprocess.DEVNULL)
+        return
+    # Another release links its own libraries: built in its build root, the tree and the build
+    # directory bound in at fixed paths (meson keeps absolute ones).
+    br = nspawn.BuildRoot(release, SOURCE)
+    out = f"{SYSBUILD}-{release}"
+    os.makedirs(out, exist_ok=True)
+    binds = [f"{SOURCE}:/src", f"{out}:/build", f"{c.root}:/dest"]
+    if not os.path.exists(os.path.join(out, "build.ninja")):
+        br.run("meson", "setup", *SETUP, "/build", "/src", binds=binds, stdout=subprocess.DEVNULL)
+    br.run("meson", "compile", "-C", "/build", binds=binds, stdout=subprocess.DEVNULL)
+    br.run("meson", "install", "-C", "/build", "--no-rebuild", "--destdir", "/dest", binds=binds,
+           stdout=subprocess.DEVNULL)
 
 
 def prepare_root(c):
-    run("meson", "install", "-C", SYSBUILD, "--no-rebuild", "--destdir", c.root, stdout=subprocess.DEVNULL)
     c.write("etc/perfrelay/perfrelay.conf.d/50-test.conf",
             f"# The system test's own pin root, beside any live daemon's\n[Daemon]\nPinPath={PIN}\n")
     c.write("etc/systemd/system/perfrelay.service.d/50-test.conf",
@@ -42,13 +64,18 @@ def prepare_root(c):
                     ignore=shutil.ignore_patterns("__pycache__"))
 
 
-def test_units_under_systemd(container):
-    build_for_usr()
+@pytest.mark.parametrize("release", list(nspawn.RELEASES))
+def test_units_under_systemd(container, release):
     c = None
     try:
-        c = container("system")
+        c = container(f"system-{release}", release)
+        install_build(release, c)
         prepare_root(c)
         c.boot()
+        os_release = c.run("sh", "-c", ". /etc/os-release && echo $VERSION_CODENAME").stdout.strip()
+        if os_release != release:
+            raise Failure(f"the {release} container runs {os_release!r}")
+        print(f"{release}: {c.run('systemctl', '--version').stdout.splitlines()[0]}")
         # What meson installed, set up as a package's maintainer scripts would.
         for cmd in (["systemd-sysusers"], ["systemd-tmpfiles", "--create"], ["systemctl", "daemon-reload"],
                     ["systemctl", "reload", "dbus"]):
