@@ -86,7 +86,7 @@ def nspawn_command(root, *cmd, binds=(), chdir=None, env=None):
 
 class BuildRoot:
     """RELEASE with perfrelay's build dependencies (apt-get build-dep of debian/control, so the
-    list is the package's own), cached like the rootfs; the stamp covers debian/control."""
+    list is the package's own), cached like the rootfs; a second stamp covers debian/control."""
 
     def __init__(self, release, source):
         self.release = release
@@ -94,10 +94,8 @@ class BuildRoot:
         with open(os.path.join(source, "debian", "control")) as f:
             stamp = _stamp(release + f.read())
         if not os.path.exists(os.path.join(self.root, "etc", stamp)):
-            _debootstrap(self.root + ".base", release, "dpkg-dev,debhelper,fakeroot,ca-certificates", _stamp(release))
-            shutil.rmtree(self.root, ignore_errors=True)
-            run("cp", "-a", "--reflink=auto", self.root + ".base", self.root)
-            os.unlink(os.path.join(self.root, "etc", _stamp(release)))
+            # A root made for another debian/control gets the new build dependencies added.
+            _debootstrap(self.root, release, "dpkg-dev,debhelper,fakeroot,ca-certificates", _stamp(release))
             control = os.path.join(self.root, "var", "tmp", "control")
             os.makedirs(control + "/debian", exist_ok=True)
             shutil.copy(os.path.join(source, "debian", "control"), control + "/debian/control")
