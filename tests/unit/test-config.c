@@ -28,18 +28,6 @@
 
 #include "unit-test.h"
 
-/* Like ASSERT, with a message that says what was parsed. */
-#define CHECK(expr, ...)                                                                             \
-	do {                                                                                         \
-		if (!(expr)) {                                                                       \
-			fprintf(stderr, "%s:%d: assertion failed: %s: ", __FILE__, __LINE__, #expr); \
-			fprintf(stderr, __VA_ARGS__);                                                \
-			fputc('\n', stderr);                                                         \
-			failures++;                                                                  \
-		}                                                                                    \
-	} while (0)
-
-
 /* The features' sections, as the daemon registers them (features/feature-config-parts.h: every
  * feature's, found by the build). */
 #define parts   feature_config_parts

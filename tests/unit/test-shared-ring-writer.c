@@ -29,15 +29,6 @@
 
 #include "unit-test.h"
 
-#define CHECK(cond, ...)                                                \
-	do {                                                            \
-		if (!(cond)) {                                          \
-			fprintf(stderr, "%s:%d: ", __FILE__, __LINE__); \
-			fprintf(stderr, __VA_ARGS__);                   \
-			fputc('\n', stderr);                            \
-			failures++;                                     \
-		}                                                       \
-	} while (0)
 
 #define N_SLOTS      2u
 #define EVENTS       60000u /* per slot */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The assertion every unit test uses: report file:line:function and keep going, so one run
- * lists every failure; main() exits non-zero when `failures` is not 0. */
+/* The assertions every unit test uses: report file:line and keep going, so one run lists every
+ * failure; main() exits non-zero when `failures` is not 0. CHECK adds a printf-style message
+ * (the case that failed). */
 #pragma once
 
 #include <stdio.h>
@@ -13,4 +14,14 @@ static int failures;
 			fprintf(stderr, "%s:%d: %s: assertion failed: %s\n", __FILE__, __LINE__, __func__, #cond); \
 			failures++;                                                                                \
 		}                                                                                                  \
+	} while (0)
+
+#define CHECK(expr, ...)                                                                             \
+	do {                                                                                         \
+		if (!(expr)) {                                                                       \
+			fprintf(stderr, "%s:%d: assertion failed: %s: ", __FILE__, __LINE__, #expr); \
+			fprintf(stderr, __VA_ARGS__);                                                \
+			fputc('\n', stderr);                                                         \
+			failures++;                                                                  \
+		}                                                                                    \
 	} while (0)
