@@ -73,14 +73,11 @@ def ensure_rootfs(release):
                         _stamp(release + RELEASES[release]))
 
 
-def nspawn_command(root, *cmd, binds=(), chdir=None, env=None):
+def nspawn_command(root, *cmd, binds=()):
     """CMD run once in ROOT under systemd-nspawn (no init: /proc, /sys and /dev set up, the
-    machine's network), with BINDS ("HOST:INSIDE" or "HOST"), from CHDIR, with ENV added."""
+    machine's network), with BINDS ("HOST:INSIDE" or "HOST")."""
     args = ["systemd-nspawn", "-q", "-D", root, "--register=no", "--keep-unit", "--setenv=DEBIAN_FRONTEND=noninteractive"]
     args += [f"--bind={b}" for b in binds]
-    args += [f"--setenv={k}={v}" for k, v in (env or {}).items()]
-    if chdir:
-        args.append(f"--chdir={chdir}")
     return args + ["--"] + list(cmd)
 
 
@@ -105,12 +102,9 @@ class BuildRoot:
             shutil.rmtree(control)
             open(os.path.join(self.root, "etc", stamp), "w").close()
 
-    def run(self, *cmd, **kw):
+    def run(self, *cmd, binds=(), **kw):
         kw.setdefault("check", True)
-        binds = kw.pop("binds", ())
-        chdir = kw.pop("chdir", None)
-        env = kw.pop("env", None)
-        return subprocess.run(nspawn_command(self.root, *cmd, binds=binds, chdir=chdir, env=env), **kw)
+        return subprocess.run(nspawn_command(self.root, *cmd, binds=binds), **kw)
 
 
 class Container:

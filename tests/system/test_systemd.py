@@ -7,6 +7,7 @@ bpffs bound in; inside.py then checks the units, `systemd-analyze security`, soc
 the bus, reload, restart, SIGKILL, the watchdog, perfrelay-export.service against a nats-server
 in the container, perfrelay-metrics.socket scraped, and stop. Skips (77) only where nspawn
 cannot run at all."""
+import functools
 import os
 import shutil
 import subprocess
@@ -30,24 +31,20 @@ SETUP = ["--prefix=/usr", "--sysconfdir=/etc", "--localstatedir=/var", "--buildt
 
 
 def install_build(release, c):
-    """This tree, built for RELEASE, installed into the container's root."""
+    """This tree, built for RELEASE, installed into the container's root: here for the machine's
+    own release; for another, which links its own libraries, in that release's build root, with
+    the tree, the build directory and the root bound in at fixed paths (meson keeps absolute ones)."""
     if release == nspawn.HOST_RELEASE:
-        if not os.path.exists(os.path.join(SYSBUILD, "build.ninja")):
-            run("meson", "setup", *SETUP, SYSBUILD, SOURCE, stdout=subprocess.DEVNULL)
-        run("meson", "compile", "-C", SYSBUILD, stdout=subprocess.DEVNULL)
-        run("meson", "install", "-C", SYSBUILD, "--no-rebuild", "--destdir", c.root, stdout=subprocess.DEVNULL)
-        return
-    # Another release links its own libraries: built in its build root, the tree and the build
-    # directory bound in at fixed paths (meson keeps absolute ones).
-    br = nspawn.BuildRoot(release, SOURCE)
-    out = f"{SYSBUILD}-{release}"
-    os.makedirs(out, exist_ok=True)
-    binds = [f"{SOURCE}:/src", f"{out}:/build", f"{c.root}:/dest"]
-    if not os.path.exists(os.path.join(out, "build.ninja")):
-        br.run("meson", "setup", *SETUP, "/build", "/src", binds=binds, stdout=subprocess.DEVNULL)
-    br.run("meson", "compile", "-C", "/build", binds=binds, stdout=subprocess.DEVNULL)
-    br.run("meson", "install", "-C", "/build", "--no-rebuild", "--destdir", "/dest", binds=binds,
-           stdout=subprocess.DEVNULL)
+        build, (src, out, dest), do = SYSBUILD, (SOURCE, SYSBUILD, c.root), run
+    else:
+        build, (src, out, dest) = f"{SYSBUILD}-{release}", ("/src", "/build", "/dest")
+        os.makedirs(build, exist_ok=True)
+        do = functools.partial(nspawn.BuildRoot(release, SOURCE).run,
+                               binds=[f"{SOURCE}:{src}", f"{build}:{out}", f"{c.root}:{dest}"])
+    if not os.path.exists(os.path.join(build, "build.ninja")):
+        do("meson", "setup", *SETUP, out, src, stdout=subprocess.DEVNULL)
+    do("meson", "compile", "-C", out, stdout=subprocess.DEVNULL)
+    do("meson", "install", "-C", out, "--no-rebuild", "--destdir", dest, stdout=subprocess.DEVNULL)
 
 
 def prepare_root(c):
