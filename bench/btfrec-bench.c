@@ -100,7 +100,8 @@ int main(void) {
 				ev.btf = r;
 				ev.producer_name = "bench_producer";
 			}
-			sink += (size_t) encode_json_btf(&ev, ev.btf, ev.producer_name, NULL, out, sizeof(out));
+			sink += (size_t) encode_json_btf(
+				&ev, ev.btf, ev.producer_name, NULL, NULL, out, sizeof(out));
 		}
 		t2 = now_ns();
 		best_builtin = k == 0 || t1 - t0 < best_builtin ? t1 - t0 : best_builtin;

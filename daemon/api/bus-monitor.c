@@ -13,8 +13,9 @@
 
 /* Subscriptions ----------------------------------------------------------------------------- */
 
-static bool subscriber_match(const void *filter, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
-	return filter_match(filter, ev, unit, lineage);
+static bool subscriber_match(
+	const void *filter, const DecodedEvent *ev, const HubOrigin *origin, Lineage *lineage) {
+	return filter_match_in(filter, ev, origin->unit, origin->container, lineage);
 }
 
 static bool subscriber_wants_types(const void *filter, const uint16_t *types, size_t n, bool third_party) {

@@ -10,8 +10,8 @@
 #include "base/log.h"
 #include "api/server-internal.h"
 
-static bool match_shared(const void *filter, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
-	return filter_match(filter, ev, unit, lineage);
+static bool match_shared(const void *filter, const DecodedEvent *ev, const HubOrigin *origin, Lineage *lineage) {
+	return filter_match_in(filter, ev, origin->unit, origin->container, lineage);
 }
 
 /* Everything that decides which bytes the ring holds; clients with the same key read the same

@@ -66,8 +66,9 @@ void connection_subscribed(Connection *c) {
 		connection_free(c);
 }
 
-static bool match_subscription(const void *filter, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
-	return filter_match(filter, ev, unit, lineage);
+static bool match_subscription(
+	const void *filter, const DecodedEvent *ev, const HubOrigin *origin, Lineage *lineage) {
+	return filter_match_in(filter, ev, origin->unit, origin->container, lineage);
 }
 
 static bool wants_types_subscription(const void *filter, const uint16_t *types, size_t n, bool third_party) {

@@ -29,6 +29,8 @@
 #define DEFAULT_PIN_PATH     "/sys/fs/bpf/perfrelay"
 #define DEFAULT_SOCKET_PATH  "/run/perfrelay/events.sock"
 #define DEFAULT_HISTORY_PATH "/var/lib/perfrelay/history"
+#define DEFAULT_PODMAN_ROOT  "/var/lib/containers/storage"
+#define DEFAULT_DOCKER_ROOT  "/var/lib/docker"
 
 /* Pins live below PinPath= ("events", "links/<probe>"): keep room for their names. */
 #define PIN_PATH_MAX    (PATH_MAX - 64)
@@ -120,6 +122,8 @@ static const ConfigKey config_keys[] = {
 
 	/* History= and its other keys are the history feature's (features/history/history-config.c). */
 	{ "History", "HistoryPath", VALUE_PATH, FIELD(history_path), 0, PATH_MAX - 32, DEFAULT_HISTORY_PATH, false },
+	{ "Containers", "PodmanRoot", VALUE_PATH, FIELD(podman_root), 0, PATH_MAX - 64, DEFAULT_PODMAN_ROOT, false },
+	{ "Containers", "DockerRoot", VALUE_PATH, FIELD(docker_root), 0, PATH_MAX - 160, DEFAULT_DOCKER_ROOT, false },
 
 	{ "Bus", "BusEventsPerSecond", VALUE_UINT, FIELD(bus_events_per_second), 1, 100000, NULL, true },
 
@@ -675,6 +679,8 @@ static void config_clear(Config *c) {
 	free(c->pin_path);
 	free(c->socket_path);
 	free(c->history_path);
+	free(c->podman_root);
+	free(c->docker_root);
 	free(c->cpu_groups);
 	free(c->allow_groups.gids);
 	free(c->control_groups.gids);
@@ -732,8 +738,11 @@ int config_new(const ConfigPart *const *parts, size_t n_parts, Config **ret) {
 	c->pin_path = strdup(DEFAULT_PIN_PATH);
 	c->socket_path = strdup(DEFAULT_SOCKET_PATH);
 	c->history_path = strdup(DEFAULT_HISTORY_PATH);
+	c->podman_root = strdup(DEFAULT_PODMAN_ROOT);
+	c->docker_root = strdup(DEFAULT_DOCKER_ROOT);
 	c->part_data = calloc(n_parts ?: 1, sizeof(void *));
-	if (!c->pin_path || !c->socket_path || !c->history_path || !c->part_data)
+	if (!c->pin_path || !c->socket_path || !c->history_path || !c->podman_root || !c->docker_root ||
+	    !c->part_data)
 		return -ENOMEM;
 	for (size_t i = 0; i < n_parts; i++) {
 		c->part_data[i] = memdup_array(parts[i]->defaults, 1, parts[i]->size);
@@ -774,6 +783,8 @@ static int config_dup(const Config *c, Config **ret) {
 	d->pin_path = c->pin_path ? strdup(c->pin_path) : NULL;
 	d->socket_path = c->socket_path ? strdup(c->socket_path) : NULL;
 	d->history_path = c->history_path ? strdup(c->history_path) : NULL;
+	d->podman_root = c->podman_root ? strdup(c->podman_root) : NULL;
+	d->docker_root = c->docker_root ? strdup(c->docker_root) : NULL;
 	d->cpu_groups = memdup_array(c->cpu_groups, c->n_cpu_groups, sizeof(CpuSet));
 	d->allow_groups.gids = memdup_array(c->allow_groups.gids, c->allow_groups.n, sizeof(gid_t));
 	d->control_groups.gids = memdup_array(c->control_groups.gids, c->control_groups.n, sizeof(gid_t));
@@ -787,7 +798,8 @@ static int config_dup(const Config *c, Config **ret) {
 	if (!d->sections || !d->part_data)
 		return -ENOMEM;
 	if ((c->pin_path && !d->pin_path) || (c->socket_path && !d->socket_path) ||
-	    (c->history_path && !d->history_path) || (c->cpu_groups && c->n_cpu_groups > 0 && !d->cpu_groups) ||
+	    (c->history_path && !d->history_path) || (c->podman_root && !d->podman_root) ||
+	    (c->docker_root && !d->docker_root) || (c->cpu_groups && c->n_cpu_groups > 0 && !d->cpu_groups) ||
 	    (c->allow_groups.gids && c->allow_groups.n > 0 && !d->allow_groups.gids) ||
 	    (c->control_groups.gids && c->control_groups.n > 0 && !d->control_groups.gids))
 		return -ENOMEM;

@@ -99,11 +99,13 @@ typedef struct Config {
 	uint32_t pending_syscalls; /* PendingSyscalls=, default 10240, 16..1048576 */
 
 	/* [Socket] */
-	char *socket_path;                 /* SocketPath=, default /run/perfrelay/events.sock */
-	char *history_path;                /* [History] HistoryPath=, default /var/lib/perfrelay/history */
-	uint64_t client_queue_bytes;       /* ClientQueueBytes=, default 4M, 64K..1G */
-	uint64_t shared_ring_bytes;        /* SharedRingBytes=, default 32M, 0 (off) or up to 1G */
-	unsigned max_shared_rings;         /* MaxSharedRings=, default 64, 1..4096 */
+	char *socket_path;           /* SocketPath=, default /run/perfrelay/events.sock */
+	char *history_path;          /* [History] HistoryPath=, default /var/lib/perfrelay/history */
+	char *podman_root;           /* [Containers] PodmanRoot=, default /var/lib/containers/storage */
+	char *docker_root;           /* [Containers] DockerRoot=, default /var/lib/docker */
+	uint64_t client_queue_bytes; /* ClientQueueBytes=, default 4M, 64K..1G */
+	uint64_t shared_ring_bytes;  /* SharedRingBytes=, default 32M, 0 (off) or up to 1G */
+	unsigned max_shared_rings;   /* MaxSharedRings=, default 64, 1..4096 */
 	unsigned max_shared_rings_per_uid; /* MaxSharedRingsPerUid=, default 4, 1..4096 */
 	unsigned max_clients;              /* MaxClients=, default 256, 1..65536 */
 	unsigned max_clients_per_uid;      /* MaxClientsPerUid=, default 32, 1..65536 */

@@ -125,6 +125,11 @@ static const char *reader_lineage_unit(void *userdata, uint64_t cgroup_id) {
 	return r->lineage_units ? cgroup_cache_lookup(r->lineage_units, cgroup_id) : NULL;
 }
 
+void reader_set_containers(Reader *r, ContainerTable *t) {
+	if (r->units)
+		cgroup_cache_set_containers(r->units, t);
+}
+
 /* Adds a CPU's ring and its protected lane to the epoll set, or removes them (EPOLL_CTL_DEL),
  * both as slot i: a wakeup of either drains the group. NULL (a parked CPU): nothing. */
 static int reader_epoll_ring(Reader *r, int op, const Ring *ring, size_t i) {
@@ -207,11 +212,15 @@ int reader_new(
 		}
 	}
 	if (cgroups) {
-		k = cgroup_cache_new(READER_UNIT_CACHE_ENTRIES, cgroup_watch_resolve, cgroups, &r->units);
+		k = cgroup_cache_new(
+			READER_UNIT_CACHE_ENTRIES, cgroup_watch_resolve_container, cgroups, &r->units);
 		if (k < 0)
 			return k;
 		k = cgroup_cache_new(
-			READER_LINEAGE_UNIT_CACHE_ENTRIES, cgroup_watch_resolve, cgroups, &r->lineage_units);
+			READER_LINEAGE_UNIT_CACHE_ENTRIES,
+			cgroup_watch_resolve_container,
+			cgroups,
+			&r->lineage_units);
 		if (k < 0)
 			return k;
 	}
@@ -390,6 +399,7 @@ static bool on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 		if (_likely_(e == DECODE_OK)) {
 			Reader *r = d->reader;
 			const char *unit = NULL;
+			const Container *container = NULL;
 
 			if (_unlikely_(!ev.known) && r->decoders && !reader_attach_decoder(d, &ev))
 				return false; /* held: not consumed, nothing counted */
@@ -412,10 +422,15 @@ static bool on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 			    (ev.hdr.type >= 64 || !(d->want_types & (UINT64_C(1) << ev.hdr.type))))
 				return true;
 			if (ev.cgroup_id != 0 && r->units)
-				unit = cgroup_cache_lookup(r->units, ev.cgroup_id);
+				unit = cgroup_cache_resolve(r->units, ev.cgroup_id, &container);
 			/* Set up only: walked if an "ancestor" filter asks. */
 			lineage_reset(&r->lineage, &ev);
-			hub_publish(r->hub, r->id, &ev, unit, &r->lineage);
+			hub_publish(
+				r->hub,
+				r->id,
+				&ev,
+				&(HubOrigin){ .unit = unit, .container = container },
+				&r->lineage);
 			return true;
 		}
 		d->records++;

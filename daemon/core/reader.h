@@ -61,6 +61,9 @@ int reader_new(
 	unsigned flush_interval_ms,
 	Reader **ret);
 Reader *reader_free(Reader *r); /* stops the thread first if it runs (bounded last drain) */
+/* Events get the container of their cgroup from t (containers.h; NULL: none). Before the reader
+ * starts. */
+void reader_set_containers(Reader *r, ContainerTable *t);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Reader *, reader_free);
 
 /* ReaderPriority= (SCHED_FIFO) is bounded by the reader's own work: in each window of

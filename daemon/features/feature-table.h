@@ -20,6 +20,7 @@
 	X(stdout)    /* --stdout */ \
 	X(producers) /* third-party producers found and described */ \
 	X(processes) /* the process table seeded, ListProcesses() */ \
+	X(containers) /* containers named from their runtimes' state */ \
 	X(recorder)  /* the flight recorder */ \
 	X(probes)    /* Probes=, ListProbes(), SetProbeEnabled() */ \
 	X(counters)  /* perf counters per cgroup */ \

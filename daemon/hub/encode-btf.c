@@ -130,6 +130,7 @@ ssize_t encode_json_btf(
 	const BtfRec *rec,
 	const char *producer_name,
 	const char *unit,
+	const Container *container,
 	char *buf,
 	size_t size) {
 	char *p = buf, *end = buf + MIN(size, (size_t) SSIZE_MAX);
@@ -156,6 +157,10 @@ ssize_t encode_json_btf(
 	p += k;
 	if (unit && strnlen(unit, ENCODE_UNIT_MAX + 1) <= ENCODE_UNIT_MAX)
 		p = put_key_string(p, end, ",\"unit\":", unit, ENCODE_UNIT_MAX);
+	if (p && container) {
+		k = encode_container_json(container, p, (size_t) (end - p));
+		p = k < 0 ? NULL : p + k;
+	}
 	if (!p || end - p < 2)
 		return -ENOBUFS;
 	*p++ = '}';

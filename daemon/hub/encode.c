@@ -773,7 +773,59 @@ static int encode_unknown(Out *o, const DecodedEvent *ev) {
 	return out_key_base64(o, KEY("payload"), KEYLEN("payload"), ev->payload, ev->payload_size);
 }
 
-static int encode_body(Out *o, const DecodedEvent *ev, const char *unit) {
+/* ,"container":{"id":..,"runtime":..[,"name":..][,"image":..][,"image_id":..]} */
+static int encode_container(Out *o, const Container *c) {
+	const ContainerRef *ref = container_ref(c);
+	const ContainerNames *n = container_names(c);
+	const char *runtime = container_runtime_to_string(ref->runtime);
+	size_t len;
+
+	if (!runtime)
+		return 0;
+	PUT_LIT(o, ",\"container\":{\"id\":");
+	len = strnlen(ref->id, CONTAINER_ID_MAX - 1);
+	if (out_string(o, ref->id, len, len) < 0)
+		return -ENOBUFS;
+	PUT_LIT(o, KEY("runtime"));
+	len = strlen(runtime);
+	if (out_string(o, runtime, len, len) < 0)
+		return -ENOBUFS;
+	if (n) {
+		/* Bounded where they are made (container_names_set()); bounded again here. */
+		const struct {
+			const char *key;
+			size_t key_len;
+			const char *value;
+			size_t max;
+		} fields[] = {
+			{ KEY("name"), KEYLEN("name"), n->name, CONTAINER_NAME_MAX },
+			{ KEY("image"), KEYLEN("image"), n->image, CONTAINER_IMAGE_MAX },
+			{ KEY("image_id"), KEYLEN("image_id"), n->image_id, CONTAINER_ID_MAX - 1 },
+		};
+
+		for (size_t i = 0; i < ELEMENTSOF(fields); i++) {
+			if (!fields[i].value)
+				continue;
+			TRY(out_put(o, fields[i].key, fields[i].key_len));
+			len = strnlen(fields[i].value, fields[i].max);
+			if (out_string(o, fields[i].value, len, len) < 0)
+				return -ENOBUFS;
+		}
+	}
+	if (ref->monitor)
+		PUT_LIT(o, KEY("monitor") "true");
+	PUT_LIT(o, "}");
+	return 0;
+}
+
+ssize_t encode_container_json(const Container *c, char *buf, size_t size) {
+	Out o = { .p = buf, .end = buf + MIN(size, (size_t) SSIZE_MAX) };
+
+	TRY(encode_container(&o, c));
+	return o.p - buf;
+}
+
+static int encode_body(Out *o, const DecodedEvent *ev, const char *unit, const Container *container) {
 	TRY(encode_common(o, ev));
 
 	if (!ev->known)
@@ -832,15 +884,22 @@ static int encode_body(Out *o, const DecodedEvent *ev, const char *unit) {
 				return -ENOBUFS;
 		}
 	}
+	if (container)
+		TRY(encode_container(o, container));
 	PUT_LIT(o, "}\n");
 	return 0;
 }
 
 ssize_t encode_json(const DecodedEvent *ev, const char *unit, char *buf, size_t size) {
+	return encode_json_in(ev, unit, NULL, buf, size);
+}
+
+ssize_t encode_json_in(
+	const DecodedEvent *ev, const char *unit, const Container *container, char *buf, size_t size) {
 	/* The byte count must fit the ssize_t we return. */
 	Out o = { .p = buf, .end = buf + MIN(size, (size_t) SSIZE_MAX) };
 
-	TRY(encode_body(&o, ev, unit));
+	TRY(encode_body(&o, ev, unit, container));
 	return o.p - buf;
 }
 
@@ -867,6 +926,15 @@ ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size) {
 
 /* ---- the bound every caller sizes its buffers by ---- */
 
+_Static_assert(
+	KEYLEN("container") + 1 + LITLEN("\"id\":") + JSON_STRING_MAX(CONTAINER_ID_MAX - 1) +
+			KEYLEN("runtime") + JSON_STRING_MAX(sizeof("systemd-nspawn") - 1) + KEYLEN("name") +
+			JSON_STRING_MAX(CONTAINER_NAME_MAX) + KEYLEN("image") +
+			JSON_STRING_MAX(CONTAINER_IMAGE_MAX) + KEYLEN("image_id") +
+			JSON_STRING_MAX(CONTAINER_ID_MAX - 1) + KEYLEN("monitor") + LITLEN("true}") <=
+		ENCODE_CONTAINER_JSON_MAX,
+	"ENCODE_CONTAINER_JSON_MAX too small");
+
 /* Every number is counted at the longest any 64-bit value can take ("18446744073709551615",
  * "-9223372036854775808"): loose for the 32-bit fields, but obviously an upper bound. */
 #define NUM_MAX                      20u
@@ -881,7 +949,7 @@ ssize_t encode_json_string(const char *s, size_t len, char *buf, size_t size) {
 #define TAIL_JSON_MAX                                                                                   \
 	(KEYLEN("euid") + NUM_MAX + KEYLEN("exec_id") + KEYLEN("parent_exec_id") + 2 * HEX64_JSON_MAX + \
 	 KEYLEN("lineage_incomplete") + LITLEN("true") + KEYLEN("unit") +                               \
-	 JSON_STRING_MAX(ENCODE_UNIT_MAX) + LITLEN("}\n"))
+	 JSON_STRING_MAX(ENCODE_UNIT_MAX) + ENCODE_CONTAINER_JSON_MAX + LITLEN("}\n"))
 
 #define ANCESTOR_JSON_MAX                                                                      \
 	(LITLEN("{\"exec_id\":") + HEX64_JSON_MAX + KEYLEN("pid") + NUM_MAX + KEYLEN("comm") + \

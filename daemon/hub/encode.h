@@ -10,6 +10,7 @@
 
 #include "decode/btfrec.h"
 #include "decode/decode.h"
+#include "kernel/containers.h"
 
 /* Upper bound of one encoded JSON line for any record (the worst case is an unknown type with
  * a 64 KiB payload in base64, or strings made only of bytes that need \u escapes). */
@@ -24,6 +25,14 @@
  * too small (nothing useful is left in buf then). Strings are escaped per RFC 8259; bytes that
  * are not valid UTF-8 are replaced by U+FFFD. */
 ssize_t encode_json(const DecodedEvent *ev, const char *unit, char *buf, size_t size);
+/* The same, with the container of the event's cgroup (NULL: none): the line then ends with
+ * ,"container":{"id":..,"runtime":..} and the names the main thread has found for it so far
+ * (docs/containers.md). */
+ssize_t encode_json_in(
+	const DecodedEvent *ev, const char *unit, const Container *container, char *buf, size_t size);
+/* ,"container":{...} alone; at most ENCODE_CONTAINER_JSON_MAX bytes. */
+#define ENCODE_CONTAINER_JSON_MAX 6400u
+ssize_t encode_container_json(const Container *c, char *buf, size_t size);
 
 /* {"type":"lost","count":N}\n */
 ssize_t encode_lost_json(uint64_t count, char *buf, size_t size);
@@ -48,7 +57,7 @@ ssize_t encode_json_btf_fields(const BtfRec *r, const void *rec, size_t size, ch
 
 /* One JSON line for a third-party record with a decoder built from its producer's BTF:
  * {"type":<rec's name>,"ts":..,"cpu":..,"seq":..,"producer":N,"producer_name":..,<fields>,"unit":..}.
- * producer_name and unit may be NULL (then omitted). Returns bytes written, -EBADMSG when the
+ * producer_name, unit and container may be NULL (then omitted). Returns bytes written, -EBADMSG when the
  * record is shorter than rec's struct (the reader checks that first: it publishes such a record
  * as "unknown" and counts it in btf_short), or -ENOBUFS. Fits in ENCODE_JSON_MAX. */
 ssize_t encode_json_btf(
@@ -56,5 +65,6 @@ ssize_t encode_json_btf(
 	const BtfRec *rec,
 	const char *producer_name,
 	const char *unit,
+	const Container *container,
 	char *buf,
 	size_t size);

@@ -187,7 +187,33 @@ bool filter_wants_types(const Subscription *s, const uint16_t *types, size_t n, 
 	return false;
 }
 
-bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
+#define CONTAINER_ID_PREFIX_MIN 12u /* docker ps' short id */
+
+bool filter_container_named(const char *entry, const Container *c) {
+	const ContainerRef *ref = container_ref(c);
+	const ContainerNames *n = container_names(c);
+	size_t len = strlen(entry);
+
+	if (streq(entry, ref->id) ||
+	    (len >= CONTAINER_ID_PREFIX_MIN && ref->runtime != CONTAINER_NSPAWN &&
+	     strncmp(ref->id, entry, len) == 0))
+		return true;
+	return n && ((n->name && streq(n->name, entry)) || (n->image && streq(n->image, entry)));
+}
+
+static bool container_in(char *const *entries, size_t n, const Container *c) {
+	for (size_t i = 0; c && i < n; i++)
+		if (filter_container_named(entries[i], c))
+			return true;
+	return false;
+}
+
+bool filter_match_in(
+	const Subscription *s,
+	const DecodedEvent *ev,
+	const char *unit,
+	const Container *container,
+	Lineage *lineage) {
 	uint16_t type = ev->hdr.type;
 
 	switch (s->access) {
@@ -226,6 +252,8 @@ bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *uni
 	if (s->n_comms > 0 && (!ev->comm || !comm_in(s->comms, s->n_comms, ev->comm)))
 		return false;
 	if (s->n_units > 0 && !unit_in(s->units, s->n_units, unit))
+		return false;
+	if (s->n_containers > 0 && !container_in(s->containers, s->n_containers, container))
 		return false;
 	/* Last: the only test that may take more than a scan of the subscription. */
 	if (s->ancestor && !ancestor_match(s->ancestor, lineage))

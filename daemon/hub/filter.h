@@ -12,6 +12,7 @@
 #include "decode/decode.h"
 #include "hub/proctable.h"
 #include "hub/request.h"
+#include "kernel/containers.h"
 
 /* True if the primary group `gid` ((gid_t) -1: none) or one of `groups` is in `listed`. */
 bool groups_include(gid_t gid, const gid_t *groups, size_t n_groups, const gid_t *listed, size_t n_listed);
@@ -32,7 +33,21 @@ SubscriptionAccess filter_access(
  * or NULL if the event has no cgroup id or it belongs to no unit. `lineage` is the event's
  * (lineage_init()), walked only if an "ancestor" filter asks; NULL: no ancestors are known, and
  * such a filter matches nothing. */
-bool filter_match(const Subscription *s, const DecodedEvent *ev, const char *unit, Lineage *lineage);
+bool filter_match_in(
+	const Subscription *s,
+	const DecodedEvent *ev,
+	const char *unit,
+	const Container *container,
+	Lineage *lineage);
+/* The same, for an event in no container. */
+static inline bool
+	filter_match(const Subscription *s, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
+	return filter_match_in(s, ev, unit, NULL, lineage);
+}
+
+/* Whether a "container" filter entry names container c: its name, its image, or its id (the
+ * first 12 hex digits or more, or a machine's whole name). */
+bool filter_container_named(const char *entry, const Container *c);
 
 /* Whether subscription s takes records of any of `types` (n of them), or with third_party of any
  * third-party type: its type filter alone, for notices about those types (hub.h, HubNotice). */

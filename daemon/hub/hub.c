@@ -601,6 +601,7 @@ static void flag_incomplete(HubSlot *s, const DecodedEvent *ev, uint32_t uid, Fl
 typedef struct Published {
 	const DecodedEvent *ev; /* as it came */
 	const char *unit;
+	const Container *container;
 	uint32_t frame_len; /* binary frames: the record behind its little-endian length */
 	ssize_t json_len;   /* of s->json; -1: not encoded yet */
 	ssize_t unit_len;   /* of unit_buf; -1: not made yet */
@@ -676,8 +677,9 @@ static void client_payload(
 	if (*json_lenp < 0) {
 		/* Encoded once, however many clients take it. */
 		*json_lenp = ev->btf ?
-			encode_json_btf(ev, ev->btf, ev->producer_name, p->unit, json, ENCODE_JSON_MAX) :
-			encode_json(ev, p->unit, json, ENCODE_JSON_MAX);
+			encode_json_btf(
+				ev, ev->btf, ev->producer_name, p->unit, p->container, json, ENCODE_JSON_MAX) :
+			encode_json_in(ev, p->unit, p->container, json, ENCODE_JSON_MAX);
 		/* Cannot happen (ENCODE_JSON_MAX bounds every record), but if it did, the loss
 		 * would be counted and told like any other. */
 		if (_unlikely_(*json_lenp < 0))
@@ -779,13 +781,15 @@ static void deliver_queue(Hub *h, HubSlot *s, HubClient *c, HubQueue *q, Publish
 	}
 }
 
-void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev_in, const char *unit, Lineage *lineage) {
+void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev_in, const HubOrigin *origin, Lineage *lineage) {
+	static const HubOrigin nowhere;
 	HubSlot *s = &h->slots[reader];
 	uint8_t unit_buf[UNIT_FRAME_MAX];
 	Published p = {
 		.ev = ev_in,
 		.unit_buf = unit_buf,
-		.unit = unit,
+		.unit = origin ? origin->unit : NULL,
+		.container = origin ? origin->container : NULL,
 		.frame_len = htole32(ev_in->record_size),
 		.json_len = -1,
 		.unit_len = -1,
@@ -800,7 +804,7 @@ void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev_in, const char 
 
 		if (lineage)
 			lineage->incomplete_matched = false;
-		if (c->o.match && !c->o.match(c->o.filter, ev_in, unit, lineage))
+		if (c->o.match && !c->o.match(c->o.filter, ev_in, origin ?: &nowhere, lineage))
 			continue;
 		d.ev = client_view(h, s, c, &p, lineage, &json, &json_lenp);
 		STAT_ADD(q->offered, 1);

@@ -23,6 +23,7 @@
 #include "decode/decode.h"
 #include "macro.h"
 #include "hub/proctable.h"
+#include "kernel/containers.h"
 #include "shared-ring.h"
 
 typedef struct Hub Hub;
@@ -44,10 +45,17 @@ typedef enum HubOverflow {
 	HUB_OVERFLOW_DISCONNECT, /* close the client on its first loss */
 } HubOverflow;
 
-/* Decides on a reader thread whether a client wants an event. `unit` is the systemd unit of
- * the event's cgroup or NULL; `lineage` the event's ancestors, walked on first use (NULL:
- * none known). Must not block or allocate. */
-typedef bool (*HubMatchFn)(const void *filter, const DecodedEvent *ev, const char *unit, Lineage *lineage);
+/* Where an event's cgroup is: its systemd unit and its container (containers.h), each NULL if
+ * none or unknown. */
+typedef struct HubOrigin {
+	const char *unit;
+	const Container *container;
+} HubOrigin;
+
+/* Decides on a reader thread whether a client wants an event. `origin` is never NULL;
+ * `lineage` the event's ancestors, walked on first use (NULL: none known). Must not block or
+ * allocate. */
+typedef bool (*HubMatchFn)(const void *filter, const DecodedEvent *ev, const HubOrigin *origin, Lineage *lineage);
 /* Whether a client wants records of any of `types`, or (third_party) of any third-party type at
  * all: its subscription's type filter only, for notices about those types (hub_publish_notice()). */
 typedef bool (*HubWantsTypesFn)(const void *filter, const uint16_t *types, size_t n_types, bool third_party);
@@ -187,9 +195,9 @@ bool hub_reader_has_clients(const Hub *h, unsigned reader);
  * *ret_types (HubClientOptions.only_demand), so that a record of another type need not be
  * published at all. */
 bool hub_reader_wants_all(const Hub *h, unsigned reader, uint64_t *ret_types);
-/* Offers ev to every client of the reader; `unit` (or NULL) is matched by filters and written
- * into JSON lines. The event is encoded at most once per format. */
-void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const char *unit, Lineage *lineage);
+/* Offers ev to every client of the reader; `origin` (NULL: neither unit nor container) is
+ * matched by filters and written into JSON lines. The event is encoded at most once per format. */
+void hub_publish(Hub *h, unsigned reader, const DecodedEvent *ev, const HubOrigin *origin, Lineage *lineage);
 /* A notice about records the kernel lost or the throttle refused (docs/protocol.md, "Lost"):
  * a "lost" notice of count 0 carrying a JSON description, offered to the clients of the slot
  * whose subscription takes one of its types. Not an event: not counted as offered or sent, and

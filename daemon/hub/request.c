@@ -395,6 +395,46 @@ static int parse_units(json_object *v, const char *key, char **units, size_t *re
 	return 0;
 }
 
+/* "container": names, images or ids of containers: printable, without a quote or backslash
+ * (none of the runtimes allows one in a name), at most SUBSCRIPTION_CONTAINER_MAX bytes. */
+static int parse_containers(json_object *v, const char *key, char **out, size_t *ret_n, RequestError *e) {
+	size_t n;
+	int r;
+
+	r = get_array(v, key, e, &n);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		const char *c;
+		size_t len;
+
+		r = get_string(
+			json_object_array_get_idx(v, i), key, i, SUBSCRIPTION_CONTAINER_MAX, e, &c, &len);
+		if (r < 0)
+			return r;
+		if (len == 0)
+			return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s[%zu]: an empty name", key, i);
+		for (size_t k = 0; k < len; k++)
+			if ((unsigned char) c[k] <= ' ' || c[k] == 0x7f || c[k] == '"' || c[k] == '\\')
+				return fail(
+					e,
+					PROTOCOL_BAD_REQUEST,
+					"subscribe.%s[%zu]: \"%.*s\" is no container's name, image or id (a space, "
+					"quote, backslash or control character at byte %zu)",
+					key,
+					i,
+					QUOTE_MAX,
+					c,
+					k);
+		out[*ret_n] = strdup(c);
+		if (!out[*ret_n])
+			return -ENOMEM;
+		(*ret_n)++;
+	}
+	*ret_n = sort_unique(out, *ret_n, sizeof(out[0]), cmp_str_ptr, drop_str_ptr);
+	return 0;
+}
+
 static int cmp_u64(const void *a, const void *b) {
 	uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
 	return (x > y) - (x < y);
@@ -566,6 +606,8 @@ static int parse_subscribe(Subscription *s, json_object *sub, RequestError *e) {
 			r = parse_comms(v, "comm", s->comms, &s->n_comms, e);
 		else if (streq(key, "unit"))
 			r = parse_units(v, "unit", s->units, &s->n_units, e);
+		else if (streq(key, "container"))
+			r = parse_containers(v, "container", s->containers, &s->n_containers, e);
 		else if (streq(key, "ancestor"))
 			r = parse_ancestor(s, v, e);
 		else if (streq(key, "where"))
@@ -576,8 +618,8 @@ static int parse_subscribe(Subscription *s, json_object *sub, RequestError *e) {
 			r = fail(
 				e,
 				PROTOCOL_BAD_REQUEST,
-				"subscribe: unknown key \"%.*s\" (known: types, pid, uid, comm, unit, ancestor, "
-				"where, capture)",
+				"subscribe: unknown key \"%.*s\" (known: types, pid, uid, comm, unit, container, "
+				"ancestor, where, capture)",
 				QUOTE_MAX,
 				key);
 		if (r < 0)

@@ -31,6 +31,8 @@ Subscription *subscription_free(Subscription *s) {
 		return NULL;
 	for (size_t i = 0; i < s->n_units; i++)
 		free(s->units[i]);
+	for (size_t i = 0; i < s->n_containers; i++)
+		free(s->containers[i]);
 	subscription_ancestor_free(s->ancestor);
 	free(s);
 	return NULL;
@@ -48,6 +50,13 @@ int subscription_dup(const Subscription *s, Subscription **ret) {
 		if (!d->units[i])
 			return -ENOMEM;
 		d->n_units++;
+	}
+	d->n_containers = 0;
+	for (size_t i = 0; i < s->n_containers; i++) {
+		d->containers[i] = strdup(s->containers[i]);
+		if (!d->containers[i])
+			return -ENOMEM;
+		d->n_containers++;
 	}
 	d->ancestor = NULL;
 	if (s->ancestor) {
@@ -211,6 +220,9 @@ int subscription_to_json(const Subscription *s, char **ret) {
 	if (s->n_comms > 0 && object_add(o, "comm", comms_to_json(s->comms, s->n_comms)) < 0)
 		return -ENOMEM;
 	if (s->n_units > 0 && object_add(o, "unit", strings_to_json(s->units, s->n_units)) < 0)
+		return -ENOMEM;
+	if (s->n_containers > 0 &&
+	    object_add(o, "container", strings_to_json(s->containers, s->n_containers)) < 0)
 		return -ENOMEM;
 	if (subscription_has_ancestor(s) && object_add(o, "ancestor", ancestor_to_json(s->ancestor)) < 0)
 		return -ENOMEM;

@@ -14,6 +14,7 @@
 #define SUBSCRIPTION_COMM_MAX         15u
 /* systemd's UNIT_NAME_MAX - 1. */
 #define SUBSCRIPTION_UNIT_MAX         255u
+#define SUBSCRIPTION_CONTAINER_MAX    511u /* an image's name: CONTAINER_IMAGE_MAX */
 /* Type ids below this are kept in a bitmask (every built-in type is); others in a list. */
 #define SUBSCRIPTION_TYPE_MASK_BITS   64u
 /* Third-party type names and "where" field names: C identifiers (BTFREC_MAX_NAME). */
@@ -102,6 +103,10 @@ typedef struct Subscription {
 	size_t n_comms;
 	char *units[SUBSCRIPTION_MAX_ENTRIES]; /* owned */
 	size_t n_units;
+	/* "container": a container's name, image, or id (its first 12 hex digits or more), any one
+	 * of them (docs/containers.md). */
+	char *containers[SUBSCRIPTION_MAX_ENTRIES]; /* owned */
+	size_t n_containers;
 
 	SubscriptionFormat format;
 	SubscriptionOverflow overflow;

@@ -141,9 +141,10 @@ const char *cgroup_fs_path(const CgroupFs *fs) {
 /* The cache ------------------------------------------------------------------------------ */
 
 typedef struct CgroupEntry {
-	uint64_t id;    /* 0: free slot */
-	char *unit;     /* NULL: no unit */
-	uint32_t retry; /* lookups left before a failed resolution is tried again; 0: final */
+	uint64_t id;          /* 0: free slot */
+	char *unit;           /* NULL: no unit */
+	Container *container; /* a reference; NULL: none */
+	uint32_t retry;       /* lookups left before a failed resolution is tried again; 0: final */
 } CgroupEntry;
 
 struct CgroupCache {
@@ -151,6 +152,7 @@ struct CgroupCache {
 	uint64_t mask;
 	CgroupResolveFn resolve;
 	void *userdata;
+	ContainerTable *containers;
 	unsigned victim; /* round-robin eviction within the probe window */
 	CgroupCacheStats stats;
 };
@@ -177,8 +179,10 @@ int cgroup_cache_new(unsigned n_entries, CgroupResolveFn fn, void *userdata, Cgr
 CgroupCache *cgroup_cache_free(CgroupCache *c) {
 	if (!c)
 		return NULL;
-	for (uint64_t i = 0; c->entries && i <= c->mask; i++)
+	for (uint64_t i = 0; c->entries && i <= c->mask; i++) {
 		free(c->entries[i].unit);
+		container_unref(c->entries[i].container);
+	}
 	free(c->entries);
 	free(c);
 	return NULL;
@@ -197,14 +201,22 @@ static bool error_is_transient(ssize_t r) {
 	return r == -EMFILE || r == -ENFILE || r == -ENOMEM || r == -EINTR || r == -EAGAIN;
 }
 
+void cgroup_cache_set_containers(CgroupCache *c, ContainerTable *t) {
+	c->containers = t;
+}
+
 static void cache_fill(CgroupCache *c, CgroupEntry *e, uint64_t id) {
 	char unit[UNIT_NAME_MAX];
+	ContainerRef ref = { .runtime = CONTAINER_NONE };
 	ssize_t r;
 
 	STAT_ADD(c->stats.misses, 1);
 	free(e->unit);
+	container_unref(e->container);
 	*e = (CgroupEntry){ .id = id };
-	r = c->resolve(c->userdata, id, unit, sizeof(unit));
+	r = c->resolve(c->userdata, id, unit, sizeof(unit), c->containers ? &ref : NULL);
+	if (r >= 0 && ref.runtime != CONTAINER_NONE)
+		e->container = container_table_get(c->containers, &ref); /* NULL: the table is full */
 	if (r > 0)
 		e->unit = strndup(unit, (size_t) r); /* NULL on ENOMEM: no unit, tried again later */
 	if (r < 0)
@@ -214,9 +226,17 @@ static void cache_fill(CgroupCache *c, CgroupEntry *e, uint64_t id) {
 }
 
 const char *cgroup_cache_lookup(CgroupCache *c, uint64_t id) {
+	return cgroup_cache_resolve(c, id, NULL);
+}
+
+const char *cgroup_cache_resolve(CgroupCache *c, uint64_t id, const Container **ret_container) {
+	const Container *dummy;
 	uint64_t home;
 	CgroupEntry *e;
 
+	if (!ret_container)
+		ret_container = &dummy;
+	*ret_container = NULL;
 	if (id == 0)
 		return NULL;
 	home = hash_id(id);
@@ -227,10 +247,12 @@ const char *cgroup_cache_lookup(CgroupCache *c, uint64_t id) {
 				cache_fill(c, e, id);
 			else
 				STAT_ADD(c->stats.hits, 1);
+			*ret_container = e->container;
 			return e->unit;
 		}
 		if (e->id == 0) {
 			cache_fill(c, e, id);
+			*ret_container = e->container;
 			return e->unit;
 		}
 	}
@@ -239,6 +261,7 @@ const char *cgroup_cache_lookup(CgroupCache *c, uint64_t id) {
 	e = &c->entries[(home + (c->victim++ % CGROUP_PROBE)) & c->mask];
 	STAT_ADD(c->stats.evictions, 1);
 	cache_fill(c, e, id);
+	*ret_container = e->container;
 	return e->unit;
 }
 

@@ -9,6 +9,8 @@
 #include <sys/types.h>
 
 #include "macro.h"
+#include "kernel/containerid.h"
+#include "kernel/containers.h"
 
 /* The cgroup2 mount: opened once by the main thread, then only read (by every reader). */
 typedef struct CgroupFs CgroupFs;
@@ -22,10 +24,12 @@ int cgroup_fs_open(const char *mountinfo_path, CgroupFs **ret);
 CgroupFs *cgroup_fs_free(CgroupFs *fs);
 const char *cgroup_fs_path(const CgroupFs *fs);
 
-/* Resolves a cgroup id (cgroup_watch_resolve()): writes the unit to unit (NUL-terminated) and
- * returns its length; 0 if the cgroup belongs to no unit; negative errno if it cannot be
- * resolved (-ESTALE: the cgroup is gone). Called by the reader that owns the cache. */
-typedef ssize_t (*CgroupResolveFn)(void *userdata, uint64_t id, char *unit, size_t size);
+/* Resolves a cgroup id (cgroup_watch_resolve_container()): writes the unit to unit
+ * (NUL-terminated) and returns its length; 0 if the cgroup belongs to no unit; negative errno if
+ * it cannot be resolved (-ESTALE: the cgroup is gone). If ret_container is not NULL, fills it with
+ * the cgroup's container (CONTAINER_NONE: none). Called by the reader that owns the cache. */
+typedef ssize_t (*CgroupResolveFn)(
+	void *userdata, uint64_t id, char *unit, size_t size, ContainerRef *ret_container);
 
 /* A reader thread's own cache: no locks, the thread that looks up is the only user. */
 typedef struct CgroupCache CgroupCache;
@@ -46,6 +50,14 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(CgroupCache *, cgroup_cache_free);
  * stays valid until the next lookup on this cache. Resolves on a miss; never allocates on a
  * hit. */
 const char *cgroup_cache_lookup(CgroupCache *c, uint64_t id);
+
+/* The cgroups' containers are entries of t (NULL: none, the default), one reference per cached
+ * cgroup in a container. Set before the first lookup. */
+void cgroup_cache_set_containers(CgroupCache *c, ContainerTable *t);
+
+/* As cgroup_cache_lookup(), and the cgroup's container in *ret_container (NULL: none, or no
+ * table), valid as long as the unit is. */
+const char *cgroup_cache_resolve(CgroupCache *c, uint64_t id, const Container **ret_container);
 
 /* Counters: written by the owning thread, readable from any thread (relaxed atomics). */
 void cgroup_cache_get_stats(const CgroupCache *c, CgroupCacheStats *ret);

@@ -589,12 +589,15 @@ CgroupWatch *cgroup_watch_free(CgroupWatch *w) {
 	return NULL;
 }
 
-ssize_t cgroup_watch_resolve_owner(CgroupWatch *w, uint64_t id, char *unit, size_t size, uid_t *ret_owner) {
+static ssize_t resolve(
+	CgroupWatch *w, uint64_t id, char *unit, size_t size, uid_t *ret_owner, ContainerRef *ret_container) {
 	const Watch *x;
 	ssize_t n;
 
 	if (ret_owner)
 		*ret_owner = (uid_t) -1;
+	if (ret_container)
+		*ret_container = (ContainerRef){ .runtime = CONTAINER_NONE, .owner = (uid_t) -1 };
 	pthread_mutex_lock(&w->lock);
 	read_events(w); /* a cgroup made just now is in the queue */
 	x = find_id(w, id);
@@ -603,10 +606,21 @@ ssize_t cgroup_watch_resolve_owner(CgroupWatch *w, uint64_t id, char *unit, size
 	else {
 		if (ret_owner)
 			*ret_owner = cgroup_path_owner(x->path);
+		if (ret_container)
+			(void) container_from_cgroup_path(x->path, ret_container);
 		n = unit_from_cgroup_path(x->path, unit, size);
 	}
 	pthread_mutex_unlock(&w->lock);
 	return n;
+}
+
+ssize_t cgroup_watch_resolve_owner(CgroupWatch *w, uint64_t id, char *unit, size_t size, uid_t *ret_owner) {
+	return resolve(w, id, unit, size, ret_owner, NULL);
+}
+
+ssize_t cgroup_watch_resolve_container(
+	void *userdata, uint64_t id, char *unit, size_t size, ContainerRef *ret_container) {
+	return resolve(userdata, id, unit, size, NULL, ret_container);
 }
 
 static void tell_user_cgroup(const void *node, VISIT which, int depth) {

@@ -24,6 +24,7 @@
 #include <systemd/sd-event.h>
 
 #include "macro.h"
+#include "kernel/containerid.h"
 
 #define CGROUP_WATCH_REMEMBER          4096u
 #define CGROUP_WATCH_REMEMBER_MAX      65536u
@@ -65,6 +66,10 @@ void cgroup_watch_rescan(CgroupWatch *w);
  * unwatched). Reads the pending inotify events first. Any thread. Signature of
  * CgroupResolveFn (cgroup.h), userdata = the CgroupWatch. */
 ssize_t cgroup_watch_resolve(void *userdata, uint64_t id, char *unit, size_t size);
+/* The same, and the cgroup's container (container_from_cgroup_path()) in *ret_container if it is
+ * not NULL: a CgroupResolveFn (cgroup.h). */
+ssize_t cgroup_watch_resolve_container(
+	void *userdata, uint64_t id, char *unit, size_t size, ContainerRef *ret_container);
 /* The same, and the user the cgroup belongs to (cgroup_path_owner(): (uid_t) -1 for the system). */
 ssize_t cgroup_watch_resolve_owner(CgroupWatch *w, uint64_t id, char *unit, size_t size, uid_t *ret_owner);
 

@@ -411,7 +411,7 @@ static void test_encode_event(void) {
 					  .seq = 77,
 					  .ts_ns = 5 };
 	ASSERT(decode_event(&rec, sizeof(rec), &ev) == DECODE_OK);
-	n = encode_json_btf(&ev, r, "example_emit", "foo.service", line, sizeof(line));
+	n = encode_json_btf(&ev, r, "example_emit", "foo.service", NULL, line, sizeof(line));
 	ASSERT(n > 0 && line[n - 1] == '\n');
 	o = json_tokener_parse(line);
 	ASSERT(o);
@@ -428,7 +428,7 @@ static void test_encode_event(void) {
 
 	/* A record shorter than its declared struct is the caller's to publish as unknown. */
 	ev.hdr.size = sizeof(rec) - 8;
-	ASSERT(encode_json_btf(&ev, r, NULL, NULL, line, sizeof(line)) == -EBADMSG);
+	ASSERT(encode_json_btf(&ev, r, NULL, NULL, NULL, line, sizeof(line)) == -EBADMSG);
 }
 
 int main(void) {

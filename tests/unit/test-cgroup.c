@@ -158,7 +158,7 @@ typedef struct Fake {
 	ssize_t transient; /* returned for id 13 while non-zero */
 } Fake;
 
-static ssize_t fake_resolve(void *userdata, uint64_t id, char *unit, size_t size) {
+static ssize_t fake_resolve(void *userdata, uint64_t id, char *unit, size_t size, ContainerRef *ret_container) {
 	Fake *f = userdata;
 
 	f->calls++;

@@ -214,7 +214,8 @@ static void *reader_main(void *userdata) {
 			strcpy(r.comm, "stress");
 			strcpy(r.path, "/stress");
 			ASSERT(decode_event(&r, sizeof(r), &ev) == DECODE_OK);
-			hub_publish(hub, id, &ev, (seq & 1) ? "stress.service" : NULL, NULL);
+			hub_publish(
+				hub, id, &ev, &(HubOrigin){ .unit = (seq & 1) ? "stress.service" : NULL }, NULL);
 		}
 		hub_reader_end(hub, id);
 		if (seq >= EVENTS_PER_READER)

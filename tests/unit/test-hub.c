@@ -62,8 +62,8 @@ static DecodedEvent decode(const void *rec, size_t size) {
 
 /* Match: only the pid in *filter; records the unit it was given. */
 static const char *seen_unit;
-static bool match_pid(const void *filter, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
-	seen_unit = unit;
+static bool match_pid(const void *filter, const DecodedEvent *ev, const HubOrigin *origin, Lineage *lineage) {
+	seen_unit = origin->unit;
 	return ev->pid == *(const uint32_t *) filter;
 }
 
@@ -104,7 +104,7 @@ static void pump(HubClient *c, Peer *p) {
 
 static void publish(Hub *h, const DecodedEvent *ev, const char *unit) {
 	hub_reader_begin(h, 0);
-	hub_publish(h, 0, ev, unit, NULL);
+	hub_publish(h, 0, ev, &(HubOrigin){ .unit = unit }, NULL);
 	hub_reader_end(h, 0);
 }
 
@@ -680,7 +680,8 @@ static void test_redacted_ancestors(void) {
 /* A client whose "ancestor" filter took the event only for its incomplete lineage (as
  * filter.c tells the hub, through the lineage) gets a flagged copy, in JSON and binary; the
  * others, before and after it, the event as it is. */
-static bool match_incomplete(const void *filter, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
+static bool match_incomplete(
+	const void *filter, const DecodedEvent *ev, const HubOrigin *origin, Lineage *lineage) {
 	if (*(const bool *) filter && lineage)
 		lineage->incomplete_matched = true;
 	return true;

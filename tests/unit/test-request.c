@@ -426,12 +426,12 @@ static void test_structure(void) {
 	PARSE_FAIL(
 		"{\"subscribe\":{\"pids\":[1]}}",
 		PROTOCOL_BAD_REQUEST,
-		"subscribe: unknown key \"pids\" (known: types, pid, uid, comm, unit, ancestor, where, capture)");
+		"subscribe: unknown key \"pids\" (known: types, pid, uid, comm, unit, container, ancestor, where, capture)");
 	/* Control bytes the client quoted come back as '?': the message stays one line. */
 	PARSE_FAIL(
 		"{\"subscribe\":{\"pi\\nd\\u0001\":[1]}}",
 		PROTOCOL_BAD_REQUEST,
-		"subscribe: unknown key \"pi?d?\" (known: types, pid, uid, comm, unit, ancestor, where, capture)");
+		"subscribe: unknown key \"pi?d?\" (known: types, pid, uid, comm, unit, container, ancestor, where, capture)");
 	PARSE_FAIL("{\"subscribe\":[]}", PROTOCOL_BAD_REQUEST, "subscribe: expected an object");
 	PARSE_FAIL("{\"subscribe\":null}", PROTOCOL_BAD_REQUEST, "subscribe: expected an object");
 	PARSE_FAIL("[]", PROTOCOL_BAD_REQUEST, "the request must be a JSON object");

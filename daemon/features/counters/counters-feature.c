@@ -84,7 +84,8 @@ static void
 			cur->value[i];
 	decode_daemon_record(&rec, &ev);
 	/* A unit's counters are of no one process: no lineage. */
-	hub_publish(manager_hub(cf->feature.manager), cf->feature.hub_slot, &ev, unit, NULL);
+	hub_publish(
+		manager_hub(cf->feature.manager), cf->feature.hub_slot, &ev, &(HubOrigin){ .unit = unit }, NULL);
 	cf->events++;
 }
 

@@ -54,7 +54,7 @@ static HistoryLimits limits_of(const HistoryConfig *hc) {
 	};
 }
 
-static bool history_match(const void *filter, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
+static bool history_match(const void *filter, const DecodedEvent *ev, const HubOrigin *origin, Lineage *lineage) {
 	const HistoryFeature *hf = filter;
 
 	return ev->hdr.type < 64 && (hf->types & (UINT64_C(1) << ev->hdr.type));

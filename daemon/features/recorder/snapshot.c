@@ -162,8 +162,9 @@ int snapshot_write(const RecorderCopy *copies, size_t n, const SnapshotOptions *
 			if (!filter_match(o->filter, ev, unit, &lineage))
 				continue;
 		}
-		len = ev->btf ? encode_json_btf(ev, ev->btf, ev->producer_name, unit, buf, ENCODE_JSON_MAX) :
-				encode_json(ev, unit, buf, ENCODE_JSON_MAX);
+		len = ev->btf ?
+			encode_json_btf(ev, ev->btf, ev->producer_name, unit, NULL, buf, ENCODE_JSON_MAX) :
+			encode_json(ev, unit, buf, ENCODE_JSON_MAX);
 		if (len <= 0)
 			continue;
 		fwrite(buf, 1, (size_t) len, f);

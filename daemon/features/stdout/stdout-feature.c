@@ -32,7 +32,7 @@ static void stdout_drop(StdoutFeature *o, int error) {
 }
 
 /* Every event a subscription of everything gets. */
-static bool stdout_match(const void *filter, const DecodedEvent *ev, const char *unit, Lineage *lineage) {
+static bool stdout_match(const void *filter, const DecodedEvent *ev, const HubOrigin *origin, Lineage *lineage) {
 	return !event_type_on_request(ev->hdr.type);
 }
 

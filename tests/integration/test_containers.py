@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Containers by name (docs/containers.md): an event whose cgroup is a container's carries
+{"container": {id, runtime, name, image}}, the name read from the runtime's own state on the
+main thread; a subscription's "container" filter selects by name, image or id and excludes the
+others; a runtime state that cannot be read (a FIFO in its place) never holds an event back and is
+counted in GetStats()' containers.lookup_failures. The runtimes' state is the test's own (its
+PodmanRoot= and DockerRoot=) for the cgroup shapes of both; then a real Podman container."""
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import tarfile
+import uuid
+
+import pytest
+
+import prtest
+from prtest import check, check_eq
+
+TRIES = 5  # LOOKUP_TRIES of containers-feature.c
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _setup(root_and_bpf, stats_bus):
+    if prtest.cgroup2_mount() is None:
+        prtest.skip("no cgroup2 hierarchy: containers are recognised by their cgroup")
+
+
+@pytest.fixture
+def cgroups():
+    made = []
+
+    def make(tag, name, parent=""):
+        made.append(prtest.UnitCgroup(tag, parent=parent, name=name))
+        return made[-1]
+
+    yield make
+    for cg in reversed(made):
+        cg.remove()
+
+
+def podman_state(root, containers):
+    """A containers/storage containers.json listing (id, name, image) as Podman writes it."""
+    os.makedirs(os.path.join(root, "overlay-containers"))
+    entries = [{"id": cid, "names": [name], "image": "ab" * 32, "layer": "cd" * 32,
+                "metadata": json.dumps({"image-name": image, "image-id": "ab" * 32, "name": name,
+                                        "created-at": 1795959551})}
+               for cid, name, image in containers]
+    with open(os.path.join(root, "overlay-containers", "containers.json"), "w") as f:
+        json.dump(entries, f)
+
+
+def docker_state(root, cid, name=None, image=None):
+    """The Engine's config.v2.json of a container, or a FIFO in its place (name None)."""
+    path = os.path.join(root, "containers", cid)
+    os.makedirs(path)
+    config = os.path.join(path, "config.v2.json")
+    if name is None:
+        os.mkfifo(config)
+        return
+    with open(config, "w") as f:
+        json.dump({"ID": cid, "Name": "/" + name, "Image": "sha256:" + "ef" * 32,
+                   "Config": {"Image": image, "Hostname": cid[:12]}}, f)
+
+
+def run_marker(cg):
+    """Runs /bin/true with a marker argument in cgroup cg: an exec event the test knows."""
+    mark = f"marker-{uuid.uuid4().hex}"
+    cg.popen(["/bin/true", mark]).wait(timeout=60)
+    return mark
+
+
+def execed(client, mark, what):
+    return client.wait(lambda m: m.get("type") == "exec" and mark in m.get("argv", []), what, timeout=30)
+
+
+def containers(bus):
+    return bus.stats()["containers"]
+
+
+def test_events_carry_their_container_by_name(make_daemon, stats_bus, socket_client, cgroups, workdir):
+    """Two Podman containers (the cgroupfs shape this machine's podman makes) and two Docker ones
+    (systemd's shape), one of them with a FIFO for its state: each exec made in their cgroups
+    arrives with its container; names and images come from the state files; a "container" filter
+    by name, by image and by id prefix takes exactly its container's events; the FIFO is counted
+    as a failed lookup of each try, and never stalls the stream."""
+    podman_root = os.path.join(workdir, "podman")
+    docker_root = os.path.join(workdir, "docker")
+    web, db, dweb, stuck = (secrets.token_hex(32) for _ in range(4))
+    podman_state(podman_root, [(web, "prweb", "localhost/prtest-web:1"), (db, "prdb", "localhost/prtest-db:2")])
+    docker_state(docker_root, dweb, "prdweb", "nginx:1.27")
+    docker_state(docker_root, stuck)
+    pid = os.getpid()
+    where = {
+        web: cgroups("containers", f"libpod-{web}", parent=f"prtest-{pid}/libpod_parent"),
+        db: cgroups("containers", f"libpod-{db}", parent=f"prtest-{pid}/libpod_parent"),
+        dweb: cgroups("containers", f"docker-{dweb}.scope", parent=f"prtest-{pid}/system.slice"),
+        stuck: cgroups("containers", f"docker-{stuck}.scope", parent=f"prtest-{pid}/system.slice"),
+    }
+    d = make_daemon("containers", config=f"[Containers]\nPodmanRoot={podman_root}\nDockerRoot={docker_root}\n",
+                    stdout=False)
+    try:
+        every = socket_client(d.socket_path, {"subscribe": {"types": ["exec"]}})
+        every.wait_subscribed()
+        by_name = socket_client(d.socket_path, {"subscribe": {"types": ["exec"], "container": ["prweb"]}})
+        by_image = socket_client(d.socket_path,
+                                 {"subscribe": {"types": ["exec"], "container": ["nginx:1.27"]}})
+        by_id = socket_client(d.socket_path, {"subscribe": {"types": ["exec"], "container": [db[:12]]}})
+        for c in (by_name, by_image, by_id):
+            c.wait_subscribed()
+
+        # The first exec in each: its container's id at once, whatever the lookup is doing.
+        for cid, cg in where.items():
+            ev = execed(every, run_marker(cg), f"the first exec in container {cid[:12]}")
+            check_eq(ev.get("container", {}).get("id"), cid, "the event's container id")
+            check_eq(ev["container"]["runtime"], "podman" if cid in (web, db) else "docker", "its runtime")
+        prtest.wait_for(lambda: containers(stats_bus)["known"] == 3, "three containers named", timeout=30, interval=0.2)
+        prtest.wait_for(lambda: containers(stats_bus)["failed"] == 1,
+                        "the FIFO's container given up after its tries", timeout=60, interval=0.2)
+        st = containers(stats_bus)
+        check_eq(st["seen"], 4, "containers seen")
+        check_eq(st["pending"], 0, "containers pending")
+        check_eq(st["lookup_failures"]["docker"], TRIES, "failed lookups: every try of the FIFO's")
+        check_eq(st["lookup_failures"]["podman"], 0, "failed Podman lookups")
+
+        # Named now: every event of theirs says so, and the filters take only theirs.
+        marks = {cid: run_marker(cg) for cid, cg in where.items()}
+        want = {web: ("prweb", "localhost/prtest-web:1"), db: ("prdb", "localhost/prtest-db:2"),
+                dweb: ("prdweb", "nginx:1.27"), stuck: (None, None)}
+        for cid, (name, image) in want.items():
+            ev = execed(every, marks[cid], f"the named exec in {cid[:12]}")
+            check_eq(ev["container"].get("name"), name, f"the name of {cid[:12]}")
+            check_eq(ev["container"].get("image"), image, f"the image of {cid[:12]}")
+        check_eq(execed(by_name, marks[web], "prweb's exec by name")["container"]["id"], web, "by name")
+        check_eq(execed(by_image, marks[dweb], "prdweb's exec by image")["container"]["id"], dweb, "by image")
+        check_eq(execed(by_id, marks[db], "prdb's exec by id")["container"]["id"], db, "by id")
+        # Each filter's stream: execs of its own container, nothing else (the last marker of
+        # every container was delivered to `every` before these are counted).
+        for c, cid in ((by_name, web), (by_image, dweb), (by_id, db)):
+            ids = {m["container"]["id"] for m in c.messages() if m.get("type") == "exec"}
+            check_eq(ids, {cid}, "the containers a filter's stream holds")
+    finally:
+        d.stop()
+
+
+def test_request_refuses_bad_container_names(make_daemon, socket_client):
+    d = make_daemon("containers-bad", stdout=False)
+    try:
+        for bad in ("", "a b", "x\"y", "z" * 512):
+            c = socket_client(d.socket_path, {"subscribe": {"container": [bad]}})
+            reply = c.wait(lambda m: m.get("type") == "error", f"the error for {bad[:16]!r}")
+            check_eq(reply.get("error"), "bad-request", "the error")
+            check("subscribe.container[0]" in reply.get("message", ""), "the error names the entry")
+    finally:
+        d.stop()
+
+
+def podman_image(workdir):
+    """A busybox image made locally with podman import (no registry)."""
+    root = os.path.join(workdir, "bbroot")
+    os.makedirs(os.path.join(root, "bin"))
+    shutil.copy("/bin/busybox", os.path.join(root, "bin", "busybox"))
+    for applet in ("sh", "cat", "true"):
+        os.symlink("busybox", os.path.join(root, "bin", applet))
+    tar = os.path.join(workdir, "bb.tar")
+    with tarfile.open(tar, "w") as t:
+        t.add(root, arcname=".")
+    image = f"localhost/prtest-bb:{os.getpid()}"
+    subprocess.run(["podman", "import", "-q", tar, image], check=True, capture_output=True, timeout=120)
+    return image
+
+
+def test_real_podman_container(make_daemon, stats_bus, socket_client, workdir):
+    """A container started by Podman with a name: its exec arrives with that name, its id and its
+    image; a "container" filter of another name gets none of its events."""
+    if not shutil.which("podman") or not shutil.which("runc"):
+        prtest.skip("podman or runc is not installed (scripts/lib.sh installs them)")
+    image = podman_image(workdir)
+    name = f"prtest-web-{os.getpid()}"
+    sync = os.path.join(workdir, "sync")
+    os.mkdir(sync)
+    os.mkfifo(os.path.join(sync, "go"))
+    d = make_daemon("containers-podman", stdout=False)
+    proc = None
+    try:
+        mine = socket_client(d.socket_path, {"subscribe": {"types": ["exec"], "container": [name]}})
+        other = socket_client(d.socket_path, {"subscribe": {"types": ["exec"], "container": ["prtest-other"]}})
+        mine.wait_subscribed()
+        other.wait_subscribed()
+        # The container's shell waits on the FIFO: its first exec makes the daemon look the
+        # container up; the test lets it go on once the name is known.
+        proc = subprocess.Popen(
+            ["podman", "run", "--rm", "--runtime", "runc", "--network=none", "--ulimit", "nofile=1024:1024",
+             "--ulimit", "nproc=4096:4096", "--name", name, "-v", f"{sync}:/sync", image,
+             "/bin/sh", "-c", "read x < /sync/go; exec /bin/cat /etc/hostname"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        prtest.wait_for(lambda: containers(stats_bus)["known"] >= 1 or proc.poll() is not None,
+                        "the container named", timeout=120, interval=0.2)
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            prtest.skip(f"podman cannot run a container here ({proc.returncode}): {err.strip()[-300:]}")
+        with open(os.path.join(sync, "go"), "w") as f:
+            f.write("go\n")
+        out, err = proc.communicate(timeout=120)
+        check_eq(proc.returncode, 0, f"podman run ({err.strip()[-300:]})")
+        ev = mine.wait(lambda m: m.get("type") == "exec" and m.get("comm") == "cat", "cat's exec in the container",
+                       timeout=30)
+        c = ev["container"]
+        check_eq(c.get("name"), name, "the container's name")
+        check_eq(c.get("image"), image, "the container's image")
+        check_eq(c.get("runtime"), "podman", "the runtime")
+        check_eq(len(c.get("id", "")), 64, "the id's length")
+        check_eq([m for m in other.messages() if m.get("type") == "exec"], [],
+                 "another container's filter")
+    finally:
+        if proc and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        subprocess.run(["podman", "rm", "-f", name], capture_output=True)
+        subprocess.run(["podman", "rmi", "-f", image], capture_output=True)
+        d.stop()
+
+
+if __name__ == "__main__":
+    prtest.main(__file__)

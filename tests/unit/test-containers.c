@@ -1,0 +1,203 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Unit test for the containers' table (containers.c), the runtimes' state files
+ * (container-state.c), and a container in events: the JSON line's "container" object and the
+ * "container" filter. */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "decode/decode.h"
+#include "features/containers/container-state.h"
+#include "hub/encode.h"
+#include "hub/filter.h"
+#include "kernel/containers.h"
+
+#include "unit-test.h"
+
+#define ID  "3f9c0e1b2a4d5c6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e1"
+#define ID2 "8a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e877"
+
+static const char podman_json[] =
+	"[{\"id\":\"" ID2
+	"\",\"names\":[\"db\"],\"metadata\":\"{\\\"image-name\\\":\\\"localhost/db:2\\\"}\"},"
+	"{\"id\":\"" ID
+	"\",\"names\":[\"web\"],\"image\":\"abcd\","
+	"\"metadata\":\"{\\\"image-name\\\":\\\"localhost/web:1\\\",\\\"image-id\\\":\\\"beef\\\",\\\"name\\\":\\\"web\\\"}\"}]";
+
+static void test_podman(void) {
+	ContainerNames *n = NULL;
+
+	CHECK(container_state_podman(podman_json, strlen(podman_json), ID, &n) == 1 && n, "listed");
+	if (n) {
+		CHECK(strcmp(n->name, "web") == 0, "name %s", n->name);
+		CHECK(strcmp(n->image, "localhost/web:1") == 0, "image %s", n->image);
+		CHECK(strcmp(n->image_id, "beef") == 0, "image id %s", n->image_id);
+	}
+	n = container_names_free(n);
+	CHECK(container_state_podman(podman_json, strlen(podman_json), ID2, &n) == 1 && n && !n->image_id,
+	      "no image id: none");
+	n = container_names_free(n);
+	CHECK(container_state_podman(podman_json, strlen(podman_json), "ff", &n) == 0 && !n, "not listed");
+	CHECK(container_state_podman("{}", 2, ID, &n) == -EBADMSG, "not a list");
+	CHECK(container_state_podman("[", 1, ID, &n) == -EBADMSG, "cut short");
+	/* Entries of the wrong shapes are passed over, not trusted. */
+	static const char odd[] = "[1,\"x\",{\"id\":7},{\"id\":\"" ID "\",\"names\":[3],\"metadata\":\"[\"}]";
+	CHECK(container_state_podman(odd, strlen(odd), ID, &n) == 1 && n && !n->name && !n->image,
+	      "odd shapes");
+	n = container_names_free(n);
+}
+
+static void test_docker(void) {
+	static const char cfg[] = "{\"ID\":\"" ID
+				  "\",\"Name\":\"/web\",\"Image\":\"sha256:beef\","
+				  "\"Config\":{\"Image\":\"nginx:1.27\"}}";
+	ContainerNames *n = NULL;
+
+	CHECK(container_state_docker(cfg, strlen(cfg), ID, &n) == 1 && n, "found");
+	if (n) {
+		CHECK(strcmp(n->name, "web") == 0, "name %s", n->name);
+		CHECK(strcmp(n->image, "nginx:1.27") == 0, "image %s", n->image);
+		CHECK(strcmp(n->image_id, "beef") == 0, "image id %s", n->image_id);
+	}
+	n = container_names_free(n);
+	CHECK(container_state_docker(cfg, strlen(cfg), ID2, &n) == 0 && !n, "another container's");
+	CHECK(container_state_docker("[]", 2, ID, &n) == -EBADMSG, "not an object");
+	CHECK(container_state_docker("{}", 2, ID, &n) == -EBADMSG, "no ID");
+}
+
+static void test_bounds(void) {
+	char name[CONTAINER_NAME_MAX + 8];
+	ContainerNames *n;
+
+	/* 254 ASCII bytes, then a 3-byte character across the bound: cut before it. */
+	memset(name, 'a', sizeof(name));
+	memcpy(name + CONTAINER_NAME_MAX - 1, "\xe2\x82\xac", 3);
+	name[CONTAINER_NAME_MAX + 2] = '\0';
+	n = container_names_new(name, "", NULL);
+	CHECK(n && strlen(n->name) == CONTAINER_NAME_MAX - 1,
+	      "cut at a character: %zu",
+	      n ? strlen(n->name) : 0);
+	CHECK(n && !n->image && !n->image_id, "empty is none");
+	container_names_free(n);
+}
+
+static int wakes;
+static void on_wake(void *userdata) {
+	wakes++;
+}
+
+static void test_table_and_events(void) {
+	ContainerTable *t = NULL;
+	ContainerRef ref = { .runtime = CONTAINER_PODMAN, .owner = (uid_t) -1, .id = ID };
+	ContainerTableStats st;
+	Container *c, *again, *due[4];
+	struct perfrelay_exec rec = {};
+	DecodedEvent ev = {};
+	char line[ENCODE_JSON_MAX];
+	json_object *o, *k;
+	ssize_t len;
+
+	ASSERT(container_table_new(on_wake, NULL, &t) == 0);
+	c = container_table_get(t, &ref);
+	again = container_table_get(t, &ref);
+	CHECK(c && c == again && wakes == 1, "one entry, one wake");
+	CHECK(container_table_get(t, &(ContainerRef){ .runtime = CONTAINER_NONE }) == NULL, "none");
+	CHECK(container_names(c) == NULL, "not named yet");
+
+	/* An exec record in the container, before and after it is named. */
+	rec.hdr = (struct perfrelay_hdr){ .magic = PERFRELAY_MAGIC,
+					  .version = PERFRELAY_VERSION,
+					  .type = PERFRELAY_TYPE_EXEC,
+					  .size = sizeof(rec) };
+	rec.cgroup_id = 42;
+	ASSERT(decode_event(&rec, sizeof(rec), &ev) == 0);
+	len = encode_json_in(&ev, "libpod-x.scope", c, line, sizeof(line));
+	o = len > 0 ? json_tokener_parse(line) : NULL;
+	CHECK(o && json_object_object_get_ex(o, "container", &k), "a container: %s", line);
+	CHECK(o && strstr(line, "\"container\":{\"id\":\"" ID "\",\"runtime\":\"podman\"}"),
+	      "id only: %s",
+	      line);
+	json_object_put(o);
+
+	CHECK(container_table_due(t, 0, due, 4) == 1 && due[0] == c, "due at once");
+	CHECK(container_tries(c) == 1, "one try");
+	CHECK(container_table_due(t, 0, due, 4) == 0, "not due again until told");
+	container_table_retry(t, c, 10);
+	CHECK(container_table_next_due(t) == 10, "next at 10");
+	CHECK(container_table_due(t, 10, due, 4) == 1, "due again");
+	container_table_named(t, c, container_names_new("web", "localhost/web:1", NULL));
+	container_unref(due[0]);
+	container_unref(due[0]);
+	len = encode_json_in(&ev, NULL, c, line, sizeof(line));
+	CHECK(len > 0 &&
+		      strstr(line,
+			     "\"container\":{\"id\":\"" ID "\",\"runtime\":\"podman\",\"name\":\"web\","
+			     "\"image\":\"localhost/web:1\"}"),
+	      "named: %s",
+	      line);
+
+	/* The filter: by name, image, id prefix of 12 or more; nothing without a container. */
+	CHECK(filter_container_named("web", c) && filter_container_named("localhost/web:1", c), "name, image");
+	CHECK(filter_container_named("3f9c0e1b2a4d", c) && filter_container_named(ID, c), "id prefix, id");
+	CHECK(!filter_container_named("3f9c0e1b2a4", c) && !filter_container_named("db", c),
+	      "too short, other");
+	{
+		Subscription s = { .access = SUBSCRIPTION_ACCESS_ALL, .n_containers = 1 };
+
+		s.containers[0] = (char *) "web";
+		CHECK(filter_match_in(&s, &ev, NULL, c, NULL), "matches its container");
+		CHECK(!filter_match_in(&s, &ev, NULL, NULL, NULL), "no container, no match");
+	}
+
+	container_table_get_stats(t, &st);
+	CHECK(st.known == 1 && st.pending == 0 && st.seen == 1 && st.lookups == 2, "stats");
+	CHECK(st.lookup_failures[CONTAINER_PODMAN] == 1,
+	      "one failed try: %" PRIu64,
+	      st.lookup_failures[CONTAINER_PODMAN]);
+
+	/* Held by two "caches": never swept; released, swept after the linger. */
+	container_table_sweep(t, 1);
+	container_table_sweep(t, 1 + CONTAINER_TABLE_LINGER_SEC * UINT64_C(1000000));
+	container_table_get_stats(t, &st);
+	CHECK(st.swept == 0, "held: kept");
+	container_unref(c);
+	container_unref(again);
+	container_table_sweep(t, 100);
+	container_table_sweep(t, 100 + CONTAINER_TABLE_LINGER_SEC * UINT64_C(1000000));
+	container_table_get_stats(t, &st);
+	CHECK(st.swept == 1 && st.known == 0, "released: swept");
+	container_table_free(t);
+}
+
+static void test_table_full(void) {
+	ContainerTable *t = NULL;
+	Container **held = calloc(CONTAINER_TABLE_MAX, sizeof(*held));
+	ContainerTableStats st;
+
+	ASSERT(container_table_new(NULL, NULL, &t) == 0 && held);
+	for (unsigned i = 0; i < CONTAINER_TABLE_MAX; i++) {
+		ContainerRef ref = { .runtime = CONTAINER_DOCKER, .owner = (uid_t) -1 };
+
+		snprintf(ref.id, sizeof(ref.id), "%064x", i);
+		held[i] = container_table_get(t, &ref);
+	}
+	CHECK(container_table_get(t, &(ContainerRef){ .runtime = CONTAINER_DOCKER, .id = "x" }) == NULL,
+	      "full");
+	container_table_get_stats(t, &st);
+	CHECK(st.full == 1 && st.seen == CONTAINER_TABLE_MAX, "counted");
+	for (unsigned i = 0; i < CONTAINER_TABLE_MAX; i++)
+		container_unref(held[i]);
+	container_table_free(t);
+	free(held);
+}
+
+int main(void) {
+	test_podman();
+	test_docker();
+	test_bounds();
+	test_table_and_events();
+	test_table_full();
+	return failures ? 1 : 0;
+}
