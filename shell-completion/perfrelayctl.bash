@@ -28,7 +28,7 @@ _perfrelayctl() {
 
 	local verbs='monitor query status stats snapshot snapshots capture top producers probes clients tree probe help'
 	local -A opts=(
-		[monitor]='-t --type -p --pid -u --uid -c --comm --unit --ancestor -j --json --socket --cursors --after-cursor --nats --stream --host --since --no-follow -h --help'
+		[monitor]='-t --type -p --pid -u --uid -c --comm --unit --container --ancestor -j --json --socket --cursors --after-cursor --nats --stream --host --since --no-follow -h --help'
 		[query]='-S --since -U --until --after-cursor -t --type -p --pid -u --uid -c --comm --unit --ancestor -o --output -n --lines -r --reverse --cursors --socket -h --help'
 		[status]='-j --json -h --help'
 		[stats]='-j --json -h --help'

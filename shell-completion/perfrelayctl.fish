@@ -46,6 +46,7 @@ complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -s p -l pid -x
 complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -s u -l uid -x -a '(__fish_complete_users)' -d 'Only events of this user'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -s c -l comm -x -d 'Only events of this task name'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -l unit -x -a '(__perfrelayctl_units)' -d 'Only events from this unit'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -l container -x -d 'Only events in this container (name, image or id)'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -l ancestor -x -d 'Only events of descendants of this process, unit or exec id'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -s j -l json -d "Print the daemon's JSON lines"
 complete -c perfrelayctl -n '__fish_seen_subcommand_from monitor' -l socket -r -F -d 'The event socket'

@@ -56,6 +56,8 @@ static void monitor_help(void) {
 	       "  -u --uid=UID        Only events of this user (number or name); repeatable\n"
 	       "  -c --comm=COMM      Only events whose task name is COMM; repeatable\n"
 	       "     --unit=UNIT      Only events from this systemd unit; repeatable\n"
+	       "     --container=C    Only events in this container: its name, image, or id\n"
+	       "                      (12 hex digits or more); repeatable\n"
 	       "     --ancestor=WHO   Only events of descendants of WHO: an exec id (16 hex\n"
 	       "                      digits), a unit (NAME.service, .scope, ...) or a task\n"
 	       "                      name; repeatable\n"
@@ -283,7 +285,8 @@ static int nats_print_event(const char *line, size_t len, int64_t store_minus_ts
  * argument: no option can occur more often) and where the events come from. */
 typedef struct MonitorArgs {
 	struct perfrelay_subscription sub;
-	const char **types, **comms, **units, **anc_comms, **anc_ids, **anc_units;
+	const char **types, **comms, **units, **anc_comms, **anc_ids, **anc_units, **containers;
+	size_t n_containers;
 	uint32_t *pids, *uids;
 	const char *socket_path;
 	bool json;
@@ -301,6 +304,7 @@ static void monitor_args_done(MonitorArgs *a) {
 	free(a->types);
 	free(a->comms);
 	free(a->units);
+	free(a->containers);
 	free(a->anc_comms);
 	free(a->anc_ids);
 	free(a->anc_units);
@@ -314,13 +318,14 @@ static int monitor_args_alloc(MonitorArgs *a, int argc) {
 	a->types = calloc(n, sizeof(char *));
 	a->comms = calloc(n, sizeof(char *));
 	a->units = calloc(n, sizeof(char *));
+	a->containers = calloc(n, sizeof(char *));
 	a->anc_comms = calloc(n, sizeof(char *));
 	a->anc_ids = calloc(n, sizeof(char *));
 	a->anc_units = calloc(n, sizeof(char *));
 	a->pids = calloc(n, sizeof(uint32_t));
 	a->uids = calloc(n, sizeof(uint32_t));
-	if (!a->types || !a->comms || !a->units || !a->anc_comms || !a->anc_ids || !a->anc_units ||
-	    !a->pids || !a->uids)
+	if (!a->types || !a->comms || !a->units || !a->containers || !a->anc_comms || !a->anc_ids ||
+	    !a->anc_units || !a->pids || !a->uids)
 		return error_errno(-ENOMEM, "Failed to allocate");
 	return 0;
 }
@@ -358,6 +363,7 @@ static int monitor_parse_args(int argc, char *argv[], MonitorArgs *a) {
 	enum {
 		ARG_UNIT = 0x100,
 		ARG_ANCESTOR,
+		ARG_CONTAINER,
 		ARG_SOCKET,
 		ARG_NATS,
 		ARG_STREAM,
@@ -373,6 +379,7 @@ static int monitor_parse_args(int argc, char *argv[], MonitorArgs *a) {
 						 { "uid", required_argument, NULL, 'u' },
 						 { "comm", required_argument, NULL, 'c' },
 						 { "unit", required_argument, NULL, ARG_UNIT },
+						 { "container", required_argument, NULL, ARG_CONTAINER },
 						 { "ancestor", required_argument, NULL, ARG_ANCESTOR },
 						 { "json", no_argument, NULL, 'j' },
 						 { "socket", required_argument, NULL, ARG_SOCKET },
@@ -463,6 +470,9 @@ static int monitor_parse_args(int argc, char *argv[], MonitorArgs *a) {
 		case ARG_UNIT:
 			a->units[sub->n_units++] = optarg;
 			break;
+		case ARG_CONTAINER:
+			a->containers[a->n_containers++] = optarg;
+			break;
 		case ARG_ANCESTOR:
 			perfrelay_add_ancestor(sub, a->anc_comms, a->anc_ids, a->anc_units, optarg);
 			break;
@@ -538,7 +548,7 @@ static int monitor_from_nats(const MonitorArgs *a) {
 
 	if (!tok)
 		return error_errno(-ENOMEM, "Failed to allocate a JSON parser");
-	if (sub->n_types || sub->n_pids || sub->n_uids || sub->n_comms || sub->n_units ||
+	if (sub->n_types || sub->n_pids || sub->n_uids || sub->n_comms || sub->n_units || a->n_containers ||
 	    sub->n_ancestor_comms + sub->n_ancestor_exec_ids + sub->n_ancestor_units > 0)
 		return error_msg(
 			"monitor --nats: filter with --host (the stream holds what the exporters sent)");
@@ -579,6 +589,9 @@ static int monitor_from_socket(MonitorArgs *a) {
 	r = perfrelay_client_new(&c);
 	if (r < 0)
 		return error_errno(r, "Failed to allocate a client");
+	r = perfrelay_client_set_containers(c, a->containers, a->n_containers);
+	if (r < 0)
+		return error_errno(r, "--container: at most %u containers", PERFRELAY_CONTAINERS_MAX);
 	r = perfrelay_connect(c, a->socket_path, sub);
 	if (r < 0) {
 		const char *path = perfrelay_client_socket_path(c) ?: "the event socket";

@@ -95,6 +95,8 @@ struct perfrelay_client {
 	char *version;
 	char *message;
 	char *socket_path;
+	char **containers; /* perfrelay_client_set_containers() */
+	size_t n_containers;
 
 	/* Binary format: the schema frames received, one per third-party type (schema.h). */
 	Schema *schemas[SCHEMA_MAX_KEPT];

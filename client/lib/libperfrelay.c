@@ -46,6 +46,40 @@ int perfrelay_client_new(perfrelay_client **ret) {
 }
 
 
+static void containers_clear(perfrelay_client *c) {
+	for (size_t i = 0; i < c->n_containers; i++)
+		free(c->containers[i]);
+	free(c->containers);
+	c->containers = NULL;
+	c->n_containers = 0;
+}
+
+int perfrelay_client_set_containers(perfrelay_client *c, const char *const *names, size_t n) {
+	char **copy;
+
+	if (!c || (n > 0 && !names) || n > PERFRELAY_CONTAINERS_MAX || c->fd >= 0 || c->shared)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (!names[i])
+			return -EINVAL;
+	copy = calloc(n ?: 1, sizeof(char *));
+	if (!copy)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		copy[i] = strdup(names[i]);
+		if (!copy[i]) {
+			while (i > 0)
+				free(copy[--i]);
+			free(copy);
+			return -ENOMEM;
+		}
+	}
+	containers_clear(c);
+	c->containers = copy;
+	c->n_containers = n;
+	return 0;
+}
+
 static Shared *shared_free(Shared *s) {
 	if (!s)
 		return NULL;
@@ -67,6 +101,7 @@ perfrelay_client *perfrelay_close(perfrelay_client *c) {
 	free(c->version);
 	free(c->message);
 	free(c->socket_path);
+	containers_clear(c);
 	for (unsigned i = 0; i < c->n_schemas; i++)
 		schema_free(c->schemas[i]);
 	free(c);
@@ -449,7 +484,8 @@ static int do_connect(perfrelay_client *c, const struct perfrelay_subscription *
 	char *line;
 	int r, send_error, flags;
 
-	r = request_line_build(sub, &request, &request_len);
+	r = request_line_build(
+		sub, (const char *const *) c->containers, c->n_containers, &request, &request_len);
 	if (r < 0)
 		return r;
 	c->buf = malloc(BUFFER_SIZE);

@@ -186,6 +186,14 @@ int perfrelay_next_record(
 	size_t *payload_size,
 	int timeout_ms);
 
+/* Only events in one of these containers (the request's "container": a name, an image, or an id
+ * of 12 hex digits or more; docs/containers.md), for the next perfrelay_connect() of c; n == 0
+ * clears them. A function rather than a field: perfrelay_subscription has no room left. The
+ * strings are copied. Returns 0, -EINVAL (c NULL, names NULL with n > 0, more than 64, c already
+ * connected) or -ENOMEM. */
+#define PERFRELAY_CONTAINERS_MAX 64u
+int perfrelay_client_set_containers(perfrelay_client *c, const char *const *names, size_t n);
+
 /* The systemd unit of the record perfrelay_next_record() returned last, if the client
  * subscribed with PERFRELAY_SUBSCRIBE_UNITS and the daemon knew the unit of the record's cgroup;
  * else NULL. Unit frames (PERFRELAY_TYPE_UNIT) are the library's: perfrelay_next_record() takes

@@ -117,8 +117,14 @@ static int add_double(json_object *obj, const char *key, double value) {
 	return 0;
 }
 
-/* The request line, '\n' included, in a string the caller frees. json-c does the escaping. */
-int request_line_build(const struct perfrelay_subscription *sub, char **ret, size_t *ret_len) {
+/* The request line, '\n' included, in a string the caller frees. json-c does the escaping.
+ * `containers` (perfrelay_client_set_containers()) go in as "container". */
+int request_line_build(
+	const struct perfrelay_subscription *sub,
+	const char *const *containers,
+	size_t n_containers,
+	char **ret,
+	size_t *ret_len) {
 	_cleanup_(json_object_putp) json_object *req = NULL;
 	json_object *filter;
 	const char *text;
@@ -140,7 +146,8 @@ int request_line_build(const struct perfrelay_subscription *sub, char **ret, siz
 	    (r = add_u32_array(filter, "pid", sub->pids, sub->n_pids)) < 0 ||
 	    (r = add_u32_array(filter, "uid", sub->uids, sub->n_uids)) < 0 ||
 	    (r = add_string_array(filter, "comm", sub->comms, sub->n_comms, false)) < 0 ||
-	    (r = add_string_array(filter, "unit", sub->units, sub->n_units, false)) < 0)
+	    (r = add_string_array(filter, "unit", sub->units, sub->n_units, false)) < 0 ||
+	    (r = add_string_array(filter, "container", containers, n_containers, false)) < 0)
 		return r;
 	if (sub->n_ancestor_comms + sub->n_ancestor_exec_ids + sub->n_ancestor_units > 0) {
 		json_object *ancestor = json_object_new_object();

@@ -8,5 +8,11 @@
 
 /* -EINVAL for a subscription with an unknown format or overflow policy, or reserved fields set. */
 int request_line_check(const struct perfrelay_subscription *sub);
-/* The request line, '\n' included, in a string the caller frees. json-c does the escaping. */
-int request_line_build(const struct perfrelay_subscription *sub, char **ret, size_t *ret_len);
+/* The request line, '\n' included, in a string the caller frees. json-c does the escaping.
+ * `containers` (perfrelay_client_set_containers()) go in as "container". */
+int request_line_build(
+	const struct perfrelay_subscription *sub,
+	const char *const *containers,
+	size_t n_containers,
+	char **ret,
+	size_t *ret_len);

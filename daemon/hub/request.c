@@ -883,6 +883,15 @@ int request_parse(
 		*ret_error = e;
 		return -EINVAL;
 	}
+	if (s->history && s->n_containers > 0) {
+		/* The history keeps each record's unit, not its container (docs/containers.md). */
+		fail(&e,
+		     PROTOCOL_BAD_REQUEST,
+		     "subscribe.container: the history (after_cursor, since, until, cursors, follow) "
+		     "does not know containers; filter the live stream");
+		*ret_error = e;
+		return -EINVAL;
+	}
 	if (s->has_after_cursor && s->has_since) {
 		fail(&e,
 		     PROTOCOL_BAD_REQUEST,

@@ -174,7 +174,8 @@ def podman_image(workdir):
 
 def test_real_podman_container(make_daemon, stats_bus, socket_client, workdir):
     """A container started by Podman with a name: its exec arrives with that name, its id and its
-    image; a "container" filter of another name gets none of its events."""
+    image, on a socket subscriber and through `perfrelayctl monitor --container NAME`; a
+    "container" filter of another name gets none of its events."""
     if not shutil.which("podman") or not shutil.which("runc"):
         prtest.skip("podman or runc is not installed (scripts/lib.sh installs them)")
     image = podman_image(workdir)
@@ -183,12 +184,18 @@ def test_real_podman_container(make_daemon, stats_bus, socket_client, workdir):
     os.mkdir(sync)
     os.mkfifo(os.path.join(sync, "go"))
     d = make_daemon("containers-podman", stdout=False)
-    proc = None
+    proc = monitor = None
     try:
         mine = socket_client(d.socket_path, {"subscribe": {"types": ["exec"], "container": [name]}})
         other = socket_client(d.socket_path, {"subscribe": {"types": ["exec"], "container": ["prtest-other"]}})
         mine.wait_subscribed()
         other.wait_subscribed()
+        monitor = subprocess.Popen([stats_bus.ctl, "monitor", "--json", "--type", "exec", "--container", name,
+                                    "--socket", d.socket_path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True)
+        prtest.wait_for(lambda: stats_bus.stats()["clients"]["connected"] == 3 or monitor.poll() is not None,
+                        "perfrelayctl monitor subscribed", timeout=30, interval=0.2)
+        check(monitor.poll() is None, "perfrelayctl monitor --container runs")
         # The container's shell waits on the FIFO: its first exec makes the daemon look the
         # container up; the test lets it go on once the name is known.
         proc = subprocess.Popen(
@@ -214,10 +221,17 @@ def test_real_podman_container(make_daemon, stats_bus, socket_client, workdir):
         check_eq(len(c.get("id", "")), 64, "the id's length")
         check_eq([m for m in other.messages() if m.get("type") == "exec"], [],
                  "another container's filter")
+        monitor.terminate()
+        out, err = monitor.communicate(timeout=30)
+        seen = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        check(any(m.get("comm") == "cat" and m.get("container", {}).get("name") == name for m in seen),
+              f"perfrelayctl monitor --container {name} shows cat's exec: {out[-500:]} {err[-300:]}")
+        check({m.get("container", {}).get("name") for m in seen} == {name}, "and only that container's events")
     finally:
-        if proc and proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        for p in (proc, monitor):
+            if p and p.poll() is None:
+                p.kill()
+                p.wait()
         subprocess.run(["podman", "rm", "-f", name], capture_output=True)
         subprocess.run(["podman", "rmi", "-f", image], capture_output=True)
         d.stop()

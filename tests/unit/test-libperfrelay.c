@@ -169,6 +169,37 @@ static json_object *get_path(json_object *o, const char *a, const char *b) {
 
 /* ---- tests ---- */
 
+/* perfrelay_client_set_containers(): the request's "container", checked, copied, cleared. */
+static void test_containers(void) {
+	static const char *const names[] = { "web", "3f9c0e1b2a4d" };
+	struct perfrelay_subscription sub = {};
+	char *copy = strdup("db");
+	const char *one[] = { copy };
+	json_object *req, *v;
+	perfrelay_client *c = NULL;
+	Server s;
+
+	ASSERT_EQ_INT(perfrelay_client_set_containers(NULL, names, 2), -EINVAL);
+	ASSERT_EQ_INT(perfrelay_client_new(&c), 0);
+	ASSERT_EQ_INT(perfrelay_client_set_containers(c, NULL, 1), -EINVAL);
+	ASSERT_EQ_INT(perfrelay_client_set_containers(c, names, PERFRELAY_CONTAINERS_MAX + 1), -EINVAL);
+	ASSERT_EQ_INT(perfrelay_client_set_containers(c, one, 1), 0);
+	free(copy); /* copied */
+	ASSERT_EQ_INT(perfrelay_client_set_containers(c, names, 2), 0);
+	server_start(&s, script_send_arg, HELLO_JSON);
+	ASSERT_EQ_INT(perfrelay_connect(c, s.path, &sub), 0);
+	req = json_tokener_parse(s.request);
+	v = get_path(req, "subscribe", "container");
+	ASSERT(v && json_object_array_length(v) == 2);
+	ASSERT(v && streq_safe(json_object_get_string(json_object_array_get_idx(v, 0)), "web"));
+	ASSERT(v && streq_safe(json_object_get_string(json_object_array_get_idx(v, 1)), "3f9c0e1b2a4d"));
+	json_object_put(req);
+	/* Connected: too late to change them. */
+	ASSERT_EQ_INT(perfrelay_client_set_containers(c, NULL, 0), -EINVAL);
+	perfrelay_close(c);
+	server_stop(&s);
+}
+
 static void test_request_and_hello(void) {
 	static const char *const types[] = { "exec", "32768" };
 	static const uint32_t pids[] = { 1, 4294967295u };
@@ -812,6 +843,7 @@ static void test_arguments(void) {
 int main(void) {
 	test_arguments();
 	test_request_and_hello();
+	test_containers();
 	test_default_request_and_env();
 	test_error_lines();
 	test_split_lines();

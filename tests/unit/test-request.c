@@ -685,6 +685,18 @@ static void test_history(void) {
 	}
 	subscription_free(s);
 	PARSE_FAIL("{\"since\":1,\"after_cursor\":\"x\"}", PROTOCOL_BAD_REQUEST, "both say where to begin");
+	PARSE_FAIL(
+		"{\"since\":1,\"subscribe\":{\"container\":[\"web\"]}}",
+		PROTOCOL_BAD_REQUEST,
+		"does not know containers");
+	s = PARSE_OK("{\"subscribe\":{\"container\":[\"web\",\"nginx:1.27\",\"web\"]}}");
+	if (s && (s->n_containers != 2 || strcmp(s->containers[0], "nginx:1.27") != 0)) {
+		fprintf(stderr, "%s:%d: containers sorted, unique\n", __FILE__, __LINE__);
+		failures++;
+	}
+	subscription_free(s);
+	PARSE_FAIL("{\"subscribe\":{\"container\":[\"\"]}}", PROTOCOL_BAD_REQUEST, "an empty name");
+	PARSE_FAIL("{\"subscribe\":{\"container\":[\"a b\"]}}", PROTOCOL_BAD_REQUEST, "is no container");
 	PARSE_FAIL("{\"since\":-1}", PROTOCOL_BAD_REQUEST, "\"since\" is out of range");
 	PARSE_FAIL("{\"until\":\"now\"}", PROTOCOL_BAD_REQUEST, "\"until\" must be a number");
 	PARSE_FAIL("{\"after_cursor\":\"\"}", PROTOCOL_BAD_REQUEST, "is not a cursor");
