@@ -34,7 +34,7 @@ _perfrelayctl() {
 		[stats]='-j --json -h --help'
 		[snapshot]='--since --unit -t --type -p --pid --ancestor -j --json -o --output --save --directory -h --help'
 		[snapshots]='-d --directory -h --help'
-		[capture]='--unit --cgroup -i --interface -w --write -c --count -s --snaplen --direction --rate --socket -h --help'
+		[capture]='--unit --cgroup --container -i --interface -w --write -c --count -s --snaplen --direction --rate --socket -h --help'
 		[top]='--by -o --order -d --delay -n --iterations -b --batch -j --json -h --help'
 		[producers]='-j --json --types -h --help'
 		[probes]='--no-legend -h --help'
@@ -109,7 +109,7 @@ _perfrelayctl() {
 		_pids
 		return
 		;;
-	--cgroup | --since | --nats | --stream | --host | -c | --comm | --count | -s | --snaplen | --rate | -n | --iterations)
+	--cgroup | --container | --since | --nats | --stream | --host | -c | --comm | --count | -s | --snaplen | --rate | -n | --iterations)
 		return
 		;;
 	esac

@@ -88,6 +88,7 @@ complete -c perfrelayctl -n '__fish_seen_subcommand_from snapshots' -s d -l dire
 
 complete -c perfrelayctl -n '__fish_seen_subcommand_from capture' -l unit -x -a '(__perfrelayctl_units)' -d 'The unit whose packets to capture'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from capture' -l cgroup -x -d 'A cgroup below the cgroup2 root'
+complete -c perfrelayctl -n '__fish_seen_subcommand_from capture' -l container -x -d 'A container (name, image or id)'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from capture' -s i -l interface -x -a '(__fish_print_interfaces)' -d 'Every packet of an interface'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from capture' -s w -l write -r -F -d 'Write pcapng to FILE'
 complete -c perfrelayctl -n '__fish_seen_subcommand_from capture' -s c -l count -x -d 'Stop after N packets'

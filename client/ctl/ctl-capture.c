@@ -192,11 +192,12 @@ static int capture_figures(uint32_t id, uint64_t *ret_seen, uint64_t *ret_captur
 }
 
 static void help(void) {
-	printf("%s capture --unit=UNIT|--cgroup=PATH|--interface=NAME -w FILE [OPTIONS...]\n\n"
+	printf("%s capture --unit=UNIT|--cgroup=PATH|--container=C|--interface=NAME -w FILE [OPTIONS...]\n\n"
 	       "Capture a unit's packets (its sockets' traffic) as pcapng (root, D-Bus).\n\n"
 	       "  -h --help              Show this help\n"
 	       "     --unit=UNIT         The unit whose packets to capture\n"
 	       "     --cgroup=PATH       Or a cgroup, as a path below the cgroup2 root\n"
+	       "     --container=C       Or a container: its name, image or id\n"
 	       "  -i --interface=NAME   Or every packet of an interface (a name or an index)\n"
 	       "  -w --write=FILE       Write pcapng to FILE (- for standard output)\n"
 	       "  -c --count=N          Stop after N packets (default: until interrupted)\n"
@@ -210,17 +211,18 @@ static void help(void) {
 
 /* What `perfrelayctl capture` was asked. */
 typedef struct CaptureArgs {
-	const char *unit, *cgroup, *interface, *direction, *out, *socket_path;
+	const char *unit, *cgroup, *container, *interface, *direction, *out, *socket_path;
 	uint32_t count, snaplen, rate, ifindex;
 } CaptureArgs;
 
 /* Returns 0 to go on, 1 when --help was shown, or a negative errno (the message written). */
 static int capture_parse_args(int argc, char *argv[], CaptureArgs *a) {
-	enum { ARG_UNIT = 0x100, ARG_CGROUP, ARG_DIRECTION, ARG_RATE, ARG_SOCKET };
+	enum { ARG_UNIT = 0x100, ARG_CGROUP, ARG_CONTAINER, ARG_DIRECTION, ARG_RATE, ARG_SOCKET };
 	static const struct option options[] = {
 		{ "help", no_argument, NULL, 'h' },
 		{ "unit", required_argument, NULL, ARG_UNIT },
 		{ "cgroup", required_argument, NULL, ARG_CGROUP },
+		{ "container", required_argument, NULL, ARG_CONTAINER },
 		{ "interface", required_argument, NULL, 'i' },
 		{ "write", required_argument, NULL, 'w' },
 		{ "count", required_argument, NULL, 'c' },
@@ -239,6 +241,9 @@ static int capture_parse_args(int argc, char *argv[], CaptureArgs *a) {
 		case 'h':
 			help();
 			return 1;
+		case ARG_CONTAINER:
+			a->container = optarg;
+			break;
 		case ARG_UNIT:
 			a->unit = optarg;
 			break;
@@ -279,8 +284,9 @@ static int capture_parse_args(int argc, char *argv[], CaptureArgs *a) {
 		default:
 			return -EINVAL;
 		}
-	if (!!a->unit + !!a->cgroup + !!a->interface != 1)
-		return error_msg("capture needs one of --unit=, --cgroup= and --interface= (see --help)");
+	if (!!a->unit + !!a->cgroup + !!a->container + !!a->interface != 1)
+		return error_msg(
+			"capture needs one of --unit=, --cgroup=, --container= and --interface= (see --help)");
 	if (!a->out)
 		return error_msg("capture needs -w FILE (or -w - for standard output)");
 	return 0;
@@ -306,6 +312,7 @@ static int capture_start(
 		r = sd_bus_message_open_container(call, 'a', "{sv}");
 	if (r >= 0)
 		r = a->unit          ? sd_bus_message_append(call, "{sv}", "unit", "s", a->unit) :
+			a->container ? sd_bus_message_append(call, "{sv}", "container", "s", a->container) :
 			a->interface ? sd_bus_message_append(call, "{sv}", "ifindex", "u", a->ifindex) :
 				       sd_bus_message_append(call, "{sv}", "cgroup", "s", a->cgroup);
 	if (r >= 0 && a->direction)
@@ -407,7 +414,7 @@ int verb_capture(int argc, char *argv[]) {
 	if (r < 0)
 		return r;
 
-	cf.unit = a.unit ?: a.cgroup ?: a.interface;
+	cf.unit = a.unit ?: a.cgroup ?: a.container ?: a.interface;
 	cf.capture_id = id;
 	cf.snaplen = bytes;
 	cf.realtime_offset_ns = (int64_t) now_nsec(CLOCK_REALTIME) - (int64_t) now_nsec(CLOCK_BOOTTIME);

@@ -105,6 +105,22 @@ CgroupWatch *manager_cgroup_watch(const Manager *m) {
 	return m->cgroup_watch;
 }
 
+void manager_set_containers(Manager *m, ContainerTable *t) {
+	Reader *const *readers;
+	size_t n;
+
+	m->containers = t;
+	if (!t)
+		return; /* done(): the readers, and their caches, are gone already */
+	readers = manager_readers(m, &n);
+	for (size_t i = 0; i < n; i++)
+		reader_set_containers(readers[i], t);
+}
+
+ContainerTable *manager_containers(const Manager *m) {
+	return m->containers;
+}
+
 bool manager_is_running(const Manager *m) {
 	return m->state == MANAGER_RUNNING;
 }

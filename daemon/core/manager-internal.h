@@ -54,11 +54,12 @@ struct Manager {
 	size_t n_readers;
 	CpuSet cpus;        /* CPUs with a ring, or parked */
 	CpuSet cpus_parked; /* CPUs of `cpus` that are offline: slot empty, ring drained or none yet */
-	CpuSet cpus_unserved_seen; /* CPUs outside every group already reported as online */
-	CgroupFs *cgroups;         /* cgroup2 mount for unit names; NULL if there is none */
-	CgroupWatch *cgroup_watch; /* the units of removed cgroups; NULL: none */
-	Decoders *decoders;        /* the scans the readers decode third-party records with */
-	Server *server;            /* the event socket and its subscribers */
+	CpuSet cpus_unserved_seen;  /* CPUs outside every group already reported as online */
+	CgroupFs *cgroups;          /* cgroup2 mount for unit names; NULL if there is none */
+	CgroupWatch *cgroup_watch;  /* the units of removed cgroups; NULL: none */
+	ContainerTable *containers; /* the containers feature's (manager_set_containers()); NULL: none */
+	Decoders *decoders;         /* the scans the readers decode third-party records with */
+	Server *server;             /* the event socket and its subscribers */
 	/* The history's streams, offered by a feature (manager_set_history()); NULL: none. */
 	const ServerHistoryOps *history_ops;
 	void *history_userdata;

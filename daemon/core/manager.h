@@ -65,7 +65,12 @@ const CpuSet *manager_cpus_parked(const Manager *m); /* of those, the offline on
 Reader *const *manager_readers(const Manager *m, size_t *ret_n);
 CgroupFs *manager_cgroups(const Manager *m);         /* NULL without cgroup2 */
 CgroupWatch *manager_cgroup_watch(const Manager *m); /* NULL without cgroup2 */
-bool manager_is_running(const Manager *m);           /* READY=1 sent and not stopping */
+/* The table of containers (kernel/containers.h) the readers' events take their container from,
+ * set by the containers feature before the readers start, and back to NULL in its done() (the
+ * readers are gone by then); what other features (captures by container) look names up in. */
+void manager_set_containers(Manager *m, ContainerTable *t);
+ContainerTable *manager_containers(const Manager *m); /* NULL: none */
+bool manager_is_running(const Manager *m);            /* READY=1 sent and not stopping */
 /* The unit of cgroup `id` (written to buf, NULL when it has none): as it is, or, when it cannot
  * be resolved (removed), as the cgroup watch saw it; *ret_gone (may be NULL) says whether it
  * was removed; *ret_owner (may be NULL) the user it belongs to ((uid_t) -1: the system, or

@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import tarfile
 import uuid
@@ -159,12 +160,12 @@ def test_request_refuses_bad_container_names(make_daemon, socket_client):
 
 def podman_image(workdir):
     """A busybox image made locally with podman import (no registry)."""
-    root = os.path.join(workdir, "bbroot")
+    root = os.path.join(workdir, f"bbroot-{uuid.uuid4().hex}")
     os.makedirs(os.path.join(root, "bin"))
     shutil.copy("/bin/busybox", os.path.join(root, "bin", "busybox"))
     for applet in ("sh", "cat", "true"):
         os.symlink("busybox", os.path.join(root, "bin", applet))
-    tar = os.path.join(workdir, "bb.tar")
+    tar = root + ".tar"
     with tarfile.open(tar, "w") as t:
         t.add(root, arcname=".")
     image = f"localhost/prtest-bb:{os.getpid()}"
@@ -229,6 +230,80 @@ def test_real_podman_container(make_daemon, stats_bus, socket_client, workdir):
         check({m.get("container", {}).get("name") for m in seen} == {name}, "and only that container's events")
     finally:
         for p in (proc, monitor):
+            if p and p.poll() is None:
+                p.kill()
+                p.wait()
+        subprocess.run(["podman", "rm", "-f", name], capture_output=True)
+        subprocess.run(["podman", "rmi", "-f", image], capture_output=True)
+        d.stop()
+
+
+def podman_run(name, image, sync, script):
+    """podman run of `script` under /bin/sh in a container named `name`, /sync bind-mounted."""
+    return subprocess.Popen(
+        ["podman", "run", "--rm", "--runtime", "runc", "--network=none", "--ulimit", "nofile=1024:1024",
+         "--ulimit", "nproc=4096:4096", "--name", name, "-v", f"{sync}:/sync", image, "/bin/sh", "-c", script],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_capture_by_container_name(make_daemon, stats_bus, socket_client, workdir):
+    """perfrelayctl capture --container NAME captures that container's cgroup: its TCP
+    conversation on its own loopback is in the pcapng, and the host's datagrams sent meanwhile
+    are not; the packet events carry the container's name."""
+    if not shutil.which("podman") or not shutil.which("runc"):
+        prtest.skip("podman or runc is not installed (scripts/lib.sh installs them)")
+    if not shutil.which("tshark"):
+        prtest.skip("tshark is not installed (scripts/lib.sh installs it)")
+    image = podman_image(workdir)
+    name = f"prtest-cap-{os.getpid()}"
+    sync = os.path.join(workdir, "capsync")
+    os.mkdir(sync)
+    os.mkfifo(os.path.join(sync, "go"))
+    pcap = os.path.join(workdir, "container.pcapng")
+    d = make_daemon("containers-capture", stdout=False)
+    proc = cap = None
+    try:
+        proc = podman_run(name, image, sync,
+                          "read x < /sync/go; /bin/busybox nc -l -p 5000 > /dev/null & i=0; "
+                          "until echo prtest-marker | /bin/busybox nc 127.0.0.1 5000 2>/dev/null; do "
+                          "i=$((i+1)); [ $i -gt 100000 ] && exit 1; done; wait")
+        prtest.wait_for(lambda: containers(stats_bus)["known"] >= 1 or proc.poll() is not None,
+                        "the container named", timeout=120, interval=0.2)
+        if proc.poll() is not None:
+            prtest.skip(f"podman cannot run a container here ({proc.returncode}): {proc.stderr.read()[-300:]}")
+        cap = subprocess.Popen([stats_bus.ctl, "capture", "--container", name, "-w", pcap],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ, PERFRELAY_SOCKET=d.socket_path))
+        cid = prtest.wait_for(
+            lambda: next((c["id"] for c in stats_bus.stats()["capture"]["captures"] if c["active"]), None)
+            or (cap.poll() is not None and -1), "the capture runs", timeout=30, interval=0.2)
+        check(cid != -1, f"perfrelayctl capture --container runs: {cap.stderr.read() if cap.poll() is not None else ''}")
+        packets = socket_client(d.socket_path, {"subscribe": {"types": ["packet"], "capture": [cid]}})
+        packets.wait_subscribed()
+        # The host's own traffic meanwhile: never the container's cgroup.
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for _ in range(20):
+                s.sendto(b"host datagram", ("127.0.0.1", 9))
+            with open(os.path.join(sync, "go"), "w") as f:
+                f.write("go\n")
+            out, err = proc.communicate(timeout=120)
+            for _ in range(20):
+                s.sendto(b"host datagram", ("127.0.0.1", 9))
+        check_eq(proc.returncode, 0, f"the container's conversation ({err.strip()[-300:]})")
+        ev = packets.wait(lambda m: m.get("type") == "packet", "a packet event of the container", timeout=30)
+        check_eq(ev.get("container", {}).get("name"), name, "the packet event's container")
+        cap.send_signal(2)
+        cap.communicate(timeout=60)
+        check_eq(cap.returncode, 0, "perfrelayctl capture exits 0")
+        r = subprocess.run(["tshark", "-r", pcap, "-T", "fields", "-e", "tcp.port", "-e", "udp.port"],
+                           capture_output=True, text=True, timeout=60)
+        check_eq(r.returncode, 0, f"tshark reads the capture ({r.stderr.strip()})")
+        lines = [line.split("\t") for line in r.stdout.splitlines()]
+        check(lines, "the capture holds packets")
+        check(all("5000" in fields[0].split(",") for fields in lines),
+              f"only the container's conversation on port 5000: {lines[:10]}")
+    finally:
+        for p in (proc, cap):
             if p and p.poll() is None:
                 p.kill()
                 p.wait()

@@ -27,6 +27,9 @@
 #include "core/manager.h"
 #include "list.h"
 #include "base/log.h"
+#include "hub/filter.h"
+#include "kernel/containerid.h"
+#include "kernel/containers.h"
 #include "kernel/unitname.h"
 
 typedef struct BusCapture BusCapture;
@@ -112,6 +115,110 @@ static bool cgroup_is_host_wide(const char *path, const char *root) {
 	return streq(path, root) || endswith(path, ".slice");
 }
 
+/* A container's cgroup: the shallowest directory whose path names container `ref`
+ * (containerid.h) under root; a rootless container's is in its user's tree, the others' outside
+ * delegated subtrees (where a user could name a directory after a system container). */
+typedef struct ContainerSearch {
+	const ContainerRef *ref;
+	size_t root_len;
+	unsigned budget;
+	size_t n_found;
+	char found[FIND_CANDIDATES_MAX][PATH_MAX];
+} ContainerSearch;
+
+static int find_container_cgroup(const char *dir, unsigned depth, ContainerSearch *cs) {
+	DIR *d;
+	struct dirent *de;
+	int r = 0;
+
+	if (depth > FIND_DEPTH_MAX)
+		return 0;
+	d = opendir(dir);
+	if (!d)
+		return 0;
+	while (r == 0 && (de = readdir(d))) {
+		char sub[PATH_MAX];
+		ContainerRef c;
+
+		if (de->d_type != DT_DIR || de->d_name[0] == '.')
+			continue;
+		if (cs->budget == 0) {
+			r = -E2BIG;
+			break;
+		}
+		cs->budget--;
+		if (snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name) >= (int) sizeof(sub))
+			continue;
+		if (container_from_cgroup_path(sub + cs->root_len, &c) && c.runtime == cs->ref->runtime &&
+		    c.owner == cs->ref->owner && !c.monitor && streq(c.id, cs->ref->id)) {
+			if (cs->n_found < FIND_CANDIDATES_MAX)
+				snprintf(cs->found[cs->n_found], sizeof(cs->found[0]), "%s", sub);
+			cs->n_found++;
+			continue; /* its own subtree is the same container */
+		}
+		if (cs->ref->owner != (uid_t) -1 || !cgroup_is_delegated(sub, de->d_name))
+			r = find_container_cgroup(sub, depth + 1, cs);
+	}
+	closedir(d);
+	return r;
+}
+
+typedef struct ContainerMatch {
+	const char *name;
+	size_t n;
+	ContainerRef ref;
+} ContainerMatch;
+
+/* ContainerVisitFn: the containers `name` names (filter_container_named()), their monitors aside. */
+static void match_container(void *userdata, const Container *c) {
+	ContainerMatch *m = userdata;
+	const ContainerRef *ref = container_ref(c);
+
+	if (ref->monitor || !filter_container_named(m->name, c))
+		return;
+	if (m->n == 0 ||
+	    !(m->ref.runtime == ref->runtime && m->ref.owner == ref->owner && streq(m->ref.id, ref->id)))
+		m->n++;
+	m->ref = *ref;
+}
+
+/* The cgroup of the one container `name` names among those the daemon has seen. */
+static int capture_container_path(
+	Manager *m, const char *name, const char *root, char path[static PATH_MAX], char **ret_error) {
+	ContainerMatch match = { .name = name };
+	ContainerSearch cs;
+	int r;
+
+	if (!manager_containers(m))
+		return error_textf(ret_error, -EOPNOTSUPP, "containers are off (Containers=no)");
+	container_table_visit(manager_containers(m), match_container, &match);
+	if (match.n == 0)
+		return error_textf(
+			ret_error,
+			-ENOENT,
+			"no container the daemon has seen is named \"%s\" (its name, image, or id of 12 hex digits "
+			"or more; a container is seen once a process of it runs)",
+			name);
+	if (match.n > 1)
+		return error_textf(
+			ret_error, -EINVAL, "\"%s\" names %zu containers: give the id", name, match.n);
+	cs = (ContainerSearch){ .ref = &match.ref, .root_len = strlen(root), .budget = FIND_DIRS_MAX };
+	r = find_container_cgroup(root, 0, &cs);
+	if (r == -E2BIG)
+		return error_textf(ret_error, r, "more than %u cgroups under %s", FIND_DIRS_MAX, root);
+	if (cs.n_found != 1)
+		return error_textf(
+			ret_error,
+			-ENOENT,
+			"container %s (%s) has %zu cgroups under %s: is it running?",
+			match.ref.id,
+			container_runtime_to_string(match.ref.runtime),
+			cs.n_found,
+			root);
+	snprintf(path, PATH_MAX, "%s", cs.found[0]);
+	return 0;
+}
+
 /* The one cgroup of `unit` below root, outside delegated subtrees (find_unit_cgroup()). */
 static int capture_unit_path(const char *unit, const char *root, char path[static PATH_MAX], char **ret_error) {
 	UnitSearch us;
@@ -155,7 +262,9 @@ static int capture_unit_path(const char *unit, const char *root, char path[stati
 /* The path of what the request captures: an interface's name, or a cgroup's directory under
  * root (systemd's answer for a unit, else the unit found in the tree, or the cgroup given). */
 static int capture_target_path(
-	const CaptureRequest *req, const char *root, char path[static PATH_MAX], char **ret_error) {
+	Manager *m, const CaptureRequest *req, const char *root, char path[static PATH_MAX], char **ret_error) {
+	if (req->container)
+		return capture_container_path(m, req->container, root, path, ret_error);
 	if (req->ifindex) {
 		char name[IF_NAMESIZE];
 
@@ -216,10 +325,12 @@ static int capture_start_one(CaptureFeature *cf, const CaptureRequest *req, uint
 		return error_textf(
 			ret_error, -EBUSY, "%u captures run already (MaxCaptures=)", c->max_captures);
 	}
-	if (!!req->unit + !!req->cgroup + !!req->ifindex != 1)
+	if (!!req->unit + !!req->cgroup + !!req->ifindex + !!req->container != 1)
 		return error_textf(
-			ret_error, -EINVAL, "give one of the options \"unit\", \"cgroup\" and \"ifindex\"");
-	r = capture_target_path(req, root, path, ret_error);
+			ret_error,
+			-EINVAL,
+			"give one of the options \"unit\", \"cgroup\", \"container\" and \"ifindex\"");
+	r = capture_target_path(m, req, root, path, ret_error);
 	if (r < 0)
 		return r;
 	/* Every packet of the host, or of many units or sessions at once: root's decision, or the
@@ -454,6 +565,8 @@ static int read_options(sd_bus_message *m, CaptureRequest *req, sd_bus_error *er
 			return r;
 		if (streq(key, "unit"))
 			s = &req->unit;
+		else if (streq(key, "container"))
+			s = &req->container;
 		else if (streq(key, "cgroup"))
 			s = &req->cgroup;
 		else if (streq(key, "direction"))
@@ -468,8 +581,8 @@ static int read_options(sd_bus_message *m, CaptureRequest *req, sd_bus_error *er
 			return sd_bus_error_setf(
 				error,
 				SD_BUS_ERROR_INVALID_ARGS,
-				"unknown option \"%.64s\" (known: unit, cgroup, ifindex, direction, bytes, "
-				"packets_per_second)",
+				"unknown option \"%.64s\" (known: unit, cgroup, container, ifindex, direction, "
+				"bytes, packets_per_second)",
 				key);
 		sig = s ? "s" : "u";
 		r = s ? sd_bus_message_read(m, "v", sig, s) : sd_bus_message_read(m, "v", sig, u);

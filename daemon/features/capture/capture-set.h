@@ -34,6 +34,7 @@ typedef struct CaptureTotals {
 typedef struct CaptureRequest {
 	const char *unit;            /* a unit name, found in the cgroup tree */
 	const char *cgroup;          /* or a cgroup path below the cgroup2 root */
+	const char *container;       /* or a container's name, image or id (docs/containers.md) */
 	uint32_t ifindex;            /* or an interface: every packet of it (tc) */
 	const char *direction;       /* "ingress", "egress", "both" (default) */
 	uint32_t bytes;              /* per packet; 0: CaptureBytes= */

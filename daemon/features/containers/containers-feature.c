@@ -12,7 +12,6 @@
 #include "api/bus-figures.h"
 #include "base/log.h"
 #include "core/manager.h"
-#include "core/reader.h"
 #include "features/containers/container-lookup.h"
 #include "features/containers/containers-config.h"
 #include "features/feature-table.h"
@@ -113,8 +112,6 @@ static int on_wake(sd_event_source *s, int fd, uint32_t revents, void *userdata)
 static int containers_setup(Feature *f) {
 	ContainersFeature *cf = (ContainersFeature *) f;
 	Manager *m = f->manager;
-	Reader *const *readers;
-	size_t n;
 	int r;
 
 	cf->wake_fd = -EBADF;
@@ -136,9 +133,7 @@ static int containers_setup(Feature *f) {
 		if (r < 0)
 			return log_error_errno(r, "Failed to watch for new containers: %m");
 	}
-	readers = manager_readers(m, &n);
-	for (size_t i = 0; i < n; i++)
-		reader_set_containers(readers[i], cf->table);
+	manager_set_containers(m, cf->table);
 	return 0;
 }
 
@@ -155,6 +150,8 @@ static void containers_done(Feature *f) {
 	cf->wake_source = sd_event_source_disable_unref(cf->wake_source);
 	cf->retry_timer = sd_event_source_disable_unref(cf->retry_timer);
 	/* The readers' caches keep their references: an entry goes with its last one. */
+	if (cf->table)
+		manager_set_containers(f->manager, NULL);
 	cf->table = container_table_free(cf->table);
 	cf->wake_fd = safe_close(cf->wake_fd);
 }
