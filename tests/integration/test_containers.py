@@ -173,6 +173,14 @@ def podman_image(workdir):
     return image
 
 
+def podman_run(name, image, sync, script):
+    """podman run of `script` under /bin/sh in a container named `name`, /sync bind-mounted."""
+    return subprocess.Popen(
+        ["podman", "run", "--rm", "--runtime", "runc", "--network=none", "--ulimit", "nofile=1024:1024",
+         "--ulimit", "nproc=4096:4096", "--name", name, "-v", f"{sync}:/sync", image, "/bin/sh", "-c", script],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def test_real_podman_container(make_daemon, stats_bus, socket_client, workdir):
     """A container started by Podman with a name: its exec arrives with that name, its id and its
     image, on a socket subscriber and through `perfrelayctl monitor --container NAME`; a
@@ -199,11 +207,7 @@ def test_real_podman_container(make_daemon, stats_bus, socket_client, workdir):
         check(monitor.poll() is None, "perfrelayctl monitor --container runs")
         # The container's shell waits on the FIFO: its first exec makes the daemon look the
         # container up; the test lets it go on once the name is known.
-        proc = subprocess.Popen(
-            ["podman", "run", "--rm", "--runtime", "runc", "--network=none", "--ulimit", "nofile=1024:1024",
-             "--ulimit", "nproc=4096:4096", "--name", name, "-v", f"{sync}:/sync", image,
-             "/bin/sh", "-c", "read x < /sync/go; exec /bin/cat /etc/hostname"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = podman_run(name, image, sync, "read x < /sync/go; exec /bin/cat /etc/hostname")
         prtest.wait_for(lambda: containers(stats_bus)["known"] >= 1 or proc.poll() is not None,
                         "the container named", timeout=120, interval=0.2)
         if proc.poll() is not None:
@@ -236,14 +240,6 @@ def test_real_podman_container(make_daemon, stats_bus, socket_client, workdir):
         subprocess.run(["podman", "rm", "-f", name], capture_output=True)
         subprocess.run(["podman", "rmi", "-f", image], capture_output=True)
         d.stop()
-
-
-def podman_run(name, image, sync, script):
-    """podman run of `script` under /bin/sh in a container named `name`, /sync bind-mounted."""
-    return subprocess.Popen(
-        ["podman", "run", "--rm", "--runtime", "runc", "--network=none", "--ulimit", "nofile=1024:1024",
-         "--ulimit", "nproc=4096:4096", "--name", name, "-v", f"{sync}:/sync", image, "/bin/sh", "-c", script],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_capture_by_container_name(make_daemon, stats_bus, socket_client, workdir):

@@ -3,6 +3,7 @@
  * (container-state.c), and a container in events: the JSON line's "container" object and the
  * "container" filter. */
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -193,11 +194,87 @@ static void test_table_full(void) {
 	free(held);
 }
 
+/* Readers that take and drop references and read names while the main thread names, retries
+ * and sweeps: what ThreadSanitizer checks (scripts/test runs the unit suite under it). */
+#define RACE_IDS    64
+#define RACE_ROUNDS 2000
+
+static ContainerTable *race_table;
+static bool race_stop;
+static uint64_t race_reads;
+
+static void race_ref(unsigned i, ContainerRef *ref) {
+	*ref = (ContainerRef){ .runtime = CONTAINER_PODMAN, .owner = (uid_t) -1 };
+	snprintf(ref->id, sizeof(ref->id), "%064x", i);
+}
+
+static void *race_reader(void *arg) {
+	unsigned seed = (unsigned) (uintptr_t) arg;
+	size_t names = 0;
+
+	while (!__atomic_load_n(&race_stop, __ATOMIC_ACQUIRE)) {
+		ContainerRef ref;
+		Container *c;
+		const ContainerNames *n;
+
+		race_ref((seed = seed * 1103515245u + 12345u) % RACE_IDS, &ref);
+		c = container_table_get(race_table, &ref);
+		if (!c)
+			continue;
+		n = container_names(c);
+		if (n && n->name)
+			names += strlen(n->name);
+		container_unref(c);
+		__atomic_add_fetch(&race_reads, 1, __ATOMIC_RELAXED);
+	}
+	return (void *) names;
+}
+
+static void test_table_threads(void) {
+	pthread_t t[2];
+	uint64_t now = 1;
+
+	ASSERT(container_table_new(NULL, NULL, &race_table) == 0);
+	for (unsigned k = 0; k < 2; k++)
+		ASSERT(pthread_create(&t[k], NULL, race_reader, (void *) (uintptr_t) (k + 1)) == 0);
+	/* Until the readers have done their share too (they may start late). */
+	for (unsigned round = 0;
+	     round < RACE_ROUNDS || __atomic_load_n(&race_reads, __ATOMIC_RELAXED) < 100000;
+	     round++) {
+		Container *due[RACE_IDS];
+		size_t n = container_table_due(race_table, now, due, RACE_IDS);
+
+		for (size_t i = 0; i < n; i++) {
+			if (i % 2)
+				container_table_named(
+					race_table, due[i], container_names_new("web", "img", NULL));
+			else
+				container_table_retry(race_table, due[i], now + 1);
+			container_unref(due[i]);
+		}
+		/* A long linger each round: entries no reader holds go, and come back. */
+		container_table_sweep(race_table, now);
+		now += CONTAINER_TABLE_LINGER_SEC * UINT64_C(1000000);
+	}
+	__atomic_store_n(&race_stop, true, __ATOMIC_RELEASE);
+	for (unsigned k = 0; k < 2; k++)
+		pthread_join(t[k], NULL);
+	{
+		ContainerTableStats st;
+
+		container_table_get_stats(race_table, &st);
+		CHECK(st.known + st.pending + st.failed + st.unnamed <= RACE_IDS, "at most one entry per id");
+		CHECK(st.seen >= st.swept, "seen %" PRIu64 ", swept %" PRIu64, st.seen, st.swept);
+	}
+	race_table = container_table_free(race_table);
+}
+
 int main(void) {
 	test_podman();
 	test_docker();
 	test_bounds();
 	test_table_and_events();
 	test_table_full();
+	test_table_threads();
 	return failures ? 1 : 0;
 }

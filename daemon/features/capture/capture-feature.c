@@ -49,12 +49,21 @@ typedef struct CaptureFeature {
 #define FIND_DIRS_MAX       65536u
 #define FIND_CANDIDATES_MAX 4
 
-typedef struct UnitSearch {
-	const char *unit;
+/* A walk of the cgroup tree for the directories `match` names (at most FIND_CANDIDATES_MAX kept,
+ * every one counted), within a budget of directories. */
+typedef struct CgroupSearch CgroupSearch;
+struct CgroupSearch {
+	/* Whether the directory at path (named name) is one sought; *ret_descend says whether to
+	 * look below it too. */
+	bool (*match)(const CgroupSearch *cs, const char *path, const char *name, bool *ret_descend);
+	const char *unit;        /* a unit's search: its name */
+	const ContainerRef *ref; /* a container's: its ref */
+	size_t root_len;         /* of the cgroup2 root, at the start of every path */
+	bool into_delegated;     /* descend into delegated subtrees (a rootless container's) */
 	unsigned budget;
 	size_t n_found;
 	char found[FIND_CANDIDATES_MAX][PATH_MAX];
-} UnitSearch;
+};
 
 static bool cgroup_is_delegated(const char *path, const char *name) {
 	char file[PATH_MAX];
@@ -69,7 +78,7 @@ static bool cgroup_is_delegated(const char *path, const char *name) {
 	return stat(file, &st) < 0 || st.st_uid != 0;
 }
 
-static int find_unit_cgroup(const char *dir, unsigned depth, UnitSearch *us) {
+static int find_cgroups(const char *dir, unsigned depth, CgroupSearch *cs) {
 	DIR *d;
 	struct dirent *de;
 	int r = 0;
@@ -81,26 +90,32 @@ static int find_unit_cgroup(const char *dir, unsigned depth, UnitSearch *us) {
 		return 0;
 	while (r == 0 && (de = readdir(d))) {
 		char sub[PATH_MAX];
+		bool descend = true;
 
 		if (de->d_type != DT_DIR || de->d_name[0] == '.')
 			continue;
-		if (us->budget == 0) {
+		if (cs->budget == 0) {
 			r = -E2BIG;
 			break;
 		}
-		us->budget--;
+		cs->budget--;
 		if (snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name) >= (int) sizeof(sub))
 			continue;
-		if (streq(de->d_name, us->unit)) {
-			if (us->n_found < FIND_CANDIDATES_MAX)
-				snprintf(us->found[us->n_found], sizeof(us->found[0]), "%s", sub);
-			us->n_found++;
+		if (cs->match(cs, sub, de->d_name, &descend)) {
+			if (cs->n_found < FIND_CANDIDATES_MAX)
+				snprintf(cs->found[cs->n_found], sizeof(cs->found[0]), "%s", sub);
+			cs->n_found++;
 		}
-		if (!cgroup_is_delegated(sub, de->d_name))
-			r = find_unit_cgroup(sub, depth + 1, us);
+		if (descend && (cs->into_delegated || !cgroup_is_delegated(sub, de->d_name)))
+			r = find_cgroups(sub, depth + 1, cs);
 	}
 	closedir(d);
 	return r;
+}
+
+/* A unit's cgroup is named after the unit. */
+static bool match_unit(const CgroupSearch *cs, const char *path, const char *name, bool *ret_descend) {
+	return streq(name, cs->unit);
 }
 
 static const CaptureConfig *capture_cfg(const Manager *m) {
@@ -116,51 +131,17 @@ static bool cgroup_is_host_wide(const char *path, const char *root) {
 }
 
 /* A container's cgroup: the shallowest directory whose path names container `ref`
- * (containerid.h) under root; a rootless container's is in its user's tree, the others' outside
- * delegated subtrees (where a user could name a directory after a system container). */
-typedef struct ContainerSearch {
-	const ContainerRef *ref;
-	size_t root_len;
-	unsigned budget;
-	size_t n_found;
-	char found[FIND_CANDIDATES_MAX][PATH_MAX];
-} ContainerSearch;
+ * (containerid.h): below it is the same container. A rootless container's is in its user's tree,
+ * the others' outside delegated subtrees (where a user could name a directory after a system
+ * container). */
+static bool match_container_dir(const CgroupSearch *cs, const char *path, const char *name, bool *ret_descend) {
+	ContainerRef c;
 
-static int find_container_cgroup(const char *dir, unsigned depth, ContainerSearch *cs) {
-	DIR *d;
-	struct dirent *de;
-	int r = 0;
-
-	if (depth > FIND_DEPTH_MAX)
-		return 0;
-	d = opendir(dir);
-	if (!d)
-		return 0;
-	while (r == 0 && (de = readdir(d))) {
-		char sub[PATH_MAX];
-		ContainerRef c;
-
-		if (de->d_type != DT_DIR || de->d_name[0] == '.')
-			continue;
-		if (cs->budget == 0) {
-			r = -E2BIG;
-			break;
-		}
-		cs->budget--;
-		if (snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name) >= (int) sizeof(sub))
-			continue;
-		if (container_from_cgroup_path(sub + cs->root_len, &c) && c.runtime == cs->ref->runtime &&
-		    c.owner == cs->ref->owner && !c.monitor && streq(c.id, cs->ref->id)) {
-			if (cs->n_found < FIND_CANDIDATES_MAX)
-				snprintf(cs->found[cs->n_found], sizeof(cs->found[0]), "%s", sub);
-			cs->n_found++;
-			continue; /* its own subtree is the same container */
-		}
-		if (cs->ref->owner != (uid_t) -1 || !cgroup_is_delegated(sub, de->d_name))
-			r = find_container_cgroup(sub, depth + 1, cs);
-	}
-	closedir(d);
-	return r;
+	if (!container_from_cgroup_path(path + cs->root_len, &c) || c.runtime != cs->ref->runtime ||
+	    c.owner != cs->ref->owner || c.monitor || !streq(c.id, cs->ref->id))
+		return false;
+	*ret_descend = false;
+	return true;
 }
 
 typedef struct ContainerMatch {
@@ -186,7 +167,7 @@ static void match_container(void *userdata, const Container *c) {
 static int capture_container_path(
 	Manager *m, const char *name, const char *root, char path[static PATH_MAX], char **ret_error) {
 	ContainerMatch match = { .name = name };
-	ContainerSearch cs;
+	CgroupSearch cs;
 	int r;
 
 	if (!manager_containers(m))
@@ -202,8 +183,14 @@ static int capture_container_path(
 	if (match.n > 1)
 		return error_textf(
 			ret_error, -EINVAL, "\"%s\" names %zu containers: give the id", name, match.n);
-	cs = (ContainerSearch){ .ref = &match.ref, .root_len = strlen(root), .budget = FIND_DIRS_MAX };
-	r = find_container_cgroup(root, 0, &cs);
+	cs = (CgroupSearch){
+		.match = match_container_dir,
+		.ref = &match.ref,
+		.root_len = strlen(root),
+		.into_delegated = match.ref.owner != (uid_t) -1,
+		.budget = FIND_DIRS_MAX,
+	};
+	r = find_cgroups(root, 0, &cs);
 	if (r == -E2BIG)
 		return error_textf(ret_error, r, "more than %u cgroups under %s", FIND_DIRS_MAX, root);
 	if (cs.n_found != 1)
@@ -219,15 +206,15 @@ static int capture_container_path(
 	return 0;
 }
 
-/* The one cgroup of `unit` below root, outside delegated subtrees (find_unit_cgroup()). */
+/* The one cgroup of `unit` below root, outside delegated subtrees (find_cgroups()). */
 static int capture_unit_path(const char *unit, const char *root, char path[static PATH_MAX], char **ret_error) {
-	UnitSearch us;
+	CgroupSearch us;
 	int r;
 
 	if (!unit_name_is_attributable(unit, strlen(unit)))
 		return error_textf(ret_error, -EINVAL, "\"%s\" is not a unit name processes run in", unit);
-	us = (UnitSearch){ .unit = unit, .budget = FIND_DIRS_MAX };
-	r = find_unit_cgroup(root, 0, &us);
+	us = (CgroupSearch){ .match = match_unit, .unit = unit, .budget = FIND_DIRS_MAX };
+	r = find_cgroups(root, 0, &us);
 	if (r == -E2BIG)
 		return error_textf(
 			ret_error,
