@@ -58,7 +58,7 @@ PERFRELAY_TEST_PACKAGES=(
 	dbus python3-pytest
 	"$(perfrelay_clang_rt)" libdbus-1-dev systemd-container debootstrap
 	libnats-dev nats-server prometheus
-	qemu-system-x86 busybox-static podman runc
+	qemu-system-x86 busybox-static podman runc docker.io
 	clang-format git
 	tshark tcpdump iproute2
 	libcurl4-openssl-dev libprotobuf-c-dev protobuf-c-compiler openssl

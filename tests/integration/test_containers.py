@@ -5,7 +5,9 @@
 main thread; a subscription's "container" filter selects by name, image or id and excludes the
 others; a runtime state that cannot be read (a FIFO in its place) never holds an event back and is
 counted in GetStats()' containers.lookup_failures. The runtimes' state is the test's own (its
-PodmanRoot= and DockerRoot=) for the cgroup shapes of both; then a real Podman container."""
+PodmanRoot= and DockerRoot=) for the cgroup shapes of both; then real containers: Podman's
+(named, filtered, through perfrelayctl monitor --container, and captured by name) and a Docker
+Engine's (the test's own dockerd)."""
 import json
 import os
 import secrets
@@ -158,16 +160,21 @@ def test_request_refuses_bad_container_names(make_daemon, socket_client):
         d.stop()
 
 
-def podman_image(workdir):
-    """A busybox image made locally with podman import (no registry)."""
-    root = os.path.join(workdir, f"bbroot-{uuid.uuid4().hex}")
+def podman_tree(root):
+    """A busybox root file system at root, and its tarball at root.tar."""
     os.makedirs(os.path.join(root, "bin"))
     shutil.copy("/bin/busybox", os.path.join(root, "bin", "busybox"))
     for applet in ("sh", "cat", "true"):
         os.symlink("busybox", os.path.join(root, "bin", applet))
-    tar = root + ".tar"
-    with tarfile.open(tar, "w") as t:
+    with tarfile.open(root + ".tar", "w") as t:
         t.add(root, arcname=".")
+
+
+def podman_image(workdir):
+    """A busybox image made locally with podman import (no registry)."""
+    root = os.path.join(workdir, f"bbroot-{uuid.uuid4().hex}")
+    podman_tree(root)
+    tar = root + ".tar"
     image = f"localhost/prtest-bb:{os.getpid()}"
     subprocess.run(["podman", "import", "-q", tar, image], check=True, capture_output=True, timeout=120)
     return image
@@ -306,6 +313,100 @@ def test_capture_by_container_name(make_daemon, stats_bus, socket_client, workdi
         subprocess.run(["podman", "rm", "-f", name], capture_output=True)
         subprocess.run(["podman", "rmi", "-f", image], capture_output=True)
         d.stop()
+
+
+class Dockerd:
+    """A dockerd of the test's own: its data root (what DockerRoot= names), exec root and socket in
+    a directory of its own, no iptables, no bridge, vfs storage; stopped and removed after."""
+
+    def __init__(self, workdir):
+        self.dir = os.path.join(workdir, f"docker-{uuid.uuid4().hex[:8]}")
+        self.root = os.path.join(self.dir, "data")
+        self.sock = os.path.join(self.dir, "docker.sock")
+        os.makedirs(self.dir)
+        self.log = open(os.path.join(self.dir, "log"), "w")
+        self.proc = subprocess.Popen(
+            ["dockerd", "--data-root", self.root, "--exec-root", os.path.join(self.dir, "exec"),
+             "-H", f"unix://{self.sock}", "--pidfile", os.path.join(self.dir, "pid"), "--iptables=false",
+             "--ip-masq=false", "--bridge=none", "--storage-driver=vfs"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        self.env = dict(os.environ, DOCKER_HOST=f"unix://{self.sock}")
+
+    def ready(self):
+        return subprocess.run(["docker", "info"], env=self.env, capture_output=True).returncode == 0
+
+    def run(self, *args, **kw):
+        return subprocess.run(["docker", *args], env=self.env, capture_output=True, text=True, **kw)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def test_real_docker_container(make_daemon, stats_bus, socket_client, workdir):
+    """A container started by a real Docker Engine (the test's own dockerd, cgroupfs driver:
+    /docker/<id>) with a name: its exec arrives with that name, its id and its image, read from
+    the Engine's config.v2.json under DockerRoot=."""
+    if not shutil.which("dockerd") or not shutil.which("docker"):
+        prtest.skip("dockerd is not installed (scripts/lib.sh installs docker.io)")
+    dockerd = Dockerd(workdir)
+    proc = None
+    name = f"prtest-dweb-{os.getpid()}"
+    image = f"prtest-bb:{os.getpid()}"
+    try:
+        try:
+            prtest.wait_for(lambda: dockerd.ready() or dockerd.proc.poll() is not None, "dockerd answers",
+                            timeout=60, interval=0.2)
+        except prtest.Failure:
+            prtest.skip("dockerd did not start here within 60 s")
+        if dockerd.proc.poll() is not None:
+            prtest.skip(f"dockerd cannot run here (exit {dockerd.proc.returncode})")
+        root = os.path.join(workdir, f"bbroot-{uuid.uuid4().hex}")
+        podman_tree(root)
+        r = dockerd.run("import", root + ".tar", image, timeout=120)
+        check_eq(r.returncode, 0, f"docker import ({r.stderr.strip()})")
+        sync = os.path.join(workdir, f"dsync-{uuid.uuid4().hex[:8]}")
+        os.mkdir(sync)
+        os.mkfifo(os.path.join(sync, "go"))
+        d = make_daemon("containers-docker", stdout=False, config=f"[Containers]\nDockerRoot={dockerd.root}\n")
+        try:
+            mine = socket_client(d.socket_path, {"subscribe": {"types": ["exec"], "container": [name]}})
+            mine.wait_subscribed()
+            proc = subprocess.Popen(["docker", "run", "--rm", "--network", "none", "--name", name, "-v",
+                                     f"{sync}:/sync", image, "/bin/sh", "-c",
+                                     "read x < /sync/go; exec /bin/cat /etc/hostname"],
+                                    env=dockerd.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            prtest.wait_for(lambda: containers(stats_bus)["known"] >= 1 or proc.poll() is not None,
+                            "the container named", timeout=120, interval=0.2)
+            if proc.poll() is not None:
+                prtest.skip(f"docker cannot run a container here ({proc.returncode}): {proc.stderr.read()[-300:]}")
+            with open(os.path.join(sync, "go"), "w") as f:
+                f.write("go\n")
+            out, err = proc.communicate(timeout=120)
+            check_eq(proc.returncode, 0, f"docker run ({err.strip()[-300:]})")
+            ev = mine.wait(lambda m: m.get("type") == "exec" and m.get("comm") == "cat",
+                           "cat's exec in the Docker container", timeout=30)
+            c = ev["container"]
+            check_eq((c.get("runtime"), c.get("name"), c.get("image")), ("docker", name, image),
+                     "the container's runtime, name and image")
+            check_eq(len(c.get("id", "")), 64, "the id's length")
+            check_eq(containers(stats_bus)["lookup_failures"]["docker"], 0, "failed Docker lookups")
+        finally:
+            d.stop()
+    finally:
+        if proc and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        dockerd.run("rm", "-f", name, timeout=60)
+        dockerd.run("rmi", "-f", image, timeout=60)
+        dockerd.close()
 
 
 if __name__ == "__main__":
