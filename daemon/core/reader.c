@@ -130,6 +130,18 @@ void reader_set_containers(Reader *r, ContainerTable *t) {
 		cgroup_cache_set_containers(r->units, t);
 }
 
+/* The container of an event without a cgroup of its own (open, connect, fork, exit): that of its
+ * process image's cgroup in the process table (the exec's, or its parent's at fork). Only while
+ * the host has containers: a table lookup per event otherwise spent for nothing. */
+static const Container *process_container(Reader *r, uint64_t exec_id) {
+	const Container *container = NULL;
+	ProcEntry p;
+
+	if (proc_table_get(r->procs, exec_id, &p) && p.cgroup_id != 0)
+		(void) cgroup_cache_resolve(r->units, p.cgroup_id, &container);
+	return container;
+}
+
 /* Adds a CPU's ring and its protected lane to the epoll set, or removes them (EPOLL_CTL_DEL),
  * both as slot i: a wakeup of either drains the group. NULL (a parked CPU): nothing. */
 static int reader_epoll_ring(Reader *r, int op, const Ring *ring, size_t i) {
@@ -423,6 +435,8 @@ static bool on_record(void *userdata, const uint8_t *rec, uint32_t size) {
 				return true;
 			if (ev.cgroup_id != 0 && r->units)
 				unit = cgroup_cache_resolve(r->units, ev.cgroup_id, &container);
+			else if (ev.has_exec_id && r->units && cgroup_cache_any_containers(r->units))
+				container = process_container(r, ev.exec_id);
 			/* Set up only: walked if an "ancestor" filter asks. */
 			lineage_reset(&r->lineage, &ev);
 			hub_publish(

@@ -205,6 +205,10 @@ void cgroup_cache_set_containers(CgroupCache *c, ContainerTable *t) {
 	c->containers = t;
 }
 
+bool cgroup_cache_any_containers(const CgroupCache *c) {
+	return container_table_any(c->containers);
+}
+
 static void cache_fill(CgroupCache *c, CgroupEntry *e, uint64_t id) {
 	char unit[UNIT_NAME_MAX];
 	ContainerRef ref = { .runtime = CONTAINER_NONE };

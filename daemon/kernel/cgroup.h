@@ -55,6 +55,9 @@ const char *cgroup_cache_lookup(CgroupCache *c, uint64_t id);
  * cgroup in a container. Set before the first lookup. */
 void cgroup_cache_set_containers(CgroupCache *c, ContainerTable *t);
 
+/* Whether the cache has a table of containers with any container in it now. */
+bool cgroup_cache_any_containers(const CgroupCache *c);
+
 /* As cgroup_cache_lookup(), and the cgroup's container in *ret_container (NULL: none, or no
  * table), valid as long as the unit is. */
 const char *cgroup_cache_resolve(CgroupCache *c, uint64_t id, const Container **ret_container);

@@ -30,7 +30,8 @@ struct Container {
 struct ContainerTable {
 	pthread_mutex_t lock;
 	Container **entries;
-	size_t n;
+	size_t n;     /* under the lock */
+	uint64_t any; /* n, stored under the lock, loaded by anyone */
 	ContainerWakeFn wake;
 	void *wake_userdata;
 	ContainerTableStats stats; /* counts under the lock; read with relaxed loads */
@@ -128,6 +129,7 @@ Container *container_table_get(ContainerTable *t, const ContainerRef *ref) {
 				CONTAINER_UNNAMED :
 				CONTAINER_PENDING;
 			t->entries[t->n++] = c;
+			STAT_STORE(t->any, t->n);
 			STAT_ADD(t->stats.seen, 1);
 			stats_state(t, c->state, +1);
 			if (c->state == CONTAINER_PENDING && t->wake)
@@ -248,7 +250,12 @@ void container_table_sweep(ContainerTable *t, uint64_t now_usec) {
 		t->entries[k++] = c;
 	}
 	t->n = k;
+	STAT_STORE(t->any, t->n);
 	pthread_mutex_unlock(&t->lock);
+}
+
+bool container_table_any(const ContainerTable *t) {
+	return t && STAT_LOAD(t->any) > 0;
 }
 
 uint64_t container_table_next_due(ContainerTable *t) {

@@ -64,6 +64,10 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(ContainerTable *, container_table_free);
 Container *container_table_get(ContainerTable *t, const ContainerRef *ref);
 void container_unref(Container *c);
 
+/* Whether the table holds any container now (a relaxed load, any thread): a reader asks before
+ * it looks for the container of an event without a cgroup of its own. */
+bool container_table_any(const ContainerTable *t);
+
 /* What a reader reads, lock-free. */
 const ContainerRef *container_ref(const Container *c);
 /* The names, or NULL until the main thread has them (acquire: pairs with the publication). */

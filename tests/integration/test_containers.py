@@ -68,15 +68,24 @@ def docker_state(root, cid, name=None, image=None):
                    "Config": {"Image": image, "Hostname": cid[:12]}}, f)
 
 
-def run_marker(cg):
-    """Runs /bin/true with a marker argument in cgroup cg: an exec event the test knows."""
-    mark = f"marker-{uuid.uuid4().hex}"
-    cg.popen(["/bin/true", mark]).wait(timeout=60)
+def run_marker(cg, workdir):
+    """Runs cat of a new marker file in cgroup cg: an exec whose argv names the file, and an open
+    of it, that the test knows."""
+    mark = os.path.join(workdir, f"marker-{uuid.uuid4().hex}")
+    with open(mark, "w"):
+        pass
+    check_eq(cg.popen(["/bin/cat", mark]).wait(timeout=60), 0, "cat of the marker")
     return mark
 
 
 def execed(client, mark, what):
     return client.wait(lambda m: m.get("type") == "exec" and mark in m.get("argv", []), what, timeout=30)
+
+
+def opened(client, mark, what):
+    """cat's open of the marker (the test's own open, which made it, is in no container)."""
+    return client.wait(lambda m: m.get("type") == "open" and m.get("path") == mark and m.get("comm") == "cat",
+                       what, timeout=30)
 
 
 def containers(bus):
@@ -105,18 +114,18 @@ def test_events_carry_their_container_by_name(make_daemon, stats_bus, socket_cli
     d = make_daemon("containers", config=f"[Containers]\nPodmanRoot={podman_root}\nDockerRoot={docker_root}\n",
                     stdout=False)
     try:
-        every = socket_client(d.socket_path, {"subscribe": {"types": ["exec"]}})
+        every = socket_client(d.socket_path, {"subscribe": {"types": ["exec", "open"]}})
         every.wait_subscribed()
-        by_name = socket_client(d.socket_path, {"subscribe": {"types": ["exec"], "container": ["prweb"]}})
+        by_name = socket_client(d.socket_path, {"subscribe": {"types": ["exec", "open"], "container": ["prweb"]}})
         by_image = socket_client(d.socket_path,
-                                 {"subscribe": {"types": ["exec"], "container": ["nginx:1.27"]}})
-        by_id = socket_client(d.socket_path, {"subscribe": {"types": ["exec"], "container": [db[:12]]}})
+                                 {"subscribe": {"types": ["exec", "open"], "container": ["nginx:1.27"]}})
+        by_id = socket_client(d.socket_path, {"subscribe": {"types": ["exec", "open"], "container": [db[:12]]}})
         for c in (by_name, by_image, by_id):
             c.wait_subscribed()
 
         # The first exec in each: its container's id at once, whatever the lookup is doing.
         for cid, cg in where.items():
-            ev = execed(every, run_marker(cg), f"the first exec in container {cid[:12]}")
+            ev = execed(every, run_marker(cg, workdir), f"the first exec in container {cid[:12]}")
             check_eq(ev.get("container", {}).get("id"), cid, "the event's container id")
             check_eq(ev["container"]["runtime"], "podman" if cid in (web, db) else "docker", "its runtime")
         prtest.wait_for(lambda: containers(stats_bus)["known"] == 3, "three containers named", timeout=30, interval=0.2)
@@ -129,20 +138,24 @@ def test_events_carry_their_container_by_name(make_daemon, stats_bus, socket_cli
         check_eq(st["lookup_failures"]["podman"], 0, "failed Podman lookups")
 
         # Named now: every event of theirs says so, and the filters take only theirs.
-        marks = {cid: run_marker(cg) for cid, cg in where.items()}
+        marks = {cid: run_marker(cg, workdir) for cid, cg in where.items()}
         want = {web: ("prweb", "localhost/prtest-web:1"), db: ("prdb", "localhost/prtest-db:2"),
                 dweb: ("prdweb", "nginx:1.27"), stuck: (None, None)}
         for cid, (name, image) in want.items():
-            ev = execed(every, marks[cid], f"the named exec in {cid[:12]}")
-            check_eq(ev["container"].get("name"), name, f"the name of {cid[:12]}")
-            check_eq(ev["container"].get("image"), image, f"the image of {cid[:12]}")
+            # The exec (its own cgroup) and the open (its process's, from the process table).
+            for ev in (execed(every, marks[cid], f"the named exec in {cid[:12]}"),
+                       opened(every, marks[cid], f"the named open in {cid[:12]}")):
+                check_eq(ev.get("container", {}).get("id"), cid, f"the {ev['type']}'s container")
+                check_eq(ev["container"].get("name"), name, f"the name of {cid[:12]}")
+                check_eq(ev["container"].get("image"), image, f"the image of {cid[:12]}")
         check_eq(execed(by_name, marks[web], "prweb's exec by name")["container"]["id"], web, "by name")
+        check_eq(opened(by_name, marks[web], "prweb's open by name")["container"]["id"], web, "by name")
         check_eq(execed(by_image, marks[dweb], "prdweb's exec by image")["container"]["id"], dweb, "by image")
         check_eq(execed(by_id, marks[db], "prdb's exec by id")["container"]["id"], db, "by id")
         # Each filter's stream: execs of its own container, nothing else (the last marker of
         # every container was delivered to `every` before these are counted).
         for c, cid in ((by_name, web), (by_image, dweb), (by_id, db)):
-            ids = {m["container"]["id"] for m in c.messages() if m.get("type") == "exec"}
+            ids = {m["container"]["id"] for m in c.messages() if m.get("type") in ("exec", "open")}
             check_eq(ids, {cid}, "the containers a filter's stream holds")
     finally:
         d.stop()
@@ -202,8 +215,8 @@ def test_real_podman_container(make_daemon, stats_bus, socket_client, workdir):
     d = make_daemon("containers-podman", stdout=False)
     proc = monitor = None
     try:
-        mine = socket_client(d.socket_path, {"subscribe": {"types": ["exec"], "container": [name]}})
-        other = socket_client(d.socket_path, {"subscribe": {"types": ["exec"], "container": ["prtest-other"]}})
+        mine = socket_client(d.socket_path, {"subscribe": {"types": ["exec", "open"], "container": [name]}})
+        other = socket_client(d.socket_path, {"subscribe": {"types": ["exec", "open"], "container": ["prtest-other"]}})
         mine.wait_subscribed()
         other.wait_subscribed()
         monitor = subprocess.Popen([stats_bus.ctl, "monitor", "--json", "--type", "exec", "--container", name,
@@ -224,6 +237,9 @@ def test_real_podman_container(make_daemon, stats_bus, socket_client, workdir):
             f.write("go\n")
         out, err = proc.communicate(timeout=120)
         check_eq(proc.returncode, 0, f"podman run ({err.strip()[-300:]})")
+        opened_ev = mine.wait(lambda m: m.get("type") == "open" and m.get("path") == "/etc/hostname",
+                              "cat's open of /etc/hostname in the container", timeout=30)
+        check_eq(opened_ev.get("container", {}).get("name"), name, "the open's container")
         ev = mine.wait(lambda m: m.get("type") == "exec" and m.get("comm") == "cat", "cat's exec in the container",
                        timeout=30)
         c = ev["container"]
@@ -377,7 +393,7 @@ def test_real_docker_container(make_daemon, stats_bus, socket_client, workdir):
         os.mkfifo(os.path.join(sync, "go"))
         d = make_daemon("containers-docker", stdout=False, config=f"[Containers]\nDockerRoot={dockerd.root}\n")
         try:
-            mine = socket_client(d.socket_path, {"subscribe": {"types": ["exec"], "container": [name]}})
+            mine = socket_client(d.socket_path, {"subscribe": {"types": ["exec", "open"], "container": [name]}})
             mine.wait_subscribed()
             proc = subprocess.Popen(["docker", "run", "--rm", "--network", "none", "--name", name, "-v",
                                      f"{sync}:/sync", image, "/bin/sh", "-c",
