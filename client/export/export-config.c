@@ -71,6 +71,7 @@ ExportConfig *export_config_free(ExportConfig *c) {
 	list_clear(c->servers, &c->n_servers);
 	list_clear(c->types, &c->n_types);
 	list_clear(c->units, &c->n_units);
+	list_clear(c->containers, &c->n_containers);
 	list_clear(c->ancestors, &c->n_ancestors);
 	free(c->credentials_file);
 	free(c->tls_ca);
@@ -316,6 +317,8 @@ static int set_key(ExportConfig *c, const char *section, const char *k, const ch
 			return set_list(c->types, &c->n_types, v);
 		if (streq(k, "Units"))
 			return set_list(c->units, &c->n_units, v);
+		if (streq(k, "Containers"))
+			return set_list(c->containers, &c->n_containers, v);
 		if (streq(k, "Ancestors"))
 			return set_list(c->ancestors, &c->n_ancestors, v);
 		if (streq(k, "Targets"))
@@ -509,6 +512,8 @@ int export_config_check(ExportConfig *c, char **ret_error) {
 		why = "Targets=file needs [File] Path=";
 	else if (c->resume && c->n_ancestors > 0)
 		why = "[Export] Resume=yes cannot take Ancestors=: the history keeps no process lineage";
+	else if (c->resume && c->n_containers > 0)
+		why = "[Export] Resume=yes cannot take Containers=: the history keeps no containers";
 	else if (c->resume && !c->cursor_file)
 		why = "[Export] Resume=yes needs CursorFile= (or the unit's StateDirectory=, $STATE_DIRECTORY)";
 	else if (c->targets & EXPORT_TARGET_NATS)

@@ -78,6 +78,8 @@ typedef struct ExportConfig {
 	size_t n_types;
 	char *units[EXPORT_LIST_MAX]; /* [Export] Units= */
 	size_t n_units;
+	char *containers[EXPORT_LIST_MAX]; /* [Export] Containers=: names, images or ids (docs/containers.md) */
+	size_t n_containers;
 	/* [Export] Ancestors=: the socket's "ancestor" filter, split as perfrelayctl monitor
 	 * --ancestor does (exec id, unit, task name). */
 	char *ancestors[EXPORT_LIST_MAX];

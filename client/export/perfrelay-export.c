@@ -384,6 +384,9 @@ static int run_socket(
 	r = perfrelay_client_new(&c);
 	if (r < 0)
 		return r;
+	r = perfrelay_client_set_containers(c, (const char *const *) cfg->containers, cfg->n_containers);
+	if (r < 0)
+		return r;
 	r = perfrelay_connect(c, socket_path, &sub);
 	if (r < 0 && history.after_cursor && perfrelay_client_error(c) &&
 	    strstr(perfrelay_client_error(c), "after_cursor")) {
@@ -399,6 +402,10 @@ static int run_socket(
 		history.after_cursor = NULL;
 		c = perfrelay_close(c);
 		r = perfrelay_client_new(&c);
+		if (r < 0)
+			return r;
+		r = perfrelay_client_set_containers(
+			c, (const char *const *) cfg->containers, cfg->n_containers);
 		if (r < 0)
 			return r;
 		r = perfrelay_connect(c, socket_path, &sub);

@@ -21,6 +21,9 @@ import pytest
 
 import prtest
 from prtest import check, check_eq
+from prtest.exporttest import Exporter
+
+EXPORT = os.path.join(prtest.build_root(), "client", "export", "perfrelay-export")
 
 TRIES = 5  # LOOKUP_TRIES of containers-feature.c
 
@@ -113,6 +116,7 @@ def test_events_carry_their_container_by_name(make_daemon, stats_bus, socket_cli
     }
     d = make_daemon("containers", config=f"[Containers]\nPodmanRoot={podman_root}\nDockerRoot={docker_root}\n",
                     stdout=False)
+    exporter = None
     try:
         every = socket_client(d.socket_path, {"subscribe": {"types": ["exec", "open"]}})
         every.wait_subscribed()
@@ -122,6 +126,13 @@ def test_events_carry_their_container_by_name(make_daemon, stats_bus, socket_cli
         by_id = socket_client(d.socket_path, {"subscribe": {"types": ["exec", "open"], "container": [db[:12]]}})
         for c in (by_name, by_image, by_id):
             c.wait_subscribed()
+        # perfrelay-export's Containers=: its file target gets prweb's events only.
+        exported = os.path.join(workdir, f"exported-{uuid.uuid4().hex[:8]}.json")
+        if os.access(EXPORT, os.X_OK):
+            exporter = Exporter(EXPORT, "containers", ["nats://127.0.0.1:1"], socket_path=d.socket_path,
+                                extra=f"Types=exec open\nContainers=prweb\nTargets=file\n[File]\nPath={exported}\n")
+            exporter.start()
+            prtest.wait_for(lambda: exporter.stats() is not None, "the exporter's first stats")
 
         # The first exec in each: its container's id at once, whatever the lookup is doing.
         for cid, cg in where.items():
@@ -152,12 +163,21 @@ def test_events_carry_their_container_by_name(make_daemon, stats_bus, socket_cli
         check_eq(opened(by_name, marks[web], "prweb's open by name")["container"]["id"], web, "by name")
         check_eq(execed(by_image, marks[dweb], "prdweb's exec by image")["container"]["id"], dweb, "by image")
         check_eq(execed(by_id, marks[db], "prdb's exec by id")["container"]["id"], db, "by id")
+        if exporter:
+            check_eq(exporter.stop(), 0, "perfrelay-export exits 0")
+            with open(exported) as f:
+                lines = [json.loads(line) for line in f]
+            found = {cid for cid, mark in marks.items()
+                     for m in lines if mark in m.get("argv", []) or m.get("path") == mark}
+            check_eq(found, {web}, "the containers whose markers perfrelay-export wrote (Containers=prweb)")
         # Each filter's stream: execs of its own container, nothing else (the last marker of
         # every container was delivered to `every` before these are counted).
         for c, cid in ((by_name, web), (by_image, dweb), (by_id, db)):
             ids = {m["container"]["id"] for m in c.messages() if m.get("type") in ("exec", "open")}
             check_eq(ids, {cid}, "the containers a filter's stream holds")
     finally:
+        if exporter:
+            exporter.cleanup()
         d.stop()
 
 

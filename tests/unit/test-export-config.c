@@ -228,6 +228,13 @@ static void test_resume(void) {
 	free(err);
 	err = NULL;
 	ASSERT(parse(c, "[Export]\nAncestors=\n", &err) == 0 && export_config_check(c, &err) == 0);
+	/* Nor Containers= (the history keeps no containers); without Resume= they are a list. */
+	ASSERT(parse(c, "[Export]\nContainers=web nginx:1.27\n", &err) == 0 && c->n_containers == 2);
+	ASSERT(streq(c->containers[0], "web") && streq(c->containers[1], "nginx:1.27"));
+	ASSERT(export_config_check(c, &err) == -EINVAL && err && strstr(err, "Containers="));
+	free(err);
+	err = NULL;
+	ASSERT(parse(c, "[Export]\nContainers=\n", &err) == 0 && c->n_containers == 0);
 	ASSERT(parse(c, "[Export]\nResume=maybe\n", NULL) == -EINVAL);
 	export_config_free(c);
 }
