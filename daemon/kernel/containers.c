@@ -4,6 +4,7 @@
  * thousand. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,10 +31,12 @@ struct Container {
 struct ContainerTable {
 	pthread_mutex_t lock;
 	Container **entries;
+	size_t capacity;
 	size_t n;     /* under the lock */
 	uint64_t any; /* n, stored under the lock, loaded by anyone */
 	ContainerWakeFn wake;
 	void *wake_userdata;
+	bool no_lookups;
 	ContainerTableStats stats; /* counts under the lock; read with relaxed loads */
 };
 
@@ -71,11 +74,29 @@ int container_table_new(ContainerWakeFn wake, void *userdata, ContainerTable **r
 		free(t);
 		return -ENOMEM;
 	}
+	t->capacity = CONTAINER_TABLE_MAX;
 	pthread_mutex_init(&t->lock, NULL);
 	t->wake = wake;
 	t->wake_userdata = userdata;
 	*ret = t;
 	return 0;
+}
+
+int container_table_reserve(ContainerTable *t, size_t n) {
+	Container **e;
+
+	if (n > SIZE_MAX / sizeof(Container *) - t->capacity)
+		return -ENOMEM;
+	e = realloc(t->entries, (t->capacity + n) * sizeof(Container *));
+	if (!e)
+		return -ENOMEM;
+	t->entries = e;
+	t->capacity += n;
+	return 0;
+}
+
+void container_table_no_lookups(ContainerTable *t) {
+	t->no_lookups = true;
 }
 
 ContainerTable *container_table_free(ContainerTable *t) {
@@ -117,7 +138,7 @@ Container *container_table_get(ContainerTable *t, const ContainerRef *ref) {
 			c = t->entries[i];
 			break;
 		}
-	if (!c && t->n < CONTAINER_TABLE_MAX) {
+	if (!c && t->n < t->capacity) {
 		c = calloc(1, sizeof(*c));
 		if (c) {
 			c->refs = 1; /* the table's */
@@ -125,7 +146,8 @@ Container *container_table_get(ContainerTable *t, const ContainerRef *ref) {
 			c->hash = h;
 			/* containerd and CRI-O are not asked (docs/containers.md): the id is all. A
 			 * machine's name is its id. The rest wait for the main thread. */
-			c->state = ref->runtime == CONTAINER_CONTAINERD || ref->runtime == CONTAINER_CRIO ?
+			c->state = t->no_lookups || ref->runtime == CONTAINER_CONTAINERD ||
+					ref->runtime == CONTAINER_CRIO ?
 				CONTAINER_UNNAMED :
 				CONTAINER_PENDING;
 			t->entries[t->n++] = c;

@@ -5,9 +5,11 @@
  * per cgroup and reader, like the cgroup watch's); from then on it reads the entry without any
  * lock: the id and runtime never change, and the names are published once, as a whole, with a
  * release store that the reader's acquire load pairs with. A new entry is queued for the main
- * thread, whose lookup never runs on a reader. Bounded: at most CONTAINER_TABLE_MAX entries; an
- * entry no cache holds any more is swept after CONTAINER_TABLE_LINGER_SEC; a container met when
- * the table is full gets no entry (counted: the event carries no container). */
+ * thread, whose lookup never runs on a reader. Bounded: the caches may hold an entry each
+ * (container_table_reserve(): room for them all, whatever they hold, dead cgroups' included),
+ * and CONTAINER_TABLE_MAX more; an entry no cache holds any more is swept after
+ * CONTAINER_TABLE_LINGER_SEC; a container met when the table is full gets no entry (counted:
+ * the event carries no container). */
 #pragma once
 
 #include <stdbool.h>
@@ -56,6 +58,11 @@ typedef struct ContainerTableStats {
  * NULL for none. */
 typedef void (*ContainerWakeFn)(void *userdata);
 int container_table_new(ContainerWakeFn wake, void *userdata, ContainerTable **ret);
+/* No lookups will be made (ContainerNames=no): entries are made CONTAINER_UNNAMED, never due.
+ * Before the first container_table_get(). */
+void container_table_no_lookups(ContainerTable *t);
+/* Room for `n` more entries (the readers' cache entries). Before the first container_table_get(). */
+int container_table_reserve(ContainerTable *t, size_t n);
 ContainerTable *container_table_free(ContainerTable *t);
 DEFINE_TRIVIAL_CLEANUP_FUNC(ContainerTable *, container_table_free);
 

@@ -172,6 +172,24 @@ static void test_table_and_events(void) {
 	container_table_free(t);
 }
 
+/* ContainerNames=no: entries are unnamed, never due. */
+static void test_no_lookups(void) {
+	ContainerTable *t = NULL;
+	ContainerRef ref = { .runtime = CONTAINER_DOCKER, .owner = (uid_t) -1, .id = ID };
+	ContainerTableStats st;
+	Container *c, *due[1];
+
+	ASSERT(container_table_new(NULL, NULL, &t) == 0);
+	container_table_no_lookups(t);
+	c = container_table_get(t, &ref);
+	CHECK(c && container_state(c) == CONTAINER_UNNAMED, "unnamed");
+	CHECK(container_table_due(t, UINT64_MAX - 1, due, 1) == 0, "never due");
+	container_table_get_stats(t, &st);
+	CHECK(st.unnamed == 1 && st.pending == 0, "counted unnamed");
+	container_unref(c);
+	container_table_free(t);
+}
+
 static void test_table_full(void) {
 	ContainerTable *t = NULL;
 	Container **held = calloc(CONTAINER_TABLE_MAX, sizeof(*held));
@@ -275,6 +293,7 @@ int main(void) {
 	test_bounds();
 	test_table_and_events();
 	test_table_full();
+	test_no_lookups();
 	test_table_threads();
 	return failures ? 1 : 0;
 }

@@ -24,7 +24,8 @@
 typedef struct ContainersFeature {
 	Feature feature;
 	ContainerTable *table;
-	int wake_fd;
+	int wake_fd; /* valid when has_fd: the struct starts zeroed, and setup may not have run */
+	bool has_fd;
 	sd_event_source *wake_source, *retry_timer;
 } ContainersFeature;
 
@@ -112,17 +113,27 @@ static int on_wake(sd_event_source *s, int fd, uint32_t revents, void *userdata)
 static int containers_setup(Feature *f) {
 	ContainersFeature *cf = (ContainersFeature *) f;
 	Manager *m = f->manager;
+	size_t n;
 	int r;
 
-	cf->wake_fd = -EBADF;
 	if (!cfg(m)->containers || !manager_cgroup_watch(m))
 		return 0;
 	cf->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (cf->wake_fd < 0)
 		return log_error_errno(errno, "Failed to make the containers' eventfd: %m");
+	cf->has_fd = true;
 	r = container_table_new(cfg(m)->names ? wake : NULL, cf, &cf->table);
 	if (r < 0)
 		return log_error_errno(r, "Failed to make the table of containers: %m");
+	if (!cfg(m)->names)
+		container_table_no_lookups(cf->table);
+	/* Every reader's cache may hold an entry per cgroup, a removed one's until it is evicted:
+	 * room for them all beside CONTAINER_TABLE_MAX others, so that what caches keep never
+	 * crowds out a container that starts. */
+	(void) manager_readers(m, &n);
+	r = container_table_reserve(cf->table, n * READER_UNIT_CACHE_ENTRIES);
+	if (r < 0)
+		return log_error_errno(r, "Failed to size the table of containers: %m");
 	if (cfg(m)->names) {
 		r = sd_event_add_io(manager_event(m), &cf->wake_source, cf->wake_fd, EPOLLIN, on_wake, cf);
 		if (r >= 0)
@@ -149,11 +160,13 @@ static void containers_done(Feature *f) {
 
 	cf->wake_source = sd_event_source_disable_unref(cf->wake_source);
 	cf->retry_timer = sd_event_source_disable_unref(cf->retry_timer);
-	/* The readers' caches keep their references: an entry goes with its last one. */
+	/* The readers and their caches are gone: the table's references are the last. */
 	if (cf->table)
 		manager_set_containers(f->manager, NULL);
 	cf->table = container_table_free(cf->table);
-	cf->wake_fd = safe_close(cf->wake_fd);
+	if (cf->has_fd)
+		cf->wake_fd = safe_close(cf->wake_fd);
+	cf->has_fd = false;
 }
 
 static int containers_stats_append(Feature *f, sd_bus_message *m) {
