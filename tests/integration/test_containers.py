@@ -221,6 +221,16 @@ def podman_run(name, image, sync, script):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def podman_cleanup(name, image, *procs):
+    """Kills what still runs of procs, removes the container and the image."""
+    for p in procs:
+        if p and p.poll() is None:
+            p.kill()
+            p.wait()
+    subprocess.run(["podman", "rm", "-f", name], capture_output=True)
+    subprocess.run(["podman", "rmi", "-f", image], capture_output=True)
+
+
 def test_real_podman_container(make_daemon, stats_bus, socket_client, workdir):
     """A container started by Podman with a name: its exec arrives with that name, its id and its
     image, on a socket subscriber and through `perfrelayctl monitor --container NAME`; a
@@ -276,12 +286,7 @@ def test_real_podman_container(make_daemon, stats_bus, socket_client, workdir):
               f"perfrelayctl monitor --container {name} shows cat's exec: {out[-500:]} {err[-300:]}")
         check({m.get("container", {}).get("name") for m in seen} == {name}, "and only that container's events")
     finally:
-        for p in (proc, monitor):
-            if p and p.poll() is None:
-                p.kill()
-                p.wait()
-        subprocess.run(["podman", "rm", "-f", name], capture_output=True)
-        subprocess.run(["podman", "rmi", "-f", image], capture_output=True)
+        podman_cleanup(name, image, proc, monitor)
         d.stop()
 
 
@@ -342,12 +347,7 @@ def test_capture_by_container_name(make_daemon, stats_bus, socket_client, workdi
         check(all("5000" in fields[0].split(",") for fields in lines),
               f"only the container's conversation on port 5000: {lines[:10]}")
     finally:
-        for p in (proc, cap):
-            if p and p.poll() is None:
-                p.kill()
-                p.wait()
-        subprocess.run(["podman", "rm", "-f", name], capture_output=True)
-        subprocess.run(["podman", "rmi", "-f", image], capture_output=True)
+        podman_cleanup(name, image, proc, cap)
         d.stop()
 
 
