@@ -20,19 +20,32 @@
  * not know; the default is what it reads (docs/containers.md). */
 #define ROOTLESS_STORAGE ".local/share/containers/storage"
 
-/* Opens path below dir_fd (AT_FDCWD: absolute) following no symbolic link (openat2's
- * RESOLVE_NO_SYMLINKS, Linux 5.6; where the call is missing, O_NOFOLLOW on the last component
- * only, for roots an administrator chose). */
+/* Opens path below dir_fd following no symbolic link (openat2's RESOLVE_NO_SYMLINKS, Linux 5.6). */
 static int open_nofollow(int dir_fd, const char *path, int flags) {
 	struct open_how how = {
 		.flags = (uint64_t) (flags | O_CLOEXEC | O_NOFOLLOW),
 		.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
 	};
+	/* Below the daemon's floor (5.10) the call is missing: then nothing is read (fail closed),
+	 * rather than a path a user could point elsewhere. */
 	long fd = syscall(SYS_openat2, dir_fd, path, &how, sizeof(how));
 
-	if (fd < 0 && errno == ENOSYS)
-		fd = openat(dir_fd, path, flags | O_CLOEXEC | O_NOFOLLOW);
 	return fd < 0 ? -errno : (int) fd;
+}
+
+/* A root an administrator chose (PodmanRoot=, DockerRoot=): its path may pass through links
+ * (/var/lib/docker moved to a data disk), but it must be root's; below it nothing is followed. */
+static int open_root(const char *path) {
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || st.st_uid != 0) {
+		safe_close(fd);
+		return -EPERM;
+	}
+	return fd;
 }
 
 /* Reads a state file: a regular file owned by `owner`, at most CONTAINER_STATE_MAX bytes, opened
@@ -113,8 +126,7 @@ static int lookup_podman(const ContainerRef *ref, const ContainerRoots *roots, C
 	struct dirent *de;
 	int r = -ENOENT;
 
-	root = ref->owner == (uid_t) -1 ? open_nofollow(AT_FDCWD, roots->podman, O_RDONLY | O_DIRECTORY) :
-					  open_user_storage(ref->owner);
+	root = ref->owner == (uid_t) -1 ? open_root(roots->podman) : open_user_storage(ref->owner);
 	if (root < 0)
 		return root;
 	d = fdopendir(root);
@@ -149,7 +161,7 @@ static int lookup_podman(const ContainerRef *ref, const ContainerRoots *roots, C
 }
 
 static int lookup_docker(const ContainerRef *ref, const ContainerRoots *roots, ContainerNames **ret) {
-	_cleanup_close_ int root = open_nofollow(AT_FDCWD, roots->docker, O_RDONLY | O_DIRECTORY);
+	_cleanup_close_ int root = open_root(roots->docker);
 	_cleanup_free_ char *text = NULL, *path = NULL;
 	size_t len;
 	int r;
