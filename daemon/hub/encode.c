@@ -791,7 +791,7 @@ static int encode_container(Out *o, const Container *c) {
 	if (out_string(o, runtime, len, len) < 0)
 		return -ENOBUFS;
 	if (n) {
-		/* Bounded where they are made (container_names_set()); bounded again here. */
+		/* Bounded where they are made (container_names_new()); bounded again here. */
 		const struct {
 			const char *key;
 			size_t key_len;

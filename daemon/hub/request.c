@@ -362,7 +362,18 @@ static int parse_comms(
 	return 0;
 }
 
-static int parse_units(json_object *v, const char *key, char **units, size_t *ret_n, RequestError *e) {
+/* Checks entry i of list `key` (s, len bytes): 0, or fail()'s error. */
+typedef int (*StringCheckFn)(const char *key, size_t i, const char *s, size_t len, RequestError *e);
+
+/* A list of strings of at most max bytes, each passing check, copied into out (sorted, unique). */
+static int parse_strings(
+	json_object *v,
+	const char *key,
+	size_t max,
+	StringCheckFn check,
+	char **out,
+	size_t *ret_n,
+	RequestError *e) {
 	size_t n;
 	int r;
 
@@ -370,68 +381,59 @@ static int parse_units(json_object *v, const char *key, char **units, size_t *re
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < n; i++) {
-		const char *u;
+		const char *s;
 		size_t len;
 
-		r = get_string(json_object_array_get_idx(v, i), key, i, SUBSCRIPTION_UNIT_MAX, e, &u, &len);
+		r = get_string(json_object_array_get_idx(v, i), key, i, max, e, &s, &len);
 		if (r < 0)
 			return r;
-		if (!unit_name_is_attributable(u, len))
-			return fail(
-				e,
-				PROTOCOL_BAD_REQUEST,
-				"subscribe.%s[%zu]: \"%.*s\" is not a unit events can belong to (a name "
-				"like sshd.service or session-1.scope; slices own no events)",
-				key,
-				i,
-				QUOTE_MAX,
-				u);
-		units[*ret_n] = strdup(u);
-		if (!units[*ret_n])
-			return -ENOMEM;
-		(*ret_n)++;
-	}
-	*ret_n = sort_unique(units, *ret_n, sizeof(units[0]), cmp_str_ptr, drop_str_ptr);
-	return 0;
-}
-
-/* "container": names, images or ids of containers: printable, without a quote or backslash
- * (none of the runtimes allows one in a name), at most SUBSCRIPTION_CONTAINER_MAX bytes. */
-static int parse_containers(json_object *v, const char *key, char **out, size_t *ret_n, RequestError *e) {
-	size_t n;
-	int r;
-
-	r = get_array(v, key, e, &n);
-	if (r < 0)
-		return r;
-	for (size_t i = 0; i < n; i++) {
-		const char *c;
-		size_t len;
-
-		r = get_string(
-			json_object_array_get_idx(v, i), key, i, SUBSCRIPTION_CONTAINER_MAX, e, &c, &len);
+		r = check(key, i, s, len, e);
 		if (r < 0)
 			return r;
-		if (len == 0)
-			return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s[%zu]: an empty name", key, i);
-		for (size_t k = 0; k < len; k++)
-			if ((unsigned char) c[k] <= ' ' || c[k] == 0x7f || c[k] == '"' || c[k] == '\\')
-				return fail(
-					e,
-					PROTOCOL_BAD_REQUEST,
-					"subscribe.%s[%zu]: \"%.*s\" is no container's name, image or id (a space, "
-					"quote, backslash or control character at byte %zu)",
-					key,
-					i,
-					QUOTE_MAX,
-					c,
-					k);
-		out[*ret_n] = strdup(c);
+		out[*ret_n] = strdup(s);
 		if (!out[*ret_n])
 			return -ENOMEM;
 		(*ret_n)++;
 	}
 	*ret_n = sort_unique(out, *ret_n, sizeof(out[0]), cmp_str_ptr, drop_str_ptr);
+	return 0;
+}
+
+static int check_unit(const char *key, size_t i, const char *u, size_t len, RequestError *e) {
+	if (!unit_name_is_attributable(u, len))
+		return fail(
+			e,
+			PROTOCOL_BAD_REQUEST,
+			"subscribe.%s[%zu]: \"%.*s\" is not a unit events can belong to (a name "
+			"like sshd.service or session-1.scope; slices own no events)",
+			key,
+			i,
+			QUOTE_MAX,
+			u);
+	return 0;
+}
+
+static int parse_units(json_object *v, const char *key, char **units, size_t *ret_n, RequestError *e) {
+	return parse_strings(v, key, SUBSCRIPTION_UNIT_MAX, check_unit, units, ret_n, e);
+}
+
+/* "container": names, images or ids of containers: printable, without a quote or backslash
+ * (none of the runtimes allows one in a name), at most SUBSCRIPTION_CONTAINER_MAX bytes. */
+static int check_container(const char *key, size_t i, const char *c, size_t len, RequestError *e) {
+	if (len == 0)
+		return fail(e, PROTOCOL_BAD_REQUEST, "subscribe.%s[%zu]: an empty name", key, i);
+	for (size_t k = 0; k < len; k++)
+		if ((unsigned char) c[k] <= ' ' || c[k] == 0x7f || c[k] == '"' || c[k] == '\\')
+			return fail(
+				e,
+				PROTOCOL_BAD_REQUEST,
+				"subscribe.%s[%zu]: \"%.*s\" is no container's name, image or id (a space, "
+				"quote, backslash or control character at byte %zu)",
+				key,
+				i,
+				QUOTE_MAX,
+				c,
+				k);
 	return 0;
 }
 
@@ -607,7 +609,14 @@ static int parse_subscribe(Subscription *s, json_object *sub, RequestError *e) {
 		else if (streq(key, "unit"))
 			r = parse_units(v, "unit", s->units, &s->n_units, e);
 		else if (streq(key, "container"))
-			r = parse_containers(v, "container", s->containers, &s->n_containers, e);
+			r = parse_strings(
+				v,
+				"container",
+				SUBSCRIPTION_CONTAINER_MAX,
+				check_container,
+				s->containers,
+				&s->n_containers,
+				e);
 		else if (streq(key, "ancestor"))
 			r = parse_ancestor(s, v, e);
 		else if (streq(key, "where"))

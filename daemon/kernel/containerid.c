@@ -27,6 +27,11 @@ const char *container_runtime_to_string(ContainerRuntime r) {
 	return runtime_names[r];
 }
 
+bool container_ref_equal(const ContainerRef *a, const ContainerRef *b) {
+	return a->runtime == b->runtime && a->owner == b->owner && a->monitor == b->monitor &&
+		streq(a->id, b->id);
+}
+
 /* A component PREFIX<id>SUFFIX of the runc-style runtimes. */
 static const struct {
 	const char *prefix;

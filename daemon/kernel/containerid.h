@@ -33,6 +33,10 @@ typedef struct ContainerRef {
 	char id[CONTAINER_ID_MAX];
 } ContainerRef;
 
+/* Whether a and b are the same container (runtime, owner, id) and both its own processes or both
+ * its monitor. */
+bool container_ref_equal(const ContainerRef *a, const ContainerRef *b);
+
 /* The runtime's name as events carry it ("docker", "podman", "containerd", "cri-o",
  * "systemd-nspawn"), NULL for CONTAINER_NONE or an unknown value. */
 const char *container_runtime_to_string(ContainerRuntime r);

@@ -120,11 +120,6 @@ static void stats_state(ContainerTable *t, ContainerState s, int delta) {
 	STAT_STORE(*p, STAT_LOAD(*p) + (uint64_t) (int64_t) delta);
 }
 
-static bool ref_equal(const ContainerRef *a, const ContainerRef *b) {
-	return a->runtime == b->runtime && a->owner == b->owner && a->monitor == b->monitor &&
-		streq(a->id, b->id);
-}
-
 Container *container_table_get(ContainerTable *t, const ContainerRef *ref) {
 	uint64_t h;
 	Container *c = NULL;
@@ -134,7 +129,7 @@ Container *container_table_get(ContainerTable *t, const ContainerRef *ref) {
 	h = hash_ref(ref);
 	pthread_mutex_lock(&t->lock);
 	for (size_t i = 0; i < t->n; i++)
-		if (t->entries[i]->hash == h && ref_equal(&t->entries[i]->ref, ref)) {
+		if (t->entries[i]->hash == h && container_ref_equal(&t->entries[i]->ref, ref)) {
 			c = t->entries[i];
 			break;
 		}

@@ -213,6 +213,23 @@ def podman_image(workdir):
     return image
 
 
+def wait_named(stats_bus, proc, runtime):
+    """Until the daemon has named a container (proc, the runtime's run, waits on /sync/go);
+    skipped, with the runtime's words, if the runtime cannot run one here."""
+    prtest.wait_for(lambda: containers(stats_bus)["known"] >= 1 or proc.poll() is not None,
+                    "the container named", timeout=120, interval=0.2)
+    if proc.poll() is not None:
+        prtest.skip(f"{runtime} cannot run a container here ({proc.returncode}): {proc.stderr.read()[-300:]}")
+
+
+def release(sync, proc, runtime):
+    """Lets the container's script go on past /sync/go, and waits for it to end well."""
+    with open(os.path.join(sync, "go"), "w") as f:
+        f.write("go\n")
+    _, err = proc.communicate(timeout=120)
+    check_eq(proc.returncode, 0, f"{runtime} run ({err.strip()[-300:]})")
+
+
 def podman_run(name, image, sync, script):
     """podman run of `script` under /bin/sh in a container named `name`, /sync bind-mounted."""
     return subprocess.Popen(
@@ -258,15 +275,8 @@ def test_real_podman_container(make_daemon, stats_bus, socket_client, workdir):
         # The container's shell waits on the FIFO: its first exec makes the daemon look the
         # container up; the test lets it go on once the name is known.
         proc = podman_run(name, image, sync, "read x < /sync/go; exec /bin/cat /etc/hostname")
-        prtest.wait_for(lambda: containers(stats_bus)["known"] >= 1 or proc.poll() is not None,
-                        "the container named", timeout=120, interval=0.2)
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            prtest.skip(f"podman cannot run a container here ({proc.returncode}): {err.strip()[-300:]}")
-        with open(os.path.join(sync, "go"), "w") as f:
-            f.write("go\n")
-        out, err = proc.communicate(timeout=120)
-        check_eq(proc.returncode, 0, f"podman run ({err.strip()[-300:]})")
+        wait_named(stats_bus, proc, "podman")
+        release(sync, proc, "podman")
         opened_ev = mine.wait(lambda m: m.get("type") == "open" and m.get("path") == "/etc/hostname",
                               "cat's open of /etc/hostname in the container", timeout=30)
         check_eq(opened_ev.get("container", {}).get("name"), name, "the open's container")
@@ -311,10 +321,7 @@ def test_capture_by_container_name(make_daemon, stats_bus, socket_client, workdi
                           "read x < /sync/go; /bin/busybox nc -l -p 5000 > /dev/null & i=0; "
                           "until echo prtest-marker | /bin/busybox nc 127.0.0.1 5000 2>/dev/null; do "
                           "i=$((i+1)); [ $i -gt 100000 ] && exit 1; done; wait")
-        prtest.wait_for(lambda: containers(stats_bus)["known"] >= 1 or proc.poll() is not None,
-                        "the container named", timeout=120, interval=0.2)
-        if proc.poll() is not None:
-            prtest.skip(f"podman cannot run a container here ({proc.returncode}): {proc.stderr.read()[-300:]}")
+        wait_named(stats_bus, proc, "podman")
         cap = subprocess.Popen([stats_bus.ctl, "capture", "--container", name, "-w", pcap],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=dict(os.environ, PERFRELAY_SOCKET=d.socket_path))
@@ -419,14 +426,8 @@ def test_real_docker_container(make_daemon, stats_bus, socket_client, workdir):
                                      f"{sync}:/sync", image, "/bin/sh", "-c",
                                      "read x < /sync/go; exec /bin/cat /etc/hostname"],
                                     env=dockerd.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            prtest.wait_for(lambda: containers(stats_bus)["known"] >= 1 or proc.poll() is not None,
-                            "the container named", timeout=120, interval=0.2)
-            if proc.poll() is not None:
-                prtest.skip(f"docker cannot run a container here ({proc.returncode}): {proc.stderr.read()[-300:]}")
-            with open(os.path.join(sync, "go"), "w") as f:
-                f.write("go\n")
-            out, err = proc.communicate(timeout=120)
-            check_eq(proc.returncode, 0, f"docker run ({err.strip()[-300:]})")
+            wait_named(stats_bus, proc, "docker")
+            release(sync, proc, "docker")
             ev = mine.wait(lambda m: m.get("type") == "exec" and m.get("comm") == "cat",
                            "cat's exec in the Docker container", timeout=30)
             c = ev["container"]

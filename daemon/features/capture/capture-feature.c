@@ -137,8 +137,8 @@ static bool cgroup_is_host_wide(const char *path, const char *root) {
 static bool match_container_dir(const CgroupSearch *cs, const char *path, const char *name, bool *ret_descend) {
 	ContainerRef c;
 
-	if (!container_from_cgroup_path(path + cs->root_len, &c) || c.runtime != cs->ref->runtime ||
-	    c.owner != cs->ref->owner || c.monitor || !streq(c.id, cs->ref->id))
+	/* cs->ref is no monitor (match_container()): its monitor's cgroup is not it. */
+	if (!container_from_cgroup_path(path + cs->root_len, &c) || !container_ref_equal(&c, cs->ref))
 		return false;
 	*ret_descend = false;
 	return true;
@@ -157,8 +157,7 @@ static void match_container(void *userdata, const Container *c) {
 
 	if (ref->monitor || !filter_container_named(m->name, c))
 		return;
-	if (m->n == 0 ||
-	    !(m->ref.runtime == ref->runtime && m->ref.owner == ref->owner && streq(m->ref.id, ref->id)))
+	if (m->n == 0 || !container_ref_equal(&m->ref, ref))
 		m->n++;
 	m->ref = *ref;
 }
